@@ -1,0 +1,58 @@
+-- buy.lua: decide one purchase atomically and enqueue its order in the same call.
+--
+-- KEYS[1]  sale meta hash     seckill:{sale:<id>}:meta    (stock_initial, starts_at_ms, ends_at_ms)
+-- KEYS[2]  stock counter      seckill:{sale:<id>}:stock
+-- KEYS[3]  buyer set          seckill:{sale:<id>}:buyers
+-- KEYS[4]  order stream       seckill:{sale:<id>}:orders
+-- ARGV[1]  sale id            (copied into the order; the app validated it)
+-- ARGV[2]  user id            (kept as a string: never tonumber'd)
+-- ARGV[3]  order id           (UUID v7 made by the app)
+--
+-- Returns one status string:
+--   "ok"                 user added, stock decremented, order appended to the stream
+--   "unknown_sale"       no meta or no stock key: the sale was never seeded
+--   "not_started"        Redis TIME is before starts_at_ms
+--   "ended"              Redis TIME is at or after ends_at_ms
+--   "already_purchased"  the user is already in the buyer set
+--   "sold_out"           stock <= 0
+--
+-- Invariants kept: the duplicate check comes before any write; stock is refused at <= 0 so it
+-- never goes negative; SADD, DECR and XADD happen together or not at all, so every "ok" has its
+-- order in the stream and stock_initial = stock + SCARD(buyers) always holds. All keys share the
+-- sale's hash tag, so the script runs on Redis Cluster. Time comes from the Redis server.
+--
+-- Example (after seed.lua below has created the sale):
+--   redis-cli --eval lua/buy.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' , demo alice 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69
+
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 'unknown_sale'
+end
+local stock = tonumber(redis.call('GET', KEYS[2]))
+if stock == nil then
+  return 'unknown_sale'
+end
+
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = redis.call('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms')
+local starts_at = tonumber(window[1])
+local ends_at = tonumber(window[2])
+if starts_at and now_ms < starts_at then
+  return 'not_started'
+end
+if ends_at and now_ms >= ends_at then
+  return 'ended'
+end
+
+if redis.call('SISMEMBER', KEYS[3], ARGV[2]) == 1 then
+  return 'already_purchased'
+end
+if stock <= 0 then
+  return 'sold_out'
+end
+
+redis.call('SADD', KEYS[3], ARGV[2])
+redis.call('DECR', KEYS[2])
+redis.call('XADD', KEYS[4], '*',
+  'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', tostring(now_ms))
+return 'ok'
