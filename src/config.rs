@@ -1,0 +1,195 @@
+//! One typed configuration for every command, from flags with `SECKILL_*` environment fallbacks.
+
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use ipnet::IpNet;
+use secrecy::SecretString;
+
+/// The `seckill` command line.
+#[derive(Debug, Parser)]
+#[command(name = "seckill", version, about = "Flash-sale purchase service", long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    #[command(flatten)]
+    pub config: Config,
+}
+
+/// What to run.
+#[derive(Debug, Clone, Copy, Subcommand)]
+pub enum Command {
+    /// Apply migrations, then run the HTTP API and (unless --no-worker) the order worker.
+    Serve {
+        /// Do not run the order worker in this process (run `seckill worker` elsewhere).
+        #[arg(long, env = "SECKILL_NO_WORKER")]
+        no_worker: bool,
+    },
+    /// Run only the order worker: Redis stream -> Postgres.
+    Worker,
+    /// Apply the database migrations and exit.
+    Migrate,
+}
+
+/// Every setting of the service. Each has a default so `seckill serve` runs against local servers.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Config {
+    /// Address the HTTP server binds (port 0 picks a free port).
+    #[arg(long, env = "SECKILL_LISTEN", default_value = "127.0.0.1:8080", global = true)]
+    pub listen: SocketAddr,
+
+    /// Redis URL (redis://[user:password@]host:port[/db]).
+    #[arg(long, env = "SECKILL_REDIS_URL", default_value = "redis://127.0.0.1:6379",
+          value_parser = secret, hide_env_values = true, global = true)]
+    pub redis_url: SecretString,
+
+    /// Postgres URL (postgres://user[:password]@host:port/database).
+    #[arg(long, env = "SECKILL_DATABASE_URL", default_value = "postgres://seckill@127.0.0.1:5432/seckill",
+          value_parser = secret, hide_env_values = true, global = true)]
+    pub database_url: SecretString,
+
+    /// Bearer token for /admin routes. Unset: admin routes answer 403.
+    #[arg(long, env = "SECKILL_ADMIN_TOKEN", value_parser = secret, hide_env_values = true, global = true)]
+    pub admin_token: Option<SecretString>,
+
+    /// Per-client-IP limit on POST /buy, as REQUESTS/WINDOW (e.g. 20/1s, 100/500ms).
+    #[arg(long, env = "SECKILL_RATE_LIMIT", default_value = "20/1s", global = true)]
+    pub rate_limit: RateLimit,
+
+    /// Comma-separated proxies (IPs or CIDRs) whose X-Forwarded-For is believed. Default: none.
+    #[arg(long, env = "SECKILL_TRUSTED_PROXIES", value_delimiter = ',', value_parser = trusted_proxy,
+          global = true)]
+    pub trusted_proxies: Vec<IpNet>,
+
+    /// Prefix of every Redis key (one namespace per deployment); no braces.
+    #[arg(long, env = "SECKILL_KEY_PREFIX", default_value = "seckill", value_parser = key_prefix,
+          global = true)]
+    pub key_prefix: String,
+
+    /// How long a Redis command may take before the request answers 503.
+    #[arg(long, env = "SECKILL_REDIS_TIMEOUT", default_value = "1s", value_parser = duration, global = true)]
+    pub redis_timeout: Duration,
+
+    /// Most Postgres connections this process opens.
+    #[arg(long, env = "SECKILL_DATABASE_MAX_CONNECTIONS", default_value_t = 10, global = true)]
+    pub database_max_connections: u32,
+
+    /// Orders the worker reads and inserts per batch.
+    #[arg(long, env = "SECKILL_WORKER_BATCH", default_value_t = 500,
+          value_parser = clap::value_parser!(u32).range(1..=10_000), global = true)]
+    pub worker_batch: u32,
+
+    /// How long one worker read waits for new orders (also bounds its shutdown latency).
+    #[arg(long, env = "SECKILL_WORKER_BLOCK", default_value = "1s", value_parser = duration, global = true)]
+    pub worker_block: Duration,
+
+    /// Orders pending this long with a (presumed dead) consumer are claimed by this worker.
+    #[arg(long, env = "SECKILL_WORKER_CLAIM_TIMEOUT", default_value = "30s", value_parser = duration,
+          global = true)]
+    pub worker_claim_timeout: Duration,
+
+    /// This worker's consumer name in the group. Default: <hostname>-<pid>.
+    #[arg(long, env = "SECKILL_WORKER_CONSUMER", global = true)]
+    pub worker_consumer: Option<String>,
+
+    /// How long shutdown waits for in-flight requests before closing them.
+    #[arg(long, env = "SECKILL_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = duration,
+          global = true)]
+    pub shutdown_timeout: Duration,
+}
+
+impl Config {
+    /// The consumer name this process uses in the worker's consumer group.
+    pub fn consumer_name(&self) -> String {
+        self.worker_consumer.clone().unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "seckill".to_owned());
+            format!("{host}-{}", std::process::id())
+        })
+    }
+}
+
+/// A sliding-window limit: at most `limit` requests in any `window`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub limit: u32,
+    pub window: Duration,
+}
+
+impl FromStr for RateLimit {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (limit, window) =
+            s.split_once('/').ok_or_else(|| format!("expected REQUESTS/WINDOW such as 20/1s, got {s:?}"))?;
+        let limit: u32 =
+            limit.trim().parse().map_err(|_| format!("REQUESTS must be a positive integer, got {limit:?}"))?;
+        let window = duration(window.trim())?;
+        if limit == 0 || window.as_millis() == 0 {
+            return Err("REQUESTS and WINDOW must both be at least 1 (WINDOW in whole ms)".into());
+        }
+        Ok(Self { limit, window })
+    }
+}
+
+fn secret(s: &str) -> Result<SecretString, String> {
+    Ok(SecretString::from(s.to_owned()))
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration like 500ms or 2s: {e}"))
+}
+
+fn trusted_proxy(s: &str) -> Result<IpNet, String> {
+    let s = s.trim();
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+        .map_err(|_| format!("{s:?} is neither an IP address nor a CIDR"))
+}
+
+fn key_prefix(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_graphic() && c != '{' && c != '}');
+    if ok { Ok(s.to_owned()) } else { Err("the key prefix is 1-64 visible ASCII characters without braces".into()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_limit_parses_requests_and_window() {
+        let r: RateLimit = "20/1s".parse().unwrap();
+        assert_eq!(r, RateLimit { limit: 20, window: Duration::from_secs(1) });
+        let r: RateLimit = "5 / 250ms".parse().unwrap();
+        assert_eq!(r, RateLimit { limit: 5, window: Duration::from_millis(250) });
+    }
+
+    #[test]
+    fn rate_limit_rejects_nonsense() {
+        for bad in ["", "20", "0/1s", "20/0s", "x/1s", "20/soon", "-1/1s"] {
+            assert!(bad.parse::<RateLimit>().is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn trusted_proxies_accept_ips_and_cidrs() {
+        assert_eq!(trusted_proxy("10.0.0.1").unwrap(), "10.0.0.1/32".parse::<IpNet>().unwrap());
+        assert_eq!(trusted_proxy("10.0.0.0/8").unwrap(), "10.0.0.0/8".parse::<IpNet>().unwrap());
+        assert!(trusted_proxy("::1").is_ok());
+        assert!(trusted_proxy("proxy.local").is_err());
+    }
+
+    #[test]
+    fn key_prefix_refuses_braces() {
+        assert!(key_prefix("seckill").is_ok());
+        assert!(key_prefix("a{b").is_err());
+        assert!(key_prefix("").is_err());
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,102 @@
+//! Validated identifiers and the values that cross module boundaries.
+
+use std::fmt;
+
+use serde::Serialize;
+use uuid::Uuid;
+
+/// A sale id: 1–64 characters of `[A-Za-z0-9_-]`. No braces, so it can sit inside a hash tag.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct SaleId(String);
+
+/// A user id: 1–128 printable characters (no control characters).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct UserId(String);
+
+impl SaleId {
+    pub const MAX_LEN: usize = 64;
+
+    /// Validates `raw`, or says what is wrong with it.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let valid = !raw.is_empty()
+            && raw.len() <= Self::MAX_LEN
+            && raw.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if valid {
+            Ok(Self(raw.to_owned()))
+        } else {
+            Err(format!("sale_id must be 1-{} characters of A-Z, a-z, 0-9, '_' or '-'", Self::MAX_LEN))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl UserId {
+    pub const MAX_CHARS: usize = 128;
+
+    /// Validates `raw`, or says what is wrong with it.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let count = raw.chars().count();
+        let valid = (1..=Self::MAX_CHARS).contains(&count) && !raw.chars().any(char::is_control);
+        if valid {
+            Ok(Self(raw.to_owned()))
+        } else {
+            Err(format!("user_id must be 1-{} printable characters", Self::MAX_CHARS))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SaleId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A confirmed order, as the purchase script appended it to the sale's stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    pub order_id: Uuid,
+    pub sale_id: SaleId,
+    pub user_id: UserId,
+    /// Redis server time of the purchase, Unix milliseconds.
+    pub created_at_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sale_ids_are_tag_safe() {
+        for ok in ["a", "flash-2026_11", &"x".repeat(64)] {
+            assert!(SaleId::parse(ok).is_ok(), "{ok:?}");
+        }
+        for bad in ["", "{a}", "a}b", "a b", "é", "a:b", &"x".repeat(65)] {
+            assert!(SaleId::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn user_ids_are_printable_and_bounded() {
+        for ok in ["u", "alice@example.com", "用户-42", "with space", &"é".repeat(128)] {
+            assert!(UserId::parse(ok).is_ok(), "{ok:?}");
+        }
+        for bad in ["", "a\nb", "tab\t", "nul\0", &"x".repeat(129)] {
+            assert!(UserId::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

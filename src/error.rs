@@ -1,0 +1,157 @@
+//! The one error type of the HTTP API, mapped once to a status code and a JSON body
+//! `{"error": "<code>", "message": "<sentence>"}`. Infrastructure failures are logged with their
+//! cause chain and never shown to the client.
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("the request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("the request body must be JSON (content-type: application/json)")]
+    UnsupportedMediaType,
+    #[error("no such route")]
+    NotFound,
+    #[error("this route does not accept that method")]
+    MethodNotAllowed,
+    #[error("a valid admin bearer token is required")]
+    Unauthorized,
+    #[error("admin routes are disabled: no admin token is configured")]
+    AdminDisabled,
+    #[error("no sale with that id")]
+    UnknownSale,
+    #[error("the sale has not started yet")]
+    SaleNotStarted,
+    #[error("the sale has ended")]
+    SaleEnded,
+    #[error("this user has already bought in this sale")]
+    AlreadyPurchased,
+    #[error("the sale is sold out")]
+    SoldOut,
+    #[error("the sale already has buyers; it cannot be re-seeded")]
+    SaleInProgress,
+    #[error("too many requests from this client; retry after {retry_after_secs} s")]
+    RateLimited { retry_after_secs: u64 },
+    #[error("a service this request needs is unavailable; retry shortly")]
+    Unavailable(#[source] anyhow::Error),
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+impl ApiError {
+    /// The stable machine-readable code in the `error` field.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest(_) => "invalid_request",
+            Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::NotFound => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::Unauthorized => "unauthorized",
+            Self::AdminDisabled => "admin_disabled",
+            Self::UnknownSale => "unknown_sale",
+            Self::SaleNotStarted => "sale_not_started",
+            Self::SaleEnded => "sale_ended",
+            Self::AlreadyPurchased => "already_purchased",
+            Self::SoldOut => "sold_out",
+            Self::SaleInProgress => "sale_in_progress",
+            Self::RateLimited { .. } => "rate_limited",
+            Self::Unavailable(_) => "unavailable",
+            Self::Internal(_) => "internal",
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    message: String,
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::NotFound | Self::UnknownSale => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::AdminDisabled | Self::SaleNotStarted | Self::SaleEnded => StatusCode::FORBIDDEN,
+            Self::AlreadyPurchased | Self::SaleInProgress => StatusCode::CONFLICT,
+            Self::SoldOut => StatusCode::GONE,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        match self {
+            Self::Unavailable(cause) => tracing::warn!(error = format!("{cause:#}"), "dependency unavailable"),
+            Self::Internal(cause) => tracing::error!(error = format!("{cause:#}"), "internal error"),
+            _ => {}
+        }
+        let mut response = HttpResponse::build(self.status_code());
+        match self {
+            Self::RateLimited { retry_after_secs } => {
+                response.insert_header((header::RETRY_AFTER, *retry_after_secs));
+            }
+            Self::Unauthorized => {
+                response.insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
+            }
+            Self::Unavailable(_) => {
+                response.insert_header((header::RETRY_AFTER, 1));
+            }
+            _ => {}
+        }
+        response.json(ErrorBody { error: self.code(), message: self.to_string() })
+    }
+}
+
+impl From<actix_web::error::JsonPayloadError> for ApiError {
+    fn from(err: actix_web::error::JsonPayloadError) -> Self {
+        use actix_web::error::JsonPayloadError as E;
+        match err {
+            E::OverflowKnownLength { limit, .. } | E::Overflow { limit } => Self::PayloadTooLarge(limit),
+            E::ContentType => Self::UnsupportedMediaType,
+            E::Deserialize(e) => Self::InvalidRequest(format!("invalid JSON body: {e}")),
+            other => Self::InvalidRequest(format!("unreadable request body: {other}")),
+        }
+    }
+}
+
+impl From<redis::RedisError> for ApiError {
+    fn from(err: redis::RedisError) -> Self {
+        if is_redis_outage(&err) {
+            Self::Unavailable(anyhow::Error::new(err).context("redis"))
+        } else {
+            Self::Internal(anyhow::Error::new(err).context("redis"))
+        }
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(err: sqlx::Error) -> Self {
+        match err {
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => {
+                Self::Unavailable(anyhow::Error::new(err).context("postgres"))
+            }
+            other => Self::Internal(anyhow::Error::new(other).context("postgres")),
+        }
+    }
+}
+
+/// True when a Redis error means "Redis is not reachable right now" rather than a bug.
+pub fn is_redis_outage(err: &redis::RedisError) -> bool {
+    err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || matches!(err.code(), Some("LOADING" | "MASTERDOWN" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN"))
+}

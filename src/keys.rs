@@ -1,0 +1,61 @@
+//! Redis key names. All keys of one sale share the hash tag `{sale:<id>}`, so a script that
+//! touches them all runs in one Redis Cluster slot.
+
+use std::net::IpAddr;
+
+use crate::domain::SaleId;
+
+/// The keys of one sale, in the order the sale scripts take them as KEYS[1..4].
+#[derive(Debug, Clone)]
+pub struct SaleKeys {
+    /// Hash: stock_initial, starts_at_ms, ends_at_ms.
+    pub meta: String,
+    /// Integer: stock left.
+    pub stock: String,
+    /// Set: user ids that bought.
+    pub buyers: String,
+    /// Stream: confirmed orders not yet committed to Postgres.
+    pub orders: String,
+}
+
+impl SaleKeys {
+    pub fn new(prefix: &str, sale: &SaleId) -> Self {
+        let base = format!("{prefix}:{{sale:{sale}}}");
+        Self {
+            meta: format!("{base}:meta"),
+            stock: format!("{base}:stock"),
+            buyers: format!("{base}:buyers"),
+            orders: format!("{base}:orders"),
+        }
+    }
+
+    /// The four keys as KEYS[1..4] of buy.lua and seed.lua.
+    pub fn all(&self) -> [&str; 4] {
+        [&self.meta, &self.stock, &self.buyers, &self.orders]
+    }
+}
+
+/// The rate limiter's key for one client address.
+pub fn rate_limit_key(prefix: &str, client: IpAddr) -> String {
+    format!("{prefix}:ratelimit:{{{client}}}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sale_keys_share_one_hash_tag() {
+        let keys = SaleKeys::new("seckill", &SaleId::parse("demo").unwrap());
+        assert_eq!(keys.meta, "seckill:{sale:demo}:meta");
+        for key in keys.all() {
+            assert!(key.contains("{sale:demo}"), "{key}");
+            assert_eq!(key.matches('{').count(), 1, "{key}");
+        }
+    }
+
+    #[test]
+    fn rate_limit_key_tags_the_client() {
+        assert_eq!(rate_limit_key("p", "::1".parse().unwrap()), "p:ratelimit:{::1}");
+    }
+}

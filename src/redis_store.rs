@@ -1,0 +1,193 @@
+//! Everything the service asks of Redis: purchases, seeding, sale state and rate limiting.
+//! One multiplexed connection (`ConnectionManager`) is shared by all requests; it reconnects by
+//! itself after an outage.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{AsyncCommands, RedisResult};
+use secrecy::{ExposeSecret, SecretString};
+use uuid::Uuid;
+
+use crate::config::RateLimit;
+use crate::domain::{SaleId, UserId};
+use crate::keys::{SaleKeys, rate_limit_key};
+use crate::scripts;
+
+/// The consumer group every worker of every instance reads orders with.
+pub const CONSUMER_GROUP: &str = "seckill-workers";
+
+/// What the purchase script decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuyOutcome {
+    Purchased,
+    UnknownSale,
+    NotStarted,
+    Ended,
+    AlreadyPurchased,
+    SoldOut,
+}
+
+/// What the seed script decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeedOutcome {
+    Seeded,
+    /// The sale has buyers; nothing was changed.
+    InProgress,
+}
+
+/// The limiter's answer for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateDecision {
+    pub allowed: bool,
+    pub remaining: u32,
+    pub retry_after: Duration,
+}
+
+/// A sale as Redis holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaleState {
+    pub stock_initial: i64,
+    pub stock_left: i64,
+    /// Buyers in the buyer set.
+    pub sold: i64,
+    /// Confirmed orders still in the stream (not yet committed to Postgres).
+    pub queued: i64,
+    pub starts_at_ms: Option<i64>,
+    pub ends_at_ms: Option<i64>,
+}
+
+/// A sale's schedule and stock, as an admin seeds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaleSpec {
+    pub stock: i64,
+    pub starts_at_ms: Option<i64>,
+    pub ends_at_ms: Option<i64>,
+}
+
+/// Opens a lazily connected, self-reconnecting Redis connection whose commands time out after
+/// `timeout` (the worker passes a longer one for its blocking reads).
+pub fn connect(url: &SecretString, timeout: Duration) -> RedisResult<ConnectionManager> {
+    let client = redis::Client::open(url.expose_secret())?;
+    let config = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(timeout))
+        .set_connection_timeout(Some(timeout))
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_millis(500));
+    ConnectionManager::new_lazy_with_config(client, config)
+}
+
+/// Redis operations of the service, under one key prefix.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    prefix: String,
+}
+
+impl RedisStore {
+    pub fn new(conn: ConnectionManager, prefix: impl Into<String>) -> Self {
+        Self { conn, prefix: prefix.into() }
+    }
+
+    /// The keys of `sale` under this store's prefix.
+    pub fn sale_keys(&self, sale: &SaleId) -> SaleKeys {
+        SaleKeys::new(&self.prefix, sale)
+    }
+
+    /// Runs `lua/buy.lua`: one atomic decision, and on success the order is in the stream.
+    pub async fn buy(&self, sale: &SaleId, user: &UserId, order_id: Uuid) -> RedisResult<BuyOutcome> {
+        let keys = self.sale_keys(sale);
+        let status: String = scripts::BUY
+            .key(&keys.all()[..])
+            .arg(sale.as_str())
+            .arg(user.as_str())
+            .arg(order_id.to_string())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(match status.as_str() {
+            "ok" => BuyOutcome::Purchased,
+            "unknown_sale" => BuyOutcome::UnknownSale,
+            "not_started" => BuyOutcome::NotStarted,
+            "ended" => BuyOutcome::Ended,
+            "already_purchased" => BuyOutcome::AlreadyPurchased,
+            "sold_out" => BuyOutcome::SoldOut,
+            other => return Err(unexpected("buy.lua", other)),
+        })
+    }
+
+    /// Runs `lua/seed.lua`: creates or re-seeds the sale unless it has buyers.
+    pub async fn seed(&self, sale: &SaleId, spec: SaleSpec) -> RedisResult<SeedOutcome> {
+        let keys = self.sale_keys(sale);
+        let opt = |v: Option<i64>| v.map(|ms| ms.to_string()).unwrap_or_default();
+        let status: String = scripts::SEED
+            .key(&keys.all()[..])
+            .arg(spec.stock)
+            .arg(opt(spec.starts_at_ms))
+            .arg(opt(spec.ends_at_ms))
+            .arg(CONSUMER_GROUP)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        match status.as_str() {
+            "ok" => Ok(SeedOutcome::Seeded),
+            "sale_in_progress" => Ok(SeedOutcome::InProgress),
+            other => Err(unexpected("seed.lua", other)),
+        }
+    }
+
+    /// Reads the sale's state in one MULTI (all keys share a slot). `None` if never seeded.
+    pub async fn sale_state(&self, sale: &SaleId) -> RedisResult<Option<SaleState>> {
+        let keys = self.sale_keys(sale);
+        let (meta, stock_left, sold, queued): ([Option<i64>; 3], Option<i64>, i64, i64) = redis::pipe()
+            .atomic()
+            .cmd("HMGET")
+            .arg(&keys.meta)
+            .arg(&["stock_initial", "starts_at_ms", "ends_at_ms"])
+            .get(&keys.stock)
+            .scard(&keys.buyers)
+            .xlen(&keys.orders)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let [stock_initial, starts_at_ms, ends_at_ms] = meta;
+        Ok(match (stock_initial, stock_left) {
+            (Some(stock_initial), Some(stock_left)) => {
+                Some(SaleState { stock_initial, stock_left, sold, queued, starts_at_ms, ends_at_ms })
+            }
+            _ => None,
+        })
+    }
+
+    /// The user ids in the sale's buyer set.
+    pub async fn buyers(&self, sale: &SaleId) -> RedisResult<Vec<String>> {
+        self.conn.clone().smembers(self.sale_keys(sale).buyers).await
+    }
+
+    /// Runs `lua/sliding_window.lua` for `client`: admits and records the request, or refuses it.
+    pub async fn rate_limit(&self, client: IpAddr, limit: RateLimit) -> RedisResult<RateDecision> {
+        let (allowed, remaining, retry_after_ms): (i64, i64, i64) = scripts::SLIDING_WINDOW
+            .key(rate_limit_key(&self.prefix, client))
+            .arg(limit.limit)
+            .arg(limit.window.as_millis() as u64)
+            .arg(Uuid::now_v7().simple().to_string())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(RateDecision {
+            allowed: allowed == 1,
+            remaining: remaining.max(0) as u32,
+            retry_after: Duration::from_millis(retry_after_ms.max(0) as u64),
+        })
+    }
+
+    /// PING, for readiness.
+    pub async fn ping(&self) -> RedisResult<()> {
+        redis::cmd("PING").query_async::<String>(&mut self.conn.clone()).await.map(drop)
+    }
+}
+
+fn unexpected(script: &str, reply: &str) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "unexpected script reply",
+        format!("{script} answered {reply:?}"),
+    ))
+}

@@ -1,0 +1,134 @@
+//! `PUT /admin/sales/{sale_id}` seeds a sale; `GET /admin/sales/{sale_id}` reports its state.
+//! Both need `Authorization: Bearer <SECKILL_ADMIN_TOKEN>`.
+
+use std::future::{Ready, ready};
+
+use actix_web::dev::Payload;
+use actix_web::http::header;
+use actix_web::{FromRequest, HttpRequest, HttpResponse, web};
+use secrecy::ExposeSecret;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use super::AppState;
+use crate::db;
+use crate::domain::SaleId;
+use crate::error::ApiError;
+use crate::redis_store::{SaleSpec, SaleState, SeedOutcome};
+
+/// Largest stock one sale may hold (the buyer set grows to this many members).
+pub const MAX_STOCK: i64 = 10_000_000;
+
+/// Proof that the request carried the admin token. Extracted before the body, so an
+/// unauthenticated request is refused with 401 whatever its body.
+pub struct Admin;
+
+impl FromRequest for Admin {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let expected = req.app_data::<web::Data<AppState>>().and_then(|s| s.admin_token.clone());
+        let Some(expected) = expected else {
+            return ready(Err(ApiError::AdminDisabled));
+        };
+        let presented = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        let ok = constant_time_eq::constant_time_eq(presented.as_bytes(), expected.expose_secret().as_bytes());
+        ready(if ok { Ok(Admin) } else { Err(ApiError::Unauthorized) })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeedRequest {
+    stock: i64,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    starts_at: Option<OffsetDateTime>,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    ends_at: Option<OffsetDateTime>,
+}
+
+/// A sale's state: `sold` and `queued` from Redis, `persisted` from Postgres (`null` while
+/// Postgres is unreachable).
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SaleStatus {
+    pub sale_id: String,
+    pub stock_initial: i64,
+    pub stock_left: i64,
+    pub sold: i64,
+    pub persisted: Option<i64>,
+    pub queued: i64,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub starts_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub ends_at: Option<OffsetDateTime>,
+}
+
+fn sale_from_path(path: &str) -> Result<SaleId, ApiError> {
+    SaleId::parse(path).map_err(ApiError::InvalidRequest)
+}
+
+/// Creates or re-seeds a sale. The Postgres record and the Redis seed succeed together: the
+/// Postgres transaction commits only after Redis accepted the seed. A sale with buyers is never
+/// re-seeded (409), so nobody's purchase is erased.
+pub async fn seed(
+    _admin: Admin,
+    path: web::Path<String>,
+    body: web::Json<SeedRequest>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = sale_from_path(&path)?;
+    let SeedRequest { stock, starts_at, ends_at } = body.into_inner();
+    if !(0..=MAX_STOCK).contains(&stock) {
+        return Err(ApiError::InvalidRequest(format!("stock must be between 0 and {MAX_STOCK}")));
+    }
+    if let (Some(start), Some(end)) = (starts_at, ends_at)
+        && start >= end
+    {
+        return Err(ApiError::InvalidRequest("starts_at must be before ends_at".into()));
+    }
+    let to_ms = |t: Option<OffsetDateTime>| t.map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64);
+    let spec = SaleSpec { stock, starts_at_ms: to_ms(starts_at), ends_at_ms: to_ms(ends_at) };
+
+    let mut tx = state.pool.begin().await?;
+    db::upsert_sale(&mut tx, &sale, stock, starts_at, ends_at).await?;
+    match state.redis.seed(&sale, spec).await? {
+        SeedOutcome::Seeded => tx.commit().await?,
+        SeedOutcome::InProgress => return Err(ApiError::SaleInProgress),
+    }
+    tracing::info!(sale_id = %sale, stock, "sale seeded");
+    let status = sale_status(&state, &sale).await?;
+    Ok(HttpResponse::Ok().json(status))
+}
+
+pub async fn status(
+    _admin: Admin,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = sale_from_path(&path)?;
+    Ok(HttpResponse::Ok().json(sale_status(&state, &sale).await?))
+}
+
+async fn sale_status(state: &AppState, sale: &SaleId) -> Result<SaleStatus, ApiError> {
+    let (redis, persisted) = tokio::join!(state.redis.sale_state(sale), db::count_orders(&state.pool, sale));
+    let SaleState { stock_initial, stock_left, sold, queued, starts_at_ms, ends_at_ms } =
+        redis?.ok_or(ApiError::UnknownSale)?;
+    let persisted =
+        persisted.inspect_err(|err| tracing::warn!(error = %err, "sale status without the persisted count")).ok();
+    Ok(SaleStatus {
+        sale_id: sale.to_string(),
+        stock_initial,
+        stock_left,
+        sold,
+        persisted,
+        queued,
+        starts_at: starts_at_ms.map(db::ms_to_time),
+        ends_at: ends_at_ms.map(db::ms_to_time),
+    })
+}

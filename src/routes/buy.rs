@@ -1,0 +1,56 @@
+//! `POST /buy`: validate, rate-limit the client, then one atomic purchase in Redis.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::AppState;
+use crate::domain::{SaleId, UserId};
+use crate::error::ApiError;
+use crate::redis_store::BuyOutcome;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuyRequest {
+    sale_id: String,
+    user_id: String,
+}
+
+/// The 201 body: the order the worker will store in Postgres under the same id.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BuyResponse {
+    pub order_id: Uuid,
+    pub sale_id: String,
+    pub user_id: String,
+}
+
+/// Input is validated before the limiter so malformed requests touch no state; the limiter runs
+/// before the purchase so an abusive client costs one script call, not a purchase attempt.
+pub async fn buy(
+    req: HttpRequest,
+    body: web::Json<BuyRequest>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let BuyRequest { sale_id, user_id } = body.into_inner();
+    let sale = SaleId::parse(&sale_id).map_err(ApiError::InvalidRequest)?;
+    let user = UserId::parse(&user_id).map_err(ApiError::InvalidRequest)?;
+
+    let client = state.proxies.client_ip(&req).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let decision = state.redis.rate_limit(client, state.rate_limit).await?;
+    if !decision.allowed {
+        let retry_after_secs = decision.retry_after.as_millis().div_ceil(1000).max(1) as u64;
+        return Err(ApiError::RateLimited { retry_after_secs });
+    }
+
+    let order_id = Uuid::now_v7();
+    match state.redis.buy(&sale, &user, order_id).await? {
+        BuyOutcome::Purchased => Ok(HttpResponse::Created().json(BuyResponse { order_id, sale_id, user_id })),
+        BuyOutcome::UnknownSale => Err(ApiError::UnknownSale),
+        BuyOutcome::NotStarted => Err(ApiError::SaleNotStarted),
+        BuyOutcome::Ended => Err(ApiError::SaleEnded),
+        BuyOutcome::AlreadyPurchased => Err(ApiError::AlreadyPurchased),
+        BuyOutcome::SoldOut => Err(ApiError::SoldOut),
+    }
+}

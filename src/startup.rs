@@ -1,0 +1,135 @@
+//! Builds the service from its configuration and runs it until told to stop.
+
+use std::net::{SocketAddr, TcpListener};
+
+use actix_web::dev::Server;
+use actix_web::{App, HttpServer};
+use anyhow::Context;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::client_ip::TrustedProxies;
+use crate::config::Config;
+use crate::db;
+use crate::redis_store::{self, RedisStore};
+use crate::routes::{self, AppState};
+use crate::worker::{Worker, WorkerSettings};
+
+/// A built service: the HTTP server bound to its port, and optionally the worker.
+pub struct Application {
+    server: Server,
+    local_addr: SocketAddr,
+    worker: Option<Worker>,
+}
+
+impl Application {
+    /// Connects (lazily) to Redis and Postgres, applies migrations, binds the listener.
+    pub async fn build(config: &Config, run_worker: bool) -> anyhow::Result<Self> {
+        let pool = connect_and_migrate(config).await?;
+        let redis = redis_store::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
+        if config.admin_token.is_none() {
+            tracing::warn!("SECKILL_ADMIN_TOKEN is not set: admin routes will answer 403");
+        }
+        let state = AppState {
+            redis: RedisStore::new(redis, config.key_prefix.clone()),
+            pool: pool.clone(),
+            rate_limit: config.rate_limit,
+            proxies: TrustedProxies::new(config.trusted_proxies.clone()),
+            admin_token: config.admin_token.clone(),
+        };
+        let listener = TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
+        let local_addr = listener.local_addr()?;
+        let server = HttpServer::new(move || App::new().configure(routes::configure(state.clone())))
+            .listen(listener)?
+            .disable_signals()
+            .shutdown_timeout(config.shutdown_timeout.as_secs())
+            .run();
+        let worker = if run_worker { Some(build_worker(config, pool)?) } else { None };
+        tracing::info!(%local_addr, worker = run_worker, "listening");
+        Ok(Self { server, local_addr, worker })
+    }
+
+    /// The address the server actually bound (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown` fires (or the server fails): then stops accepting, lets in-flight
+    /// requests finish, lets the worker finish its batch, and returns.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let handle = self.server.handle();
+        let worker = self.worker.map(|w| tokio::spawn(w.run(shutdown.clone())));
+        let stopper = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move {
+                shutdown.cancelled().await;
+                handle.stop(true).await;
+            }
+        });
+        let served = self.server.await.context("http server");
+        shutdown.cancel();
+        stopper.await.context("stopping the http server")?;
+        if let Some(worker) = worker {
+            worker.await.context("worker task")?;
+        }
+        served
+    }
+}
+
+/// The `seckill worker` command: the worker alone, until `shutdown` fires.
+pub async fn run_worker(config: &Config, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let pool = connect_and_migrate(config).await?;
+    build_worker(config, pool)?.run(shutdown).await;
+    Ok(())
+}
+
+/// The `seckill migrate` command.
+pub async fn migrate(config: &Config) -> anyhow::Result<()> {
+    connect_and_migrate(config).await.map(drop)
+}
+
+async fn connect_and_migrate(config: &Config) -> anyhow::Result<PgPool> {
+    let pool = db::connect_lazy(&config.database_url, config.database_max_connections).context("database url")?;
+    db::migrate(&pool).await.context("applying migrations (is Postgres reachable?)")?;
+    Ok(pool)
+}
+
+fn build_worker(config: &Config, pool: PgPool) -> anyhow::Result<Worker> {
+    // Its own connection: a blocking XREADGROUP must not stall the requests' shared connection.
+    let redis =
+        redis_store::connect(&config.redis_url, config.worker_block + config.redis_timeout).context("redis url")?;
+    let settings = WorkerSettings {
+        key_prefix: config.key_prefix.clone(),
+        consumer: config.consumer_name(),
+        batch: config.worker_batch as usize,
+        block: config.worker_block,
+        claim_timeout: config.worker_claim_timeout,
+    };
+    Ok(Worker::new(redis, pool, settings))
+}
+
+/// A token cancelled on Ctrl-C or SIGTERM.
+pub fn shutdown_on_signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! {
+            _ = ctrl_c => tracing::info!("Ctrl-C: shutting down"),
+            _ = term => tracing::info!("SIGTERM: shutting down"),
+        }
+        cancel.cancel();
+    });
+    token
+}

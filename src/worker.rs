@@ -1,0 +1,290 @@
+//! The order worker: reads every sale's order stream with a consumer group, writes each batch to
+//! Postgres in one idempotent statement, and acknowledges (XACK + XDEL) only after the commit.
+//!
+//! Nothing is acknowledged early, so a crash at any point leaves the batch pending: this consumer
+//! re-reads its own pending entries when it restarts (or after an error), and any other consumer
+//! claims entries that stayed pending longer than the claim timeout (XAUTOCLAIM). Redelivered
+//! orders are no-ops thanks to the order id primary key and the (sale_id, user_id) unique key.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use redis::aio::ConnectionManager;
+use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::db;
+use crate::domain::{Order, SaleId, UserId};
+use crate::keys::SaleKeys;
+use crate::redis_store::CONSUMER_GROUP;
+use crate::scripts;
+
+/// How often the worker re-reads the list of sales from Postgres.
+const SALES_REFRESH: Duration = Duration::from_secs(2);
+/// First and largest pause after a failed step (doubling in between).
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// Settings of one worker.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    pub key_prefix: String,
+    pub consumer: String,
+    pub batch: usize,
+    pub block: Duration,
+    pub claim_timeout: Duration,
+}
+
+/// What one step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepOutcome {
+    /// A batch was written and acknowledged.
+    Processed { entries: usize },
+    /// Nothing to do within the block time.
+    Idle,
+}
+
+/// Running totals, for logs and tests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WorkerStats {
+    pub inserted: u64,
+    pub redelivered: u64,
+    pub conflicts: u64,
+    pub malformed: u64,
+    pub reclaimed: u64,
+}
+
+/// One consumer of the order streams.
+pub struct Worker {
+    redis: ConnectionManager,
+    pool: PgPool,
+    settings: WorkerSettings,
+    /// Stream key -> sale, for every sale known from Postgres.
+    streams: HashMap<String, SaleId>,
+    sales_refreshed_at: Option<Instant>,
+    /// Re-read this consumer's own pending entries before new ones (at start and after errors).
+    read_own_pending: bool,
+    next_claim_at: Instant,
+    stats: WorkerStats,
+}
+
+impl Worker {
+    /// `redis` must be a connection of its own: the worker's blocking reads would stall requests
+    /// multiplexed on a shared one. Its response timeout must exceed `settings.block`.
+    pub fn new(redis: ConnectionManager, pool: PgPool, settings: WorkerSettings) -> Self {
+        Self {
+            redis,
+            pool,
+            settings,
+            streams: HashMap::new(),
+            sales_refreshed_at: None,
+            read_own_pending: true,
+            next_claim_at: Instant::now(),
+            stats: WorkerStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> &WorkerStats {
+        &self.stats
+    }
+
+    /// Runs steps until `shutdown` fires. A step in progress always finishes (its batch is
+    /// committed and acknowledged, or left pending); failures back off exponentially.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        tracing::info!(consumer = %self.settings.consumer, "worker started");
+        let mut backoff = BACKOFF_MIN;
+        while !shutdown.is_cancelled() {
+            match self.step().await {
+                Ok(_) => backoff = BACKOFF_MIN,
+                Err(err) => {
+                    tracing::warn!(
+                        error = format!("{err:#}"),
+                        retry_in_ms = backoff.as_millis() as u64,
+                        "worker step failed"
+                    );
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = shutdown.cancelled() => {}
+                    }
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+        tracing::info!(stats = ?self.stats, "worker stopped");
+    }
+
+    /// One unit of work: claim stale entries of dead consumers if it is time, else read this
+    /// consumer's own pending entries, else wait up to the block time for new ones; then write
+    /// what was read to Postgres and acknowledge it.
+    pub async fn step(&mut self) -> anyhow::Result<StepOutcome> {
+        let result = self.step_inner().await;
+        if result.is_err() {
+            self.read_own_pending = true;
+        }
+        result
+    }
+
+    async fn step_inner(&mut self) -> anyhow::Result<StepOutcome> {
+        self.refresh_sales().await?;
+        if self.streams.is_empty() {
+            tokio::time::sleep(self.settings.block).await;
+            return Ok(StepOutcome::Idle);
+        }
+        if Instant::now() >= self.next_claim_at {
+            let claimed = self.claim_stale().await?;
+            if !claimed.is_empty() {
+                self.stats.reclaimed += claimed.iter().map(|(_, e)| e.len() as u64).sum::<u64>();
+                return self.persist(claimed).await;
+            }
+        }
+        if self.read_own_pending {
+            let pending = self.read("0", None).await?;
+            if !pending.is_empty() {
+                return self.persist(pending).await;
+            }
+            self.read_own_pending = false;
+        }
+        let fresh = self.read(">", Some(self.settings.block)).await?;
+        if fresh.is_empty() {
+            return Ok(StepOutcome::Idle);
+        }
+        self.persist(fresh).await
+    }
+
+    async fn refresh_sales(&mut self) -> anyhow::Result<()> {
+        let due = self.sales_refreshed_at.is_none_or(|t| t.elapsed() >= SALES_REFRESH);
+        if !due {
+            return Ok(());
+        }
+        let sales = db::sale_ids(&self.pool).await.context("listing sales")?;
+        for sale in sales {
+            let stream = SaleKeys::new(&self.settings.key_prefix, &sale).orders;
+            if !self.streams.contains_key(&stream) {
+                self.ensure_group(&stream).await?;
+                self.streams.insert(stream, sale);
+            }
+        }
+        self.sales_refreshed_at = Some(Instant::now());
+        Ok(())
+    }
+
+    async fn ensure_group(&mut self, stream: &str) -> anyhow::Result<()> {
+        let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(stream)
+            .arg(CONSUMER_GROUP)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(&mut self.redis)
+            .await;
+        match created {
+            Err(err) if err.code() != Some("BUSYGROUP") => Err(err).context("creating consumer group"),
+            _ => Ok(()),
+        }
+    }
+
+    /// XAUTOCLAIM on every stream: entries idle longer than the claim timeout become ours.
+    async fn claim_stale(&mut self) -> anyhow::Result<Vec<(String, Vec<StreamId>)>> {
+        let min_idle = self.settings.claim_timeout.as_millis() as u64;
+        let mut claimed = Vec::new();
+        let mut more = false;
+        let streams: Vec<String> = self.streams.keys().cloned().collect();
+        for stream in streams {
+            let reply: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
+                .arg(&stream)
+                .arg(CONSUMER_GROUP)
+                .arg(&self.settings.consumer)
+                .arg(min_idle)
+                .arg("0-0")
+                .arg(StreamAutoClaimOptions::default().count(self.settings.batch))
+                .query_async(&mut self.redis)
+                .await
+                .context("claiming stale orders")?;
+            more |= reply.claimed.len() >= self.settings.batch;
+            if !reply.claimed.is_empty() {
+                tracing::info!(
+                    stream,
+                    entries = reply.claimed.len(),
+                    "claimed orders left pending by another consumer"
+                );
+                claimed.push((stream, reply.claimed));
+            }
+        }
+        let interval = (self.settings.claim_timeout / 2).max(Duration::from_millis(100));
+        self.next_claim_at = if more { Instant::now() } else { Instant::now() + interval };
+        Ok(claimed)
+    }
+
+    /// XREADGROUP over every stream from `id` ("0": own pending entries; ">": new entries).
+    async fn read(&mut self, id: &str, block: Option<Duration>) -> anyhow::Result<Vec<(String, Vec<StreamId>)>> {
+        let keys: Vec<&String> = self.streams.keys().collect();
+        let ids = vec![id; keys.len()];
+        let mut options =
+            StreamReadOptions::default().group(CONSUMER_GROUP, &self.settings.consumer).count(self.settings.batch);
+        if let Some(block) = block {
+            options = options.block(block.as_millis() as usize);
+        }
+        let reply: Option<StreamReadReply> = redis::cmd("XREADGROUP")
+            .arg(&options)
+            .arg("STREAMS")
+            .arg(&keys)
+            .arg(&ids)
+            .query_async(&mut self.redis.clone())
+            .await
+            .context("reading orders")?;
+        Ok(reply
+            .map(|r| r.keys.into_iter().filter(|k| !k.ids.is_empty()).map(|k| (k.key, k.ids)).collect())
+            .unwrap_or_default())
+    }
+
+    /// Writes the entries to Postgres in one statement, then acknowledges them stream by stream.
+    async fn persist(&mut self, batches: Vec<(String, Vec<StreamId>)>) -> anyhow::Result<StepOutcome> {
+        let mut orders = Vec::new();
+        let mut entries = 0;
+        for (stream, ids) in &batches {
+            entries += ids.len();
+            for entry in ids {
+                match parse_order(entry) {
+                    Ok(order) => orders.push(order),
+                    Err(why) => {
+                        self.stats.malformed += 1;
+                        tracing::error!(stream, entry_id = entry.id, fields = ?entry.map, why, "malformed order entry dropped");
+                    }
+                }
+            }
+        }
+        let report = db::insert_orders(&self.pool, &orders).await.context("inserting orders")?;
+        for conflict in &report.conflicts {
+            tracing::warn!(order_id = %conflict.order_id, sale_id = %conflict.sale_id, user_id = %conflict.user_id,
+                "order refused: the user already has another order in this sale");
+        }
+        self.stats.inserted += report.inserted as u64;
+        self.stats.redelivered += report.already_stored as u64;
+        self.stats.conflicts += report.conflicts.len() as u64;
+
+        for (stream, ids) in &batches {
+            let ids: Vec<&str> = ids.iter().map(|e| e.id.as_str()).collect();
+            let _acked: i64 = scripts::ACK
+                .key(stream)
+                .arg(CONSUMER_GROUP)
+                .arg(&ids)
+                .invoke_async(&mut self.redis)
+                .await
+                .context("acknowledging orders")?;
+        }
+        Ok(StepOutcome::Processed { entries })
+    }
+}
+
+/// Reads one stream entry written by `lua/buy.lua`.
+fn parse_order(entry: &StreamId) -> Result<Order, &'static str> {
+    let field = |name: &str| entry.get::<String>(name);
+    let order_id = field("order_id").and_then(|s| Uuid::parse_str(&s).ok()).ok_or("order_id")?;
+    let sale_id = field("sale_id").and_then(|s| SaleId::parse(&s).ok()).ok_or("sale_id")?;
+    let user_id = field("user_id").and_then(|s| UserId::parse(&s).ok()).ok_or("user_id")?;
+    let created_at_ms = field("created_at_ms").and_then(|s| s.parse().ok()).ok_or("created_at_ms")?;
+    Ok(Order { order_id, sale_id, user_id, created_at_ms })
+}
