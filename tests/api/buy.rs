@@ -1,0 +1,171 @@
+//! POST /buy: every outcome of the purchase path.
+
+use std::collections::BTreeSet;
+
+use serde_json::json;
+use time::{Duration as TimeDelta, OffsetDateTime, format_description::well_known::Rfc3339};
+use uuid::Uuid;
+
+use crate::helpers::{assert_error, new_sale_id, spawn_app, spawn_app_with};
+
+#[tokio::test]
+async fn a_purchase_answers_201_with_a_v7_order_id_and_the_order_reaches_postgres() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 10).await;
+
+    let response = app.buy(&sale, "alice").await;
+
+    assert_eq!(response.status(), 201);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["sale_id"], sale.as_str());
+    assert_eq!(body["user_id"], "alice");
+    let order_id: Uuid = body["order_id"].as_str().unwrap().parse().unwrap();
+    assert_eq!(order_id.get_version_num(), 7);
+    let status = app.assert_invariants(&sale, &BTreeSet::from([order_id])).await;
+    assert_eq!((status.stock_left, status.sold, status.persisted), (9, 1, Some(1)));
+    let stored: (String, String) = sqlx::query_as("select sale_id, user_id from orders where order_id = $1")
+        .bind(order_id)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, (sale.clone(), "alice".to_owned()));
+}
+
+#[tokio::test]
+async fn a_second_purchase_by_the_same_user_is_409_and_takes_no_stock() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 5).await;
+    assert_eq!(app.buy(&sale, "bob").await.status(), 201);
+
+    assert_error(app.buy(&sale, "bob").await, 409, "already_purchased").await;
+
+    let status = app.assert_invariants(&sale, &BTreeSet::new()).await;
+    assert_eq!((status.stock_left, status.sold), (4, 1));
+}
+
+#[tokio::test]
+async fn buying_when_stock_is_gone_is_410_and_stock_never_goes_negative() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 1).await;
+    assert_eq!(app.buy(&sale, "first").await.status(), 201);
+
+    assert_error(app.buy(&sale, "second").await, 410, "sold_out").await;
+    assert_error(app.buy(&sale, "third").await, 410, "sold_out").await;
+    // The buyer who got the last item is told "already purchased", not "sold out".
+    assert_error(app.buy(&sale, "first").await, 409, "already_purchased").await;
+
+    let status = app.assert_invariants(&sale, &BTreeSet::new()).await;
+    assert_eq!((status.stock_left, status.sold), (0, 1));
+}
+
+#[tokio::test]
+async fn a_sale_seeded_with_zero_stock_is_sold_out() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 0).await;
+    assert_error(app.buy(&sale, "u").await, 410, "sold_out").await;
+}
+
+#[tokio::test]
+async fn an_unknown_sale_is_404() {
+    let app = spawn_app().await;
+    assert_error(app.buy(&new_sale_id(), "alice").await, 404, "unknown_sale").await;
+}
+
+fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&Rfc3339).unwrap()
+}
+
+#[tokio::test]
+async fn a_sale_outside_its_window_is_403_and_sells_nothing() {
+    let app = spawn_app().await;
+    let now = OffsetDateTime::now_utc();
+    let future = new_sale_id();
+    let past = new_sale_id();
+    let seeded = app.seed(&future, json!({"stock": 3, "starts_at": rfc3339(now + TimeDelta::hours(1))})).await;
+    assert_eq!(seeded.status(), 200);
+    let seeded = app
+        .seed(
+            &past,
+            json!({"stock": 3, "starts_at": rfc3339(now - TimeDelta::hours(2)), "ends_at": rfc3339(now - TimeDelta::hours(1))}),
+        )
+        .await;
+    assert_eq!(seeded.status(), 200);
+
+    assert_error(app.buy(&future, "alice").await, 403, "sale_not_started").await;
+    assert_error(app.buy(&past, "alice").await, 403, "sale_ended").await;
+
+    for sale in [&future, &past] {
+        let status = app.status(sale).await;
+        assert_eq!((status.stock_left, status.sold), (3, 0), "{sale}");
+    }
+}
+
+#[tokio::test]
+async fn a_sale_that_has_started_and_not_ended_sells() {
+    let app = spawn_app().await;
+    let now = OffsetDateTime::now_utc();
+    let sale = new_sale_id();
+    let body = json!({"stock": 1, "starts_at": rfc3339(now - TimeDelta::minutes(1)), "ends_at": rfc3339(now + TimeDelta::hours(1))});
+    assert_eq!(app.seed(&sale, body).await.status(), 200);
+    assert_eq!(app.buy(&sale, "alice").await.status(), 201);
+}
+
+#[tokio::test]
+async fn malformed_purchases_are_4xx_json_and_change_nothing() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 5).await;
+    let long_user = "u".repeat(129);
+    let long_sale = "s".repeat(65);
+    let huge = format!(r#"{{"sale_id":"{sale}","user_id":"{}"}}"#, "x".repeat(8 * 1024));
+    let cases: Vec<(&str, String, u16, &str)> = vec![
+        ("not json", "buy me".into(), 400, "invalid_request"),
+        ("truncated", format!(r#"{{"sale_id":"{sale}","user_id":"#), 400, "invalid_request"),
+        ("empty body", String::new(), 400, "invalid_request"),
+        ("array", "[]".into(), 400, "invalid_request"),
+        ("missing user", format!(r#"{{"sale_id":"{sale}"}}"#), 400, "invalid_request"),
+        ("missing sale", r#"{"user_id":"a"}"#.into(), 400, "invalid_request"),
+        ("number user", format!(r#"{{"sale_id":"{sale}","user_id":42}}"#), 400, "invalid_request"),
+        ("null sale", r#"{"sale_id":null,"user_id":"a"}"#.into(), 400, "invalid_request"),
+        ("unknown field", format!(r#"{{"sale_id":"{sale}","user_id":"a","qty":2}}"#), 400, "invalid_request"),
+        ("empty user", format!(r#"{{"sale_id":"{sale}","user_id":""}}"#), 400, "invalid_request"),
+        ("user too long", format!(r#"{{"sale_id":"{sale}","user_id":"{long_user}"}}"#), 400, "invalid_request"),
+        ("control char", format!(r#"{{"sale_id":"{sale}","user_id":"a\u0007b"}}"#), 400, "invalid_request"),
+        ("braces in sale", r#"{"sale_id":"{x}","user_id":"a"}"#.into(), 400, "invalid_request"),
+        ("sale too long", format!(r#"{{"sale_id":"{long_sale}","user_id":"a"}}"#), 400, "invalid_request"),
+        ("empty sale", r#"{"sale_id":"","user_id":"a"}"#.into(), 400, "invalid_request"),
+        ("huge body", huge, 413, "payload_too_large"),
+    ];
+    for (name, body, status, code) in cases {
+        let response = app
+            .client
+            .post(app.url("/buy"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "case {name:?}");
+        assert_error(response, status, code).await;
+    }
+
+    let wrong_type =
+        app.client.post(app.url("/buy")).header("content-type", "text/plain").body("{}").send().await.unwrap();
+    assert_error(wrong_type, 415, "unsupported_media_type").await;
+    assert_error(app.client.get(app.url("/buy")).send().await.unwrap(), 405, "method_not_allowed").await;
+    assert_error(app.client.post(app.url("/nope")).send().await.unwrap(), 404, "not_found").await;
+
+    let status = app.status(&sale).await;
+    assert_eq!((status.stock_left, status.sold, status.queued), (5, 0, 0));
+}
+
+#[tokio::test]
+async fn purchases_answer_503_when_redis_is_unreachable() {
+    // A port nothing listens on: the TCP connect is refused at once.
+    let app = spawn_app_with(|c| c.redis_url = "redis://127.0.0.1:1".to_owned().into(), false).await;
+    assert_error(app.buy(&new_sale_id(), "alice").await, 503, "unavailable").await;
+}

@@ -1,0 +1,62 @@
+//! The `redis-cli --eval` example in each Lua file's header runs and answers as documented.
+
+use std::process::Command;
+
+use redis::AsyncCommands;
+
+use crate::helpers::redis_url;
+
+/// The example command of `lua/<file>`, with its arguments split as a shell would (single quotes).
+fn example(file: &str) -> Vec<String> {
+    let source = std::fs::read_to_string(format!("{}/lua/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let line = source
+        .lines()
+        .find_map(|l| l.trim_start_matches("--").trim().strip_prefix("redis-cli "))
+        .unwrap_or_else(|| panic!("lua/{file} has no redis-cli example"));
+    let mut args = vec![];
+    let mut rest = line.trim();
+    while !rest.is_empty() {
+        if let Some(quoted) = rest.strip_prefix('\'') {
+            let end = quoted.find('\'').expect("closing quote");
+            args.push(quoted[..end].to_owned());
+            rest = quoted[end + 1..].trim_start();
+        } else {
+            let end = rest.find(' ').unwrap_or(rest.len());
+            args.push(rest[..end].to_owned());
+            rest = rest[end..].trim_start();
+        }
+    }
+    args
+}
+
+fn run(file: &str) -> String {
+    let output = Command::new("redis-cli")
+        .arg("-u")
+        .arg(redis_url())
+        .args(example(file))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("redis-cli runs");
+    assert!(output.status.success(), "{file}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn every_lua_header_example_works_as_documented() {
+    // The examples use the default "seckill" prefix and sale "demo": start from a clean slate.
+    let mut redis = seckill::redis_store::connect(&redis_url().into(), std::time::Duration::from_secs(5)).unwrap();
+    let keys = ["meta", "stock", "buyers", "orders"].map(|k| format!("seckill:{{sale:demo}}:{k}"));
+    let _: () = redis.del(&keys).await.unwrap();
+    let _: () = redis.del("seckill:ratelimit:{127.0.0.1}").await.unwrap();
+
+    assert_eq!(run("seed.lua").trim(), "ok");
+    assert_eq!(run("buy.lua").trim(), "ok");
+    assert_eq!(run("buy.lua").trim(), "already_purchased");
+    assert_eq!(run("ack.lua").trim(), "0");
+    assert_eq!(run("sliding_window.lua").split_whitespace().collect::<Vec<_>>(), ["1", "19", "0"]);
+
+    let stock: i64 = redis.get(&keys[1]).await.unwrap();
+    let queued: i64 = redis.xlen(&keys[3]).await.unwrap();
+    assert_eq!((stock, queued), (99, 1));
+    let _: () = redis.del(&keys).await.unwrap();
+}

@@ -1,0 +1,11 @@
+//! Integration tests against real Redis and Postgres (started by scripts/test.sh).
+
+mod admin;
+mod buy;
+mod concurrency;
+mod health;
+mod helpers;
+mod lua_examples;
+mod rate_limit;
+mod shutdown;
+mod worker;

@@ -1,0 +1,131 @@
+//! The per-client sliding-window limiter in front of POST /buy.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use futures::future::join_all;
+use redis::AsyncCommands;
+use seckill::config::RateLimit;
+use seckill::keys::rate_limit_key;
+
+use crate::helpers::{assert_error, new_sale_id, spawn_app_with};
+
+fn limit(n: u32, window_ms: u64) -> RateLimit {
+    RateLimit { limit: n, window: Duration::from_millis(window_ms) }
+}
+
+#[tokio::test]
+async fn a_client_over_its_limit_gets_429_with_retry_after_and_buys_nothing() {
+    let app = spawn_app_with(|c| c.rate_limit = limit(3, 60_000), false).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 100).await;
+    for i in 0..3 {
+        assert_eq!(app.buy(&sale, &format!("u{i}")).await.status(), 201);
+    }
+
+    let refused = app.buy(&sale, "u3").await;
+
+    let retry_after: u64 = refused.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry_after), "Retry-After {retry_after} lies within the window");
+    assert_error(refused, 429, "rate_limited").await;
+    assert_eq!(app.status(&sale).await.sold, 3);
+}
+
+#[tokio::test]
+async fn refused_requests_are_not_recorded_and_the_window_slides() {
+    let app = spawn_app_with(|c| c.rate_limit = limit(2, 400), false).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 100).await;
+    let statuses = |n: usize, tag: &'static str| {
+        let app = &app;
+        let sale = &sale;
+        async move {
+            let mut out = vec![];
+            for i in 0..n {
+                out.push(app.buy(sale, &format!("{tag}{i}")).await.status().as_u16());
+            }
+            out
+        }
+    };
+    assert_eq!(statuses(5, "a").await, [201, 201, 429, 429, 429]);
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    // Had the refused requests been recorded, this window would still be full.
+    assert_eq!(statuses(3, "b").await, [201, 201, 429]);
+}
+
+#[tokio::test]
+async fn the_limiter_key_expires_with_its_window() {
+    let app = spawn_app_with(|c| c.rate_limit = limit(5, 2_000), false).await;
+    let _ = app.buy(&new_sale_id(), "u").await;
+    let key = rate_limit_key(&app.config.key_prefix, "127.0.0.1".parse().unwrap());
+    let ttl: i64 = app.redis.clone().pttl(&key).await.unwrap();
+    assert!((1..=2_000).contains(&ttl), "pttl {ttl}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_from_one_client_admit_exactly_the_limit() {
+    let app = spawn_app_with(|c| c.rate_limit = limit(10, 60_000), false).await;
+    let client: IpAddr = "192.0.2.10".parse().unwrap();
+    let decisions = join_all((0..60).map(|_| app.store.rate_limit(client, app.config.rate_limit))).await;
+    let admitted = decisions.iter().filter(|d| d.as_ref().unwrap().allowed).count();
+    assert_eq!(admitted, 10);
+    let key = rate_limit_key(&app.config.key_prefix, client);
+    let recorded: i64 = app.redis.clone().zcard(&key).await.unwrap();
+    assert_eq!(recorded, 10, "one member per admitted request, none for refused ones");
+}
+
+#[tokio::test]
+async fn forwarded_for_headers_are_ignored_from_untrusted_peers() {
+    let app = spawn_app_with(|c| c.rate_limit = limit(2, 60_000), false).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 100).await;
+    let mut codes = vec![];
+    for i in 0..6 {
+        let response = app
+            .client
+            .post(app.url("/buy"))
+            .header("x-forwarded-for", format!("198.51.100.{i}"))
+            .json(&serde_json::json!({"sale_id": sale, "user_id": format!("u{i}")}))
+            .send()
+            .await
+            .unwrap();
+        codes.push(response.status().as_u16());
+    }
+    assert_eq!(codes, [201, 201, 429, 429, 429, 429], "spoofed addresses do not escape the limit");
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_forwarded_client_is_the_one_limited() {
+    let app = spawn_app_with(
+        |c| {
+            c.rate_limit = limit(2, 60_000);
+            c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+        },
+        false,
+    )
+    .await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 100).await;
+    let buy_as = |client: &'static str, user: String| {
+        let app = &app;
+        let sale = &sale;
+        async move {
+            app.client
+                .post(app.url("/buy"))
+                .header("x-forwarded-for", client)
+                .json(&serde_json::json!({"sale_id": sale, "user_id": user}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    let mut first = vec![];
+    for i in 0..3 {
+        first.push(buy_as("203.0.113.1", format!("a{i}")).await);
+    }
+    assert_eq!(first, [201, 201, 429]);
+    // Another client behind the same proxy has its own quota.
+    assert_eq!(buy_as("203.0.113.2", "b0".into()).await, 201);
+}

@@ -1,0 +1,183 @@
+//! The worker: stream -> Postgres, acknowledged only after commit, nothing stranded or doubled.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redis::streams::{StreamReadOptions, StreamReadReply};
+use seckill::db;
+use seckill::domain::{Order, SaleId, UserId};
+use seckill::worker::StepOutcome;
+use uuid::Uuid;
+
+use crate::helpers::{TestApp, new_sale_id, spawn_app_with};
+
+/// Buys `n` orders on an app without a worker, so they stay queued.
+async fn queued_sale(app: &TestApp, n: usize) -> (String, BTreeSet<Uuid>) {
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 100).await;
+    let mut ids = BTreeSet::new();
+    for i in 0..n {
+        let response = app.buy(&sale, &format!("user-{i}")).await;
+        assert_eq!(response.status(), 201);
+        let body: serde_json::Value = response.json().await.unwrap();
+        ids.insert(body["order_id"].as_str().unwrap().parse().unwrap());
+    }
+    assert_eq!(app.status(&sale).await.queued, n as i64);
+    (sale, ids)
+}
+
+/// Delivers the sale's new entries to `consumer` without acknowledging them, as a consumer that
+/// then dies would.
+async fn deliver_to(app: &TestApp, sale: &str, consumer: &str) -> Vec<String> {
+    let (stream, group) = app.orders_stream(sale);
+    let options = StreamReadOptions::default().group(group, consumer).count(1000);
+    let reply: Option<StreamReadReply> = app.redis.clone().xread_options(&[&stream], &[">"], &options).await.unwrap();
+    let reply = reply.expect("entries to deliver");
+    reply.keys.into_iter().flat_map(|k| k.ids).map(|e| e.id).collect()
+}
+
+async fn pending_count(app: &TestApp, sale: &str) -> usize {
+    let (stream, group) = app.orders_stream(sale);
+    let reply: redis::streams::StreamPendingReply = app.redis.clone().xpending(&stream, group).await.unwrap();
+    reply.count()
+}
+
+async fn step_until_idle(worker: &mut seckill::worker::Worker) {
+    for _ in 0..50 {
+        if worker.step().await.unwrap() == StepOutcome::Idle {
+            return;
+        }
+    }
+    panic!("the worker never became idle");
+}
+
+#[tokio::test]
+async fn orders_left_pending_by_a_dead_consumer_are_claimed_and_persisted() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let (sale, ids) = queued_sale(&app, 5).await;
+    assert_eq!(deliver_to(&app, &sale, "dead-consumer").await.len(), 5);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+
+    let mut worker = app.manual_worker("rescuer", Duration::from_millis(20));
+    let first = worker.step().await.unwrap();
+
+    assert_eq!(first, StepOutcome::Processed { entries: 5 });
+    assert_eq!(worker.stats().reclaimed, 5);
+    assert_eq!(app.order_ids(&sale).await, ids);
+    assert_eq!(pending_count(&app, &sale).await, 0);
+    app.assert_invariants(&sale, &ids).await;
+}
+
+#[tokio::test]
+async fn entries_pending_less_than_the_claim_timeout_are_left_to_their_consumer() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let (sale, _) = queued_sale(&app, 2).await;
+    deliver_to(&app, &sale, "alive-consumer").await;
+
+    let mut worker = app.manual_worker("other", Duration::from_secs(60));
+    assert_eq!(worker.step().await.unwrap(), StepOutcome::Idle);
+    assert_eq!(pending_count(&app, &sale).await, 2);
+    assert!(app.order_ids(&sale).await.is_empty());
+}
+
+/// The orders in the sale's stream, as the worker would parse them.
+async fn stream_orders(app: &TestApp, sale: &str) -> Vec<Order> {
+    let (stream, _) = app.orders_stream(sale);
+    let entries: redis::streams::StreamRangeReply = app.redis.clone().xrange_all(&stream).await.unwrap();
+    let field = |e: &redis::streams::StreamId, name: &str| e.get::<String>(name).unwrap();
+    entries
+        .ids
+        .iter()
+        .map(|e| Order {
+            order_id: field(e, "order_id").parse().unwrap(),
+            sale_id: SaleId::parse(&field(e, "sale_id")).unwrap(),
+            user_id: UserId::parse(&field(e, "user_id")).unwrap(),
+            created_at_ms: field(e, "created_at_ms").parse().unwrap(),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_crash_between_insert_and_ack_redelivers_without_duplicates() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let (sale, ids) = queued_sale(&app, 4).await;
+    // A worker read the entries and committed them, then died before acknowledging.
+    deliver_to(&app, &sale, "crashed").await;
+    let report = db::insert_orders(&app.pool, &stream_orders(&app, &sale).await).await.unwrap();
+    assert_eq!(report.inserted, 4);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+
+    let mut worker = app.manual_worker("successor", Duration::from_millis(1));
+    step_until_idle(&mut worker).await;
+
+    assert_eq!(worker.stats().redelivered, 4, "the redelivered orders were recognised");
+    assert_eq!(worker.stats().inserted, 0, "and not written again");
+    assert_eq!(pending_count(&app, &sale).await, 0);
+    app.assert_invariants(&sale, &ids).await;
+}
+
+#[tokio::test]
+async fn a_different_order_for_a_user_who_already_has_one_is_counted_and_acknowledged() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let (sale, ids) = queued_sale(&app, 1).await;
+    let (stream, _) = app.orders_stream(&sale);
+    let forged = Uuid::now_v7().to_string();
+    let _: String = app
+        .redis
+        .clone()
+        .xadd(
+            &stream,
+            "*",
+            &[("order_id", forged.as_str()), ("sale_id", &sale), ("user_id", "user-0"), ("created_at_ms", "1")],
+        )
+        .await
+        .unwrap();
+
+    let mut worker = app.manual_worker("w", Duration::from_secs(60));
+    step_until_idle(&mut worker).await;
+
+    assert_eq!(worker.stats().conflicts, 1);
+    assert_eq!(app.order_ids(&sale).await, ids, "the first order stands");
+    assert_eq!(app.status(&sale).await.queued, 0, "the conflict is not retried forever");
+}
+
+#[tokio::test]
+async fn malformed_entries_are_dropped_with_an_error_not_retried_forever() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let (sale, ids) = queued_sale(&app, 2).await;
+    let (stream, _) = app.orders_stream(&sale);
+    let _: String = app.redis.clone().xadd(&stream, "*", &[("order_id", "not-a-uuid")]).await.unwrap();
+
+    let mut worker = app.manual_worker("w", Duration::from_secs(60));
+    step_until_idle(&mut worker).await;
+
+    assert_eq!(worker.stats().malformed, 1);
+    assert_eq!(app.order_ids(&sale).await, ids);
+    assert_eq!(app.status(&sale).await.queued, 0);
+}
+
+#[tokio::test]
+async fn when_the_insert_fails_nothing_is_acknowledged_and_the_backlog_drains_after() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let (sale, ids) = queued_sale(&app, 3).await;
+    let mut worker = app.manual_worker("w", Duration::from_secs(60));
+    // The worker knows the sale; then its inserts start failing.
+    assert_eq!(worker.step().await.unwrap(), StepOutcome::Processed { entries: 3 });
+    let (more_sale, more_ids) = queued_sale(&app, 2).await;
+    sqlx::query("alter table orders rename to orders_away").execute(&app.pool).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2_100)).await; // past the worker's sale-list refresh
+
+    let failed = worker.step().await;
+
+    assert!(failed.is_err(), "the insert must fail: {failed:?}");
+    assert_eq!(pending_count(&app, &more_sale).await, 2, "delivered, not acknowledged");
+    assert_eq!(app.status(&more_sale).await.queued, 2);
+
+    sqlx::query("alter table orders_away rename to orders").execute(&app.pool).await.unwrap();
+    step_until_idle(&mut worker).await;
+
+    assert_eq!(pending_count(&app, &more_sale).await, 0);
+    app.assert_invariants(&sale, &ids).await;
+    app.assert_invariants(&more_sale, &more_ids).await;
+}
