@@ -104,7 +104,12 @@ impl Config {
     /// The consumer name this process uses in the worker's consumer group.
     pub fn consumer_name(&self) -> String {
         self.worker_consumer.clone().unwrap_or_else(|| {
-            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "seckill".to_owned());
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .or_else(|| std::env::var("HOSTNAME").ok())
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "seckill".to_owned());
             format!("{host}-{}", std::process::id())
         })
     }
