@@ -36,6 +36,7 @@ stop_app() {
 
 # shellcheck disable=SC2317 # called from the EXIT trap
 cleanup() {
+    trap '' INT TERM # a second Ctrl-C must not abandon the cleanup half way
     stop_app
     seckill_stop_services
 }

@@ -7,7 +7,7 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/lib/services.sh
 source "$repo_root/scripts/lib/services.sh"
 
-trap 'seckill_stop_services' EXIT
+trap 'trap "" INT TERM; seckill_stop_services' EXIT # cleanup is not interruptible
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
