@@ -169,3 +169,22 @@ async fn purchases_answer_503_when_redis_is_unreachable() {
     let app = spawn_app_with(|c| c.redis_url = "redis://127.0.0.1:1".to_owned().into(), false).await;
     assert_error(app.buy(&new_sale_id(), "alice").await, 503, "unavailable").await;
 }
+
+#[tokio::test]
+async fn purchases_and_limiting_survive_a_script_cache_flush() {
+    let app = spawn_app_with(
+        |c| c.rate_limit = seckill::config::RateLimit { limit: 100, window: std::time::Duration::from_secs(1) },
+        true,
+    )
+    .await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 5).await;
+    assert_eq!(app.buy(&sale, "before").await.status(), 201);
+
+    // Other tests share this Redis; they recover the same way (NOSCRIPT -> load -> retry).
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut app.redis.clone()).await.unwrap();
+
+    assert_eq!(app.buy(&sale, "after").await.status(), 201);
+    let status = app.assert_invariants(&sale, &BTreeSet::new()).await;
+    assert_eq!(status.sold, 2);
+}
