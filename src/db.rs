@@ -98,12 +98,6 @@ pub async fn upsert_sale(
     .map(drop)
 }
 
-/// Every sale id ever seeded: the streams the worker reads.
-pub async fn sale_ids(pool: &PgPool) -> Result<Vec<SaleId>, sqlx::Error> {
-    let rows: Vec<String> = sqlx::query_scalar("select sale_id from sales order by sale_id").fetch_all(pool).await?;
-    Ok(rows.iter().filter_map(|s| SaleId::parse(s).ok()).collect())
-}
-
 /// Orders committed for a sale.
 pub async fn count_orders(pool: &PgPool, sale: &SaleId) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("select count(*) from orders where sale_id = $1").bind(sale.as_str()).fetch_one(pool).await

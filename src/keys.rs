@@ -35,6 +35,12 @@ impl SaleKeys {
     }
 }
 
+/// The set of every seeded sale id: the streams the workers read. Written before a sale's first
+/// seed, so no sale can take orders without its stream being known.
+pub fn sales_registry_key(prefix: &str) -> String {
+    format!("{prefix}:sales")
+}
+
 /// The rate limiter's key for one client address.
 pub fn rate_limit_key(prefix: &str, client: IpAddr) -> String {
     format!("{prefix}:ratelimit:{{{client}}}")

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::config::RateLimit;
 use crate::domain::{SaleId, UserId};
-use crate::keys::{SaleKeys, rate_limit_key};
+use crate::keys::{SaleKeys, rate_limit_key, sales_registry_key};
 use crate::scripts;
 
 /// The consumer group every worker of every instance reads orders with.
@@ -116,8 +116,11 @@ impl RedisStore {
         })
     }
 
-    /// Runs `lua/seed.lua`: creates or re-seeds the sale unless it has buyers.
+    /// Registers the sale (so workers read its stream), then runs `lua/seed.lua`: creates or
+    /// re-seeds the sale unless it has buyers. The registry is a separate key (another Cluster
+    /// slot), so it is written first: a sale is never live without being registered.
     pub async fn seed(&self, sale: &SaleId, spec: SaleSpec) -> RedisResult<SeedOutcome> {
+        let _: i64 = self.conn.clone().sadd(sales_registry_key(&self.prefix), sale.as_str()).await?;
         let keys = self.sale_keys(sale);
         let opt = |v: Option<i64>| v.map(|ms| ms.to_string()).unwrap_or_default();
         let status: String = scripts::SEED
@@ -155,6 +158,12 @@ impl RedisStore {
             }
             _ => None,
         })
+    }
+
+    /// Every registered sale.
+    pub async fn sale_ids(&self) -> RedisResult<Vec<SaleId>> {
+        let ids: Vec<String> = self.conn.clone().smembers(sales_registry_key(&self.prefix)).await?;
+        Ok(ids.iter().filter_map(|id| SaleId::parse(id).ok()).collect())
     }
 
     /// The user ids in the sale's buyer set.

@@ -18,11 +18,10 @@ use uuid::Uuid;
 
 use crate::db;
 use crate::domain::{Order, SaleId, UserId};
-use crate::keys::SaleKeys;
-use crate::redis_store::CONSUMER_GROUP;
+use crate::redis_store::{CONSUMER_GROUP, RedisStore};
 use crate::scripts;
 
-/// How often the worker re-reads the list of sales from Postgres.
+/// How often the worker re-reads the registry of sales.
 const SALES_REFRESH: Duration = Duration::from_secs(2);
 /// First and largest pause after a failed step (doubling in between).
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -60,9 +59,11 @@ pub struct WorkerStats {
 /// One consumer of the order streams.
 pub struct Worker {
     redis: ConnectionManager,
+    /// The same connection, for the store's registry and key names.
+    store: RedisStore,
     pool: PgPool,
     settings: WorkerSettings,
-    /// Stream key -> sale, for every sale known from Postgres.
+    /// Stream key -> sale, for every registered sale.
     streams: HashMap<String, SaleId>,
     sales_refreshed_at: Option<Instant>,
     /// Re-read this consumer's own pending entries before new ones (at start and after errors).
@@ -75,8 +76,10 @@ impl Worker {
     /// `redis` must be a connection of its own: the worker's blocking reads would stall requests
     /// multiplexed on a shared one. Its response timeout must exceed `settings.block`.
     pub fn new(redis: ConnectionManager, pool: PgPool, settings: WorkerSettings) -> Self {
+        let store = RedisStore::new(redis.clone(), settings.key_prefix.clone());
         Self {
             redis,
+            store,
             pool,
             settings,
             streams: HashMap::new(),
@@ -159,9 +162,9 @@ impl Worker {
         if !due {
             return Ok(());
         }
-        let sales = db::sale_ids(&self.pool).await.context("listing sales")?;
+        let sales = self.store.sale_ids().await.context("listing sales")?;
         for sale in sales {
-            let stream = SaleKeys::new(&self.settings.key_prefix, &sale).orders;
+            let stream = self.store.sale_keys(&sale).orders;
             if !self.streams.contains_key(&stream) {
                 self.ensure_group(&stream).await?;
                 self.streams.insert(stream, sale);

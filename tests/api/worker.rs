@@ -181,3 +181,18 @@ async fn when_the_insert_fails_nothing_is_acknowledged_and_the_backlog_drains_af
     app.assert_invariants(&sale, &ids).await;
     app.assert_invariants(&more_sale, &more_ids).await;
 }
+
+#[tokio::test]
+async fn orders_reach_postgres_even_when_the_sales_row_is_missing() {
+    // The seed's Postgres commit can fail after Redis accepted it; the sale is live anyway, so its
+    // stream must still be read. The worker starts only after the row is gone.
+    let app = spawn_app_with(|_| {}, false).await;
+    let (sale, ids) = queued_sale(&app, 2).await;
+    sqlx::query("delete from sales where sale_id = $1").bind(&sale).execute(&app.pool).await.unwrap();
+
+    let mut worker = app.manual_worker("w", Duration::from_secs(60));
+    step_until_idle(&mut worker).await;
+
+    assert_eq!(app.order_ids(&sale).await, ids);
+    app.assert_invariants(&sale, &ids).await;
+}
