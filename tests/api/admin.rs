@@ -58,12 +58,7 @@ async fn seeding_creates_the_sale_in_redis_and_postgres_and_reports_its_state() 
         json!({"sale_id": sale, "stock_initial": 7, "stock_left": 7, "sold": 0, "persisted": 0, "queued": 0,
                "starts_at": "2020-01-01T00:00:00Z", "ends_at": "2998-12-31T22:00:00Z"})
     );
-    let stock: i64 = sqlx::query_scalar("select stock_initial from sales where sale_id = $1")
-        .bind(&sale)
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
-    assert_eq!(stock, 7);
+    assert_eq!(app.sales_row_stock(&sale).await, 7);
 }
 
 #[tokio::test]
@@ -87,12 +82,7 @@ async fn re_seeding_a_sale_with_buyers_is_409_and_erases_nobody() {
 
     let status = app.status(&sale).await;
     assert_eq!((status.stock_initial, status.stock_left, status.sold), (3, 2, 1));
-    let stock: i64 = sqlx::query_scalar("select stock_initial from sales where sale_id = $1")
-        .bind(&sale)
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
-    assert_eq!(stock, 3, "the refused re-seed must not change the Postgres record either");
+    assert_eq!(app.sales_row_stock(&sale).await, 3, "the refused re-seed must not change the Postgres record either");
     assert_error(app.buy(&sale, "alice").await, 409, "already_purchased").await;
 }
 

@@ -137,6 +137,15 @@ impl TestApp {
         response.json().await.unwrap()
     }
 
+    /// `stock_initial` of the sale's row in the Postgres `sales` table.
+    pub async fn sales_row_stock(&self, sale_id: &str) -> i64 {
+        sqlx::query_scalar("select stock_initial from sales where sale_id = $1")
+            .bind(sale_id)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
     /// User ids of the sale's orders in Postgres, with how many orders each has.
     pub async fn order_users(&self, sale_id: &str) -> Vec<(String, i64)> {
         sqlx::query_as("select user_id, count(*) from orders where sale_id = $1 group by user_id order by user_id")
