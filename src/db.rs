@@ -1,5 +1,6 @@
 //! Everything the service asks of Postgres: migrations, the sale record, and orders.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
@@ -62,16 +63,19 @@ pub async fn insert_orders(pool: &PgPool, orders: &[Order]) -> Result<InsertRepo
     .fetch_all(pool)
     .await?;
 
+    let inserted: HashSet<Uuid> = inserted.into_iter().collect();
     let missing: Vec<Uuid> = ids.iter().copied().filter(|id| !inserted.contains(id)).collect();
     if missing.is_empty() {
         return Ok(InsertReport { inserted: inserted.len(), ..Default::default() });
     }
-    let stored: Vec<Uuid> = sqlx::query_scalar("select order_id from orders where order_id = any($1)")
+    let stored: HashSet<Uuid> = sqlx::query_scalar("select order_id from orders where order_id = any($1)")
         .bind(&missing)
         .fetch_all(pool)
-        .await?;
+        .await?
+        .into_iter()
+        .collect();
     let conflicts =
-        orders.iter().filter(|o| missing.contains(&o.order_id) && !stored.contains(&o.order_id)).cloned().collect();
+        orders.iter().filter(|o| !inserted.contains(&o.order_id) && !stored.contains(&o.order_id)).cloned().collect();
     Ok(InsertReport { inserted: inserted.len(), already_stored: stored.len(), conflicts })
 }
 

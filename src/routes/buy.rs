@@ -19,7 +19,7 @@ pub struct BuyRequest {
 }
 
 /// The 201 body: the order the worker will store in Postgres under the same id.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize)]
 pub struct BuyResponse {
     pub order_id: Uuid,
     pub sale_id: String,

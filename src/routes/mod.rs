@@ -14,7 +14,6 @@ use crate::error::ApiError;
 use crate::redis_store::RedisStore;
 
 pub use admin::SaleStatus;
-pub use buy::BuyResponse;
 
 /// Largest request body accepted; larger ones answer 413.
 pub const MAX_BODY_BYTES: usize = 4 * 1024;
