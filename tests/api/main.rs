@@ -1,5 +1,8 @@
 //! Integration tests against real Redis and Postgres (started by scripts/test.sh).
 
+#[path = "../common/mod.rs"]
+mod common;
+
 mod admin;
 mod buy;
 mod concurrency;

@@ -1,0 +1,187 @@
+//! Shared by the test binaries: per-test databases and key prefixes on the throwaway servers
+//! that `scripts/test.sh` starts, and a `Probe` that checks a running service's promises.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use seckill::domain::SaleId;
+use seckill::redis_store::{CONSUMER_GROUP, RedisStore};
+use seckill::routes::SaleStatus;
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use sqlx::{Connection, PgConnection, PgPool};
+use uuid::Uuid;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+pub fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run the suite with scripts/test.sh, which starts throwaway Redis and Postgres")
+    })
+}
+
+pub fn redis_url() -> String {
+    env("SECKILL_TEST_REDIS_URL")
+}
+
+/// Creates an empty database on the test Postgres and returns its URL.
+pub async fn create_database() -> String {
+    let database = format!("t_{}", Uuid::now_v7().simple());
+    let maintenance_url = env("SECKILL_TEST_DATABASE_URL");
+    let mut conn = PgConnection::connect(&maintenance_url).await.expect("connect to test postgres");
+    sqlx::query(&format!("create database {database}")).execute(&mut conn).await.expect("create test database");
+    let (base, _) = maintenance_url.rsplit_once('/').expect("database url has a path");
+    format!("{base}/{database}")
+}
+
+/// A Redis key prefix no other test uses.
+pub fn new_key_prefix() -> String {
+    format!("test-{}", Uuid::now_v7().simple())
+}
+
+/// A unique sale id for one test.
+pub fn new_sale_id() -> String {
+    format!("sale-{}", Uuid::now_v7().simple())
+}
+
+/// Talks to a running service (in-process or a child process) and to its Redis and Postgres.
+pub struct Probe {
+    /// `http://host:port`
+    pub address: String,
+    pub client: reqwest::Client,
+    pub pool: PgPool,
+    pub redis: ConnectionManager,
+    pub store: RedisStore,
+}
+
+impl Probe {
+    /// A probe for the service at `address` using that database and key prefix.
+    pub fn new(address: String, database_url: &str, key_prefix: &str) -> Self {
+        let pool = seckill::db::connect_lazy(&SecretString::from(database_url.to_owned()), 5).unwrap();
+        let redis = seckill::redis_store::connect(&SecretString::from(redis_url()), Duration::from_secs(5)).unwrap();
+        let store = RedisStore::new(redis.clone(), key_prefix.to_owned());
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
+        Self { address, client, pool, redis, store }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.address, path)
+    }
+
+    pub async fn buy(&self, sale_id: &str, user_id: &str) -> reqwest::Response {
+        self.client.post(self.url("/buy")).json(&json!({"sale_id": sale_id, "user_id": user_id})).send().await.unwrap()
+    }
+
+    pub async fn seed(&self, sale_id: &str, body: Value) -> reqwest::Response {
+        self.client
+            .put(self.url(&format!("/admin/sales/{sale_id}")))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Seeds a sale open now with `stock`, asserting it worked.
+    pub async fn seed_stock(&self, sale_id: &str, stock: i64) {
+        let response = self.seed(sale_id, json!({"stock": stock})).await;
+        assert_eq!(response.status(), 200, "seeding {sale_id}: {}", response.text().await.unwrap());
+    }
+
+    pub async fn status(&self, sale_id: &str) -> SaleStatus {
+        let response = self
+            .client
+            .get(self.url(&format!("/admin/sales/{sale_id}")))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    }
+
+    /// `stock_initial` of the sale's row in the Postgres `sales` table.
+    pub async fn sales_row_stock(&self, sale_id: &str) -> i64 {
+        sqlx::query_scalar("select stock_initial from sales where sale_id = $1")
+            .bind(sale_id)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    /// User ids of the sale's orders in Postgres, with how many orders each has.
+    pub async fn order_users(&self, sale_id: &str) -> Vec<(String, i64)> {
+        sqlx::query_as("select user_id, count(*) from orders where sale_id = $1 group by user_id order by user_id")
+            .bind(sale_id)
+            .fetch_all(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    pub async fn order_ids(&self, sale_id: &str) -> BTreeSet<Uuid> {
+        sqlx::query_scalar("select order_id from orders where sale_id = $1")
+            .bind(sale_id)
+            .fetch_all(&self.pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .collect()
+    }
+
+    /// Waits (up to 20 s) until the worker has committed every queued order of the sale.
+    pub async fn wait_for_drain(&self, sale_id: &str) -> SaleStatus {
+        self.wait_for_drain_within(sale_id, Duration::from_secs(20)).await
+    }
+
+    /// Waits up to `limit` until the worker has committed every queued order of the sale.
+    pub async fn wait_for_drain_within(&self, sale_id: &str, limit: Duration) -> SaleStatus {
+        let until = tokio::time::Instant::now() + limit;
+        loop {
+            let status = self.status(sale_id).await;
+            if status.queued == 0 && status.persisted == Some(status.sold) {
+                return status;
+            }
+            assert!(tokio::time::Instant::now() < until, "queue did not drain: {status:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The promises every run must keep, checked once the queue has drained:
+    /// (a) stock_initial = stock_left + sold and stock_left >= 0; (b) at most one order per user;
+    /// (c) every order id the clients were told about is in Postgres exactly once;
+    /// (d) the Redis buyer set and the Postgres orders hold the same users.
+    pub async fn assert_invariants(&self, sale_id: &str, confirmed: &BTreeSet<Uuid>) -> SaleStatus {
+        let status = self.wait_for_drain(sale_id).await;
+        assert_eq!(status.stock_initial, status.stock_left + status.sold, "(a) stock accounting: {status:?}");
+        assert!(status.stock_left >= 0, "(a) negative stock: {status:?}");
+        let users = self.order_users(sale_id).await;
+        assert!(users.iter().all(|(_, n)| *n == 1), "(b) a user has several orders: {users:?}");
+        let stored = self.order_ids(sale_id).await;
+        let missing: Vec<_> = confirmed.difference(&stored).collect();
+        assert!(missing.is_empty(), "(c) confirmed orders missing from Postgres: {missing:?}");
+        let buyers = self.buyers(sale_id).await;
+        let persisted: BTreeSet<String> = users.into_iter().map(|(u, _)| u).collect();
+        assert_eq!(buyers, persisted, "(d) Redis buyers and Postgres orders differ");
+        status
+    }
+
+    /// The Redis buyer set of the sale.
+    pub async fn buyers(&self, sale_id: &str) -> BTreeSet<String> {
+        self.store.buyers(&SaleId::parse(sale_id).unwrap()).await.unwrap().into_iter().collect()
+    }
+
+    /// The sale's stream key and the consumer group, for tests that read it by hand.
+    pub fn orders_stream(&self, sale_id: &str) -> (String, &'static str) {
+        (self.store.sale_keys(&SaleId::parse(sale_id).unwrap()).orders, CONSUMER_GROUP)
+    }
+}
+
+/// Reads an error body and checks its shape: `{"error": code, "message": non-empty}`.
+pub async fn assert_error(response: reqwest::Response, status: u16, code: &str) {
+    assert_eq!(response.status(), status, "expected {status} {code}");
+    let body: Value = response.json().await.expect("error body is JSON");
+    assert_eq!(body["error"], code, "body: {body}");
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "body: {body}");
+}
