@@ -54,11 +54,13 @@ impl Application {
         self.local_addr
     }
 
-    /// Serves until `shutdown` fires (or the server fails): then stops accepting, lets in-flight
-    /// requests finish, lets the worker finish its batch, and returns.
+    /// Serves until `shutdown` fires (or the server fails): then stops accepting and lets
+    /// in-flight requests finish; the worker keeps draining orders meanwhile, and stops only
+    /// after the server has, finishing its last batch (committed and acknowledged).
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let handle = self.server.handle();
-        let worker = self.worker.map(|w| tokio::spawn(w.run(shutdown.clone())));
+        let worker_stop = CancellationToken::new();
+        let worker = self.worker.map(|w| tokio::spawn(w.run(worker_stop.clone())));
         let stopper = tokio::spawn({
             let shutdown = shutdown.clone();
             async move {
@@ -68,6 +70,7 @@ impl Application {
         });
         let served = self.server.await.context("http server");
         shutdown.cancel();
+        worker_stop.cancel();
         stopper.await.context("stopping the http server")?;
         if let Some(worker) = worker {
             worker.await.context("worker task")?;

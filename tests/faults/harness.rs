@@ -1,0 +1,273 @@
+//! Real processes under test: the `seckill` binary as a child process, and the throwaway
+//! redis-server and Postgres that `scripts/test.sh` started, which these tests stop and restart.
+
+use std::ops::Deref;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+use tokio::sync::{Mutex, MutexGuard};
+use tokio::time::Instant;
+
+use crate::common::{self, ADMIN_TOKEN, Probe, env};
+
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+/// Every test of this binary holds this lock: they stop the shared servers or load the machine,
+/// so they run one at a time (tokio's mutex is not poisoned by a failed test).
+pub async fn exclusive() -> MutexGuard<'static, ()> {
+    SERIAL.lock().await
+}
+
+/// One deployment of the service: its own database, key prefix and port, which the processes
+/// started from it share (so a restarted process picks up where the last one stopped).
+pub struct Deployment {
+    probe: Probe,
+    pub database_url: String,
+    pub key_prefix: String,
+    pub port: u16,
+    env: Vec<(String, String)>,
+    starts: usize,
+}
+
+impl Deref for Deployment {
+    type Target = Probe;
+
+    fn deref(&self) -> &Probe {
+        &self.probe
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (the kernel picks it; the listener is closed again at once).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Deployment {
+    /// A fresh deployment; `env` adds or overrides `SECKILL_*` settings of its processes.
+    pub async fn new(env: &[(&str, &str)]) -> Self {
+        let database_url = common::create_database().await;
+        let key_prefix = common::new_key_prefix();
+        let port = free_port();
+        let probe = Probe::new(format!("http://127.0.0.1:{port}"), &database_url, &key_prefix);
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Self { probe, database_url, key_prefix, port, env, starts: 0 }
+    }
+
+    /// The environment every process of this deployment gets.
+    fn process_env(&self) -> Vec<(String, String)> {
+        let mut vars: Vec<(String, String)> = [
+            ("SECKILL_LISTEN", format!("127.0.0.1:{}", self.port)),
+            ("SECKILL_REDIS_URL", common::redis_url()),
+            ("SECKILL_DATABASE_URL", self.database_url.clone()),
+            ("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN.to_owned()),
+            ("SECKILL_KEY_PREFIX", self.key_prefix.clone()),
+            ("SECKILL_RATE_LIMIT", "1000000/1s".to_owned()),
+            ("SECKILL_WORKER_BLOCK", "200ms".to_owned()),
+            ("SECKILL_SHUTDOWN_TIMEOUT", "20s".to_owned()),
+            ("RUST_LOG", "info,sqlx=warn".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        vars.extend(self.env.iter().cloned());
+        vars
+    }
+
+    /// Starts `seckill serve` and waits until it answers `/healthz`.
+    pub async fn start(&mut self) -> Seckill {
+        self.starts += 1;
+        let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-{}.log", self.key_prefix, self.starts));
+        let child = Command::new(env!("CARGO_BIN_EXE_seckill"))
+            .arg("serve")
+            .envs(self.process_env())
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(&log).unwrap().try_clone().unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn the seckill binary");
+        let mut process = Seckill { child, log };
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = self.client.get(self.url("/healthz")).timeout(Duration::from_secs(1)).send().await
+                && r.status() == 200
+            {
+                return process;
+            }
+            if let Ok(Some(status)) = process.child.try_wait() {
+                panic!("seckill exited at start ({status}); log:\n{}", process.log_text());
+            }
+            assert!(Instant::now() < until, "seckill did not come up; log:\n{}", process.log_text());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// A running `seckill serve` process; killed if dropped while running.
+pub struct Seckill {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Seckill {
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("process is running")
+    }
+
+    /// SIGKILL: the process gets no chance to finish anything.
+    pub async fn kill(&mut self) {
+        self.child.kill().await.expect("SIGKILL seckill");
+    }
+
+    /// SIGTERM: asks for a graceful shutdown.
+    pub fn terminate(&self) {
+        signal("TERM", self.pid());
+    }
+
+    /// Waits for the process to exit.
+    pub async fn wait(&mut self, limit: Duration) -> ExitStatus {
+        match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(status) => status.unwrap(),
+            Err(_) => panic!("seckill still running after {limit:?}; log:\n{}", self.log_text()),
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Log lines containing `needle`.
+    pub fn log_lines(&self, needle: &str) -> usize {
+        self.log_text().lines().filter(|l| l.contains(needle)).count()
+    }
+
+    /// CPU time (user + system) the process has used so far, from /proc.
+    pub fn cpu_time(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        let hz = String::from_utf8(std::process::Command::new("getconf").arg("CLK_TCK").output().unwrap().stdout)
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap();
+        Duration::from_millis(ticks * 1000 / hz)
+    }
+}
+
+fn signal(name: &str, pid: u32) {
+    let status = std::process::Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status().unwrap();
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// Runs a command to completion, panicking with its output if it fails.
+fn run(command: &mut std::process::Command) {
+    let output = command.output().unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{command:?}: {}\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// `pg_ctl` on the test cluster, as its owner, from a directory that owner can read.
+fn pg_ctl(args: &[&str]) {
+    let runas = std::env::var("SECKILL_TEST_PG_RUNAS").unwrap_or_default();
+    let mut command = if runas.is_empty() {
+        std::process::Command::new(env("SECKILL_TEST_PG_CTL"))
+    } else {
+        let mut c = std::process::Command::new("runuser");
+        c.args(["-u", &runas, "--", &env("SECKILL_TEST_PG_CTL")]);
+        c
+    };
+    command.args(["-D", &env("SECKILL_TEST_PG_DATA"), "-l", &env("SECKILL_TEST_PG_LOG"), "-w", "-t", "60"]);
+    run(command.args(args).current_dir(env("SECKILL_SERVICES_DIR")));
+}
+
+/// The test Postgres is stopped while this lives; it is started again by `end` or on drop (so a
+/// failing test does not leave it down for the next one).
+pub struct PostgresOutage {
+    ended: bool,
+}
+
+impl PostgresOutage {
+    pub fn begin() -> Self {
+        pg_ctl(&["-m", "fast", "stop"]);
+        Self { ended: false }
+    }
+
+    pub fn end(mut self) {
+        self.ended = true;
+        pg_ctl(&["start"]);
+    }
+}
+
+impl Drop for PostgresOutage {
+    fn drop(&mut self) {
+        if !self.ended {
+            pg_ctl(&["start"]);
+        }
+    }
+}
+
+/// The test redis-server is shut down (SIGTERM: a clean shutdown that flushes the AOF) while
+/// this lives, and started again from its config file (same port, same AOF) by `end` or on drop.
+pub struct RedisOutage {
+    ended: bool,
+}
+
+fn redis_pid() -> Option<u32> {
+    let file = PathBuf::from(env("SECKILL_SERVICES_DIR")).join("redis/redis.pid");
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+fn redis_answers() -> bool {
+    let port = common::redis_url().rsplit(':').next().unwrap().to_owned();
+    std::process::Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port, "ping"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "PONG")
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(std::time::Instant::now() < until, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn start_redis() {
+    run(std::process::Command::new(env("SECKILL_TEST_REDIS_SERVER"))
+        .arg(env("SECKILL_TEST_REDIS_CONF"))
+        .current_dir(env("SECKILL_SERVICES_DIR")));
+    wait_until("redis-server answers PING", redis_answers);
+}
+
+impl RedisOutage {
+    pub fn begin() -> Self {
+        let pid = redis_pid().expect("redis.pid of the test redis-server");
+        signal("TERM", pid);
+        wait_until("redis-server has exited", || !std::path::Path::new(&format!("/proc/{pid}")).exists());
+        Self { ended: false }
+    }
+
+    pub fn end(mut self) {
+        self.ended = true;
+        start_redis();
+    }
+}
+
+impl Drop for RedisOutage {
+    fn drop(&mut self) {
+        if !self.ended {
+            start_redis();
+        }
+    }
+}
