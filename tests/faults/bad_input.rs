@@ -4,7 +4,7 @@ use redis::AsyncCommands;
 use reqwest::Method;
 
 use crate::common::{ADMIN_TOKEN, assert_error, new_sale_id};
-use crate::harness::{Deployment, exclusive};
+use crate::harness::Deployment;
 
 /// One malformed request and the answer it must get.
 struct Case {
@@ -308,11 +308,8 @@ async fn snapshot(deployment: &Deployment) -> Vec<String> {
 
 #[tokio::test]
 async fn malformed_requests_get_a_4xx_json_error_and_change_nothing() {
-    let _serial = exclusive().await;
     let mut deployment = Deployment::new(&[]).await;
-    let _service = deployment.start().await;
-    let sale = new_sale_id();
-    deployment.seed_stock(&sale, 5).await;
+    let (_service, sale) = deployment.start_with_sale(5).await;
     assert_eq!(deployment.buy(&sale, "alice").await.status(), 201);
     deployment.wait_for_drain(&sale).await;
     let before = snapshot(&deployment).await;

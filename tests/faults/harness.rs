@@ -12,17 +12,14 @@ use tokio::time::Instant;
 
 use crate::common::{self, ADMIN_TOKEN, Probe, env};
 
+/// Held by every deployment: the tests of this binary stop the shared servers or load the
+/// machine, so they run one at a time (tokio's mutex is not poisoned by a failed test).
 static SERIAL: Mutex<()> = Mutex::const_new(());
-
-/// Every test of this binary holds this lock: they stop the shared servers or load the machine,
-/// so they run one at a time (tokio's mutex is not poisoned by a failed test).
-pub async fn exclusive() -> MutexGuard<'static, ()> {
-    SERIAL.lock().await
-}
 
 /// One deployment of the service: its own database, key prefix and port, which the processes
 /// started from it share (so a restarted process picks up where the last one stopped).
 pub struct Deployment {
+    _serial: MutexGuard<'static, ()>,
     probe: Probe,
     pub database_url: String,
     pub key_prefix: String,
@@ -45,14 +42,16 @@ fn free_port() -> u16 {
 }
 
 impl Deployment {
-    /// A fresh deployment; `env` adds or overrides `SECKILL_*` settings of its processes.
+    /// A fresh deployment, once no other test of this binary runs; `env` adds or overrides
+    /// `SECKILL_*` settings of its processes.
     pub async fn new(env: &[(&str, &str)]) -> Self {
+        let serial = SERIAL.lock().await;
         let database_url = common::create_database().await;
         let key_prefix = common::new_key_prefix();
         let port = free_port();
         let probe = Probe::new(format!("http://127.0.0.1:{port}"), &database_url, &key_prefix);
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Self { probe, database_url, key_prefix, port, env, starts: 0 }
+        Self { _serial: serial, probe, database_url, key_prefix, port, env, starts: 0 }
     }
 
     /// The environment every process of this deployment gets.
@@ -73,6 +72,14 @@ impl Deployment {
         .collect();
         vars.extend(self.env.iter().cloned());
         vars
+    }
+
+    /// Starts `seckill serve` and seeds a new sale open now with `stock`.
+    pub async fn start_with_sale(&mut self, stock: i64) -> (Seckill, String) {
+        let service = self.start().await;
+        let sale = common::new_sale_id();
+        self.seed_stock(&sale, stock).await;
+        (service, sale)
     }
 
     /// Starts `seckill serve` and waits until it answers `/healthz`.

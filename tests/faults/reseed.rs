@@ -3,17 +3,13 @@
 use futures::future::join_all;
 use serde_json::json;
 
-use crate::common::new_sale_id;
-use crate::harness::{Deployment, exclusive};
+use crate::harness::Deployment;
 use crate::storm::Storm;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reseeding_during_a_storm_never_resets_stock_under_buyers() {
-    let _serial = exclusive().await;
     let mut deployment = Deployment::new(&[]).await;
-    let _service = deployment.start().await;
-    let sale = new_sale_id();
-    deployment.seed_stock(&sale, 100).await;
+    let (_service, sale) = deployment.start_with_sale(100).await;
 
     let storm = Storm::new(&deployment.address, &sale, 400, 800);
     // 40 re-seeds to a larger stock race the buyers; each is refused once anyone has bought.

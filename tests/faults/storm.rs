@@ -99,6 +99,16 @@ impl Storm {
         }
     }
 
+    /// Runs the storm in a task of its own; the returned handle watches its progress.
+    pub fn spawn(self) -> (Arc<Storm>, tokio::task::JoinHandle<StormReport>) {
+        let storm = Arc::new(self);
+        let running = tokio::spawn({
+            let storm = storm.clone();
+            async move { storm.run().await }
+        });
+        (storm, running)
+    }
+
     pub async fn run(&self) -> StormReport {
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(self.concurrency)

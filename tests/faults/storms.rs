@@ -1,21 +1,16 @@
 //! Storms: exactly the stock is sold, and graceful shutdown loses nothing.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::common::new_sale_id;
-use crate::harness::{Deployment, exclusive};
+use crate::harness::Deployment;
 use crate::storm::Storm;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storm_sells_exactly_the_stock_with_no_server_errors() {
-    let _serial = exclusive().await;
     let mut deployment = Deployment::new(&[]).await;
-    let _service = deployment.start().await;
-    let sale = new_sale_id();
-    deployment.seed_stock(&sale, 500).await;
+    let (_service, sale) = deployment.start_with_sale(500).await;
 
     let report = Storm::new(&deployment.address, &sale, 5_000, 20_000).run().await;
 
@@ -40,18 +35,11 @@ async fn a_storm_sells_exactly_the_stock_with_no_server_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_storm_answers_every_request_in_flight_and_exits_0() {
-    let _serial = exclusive().await;
     let mut deployment = Deployment::new(&[]).await;
-    let mut service = deployment.start().await;
-    let sale = new_sale_id();
-    deployment.seed_stock(&sale, 10_000).await;
+    let (mut service, sale) = deployment.start_with_sale(10_000).await;
 
     // One user per request, so a request cut off after the purchase would show as a buyer.
-    let storm = Arc::new(Storm::new(&deployment.address, &sale, 6_000, 6_000));
-    let running = tokio::spawn({
-        let storm = storm.clone();
-        async move { storm.run().await }
-    });
+    let (storm, running) = Storm::new(&deployment.address, &sale, 6_000, 6_000).spawn();
     storm.wait_for_created(200).await;
     // Strike while the worker is busy with this sale too.
     let until = Instant::now() + Duration::from_secs(15);
