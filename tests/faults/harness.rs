@@ -112,10 +112,20 @@ impl Deployment {
     }
 }
 
-/// A running `seckill serve` process; killed if dropped while running.
+/// A running `seckill serve` process; killed if dropped while running. Dropping it also checks
+/// that the process never panicked, whatever the test did to it.
 pub struct Seckill {
     child: Child,
     pub log: PathBuf,
+}
+
+impl Drop for Seckill {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let panics = self.log_lines("panicked");
+            assert_eq!(panics, 0, "seckill panicked; log: {}", self.log.display());
+        }
+    }
 }
 
 impl Seckill {
