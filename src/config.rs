@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand};
 use ipnet::IpNet;
 use secrecy::SecretString;
 
+use crate::domain::SaleId;
+
 /// The `seckill` command line.
 #[derive(Debug, Parser)]
 #[command(name = "seckill", version, about = "Flash-sale purchase service", long_about = None)]
@@ -19,7 +21,7 @@ pub struct Cli {
 }
 
 /// What to run.
-#[derive(Debug, Clone, Copy, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Apply migrations, then run the HTTP API and (unless --no-worker) the order worker.
     Serve {
@@ -31,6 +33,21 @@ pub enum Command {
     Worker,
     /// Apply the database migrations and exit.
     Migrate,
+    /// Compare one sale's Redis buyers with its Postgres orders; print the report as JSON.
+    ///
+    /// Reports buyers with no order in Postgres or the stream (missing_in_postgres), Postgres
+    /// orders of users Redis does not know (unknown_to_redis), unbalanced stock and a missing or
+    /// different `sales` row. Exit status: 0 consistent (with --repair: nothing left to fix),
+    /// 1 differences remain, 2 unknown sale or invalid id, 3 Redis or Postgres failed.
+    Reconcile {
+        /// The sale to reconcile.
+        #[arg(value_parser = SaleId::parse)]
+        sale_id: SaleId,
+        /// Also repair: re-enqueue the missing orders (under new order ids) and restore a missing
+        /// `sales` row from Redis. Orders unknown to Redis are only reported.
+        #[arg(long)]
+        repair: bool,
+    },
 }
 
 /// Every setting of the service. Each has a default so `seckill serve` runs against local servers.

@@ -102,6 +102,41 @@ pub async fn upsert_sale(
     .map(drop)
 }
 
+/// Records the sale only if it has no row yet (an existing row is never overwritten); true if
+/// this call wrote it.
+pub async fn insert_sale_if_missing(
+    pool: &PgPool,
+    sale: &SaleId,
+    stock: i64,
+    starts_at: Option<OffsetDateTime>,
+    ends_at: Option<OffsetDateTime>,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "insert into sales (sale_id, stock_initial, starts_at, ends_at) values ($1, $2, $3, $4)
+         on conflict (sale_id) do nothing",
+    )
+    .bind(sale.as_str())
+    .bind(stock)
+    .bind(starts_at)
+    .bind(ends_at)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// `stock_initial` of the sale's row, `None` if the sale has no row.
+pub async fn sales_row_stock(pool: &PgPool, sale: &SaleId) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar("select stock_initial from sales where sale_id = $1")
+        .bind(sale.as_str())
+        .fetch_optional(pool)
+        .await
+}
+
+/// The users with an order in the sale (one each: `unique (sale_id, user_id)`).
+pub async fn order_users(pool: &PgPool, sale: &SaleId) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("select user_id from orders where sale_id = $1").bind(sale.as_str()).fetch_all(pool).await
+}
+
 /// Orders committed for a sale.
 pub async fn count_orders(pool: &PgPool, sale: &SaleId) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("select count(*) from orders where sale_id = $1").bind(sale.as_str()).fetch_one(pool).await

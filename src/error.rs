@@ -147,6 +147,16 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
+impl From<crate::reconcile::ReconcileError> for ApiError {
+    fn from(err: crate::reconcile::ReconcileError) -> Self {
+        use crate::reconcile::ReconcileError as E;
+        match err {
+            E::Redis(err) => err.into(),
+            E::Postgres(err) => err.into(),
+        }
+    }
+}
+
 /// True when a Redis error means "Redis is not reachable right now" rather than a bug.
 pub fn is_redis_outage(err: &redis::RedisError) -> bool {
     err.is_io_error()

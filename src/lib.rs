@@ -11,6 +11,7 @@ pub mod db;
 pub mod domain;
 pub mod error;
 pub mod keys;
+pub mod reconcile;
 pub mod redis_store;
 pub mod routes;
 pub mod scripts;

@@ -1,18 +1,23 @@
+use std::process::ExitCode;
+
 use clap::Parser;
 use seckill::config::{Cli, Command};
 use seckill::startup::{self, Application};
-use seckill::telemetry;
+use seckill::{reconcile, telemetry};
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     telemetry::init();
-    let shutdown = startup::shutdown_on_signals();
     match cli.command {
         Command::Serve { no_worker } => {
-            Application::build(&cli.config, !no_worker).await?.run_until_stopped(shutdown).await
+            let shutdown = startup::shutdown_on_signals();
+            Application::build(&cli.config, !no_worker).await?.run_until_stopped(shutdown).await?
         }
-        Command::Worker => startup::run_worker(&cli.config, shutdown).await,
-        Command::Migrate => startup::migrate(&cli.config).await,
+        Command::Worker => startup::run_worker(&cli.config, startup::shutdown_on_signals()).await?,
+        Command::Migrate => startup::migrate(&cli.config).await?,
+        // Ctrl-C keeps its default meaning: an interrupted check or repair is simply run again.
+        Command::Reconcile { sale_id, repair } => return Ok(reconcile::run_cli(&cli.config, &sale_id, repair).await),
     }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,22 +1,29 @@
-//! Everything the service asks of Redis: purchases, seeding, sale state and rate limiting.
+//! Everything the service asks of Redis: purchases, seeding, sale state, reconciliation reads and
+//! re-enqueues, and rate limiting.
 //! One multiplexed connection (`ConnectionManager`) is shared by all requests; it reconnects by
 //! itself after an outage.
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::streams::StreamRangeReply;
 use redis::{AsyncCommands, RedisResult};
 use secrecy::{ExposeSecret, SecretString};
 use uuid::Uuid;
 
 use crate::config::RateLimit;
-use crate::domain::{SaleId, UserId};
+use crate::domain::{Order, SaleId, UserId};
 use crate::keys::{SaleKeys, rate_limit_key, sales_registry_key};
 use crate::scripts;
 
 /// The consumer group every worker of every instance reads orders with.
 pub const CONSUMER_GROUP: &str = "seckill-workers";
+
+/// Members per SSCAN call, entries per XRANGE page and XADDs per pipeline: big sales are read
+/// and written in steps this size, so no single command blocks Redis for long.
+const PAGE: usize = 1000;
 
 /// What the purchase script decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +176,69 @@ impl RedisStore {
     /// The user ids in the sale's buyer set.
     pub async fn buyers(&self, sale: &SaleId) -> RedisResult<Vec<String>> {
         self.conn.clone().smembers(self.sale_keys(sale).buyers).await
+    }
+
+    /// Every member of the sale's buyer set, read with SSCAN (never SMEMBERS: a set of millions
+    /// would block Redis). Buyers are never removed, so everyone in the set when the scan starts
+    /// is returned; buyers added meanwhile may or may not be.
+    pub async fn scan_buyers(&self, sale: &SaleId) -> RedisResult<HashSet<String>> {
+        let key = self.sale_keys(sale).buyers;
+        let mut buyers = HashSet::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, members): (u64, Vec<String>) = redis::cmd("SSCAN")
+                .arg(&key)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(PAGE)
+                .query_async(&mut self.conn.clone())
+                .await?;
+            buyers.extend(members);
+            if next == 0 {
+                return Ok(buyers);
+            }
+            cursor = next;
+        }
+    }
+
+    /// The users of the orders still in the sale's stream (queued, not yet committed), read with
+    /// XRANGE in pages. Entries without a `user_id` field are skipped.
+    pub async fn queued_users(&self, sale: &SaleId) -> RedisResult<HashSet<String>> {
+        let key = self.sale_keys(sale).orders;
+        let mut users = HashSet::new();
+        let mut start = "-".to_owned();
+        loop {
+            let page: StreamRangeReply = self.conn.clone().xrange_count(&key, &start, "+", PAGE).await?;
+            users.extend(page.ids.iter().filter_map(|entry| entry.get::<String>("user_id")));
+            match page.ids.last() {
+                Some(last) if page.ids.len() == PAGE => start = format!("({}", last.id),
+                _ => return Ok(users),
+            }
+        }
+    }
+
+    /// Appends `orders` to their sales' streams with the fields `lua/buy.lua` writes, pipelined
+    /// in steps. Each sale is first (re-)added to the registry, so a worker reads its stream.
+    pub async fn enqueue_orders(&self, orders: &[Order]) -> RedisResult<()> {
+        if orders.is_empty() {
+            return Ok(());
+        }
+        let sales: HashSet<&str> = orders.iter().map(|o| o.sale_id.as_str()).collect();
+        let _: i64 = self.conn.clone().sadd(sales_registry_key(&self.prefix), sales).await?;
+        for chunk in orders.chunks(PAGE) {
+            let mut pipe = redis::pipe();
+            for order in chunk {
+                let fields = [
+                    ("order_id", order.order_id.to_string()),
+                    ("sale_id", order.sale_id.to_string()),
+                    ("user_id", order.user_id.to_string()),
+                    ("created_at_ms", order.created_at_ms.to_string()),
+                ];
+                pipe.xadd(self.sale_keys(&order.sale_id).orders, "*", &fields).ignore();
+            }
+            pipe.query_async::<()>(&mut self.conn.clone()).await?;
+        }
+        Ok(())
     }
 
     /// Runs `lua/sliding_window.lua` for `client`: admits and records the request, or refuses it.

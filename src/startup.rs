@@ -91,7 +91,7 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
     connect_and_migrate(config).await.map(drop)
 }
 
-async fn connect_and_migrate(config: &Config) -> anyhow::Result<PgPool> {
+pub(crate) async fn connect_and_migrate(config: &Config) -> anyhow::Result<PgPool> {
     let pool = db::connect_lazy(&config.database_url, config.database_max_connections).context("database url")?;
     db::migrate(&pool).await.context("applying migrations (is Postgres reachable?)")?;
     Ok(pool)

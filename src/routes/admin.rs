@@ -1,5 +1,7 @@
-//! `PUT /admin/sales/{sale_id}` seeds a sale; `GET /admin/sales/{sale_id}` reports its state.
-//! Both need `Authorization: Bearer <SECKILL_ADMIN_TOKEN>`.
+//! `PUT /admin/sales/{sale_id}` seeds a sale; `GET /admin/sales/{sale_id}` reports its state;
+//! `GET /admin/sales/{sale_id}/reconcile` compares its Redis buyers with its Postgres orders and
+//! `POST` to the same path repairs what it can. All need
+//! `Authorization: Bearer <SECKILL_ADMIN_TOKEN>`.
 
 use std::future::{Ready, ready};
 
@@ -11,10 +13,10 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::AppState;
-use crate::db;
 use crate::domain::SaleId;
 use crate::error::ApiError;
 use crate::redis_store::{SaleSpec, SaleState, SeedOutcome};
+use crate::{db, reconcile};
 
 /// Largest stock one sale may hold (the buyer set grows to this many members).
 pub const MAX_STOCK: i64 = 10_000_000;
@@ -131,4 +133,26 @@ async fn sale_status(state: &AppState, sale: &SaleId) -> Result<SaleStatus, ApiE
         starts_at: starts_at_ms.map(db::ms_to_time),
         ends_at: ends_at_ms.map(db::ms_to_time),
     })
+}
+
+/// Reports the differences between the sale's Redis buyers and its Postgres orders.
+pub async fn reconcile_check(
+    _admin: Admin,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = sale_from_path(&path)?;
+    let report = reconcile::check(&state.redis, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
+    Ok(HttpResponse::Ok().json(report))
+}
+
+/// Repairs what Redis can repair (missing orders, a missing `sales` row) and reports.
+pub async fn reconcile_repair(
+    _admin: Admin,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = sale_from_path(&path)?;
+    let report = reconcile::repair(&state.redis, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
+    Ok(HttpResponse::Ok().json(report))
 }

@@ -49,6 +49,12 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
+                web::resource("/admin/sales/{sale_id}/reconcile")
+                    .route(web::get().to(admin::reconcile_check))
+                    .route(web::post().to(admin::reconcile_repair))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
                 web::resource("/healthz")
                     .route(web::get().to(health::healthz))
                     .default_service(web::to(method_not_allowed)),

@@ -10,5 +10,6 @@ mod health;
 mod helpers;
 mod lua_examples;
 mod rate_limit;
+mod reconcile;
 mod shutdown;
 mod worker;

@@ -1,0 +1,237 @@
+//! Reconciliation of one sale: do its Redis buyers and its Postgres orders name the same users,
+//! does its stock add up, does it have its `sales` row? And, on request, repair what Redis can
+//! repair.
+//!
+//! Once a sale's queue has drained, its buyer set and its Postgres orders hold the same users.
+//! They drift apart only behind the service's back: order rows deleted by hand, a Redis failover
+//! that lost writes Postgres already has, a seed whose Postgres commit failed after Redis had
+//! accepted it. [`check`] finds these on a live sale without false alarms by reading, after one
+//! atomic read of the sale's stock ([`RedisStore::sale_state`], which also says whether the sale
+//! exists), in this order:
+//!
+//! 1. the buyers `B` (SSCAN, never SMEMBERS: a sale can have millions of buyers);
+//! 2. the users `S` of the orders still queued in the stream (XRANGE, in pages);
+//! 3. the users `P` with an order in Postgres;
+//! 4. the buyers again, `B2`.
+//!
+//! `missing_in_postgres = B − S − P`. The purchase script adds the buyer and appends the order in
+//! one atomic step, and the worker removes an order from the stream only after Postgres committed
+//! it. So the order of a buyer seen in (1) is either still in the stream when (2) reads it, or
+//! was committed before it left the stream, hence before (3) reads Postgres: a buyer in neither
+//! has really lost its order. (Reading Postgres before the stream would flag every order
+//! committed and acknowledged between the two reads.)
+//!
+//! `unknown_to_redis = P − B2`. Every order was appended after its user joined the buyer set,
+//! and buyers are never removed, so every user seen in (3) is in the set read at (4). (Comparing
+//! with `B` would flag everyone who bought between (1) and (3).)
+//!
+//! [`repair`] re-enqueues the missing orders and restores a missing `sales` row. It deletes
+//! nothing: an order unknown to Redis is only reported, for a human to judge.
+
+use std::collections::HashSet;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::config::Config;
+use crate::db;
+use crate::domain::{Order, SaleId, UserId};
+use crate::redis_store::{self, RedisStore, SaleState};
+use crate::startup;
+
+/// What reconciling one sale found (and, after [`repair`], did).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconcileReport {
+    pub sale_id: String,
+    /// From the Redis meta hash.
+    pub stock_initial: i64,
+    pub stock_left: i64,
+    /// Users in the buyer set, read atomically with `stock_left`.
+    pub buyers: i64,
+    /// Orders of the sale in Postgres.
+    pub persisted: i64,
+    /// Orders in the sale's stream, not yet committed to Postgres.
+    pub queued: i64,
+    /// `stock_initial == stock_left + buyers && stock_left >= 0`.
+    pub stock_balanced: bool,
+    /// `stock_initial` of the Postgres `sales` row; `None` if the row is missing.
+    pub sales_row_stock: Option<i64>,
+    /// Buyers with neither a Postgres order nor a queued order (sorted).
+    pub missing_in_postgres: Vec<String>,
+    /// Users with a Postgres order who are not in the buyer set (sorted).
+    pub unknown_to_redis: Vec<String>,
+    /// Orders the repair appended to the stream (0 for a check).
+    pub reenqueued: usize,
+    /// The repair wrote the missing `sales` row.
+    pub sales_row_restored: bool,
+    /// Stock balanced, `sales` row present with the same `stock_initial`, both lists empty.
+    pub consistent: bool,
+}
+
+impl ReconcileReport {
+    /// Nothing is left to fix: the sale was consistent, or the repair re-enqueued every missing
+    /// order and restored the missing `sales` row and nothing else differs.
+    pub fn resolved(&self) -> bool {
+        let row_ok = self.sales_row_restored || self.sales_row_stock == Some(self.stock_initial);
+        self.stock_balanced
+            && row_ok
+            && self.unknown_to_redis.is_empty()
+            && self.reenqueued == self.missing_in_postgres.len()
+    }
+}
+
+/// A reconciliation could not read or write what it needed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("redis")]
+    Redis(#[from] redis::RedisError),
+    #[error("postgres")]
+    Postgres(#[from] sqlx::Error),
+}
+
+/// Compares the sale's Redis buyers with its Postgres orders, in the read order described in the
+/// module documentation. `None` if the sale was never seeded in Redis.
+pub async fn check(
+    store: &RedisStore,
+    pool: &PgPool,
+    sale: &SaleId,
+) -> Result<Option<ReconcileReport>, ReconcileError> {
+    Ok(inspect(store, pool, sale).await?.map(|(report, _)| report))
+}
+
+/// Runs [`check`], then appends a new order to the sale's stream for every buyer missing from
+/// Postgres, and writes the `sales` row from the Redis meta if it is missing (an existing row is
+/// never overwritten). `None` if the sale was never seeded in Redis.
+///
+/// Redis keeps who bought, not the order id, so a re-enqueued order gets a new id (UUID v7) and
+/// the time of the repair. Repeating a repair is harmless: the re-enqueued orders are queued, so
+/// the next check does not report them missing, and should two repairs race, the worker keeps
+/// the first order of a user (`unique (sale_id, user_id)`) and drops the other as a conflict.
+pub async fn repair(
+    store: &RedisStore,
+    pool: &PgPool,
+    sale: &SaleId,
+) -> Result<Option<ReconcileReport>, ReconcileError> {
+    let Some((mut report, state)) = inspect(store, pool, sale).await? else {
+        return Ok(None);
+    };
+    let created_at_ms = (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64;
+    let orders: Vec<Order> = report
+        .missing_in_postgres
+        .iter()
+        .filter_map(|user| match UserId::parse(user) {
+            Ok(user_id) => Some(Order { order_id: Uuid::now_v7(), sale_id: sale.clone(), user_id, created_at_ms }),
+            Err(why) => {
+                tracing::warn!(sale_id = %sale, user_id = user, why, "invalid buyer id: not re-enqueued");
+                None
+            }
+        })
+        .collect();
+    store.enqueue_orders(&orders).await?;
+    report.reenqueued = orders.len();
+    if report.sales_row_stock.is_none() {
+        let at = |ms: Option<i64>| ms.map(db::ms_to_time);
+        report.sales_row_restored =
+            db::insert_sale_if_missing(pool, sale, state.stock_initial, at(state.starts_at_ms), at(state.ends_at_ms))
+                .await?;
+    }
+    tracing::info!(
+        sale_id = %sale,
+        reenqueued = report.reenqueued,
+        sales_row_restored = report.sales_row_restored,
+        unknown_to_redis = report.unknown_to_redis.len(),
+        "sale repaired"
+    );
+    Ok(Some(report))
+}
+
+async fn inspect(
+    store: &RedisStore,
+    pool: &PgPool,
+    sale: &SaleId,
+) -> Result<Option<(ReconcileReport, SaleState)>, ReconcileError> {
+    let Some(state) = store.sale_state(sale).await? else {
+        return Ok(None);
+    };
+    let buyers = store.scan_buyers(sale).await?; // (1)
+    let queued = store.queued_users(sale).await?; // (2)
+    let persisted: HashSet<String> = db::order_users(pool, sale).await?.into_iter().collect(); // (3)
+    let missing_in_postgres = sorted(buyers.into_iter().filter(|u| !queued.contains(u) && !persisted.contains(u)));
+    drop(queued);
+    let buyers_after = store.scan_buyers(sale).await?; // (4)
+    let unknown_to_redis = sorted(persisted.iter().filter(|u| !buyers_after.contains(*u)).cloned());
+    let sales_row_stock = db::sales_row_stock(pool, sale).await?;
+
+    let stock_balanced = state.stock_initial == state.stock_left + state.sold && state.stock_left >= 0;
+    let consistent = stock_balanced
+        && sales_row_stock == Some(state.stock_initial)
+        && missing_in_postgres.is_empty()
+        && unknown_to_redis.is_empty();
+    let report = ReconcileReport {
+        sale_id: sale.to_string(),
+        stock_initial: state.stock_initial,
+        stock_left: state.stock_left,
+        buyers: state.sold,
+        persisted: persisted.len() as i64,
+        queued: state.queued,
+        stock_balanced,
+        sales_row_stock,
+        missing_in_postgres,
+        unknown_to_redis,
+        reenqueued: 0,
+        sales_row_restored: false,
+        consistent,
+    };
+    Ok(Some((report, state)))
+}
+
+fn sorted(users: impl Iterator<Item = String>) -> Vec<String> {
+    let mut users: Vec<String> = users.collect();
+    users.sort_unstable();
+    users
+}
+
+/// Exit status of `seckill reconcile` when differences remain.
+const EXIT_DIFFERENCES: u8 = 1;
+/// Exit status when the sale was never seeded (clap also exits 2 on an invalid id).
+const EXIT_UNKNOWN_SALE: u8 = 2;
+/// Exit status when Redis or Postgres failed.
+const EXIT_FAILED: u8 = 3;
+
+/// The `seckill reconcile` command: checks (or repairs) the sale, prints the report as pretty
+/// JSON on stdout, and exits 0 when nothing is left to fix ([`ReconcileReport::resolved`]), 1 when
+/// differences remain, 2 when the sale is unknown, 3 when Redis or Postgres failed.
+pub async fn run_cli(config: &Config, sale: &SaleId, repair: bool) -> ExitCode {
+    let outcome: anyhow::Result<Option<(String, bool)>> = async {
+        let pool = startup::connect_and_migrate(config).await?;
+        let redis = redis_store::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
+        let store = RedisStore::new(redis, config.key_prefix.clone());
+        let report = if repair { self::repair(&store, &pool, sale).await } else { check(&store, &pool, sale).await };
+        let Some(report) = report.context("reconciling")? else {
+            return Ok(None);
+        };
+        Ok(Some((serde_json::to_string_pretty(&report)?, report.resolved())))
+    }
+    .await;
+    match outcome {
+        Ok(Some((json, resolved))) => {
+            println!("{json}");
+            if resolved { ExitCode::SUCCESS } else { ExitCode::from(EXIT_DIFFERENCES) }
+        }
+        Ok(None) => {
+            eprintln!(
+                "seckill reconcile: unknown sale '{sale}': not seeded in Redis under key prefix '{}'",
+                config.key_prefix
+            );
+            ExitCode::from(EXIT_UNKNOWN_SALE)
+        }
+        Err(err) => {
+            eprintln!("seckill reconcile: {err:#}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
