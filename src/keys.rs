@@ -35,6 +35,12 @@ impl SaleKeys {
     }
 }
 
+/// The pub/sub channel on which a seed announces the sale id, so every instance drops its
+/// sold-out flag for that sale (a channel, not a key: no hash slot).
+pub fn events_channel(prefix: &str) -> String {
+    format!("{prefix}:events")
+}
+
 /// The set of every seeded sale id: the streams the workers read. Written before a sale's first
 /// seed, so no sale can take orders without its stream being known.
 pub fn sales_registry_key(prefix: &str) -> String {

@@ -15,6 +15,7 @@ pub mod reconcile;
 pub mod redis_store;
 pub mod routes;
 pub mod scripts;
+pub mod sold_out;
 pub mod startup;
 pub mod telemetry;
 pub mod worker;

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::config::RateLimit;
 use crate::domain::{Order, SaleId, UserId};
-use crate::keys::{SaleKeys, rate_limit_key, sales_registry_key};
+use crate::keys::{SaleKeys, events_channel, rate_limit_key, sales_registry_key};
 use crate::scripts;
 
 /// The consumer group every worker of every instance reads orders with.
@@ -97,6 +97,11 @@ impl RedisStore {
         Self { conn, prefix: prefix.into() }
     }
 
+    /// The channel on which seeds announce their sale id.
+    pub fn events_channel(&self) -> String {
+        events_channel(&self.prefix)
+    }
+
     /// The keys of `sale` under this store's prefix.
     pub fn sale_keys(&self, sale: &SaleId) -> SaleKeys {
         SaleKeys::new(&self.prefix, sale)
@@ -139,7 +144,15 @@ impl RedisStore {
             .invoke_async(&mut self.conn.clone())
             .await?;
         match status.as_str() {
-            "ok" => Ok(SeedOutcome::Seeded),
+            "ok" => {
+                // Every instance drops its sold-out flag for the sale. Should this fail, the flags
+                // lapse by themselves (crate::sold_out::FLAG_TTL); the seed itself has happened.
+                let published: RedisResult<i64> = self.conn.clone().publish(self.events_channel(), sale.as_str()).await;
+                if let Err(err) = published {
+                    tracing::warn!(sale_id = %sale, error = %err, "seed event not published");
+                }
+                Ok(SeedOutcome::Seeded)
+            }
             "sale_in_progress" => Ok(SeedOutcome::InProgress),
             other => Err(unexpected("seed.lua", other)),
         }

@@ -1,10 +1,12 @@
 //! Builds the service from its configuration and runs it until told to stop.
 
 use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
 
 use actix_web::dev::Server;
 use actix_web::{App, HttpServer};
 use anyhow::Context;
+use secrecy::SecretString;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -13,13 +15,18 @@ use crate::config::Config;
 use crate::db;
 use crate::redis_store::{self, RedisStore};
 use crate::routes::{self, AppState};
+use crate::sold_out::{self, SoldOutFlags};
 use crate::worker::{Worker, WorkerSettings};
 
-/// A built service: the HTTP server bound to its port, and optionally the worker.
+/// A built service: the HTTP server bound to its port, the listener that keeps its sold-out flags
+/// fresh, and optionally the worker.
 pub struct Application {
     server: Server,
     local_addr: SocketAddr,
     worker: Option<Worker>,
+    sold_out: Arc<SoldOutFlags>,
+    redis_url: SecretString,
+    events_channel: String,
 }
 
 impl Application {
@@ -30,8 +37,12 @@ impl Application {
         if config.admin_token.is_none() {
             tracing::warn!("SECKILL_ADMIN_TOKEN is not set: admin routes will answer 403");
         }
+        let store = RedisStore::new(redis, config.key_prefix.clone());
+        let events_channel = store.events_channel();
+        let sold_out = Arc::new(SoldOutFlags::default());
         let state = AppState {
-            redis: RedisStore::new(redis, config.key_prefix.clone()),
+            redis: store,
+            sold_out: sold_out.clone(),
             pool: pool.clone(),
             rate_limit: config.rate_limit,
             proxies: TrustedProxies::new(config.trusted_proxies.clone()),
@@ -46,7 +57,7 @@ impl Application {
             .run();
         let worker = if run_worker { Some(build_worker(config, pool)?) } else { None };
         tracing::info!(%local_addr, worker = run_worker, "listening");
-        Ok(Self { server, local_addr, worker })
+        Ok(Self { server, local_addr, worker, sold_out, redis_url: config.redis_url.clone(), events_channel })
     }
 
     /// The address the server actually bound (useful with port 0).
@@ -61,6 +72,10 @@ impl Application {
         let handle = self.server.handle();
         let worker_stop = CancellationToken::new();
         let worker = self.worker.map(|w| tokio::spawn(w.run(worker_stop.clone())));
+        let events = tokio::spawn({
+            let (url, channel, flags, stop) = (self.redis_url, self.events_channel, self.sold_out, worker_stop.clone());
+            async move { sold_out::listen(url, channel, &flags, stop).await }
+        });
         let stopper = tokio::spawn({
             let shutdown = shutdown.clone();
             async move {
@@ -72,6 +87,7 @@ impl Application {
         shutdown.cancel();
         worker_stop.cancel();
         stopper.await.context("stopping the http server")?;
+        events.await.context("seed events listener")?;
         if let Some(worker) = worker {
             worker.await.context("worker task")?;
         }

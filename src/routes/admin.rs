@@ -100,7 +100,10 @@ pub async fn seed(
     let mut tx = state.pool.begin().await?;
     db::upsert_sale(&mut tx, &sale, stock, starts_at, ends_at).await?;
     match state.redis.seed(&sale, spec).await? {
-        SeedOutcome::Seeded => tx.commit().await?,
+        SeedOutcome::Seeded => {
+            state.sold_out.clear(sale.as_str());
+            tx.commit().await?
+        }
         SeedOutcome::InProgress => return Err(ApiError::SaleInProgress),
     }
     tracing::info!(sale_id = %sale, stock, "sale seeded");

@@ -4,6 +4,8 @@ mod admin;
 mod buy;
 mod health;
 
+use std::sync::Arc;
+
 use actix_web::{HttpRequest, HttpResponse, web};
 use secrecy::SecretString;
 use sqlx::PgPool;
@@ -12,6 +14,7 @@ use crate::client_ip::TrustedProxies;
 use crate::config::RateLimit;
 use crate::error::ApiError;
 use crate::redis_store::RedisStore;
+use crate::sold_out::SoldOutFlags;
 
 pub use admin::SaleStatus;
 
@@ -22,6 +25,8 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024;
 #[derive(Clone)]
 pub struct AppState {
     pub redis: RedisStore,
+    /// Sales this instance knows to be sold out (answered without Redis).
+    pub sold_out: Arc<SoldOutFlags>,
     pub pool: PgPool,
     pub rate_limit: RateLimit,
     pub proxies: TrustedProxies,

@@ -66,6 +66,15 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config), run_worker: bool) -
     }
     let mut config = test_config().await;
     tweak(&mut config);
+    spawn_app_on(config, run_worker).await
+}
+
+/// A second instance of `app`'s deployment: same database, key prefix and settings.
+pub async fn spawn_instance_of(app: &TestApp) -> TestApp {
+    spawn_app_on(app.config.clone(), false).await
+}
+
+async fn spawn_app_on(config: Config, run_worker: bool) -> TestApp {
     let app = Application::build(&config, run_worker).await.expect("build app");
     let address = format!("http://{}", app.local_addr());
     let shutdown = CancellationToken::new();

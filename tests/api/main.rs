@@ -12,4 +12,5 @@ mod lua_examples;
 mod rate_limit;
 mod reconcile;
 mod shutdown;
+mod sold_out;
 mod worker;

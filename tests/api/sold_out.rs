@@ -1,0 +1,68 @@
+//! The in-process sold-out flag: sold-out answers cost no Redis call, and a re-seed clears the
+//! flag on every instance.
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use seckill::config::RateLimit;
+use seckill::domain::SaleId;
+use serde_json::json;
+
+use crate::helpers::{assert_error, new_sale_id, spawn_app_with, spawn_instance_of};
+
+#[tokio::test]
+async fn once_redis_said_sold_out_the_instance_answers_410_without_asking_redis() {
+    let app = spawn_app_with(|c| c.rate_limit = RateLimit { limit: 2, window: Duration::from_secs(60) }, false).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 1).await;
+    assert_eq!(app.buy(&sale, "first").await.status(), 201);
+    assert_error(app.buy(&sale, "second").await, 410, "sold_out").await;
+
+    // Remove the sale from Redis behind the service's back: asking Redis would now answer 404,
+    // and the limiter (2 per minute, both used) would answer 429.
+    let keys = app.store.sale_keys(&SaleId::parse(&sale).unwrap());
+    let _: i64 = app.redis.clone().del(&keys.all()[..]).await.unwrap();
+    for i in 0..5 {
+        assert_error(app.buy(&sale, &format!("late-{i}")).await, 410, "sold_out").await;
+    }
+    // The buyer of the last item hears "sold out" too from this instance: the flag knows no users.
+    assert_error(app.buy(&sale, "first").await, 410, "sold_out").await;
+}
+
+#[tokio::test]
+async fn a_re_seed_clears_the_flag_on_the_instance_that_seeded() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 0).await;
+    assert_error(app.buy(&sale, "early").await, 410, "sold_out").await;
+
+    app.seed_stock(&sale, 3).await;
+
+    assert_eq!(app.buy(&sale, "early").await.status(), 201);
+}
+
+#[tokio::test]
+async fn a_re_seed_on_another_instance_clears_the_flag_here_well_before_it_lapses() {
+    let here = spawn_app_with(|_| {}, false).await;
+    let there = spawn_instance_of(&here).await;
+    let sale = new_sale_id();
+    here.seed_stock(&sale, 0).await;
+    assert_error(here.buy(&sale, "u").await, 410, "sold_out").await;
+    assert_error(here.buy(&sale, "u").await, 410, "sold_out").await;
+
+    let seeded = there.seed(&sale, json!({"stock": 2})).await;
+    assert_eq!(seeded.status(), 200);
+
+    // The flag would lapse only after seckill::sold_out::FLAG_TTL (5 s); the seed event is faster.
+    let until = tokio::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let response = here.buy(&sale, "u").await;
+        if response.status() == 201 {
+            break;
+        }
+        assert_error(response, 410, "sold_out").await;
+        assert!(tokio::time::Instant::now() < until, "the other instance's seed did not clear the flag");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(seckill::sold_out::FLAG_TTL > Duration::from_secs(2));
+}
