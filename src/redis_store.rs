@@ -85,15 +85,61 @@ pub fn connect(url: &SecretString, timeout: Duration) -> RedisResult<ConnectionM
     ConnectionManager::new_lazy_with_config(client, config)
 }
 
+/// The shared connection, with every command run by a task of the runtime that created the
+/// store. actix-web serves each worker thread from a runtime of its own, and the connection
+/// manager spawns its connection's I/O task on the runtime of whichever call (re)connects: on a
+/// worker's runtime, that task would die when actix stops that worker at shutdown, breaking the
+/// connection for the requests the other workers are still finishing.
+#[derive(Clone)]
+struct HomeRuntimeConnection {
+    inner: ConnectionManager,
+    home: tokio::runtime::Handle,
+}
+
+impl HomeRuntimeConnection {
+    async fn on_home<T: Send + 'static>(
+        &self,
+        call: impl Future<Output = RedisResult<T>> + Send + 'static,
+    ) -> RedisResult<T> {
+        self.home.spawn(call).await.unwrap_or_else(|joined| {
+            Err(redis::RedisError::from((redis::ErrorKind::Io, "redis call aborted", joined.to_string())))
+        })
+    }
+}
+
+impl redis::aio::ConnectionLike for HomeRuntimeConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        let (mut conn, cmd) = (self.inner.clone(), cmd.clone());
+        Box::pin(self.on_home(async move { conn.send_packed_command(&cmd).await }))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        let (mut conn, pipeline) = (self.inner.clone(), pipeline.clone());
+        Box::pin(self.on_home(async move { conn.send_packed_commands(&pipeline, offset, count).await }))
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
 /// Redis operations of the service, under one key prefix.
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: HomeRuntimeConnection,
     prefix: String,
 }
 
 impl RedisStore {
+    /// Must be called inside a Tokio runtime that outlives the store's users (the process's
+    /// main runtime): the connection's tasks run there.
     pub fn new(conn: ConnectionManager, prefix: impl Into<String>) -> Self {
+        let conn = HomeRuntimeConnection { inner: conn, home: tokio::runtime::Handle::current() };
         Self { conn, prefix: prefix.into() }
     }
 
