@@ -22,7 +22,7 @@ use crate::redis_store::{CONSUMER_GROUP, RedisStore};
 use crate::scripts;
 
 /// How often the worker re-reads the registry of sales.
-const SALES_REFRESH: Duration = Duration::from_secs(2);
+const SALES_REFRESH: Duration = Duration::from_millis(500);
 /// First and largest pause after a failed step (doubling in between).
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);

@@ -166,7 +166,7 @@ async fn when_the_insert_fails_nothing_is_acknowledged_and_the_backlog_drains_af
     assert_eq!(worker.step().await.unwrap(), StepOutcome::Processed { entries: 3 });
     let (more_sale, more_ids) = queued_sale(&app, 2).await;
     sqlx::query("alter table orders rename to orders_away").execute(&app.pool).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(2_100)).await; // past the worker's sale-list refresh
+    tokio::time::sleep(Duration::from_millis(600)).await; // past the worker's sale-list refresh
 
     let failed = worker.step().await;
 
