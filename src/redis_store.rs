@@ -260,6 +260,20 @@ impl RedisStore {
         }
     }
 
+    /// The sale's buyers, unless there are more than `limit` (then `None`).
+    pub async fn buyers_if_at_most(&self, sale: &SaleId, limit: u64) -> RedisResult<Option<HashSet<String>>> {
+        let count: u64 = self.conn.clone().scard(self.sale_keys(sale).buyers).await?;
+        if count > limit {
+            return Ok(None);
+        }
+        self.scan_buyers(sale).await.map(Some)
+    }
+
+    /// Whether `user` is among the sale's buyers.
+    pub async fn is_buyer(&self, sale: &SaleId, user: &UserId) -> RedisResult<bool> {
+        self.conn.clone().sismember(self.sale_keys(sale).buyers, user.as_str()).await
+    }
+
     /// The users of the orders still in the sale's stream (queued, not yet committed), read with
     /// XRANGE in pages. Entries without a `user_id` field are skipped.
     pub async fn queued_users(&self, sale: &SaleId) -> RedisResult<HashSet<String>> {

@@ -10,6 +10,7 @@ use super::AppState;
 use crate::domain::{SaleId, UserId};
 use crate::error::ApiError;
 use crate::redis_store::BuyOutcome;
+use crate::sold_out::{self, Flagged};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,9 +28,9 @@ pub struct BuyResponse {
 }
 
 /// Input is validated first, so malformed requests touch no state. A sale this instance knows to
-/// be sold out is answered at once, with no Redis call (and no limiter: a 410 from memory costs
-/// less than the limiter would). Then the limiter runs before the purchase, so an abusive client
-/// costs one script call, not a purchase attempt.
+/// be sold out is answered from memory: 410, or 409 to one of its buyers (no limiter either: an
+/// answer from memory costs less than the limiter would). Then the limiter runs before the
+/// purchase, so an abusive client costs one script call, not a purchase attempt.
 pub async fn buy(
     req: HttpRequest,
     body: web::Json<BuyRequest>,
@@ -38,8 +39,14 @@ pub async fn buy(
     let BuyRequest { sale_id, user_id } = body.into_inner();
     let sale = SaleId::parse(&sale_id).map_err(ApiError::InvalidRequest)?;
     let user = UserId::parse(&user_id).map_err(ApiError::InvalidRequest)?;
-    if state.sold_out.is_set(&sale) {
-        return Err(ApiError::SoldOut);
+    match state.sold_out.check(&sale, &user) {
+        None => {}
+        Some(Flagged::SoldOut) => return Err(ApiError::SoldOut),
+        Some(Flagged::AlreadyPurchased) => return Err(ApiError::AlreadyPurchased),
+        Some(Flagged::AskRedis) => {
+            let bought = state.redis.is_buyer(&sale, &user).await?;
+            return Err(if bought { ApiError::AlreadyPurchased } else { ApiError::SoldOut });
+        }
     }
 
     let client = state.proxies.client_ip(&req).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
@@ -57,7 +64,9 @@ pub async fn buy(
         BuyOutcome::Ended => Err(ApiError::SaleEnded),
         BuyOutcome::AlreadyPurchased => Err(ApiError::AlreadyPurchased),
         BuyOutcome::SoldOut => {
-            state.sold_out.set(&sale);
+            if state.sold_out.set(&sale) {
+                tokio::spawn(sold_out::load_buyers(state.sold_out.clone(), state.redis.clone(), sale));
+            }
             Err(ApiError::SoldOut)
         }
     }
