@@ -13,6 +13,7 @@ pub mod error;
 pub mod keys;
 pub mod reconcile;
 pub mod redis_store;
+pub mod refusals;
 pub mod routes;
 pub mod scripts;
 pub mod sold_out;

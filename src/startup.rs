@@ -45,6 +45,7 @@ impl Application {
             sold_out: sold_out.clone(),
             pool: pool.clone(),
             rate_limit: config.rate_limit,
+            refusals: Arc::default(),
             proxies: TrustedProxies::new(config.trusted_proxies.clone()),
             admin_token: config.admin_token.clone(),
         };

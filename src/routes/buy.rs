@@ -30,7 +30,8 @@ pub struct BuyResponse {
 /// Input is validated first, so malformed requests touch no state. A sale this instance knows to
 /// be sold out is answered from memory: 410, or 409 to one of its buyers (no limiter either: an
 /// answer from memory costs less than the limiter would). Then the limiter runs before the
-/// purchase, so an abusive client costs one script call, not a purchase attempt.
+/// purchase, so an abusive client costs one script call, not a purchase attempt; once refused, it
+/// is answered 429 from memory until the limiter would admit it again (see `crate::refusals`).
 pub async fn buy(
     req: HttpRequest,
     body: web::Json<BuyRequest>,
@@ -50,10 +51,13 @@ pub async fn buy(
     }
 
     let client = state.proxies.client_ip(&req).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    if let Some(wait) = state.refusals.wait(client) {
+        return Err(rate_limited(wait));
+    }
     let decision = state.redis.rate_limit(client, state.rate_limit).await?;
     if !decision.allowed {
-        let retry_after_secs = decision.retry_after.as_millis().div_ceil(1000).max(1) as u64;
-        return Err(ApiError::RateLimited { retry_after_secs });
+        state.refusals.refuse(client, decision.retry_after);
+        return Err(rate_limited(decision.retry_after));
     }
 
     let order_id = Uuid::now_v7();
@@ -70,4 +74,9 @@ pub async fn buy(
             Err(ApiError::SoldOut)
         }
     }
+}
+
+/// 429 with `Retry-After` in whole seconds, rounded up (at least 1).
+fn rate_limited(wait: std::time::Duration) -> ApiError {
+    ApiError::RateLimited { retry_after_secs: wait.as_millis().div_ceil(1000).max(1) as u64 }
 }

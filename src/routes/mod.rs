@@ -14,6 +14,7 @@ use crate::client_ip::TrustedProxies;
 use crate::config::RateLimit;
 use crate::error::ApiError;
 use crate::redis_store::RedisStore;
+use crate::refusals::RecentRefusals;
 use crate::sold_out::SoldOutFlags;
 
 pub use admin::SaleStatus;
@@ -29,6 +30,8 @@ pub struct AppState {
     pub sold_out: Arc<SoldOutFlags>,
     pub pool: PgPool,
     pub rate_limit: RateLimit,
+    /// Clients the limiter refused, answered 429 without Redis until they may try again.
+    pub refusals: Arc<RecentRefusals>,
     pub proxies: TrustedProxies,
     /// `None`: admin routes are disabled and answer 403.
     pub admin_token: Option<SecretString>,

@@ -32,6 +32,25 @@ async fn a_client_over_its_limit_gets_429_with_retry_after_and_buys_nothing() {
 }
 
 #[tokio::test]
+async fn a_refused_client_is_answered_from_memory_until_the_limiter_would_admit_it() {
+    let app = spawn_app_with(|c| c.rate_limit = limit(1, 1_500), false).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 100).await;
+    assert_eq!(app.buy(&sale, "u0").await.status(), 201);
+    assert_error(app.buy(&sale, "u1").await, 429, "rate_limited").await;
+
+    // Empty the limiter's key behind the service's back: asking Redis would admit the next one.
+    let key = rate_limit_key(&app.config.key_prefix, "127.0.0.1".parse().unwrap());
+    let _: i64 = app.redis.clone().del(&key).await.unwrap();
+    let refused = app.buy(&sale, "u2").await;
+    assert!(refused.headers().contains_key("retry-after"));
+    assert_error(refused, 429, "rate_limited").await;
+
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    assert_eq!(app.buy(&sale, "u3").await.status(), 201, "admitted again once the window has passed");
+}
+
+#[tokio::test]
 async fn refused_requests_are_not_recorded_and_the_window_slides() {
     // A window wide enough that five sequential requests surely fit in it, even on a loaded machine.
     let app = spawn_app_with(|c| c.rate_limit = limit(2, 3_000), false).await;
