@@ -94,7 +94,7 @@ pub struct Config {
     pub database_max_connections: u32,
 
     /// Orders the worker reads and inserts per batch.
-    #[arg(long, env = "SECKILL_WORKER_BATCH", default_value_t = 500,
+    #[arg(long, env = "SECKILL_WORKER_BATCH", default_value_t = 2000,
           value_parser = clap::value_parser!(u32).range(1..=10_000), global = true)]
     pub worker_batch: u32,
 
