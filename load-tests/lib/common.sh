@@ -25,19 +25,12 @@ run_bounded() {
 
 # shellcheck disable=SC2317 # called from cleanup
 stop_child() {
-    local pid="$child_pid" i
+    local pid="$child_pid"
     child_pid=""
-    if [[ -z "$pid" ]] || ! kill -0 "$pid" 2>/dev/null; then
-        return 0
+    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+        log "stopping the running load generator (timeout pid $pid)"
+        seckill_stop_pid "$pid" 15
     fi
-    log "stopping the running load generator (timeout pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 150; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
 }
 
 # shellcheck disable=SC2317 # called from the EXIT trap

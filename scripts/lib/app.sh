@@ -7,6 +7,7 @@
 #                                     SECKILL_* settings; waits for /readyz; sets SECKILL_APP_URL,
 #                                     SECKILL_APP_PID, SECKILL_APP_LOG, exports SECKILL_ADMIN_TOKEN
 #   seckill_app_stop                  SIGTERM (then SIGKILL after 40 s) by PID; idempotent
+#   seckill_stop_pid PID [SECONDS]    the same for any process
 #   seckill_app_seed SALE STOCK       create or re-seed a sale open now
 #   seckill_app_check SALE            wait for the queue to drain, then print `seckill reconcile`'s
 #                                     report; returns its exit code (0 = the promises hold)
@@ -57,22 +58,29 @@ seckill_app_start() {
     return 1
 }
 
-seckill_app_stop() {
-    local pid="$SECKILL_APP_PID"
-    SECKILL_APP_PID=""
+# seckill_stop_pid PID [SECONDS]: SIGTERM, wait up to SECONDS (default 15), then SIGKILL; reaps
+# the process when it is this shell's child. Does nothing for an empty or finished PID.
+seckill_stop_pid() {
+    local pid="$1" limit="${2:-15}" deadline
     if [[ -z "$pid" ]] || ! kill -0 "$pid" 2>/dev/null; then
         return 0
     fi
     kill -TERM "$pid" 2>/dev/null || true
-    local deadline=$((SECONDS + 40)) # the app's own shutdown timeout defaults to 30 s
+    deadline=$((SECONDS + limit))
     while ((SECONDS < deadline)) && kill -0 "$pid" 2>/dev/null; do
         sleep 0.1
     done
     if kill -0 "$pid" 2>/dev/null; then
-        echo "seckill (pid $pid) did not exit after 40 s; sending SIGKILL" >&2
+        echo "pid $pid did not exit within $limit s of SIGTERM; sending SIGKILL" >&2
         kill -KILL "$pid" 2>/dev/null || true
     fi
     wait "$pid" 2>/dev/null || true
+}
+
+seckill_app_stop() {
+    local pid="$SECKILL_APP_PID"
+    SECKILL_APP_PID=""
+    seckill_stop_pid "$pid" 40 # the app's own shutdown timeout defaults to 30 s
 }
 
 seckill_app_seed() {

@@ -1,0 +1,124 @@
+-- wrk script for load-tests/bench.sh: one script for every HTTP row, so the generator does the
+-- same work per request in each of them (one Lua request() call, one response() call).
+--
+--   wrk -t2 -c64 -d6s --latency -s load-tests/lib/wrk-bench.lua URL -- MODE [SALE_ID USER_PREFIX]
+--
+-- MODE healthz  GET /healthz (a request string built once)
+-- MODE buy      POST /buy {"sale_id":"SALE_ID","user_id":"USER_PREFIX-<counter>-<thread>"}: every
+--               request a new user, unique across wrk threads (thread number in the id) and
+--               across runs on the same sale (pick a new USER_PREFIX per run)
+--
+-- Pacing (optional): BENCH_RATE=<total requests/s> and BENCH_THREADS=<wrk -t> in the environment
+-- define delay(): each thread hands out send times on a fixed schedule of BENCH_RATE/BENCH_THREADS
+-- per second, and a connection waits for its slot (1 ms resolution). That approximates an
+-- open-loop arrival rate while enough connections are idle. Latency is still measured by wrk from
+-- the moment a request is written, so a stall is not charged to the requests it delayed
+-- (no coordinated-omission correction).
+--
+-- response() counts statuses per thread; done() prints one line
+--   BENCH_WRK {"requests":…,"duration_us":…,"errors":{…},"latency_us":{…},"statuses":{"201":…}}
+-- that bench.py reads (wrk's own text summary is printed too).
+
+local threads = {}
+local tid = 0
+local mode = "healthz"
+local sale = ""
+local prefix = "u"
+local counter = 0
+local cached = nil
+statuses = {} -- global: read by done() through thread:get("statuses")
+
+function setup(thread)
+  table.insert(threads, thread)
+  thread:set("tid", #threads)
+end
+
+function init(args)
+  tid = tonumber(wrk.thread:get("tid")) or 0
+  mode = args[1] or "healthz"
+  if mode == "buy" then
+    sale = assert(args[2], "buy needs SALE_ID")
+    prefix = args[3] or "u"
+    wrk.method = "POST"
+    wrk.path = "/buy"
+    wrk.headers["Content-Type"] = "application/json"
+  elseif mode == "healthz" then
+    wrk.method = "GET"
+    wrk.path = "/healthz"
+    cached = wrk.format()
+  else
+    error("unknown mode " .. tostring(mode))
+  end
+end
+
+function request()
+  if cached then
+    return cached
+  end
+  counter = counter + 1
+  return wrk.format(nil, nil, nil,
+    string.format('{"sale_id":"%s","user_id":"%s-%d-%d"}', sale, prefix, counter, tid))
+end
+
+function response(status, headers, body)
+  statuses[status] = (statuses[status] or 0) + 1
+end
+
+local rate = tonumber(os.getenv("BENCH_RATE") or "") or 0
+if rate > 0 then
+  local ffi = require("ffi")
+  ffi.cdef [[
+    typedef struct { long tv_sec; long tv_nsec; } bench_timespec;
+    int clock_gettime(int clk_id, bench_timespec *tp);
+  ]]
+  local ts = ffi.new("bench_timespec")
+  local function now_ms()
+    ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
+    return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
+  end
+  local per_thread = rate / (tonumber(os.getenv("BENCH_THREADS") or "") or 1)
+  local interval = 1000 / per_thread
+  local next_slot = nil
+
+  function delay()
+    local now = now_ms()
+    if next_slot == nil then
+      next_slot = now
+    end
+    local slot = next_slot
+    next_slot = next_slot + interval
+    local wait = slot - now
+    if wait < 0 then
+      return 0
+    end
+    return math.floor(wait)
+  end
+end
+
+function done(summary, latency, requests)
+  local total = {}
+  for _, t in ipairs(threads) do
+    local s = t:get("statuses")
+    if type(s) == "table" then
+      for k, v in pairs(s) do
+        total[k] = (total[k] or 0) + v
+      end
+    end
+  end
+  local parts = {}
+  for k, v in pairs(total) do
+    table.insert(parts, string.format('"%d":%d', k, v))
+  end
+  table.sort(parts)
+  local e = summary.errors
+  io.write(string.format(
+    'BENCH_WRK {"requests":%d,"duration_us":%d,"bytes":%d,' ..
+    '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d},' ..
+    '"latency_us":{"mean":%.1f,"stdev":%.1f,"max":%d,"p50":%d,"p90":%d,"p99":%d,"p999":%d},' ..
+    '"statuses":{%s}}\n',
+    summary.requests, summary.duration, summary.bytes,
+    e.connect, e.read, e.write, e.status, e.timeout,
+    latency.mean, latency.stdev, latency.max,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency:percentile(99.9),
+    table.concat(parts, ",")))
+end
