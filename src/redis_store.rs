@@ -156,13 +156,11 @@ impl RedisStore {
     /// Runs `lua/buy.lua`: one atomic decision, and on success the order is in the stream.
     pub async fn buy(&self, sale: &SaleId, user: &UserId, order_id: Uuid) -> RedisResult<BuyOutcome> {
         let keys = self.sale_keys(sale);
-        let status: String = scripts::BUY
-            .key(&keys.all()[..])
-            .arg(sale.as_str())
-            .arg(user.as_str())
-            .arg(order_id.to_string())
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+        let status: String = scripts::run(
+            scripts::BUY.key(&keys.all()[..]).arg(sale.as_str()).arg(user.as_str()).arg(order_id.to_string()),
+            &mut self.conn.clone(),
+        )
+        .await?;
         Ok(match status.as_str() {
             "ok" => BuyOutcome::Purchased,
             "unknown_sale" => BuyOutcome::UnknownSale,
@@ -181,14 +179,16 @@ impl RedisStore {
         let _: i64 = self.conn.clone().sadd(sales_registry_key(&self.prefix), sale.as_str()).await?;
         let keys = self.sale_keys(sale);
         let opt = |v: Option<i64>| v.map(|ms| ms.to_string()).unwrap_or_default();
-        let status: String = scripts::SEED
-            .key(&keys.all()[..])
-            .arg(spec.stock)
-            .arg(opt(spec.starts_at_ms))
-            .arg(opt(spec.ends_at_ms))
-            .arg(CONSUMER_GROUP)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+        let status: String = scripts::run(
+            scripts::SEED
+                .key(&keys.all()[..])
+                .arg(spec.stock)
+                .arg(opt(spec.starts_at_ms))
+                .arg(opt(spec.ends_at_ms))
+                .arg(CONSUMER_GROUP),
+            &mut self.conn.clone(),
+        )
+        .await?;
         match status.as_str() {
             "ok" => {
                 // Every instance drops its sold-out flag for the sale. Should this fail, the flags
@@ -316,13 +316,15 @@ impl RedisStore {
 
     /// Runs `lua/sliding_window.lua` for `client`: admits and records the request, or refuses it.
     pub async fn rate_limit(&self, client: IpAddr, limit: RateLimit) -> RedisResult<RateDecision> {
-        let (allowed, remaining, retry_after_ms): (i64, i64, i64) = scripts::SLIDING_WINDOW
-            .key(rate_limit_key(&self.prefix, client))
-            .arg(limit.limit)
-            .arg(limit.window.as_millis() as u64)
-            .arg(Uuid::now_v7().simple().to_string())
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+        let (allowed, remaining, retry_after_ms): (i64, i64, i64) = scripts::run(
+            scripts::SLIDING_WINDOW
+                .key(rate_limit_key(&self.prefix, client))
+                .arg(limit.limit)
+                .arg(limit.window.as_millis() as u64)
+                .arg(Uuid::now_v7().simple().to_string()),
+            &mut self.conn.clone(),
+        )
+        .await?;
         Ok(RateDecision {
             allowed: allowed == 1,
             remaining: remaining.max(0) as u32,

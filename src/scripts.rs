@@ -1,10 +1,30 @@
-//! The Lua scripts in `lua/`, compiled into the binary. Each is run by SHA (EVALSHA) through
-//! `Script::invoke_async`, which loads the script and retries once when Redis answers NOSCRIPT
-//! (after a restart, a failover or SCRIPT FLUSH).
+//! The Lua scripts in `lua/`, compiled into the binary, and [`run`], which runs one by SHA.
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::aio::ConnectionLike;
+use redis::{ErrorKind, FromRedisValue, RedisResult, Script, ScriptInvocation, ServerErrorKind};
+
+/// How many times [`run`] starts over when the script vanished again before its retry.
+const NOSCRIPT_ATTEMPTS: usize = 3;
+
+/// Runs a script by SHA (EVALSHA). redis-rs loads it and retries once when Redis answers NOSCRIPT
+/// (after a restart, a failover or SCRIPT FLUSH); a second flush between that load and the retry
+/// would still fail, so the whole call starts over, a few times.
+pub async fn run<T: FromRedisValue>(
+    invocation: &ScriptInvocation<'_>,
+    con: &mut impl ConnectionLike,
+) -> RedisResult<T> {
+    let mut attempt = 1;
+    loop {
+        match invocation.invoke_async(con).await {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) && attempt < NOSCRIPT_ATTEMPTS => {
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
 
 /// `lua/buy.lua`: the atomic purchase (check, SADD, DECR, XADD).
 pub static BUY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/buy.lua")));

@@ -270,11 +270,7 @@ impl Worker {
 
         for (stream, ids) in &batches {
             let ids: Vec<&str> = ids.iter().map(|e| e.id.as_str()).collect();
-            let _acked: i64 = scripts::ACK
-                .key(stream)
-                .arg(CONSUMER_GROUP)
-                .arg(&ids)
-                .invoke_async(&mut self.redis)
+            let _acked: i64 = scripts::run(scripts::ACK.key(stream).arg(CONSUMER_GROUP).arg(&ids), &mut self.redis)
                 .await
                 .context("acknowledging orders")?;
         }

@@ -11,6 +11,7 @@ mod helpers;
 mod lua_examples;
 mod rate_limit;
 mod reconcile;
+mod scripts;
 mod shutdown;
 mod sold_out;
 mod worker;
