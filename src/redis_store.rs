@@ -232,11 +232,6 @@ impl RedisStore {
         Ok(ids.iter().filter_map(|id| SaleId::parse(id).ok()).collect())
     }
 
-    /// The user ids in the sale's buyer set.
-    pub async fn buyers(&self, sale: &SaleId) -> RedisResult<Vec<String>> {
-        self.conn.clone().smembers(self.sale_keys(sale).buyers).await
-    }
-
     /// Every member of the sale's buyer set, read with SSCAN (never SMEMBERS: a set of millions
     /// would block Redis). Buyers are never removed, so everyone in the set when the scan starts
     /// is returned; buyers added meanwhile may or may not be.

@@ -169,7 +169,7 @@ impl Probe {
 
     /// The Redis buyer set of the sale.
     pub async fn buyers(&self, sale_id: &str) -> BTreeSet<String> {
-        self.store.buyers(&SaleId::parse(sale_id).unwrap()).await.unwrap().into_iter().collect()
+        self.store.scan_buyers(&SaleId::parse(sale_id).unwrap()).await.unwrap().into_iter().collect()
     }
 
     /// The sale's stream key and the consumer group, for tests that read it by hand.
