@@ -2,14 +2,15 @@
 # load-tests/bench.sh — one command, one table: how fast is seckill on this machine, compared with its
 # own HTTP ceiling, and do the promises still hold afterwards?
 #
-#   load-tests/bench.sh                 # ~1.5 minutes after the release build
-#   DURATION=3 load-tests/bench.sh      # shorter HTTP scenarios
+#   load-tests/bench.sh                 # ~2.5-3.5 minutes after the release build
+#   DURATION=3 DURATION_ALG=2 LIMITER_REQUESTS=30000 load-tests/bench.sh   # a quick one
+#   ALGORITHMS="sliding-log gcra" load-tests/bench.sh                     # two limiter algorithms only
 #
 # It starts a throwaway Redis and Postgres on free loopback ports (scripts/lib/services.sh), builds
 # and starts the release binary (scripts/lib/app.sh), runs every scenario for a bounded time or count
-# against 127.0.0.1 only, prints ONE table and writes it to load-tests/results/bench.json and
-# load-tests/results/bench.md (the Markdown also says how each figure was measured). Everything it
-# started is stopped by PID on exit, also on Ctrl-C or failure.
+# against 127.0.0.1 only, prints ONE table (plus the per-algorithm one) and writes them to
+# load-tests/results/bench.json and load-tests/results/bench.md (the Markdown also says how each
+# figure was measured). Everything it started is stopped by PID on exit, also on Ctrl-C or failure.
 #
 # Rows (every HTTP row uses wrk with load-tests/lib/wrk-bench.lua and the same threads; the same
 # connections too, except the paced 80% run, which needs more idle ones):
@@ -20,32 +21,47 @@
 #   POST /buy in stock, paced at 1,000/s  the same path at light load: the latency floor
 #   POST /buy sold out                    sale of 100 items, sold out by the first requests
 #   POST /buy rate limited                app restarted with SECKILL_RATE_LIMIT=10/1s, one client IP
+#   (these rows run the app's default limiter algorithm, sliding-log)
 #   Redis EVALSHA buy.lua                 redis-benchmark, distinct users (the Redis ceiling)
-#   Redis EVALSHA sliding_window.lua      hot key refused / hot key admitted / key per client
 #   worker drain                          the buy.lua run's orders queued with no worker, then
 #                                         `seckill worker` drains them into Postgres: orders/s
 #   queue lag                             max XLEN and oldest-entry age while the in-stock run
 #                                         buys, and persisted_at - created_at from Postgres
+# and, for each limiter algorithm (sliding-log, sliding-counter, fixed-window, token-bucket, gcra;
+# one table row each, side by side):
+#   Redis EVALSHA lua/<alg, - as _>.lua   redis-benchmark, LIMITER_REQUESTS calls each: one hot key
+#                                         admitted (limit 100000 per 1000 ms, burst 100000), a key
+#                                         per client (1,000,000 random keys, 20 per 1000 ms), one
+#                                         hot key refused (10 per 1000 ms)
+#   POST /buy in stock                    app restarted with SECKILL_RATE_LIMIT_ALGORITHM=<algorithm>
+#                                         and SECKILL_RATE_LIMIT=100000/1s: the limiter admits every
+#                                         request, so its cost on the purchase path shows
+#   POST /buy rate limited                the same app with SECKILL_RATE_LIMIT=10/1s, one client IP,
+#                                         in-stock sale
 # with req/s (ops/s, orders/s), p50, p99, the ratio to /healthz, the status counts (so the path is
 # visibly the intended one), the CPU of the generator, seckill, Redis, Postgres and of everything
 # else on the machine (other sessions' work shows up there: the cores are shared), and the targets
 # (in stock >= 50% of /healthz; sold out and rate limited >= 80%; p99 < 10 ms at 80% of peak; drain
-# >= 30,000 orders/s; queue lag <= 1 s). Then `seckill reconcile` for every sale used.
+# >= 30,000 orders/s; queue lag <= 1 s; the per-algorithm rows have none). Then `seckill reconcile`
+# for every sale used.
 #
 # Exit status: 0 when every sale is consistent after the runs (targets missed, 5xx answers and log
 # warnings are reported in the table's "problems", not fatal); non-zero when an invariant fails or
 # a step could not run.
 #
 # Environment knobs:
-#   DURATION=6            seconds per HTTP scenario (wrk -d)
+#   DURATION=6            seconds per HTTP scenario (wrk -d) of the main rows
+#   DURATION_ALG=4        seconds per per-algorithm HTTP row (10 of them with every algorithm)
+#   ALGORITHMS="sliding-log sliding-counter fixed-window token-bucket gcra"
+#                         the limiter algorithms measured, in this order (a subset is fine)
 #   THREADS=2             wrk threads (-t); the generator shares the machine's cores with the service
 #   CONNECTIONS=64        wrk connections (-c)
 #   PACED_CONNECTIONS=256 wrk connections of the paced run: enough idle ones that the schedule, not
 #                         the connection count, sets the rate
 #   LIGHT_RATE=1000       rate of the light-load paced run (the latency floor, for comparison)
 #   DRAIN_ORDERS=100000   orders queued by the buy.lua redis-benchmark run, then drained by the worker
-#   LIMITER_REQUESTS=100000  requests per sliding_window.lua redis-benchmark run
-#   LIMITED_RATE_LIMIT=10/1s  SECKILL_RATE_LIMIT of the rate-limited app
+#   LIMITER_REQUESTS=100000  calls per limiter redis-benchmark run (3 runs per algorithm)
+#   LIMITED_RATE_LIMIT=10/1s  SECKILL_RATE_LIMIT of the rate-limited apps
 #   SECKILL_WORKER_BATCH  worker batch size (default: the app's default, 2000)
 #   RESULTS_DIR=load-tests/results   where bench.json and bench.md go
 #   QUIET_WAIT=0          before each scenario, wait up to this many seconds for the machine to use
@@ -68,6 +84,9 @@ source "$repo_root/scripts/lib/app.sh"
 
 DURATION="${DURATION:-6}"
 DURATION="${DURATION%s}"
+DURATION_ALG="${DURATION_ALG:-4}"
+DURATION_ALG="${DURATION_ALG%s}"
+ALGORITHMS="${ALGORITHMS:-sliding-log sliding-counter fixed-window token-bucket gcra}"
 THREADS="${THREADS:-2}"
 CONNECTIONS="${CONNECTIONS:-64}"
 PACED_CONNECTIONS="${PACED_CONNECTIONS:-256}"
@@ -78,7 +97,7 @@ LIMITED_RATE_LIMIT="${LIMITED_RATE_LIMIT:-10/1s}"
 RESULTS_DIR="${RESULTS_DIR:-$here/results}"
 KEEP_RAW="${KEEP_RAW:-0}"
 QUIET_WAIT="${QUIET_WAIT:-0}"
-for knob in DURATION THREADS CONNECTIONS PACED_CONNECTIONS LIGHT_RATE DRAIN_ORDERS LIMITER_REQUESTS; do
+for knob in DURATION DURATION_ALG THREADS CONNECTIONS PACED_CONNECTIONS LIGHT_RATE DRAIN_ORDERS LIMITER_REQUESTS; do
     if ! [[ "${!knob}" =~ ^[1-9][0-9]*$ ]]; then
         echo "bench: $knob must be a positive integer, got '${!knob}'" >&2
         exit 2
@@ -88,16 +107,37 @@ if ! [[ "$QUIET_WAIT" =~ ^[0-9]+$ ]]; then
     echo "bench: QUIET_WAIT must be a number of seconds, got '$QUIET_WAIT'" >&2
     exit 2
 fi
-if ((DURATION > 120 || DRAIN_ORDERS > 5000000 || LIMITER_REQUESTS > 5000000)); then
-    echo "bench: DURATION <= 120, DRAIN_ORDERS and LIMITER_REQUESTS <= 5,000,000 (keep runs bounded)" >&2
+if ((DURATION > 120 || DURATION_ALG > 120 || DRAIN_ORDERS > 5000000 || LIMITER_REQUESTS > 5000000)); then
+    echo "bench: DURATION and DURATION_ALG <= 120, DRAIN_ORDERS and LIMITER_REQUESTS <= 5,000,000 (keep runs bounded)" >&2
     exit 2
 fi
+read -r -a algorithms <<<"$ALGORITHMS"
+if ((${#algorithms[@]} == 0)); then
+    echo "bench: ALGORITHMS is empty" >&2
+    exit 2
+fi
+for alg in "${algorithms[@]}"; do
+    case "$alg" in
+        sliding-log | sliding-counter | fixed-window | token-bucket | gcra) ;;
+        *)
+            echo "bench: unknown algorithm '$alg' in ALGORITHMS (sliding-log sliding-counter fixed-window token-bucket gcra)" >&2
+            exit 2
+            ;;
+    esac
+    if [[ ! -f "$repo_root/lua/${alg//-/_}.lua" ]]; then
+        echo "bench: lua/${alg//-/_}.lua is missing" >&2
+        exit 2
+    fi
+done
 
-# A limit no run can reach: the limiter still runs on every request (one hot key, 127.0.0.1) but
-# never refuses.
-HIGH_RATE_LIMIT="1000000000/1s"
+# Far above what one address sends (REQUESTS x WINDOW in us is bounded by 2^50, so 1000000000/1s
+# is refused at start-up): the in-stock rows send ~16,000 req/s,
+# all from 127.0.0.1 (one limiter key), so the limiter runs on every request but never refuses
+# (bench.py reports any 429 in those rows as a problem).
+HIGH_RATE_LIMIT="100000/1s"
 # Each app gets its settings from this script; none leak in from the caller's environment.
-unset SECKILL_NO_WORKER SECKILL_RATE_LIMIT SECKILL_TRUSTED_PROXIES SECKILL_LISTEN
+unset SECKILL_NO_WORKER SECKILL_RATE_LIMIT SECKILL_RATE_LIMIT_ALGORITHM SECKILL_RATE_LIMIT_BURST \
+    SECKILL_TRUSTED_PROXIES SECKILL_LISTEN
 export SECKILL_KEY_PREFIX="${SECKILL_KEY_PREFIX:-bench}"
 SECKILL_ADMIN_TOKEN="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 export SECKILL_ADMIN_TOKEN
@@ -178,14 +218,18 @@ meta machine.cpu "${cpu_model:-unknown}"
 meta machine.kernel "$(uname -sr)"
 meta machine.versions "$(wrk --version 2>&1 | head -n 1 | cut -d' ' -f1-2); $(redis-server --version | cut -d' ' -f1-3); $(psql --version)"
 meta setting.duration "${DURATION} s"
+meta setting.duration_alg "${DURATION_ALG} s"
+meta setting.high_rate_limit "$HIGH_RATE_LIMIT"
+meta setting.limited_rate_limit "$LIMITED_RATE_LIMIT"
+meta algorithms "${algorithms[*]}"
 meta setting.generator "wrk -t$THREADS -c$CONNECTIONS --latency --timeout 5s -s load-tests/lib/wrk-bench.lua (closed loop)"
 meta setting.redis_generator "redis-benchmark -c 50 -P 1 (one thread), EVALSHA"
-meta setting.app "SECKILL_RATE_LIMIT=$HIGH_RATE_LIMIT except the rate-limited row ($LIMITED_RATE_LIMIT); SECKILL_WORKER_BATCH=${SECKILL_WORKER_BATCH:-2000 (default)}; SECKILL_KEY_PREFIX=$SECKILL_KEY_PREFIX; RUST_LOG=$RUST_LOG; Redis appendonly yes + appendfsync everysec; Postgres fsync=off (throwaway servers of scripts/lib/services.sh)"
+meta setting.app "main rows: the default limiter algorithm (sliding-log), SECKILL_RATE_LIMIT=$HIGH_RATE_LIMIT except the rate-limited row ($LIMITED_RATE_LIMIT); per-algorithm rows: SECKILL_RATE_LIMIT_ALGORITHM=<algorithm>, SECKILL_RATE_LIMIT=$HIGH_RATE_LIMIT (in stock) or $LIMITED_RATE_LIMIT (rate limited), burst the default (= REQUESTS); SECKILL_WORKER_BATCH=${SECKILL_WORKER_BATCH:-2000 (default)}; SECKILL_KEY_PREFIX=$SECKILL_KEY_PREFIX; RUST_LOG=$RUST_LOG; Redis appendonly yes + appendfsync everysec; Postgres fsync=off (throwaway servers of scripts/lib/services.sh)"
 meta worker.batch "${SECKILL_WORKER_BATCH:-2000}"
 
 # ---------------------------------------------------------------- servers and binary
 
-seckill_start_services
+SECKILL_TEST_CLUSTER=0 seckill_start_services # single node: no cluster needed
 started_build=$SECONDS
 seckill_app_build
 say "release build took $((SECONDS - started_build)) s"
@@ -238,9 +282,32 @@ wrk_run() {
     grep '^BENCH_WRK ' "$raw/$name.out" | sed 's/^BENCH_WRK /    /' >&2 || true
 }
 
+# One second of GET /healthz against a freshly started app (not reported).
+warm_up() {
+    say "warm-up: 1 s of GET /healthz (not reported)"
+    measured "warmup-$1" 30 wrk "-t$THREADS" "-c$CONNECTIONS" -d1s -s "$lib/wrk-bench.lua" "$SECKILL_APP_URL" -- \
+        healthz >/dev/null
+}
+
 seed() {
     say "seed sale $1 (stock $2)"
     seckill_app_seed "$1" "$2" >"$raw/seed-$1.json"
+}
+
+# drained SALE: waits (up to 120 s) until the sale's queue is empty, so that an app is not stopped
+# with a batch of orders still in flight (its worker would log a failed insert at shutdown and leave
+# the batch to the next worker).
+drained() {
+    local sale="$1" status deadline=$((SECONDS + 120))
+    while ((SECONDS < deadline)); do
+        status="$(curl -fsS --max-time 10 -H "Authorization: Bearer $SECKILL_ADMIN_TOKEN" \
+            "$SECKILL_APP_URL/admin/sales/$sale")" || status=""
+        if [[ "$status" =~ \"queued\":0[,}] ]]; then
+            return 0
+        fi
+        sleep 0.2
+    done
+    say "the queue of $sale did not drain within 120 s"
 }
 
 # check SALE: wait for the queue to drain, then `seckill reconcile SALE`; records its exit code.
@@ -265,9 +332,7 @@ seckill_app_start SECKILL_RATE_LIMIT="$HIGH_RATE_LIMIT"
 seed bench-instock 10000000
 seed bench-soldout 100
 
-say "warm-up: 1 s of GET /healthz (not reported)"
-measured warmup 30 wrk "-t$THREADS" "-c$CONNECTIONS" -d1s -s "$lib/wrk-bench.lua" "$SECKILL_APP_URL" -- healthz \
-    >/dev/null
+warm_up main
 
 wrk_run http-healthz "$DURATION" "$CONNECTIONS" healthz
 meta http-healthz.detail "no I/O: the cost of HTTP in this process"
@@ -276,7 +341,7 @@ python3 "$lib/bench.py" sample-queue --port "$SECKILL_REDIS_PORT" --stream "$(st
     --out "$raw/queue-instock.json" --interval 0.1 --max-seconds $((DURATION + 60)) &
 sampler_pid=$!
 wrk_run http-buy-instock "$DURATION" "$CONNECTIONS" buy bench-instock u
-meta http-buy-instock.detail "stock 10,000,000, worker in the app; limiter admits every request (one hot key)"
+meta http-buy-instock.detail "stock 10,000,000, worker in the app; limiter (sliding-log, $HIGH_RATE_LIMIT) admits every request (one hot key)"
 sleep 1 # the queue's tail drains after the last request
 stop_pid "$sampler_pid"
 sampler_pid=""
@@ -312,16 +377,54 @@ seckill_app_stop
 seckill_app_start SECKILL_RATE_LIMIT="$LIMITED_RATE_LIMIT"
 seed bench-limited 1000000
 wrk_run http-buy-limited "$DURATION" "$CONNECTIONS" buy bench-limited l
-meta http-buy-limited.detail "app with SECKILL_RATE_LIMIT=$LIMITED_RATE_LIMIT, all requests from 127.0.0.1; sale in stock"
+meta http-buy-limited.detail "app with SECKILL_RATE_LIMIT=$LIMITED_RATE_LIMIT (default algorithm, sliding-log), all requests from 127.0.0.1; sale in stock"
 check bench-limited
 seckill_app_stop
 
-# ---------------------------------------------------------------- C: Redis ceilings, worker drain
+# ---------------------------------------------------------------- C: each limiter algorithm on /buy
+
+# The limiter key of the one client (127.0.0.1) under algorithm $1.
+client_limiter_key() {
+    printf '%s:ratelimit:%s:{127.0.0.1}' "$SECKILL_KEY_PREFIX" "$1"
+}
+
+# For each algorithm: an app that admits everything (in stock), then one at LIMITED_RATE_LIMIT, on
+# the same in-stock sale (distinct users per row). The client's limiter key is deleted before each
+# app, so the limited row does not start with the in-stock row's state (e.g. a full log or count).
+for alg in "${algorithms[@]}"; do
+    sale="bench-alg-$alg"
+    rcli DEL "$(client_limiter_key "$alg")" >/dev/null
+    seckill_app_start SECKILL_RATE_LIMIT_ALGORITHM="$alg" SECKILL_RATE_LIMIT="$HIGH_RATE_LIMIT"
+    seed "$sale" 10000000
+    warm_up "$alg-instock"
+    wrk_run "alg-$alg-instock" "$DURATION_ALG" "$CONNECTIONS" buy "$sale" i
+    # Which script kept the state: a zset (sliding-log), a hash (sliding-counter, fixed-window); the
+    # token-bucket and gcra keys expire about 1 ms after the last request at this limit.
+    key_type="$(rcli TYPE "$(client_limiter_key "$alg")")"
+    [[ "$key_type" == none ]] && key_type="none (expired)"
+    meta "alg-$alg-instock.detail" "app with SECKILL_RATE_LIMIT_ALGORITHM=$alg, SECKILL_RATE_LIMIT=$HIGH_RATE_LIMIT: the limiter admits every request (one hot key, $(client_limiter_key "$alg"), Redis TYPE right after the row: $key_type); sale $sale, stock 10,000,000"
+    drained "$sale"
+    seckill_app_stop
+
+    rcli DEL "$(client_limiter_key "$alg")" >/dev/null
+    seckill_app_start SECKILL_RATE_LIMIT_ALGORITHM="$alg" SECKILL_RATE_LIMIT="$LIMITED_RATE_LIMIT"
+    warm_up "$alg-limited"
+    wrk_run "alg-$alg-limited" "$DURATION_ALG" "$CONNECTIONS" buy "$sale" l
+    meta "alg-$alg-limited.detail" "app with SECKILL_RATE_LIMIT_ALGORITHM=$alg, SECKILL_RATE_LIMIT=$LIMITED_RATE_LIMIT, all requests from 127.0.0.1; sale $sale in stock"
+    check "$sale"
+    seckill_app_stop
+    rcli DEL "$(client_limiter_key "$alg")" >/dev/null
+done
+
+# ---------------------------------------------------------------- D: Redis ceilings, worker drain
 
 seckill_app_start SECKILL_RATE_LIMIT="$HIGH_RATE_LIMIT" SECKILL_NO_WORKER=true
 seed bench-drain 10000000
 buy_sha="$(rcli SCRIPT LOAD "$(cat "$repo_root/lua/buy.lua")")"
-window_sha="$(rcli SCRIPT LOAD "$(cat "$repo_root/lua/sliding_window.lua")")"
+declare -A limiter_sha=()
+for alg in "${algorithms[@]}"; do
+    limiter_sha[$alg]="$(rcli SCRIPT LOAD "$(cat "$repo_root/lua/${alg//-/_}.lua")")"
+done
 drain_keys=()
 for part in meta stock buyers orders; do
     drain_keys+=("$SECKILL_KEY_PREFIX:{sale:bench-drain}:$part")
@@ -349,17 +452,42 @@ meta drain.orders "$queued"
 meta redis-buy.ok "$queued"
 meta redis-buy.detail "$DRAIN_ORDERS calls on sale bench-drain: $queued orders appended (ok), $((DRAIN_ORDERS - queued)) not (repeats)"
 
-limiter_key="$SECKILL_KEY_PREFIX:ratelimit:{bench-hot}"
-rbench redis-limiter-hot "$LIMITER_REQUESTS" 2147483647 EVALSHA "$window_sha" 1 "$limiter_key" 10 1000 \
-    "__rand_int__"
-meta redis-limiter-hot.detail "key $limiter_key, limit 10 per 1000 ms: all but ~10 per second refused"
-rbench redis-limiter-hot-admit "$LIMITER_REQUESTS" 2147483647 EVALSHA "$window_sha" 1 \
-    "$SECKILL_KEY_PREFIX:ratelimit:{bench-hot-admit}" 1000000000 1000 "__rand_int__-__rand_int__"
-meta redis-limiter-hot-admit.detail "one key, limit 1e9 per 1000 ms: every call admitted, the log holds ~1 s of calls (as in the in-stock HTTP row)"
-rbench redis-limiter-perclient "$LIMITER_REQUESTS" 1000000 EVALSHA "$window_sha" 1 \
-    "$SECKILL_KEY_PREFIX:ratelimit:{c__rand_int__}" 20 1000 "__rand_int__"
-meta redis-limiter-perclient.detail "key per client, 1,000,000 random clients, limit 20 per 1000 ms: admitted"
-rcli DEL "$limiter_key" "$SECKILL_KEY_PREFIX:ratelimit:{bench-hot-admit}" >/dev/null
+# probe NAME SHA KEY LIMIT WINDOW_MS BURST: one more call right after a run, recorded as
+# NAME.probe "allowed remaining retry_after_us reset_us" (shows the state the run left behind).
+probe() {
+    local name="$1" sha="$2" key="$3"
+    shift 3
+    meta "$name.probe" "$(rcli EVALSHA "$sha" 1 "$key" "$@" "probe-$name" | tr '\n' ' ' | sed 's/ $//')"
+}
+# Every limiter script takes limit, window_ms, burst, nonce (ARGV[5], a fake clock for tests, is
+# never passed here). The nonce is n-__rand_int__: redis-benchmark draws it from -r, so it can
+# repeat; only sliding-log uses it (log member "<now_us>-<nonce>"), where a repeat within the same
+# microsecond on the same key would collapse two members into one.
+for alg in "${algorithms[@]}"; do
+    sha="${limiter_sha[$alg]}"
+    if [[ "$alg" == sliding-log ]]; then
+        nonce_note="nonce n-__rand_int__: it can repeat under -r, and two calls on the same key in the same microsecond with the same nonce would collapse into one log member (practically never with -r 2147483647, rarely with -r 1000000; at worst the log undercounts by one)"
+    else
+        nonce_note="nonce n-__rand_int__ (unused by this script; repeats under -r are harmless)"
+    fi
+    hot_admit="$SECKILL_KEY_PREFIX:ratelimit:$alg:{bench-hot-admit}"
+    hot="$SECKILL_KEY_PREFIX:ratelimit:$alg:{bench-hot}"
+    rcli DEL "$hot_admit" "$hot" >/dev/null
+
+    rbench "redis-$alg-hot-admit" "$LIMITER_REQUESTS" 2147483647 EVALSHA "$sha" 1 "$hot_admit" 100000 1000 100000 \
+        "n-__rand_int__"
+    probe "redis-$alg-hot-admit" "$sha" "$hot_admit" 100000 1000 100000
+    meta "redis-$alg-hot-admit.detail" "one key $hot_admit, limit 100000 per 1000 ms, burst 100000: every call admitted (as in the in-stock HTTP rows), -r 2147483647; $nonce_note"
+
+    rbench "redis-$alg-perclient" "$LIMITER_REQUESTS" 1000000 EVALSHA "$sha" 1 \
+        "$SECKILL_KEY_PREFIX:ratelimit:$alg:{c__rand_int__}" 20 1000 20 "n-__rand_int__"
+    meta "redis-$alg-perclient.detail" "key per client $SECKILL_KEY_PREFIX:ratelimit:$alg:{c__rand_int__}, -r 1000000 random clients (so most calls meet a new or expired key), limit 20 per 1000 ms, burst 20: admitted; $nonce_note"
+
+    rbench "redis-$alg-hot-refused" "$LIMITER_REQUESTS" 2147483647 EVALSHA "$sha" 1 "$hot" 10 1000 10 "n-__rand_int__"
+    probe "redis-$alg-hot-refused" "$sha" "$hot" 10 1000 10
+    meta "redis-$alg-hot-refused.detail" "one key $hot, limit 10 per 1000 ms, burst 10: all but ~10 per second refused (what the app sends to Redis for a refused client is far less: it answers 429 from memory until the retry time), -r 2147483647; $nonce_note"
+    rcli DEL "$hot_admit" "$hot" >/dev/null
+done
 
 wait_quiet
 say "worker drain: $queued orders queued in $(stream_key bench-drain); seckill worker drains them"

@@ -126,7 +126,7 @@ main() {
     trap 'exit 130' INT
     trap 'exit 143' TERM
 
-    seckill_start_services
+    SECKILL_TEST_CLUSTER=0 seckill_start_services # single node: no cluster needed
     seckill_app_start SECKILL_RATE_LIMIT="$SECKILL_RATE_LIMIT"
     seed_sales
 

@@ -29,7 +29,7 @@ LOAD_TEST_NAME=oha.sh
 DURATION="${DURATION:-10s}"
 CONNECTIONS="${CONNECTIONS:-50}"
 IN_STOCK_REQUESTS="${IN_STOCK_REQUESTS:-50000}"
-OPEN_LIMIT="${OPEN_LIMIT:-100000000/1s}"
+OPEN_LIMIT="${OPEN_LIMIT:-100000/1s}"
 SECKILL_RATE_LIMIT="${SECKILL_RATE_LIMIT:-20/1s}"
 RESULTS_DIR="${RESULTS_DIR:-$repo_root/load-tests/results}"
 # The -Z file holds this many users per request: oha picks a line at random (with replacement)
@@ -138,7 +138,7 @@ main() {
     trap 'exit 130' INT
     trap 'exit 143' TERM
 
-    seckill_start_services
+    SECKILL_TEST_CLUSTER=0 seckill_start_services # single node: no cluster needed
     seckill_app_start SECKILL_RATE_LIMIT="$OPEN_LIMIT"
     run_open_limit
     seckill_app_stop

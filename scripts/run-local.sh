@@ -30,7 +30,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 seckill_ensure_tools
-seckill_start_services
+SECKILL_TEST_CLUSTER=0 seckill_start_services # the app runs against the single node
 # shellcheck disable=SC2119 # started with the default settings
 seckill_app_start
 

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# The one test command: fmt check, clippy, cargo test against throwaway Redis + Postgres.
+# The one test command: fmt check, clippy, cargo test against throwaway Redis + Postgres, then
+# the in-process api integration tests (purchase path, limiters, worker, admin...) once more
+# against a throwaway 3-master Redis Cluster (SECKILL_TEST_REDIS_URL set to its seed URLs); in
+# between, scripts/fuzz-api.sh fuzzes the API from its OpenAPI document (schemathesis, bounded).
 # Usage: scripts/test.sh [extra cargo test args...]   (works from any directory)
+# Extra args go to the first `cargo test` only; the cluster run happens only without them.
+# SECKILL_TEST_CLUSTER=0 skips the cluster (not started, not tested).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,7 +36,17 @@ run_step() {
 
 run_step fmt cargo fmt --all -- --check
 run_step clippy cargo clippy --all-targets --locked -- -D warnings
+if (($# > 0)) && [[ -n "${SECKILL_TEST_REDIS_CLUSTER_URL:-}" ]]; then
+    printf '\n==> test (Redis Cluster): skipped (extra cargo test args given)\n'
+fi
 run_step test cargo test --locked "$@"
+if (($# == 0)); then
+    run_step "api fuzz (schemathesis)" "$repo_root/scripts/fuzz-api.sh"
+fi
+if (($# == 0)) && [[ -n "${SECKILL_TEST_REDIS_CLUSTER_URL:-}" ]]; then
+    run_step "test (Redis Cluster)" env SECKILL_TEST_REDIS_URL="$SECKILL_TEST_REDIS_CLUSTER_URL" \
+        cargo test --locked --test api
+fi
 
 if ((${#failed[@]} > 0)); then
     printf '\n==> test.sh: failed steps: %s\n' "${failed[*]}"

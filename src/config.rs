@@ -9,6 +9,8 @@ use ipnet::IpNet;
 use secrecy::SecretString;
 
 use crate::domain::SaleId;
+use crate::limiter::{Algorithm, Policy};
+use crate::telemetry::LogFormat;
 
 /// The `seckill` command line.
 #[derive(Debug, Parser)]
@@ -57,7 +59,8 @@ pub struct Config {
     #[arg(long, env = "SECKILL_LISTEN", default_value = "127.0.0.1:8080", global = true)]
     pub listen: SocketAddr,
 
-    /// Redis URL (redis://[user:password@]host:port[/db]).
+    /// Redis URL (redis://[user:password@]host:port[/db]); a Redis Cluster as its seed nodes,
+    /// comma-separated (redis://a:6379,redis://b:6379), or one redis+cluster://host:port URL.
     #[arg(long, env = "SECKILL_REDIS_URL", default_value = "redis://127.0.0.1:6379",
           value_parser = secret, hide_env_values = true, global = true)]
     pub redis_url: SecretString,
@@ -71,9 +74,25 @@ pub struct Config {
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", value_parser = secret, hide_env_values = true, global = true)]
     pub admin_token: Option<SecretString>,
 
-    /// Per-client-IP limit on POST /buy, as REQUESTS/WINDOW (e.g. 20/1s, 100/500ms).
+    /// Per-client-IP limit on POST /buy, as REQUESTS/WINDOW (e.g. 20/1s, 100/500ms): REQUESTS
+    /// up to 1000000, WINDOW whole milliseconds up to 1h, REQUESTS x WINDOW at most 2^50 µs
+    /// (1000000/1s, 300000/1h).
     #[arg(long, env = "SECKILL_RATE_LIMIT", default_value = "20/1s", global = true)]
     pub rate_limit: RateLimit,
+
+    /// How the rate limit is enforced (README: "Rate limiting" compares them).
+    #[arg(long, env = "SECKILL_RATE_LIMIT_ALGORITHM", value_enum, default_value_t = Algorithm::SlidingLog,
+          global = true)]
+    pub rate_limit_algorithm: Algorithm,
+
+    /// Requests admitted back to back, for token-bucket and gcra only (bounded as REQUESTS). Default: the
+    /// rate limit's REQUESTS.
+    #[arg(long, env = "SECKILL_RATE_LIMIT_BURST", global = true)]
+    pub rate_limit_burst: Option<u32>,
+
+    /// Log lines as text or as one JSON object per line (with the request id of its request).
+    #[arg(long, env = "SECKILL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
 
     /// Comma-separated proxies (IPs or CIDRs) whose X-Forwarded-For is believed. Default: none.
     #[arg(long, env = "SECKILL_TRUSTED_PROXIES", value_delimiter = ',', value_parser = trusted_proxy,
@@ -118,6 +137,11 @@ pub struct Config {
 }
 
 impl Config {
+    /// The rate limit, algorithm and burst, checked together.
+    pub fn rate_limit_policy(&self) -> Result<Policy, String> {
+        Policy::new(self.rate_limit_algorithm, self.rate_limit, self.rate_limit_burst)
+    }
+
     /// The consumer name this process uses in the worker's consumer group.
     pub fn consumer_name(&self) -> String {
         self.worker_consumer.clone().unwrap_or_else(|| {
@@ -132,7 +156,7 @@ impl Config {
     }
 }
 
-/// A sliding-window limit: at most `limit` requests in any `window`.
+/// A rate: `limit` requests per `window` (what exactly that admits depends on the algorithm).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateLimit {
     pub limit: u32,
@@ -207,6 +231,23 @@ mod tests {
         assert!(key_prefix("seckill").is_ok());
         assert!(key_prefix("a{b").is_err());
         assert!(key_prefix("").is_err());
+    }
+
+    #[test]
+    fn the_algorithm_and_its_burst_come_from_flags_and_are_checked_together() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["seckill", "migrate"], args].concat());
+        let cli =
+            parse(&["--rate-limit", "10/2s", "--rate-limit-algorithm", "gcra", "--rate-limit-burst", "3"]).unwrap();
+        let policy = cli.config.rate_limit_policy().unwrap();
+        assert_eq!(
+            (policy.algorithm, policy.limit, policy.window, policy.burst),
+            (Algorithm::Gcra, 10, Duration::from_secs(2), 3)
+        );
+        let default = parse(&[]).unwrap().config.rate_limit_policy().unwrap();
+        assert_eq!((default.algorithm, default.burst), (Algorithm::SlidingLog, 20));
+        assert!(parse(&["--rate-limit-algorithm", "leaky"]).is_err());
+        let burst_without_bucket = parse(&["--rate-limit-burst", "3"]).unwrap();
+        assert!(burst_without_bucket.config.rate_limit_policy().is_err());
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub enum ApiError {
     #[error("no such route")]
     NotFound,
     #[error("this route does not accept that method")]
-    MethodNotAllowed,
+    MethodNotAllowed { allow: &'static str },
     #[error("a valid admin bearer token is required")]
     Unauthorized,
     #[error("admin routes are disabled: no admin token is configured")]
@@ -51,7 +51,7 @@ impl ApiError {
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::NotFound => "not_found",
-            Self::MethodNotAllowed => "method_not_allowed",
+            Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::Unauthorized => "unauthorized",
             Self::AdminDisabled => "admin_disabled",
             Self::UnknownSale => "unknown_sale",
@@ -67,10 +67,13 @@ impl ApiError {
     }
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    error: &'a str,
-    message: String,
+/// Every error answer's body.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody<'a> {
+    /// A stable machine-readable code, e.g. `sold_out`.
+    pub error: &'a str,
+    /// A sentence for humans.
+    pub message: String,
 }
 
 impl ResponseError for ApiError {
@@ -80,7 +83,7 @@ impl ResponseError for ApiError {
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::NotFound | Self::UnknownSale => StatusCode::NOT_FOUND,
-            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::AdminDisabled | Self::SaleNotStarted | Self::SaleEnded => StatusCode::FORBIDDEN,
             Self::AlreadyPurchased | Self::SaleInProgress => StatusCode::CONFLICT,
@@ -101,6 +104,9 @@ impl ResponseError for ApiError {
         match self {
             Self::RateLimited { retry_after_secs } => {
                 response.insert_header((header::RETRY_AFTER, *retry_after_secs));
+            }
+            Self::MethodNotAllowed { allow } => {
+                response.insert_header((header::ALLOW, *allow));
             }
             Self::Unauthorized => {
                 response.insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
@@ -157,11 +163,15 @@ impl From<crate::reconcile::ReconcileError> for ApiError {
     }
 }
 
-/// True when a Redis error means "Redis is not reachable right now" rather than a bug.
+/// True when a Redis error means "Redis is not reachable right now" rather than a bug. On a
+/// cluster that includes MOVED/ASK/TRYAGAIN/CLUSTERDOWN still standing after the client's retries
+/// (a master is down or its slots are moving) and a node the client cannot reach.
 pub fn is_redis_outage(err: &redis::RedisError) -> bool {
     err.is_io_error()
         || err.is_timeout()
         || err.is_connection_dropped()
         || err.is_connection_refusal()
-        || matches!(err.code(), Some("LOADING" | "MASTERDOWN" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN"))
+        || err.is_cluster_error()
+        || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
+        || matches!(err.code(), Some("LOADING" | "MASTERDOWN" | "BUSY"))
 }

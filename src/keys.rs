@@ -4,6 +4,7 @@
 use std::net::IpAddr;
 
 use crate::domain::SaleId;
+use crate::limiter::Algorithm;
 
 /// The keys of one sale, in the order the sale scripts take them as KEYS[1..4].
 #[derive(Debug, Clone)]
@@ -47,9 +48,10 @@ pub fn sales_registry_key(prefix: &str) -> String {
     format!("{prefix}:sales")
 }
 
-/// The rate limiter's key for one client address.
-pub fn rate_limit_key(prefix: &str, client: IpAddr) -> String {
-    format!("{prefix}:ratelimit:{{{client}}}")
+/// The rate limiter's key for one client address under one algorithm (switching algorithms
+/// starts every client afresh instead of reading another algorithm's state).
+pub fn rate_limit_key(prefix: &str, algorithm: Algorithm, client: IpAddr) -> String {
+    format!("{prefix}:ratelimit:{algorithm}:{{{client}}}")
 }
 
 #[cfg(test)]
@@ -68,6 +70,6 @@ mod tests {
 
     #[test]
     fn rate_limit_key_tags_the_client() {
-        assert_eq!(rate_limit_key("p", "::1".parse().unwrap()), "p:ratelimit:{::1}");
+        assert_eq!(rate_limit_key("p", Algorithm::Gcra, "::1".parse().unwrap()), "p:ratelimit:gcra:{::1}");
     }
 }

@@ -13,7 +13,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
-    telemetry::init();
+    telemetry::init(cli.config.log_format);
     match cli.command {
         Command::Serve { no_worker } => {
             let shutdown = startup::shutdown_on_signals();

@@ -40,11 +40,12 @@ use uuid::Uuid;
 use crate::config::Config;
 use crate::db;
 use crate::domain::{Order, SaleId, UserId};
-use crate::redis_store::{self, RedisStore, SaleState};
+use crate::redis_conn;
+use crate::redis_store::{RedisStore, SaleState};
 use crate::startup;
 
 /// What reconciling one sale found (and, after [`repair`], did).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReconcileReport {
     pub sale_id: String,
     /// From the Redis meta hash.
@@ -208,7 +209,7 @@ const EXIT_FAILED: u8 = 3;
 pub async fn run_cli(config: &Config, sale: &SaleId, repair: bool) -> ExitCode {
     let outcome: anyhow::Result<Option<(String, bool)>> = async {
         let pool = startup::connect_and_migrate(config).await?;
-        let redis = redis_store::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
+        let redis = redis_conn::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
         let store = RedisStore::new(redis, config.key_prefix.clone());
         let report = if repair { self::repair(&store, &pool, sale).await } else { check(&store, &pool, sale).await };
         let Some(report) = report.context("reconciling")? else {

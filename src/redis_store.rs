@@ -1,21 +1,19 @@
 //! Everything the service asks of Redis: purchases, seeding, sale state, reconciliation reads and
 //! re-enqueues, and rate limiting.
-//! One multiplexed connection (`ConnectionManager`) is shared by all requests; it reconnects by
-//! itself after an outage.
+//! One multiplexed connection (`crate::redis_conn`, a single server's or a cluster's) is shared by
+//! all requests; it reconnects by itself after an outage.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
-use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::streams::StreamRangeReply;
 use redis::{AsyncCommands, RedisResult};
-use secrecy::{ExposeSecret, SecretString};
 use uuid::Uuid;
 
-use crate::config::RateLimit;
 use crate::domain::{Order, SaleId, UserId};
 use crate::keys::{SaleKeys, events_channel, rate_limit_key, sales_registry_key};
+use crate::limiter::{Decision, Policy};
+use crate::redis_conn::RedisConnection;
 use crate::scripts;
 
 /// The consumer group every worker of every instance reads orders with.
@@ -44,14 +42,6 @@ pub enum SeedOutcome {
     InProgress,
 }
 
-/// The limiter's answer for one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateDecision {
-    pub allowed: bool,
-    pub remaining: u32,
-    pub retry_after: Duration,
-}
-
 /// A sale as Redis holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaleState {
@@ -73,18 +63,6 @@ pub struct SaleSpec {
     pub ends_at_ms: Option<i64>,
 }
 
-/// Opens a lazily connected, self-reconnecting Redis connection whose commands time out after
-/// `timeout` (the worker passes a longer one for its blocking reads).
-pub fn connect(url: &SecretString, timeout: Duration) -> RedisResult<ConnectionManager> {
-    let client = redis::Client::open(url.expose_secret())?;
-    let config = ConnectionManagerConfig::new()
-        .set_response_timeout(Some(timeout))
-        .set_connection_timeout(Some(timeout))
-        .set_number_of_retries(2)
-        .set_max_delay(Duration::from_millis(500));
-    ConnectionManager::new_lazy_with_config(client, config)
-}
-
 /// The shared connection, with every command run by a task of the runtime that created the
 /// store. actix-web serves each worker thread from a runtime of its own, and the connection
 /// manager spawns its connection's I/O task on the runtime of whichever call (re)connects: on a
@@ -92,7 +70,7 @@ pub fn connect(url: &SecretString, timeout: Duration) -> RedisResult<ConnectionM
 /// connection for the requests the other workers are still finishing.
 #[derive(Clone)]
 struct HomeRuntimeConnection {
-    inner: ConnectionManager,
+    inner: RedisConnection,
     home: tokio::runtime::Handle,
 }
 
@@ -110,7 +88,7 @@ impl HomeRuntimeConnection {
 impl redis::aio::ConnectionLike for HomeRuntimeConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
         let (mut conn, cmd) = (self.inner.clone(), cmd.clone());
-        Box::pin(self.on_home(async move { conn.send_packed_command(&cmd).await }))
+        Box::pin(self.on_home(async move { conn.req_packed_command(&cmd).await }))
     }
 
     fn req_packed_commands<'a>(
@@ -120,7 +98,7 @@ impl redis::aio::ConnectionLike for HomeRuntimeConnection {
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         let (mut conn, pipeline) = (self.inner.clone(), pipeline.clone());
-        Box::pin(self.on_home(async move { conn.send_packed_commands(&pipeline, offset, count).await }))
+        Box::pin(self.on_home(async move { conn.req_packed_commands(&pipeline, offset, count).await }))
     }
 
     fn get_db(&self) -> i64 {
@@ -138,7 +116,7 @@ pub struct RedisStore {
 impl RedisStore {
     /// Must be called inside a Tokio runtime that outlives the store's users (the process's
     /// main runtime): the connection's tasks run there.
-    pub fn new(conn: ConnectionManager, prefix: impl Into<String>) -> Self {
+    pub fn new(conn: RedisConnection, prefix: impl Into<String>) -> Self {
         let conn = HomeRuntimeConnection { inner: conn, home: tokio::runtime::Handle::current() };
         Self { conn, prefix: prefix.into() }
     }
@@ -309,22 +287,13 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Runs `lua/sliding_window.lua` for `client`: admits and records the request, or refuses it.
-    pub async fn rate_limit(&self, client: IpAddr, limit: RateLimit) -> RedisResult<RateDecision> {
-        let (allowed, remaining, retry_after_ms): (i64, i64, i64) = scripts::run(
-            scripts::SLIDING_WINDOW
-                .key(rate_limit_key(&self.prefix, client))
-                .arg(limit.limit)
-                .arg(limit.window.as_millis() as u64)
-                .arg(Uuid::now_v7().simple().to_string()),
-            &mut self.conn.clone(),
-        )
-        .await?;
-        Ok(RateDecision {
-            allowed: allowed == 1,
-            remaining: remaining.max(0) as u32,
-            retry_after: Duration::from_millis(retry_after_ms.max(0) as u64),
-        })
+    /// Runs the policy's limiter script for `client`: admits and records the request, or
+    /// refuses it (writing nothing).
+    pub async fn rate_limit(&self, client: IpAddr, policy: &Policy) -> RedisResult<Decision> {
+        let key = rate_limit_key(&self.prefix, policy.algorithm, client);
+        let nonce = Uuid::now_v7().simple().to_string();
+        let reply = scripts::run(&policy.invocation(&key, &nonce, None), &mut self.conn.clone()).await?;
+        Ok(Decision::from_reply(reply))
     }
 
     /// PING, for readiness.

@@ -35,5 +35,18 @@ pub static SEED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(".
 /// `lua/ack.lua`: XACK + XDEL of committed orders.
 pub static ACK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/ack.lua")));
 
-/// `lua/sliding_window.lua`: the per-client sliding-window log limiter.
-pub static SLIDING_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/sliding_window.lua")));
+/// `lua/sliding_log.lua`: the sliding-window log limiter (sorted set).
+pub static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/sliding_log.lua")));
+
+/// `lua/sliding_counter.lua`: the sliding-window counter limiter (weighted previous window).
+pub static SLIDING_COUNTER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/sliding_counter.lua")));
+
+/// `lua/fixed_window.lua`: the fixed-window counter limiter.
+pub static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/fixed_window.lua")));
+
+/// `lua/token_bucket.lua`: the token-bucket limiter.
+pub static TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/token_bucket.lua")));
+
+/// `lua/gcra.lua`: the generic cell rate algorithm limiter.
+pub static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/gcra.lua")));

@@ -17,6 +17,7 @@ use secrecy::{ExposeSecret, SecretString};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{SaleId, UserId};
+use crate::redis_conn::RedisTarget;
 use crate::redis_store::RedisStore;
 
 /// How long a flag holds without being confirmed by Redis again.
@@ -138,11 +139,20 @@ const RESUBSCRIBE_PAUSE: Duration = Duration::from_secs(1);
 
 /// Clears flags as seed events arrive on `channel`, until `shutdown`. Subscribes again after a
 /// failure, and clears every flag on each (re)subscription, since events sent while it was away
-/// are lost.
+/// are lost. On a cluster it subscribes on one seed node, the next one after each failure: a
+/// cluster delivers every PUBLISH to subscribers on all nodes.
 pub async fn listen(redis_url: SecretString, channel: String, flags: &SoldOutFlags, shutdown: CancellationToken) {
-    while !shutdown.is_cancelled() {
+    let urls = match RedisTarget::parse(redis_url.expose_secret()) {
+        Ok(target) => target.urls().to_vec(),
+        Err(err) => return tracing::error!(error = %err, "no seed events: SECKILL_REDIS_URL is invalid"),
+    };
+    for attempt in 0.. {
+        if shutdown.is_cancelled() {
+            return;
+        }
+        let url = &urls[attempt % urls.len()];
         let result = tokio::select! {
-            result = subscribe_and_apply(&redis_url, &channel, flags) => result,
+            result = subscribe_and_apply(url, &channel, flags) => result,
             _ = shutdown.cancelled() => return,
         };
         if let Err(err) = result {
@@ -156,8 +166,8 @@ pub async fn listen(redis_url: SecretString, channel: String, flags: &SoldOutFla
     }
 }
 
-async fn subscribe_and_apply(redis_url: &SecretString, channel: &str, flags: &SoldOutFlags) -> redis::RedisResult<()> {
-    let client = redis::Client::open(redis_url.expose_secret())?;
+async fn subscribe_and_apply(redis_url: &str, channel: &str, flags: &SoldOutFlags) -> redis::RedisResult<()> {
+    let client = redis::Client::open(redis_url)?;
     let connecting = tokio::time::timeout(Duration::from_secs(5), client.get_async_pubsub());
     let mut pubsub = connecting.await.map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
     pubsub.subscribe(channel).await?;

@@ -13,9 +13,13 @@ use tokio_util::sync::CancellationToken;
 use crate::client_ip::TrustedProxies;
 use crate::config::Config;
 use crate::db;
-use crate::redis_store::{self, RedisStore};
+use crate::limiter::Limiter;
+use crate::metrics::{self, Metrics};
+use crate::redis_conn;
+use crate::redis_store::RedisStore;
 use crate::routes::{self, AppState};
 use crate::sold_out::{self, SoldOutFlags};
+use crate::telemetry;
 use crate::worker::{Worker, WorkerSettings};
 
 /// A built service: the HTTP server bound to its port, the listener that keeps its sold-out flags
@@ -32,31 +36,39 @@ pub struct Application {
 impl Application {
     /// Connects (lazily) to Redis and Postgres, applies migrations, binds the listener.
     pub async fn build(config: &Config, run_worker: bool) -> anyhow::Result<Self> {
+        let policy = config.rate_limit_policy().map_err(anyhow::Error::msg).context("rate limit")?;
         let pool = connect_and_migrate(config).await?;
-        let redis = redis_store::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
+        let redis = redis_conn::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
         if config.admin_token.is_none() {
             tracing::warn!("SECKILL_ADMIN_TOKEN is not set: admin routes will answer 403");
         }
         let store = RedisStore::new(redis, config.key_prefix.clone());
         let events_channel = store.events_channel();
         let sold_out = Arc::new(SoldOutFlags::default());
+        let metrics = Arc::new(Metrics::new());
         let state = AppState {
             redis: store,
             sold_out: sold_out.clone(),
             pool: pool.clone(),
-            rate_limit: config.rate_limit,
-            refusals: Arc::default(),
+            limiter: Arc::new(Limiter::new(policy)),
+            metrics: metrics.clone(),
             proxies: TrustedProxies::new(config.trusted_proxies.clone()),
             admin_token: config.admin_token.clone(),
         };
         let listener = TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
         let local_addr = listener.local_addr()?;
-        let server = HttpServer::new(move || App::new().configure(routes::configure(state.clone())))
-            .listen(listener)?
-            .disable_signals()
-            .shutdown_timeout(config.shutdown_timeout.as_secs())
-            .run();
-        let worker = if run_worker { Some(build_worker(config, pool)?) } else { None };
+        let server = HttpServer::new(move || {
+            App::new()
+                .wrap_fn(metrics::record_http)
+                .wrap_fn(telemetry::send_request_id)
+                .wrap(tracing_actix_web::TracingLogger::<telemetry::RequestSpan>::new())
+                .configure(routes::configure(state.clone()))
+        })
+        .listen(listener)?
+        .disable_signals()
+        .shutdown_timeout(config.shutdown_timeout.as_secs())
+        .run();
+        let worker = if run_worker { Some(build_worker(config, metrics)?) } else { None };
         tracing::info!(%local_addr, worker = run_worker, "listening");
         Ok(Self { server, local_addr, worker, sold_out, redis_url: config.redis_url.clone(), events_channel })
     }
@@ -98,8 +110,8 @@ impl Application {
 
 /// The `seckill worker` command: the worker alone, until `shutdown` fires.
 pub async fn run_worker(config: &Config, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let pool = connect_and_migrate(config).await?;
-    build_worker(config, pool)?.run(shutdown).await;
+    connect_and_migrate(config).await?;
+    build_worker(config, Arc::new(Metrics::new()))?.run(shutdown).await;
     Ok(())
 }
 
@@ -114,10 +126,17 @@ pub(crate) async fn connect_and_migrate(config: &Config) -> anyhow::Result<PgPoo
     Ok(pool)
 }
 
-fn build_worker(config: &Config, pool: PgPool) -> anyhow::Result<Worker> {
-    // Its own connection: a blocking XREADGROUP must not stall the requests' shared connection.
+/// Postgres connections of the worker's own pool: one batch insert at a time, plus one spare.
+const WORKER_DATABASE_CONNECTIONS: u32 = 2;
+
+/// The worker gets its own Redis connection and Postgres pool, opened from the task that runs it:
+/// a blocking XREADGROUP must not stall the requests' shared connection, and a connection opened
+/// by an HTTP worker thread dies with that thread's runtime, which stops before the worker has
+/// finished its last batch at shutdown.
+fn build_worker(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<Worker> {
     let redis =
-        redis_store::connect(&config.redis_url, config.worker_block + config.redis_timeout).context("redis url")?;
+        redis_conn::connect(&config.redis_url, config.worker_block + config.redis_timeout).context("redis url")?;
+    let pool = db::connect_lazy(&config.database_url, WORKER_DATABASE_CONNECTIONS).context("database url")?;
     let settings = WorkerSettings {
         key_prefix: config.key_prefix.clone(),
         consumer: config.consumer_name(),
@@ -125,7 +144,7 @@ fn build_worker(config: &Config, pool: PgPool) -> anyhow::Result<Worker> {
         block: config.worker_block,
         claim_timeout: config.worker_claim_timeout,
     };
-    Ok(Worker::new(redis, pool, settings))
+    Ok(Worker::new(redis, pool, settings, metrics))
 }
 
 /// A token cancelled on Ctrl-C or SIGTERM.

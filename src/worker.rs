@@ -7,22 +7,32 @@
 //! orders are no-ops thanks to the order id primary key and the (sale_id, user_id) unique key.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use redis::aio::ConnectionManager;
-use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply};
+use redis::streams::{
+    StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamRangeReply, StreamReadOptions, StreamReadReply,
+};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::db;
 use crate::domain::{Order, SaleId, UserId};
+use crate::metrics::Metrics;
+use crate::redis_conn::RedisConnection;
 use crate::redis_store::{CONSUMER_GROUP, RedisStore};
 use crate::scripts;
 
 /// How often the worker re-reads the registry of sales.
 const SALES_REFRESH: Duration = Duration::from_millis(500);
+
+/// How often the worker samples each sale's queue for `/metrics`.
+const QUEUE_SAMPLE: Duration = Duration::from_secs(1);
+/// On a Redis Cluster, how long the worker waits before reading again when no stream had orders.
+pub const CLUSTER_POLL: Duration = Duration::from_millis(25);
+
 /// First and largest pause after a failed step (doubling in between).
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
@@ -58,7 +68,7 @@ pub struct WorkerStats {
 
 /// One consumer of the order streams.
 pub struct Worker {
-    redis: ConnectionManager,
+    redis: RedisConnection,
     /// The same connection, for the store's registry and key names.
     store: RedisStore,
     pool: PgPool,
@@ -70,12 +80,14 @@ pub struct Worker {
     read_own_pending: bool,
     next_claim_at: Instant,
     stats: WorkerStats,
+    metrics: Arc<Metrics>,
+    queues_sampled_at: Option<Instant>,
 }
 
 impl Worker {
     /// `redis` must be a connection of its own: the worker's blocking reads would stall requests
     /// multiplexed on a shared one. Its response timeout must exceed `settings.block`.
-    pub fn new(redis: ConnectionManager, pool: PgPool, settings: WorkerSettings) -> Self {
+    pub fn new(redis: RedisConnection, pool: PgPool, settings: WorkerSettings, metrics: Arc<Metrics>) -> Self {
         let store = RedisStore::new(redis.clone(), settings.key_prefix.clone());
         Self {
             redis,
@@ -87,6 +99,8 @@ impl Worker {
             read_own_pending: true,
             next_claim_at: Instant::now(),
             stats: WorkerStats::default(),
+            metrics,
+            queues_sampled_at: None,
         }
     }
 
@@ -103,6 +117,7 @@ impl Worker {
             match self.step().await {
                 Ok(_) => backoff = BACKOFF_MIN,
                 Err(err) => {
+                    self.metrics.dependency_error(&err, "worker");
                     tracing::warn!(
                         error = format!("{err:#}"),
                         retry_in_ms = backoff.as_millis() as u64,
@@ -132,6 +147,7 @@ impl Worker {
 
     async fn step_inner(&mut self) -> anyhow::Result<StepOutcome> {
         self.refresh_sales().await?;
+        self.sample_queues().await;
         if self.streams.is_empty() {
             tokio::time::sleep(self.settings.block).await;
             return Ok(StepOutcome::Idle);
@@ -139,7 +155,9 @@ impl Worker {
         if Instant::now() >= self.next_claim_at {
             let claimed = self.claim_stale().await?;
             if !claimed.is_empty() {
-                self.stats.reclaimed += claimed.iter().map(|(_, e)| e.len() as u64).sum::<u64>();
+                let reclaimed = claimed.iter().map(|(_, e)| e.len() as u64).sum::<u64>();
+                self.stats.reclaimed += reclaimed;
+                self.metrics.worker_orders.with_label_values(&["reclaimed"]).inc_by(reclaimed);
                 return self.persist(claimed).await;
             }
         }
@@ -155,6 +173,36 @@ impl Worker {
             return Ok(StepOutcome::Idle);
         }
         self.persist(fresh).await
+    }
+
+    /// Every [`QUEUE_SAMPLE`]: each sale's queue length and the age of its oldest order, for
+    /// `/metrics`. A failed sample is skipped: the step's own commands report the outage.
+    async fn sample_queues(&mut self) {
+        if self.queues_sampled_at.is_some_and(|t| t.elapsed() < QUEUE_SAMPLE) {
+            return;
+        }
+        self.queues_sampled_at = Some(Instant::now());
+        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
+        for (stream, sale) in &self.streams {
+            let mut con = self.redis.clone();
+            let Ok(length) = redis::cmd("XLEN").arg(stream).query_async::<i64>(&mut con).await else { return };
+            let Ok(oldest) = redis::cmd("XRANGE")
+                .arg(stream)
+                .arg("-")
+                .arg("+")
+                .arg("COUNT")
+                .arg(1)
+                .query_async::<StreamRangeReply>(&mut con)
+                .await
+            else {
+                return;
+            };
+            // Entry ids start with the Redis time of the XADD, in milliseconds.
+            let added_ms = oldest.ids.first().and_then(|e| e.id.split('-').next()?.parse::<u128>().ok());
+            let lag = added_ms.map_or(0.0, |ms| now_ms.saturating_sub(ms) as f64 / 1000.0);
+            self.metrics.queue_length.with_label_values(&[sale.as_str()]).set(length);
+            self.metrics.queue_lag_seconds.with_label_values(&[sale.as_str()]).set(lag);
+        }
     }
 
     async fn refresh_sales(&mut self) -> anyhow::Result<()> {
@@ -223,6 +271,9 @@ impl Worker {
 
     /// XREADGROUP over every stream from `id` ("0": own pending entries; ">": new entries).
     async fn read(&mut self, id: &str, block: Option<Duration>) -> anyhow::Result<Vec<(String, Vec<StreamId>)>> {
+        if self.redis.is_cluster() {
+            return self.read_each(id, block).await;
+        }
         let keys: Vec<&String> = self.streams.keys().collect();
         let ids = vec![id; keys.len()];
         let mut options =
@@ -243,6 +294,34 @@ impl Worker {
             .unwrap_or_default())
     }
 
+    /// On a cluster each sale's stream has a slot of its own, and one XREADGROUP may not span
+    /// slots: one read per stream, all at once, without BLOCK (a blocking read would hold the
+    /// node's shared connection). When every stream is empty and the caller would have blocked,
+    /// it waits [`CLUSTER_POLL`] instead, so orders wait at most that long to be read.
+    async fn read_each(&mut self, id: &str, block: Option<Duration>) -> anyhow::Result<Vec<(String, Vec<StreamId>)>> {
+        let options =
+            StreamReadOptions::default().group(CONSUMER_GROUP, &self.settings.consumer).count(self.settings.batch);
+        let reads = self.streams.keys().map(|stream| {
+            let (mut con, mut cmd) = (self.redis.clone(), redis::cmd("XREADGROUP"));
+            cmd.arg(&options).arg("STREAMS").arg(stream).arg(id);
+            async move { cmd.query_async::<Option<StreamReadReply>>(&mut con).await }
+        });
+        let replies = futures::future::try_join_all(reads).await.context("reading orders")?;
+        let batches: Vec<_> = replies
+            .into_iter()
+            .flatten()
+            .flat_map(|r| r.keys)
+            .filter(|k| !k.ids.is_empty())
+            .map(|k| (k.key, k.ids))
+            .collect();
+        if batches.is_empty()
+            && let Some(block) = block
+        {
+            tokio::time::sleep(block.min(CLUSTER_POLL)).await;
+        }
+        Ok(batches)
+    }
+
     /// Writes the entries to Postgres in one statement, then acknowledges them stream by stream.
     async fn persist(&mut self, batches: Vec<(String, Vec<StreamId>)>) -> anyhow::Result<StepOutcome> {
         let mut orders = Vec::new();
@@ -254,12 +333,16 @@ impl Worker {
                     Ok(order) => orders.push(order),
                     Err(why) => {
                         self.stats.malformed += 1;
+                        self.metrics.worker_orders.with_label_values(&["malformed"]).inc();
                         tracing::error!(stream, entry_id = entry.id, fields = ?entry.map, why, "malformed order entry dropped");
                     }
                 }
             }
         }
+        let timer = self.metrics.worker_insert_seconds.start_timer();
         let report = db::insert_orders(&self.pool, &orders).await.context("inserting orders")?;
+        timer.observe_duration();
+        self.metrics.worker_batch_size.observe(entries as f64);
         for conflict in &report.conflicts {
             tracing::warn!(order_id = %conflict.order_id, sale_id = %conflict.sale_id, user_id = %conflict.user_id,
                 "order refused: the user already has another order in this sale");
@@ -267,6 +350,14 @@ impl Worker {
         self.stats.inserted += report.inserted as u64;
         self.stats.redelivered += report.already_stored as u64;
         self.stats.conflicts += report.conflicts.len() as u64;
+        let counted = [
+            ("inserted", report.inserted),
+            ("redelivered", report.already_stored),
+            ("conflict", report.conflicts.len()),
+        ];
+        for (result, n) in counted {
+            self.metrics.worker_orders.with_label_values(&[result]).inc_by(n as u64);
+        }
 
         for (stream, ids) in &batches {
             let ids: Vec<&str> = ids.iter().map(|e| e.id.as_str()).collect();

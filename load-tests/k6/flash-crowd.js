@@ -197,6 +197,10 @@ function isError(body, code) {
   );
 }
 
+// The IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers), as seckill sends them.
+const RATELIMIT_POLICY = /^"buy";q=\d+;w=\d+$/;
+const RATELIMIT_STATE = /^"buy";r=\d+;t=\d+$/;
+
 function record(res, sale, user) {
   const body = jsonBody(res);
   rateLimited.add(res.status === 429);
@@ -207,6 +211,8 @@ function record(res, sale, user) {
         '201 is JSON': (r) => isJson(r),
         '201 has order_id (UUID), sale_id, user_id': () =>
           body !== null && UUID.test(String(body.order_id)) && body.sale_id === sale && body.user_id === user,
+        '201 has RateLimit-Policy and RateLimit': (r) => RATELIMIT_POLICY.test(r.headers['Ratelimit-Policy'] || '') &&
+          RATELIMIT_STATE.test(r.headers['Ratelimit'] || ''),
       });
       break;
     case 409:
@@ -222,6 +228,7 @@ function record(res, sale, user) {
       check(res, {
         '429 is {"error":"rate_limited","message"}': (r) => isJson(r) && isError(body, 'rate_limited'),
         '429 has Retry-After >= 1 (seconds)': (r) => /^[1-9]\d*$/.test(r.headers['Retry-After'] || ''),
+        '429 has RateLimit with r=0': (r) => /;r=0;/.test(r.headers['Ratelimit'] || ''),
       });
       break;
     default:

@@ -594,31 +594,85 @@ def cmd_report(args):
                                 light["run"]["cpu_user_s"] + light["run"]["cpu_sys_s"])
         rows.append(row)
 
-    redis_rows = [
-        ("redis-buy", "Redis buy.lua, distinct users"),
-        ("redis-limiter-hot", "Redis sliding_window.lua, hot key, refused"),
-        ("redis-limiter-hot-admit", "Redis sliding_window.lua, hot key, admitted"),
-        ("redis-limiter-perclient", "Redis sliding_window.lua, key per client"),
-    ]
-    for key, label in redis_rows:
+    def redis_row(key, label):
         res = redis_bench_result(d, key)
         if res is None or "rate" not in res:
             problems.append(f"{label}: no result")
-            continue
+            return None
         detail = meta.get(key + ".detail", "")
+        probe = meta.get(key + ".probe")
+        if probe:
+            detail += f"; one more call right after the run answered {{{probe.replace(' ', ', ')}}} " \
+                      "(allowed, remaining, retry_after_us, reset_us)"
         row = {"key": key, "scenario": label, "unit": "ops/s", "rate": res["rate"], "p50_ms": res.get("p50_ms"),
                "p99_ms": res.get("p99_ms"), "ratio": ratio(res["rate"]), "detail": detail,
-               "target": "(Redis ceiling)", "met": None}
+               "target": "(Redis ceiling)", "met": None, "calls": count_of(key)}
+        if probe:
+            row["probe"] = dict(zip(("allowed", "remaining", "retry_after_us", "reset_us"),
+                                    (int(x) for x in probe.split())))
         ok = meta.get(key + ".ok")
         if ok is not None and count_of(key):
             row["statuses"] = {"ok": int(ok)}
             if count_of(key) > int(ok):
                 row["statuses"]["other"] = count_of(key) - int(ok)
         row.update(cpu_cols(res))
-        count = int(meta.get(key + ".count", "0") or 0)
-        row["cost"] = cost_text(res["run"]["watched_cpu_s"], count,
-                                res["run"]["cpu_user_s"] + res["run"]["cpu_sys_s"])
+        watched = res["run"]["watched_cpu_s"]
+        row["redis_us_per_op"] = watched["redis"] / count_of(key) * 1e6 if count_of(key) and "redis" in watched \
+            else None
+        row["cost"] = cost_text(watched, count_of(key), res["run"]["cpu_user_s"] + res["run"]["cpu_sys_s"])
+        return row
+
+    row = redis_row("redis-buy", "Redis buy.lua, distinct users")
+    if row:
         rows.append(row)
+
+    # Per limiter algorithm: three redis-benchmark rows and two HTTP rows, side by side.
+    algorithms = []
+    for alg in meta.get("algorithms", "").split():
+        entry = {"algorithm": alg, "script": f"lua/{alg.replace('-', '_')}.lua", "redis": {}, "http": {}}
+        for kind, label in (("hot-admit", "one hot key, admitted"), ("perclient", "key per client"),
+                            ("hot-refused", "one hot key, refused")):
+            row = redis_row(f"redis-{alg}-{kind}", f"Redis {entry['script'][4:]}, {label}")
+            if row:
+                entry["redis"][kind] = row
+        for kind, label, code in (("instock", "POST /buy in stock (limiter admits all)", "201"),
+                                  ("limited", "POST /buy rate limited", "429")):
+            key = f"alg-{alg}-{kind}"
+            full = f"{alg}: {label}"
+            res = wrk_result(d, key)
+            if res is None or "rate" not in res:
+                problems.append(f"{full}: no result ({res.get('error') if res else 'not run'})")
+                continue
+            path_ok, share = expect_share(res, code, 0.99, full)
+            if kind == "instock" and res["statuses"].get("429"):
+                problems.append(f"{full}: the limiter refused {res['statuses']['429']:,} requests (429) although it "
+                                "should admit every one")
+            row = {"key": key, "scenario": full, "unit": "req/s", "rate": res["rate"], "p50_ms": res["p50_ms"],
+                   "p99_ms": res["p99_ms"], "ratio": ratio(res["rate"]),
+                   "detail": "; ".join(x for x in (meta.get(key + ".detail"), status_text(res["statuses"])) if x),
+                   "path_ok": path_ok, "target": "", "met": None, "requests": res["requests"],
+                   "duration_s": res["duration_s"], "statuses": res["statuses"],
+                   "socket_errors": res.get("socket_errors", {}), "p90_ms": res["p90_ms"],
+                   "p999_ms": res["p999_ms"], "max_ms": res["max_ms"]}
+            row.update(cpu_cols(res))
+            watched = res["run"]["watched_cpu_s"]
+            for label_, proc in (("app_us_per_req", "seckill"), ("redis_us_per_req", "redis")):
+                row[label_] = watched[proc] / res["requests"] * 1e6 if res["requests"] and proc in watched else None
+            row["cost"] = cost_text(watched, res["requests"], res["run"]["cpu_user_s"] + res["run"]["cpu_sys_s"])
+            entry["http"][kind] = row
+        statuses = {}
+        for row in entry["http"].values():
+            for code, n in row["statuses"].items():
+                statuses[code] = statuses.get(code, 0) + n
+        entry["server_errors"] = sum(n for code, n in statuses.items() if code.startswith("5"))
+        limited = entry["http"].get("limited")
+        if limited:
+            total = sum(limited["statuses"].values())
+            entry["limited_429_share"] = limited["statuses"].get("429", 0) / total if total else None
+        instock = entry["http"].get("instock")
+        if instock:
+            entry["instock_429"] = instock["statuses"].get("429", 0)
+        algorithms.append(entry)
 
     drain = load_json(os.path.join(d, "drain.json"))
     if drain and drain.get("first_drop_at"):
@@ -699,14 +753,23 @@ def cmd_report(args):
              "http-buy-soldout", "http-buy-limited"]
     rows.sort(key=lambda r: order.index(r["key"]) if r["key"] in order else len(order))
 
-    others = [r["other_cpu"] for r in rows if r.get("other_cpu") is not None]
+    all_rows = rows + [r for a in algorithms for part in ("redis", "http") for r in a[part].values()]
+    others = [r["other_cpu"] for r in all_rows if r.get("other_cpu") is not None]
     notes = []
     if others and max(others) > 0.25:
         notes.append(f"other processes kept up to {max(others):.2f} cores busy during the rows (mean "
                      f"{sum(others) / len(others):.2f}; see the other CPU column): the machine was shared, so "
                      "rates are lower and tails longer than on an idle machine; ratios within one row set are "
                      "affected too, as the load varied between rows")
-    steals = [r["steal_cpu"] for r in rows if r.get("steal_cpu") is not None]
+    above = [r for r in all_rows if (r.get("ratio") or 0) > 1.0 and r.get("unit") == "req/s"]
+    if above and best_healthz:
+        ceiling_other = cpu_cols(best_healthz).get("other_cpu")
+        notes.append("above 1.00 × healthz: " + ", ".join(
+            f"{r['scenario']} ({r['ratio']:.2f}, other CPU {fmt_cpu(r.get('other_cpu'))})" for r in above)
+            + f"; the /healthz ceiling ran while other processes used {fmt_cpu(ceiling_other)} cores. Rates taken "
+            "at different moments of a shared machine are not comparable; the CPU µs per request are much less "
+            "affected")
+    steals = [r["steal_cpu"] for r in all_rows if r.get("steal_cpu") is not None]
     if steals and max(steals) > 0.05:
         notes.append(f"the hypervisor took up to {max(steals):.2f} cores (steal)")
 
@@ -730,6 +793,7 @@ def cmd_report(args):
         "settings": {k[len("setting."):]: v for k, v in meta.items() if k.startswith("setting.")},
         "healthz_rate": ceiling,
         "rows": rows,
+        "algorithms": algorithms,
         "invariants": checks,
         "logs": logs,
         "notes": notes,
@@ -780,6 +844,87 @@ HEAD = ["scenario", "figure", "status", "p50 ms", "p99 ms", "× healthz", "gen C
 TARGET_COL = HEAD.index("target")
 
 
+ALG_HEAD = ["algorithm", "EVALSHA hot admitted", "key per client", "hot refused", "/buy limited req/s (× healthz)",
+            "/buy in stock req/s (× healthz)", "429 share", "5xx"]
+ALG_COST_HEAD = ["algorithm", "Redis CPU µs/call: hot admitted", "key per client", "hot refused",
+                 "EVALSHA p99 ms (admitted / per client / refused)", "/buy in stock p50 / p99 ms",
+                 "/buy in stock CPU µs/req (app / Redis)", "/buy limited p50 / p99 ms", "/buy limited app CPU µs/req"]
+
+
+def fmt_us(value):
+    return "-" if value is None else f"{value:.1f}"
+
+
+def alg_cells(a):
+    redis, http = a["redis"], a["http"]
+
+    def ops(kind):
+        row = redis.get(kind)
+        return f"{fmt_rate(row['rate'])} ops/s" if row else "-"
+
+    def req(kind):
+        row = http.get(kind)
+        if not row:
+            return "-"
+        return f"{fmt_rate(row['rate'])} ({fmt_ratio(row.get('ratio'))})" + ("" if row.get("path_ok", True) else " (!)")
+
+    share = a.get("limited_429_share")
+    share_text = "-" if share is None else (f"{share * 100:.2f}%" if share < 0.99995 else "100%")
+    if a.get("instock_429"):
+        share_text += f" (in stock: {a['instock_429']:,} × 429!)"
+    return [a["algorithm"], ops("hot-admit"), ops("perclient"), ops("hot-refused"), req("limited"), req("instock"),
+            share_text, f"{a.get('server_errors', 0):,}"]
+
+
+def alg_cost_cells(a):
+    redis, http = a["redis"], a["http"]
+
+    def us(kind):
+        row = redis.get(kind)
+        return fmt_us(row.get("redis_us_per_op")) if row else "-"
+
+    p99s = " / ".join(fmt_ms(redis[k].get("p99_ms")) if k in redis else "-"
+                      for k in ("hot-admit", "perclient", "hot-refused"))
+
+    def lat(kind):
+        row = http.get(kind)
+        return f"{fmt_ms(row['p50_ms'])} / {fmt_ms(row['p99_ms'])}" if row else "-"
+
+    instock = http.get("instock")
+    limited = http.get("limited")
+    return [a["algorithm"], us("hot-admit"), us("perclient"), us("hot-refused"), p99s, lat("instock"),
+            f"{fmt_us(instock.get('app_us_per_req'))} / {fmt_us(instock.get('redis_us_per_req'))}" if instock else "-",
+            lat("limited"), fmt_us(limited.get("app_us_per_req")) if limited else "-"]
+
+
+def text_table(head, cells, left=(0,)):
+    cells = [head] + cells
+    widths = [max(len(str(c[i])) for c in cells) for i in range(len(head))]
+    lines = []
+    for n, c in enumerate(cells):
+        lines.append("  ".join(str(v).ljust(widths[i]) if i in left else str(v).rjust(widths[i])
+                               for i, v in enumerate(c)).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
+def md_table(head, cells, left=(0,)):
+    out = ["| " + " | ".join(head) + " |",
+           "|" + "|".join("---" if i in left else "---:" for i in range(len(head))) + "|"]
+    for c in cells:
+        out.append("| " + " | ".join(str(v).replace("|", "\\|") for v in c) + " |")
+    return out
+
+
+ALG_INTRO = ("Each algorithm's script (`lua/sliding_log.lua` for sliding-log, and so on) under `redis-benchmark` EVALSHA, and `POST /buy` "
+             "through an app restarted with `SECKILL_RATE_LIMIT_ALGORITHM=<algorithm>`: rate limited = "
+             "`SECKILL_RATE_LIMIT={limited}`, one client address, in-stock sale; in stock = "
+             "`SECKILL_RATE_LIMIT={high}`, every request admitted, so the row shows what the limiter costs the "
+             "purchase path. {seconds} per HTTP row; × healthz is against the main table's ceiling. "
+             "429 share = of the rate-limited row; 5xx = of both HTTP rows.")
+
+
 def render_text(result):
     lines = []
     m = result["machine"]
@@ -798,6 +943,15 @@ def render_text(result):
                                for i, v in enumerate(c)).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
+    if result.get("algorithms"):
+        lines.append("")
+        lines.append("rate limiter, per algorithm: " + ALG_INTRO.format(
+            limited=s.get("limited_rate_limit", "?"), high=s.get("high_rate_limit", "?"),
+            seconds=s.get("duration_alg", "?")).replace("`", ""))
+        lines.append("")
+        lines += text_table(ALG_HEAD, [alg_cells(a) for a in result["algorithms"]])
+        lines.append("")
+        lines += text_table(ALG_COST_HEAD, [alg_cost_cells(a) for a in result["algorithms"]])
     lines.append("")
     lines.append("details:")
     for r in result["rows"]:
@@ -847,11 +1001,29 @@ def render_markdown(result):
            "|" + "|".join("---" if i in (0, TARGET_COL) else "---:" for i in range(len(HEAD))) + "|"]
     for r in result["rows"]:
         out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in table_cells(r)) + " |")
+    if result.get("algorithms"):
+        out += ["", "## Rate limiter, per algorithm", "",
+                ALG_INTRO.format(limited=s.get("limited_rate_limit", "?"), high=s.get("high_rate_limit", "?"),
+                                 seconds=s.get("duration_alg", "?")), ""]
+        out += md_table(ALG_HEAD, [alg_cells(a) for a in result["algorithms"]])
+        out += ["", "What each costs: Redis CPU per limiter call (from Redis's own CPU time during the run, far less "
+                "sensitive to other load on the machine than the rates), the EVALSHA p99, and the latency and CPU "
+                "per request of the two `/buy` rows.", ""]
+        out += md_table(ALG_COST_HEAD, [alg_cost_cells(a) for a in result["algorithms"]])
     out += ["", "## Details", ""]
     for r in result["rows"]:
         detail = "; ".join(x for x in (r.get("detail"), r.get("cost")) if x)
         if detail:
             out.append(f"- **{r['scenario']}**: {detail}")
+    for a in result.get("algorithms") or []:
+        for r in list(a["redis"].values()) + list(a["http"].values()):
+            detail = "; ".join(x for x in (r.get("detail"), r.get("cost")) if x)
+            extra = (f"p50 {fmt_ms(r.get('p50_ms'))} ms, p99 {fmt_ms(r.get('p99_ms'))} ms, CPU per wall second: "
+                     + ", ".join(f"{k[:-4]} {fmt_cpu(r.get(k))}" for k in ("gen_cpu", "app_cpu", "redis_cpu",
+                                                                            "pg_cpu", "other_cpu")
+                                 if r.get(k) is not None))
+            out.append(f"- **{a['algorithm']}, {r['scenario'].split(': ', 1)[-1] if r['key'].startswith('alg-') else r['scenario']}**"
+                       f": {fmt_rate(r.get('rate'))} {r['unit']}; {extra}; {detail}")
     out += ["", "## Invariants", "", "`seckill reconcile SALE` after the queue drained, for every sale used:", ""]
     for c in result["invariants"]:
         rep = c["report"] or {}
@@ -874,12 +1046,19 @@ HOW_MEASURED = """
   `<run prefix>-<counter>-<wrk thread>`, and counts statuses in `response()`; `done()` prints requests,
   duration and wrk's latency percentiles (closed loop: each connection sends its next request when the
   previous answer arrived, so the rate is the throughput at that concurrency).
-- **in stock**: a sale seeded with 10,000,000 items (never sells out in the run); the app's limit is set so
-  high (`SECKILL_RATE_LIMIT`, see settings) that the limiter runs on every request but never refuses: all
-  traffic comes from 127.0.0.1, so it is one hot limiter key holding about one window of requests.
+- **in stock**: a sale seeded with 10,000,000 items (never sells out in the run); the app's limit is the
+  highest it accepts (`SECKILL_RATE_LIMIT=100000/1s`, see settings), ten times what the row sends, so the
+  limiter runs on every request but never refuses (a 429 there is reported as a problem): all traffic comes
+  from 127.0.0.1, so it is one hot limiter key (for sliding-log, a log holding about one window of requests).
 - **sold out**: a sale seeded with 100 items, sold out by the first requests of the run.
 - **rate limited**: a separate app with `SECKILL_RATE_LIMIT=10/1s` on an in-stock sale; about 10 requests
-  per second are admitted (201), everything else answers 429.
+  per second are admitted (201), everything else answers 429. A refused client is answered from memory until
+  its retry time, so this path mostly does not touch Redis.
+- **main rows and algorithms**: the main table runs the app's default limiter algorithm (sliding-log). The
+  per-algorithm table repeats the rate-limited and in-stock rows for each `SECKILL_RATE_LIMIT_ALGORITHM`
+  (`DURATION_ALG` seconds each, burst left at its default, = REQUESTS), each pair on its own in-stock sale
+  `bench-alg-<algorithm>` with a new app process per row, 1 s of `/healthz` to warm it up, and the client's
+  limiter key deleted before each app starts (so the limited row does not inherit the in-stock row's state).
 - **paced at 80%**: the same wrk script with `delay()` handing out send times on a fixed schedule of 80% of
   the in-stock peak just measured (in-stock path, distinct users), over more connections
   (`PACED_CONNECTIONS`, default 256) so that the schedule and not the connection count sets the rate.
@@ -891,10 +1070,14 @@ HOW_MEASURED = """
   `SCRIPT LOAD` (no pipelining, 50 connections, single-threaded generator). buy.lua runs on the drain sale
   (seeded through the admin API with 10,000,000 items, app started with `--no-worker`): user id and order id
   are built from two independent `__rand_int__` placeholders each (`-r 2147483647`), so repeats are
-  practically impossible; its orders are the queue the worker drains afterwards. The limiter runs on a
-  hot key at 10/1s (refused path, like the rate-limited HTTP row), on a hot key with an unreachable limit
-  (admitted path with a window-sized log, like the in-stock HTTP row), and on a random key per client at
-  20/1s (admitted path of a real crowd).
+  practically impossible; its orders are the queue the worker drains afterwards. Each limiter script
+  (`limit window_ms burst nonce`, never the tests' fake clock) runs `LIMITER_REQUESTS` calls three ways: one
+  hot key at 100000 per 1000 ms with burst 100000 (admitted path, like the in-stock HTTP rows; sliding-log
+  keeps a log of about one second of calls), a random key per client (`{c__rand_int__}`, `-r 1000000`) at
+  20 per 1000 ms (the admitted path of a crowd: mostly new or expired keys), and one hot key at 10 per
+  1000 ms, burst 10 (the refused path). The nonce is `n-__rand_int__`: it can repeat under `-r`, which only
+  sliding-log would notice (two calls in the same microsecond with the same nonce would be one log member).
+  One more call right after each hot-key run shows the state it left (allowed, remaining, ...).
 - **worker drain**: with that queue in the drain sale's stream and no worker running (the app runs
   `--no-worker`), `load-tests/lib/bench.py drain` starts `seckill worker` (same settings) and polls XLEN every
   5 ms. orders/s = entries left after the first batch ÷ time from the first batch to XLEN 0 (start-up

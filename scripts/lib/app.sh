@@ -2,7 +2,8 @@
 # The seckill release binary as a background process, for scripts/run-local.sh and load-tests/.
 #
 # Source after scripts/lib/services.sh and seckill_start_services, then:
-#   seckill_app_build                 cargo build --release --locked (once per shell)
+#   seckill_app_build                 cargo build --release --locked (once per shell); with
+#                                     SECKILL_APP_PROFILE=debug, the debug binary instead
 #   seckill_app_start [VAR=VALUE...]  start `seckill serve` on a free loopback port with these extra
 #                                     SECKILL_* settings; waits for /readyz; sets SECKILL_APP_URL,
 #                                     SECKILL_APP_PID, SECKILL_APP_LOG, exports SECKILL_ADMIN_TOKEN
@@ -13,7 +14,13 @@
 #                                     report; returns its exit code (0 = the promises hold)
 
 _seckill_app_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-SECKILL_APP_BIN="$_seckill_app_root/target/release/seckill"
+if [[ "${SECKILL_APP_PROFILE:-release}" == debug ]]; then
+    SECKILL_APP_BIN="$_seckill_app_root/target/debug/seckill"
+    _seckill_app_build_args=(--locked)
+else
+    SECKILL_APP_BIN="$_seckill_app_root/target/release/seckill"
+    _seckill_app_build_args=(--release --locked)
+fi
 SECKILL_APP_PID=""
 SECKILL_APP_URL=""
 SECKILL_APP_LOG=""
@@ -22,8 +29,8 @@ _seckill_app_starts=0
 
 seckill_app_build() {
     if ((_seckill_app_built == 0)); then
-        echo "==> cargo build --release --locked" >&2
-        (cd "$_seckill_app_root" && cargo build --release --locked) || return 1
+        echo "==> cargo build ${_seckill_app_build_args[*]}" >&2
+        (cd "$_seckill_app_root" && cargo build "${_seckill_app_build_args[@]}") || return 1
         _seckill_app_built=1
     fi
 }

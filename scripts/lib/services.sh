@@ -3,9 +3,22 @@
 #
 # Source this file (do not execute it), then:
 #   seckill_ensure_tools      install/locate redis-server, redis-cli, Postgres server binaries, curl
-#   seckill_start_services    start a private Redis and Postgres on free loopback ports, export SECKILL_* vars
-#   seckill_stop_services     stop both, remove their temp dir (idempotent, safe from an EXIT trap)
+#   seckill_start_services    start a private Redis, Postgres and (unless SECKILL_TEST_CLUSTER=0) a
+#                             3-master Redis Cluster on free loopback ports, export SECKILL_* vars
+#   seckill_start_redis_cluster   start just the cluster (after seckill_start_services with
+#                             SECKILL_TEST_CLUSTER=0; a no-op if it is already up)
+#   seckill_stop_services     stop them all, remove their temp dir (idempotent, safe from an EXIT trap)
 #   seckill_free_port         print a free TCP port on 127.0.0.1
+#
+# The Redis Cluster: 3 redis-server --cluster-enabled yes nodes (no replicas, same settings as the
+# single node, cluster-node-timeout SECKILL_TEST_CLUSTER_NODE_TIMEOUT ms, default 3000), joined
+# with redis-cli --cluster create and waited for until every node says cluster_state:ok with all
+# 16384 slots. Exported:
+#   SECKILL_TEST_REDIS_CLUSTER_URL    redis://127.0.0.1:P1,redis://127.0.0.1:P2,redis://127.0.0.1:P3
+#   SECKILL_TEST_REDIS_CLUSTER_NODES  "P1:CONF1 P2:CONF2 P3:CONF3" (space-separated PORT:CONF)
+# A test may stop a node (its PID is in redis.pid next to CONF) and restart it with
+# `redis-server CONF`: same port, dir, nodes.conf and AOF. seckill_stop_services finds the
+# current PID from that pidfile, so restarted nodes are stopped too.
 #
 # These servers never touch the machine's own Redis/Postgres (6379/5432): they get their own
 # ports, data dirs and sockets in a temp dir, and are stopped by PID, never by name.
@@ -171,14 +184,23 @@ _seckill_pid_is_ours() {
     [[ "$cwd" == "$dir" || "$cwd" == "$dir"/* ]]
 }
 
+# True if PID $1 exists and has not exited. A zombie counts as exited: daemonized servers are
+# reaped by PID 1, which in some containers does that only every few seconds.
+_seckill_pid_running() {
+    local pid="$1" state=""
+    kill -0 "$pid" 2>/dev/null || return 1
+    state="$(sed -n 's/^State:[[:space:]]*\([A-Za-z]\).*/\1/p' "/proc/$pid/status" 2>/dev/null)" || state=""
+    [[ "$state" != Z ]]
+}
+
 # Waits up to $2 tenths of a second for PID $1 to exit.
 _seckill_wait_pid_gone() {
     local pid="$1" tenths="$2" i
     for ((i = 0; i < tenths; i++)); do
-        kill -0 "$pid" 2>/dev/null || return 0
+        _seckill_pid_running "$pid" || return 0
         sleep 0.1
     done
-    ! kill -0 "$pid" 2>/dev/null
+    ! _seckill_pid_running "$pid"
 }
 
 # SIGTERM, bounded wait, then SIGKILL.
@@ -337,6 +359,187 @@ _seckill_stop_postgres() {
     fi
 }
 
+# Redis Cluster (3 masters, no replicas), started by seckill_start_redis_cluster.
+
+# Prints a free port P on 127.0.0.1 whose cluster bus port P+10000 is free too (so P <= 55535)
+# and which is neither of the ports given as arguments (nor their bus ports).
+_seckill_cluster_free_port() {
+    local i port taken ok
+    for ((i = 0; i < 200; i++)); do
+        port="$(seckill_free_port)" || return 1
+        ((port + 10000 <= 65535)) || continue
+        ok=1
+        for taken in "$@"; do
+            if ((port == taken || port == taken + 10000 || port + 10000 == taken)); then
+                ok=0
+                break
+            fi
+        done
+        ((ok)) || continue
+        if ! _seckill_port_in_use "$((port + 10000))"; then
+            printf '%s\n' "$port"
+            return 0
+        fi
+    done
+    _seckill_log "could not find a free TCP port pair (port, port+10000) for a cluster node"
+    return 1
+}
+
+# Starts cluster node $3 (1..3) in $1/cluster/node$3 on a free port (other than the ports in
+# $4...), retrying on a new port if that one is taken meanwhile. Sets _SECKILL_CLUSTER_NODE_PORT.
+_seckill_start_cluster_node() {
+    local tmp="$1" redis_server="$2" index="$3" attempt port conf dir deadline pid
+    shift 3
+    dir="$tmp/cluster/node$index"
+    conf="$dir/redis.conf"
+    mkdir -p "$dir" || return 1
+    for ((attempt = 1; attempt <= 3; attempt++)); do
+        port="$(_seckill_cluster_free_port "$@")" || return 1
+        rm -rf "$dir/redis.pid" "$dir/redis.log" "$dir/nodes.conf" "$dir/appendonlydir" "$dir/appendonly.aof"
+        # The single node's settings plus cluster mode. Restart with: redis-server "$conf" (same
+        # port, dir, nodes.conf and AOF); redis-server chdirs to $dir and writes $dir/redis.pid.
+        cat >"$conf" <<EOC || return 1
+bind 127.0.0.1
+port $port
+protected-mode yes
+daemonize yes
+dir "$dir"
+logfile "$dir/redis.log"
+pidfile "$dir/redis.pid"
+appendonly yes
+appendfsync everysec
+save ""
+cluster-enabled yes
+cluster-config-file "$dir/nodes.conf"
+cluster-node-timeout $_SECKILL_CLUSTER_NODE_TIMEOUT
+EOC
+        if ! (cd "$dir" && timeout 30 "$redis_server" "$conf"); then
+            _seckill_log "cluster node $index failed to start on port $port (attempt $attempt)"
+            _seckill_tail_log "$dir/redis.log"
+            continue
+        fi
+        deadline=$((SECONDS + 10))
+        while ((SECONDS < deadline)); do
+            if [[ "$(timeout 3 redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == "PONG" ]]; then
+                _SECKILL_CLUSTER_NODE_PORT="$port"
+                return 0
+            fi
+            if grep -qE 'Address already in use|aborting' "$dir/redis.log" 2>/dev/null; then
+                break
+            fi
+            pid="$(tr -dc '0-9' 2>/dev/null <"$dir/redis.pid")" || pid=""
+            if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+                break
+            fi
+            sleep 0.1
+        done
+        _seckill_log "cluster node $index on port $port did not answer PING (attempt $attempt)"
+        _seckill_tail_log "$dir/redis.log"
+        _seckill_stop_cluster_node "$tmp" "$dir"
+    done
+    return 1
+}
+
+# Stops the cluster node whose directory is $2, by the PID in its pidfile (which redis-server
+# rewrites on every start, so this also finds a node that a test stopped and restarted).
+_seckill_stop_cluster_node() {
+    local tmp="$1" dir="$2" pid=""
+    if [[ -f "$dir/redis.pid" ]]; then
+        pid="$(tr -dc '0-9' 2>/dev/null <"$dir/redis.pid")" || pid=""
+    fi
+    if [[ -n "$pid" ]] && _seckill_pid_is_ours "$pid" "$tmp"; then
+        _seckill_kill_pid "$pid" 100
+    fi
+    rm -f "$dir/redis.pid"
+}
+
+_seckill_stop_redis_cluster() {
+    local tmp="$1" dir
+    for dir in "$tmp"/cluster/node*; do
+        [[ -d "$dir" ]] || continue
+        _seckill_stop_cluster_node "$tmp" "$dir"
+    done
+}
+
+# True once every node on the given ports reports cluster_state:ok, all 16384 slots assigned
+# and ok, and knows all the given nodes.
+_seckill_cluster_is_ok() {
+    local port info
+    for port in "$@"; do
+        info="$(timeout 3 redis-cli -h 127.0.0.1 -p "$port" cluster info 2>/dev/null | tr -d '\r')" || return 1
+        grep -qx 'cluster_state:ok' <<<"$info" || return 1
+        grep -qx 'cluster_slots_assigned:16384' <<<"$info" || return 1
+        grep -qx 'cluster_slots_ok:16384' <<<"$info" || return 1
+        grep -qx "cluster_known_nodes:$#" <<<"$info" || return 1
+    done
+}
+
+# Starts a 3-master Redis Cluster (no replicas) next to the servers of seckill_start_services
+# (call that first) and exports SECKILL_TEST_REDIS_CLUSTER_URL and SECKILL_TEST_REDIS_CLUSTER_NODES.
+# On failure, stops the nodes it started and returns 1 (the single node and Postgres stay up).
+seckill_start_redis_cluster() {
+    local tmp="${_SECKILL_OWNED_DIR:-}" redis_server index deadline started_ns elapsed_ms port
+    local -a ports=() seeds=() nodes=()
+    if [[ -z "$tmp" || ! -d "$tmp" ]]; then
+        _seckill_log "seckill_start_redis_cluster: run seckill_start_services first"
+        return 1
+    fi
+    if [[ -n "${SECKILL_TEST_REDIS_CLUSTER_URL:-}" && -d "$tmp/cluster" ]]; then
+        return 0 # already started by this shell
+    fi
+    redis_server="$(command -v redis-server)" || {
+        _seckill_log "redis-server not found (run seckill_ensure_tools)"
+        return 1
+    }
+    started_ns="$(date +%s%N)"
+    _SECKILL_CLUSTER_NODE_TIMEOUT="${SECKILL_TEST_CLUSTER_NODE_TIMEOUT:-3000}"
+    if ! [[ "$_SECKILL_CLUSTER_NODE_TIMEOUT" =~ ^[1-9][0-9]*$ ]]; then
+        _seckill_log "SECKILL_TEST_CLUSTER_NODE_TIMEOUT must be a number of milliseconds"
+        return 1
+    fi
+    for index in 1 2 3; do
+        _SECKILL_CLUSTER_NODE_PORT=""
+        if ! _seckill_start_cluster_node "$tmp" "$redis_server" "$index" "${ports[@]}"; then
+            _seckill_log "could not start Redis Cluster node $index"
+            _seckill_stop_redis_cluster "$tmp"
+            return 1
+        fi
+        ports+=("$_SECKILL_CLUSTER_NODE_PORT")
+        seeds+=("127.0.0.1:$_SECKILL_CLUSTER_NODE_PORT")
+        nodes+=("$_SECKILL_CLUSTER_NODE_PORT:$tmp/cluster/node$index/redis.conf")
+    done
+
+    # --cluster create assigns the slots, introduces the nodes and waits until they agree on the
+    # configuration; cluster_state:ok on every node can still lag behind by a moment.
+    if ! timeout 60 redis-cli --cluster create "${seeds[@]}" --cluster-replicas 0 --cluster-yes \
+        </dev/null >"$tmp/cluster/create.log" 2>&1; then
+        _seckill_log "redis-cli --cluster create ${seeds[*]} failed"
+        _seckill_tail_log "$tmp/cluster/create.log"
+        _seckill_stop_redis_cluster "$tmp"
+        return 1
+    fi
+    deadline=$((SECONDS + 30))
+    until _seckill_cluster_is_ok "${ports[@]}"; do
+        if ((SECONDS >= deadline)); then
+            _seckill_log "Redis Cluster ${seeds[*]} did not reach cluster_state:ok within 30 s"
+            for port in "${ports[@]}"; do
+                _seckill_log "--- CLUSTER INFO of 127.0.0.1:$port ---"
+                timeout 3 redis-cli -h 127.0.0.1 -p "$port" cluster info >&2 2>/dev/null || true
+            done
+            _seckill_stop_redis_cluster "$tmp"
+            return 1
+        fi
+        sleep 0.1
+    done
+
+    export SECKILL_TEST_REDIS_CLUSTER_URL
+    SECKILL_TEST_REDIS_CLUSTER_URL="$(printf 'redis://%s,' "${seeds[@]}")"
+    SECKILL_TEST_REDIS_CLUSTER_URL="${SECKILL_TEST_REDIS_CLUSTER_URL%,}"
+    export SECKILL_TEST_REDIS_CLUSTER_NODES="${nodes[*]}"
+    elapsed_ms=$((($(date +%s%N) - started_ns) / 1000000))
+    _seckill_log "redis cluster $SECKILL_TEST_REDIS_CLUSTER_URL (3 masters, node timeout ${_SECKILL_CLUSTER_NODE_TIMEOUT} ms, up in $((elapsed_ms / 1000)).$(printf '%03d' $((elapsed_ms % 1000))) s)"
+}
+
 # Last resort: any redis-server/postgres process whose working directory is inside our temp dir.
 _seckill_sweep() {
     local tmp="$1" proc pid cwd comm
@@ -354,7 +557,8 @@ _seckill_sweep() {
     done
 }
 
-# Starts a private Redis and Postgres; exports the SECKILL_* variables (see below).
+# Starts a private Redis, Postgres and, unless SECKILL_TEST_CLUSTER=0, a Redis Cluster; exports
+# the SECKILL_* variables (see below and the top of this file).
 # On failure, stops whatever it started and returns 1.
 seckill_start_services() {
     local redis_server pg_bin psql tmp base
@@ -443,6 +647,21 @@ seckill_start_services() {
 
     _seckill_log "redis    $SECKILL_REDIS_URL (pid $(cat "$tmp/redis/redis.pid" 2>/dev/null || echo '?'))"
     _seckill_log "postgres $SECKILL_DATABASE_URL (data $tmp/pg)"
+
+    # A cluster inherited from a parent process is not ours: only export the one we start.
+    unset SECKILL_TEST_REDIS_CLUSTER_URL SECKILL_TEST_REDIS_CLUSTER_NODES
+    case "${SECKILL_TEST_CLUSTER:-1}" in
+        0 | no | false | off)
+            _seckill_log "redis cluster not started (SECKILL_TEST_CLUSTER=$SECKILL_TEST_CLUSTER)"
+            ;;
+        *)
+            if ! seckill_start_redis_cluster; then
+                _seckill_log "could not start the Redis Cluster (SECKILL_TEST_CLUSTER=0 skips it)"
+                seckill_stop_services
+                return 1
+            fi
+            ;;
+    esac
 }
 
 # Stops the servers started by seckill_start_services and removes their temp dir.
@@ -457,6 +676,7 @@ seckill_stop_services() {
             */seckill-services.*)
                 _seckill_stop_postgres "$tmp" "${SECKILL_TEST_PG_CTL:-}"
                 _seckill_stop_redis "$tmp"
+                _seckill_stop_redis_cluster "$tmp"
                 _seckill_sweep "$tmp"
                 rm -rf -- "$tmp" || _seckill_log "could not remove $tmp"
                 ;;
@@ -468,6 +688,7 @@ seckill_stop_services() {
     _SECKILL_OWNED_DIR=""
     unset SECKILL_SERVICES_DIR SECKILL_REDIS_PORT SECKILL_PG_PORT SECKILL_REDIS_URL SECKILL_DATABASE_URL \
         SECKILL_TEST_REDIS_URL SECKILL_TEST_DATABASE_URL SECKILL_TEST_PG_CTL SECKILL_TEST_PG_DATA \
-        SECKILL_TEST_PG_LOG SECKILL_TEST_PG_RUNAS SECKILL_TEST_REDIS_SERVER SECKILL_TEST_REDIS_CONF
+        SECKILL_TEST_PG_LOG SECKILL_TEST_PG_RUNAS SECKILL_TEST_REDIS_SERVER SECKILL_TEST_REDIS_CONF \
+        SECKILL_TEST_REDIS_CLUSTER_URL SECKILL_TEST_REDIS_CLUSTER_NODES
     return 0
 }

@@ -11,12 +11,14 @@ use actix_web::{FromRequest, HttpRequest, HttpResponse, web};
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
+use utoipa::ToSchema;
 
 use super::AppState;
+use crate::db;
 use crate::domain::SaleId;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
+use crate::reconcile::{self, ReconcileReport};
 use crate::redis_store::{SaleSpec, SaleState, SeedOutcome};
-use crate::{db, reconcile};
 
 /// Largest stock one sale may hold (the buyer set grows to this many members).
 pub const MAX_STOCK: i64 = 10_000_000;
@@ -45,9 +47,44 @@ impl FromRequest for Admin {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// The `{sale_id}` of the admin routes (documentation: the handlers validate it themselves).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub struct SalePath {
+    /// 1-64 characters of `[A-Za-z0-9_-]`.
+    #[param(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
+    sale_id: String,
+}
+
+/// The errors every admin route can answer, for the OpenAPI document.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum AdminErrors {
+    /// `invalid_request`: bad sale id or body
+    #[response(status = 400)]
+    InvalidRequest(ErrorBody<'static>),
+    /// `unauthorized`: missing or wrong bearer token
+    #[response(status = 401)]
+    Unauthorized(ErrorBody<'static>),
+    /// `admin_disabled`: no admin token is configured
+    #[response(status = 403)]
+    AdminDisabled(ErrorBody<'static>),
+    /// `internal`
+    #[response(status = 500)]
+    Internal(ErrorBody<'static>),
+    /// `unavailable`: Redis or Postgres is unreachable
+    #[response(status = 503)]
+    Unavailable(ErrorBody<'static>),
+}
+
+/// A sale to create or re-seed. Unknown fields are refused.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SeedRequest {
+    /// Items for sale, 0 to 10,000,000.
+    #[schema(minimum = 0, maximum = 10_000_000)]
+    #[serde(deserialize_with = "integral")]
     stock: i64,
     #[serde(default, with = "time::serde::rfc3339::option")]
     starts_at: Option<OffsetDateTime>,
@@ -57,7 +94,7 @@ pub struct SeedRequest {
 
 /// A sale's state: `sold` and `queued` from Redis, `persisted` from Postgres (`null` while
 /// Postgres is unreachable).
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 pub struct SaleStatus {
     pub sale_id: String,
     pub stock_initial: i64,
@@ -71,6 +108,17 @@ pub struct SaleStatus {
     pub ends_at: Option<OffsetDateTime>,
 }
 
+/// An integer, also when written with a zero fraction (`2326.0`): JSON Schema's `integer`
+/// allows that, so a client generated from the document may send it.
+fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    let number = serde_json::Number::deserialize(deserializer)?;
+    match (number.as_i64(), number.as_f64()) {
+        (Some(n), _) => Ok(n),
+        (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(f as i64),
+        _ => Err(serde::de::Error::custom(format!("expected an integer, got {number}"))),
+    }
+}
+
 fn sale_from_path(path: &str) -> Result<SaleId, ApiError> {
     SaleId::parse(path).map_err(ApiError::InvalidRequest)
 }
@@ -78,6 +126,21 @@ fn sale_from_path(path: &str) -> Result<SaleId, ApiError> {
 /// Creates or re-seeds a sale. The Postgres record and the Redis seed succeed together: the
 /// Postgres transaction commits only after Redis accepted the seed. A sale with buyers is never
 /// re-seeded (409), so nobody's purchase is erased.
+#[utoipa::path(
+    put,
+    path = "/admin/sales/{sale_id}",
+    tag = "admin",
+    params(SalePath),
+    security(("bearer" = [])),
+    request_body = SeedRequest,
+    responses(
+        (status = 200, description = "Seeded; the sale's state", body = SaleStatus),
+        (status = 409, description = "`sale_in_progress`: the sale has buyers and cannot be re-seeded", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
+        AdminErrors,
+    )
+)]
 pub async fn seed(
     _admin: Admin,
     path: web::Path<String>,
@@ -111,6 +174,19 @@ pub async fn seed(
     Ok(HttpResponse::Ok().json(status))
 }
 
+/// The sale's state: `sold` and `queued` from Redis, `persisted` from Postgres.
+#[utoipa::path(
+    get,
+    path = "/admin/sales/{sale_id}",
+    tag = "admin",
+    params(SalePath),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The sale's state", body = SaleStatus),
+        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        AdminErrors,
+    )
+)]
 pub async fn status(
     _admin: Admin,
     path: web::Path<String>,
@@ -139,6 +215,18 @@ async fn sale_status(state: &AppState, sale: &SaleId) -> Result<SaleStatus, ApiE
 }
 
 /// Reports the differences between the sale's Redis buyers and its Postgres orders.
+#[utoipa::path(
+    get,
+    path = "/admin/sales/{sale_id}/reconcile",
+    tag = "admin",
+    params(SalePath),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The report", body = ReconcileReport),
+        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        AdminErrors,
+    )
+)]
 pub async fn reconcile_check(
     _admin: Admin,
     path: web::Path<String>,
@@ -150,6 +238,18 @@ pub async fn reconcile_check(
 }
 
 /// Repairs what Redis can repair (missing orders, a missing `sales` row) and reports.
+#[utoipa::path(
+    post,
+    path = "/admin/sales/{sale_id}/reconcile",
+    tag = "admin",
+    params(SalePath),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The report after the repair", body = ReconcileReport),
+        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        AdminErrors,
+    )
+)]
 pub async fn reconcile_repair(
     _admin: Admin,
     path: web::Path<String>,

@@ -3,6 +3,7 @@
 mod admin;
 mod buy;
 mod health;
+mod openapi;
 
 use std::sync::Arc;
 
@@ -11,13 +12,14 @@ use secrecy::SecretString;
 use sqlx::PgPool;
 
 use crate::client_ip::TrustedProxies;
-use crate::config::RateLimit;
 use crate::error::ApiError;
+use crate::limiter::Limiter;
+use crate::metrics::Metrics;
 use crate::redis_store::RedisStore;
-use crate::refusals::RecentRefusals;
 use crate::sold_out::SoldOutFlags;
 
 pub use admin::SaleStatus;
+pub use openapi::ApiDoc;
 
 /// Largest request body accepted; larger ones answer 413.
 pub const MAX_BODY_BYTES: usize = 4 * 1024;
@@ -29,9 +31,10 @@ pub struct AppState {
     /// Sales this instance knows to be sold out (answered without Redis).
     pub sold_out: Arc<SoldOutFlags>,
     pub pool: PgPool,
-    pub rate_limit: RateLimit,
-    /// Clients the limiter refused, answered 429 without Redis until they may try again.
-    pub refusals: Arc<RecentRefusals>,
+    /// The rate limiter's policy and the clients it recently refused.
+    pub limiter: Arc<Limiter>,
+    /// This process's metrics (shared with its worker).
+    pub metrics: Arc<Metrics>,
     pub proxies: TrustedProxies,
     /// `None`: admin routes are disabled and answer 403.
     pub admin_token: Option<SecretString>,
@@ -49,29 +52,27 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
         cfg.app_data(web::Data::new(state))
             .app_data(json)
             .app_data(path)
-            .service(web::resource("/buy").route(web::post().to(buy::buy)).default_service(web::to(method_not_allowed)))
+            .service(web::resource("/metrics").route(web::get().to(metrics)).default_service(allow("GET")))
+            .service(
+                web::resource("/openapi.json")
+                    .route(web::get().to(openapi::openapi_json))
+                    .default_service(allow("GET")),
+            )
+            .service(web::resource("/buy").route(web::post().to(buy::buy)).default_service(allow("POST")))
             .service(
                 web::resource("/admin/sales/{sale_id}")
                     .route(web::put().to(admin::seed))
                     .route(web::get().to(admin::status))
-                    .default_service(web::to(method_not_allowed)),
+                    .default_service(allow("GET, PUT")),
             )
             .service(
                 web::resource("/admin/sales/{sale_id}/reconcile")
                     .route(web::get().to(admin::reconcile_check))
                     .route(web::post().to(admin::reconcile_repair))
-                    .default_service(web::to(method_not_allowed)),
+                    .default_service(allow("GET, POST")),
             )
-            .service(
-                web::resource("/healthz")
-                    .route(web::get().to(health::healthz))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/readyz")
-                    .route(web::get().to(health::readyz))
-                    .default_service(web::to(method_not_allowed)),
-            )
+            .service(web::resource("/healthz").route(web::get().to(health::healthz)).default_service(allow("GET")))
+            .service(web::resource("/readyz").route(web::get().to(health::readyz)).default_service(allow("GET")))
             .default_service(web::to(not_found));
     }
 }
@@ -80,6 +81,14 @@ async fn not_found(_req: HttpRequest) -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound)
 }
 
-async fn method_not_allowed(_req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    Err(ApiError::MethodNotAllowed)
+/// A resource's answer to any other method: 405 with `Allow: <methods>` (RFC 9110).
+fn allow(methods: &'static str) -> actix_web::Route {
+    web::to(move || async move { Err::<HttpResponse, _>(ApiError::MethodNotAllowed { allow: methods }) })
+}
+
+/// `GET /metrics`: Prometheus text exposition of this process's metrics.
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain; version=0.0.4")))]
+async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(state.metrics.render())
 }

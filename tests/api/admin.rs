@@ -131,3 +131,14 @@ async fn the_status_of_an_unknown_sale_is_404() {
         .unwrap();
     assert_error(response, 404, "unknown_sale").await;
 }
+
+#[tokio::test]
+async fn a_stock_written_with_a_zero_fraction_is_an_integer_and_a_real_fraction_is_not() {
+    // JSON Schema's `integer` (the OpenAPI document) allows 7.0, so clients may send it.
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    let seeded = app.seed(&sale, json!({"stock": 7.0})).await;
+    assert_eq!(seeded.status(), 200);
+    assert_eq!(seeded.json::<Value>().await.unwrap()["stock_initial"], 7);
+    assert_error(app.seed(&sale, json!({"stock": 7.5})).await, 400, "invalid_request").await;
+}

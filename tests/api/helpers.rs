@@ -5,6 +5,7 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use seckill::config::{Config, RateLimit};
+use seckill::limiter::Algorithm;
 use seckill::startup::Application;
 use seckill::worker::{Worker, WorkerSettings};
 use secrecy::{ExposeSecret, SecretString};
@@ -20,6 +21,9 @@ pub async fn test_config() -> Config {
         database_url: SecretString::from(crate::common::create_database().await),
         admin_token: Some(SecretString::from(ADMIN_TOKEN)),
         rate_limit: RateLimit { limit: 100_000, window: Duration::from_secs(1) },
+        rate_limit_algorithm: Algorithm::SlidingLog,
+        rate_limit_burst: None,
+        log_format: seckill::telemetry::LogFormat::Text,
         trusted_proxies: vec![],
         key_prefix: crate::common::new_key_prefix(),
         redis_timeout: Duration::from_secs(1),
@@ -62,7 +66,7 @@ pub async fn spawn_app() -> TestApp {
 /// Starts the service after `tweak` adjusted the test configuration.
 pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config), run_worker: bool) -> TestApp {
     if std::env::var_os("TEST_LOG").is_some() {
-        seckill::telemetry::init();
+        seckill::telemetry::init(seckill::telemetry::LogFormat::Text);
     }
     let mut config = test_config().await;
     tweak(&mut config);
@@ -86,7 +90,7 @@ async fn spawn_app_on(config: Config, run_worker: bool) -> TestApp {
 impl TestApp {
     /// A worker on this app's database and prefix, driven step by step by the test.
     pub fn manual_worker(&self, consumer: &str, claim_timeout: Duration) -> Worker {
-        let redis = seckill::redis_store::connect(&self.config.redis_url, Duration::from_secs(5)).unwrap();
+        let redis = seckill::redis_conn::connect(&self.config.redis_url, Duration::from_secs(5)).unwrap();
         Worker::new(
             redis,
             self.pool.clone(),
@@ -97,6 +101,7 @@ impl TestApp {
                 block: Duration::from_millis(50),
                 claim_timeout,
             },
+            Default::default(),
         )
     }
 }

@@ -4,6 +4,7 @@ use std::process::Command;
 
 use redis::AsyncCommands;
 
+use crate::common::first_redis_url;
 use crate::helpers::redis_url;
 
 /// The example command of `lua/<file>`, with its arguments split as a shell would (single quotes).
@@ -31,8 +32,9 @@ fn example(file: &str) -> Vec<String> {
 
 fn run(file: &str) -> String {
     let output = Command::new("redis-cli")
+        .arg("-c") // on a cluster, follow MOVED to the node that owns the key
         .arg("-u")
-        .arg(redis_url())
+        .arg(first_redis_url())
         .args(example(file))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
@@ -44,16 +46,23 @@ fn run(file: &str) -> String {
 #[tokio::test]
 async fn every_lua_header_example_works_as_documented() {
     // The examples use the default "seckill" prefix and sale "demo": start from a clean slate.
-    let mut redis = seckill::redis_store::connect(&redis_url().into(), std::time::Duration::from_secs(5)).unwrap();
+    let mut redis = seckill::redis_conn::connect(&redis_url().into(), std::time::Duration::from_secs(5)).unwrap();
     let keys = ["meta", "stock", "buyers", "orders"].map(|k| format!("seckill:{{sale:demo}}:{k}"));
     let _: () = redis.del(&keys).await.unwrap();
-    let _: () = redis.del("seckill:ratelimit:{127.0.0.1}").await.unwrap();
+    let limiters = ["sliding_log", "sliding_counter", "fixed_window", "token_bucket", "gcra"];
+    let limiter_keys = limiters.map(|l| format!("seckill:ratelimit:{}:{{127.0.0.1}}", l.replace('_', "-")));
+    let _: () = redis.del(&limiter_keys).await.unwrap();
 
     assert_eq!(run("seed.lua").trim(), "ok");
     assert_eq!(run("buy.lua").trim(), "ok");
     assert_eq!(run("buy.lua").trim(), "already_purchased");
     assert_eq!(run("ack.lua").trim(), "0");
-    assert_eq!(run("sliding_window.lua").split_whitespace().collect::<Vec<_>>(), ["1", "19", "0"]);
+    for limiter in limiters {
+        let reply: Vec<i64> = run(&format!("{limiter}.lua")).split_whitespace().map(|n| n.parse().unwrap()).collect();
+        assert_eq!(reply[..3], [1, 19, 0], "{limiter}: admitted, 19 left of 20, no wait");
+        assert!((1..=2_000_000).contains(&reply[3]), "{limiter}: reset {} us", reply[3]);
+    }
+    let _: () = redis.del(&limiter_keys).await.unwrap();
 
     let stock: i64 = redis.get(&keys[1]).await.unwrap();
     let queued: i64 = redis.xlen(&keys[3]).await.unwrap();

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
 use redis::{Arg, Cmd, Pipeline, RedisFuture, Value};
+use seckill::redis_conn::RedisConnection;
 use seckill::scripts;
 use secrecy::SecretString;
 
@@ -12,7 +13,7 @@ use crate::helpers::redis_url;
 /// A connection that runs SCRIPT FLUSH just before each of its first `flushes` EVALSHA calls,
 /// as if an operator flushed the scripts at the worst possible moment, again and again.
 struct FlushingConnection {
-    inner: ConnectionManager,
+    inner: RedisConnection,
     flushes: usize,
 }
 
@@ -44,10 +45,10 @@ impl ConnectionLike for FlushingConnection {
 
 #[tokio::test]
 async fn a_script_flushed_again_between_its_reload_and_its_retry_still_runs() {
-    let inner = seckill::redis_store::connect(&SecretString::from(redis_url()), Duration::from_secs(5)).unwrap();
-    let key = format!("test-{}:ratelimit:{{192.0.2.1}}", uuid::Uuid::now_v7().simple());
-    let mut limiter = scripts::SLIDING_WINDOW.prepare_invoke();
-    limiter.key(&key).arg(10).arg(60_000).arg(uuid::Uuid::now_v7().to_string());
+    let inner = seckill::redis_conn::connect(&SecretString::from(redis_url()), Duration::from_secs(5)).unwrap();
+    let key = format!("test-{}:ratelimit:sliding-log:{{192.0.2.1}}", uuid::Uuid::now_v7().simple());
+    let mut limiter = scripts::SLIDING_LOG.prepare_invoke();
+    limiter.key(&key).arg(10).arg(60_000).arg(10).arg(uuid::Uuid::now_v7().to_string());
 
     // redis-rs alone reloads once: a flush before both its EVALSHAs fails the call.
     let mut twice = FlushingConnection { inner: inner.clone(), flushes: 2 };

@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use seckill::domain::SaleId;
+use seckill::redis_conn::{RedisConnection, RedisTarget};
 use seckill::redis_store::{CONSUMER_GROUP, RedisStore};
 use seckill::routes::SaleStatus;
 use secrecy::SecretString;
@@ -22,8 +22,59 @@ pub fn env(name: &str) -> String {
     })
 }
 
+/// `SECKILL_TEST_REDIS_URL`: one server, or a cluster's comma-separated seed nodes (the second
+/// pass of `scripts/test.sh` runs the api tests against a local 3-master cluster).
 pub fn redis_url() -> String {
     env("SECKILL_TEST_REDIS_URL")
+}
+
+/// The first URL of `redis_url()`: the server, or one seed node.
+pub fn first_redis_url() -> String {
+    RedisTarget::parse(&redis_url()).expect("valid SECKILL_TEST_REDIS_URL").urls()[0].clone()
+}
+
+/// A blocking connection, for tests outside async code: routed by key on a cluster.
+pub fn sync_connection() -> Box<dyn redis::ConnectionLike> {
+    match RedisTarget::parse(&redis_url()).expect("valid SECKILL_TEST_REDIS_URL") {
+        RedisTarget::Single(url) => Box::new(redis::Client::open(url).and_then(|c| c.get_connection()).unwrap()),
+        RedisTarget::Cluster(seeds) => {
+            Box::new(redis::cluster::ClusterClient::new(seeds).and_then(|c| c.get_connection()).unwrap())
+        }
+    }
+}
+
+/// The URL of every master: the server itself, or each master the cluster reports.
+pub fn redis_masters() -> Vec<String> {
+    let first = match RedisTarget::parse(&redis_url()).expect("valid SECKILL_TEST_REDIS_URL") {
+        RedisTarget::Single(url) => return vec![url],
+        RedisTarget::Cluster(seeds) => seeds[0].clone(),
+    };
+    let mut con = redis::Client::open(first.as_str()).and_then(|c| c.get_connection()).unwrap();
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut con).expect("cluster nodes");
+    nodes
+        .lines()
+        .filter(|line| line.contains("master") && !line.contains("fail"))
+        .filter_map(|line| line.split_whitespace().nth(1)?.split('@').next().map(|addr| format!("redis://{addr}")))
+        .collect()
+}
+
+/// Every key matching `pattern`, scanned on every master (SCAN covers one node only).
+pub fn scan_keys(pattern: &str) -> Vec<String> {
+    let mut keys = vec![];
+    for url in redis_masters() {
+        let mut con = redis::Client::open(url).and_then(|c| c.get_connection()).unwrap();
+        let found: redis::Iter<String> = redis::cmd("SCAN")
+            .cursor_arg(0)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(5000)
+            .clone()
+            .iter(&mut con)
+            .expect("scan");
+        keys.extend(found.map(|key| key.expect("scan")));
+    }
+    keys
 }
 
 /// Creates an empty database on the test Postgres and returns its URL.
@@ -52,15 +103,21 @@ pub struct Probe {
     pub address: String,
     pub client: reqwest::Client,
     pub pool: PgPool,
-    pub redis: ConnectionManager,
+    pub redis: RedisConnection,
     pub store: RedisStore,
 }
 
 impl Probe {
     /// A probe for the service at `address` using that database and key prefix.
     pub fn new(address: String, database_url: &str, key_prefix: &str) -> Self {
+        Self::on_redis(address, database_url, key_prefix, &redis_url())
+    }
+
+    /// The same, for a service on the Redis (server or cluster seeds) at `redis_url`.
+    pub fn on_redis(address: String, database_url: &str, key_prefix: &str, redis_url: &str) -> Self {
         let pool = seckill::db::connect_lazy(&SecretString::from(database_url.to_owned()), 5).unwrap();
-        let redis = seckill::redis_store::connect(&SecretString::from(redis_url()), Duration::from_secs(5)).unwrap();
+        let redis =
+            seckill::redis_conn::connect(&SecretString::from(redis_url.to_owned()), Duration::from_secs(5)).unwrap();
         let store = RedisStore::new(redis.clone(), key_prefix.to_owned());
         let client = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
         Self { address, client, pool, redis, store }

@@ -22,6 +22,7 @@ pub struct Deployment {
     _serial: MutexGuard<'static, ()>,
     probe: Probe,
     pub database_url: String,
+    pub redis_url: String,
     pub key_prefix: String,
     pub port: u16,
     env: Vec<(String, String)>,
@@ -45,20 +46,26 @@ impl Deployment {
     /// A fresh deployment, once no other test of this binary runs; `env` adds or overrides
     /// `SECKILL_*` settings of its processes.
     pub async fn new(env: &[(&str, &str)]) -> Self {
+        Self::on_redis(&common::redis_url(), env).await
+    }
+
+    /// The same, on the Redis (one server, or a cluster's seed nodes) at `redis_url`.
+    pub async fn on_redis(redis_url: &str, env: &[(&str, &str)]) -> Self {
         let serial = SERIAL.lock().await;
         let database_url = common::create_database().await;
         let key_prefix = common::new_key_prefix();
         let port = free_port();
-        let probe = Probe::new(format!("http://127.0.0.1:{port}"), &database_url, &key_prefix);
+        let probe = Probe::on_redis(format!("http://127.0.0.1:{port}"), &database_url, &key_prefix, redis_url);
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Self { _serial: serial, probe, database_url, key_prefix, port, env, starts: 0 }
+        let redis_url = redis_url.to_owned();
+        Self { _serial: serial, probe, database_url, redis_url, key_prefix, port, env, starts: 0 }
     }
 
     /// The environment every process of this deployment gets.
     fn process_env(&self) -> Vec<(String, String)> {
         let mut vars: Vec<(String, String)> = [
             ("SECKILL_LISTEN", format!("127.0.0.1:{}", self.port)),
-            ("SECKILL_REDIS_URL", common::redis_url()),
+            ("SECKILL_REDIS_URL", self.redis_url.clone()),
             ("SECKILL_DATABASE_URL", self.database_url.clone()),
             ("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN.to_owned()),
             ("SECKILL_KEY_PREFIX", self.key_prefix.clone()),
@@ -82,23 +89,42 @@ impl Deployment {
         (service, sale)
     }
 
-    /// Starts `seckill serve` and waits until it answers `/healthz`.
+    /// Starts `seckill serve` on the deployment's port and waits until it answers `/healthz`.
     pub async fn start(&mut self) -> Seckill {
+        self.start_process(self.port, &[]).await
+    }
+
+    /// The same, with `env` on top of the deployment's settings.
+    pub async fn start_with(&mut self, env: &[(&str, &str)]) -> Seckill {
+        self.start_process(self.port, env).await
+    }
+
+    /// Starts one more `seckill serve` of this deployment, on a port of its own, with `env` on
+    /// top of the deployment's settings.
+    pub async fn start_instance(&mut self, env: &[(&str, &str)]) -> Seckill {
+        self.start_process(free_port(), env).await
+    }
+
+    async fn start_process(&mut self, port: u16, env: &[(&str, &str)]) -> Seckill {
         self.starts += 1;
+        let address = format!("http://127.0.0.1:{port}");
         let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-{}.log", self.key_prefix, self.starts));
         let child = Command::new(env!("CARGO_BIN_EXE_seckill"))
             .arg("serve")
             .envs(self.process_env())
+            .env("SECKILL_LISTEN", format!("127.0.0.1:{port}"))
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&log).unwrap())
             .stderr(std::fs::File::create(&log).unwrap().try_clone().unwrap())
             .kill_on_drop(true)
             .spawn()
             .expect("spawn the seckill binary");
-        let mut process = Seckill { child, log };
+        let mut process = Seckill { child, log, address };
         let until = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(r) = self.client.get(self.url("/healthz")).timeout(Duration::from_secs(1)).send().await
+            let health = format!("{}/healthz", process.address);
+            if let Ok(r) = self.client.get(health).timeout(Duration::from_secs(1)).send().await
                 && r.status() == 200
             {
                 return process;
@@ -117,6 +143,8 @@ impl Deployment {
 pub struct Seckill {
     child: Child,
     pub log: PathBuf,
+    /// `http://127.0.0.1:<port>`
+    pub address: String,
 }
 
 impl Drop for Seckill {

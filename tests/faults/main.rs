@@ -9,7 +9,10 @@ mod harness;
 mod storm;
 
 mod bad_input;
+mod cluster;
 mod crash;
+mod instances;
+mod logs;
 mod outages;
 mod reseed;
 mod storms;

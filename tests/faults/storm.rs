@@ -23,6 +23,9 @@ pub struct StormReport {
     pub interrupted: Vec<(String, String)>,
     /// Bodies of 5xx answers (the first few).
     pub server_error_bodies: Vec<String>,
+    /// Users whose request was answered 5xx (their purchase may still have happened, e.g. when
+    /// Redis ran the script but its answer was lost).
+    pub server_error_users: BTreeSet<String>,
     pub elapsed: Duration,
 }
 
@@ -49,12 +52,13 @@ impl StormReport {
         self.refused += other.refused;
         self.interrupted.extend(other.interrupted);
         self.server_error_bodies.extend(other.server_error_bodies);
+        self.server_error_users.extend(other.server_error_users);
         self.elapsed += other.elapsed;
     }
 }
 
 enum Outcome {
-    Answer { status: u16, order_id: Option<Uuid>, body: Option<String> },
+    Answer { status: u16, order_id: Option<Uuid>, body: Option<String>, user: String },
     Refused,
     Interrupted { user: String, why: String },
 }
@@ -132,7 +136,7 @@ impl Storm {
                                 let body: serde_json::Value = serde_json::from_str(&text).expect("201 body is JSON");
                                 body["order_id"].as_str().expect("201 has an order id").parse().unwrap()
                             });
-                            Outcome::Answer { status, order_id, body: (status >= 500).then_some(text) }
+                            Outcome::Answer { status, order_id, body: (status >= 500).then_some(text), user }
                         }
                         Err(err) if err.is_connect() => Outcome::Refused,
                         Err(err) => Outcome::Interrupted { user, why: format!("{err:?}") },
@@ -145,7 +149,10 @@ impl Storm {
         let mut report = StormReport { sent: self.requests, elapsed: started.elapsed(), ..Default::default() };
         for outcome in outcomes {
             match outcome {
-                Outcome::Answer { status, order_id, body } => {
+                Outcome::Answer { status, order_id, body, user } => {
+                    if status >= 500 {
+                        report.server_error_users.insert(user);
+                    }
                     *report.statuses.entry(status).or_default() += 1;
                     report.confirmed.extend(order_id);
                     if let Some(body) = body

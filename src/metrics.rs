@@ -1,0 +1,203 @@
+//! Prometheus metrics of one process, served at `GET /metrics` in the text exposition format.
+//!
+//! One registry per [`Metrics`] (not the crate's global one), shared by the HTTP handlers and the
+//! worker of the process; so in-process tests read exactly their own app's counts.
+
+use std::time::Instant;
+
+use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+use crate::error::ApiError;
+
+/// Purchase outcomes, in the order of [`Metrics::purchase`]'s labels.
+pub const PURCHASE_OUTCOMES: [&str; 9] = [
+    "created",
+    "already_purchased",
+    "sold_out",
+    "unknown_sale",
+    "not_started",
+    "ended",
+    "rate_limited",
+    "unavailable",
+    "invalid_request",
+];
+
+/// Limiter decisions, in the order of [`Metrics::limiter_decision`]'s labels.
+pub const LIMITER_DECISIONS: [&str; 4] = ["allowed", "refused", "refused_from_memory", "error"];
+
+/// Every metric of the service.
+pub struct Metrics {
+    registry: Registry,
+    /// Requests by route pattern (`/buy`, `/admin/sales/{sale_id}`, …; `unmatched`), method and status.
+    pub http_requests: IntCounterVec,
+    /// Request latency by route pattern.
+    pub http_duration: HistogramVec,
+    /// Limiter decisions: `allowed`, `refused` (by Redis), `refused_from_memory`, `error`.
+    pub limiter_decisions: IntCounterVec,
+    /// Purchase outcomes: `created`, `already_purchased`, `sold_out`, `sold_out_from_memory`,
+    /// `unknown_sale`, `not_started`, `ended`.
+    pub purchases: IntCounterVec,
+    /// Orders queued in a sale's stream (sampled by the worker).
+    pub queue_length: IntGaugeVec,
+    /// Age of a sale's oldest queued order, in seconds (sampled by the worker; 0 when empty).
+    pub queue_lag_seconds: prometheus::GaugeVec,
+    /// Orders per batch the worker wrote.
+    pub worker_batch_size: Histogram,
+    /// Duration of the worker's batch inserts.
+    pub worker_insert_seconds: Histogram,
+    /// Orders the worker handled: `inserted`, `redelivered` (already stored), `conflict`
+    /// (another order of the same user and sale), `malformed`, `reclaimed` (from a dead consumer).
+    pub worker_orders: IntCounterVec,
+    /// Failed Redis or Postgres calls, by `dependency` and by `source` (`http`, `worker`).
+    pub dependency_errors: IntCounterVec,
+    /// The purchase and limiter counters of every label, resolved once: looking a labelled
+    /// child up per request (a hash and a shared lock) was a measurable cost on the hot path.
+    purchase_counters: Vec<IntCounter>,
+    limiter_counters: Vec<IntCounter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            let metric = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry.register(Box::new(metric.clone())).expect("unique metric");
+            metric
+        };
+        let histogram = |name: &str, help: &str, buckets: Vec<f64>| {
+            let metric = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("valid metric");
+            registry.register(Box::new(metric.clone())).expect("unique metric");
+            metric
+        };
+        let latency_buckets = vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+        let http_duration = HistogramVec::new(
+            HistogramOpts::new("seckill_http_request_duration_seconds", "HTTP request latency by route")
+                .buckets(latency_buckets.clone()),
+            &["route"],
+        )
+        .expect("valid metric");
+        registry.register(Box::new(http_duration.clone())).expect("unique metric");
+        let queue_length = IntGaugeVec::new(
+            Opts::new("seckill_queue_length", "Orders queued in the sale's stream, not yet in Postgres"),
+            &["sale"],
+        )
+        .expect("valid metric");
+        registry.register(Box::new(queue_length.clone())).expect("unique metric");
+        let queue_lag_seconds = prometheus::GaugeVec::new(
+            Opts::new("seckill_queue_lag_seconds", "Age of the sale's oldest queued order"),
+            &["sale"],
+        )
+        .expect("valid metric");
+        registry.register(Box::new(queue_lag_seconds.clone())).expect("unique metric");
+        let purchases = counter("seckill_purchases_total", "Purchase outcomes", &["outcome"]);
+        let limiter_decisions = counter("seckill_limiter_decisions_total", "Rate limiter decisions", &["decision"]);
+        Self {
+            purchase_counters: PURCHASE_OUTCOMES.iter().map(|o| purchases.with_label_values(&[o])).collect(),
+            limiter_counters: LIMITER_DECISIONS.iter().map(|d| limiter_decisions.with_label_values(&[d])).collect(),
+            http_requests: counter(
+                "seckill_http_requests_total",
+                "HTTP requests by route, method and status",
+                &["route", "method", "status"],
+            ),
+            http_duration,
+            limiter_decisions,
+            purchases,
+            queue_length,
+            queue_lag_seconds,
+            worker_batch_size: histogram(
+                "seckill_worker_batch_size",
+                "Orders per batch written to Postgres",
+                vec![1.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0],
+            ),
+            worker_insert_seconds: histogram(
+                "seckill_worker_insert_duration_seconds",
+                "Duration of one batch insert",
+                latency_buckets,
+            ),
+            worker_orders: counter("seckill_worker_orders_total", "Orders handled by the worker", &["result"]),
+            dependency_errors: counter(
+                "seckill_dependency_errors_total",
+                "Failed Redis or Postgres calls",
+                &["dependency", "source"],
+            ),
+            registry,
+        }
+    }
+
+    /// Counts a purchase outcome, one of [`PURCHASE_OUTCOMES`].
+    pub fn purchase(&self, outcome: &str) {
+        if let Some(i) = PURCHASE_OUTCOMES.iter().position(|o| *o == outcome) {
+            self.purchase_counters[i].inc();
+        }
+    }
+
+    /// Counts a limiter decision, one of [`LIMITER_DECISIONS`].
+    pub fn limiter_decision(&self, decision: &str) {
+        if let Some(i) = LIMITER_DECISIONS.iter().position(|d| *d == decision) {
+            self.limiter_counters[i].inc();
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut out).expect("text encoding");
+        String::from_utf8(out).expect("UTF-8 exposition")
+    }
+
+    /// Counts a failed call by the dependency in `err`'s cause chain, if it is Redis or Postgres.
+    pub fn dependency_error(&self, err: &anyhow::Error, source: &str) {
+        let dependency = err.chain().find_map(|cause| {
+            if cause.downcast_ref::<redis::RedisError>().is_some() {
+                Some("redis")
+            } else if cause.downcast_ref::<sqlx::Error>().is_some() {
+                Some("postgres")
+            } else {
+                None
+            }
+        });
+        if let Some(dependency) = dependency {
+            self.dependency_errors.with_label_values(&[dependency, source]).inc();
+        }
+    }
+}
+
+/// Middleware (`App::wrap_fn`): counts and times every request by its route pattern, and counts
+/// the Redis and Postgres failures behind 5xx answers.
+pub fn record_http<S>(
+    req: ServiceRequest,
+    service: &S,
+) -> impl Future<Output = Result<ServiceResponse, actix_web::Error>> + use<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse, Error = actix_web::Error>,
+{
+    let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
+    let method = req.method().clone();
+    let metrics = req.app_data::<actix_web::web::Data<crate::routes::AppState>>().map(|s| s.metrics.clone());
+    let started = Instant::now();
+    let response = service.call(req);
+    async move {
+        let response = response.await?;
+        if let Some(metrics) = metrics {
+            let status = response.status();
+            metrics.http_requests.with_label_values(&[&route, method.as_str(), status.as_str()]).inc();
+            metrics.http_duration.with_label_values(&[&route]).observe(started.elapsed().as_secs_f64());
+            if let Some(ApiError::Unavailable(cause) | ApiError::Internal(cause)) =
+                response.response().error().and_then(|e| e.as_error::<ApiError>())
+            {
+                metrics.dependency_error(cause, "http");
+            }
+        }
+        Ok(response)
+    }
+}

@@ -1,0 +1,51 @@
+//! The OpenAPI 3 description of the HTTP API, generated from the handlers' annotations
+//! (`utoipa`), served at `GET /openapi.json`.
+
+use actix_web::HttpResponse;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use super::{admin, buy, health};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "seckill", description = "Flash-sale purchase service: each user buys at most once, never more than the stock."),
+    paths(
+        buy::buy,
+        admin::seed,
+        admin::status,
+        admin::reconcile_check,
+        admin::reconcile_repair,
+        health::healthz,
+        health::readyz,
+        super::metrics,
+        openapi_json,
+    ),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "purchase", description = "Buying"),
+        (name = "admin", description = "Seeding and inspecting sales (bearer token)"),
+        (name = "health", description = "Liveness, readiness, metrics and this document"),
+    )
+)]
+pub struct ApiDoc;
+
+/// The `bearer` security scheme the admin routes require.
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// `GET /openapi.json`: this document.
+#[utoipa::path(get, path = "/openapi.json", tag = "health",
+    responses((status = 200, description = "The OpenAPI document", content_type = "application/json")))]
+pub async fn openapi_json() -> HttpResponse {
+    HttpResponse::Ok().json(ApiDoc::openapi())
+}

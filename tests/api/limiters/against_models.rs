@@ -1,0 +1,93 @@
+//! Property tests: each limiter script and its reference model see the same requests at the same
+//! (simulated) times and must give the same decision, field by field, every time.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use seckill::config::RateLimit;
+use seckill::limiter::{Algorithm, Policy};
+
+use super::models::{Model, Reply};
+
+/// One generated scenario: a policy and the request times, in microseconds since the epoch.
+#[derive(Debug, Clone)]
+struct Scenario {
+    policy: Policy,
+    times: Vec<u64>,
+}
+
+fn scenario(algorithm: Algorithm) -> impl Strategy<Value = Scenario> {
+    // Mostly small limits, where refusals happen; sometimes the largest ones the policy allows
+    // (limit or burst x window up to 2^50 us), where inexact arithmetic would show.
+    let count = || prop_oneof![4 => 1..=8u32, 1 => 250_000..=1_000_000u32];
+    let window_ms = prop_oneof![2 => 1..=20u64, 2 => 900..=1_100u64, 1 => 1_000_000..=3_600_000u64];
+    let start = 1_700_000_000_000_000..1_900_000_000_000_000u64;
+    (count(), window_ms, count(), start)
+        .prop_filter_map("within the policy's bounds", move |(limit, window_ms, burst, start)| {
+            let rate = RateLimit { limit, window: Duration::from_millis(window_ms) };
+            let policy = Policy::new(algorithm, rate, algorithm.has_burst().then_some(burst)).ok()?;
+            Some((policy, start))
+        })
+        .prop_flat_map(|(policy, start)| {
+            let window_us = policy.window.as_micros() as u64;
+            // Mostly bursts and gaps around the window's scale, so every state is reached.
+            let gap = prop_oneof![3 => Just(0u64), 3 => 0..=50u64, 3 => 0..=window_us, 1 => 0..=3 * window_us];
+            prop::collection::vec(gap, 1..40).prop_map(move |gaps| Scenario {
+                policy,
+                times: gaps
+                    .iter()
+                    .scan(start, |t, gap| {
+                        *t += gap;
+                        Some(*t)
+                    })
+                    .collect(),
+            })
+        })
+}
+
+/// Runs the scenario through the script (on a fresh key) and through the model; compares.
+fn check(scenario: &Scenario) -> Result<(), TestCaseError> {
+    static CASE: AtomicU64 = AtomicU64::new(0);
+    let case = CASE.fetch_add(1, Ordering::Relaxed);
+    let key = format!("{}:prop:{}:{{{case}}}", prefix(), scenario.policy.algorithm);
+    let mut redis = connection();
+    let mut model = Model::new(&scenario.policy);
+    for (i, &now) in scenario.times.iter().enumerate() {
+        let nonce = format!("n{i}");
+        let script: Reply =
+            scenario.policy.invocation(&key, &nonce, Some(now)).invoke(&mut *redis).expect("script runs");
+        let expected = model.decide(now);
+        prop_assert_eq!(script, expected, "request {} at {} (us since start {})", i, now, now - scenario.times[0]);
+    }
+    let _: () = redis::cmd("DEL").arg(&key).query(&mut *redis).expect("del");
+    Ok(())
+}
+
+fn prefix() -> &'static str {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PREFIX.get_or_init(crate::common::new_key_prefix)
+}
+
+fn connection() -> Box<dyn redis::ConnectionLike> {
+    crate::common::sync_connection()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn sliding_log_matches_its_model(s in scenario(Algorithm::SlidingLog)) { check(&s)?; }
+
+    #[test]
+    fn sliding_counter_matches_its_model(s in scenario(Algorithm::SlidingCounter)) { check(&s)?; }
+
+    #[test]
+    fn fixed_window_matches_its_model(s in scenario(Algorithm::FixedWindow)) { check(&s)?; }
+
+    #[test]
+    fn token_bucket_matches_its_model(s in scenario(Algorithm::TokenBucket)) { check(&s)?; }
+
+    #[test]
+    fn gcra_matches_its_model(s in scenario(Algorithm::Gcra)) { check(&s)?; }
+}

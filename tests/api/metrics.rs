@@ -1,0 +1,88 @@
+//! `GET /metrics`: the Prometheus exposition counts exactly what this app did.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use seckill::config::RateLimit;
+
+use crate::helpers::{new_sale_id, spawn_app_with};
+
+/// The samples of the exposition: `name{labels}` → value.
+fn samples(text: &str) -> HashMap<String, f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .map(|line| {
+            let (name, value) = line.rsplit_once(' ').expect("name value");
+            (name.to_owned(), value.parse().expect("a number"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn metrics_count_requests_limiter_decisions_purchases_and_the_worker() {
+    let app = spawn_app_with(|c| c.rate_limit = RateLimit { limit: 4, window: Duration::from_secs(3600) }, true).await;
+    let (sale, other) = (new_sale_id(), new_sale_id());
+    app.seed_stock(&sale, 2).await;
+    app.seed_stock(&other, 10).await;
+
+    let mut statuses = vec![];
+    for (s, user) in
+        [(&sale, "u1"), (&sale, "u2"), (&sale, "u1"), (&sale, "u3"), (&sale, "u4"), (&other, "u5"), (&other, "u6")]
+    {
+        statuses.push(app.buy(s, user).await.status().as_u16());
+    }
+    // u4 is answered by the sold-out flag, before the limiter; u5 is the fifth request the limiter
+    // sees (refused by Redis), u6 is refused from memory.
+    assert_eq!(statuses, [201, 201, 409, 410, 410, 429, 429]);
+    assert_eq!(
+        app.client
+            .post(app.url("/buy"))
+            .body("{")
+            .header("content-type", "application/json")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        400
+    );
+    app.wait_for_drain(&sale).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await; // one queue sample after the drain
+
+    let response = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/plain; version=0.0.4"));
+    let m = samples(&response.text().await.unwrap());
+    let get = |name: &str| m.get(name).copied().unwrap_or_else(|| panic!("no sample {name}"));
+
+    assert_eq!(get(r#"seckill_http_requests_total{method="POST",route="/buy",status="201"}"#), 2.0);
+    assert_eq!(get(r#"seckill_http_requests_total{method="POST",route="/buy",status="409"}"#), 1.0);
+    assert_eq!(get(r#"seckill_http_requests_total{method="POST",route="/buy",status="410"}"#), 2.0);
+    assert_eq!(get(r#"seckill_http_requests_total{method="POST",route="/buy",status="429"}"#), 2.0);
+    assert_eq!(get(r#"seckill_http_requests_total{method="POST",route="/buy",status="400"}"#), 1.0);
+    assert_eq!(get(r#"seckill_http_request_duration_seconds_count{route="/buy"}"#), 8.0);
+    assert_eq!(get(r#"seckill_limiter_decisions_total{decision="allowed"}"#), 4.0);
+    assert_eq!(get(r#"seckill_limiter_decisions_total{decision="refused"}"#), 1.0);
+    assert_eq!(get(r#"seckill_limiter_decisions_total{decision="refused_from_memory"}"#), 1.0);
+    assert_eq!(get(r#"seckill_purchases_total{outcome="created"}"#), 2.0);
+    assert_eq!(get(r#"seckill_purchases_total{outcome="already_purchased"}"#), 1.0);
+    assert_eq!(get(r#"seckill_purchases_total{outcome="sold_out"}"#), 2.0);
+    assert_eq!(get(r#"seckill_purchases_total{outcome="rate_limited"}"#), 2.0);
+    assert_eq!(get(r#"seckill_worker_orders_total{result="inserted"}"#), 2.0);
+    assert!(get("seckill_worker_batch_size_count") >= 1.0);
+    assert_eq!(get("seckill_worker_batch_size_sum"), 2.0);
+    assert!(get("seckill_worker_insert_duration_seconds_count") >= 1.0);
+    assert_eq!(get(&format!(r#"seckill_queue_length{{sale="{sale}"}}"#)), 0.0);
+    assert_eq!(get(&format!(r#"seckill_queue_lag_seconds{{sale="{sale}"}}"#)), 0.0);
+}
+
+#[tokio::test]
+async fn metrics_count_the_redis_failures_behind_503s() {
+    let app = spawn_app_with(|c| c.redis_url = "redis://127.0.0.1:1".to_owned().into(), false).await;
+    let sale = new_sale_id();
+    assert_eq!(app.buy(&sale, "u").await.status(), 503);
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let m = samples(&text);
+    assert_eq!(m[r#"seckill_dependency_errors_total{dependency="redis",source="http"}"#], 1.0);
+    assert_eq!(m[r#"seckill_limiter_decisions_total{decision="error"}"#], 1.0);
+    assert_eq!(m[r#"seckill_http_requests_total{method="POST",route="/buy",status="503"}"#], 1.0);
+}

@@ -1,0 +1,65 @@
+//! `GET /openapi.json` describes exactly the routes the service has.
+
+use reqwest::Method;
+use serde_json::Value;
+
+use crate::helpers::{ADMIN_TOKEN, new_sale_id, spawn_app_with};
+
+const METHODS: [&str; 5] = ["get", "post", "put", "delete", "patch"];
+
+#[tokio::test]
+async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let response = app.client.get(app.url("/openapi.json")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let doc: Value = response.json().await.unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."), "{}", doc["openapi"]);
+    let paths = doc["paths"].as_object().expect("paths");
+    let mut documented = vec![];
+    for (path, operations) in paths {
+        let url = app.url(&path.replace("{sale_id}", &new_sale_id()));
+        for method in METHODS {
+            let request = app
+                .client
+                .request(Method::from_bytes(method.to_uppercase().as_bytes()).unwrap(), &url)
+                .bearer_auth(ADMIN_TOKEN)
+                .json(&serde_json::json!({"sale_id": new_sale_id(), "user_id": "u", "stock": 1}));
+            let answer = request.send().await.unwrap();
+            let status = answer.status().as_u16();
+            let allow = answer.headers().get("allow").map(|v| v.to_str().unwrap().to_owned());
+            let code = answer.json::<Value>().await.ok().and_then(|b| b["error"].as_str().map(str::to_owned));
+            let operation = &operations[method];
+            if operation.is_object() {
+                documented.push(format!("{} {path}", method.to_uppercase()));
+                assert!(
+                    status != 405 && code.as_deref() != Some("not_found"),
+                    "{method} {path}: documented, not routed ({status})"
+                );
+                let statuses = operation["responses"].as_object().expect("responses");
+                assert!(statuses.contains_key(&status.to_string()), "{method} {path}: {status} is not documented");
+            } else {
+                assert_eq!(status, 405, "{method} {path} answers {status} but is not documented");
+                let mut methods: Vec<String> =
+                    METHODS.iter().filter(|m| operations[**m].is_object()).map(|m| m.to_uppercase()).collect();
+                methods.sort();
+                assert_eq!(allow, Some(methods.join(", ")), "{method} {path}: Allow lists the documented methods");
+            }
+        }
+    }
+    documented.sort();
+    let expected = [
+        "GET /admin/sales/{sale_id}",
+        "GET /admin/sales/{sale_id}/reconcile",
+        "GET /healthz",
+        "GET /metrics",
+        "GET /openapi.json",
+        "GET /readyz",
+        "POST /admin/sales/{sale_id}/reconcile",
+        "POST /buy",
+        "PUT /admin/sales/{sale_id}",
+    ];
+    assert_eq!(documented, expected);
+    // Every error body the document names is the one the service sends.
+    let error_schema = &doc["components"]["schemas"]["ErrorBody"]["required"];
+    assert_eq!(error_schema, &serde_json::json!(["error", "message"]));
+}

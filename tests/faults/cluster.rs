@@ -1,0 +1,130 @@
+//! Redis Cluster failover-style fault: the master that holds a sale's keys is stopped mid-storm
+//! and started again from its append-only file. The local cluster has no replicas, so while the
+//! master is down the cluster refuses every command (full slot coverage is required); the service
+//! answers 503 meanwhile, then recovers by itself, and loses nothing.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::common;
+use crate::harness::Deployment;
+use crate::storm::Storm;
+
+/// One master of the test cluster: its port and the config file that restarts it as itself.
+struct ClusterNode {
+    port: u16,
+    conf: PathBuf,
+}
+
+impl ClusterNode {
+    /// The nodes `scripts/lib/services.sh` started (`SECKILL_TEST_REDIS_CLUSTER_NODES`).
+    fn all() -> Vec<Self> {
+        common::env("SECKILL_TEST_REDIS_CLUSTER_NODES")
+            .split_whitespace()
+            .map(|entry| {
+                let (port, conf) = entry.split_once(':').expect("port:conf");
+                Self { port: port.parse().unwrap(), conf: conf.into() }
+            })
+            .collect()
+    }
+
+    fn connection(&self) -> redis::Connection {
+        redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).and_then(|c| c.get_connection()).unwrap()
+    }
+
+    /// Whether this node serves `key` itself (a plain connection gets MOVED elsewhere).
+    fn owns(&self, key: &str) -> bool {
+        redis::cmd("EXISTS").arg(key).query::<i64>(&mut self.connection()).is_ok()
+    }
+
+    /// SIGTERM (Redis writes its append-only file and exits), and waits until the port is closed.
+    fn stop(&self) {
+        let pidfile = self.conf.with_file_name("redis.pid");
+        let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_owned();
+        assert!(std::process::Command::new("kill").arg("-TERM").arg(&pid).status().unwrap().success());
+        let until = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            assert!(Instant::now() < until, "redis on {} did not stop", self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn start(&self) {
+        let status = std::process::Command::new(common::env("SECKILL_TEST_REDIS_SERVER")).arg(&self.conf).status();
+        assert!(status.unwrap().success(), "restarting redis on {}", self.port);
+    }
+
+    fn cluster_ok(&self) -> bool {
+        let Ok(mut con) =
+            redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).and_then(|c| c.get_connection())
+        else {
+            return false;
+        };
+        redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut con).is_ok_and(|info| info.contains("cluster_state:ok"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarting_the_master_of_a_sale_mid_storm_is_survived_and_loses_nothing() {
+    let mut deployment = Deployment::on_redis(&common::env("SECKILL_TEST_REDIS_CLUSTER_URL"), &[]).await;
+    let (service, sale) = deployment.start_with_sale(10_000).await;
+    let stock_key = deployment.store.sale_keys(&seckill::domain::SaleId::parse(&sale).unwrap()).stock;
+    let nodes = ClusterNode::all();
+    let master = nodes.iter().find(|n| n.owns(&stock_key)).expect("a master holds the sale");
+
+    // One user per request, paced by the storm's concurrency; the restart lands in the middle.
+    let (storm, running) = Storm::new(&deployment.address, &sale, 8_000, 8_000).spawn();
+    storm.wait_for_created(500).await;
+    let stopped = Instant::now();
+    master.stop();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    master.start();
+    let until = Instant::now() + Duration::from_secs(30);
+    while !nodes.iter().all(ClusterNode::cluster_ok) {
+        assert!(Instant::now() < until, "the cluster did not recover");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let recovered_after = stopped.elapsed();
+    let report = running.await.unwrap();
+
+    // While the master was down: 503, never 500; after it, purchases go on in the same process.
+    let unexpected: Vec<_> = report.statuses.keys().filter(|s| ![201, 409, 410, 503].contains(*s)).collect();
+    assert!(unexpected.is_empty(), "{:?}; 5xx bodies {:?}", report.statuses, report.server_error_bodies);
+    assert!(report.interrupted.is_empty() && report.refused == 0, "every request answered: {report:?}");
+    assert!(report.count(503) > 0, "the restart must land inside the storm: {:?}", report.statuses);
+    let after = deployment.buy(&sale, "after-the-restart").await;
+    assert_eq!(after.status(), 201, "purchases go on after the restart");
+    let mut confirmed = report.confirmed.clone();
+    let after: serde_json::Value = after.json().await.unwrap();
+    confirmed.insert(after["order_id"].as_str().unwrap().parse().unwrap());
+
+    let status = deployment.wait_for_drain_within(&sale, Duration::from_secs(30)).await;
+    assert_eq!(status.stock_initial, status.stock_left + status.sold, "{status:?}");
+    // Every 201 is in Postgres; an order beyond them belongs to a request answered 503 (Redis ran
+    // the script but the answer was lost with the node), never to anyone else.
+    let stored: Vec<(uuid::Uuid, String)> = sqlx::query_as("select order_id, user_id from orders where sale_id = $1")
+        .bind(&sale)
+        .fetch_all(&deployment.pool)
+        .await
+        .unwrap();
+    let stored_ids: BTreeSet<uuid::Uuid> = stored.iter().map(|(id, _)| *id).collect();
+    assert!(confirmed.is_subset(&stored_ids), "a confirmed order is missing from Postgres");
+    let unexplained: Vec<_> = stored
+        .iter()
+        .filter(|(id, user)| !confirmed.contains(id) && !report.server_error_users.contains(user))
+        .collect();
+    assert!(unexplained.is_empty(), "orders no client was told about: {unexplained:?}");
+    assert_eq!(stored.len() as i64, status.sold, "Redis buyers and Postgres orders agree");
+    drop(service);
+    eprintln!(
+        "figures cluster restart: sent={} 201={} 503={} recovered_after_ms={} orders={}",
+        report.sent,
+        report.count(201),
+        report.count(503),
+        recovered_after.as_millis(),
+        stored.len()
+    );
+}
