@@ -50,6 +50,7 @@ cat <<INFO
 seckill is running (pid $SECKILL_APP_PID). Ctrl-C stops it and the throwaway Redis/Postgres.
 
   app:         $SECKILL_APP_URL
+  live page:   $SECKILL_APP_URL/admin   (it asks for the admin token)
   admin token: $SECKILL_ADMIN_TOKEN
   redis:       $SECKILL_REDIS_URL
   postgres:    $SECKILL_DATABASE_URL

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one test command: fmt check, clippy, cargo test against throwaway Redis + Postgres, then
-# the in-process api integration tests (purchase path, limiters, worker, admin...) once more
+# the in-process api integration tests (purchase path, limiters, worker, admin, the live page in
+# headless Chromium...) once more
 # against a throwaway 3-master Redis Cluster (SECKILL_TEST_REDIS_URL set to its seed URLs); in
 # between, scripts/fuzz-api.sh fuzzes the API from its OpenAPI document (schemathesis, bounded).
 # Usage: scripts/test.sh [extra cargo test args...]   (works from any directory)
@@ -16,7 +17,7 @@ trap 'trap "" INT TERM; seckill_stop_services' EXIT # cleanup is not interruptib
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-seckill_ensure_tools
+seckill_ensure_tools --browser # chromium + chromedriver: tests/api/browser.rs
 seckill_start_services
 
 cd "$repo_root"

@@ -70,7 +70,7 @@ pub struct Config {
           value_parser = secret, hide_env_values = true, global = true)]
     pub database_url: SecretString,
 
-    /// Bearer token for /admin routes. Unset: admin routes answer 403.
+    /// Bearer token for the /admin routes and the live page at /admin. Unset: they answer 403.
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", value_parser = secret, hide_env_values = true, global = true)]
     pub admin_token: Option<SecretString>,
 

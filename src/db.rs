@@ -1,6 +1,6 @@
 //! Everything the service asks of Postgres: migrations, the sale record, and orders.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
@@ -140,6 +140,17 @@ pub async fn order_users(pool: &PgPool, sale: &SaleId) -> Result<Vec<String>, sq
 /// Orders committed for a sale.
 pub async fn count_orders(pool: &PgPool, sale: &SaleId) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("select count(*) from orders where sale_id = $1").bind(sale.as_str()).fetch_one(pool).await
+}
+
+/// Orders committed per sale, for the given sales (a sale without orders is absent).
+pub async fn count_orders_by_sale(pool: &PgPool, sales: &[SaleId]) -> Result<HashMap<String, i64>, sqlx::Error> {
+    let ids: Vec<&str> = sales.iter().map(SaleId::as_str).collect();
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("select sale_id, count(*) from orders where sale_id = any($1) group by sale_id")
+            .bind(ids)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().collect())
 }
 
 /// `select 1`, for readiness.

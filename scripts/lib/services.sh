@@ -3,6 +3,7 @@
 #
 # Source this file (do not execute it), then:
 #   seckill_ensure_tools      install/locate redis-server, redis-cli, Postgres server binaries, curl
+#                             (with --browser also chromium and chromedriver, for the browser test)
 #   seckill_start_services    start a private Redis, Postgres and (unless SECKILL_TEST_CLUSTER=0) a
 #                             3-master Redis Cluster on free loopback ports, export SECKILL_* vars
 #   seckill_start_redis_cluster   start just the cluster (after seckill_start_services with
@@ -82,7 +83,8 @@ _seckill_find_psql() {
     fi
 }
 
-# Lists the apt packages needed for what is missing (one per line).
+# Lists the apt packages needed for what is missing (one per line); with --browser, also
+# Chromium and chromedriver (the live page's browser test).
 _seckill_missing_packages() {
     if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
         echo redis-server
@@ -93,6 +95,10 @@ _seckill_missing_packages() {
     fi
     if ! command -v curl >/dev/null 2>&1; then
         echo curl
+    fi
+    if [[ "${1:-}" == --browser ]]; then
+        command -v chromium >/dev/null 2>&1 || echo chromium
+        command -v chromedriver >/dev/null 2>&1 || echo chromium-driver
     fi
 }
 
@@ -120,16 +126,17 @@ _seckill_apt_install() {
 }
 
 # Make sure redis-server, redis-cli, Postgres server binaries (initdb, pg_ctl, postgres), psql
-# and curl are available; install the Debian packages when running as root, else fail.
+# and curl (with --browser: chromium and chromedriver too) are available; install the Debian
+# packages when running as root, else fail.
 seckill_ensure_tools() {
     local -a missing=()
-    mapfile -t missing < <(_seckill_missing_packages)
+    mapfile -t missing < <(_seckill_missing_packages "$@")
     if ((${#missing[@]} == 0)); then
         return 0
     fi
     if ! _seckill_is_root; then
         _seckill_log "missing tools; install them first, e.g.: sudo apt-get install -y ${missing[*]}"
-        _seckill_log "(needed: redis-server and redis-cli; Postgres server binaries initdb, pg_ctl, postgres and psql; curl)"
+        _seckill_log "(needed: redis-server and redis-cli; Postgres server binaries initdb, pg_ctl, postgres and psql; curl; for the tests chromium and chromedriver)"
         return 1
     fi
     if ! command -v apt-get >/dev/null 2>&1; then
@@ -141,7 +148,7 @@ seckill_ensure_tools() {
         _seckill_log "apt-get install ${missing[*]} failed"
         return 1
     fi
-    mapfile -t missing < <(_seckill_missing_packages)
+    mapfile -t missing < <(_seckill_missing_packages "$@")
     if ((${#missing[@]} > 0)); then
         _seckill_log "still missing after install: ${missing[*]}"
         return 1

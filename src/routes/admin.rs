@@ -1,4 +1,5 @@
-//! `PUT /admin/sales/{sale_id}` seeds a sale; `GET /admin/sales/{sale_id}` reports its state;
+//! `PUT /admin/sales/{sale_id}` seeds a sale; `GET /admin/sales/{sale_id}` reports its state and
+//! `GET /admin/sales` every sale's (what the live page polls);
 //! `GET /admin/sales/{sale_id}/reconcile` compares its Redis buyers with its Postgres orders and
 //! `POST` to the same path repairs what it can. All need
 //! `Authorization: Bearer <SECKILL_ADMIN_TOKEN>`.
@@ -22,6 +23,9 @@ use crate::redis_store::{SaleSpec, SaleState, SeedOutcome};
 
 /// Largest stock one sale may hold (the buyer set grows to this many members).
 pub const MAX_STOCK: i64 = 10_000_000;
+
+/// Most sales `GET /admin/sales` lists (the first by sale id).
+pub const MAX_LISTED_SALES: usize = 100;
 
 /// Proof that the request carried the admin token. Extracted before the body, so an
 /// unauthenticated request is refused with 401 whatever its body.
@@ -92,8 +96,9 @@ pub struct SeedRequest {
     ends_at: Option<OffsetDateTime>,
 }
 
-/// A sale's state: `sold` and `queued` from Redis, `persisted` from Postgres (`null` while
-/// Postgres is unreachable).
+/// A sale's state: `sold` and `queued` from Redis, then `persisted` from Postgres (`null` while
+/// Postgres is unreachable). Postgres is read after Redis, and an order leaves the queue only
+/// after its commit, so `sold - queued <= persisted` unless confirmed orders were lost.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 pub struct SaleStatus {
     pub sale_id: String,
@@ -197,12 +202,18 @@ pub async fn status(
 }
 
 async fn sale_status(state: &AppState, sale: &SaleId) -> Result<SaleStatus, ApiError> {
-    let (redis, persisted) = tokio::join!(state.redis.sale_state(sale), db::count_orders(&state.pool, sale));
-    let SaleState { stock_initial, stock_left, sold, queued, starts_at_ms, ends_at_ms } =
-        redis?.ok_or(ApiError::UnknownSale)?;
-    let persisted =
-        persisted.inspect_err(|err| tracing::warn!(error = %err, "sale status without the persisted count")).ok();
-    Ok(SaleStatus {
+    let redis = state.redis.sale_state(sale).await?.ok_or(ApiError::UnknownSale)?;
+    let persisted = db::count_orders(&state.pool, sale).await.inspect_err(warn_without_persisted).ok();
+    Ok(status_of(sale, redis, persisted))
+}
+
+fn warn_without_persisted(err: &sqlx::Error) {
+    tracing::warn!(error = %err, "sale status without the persisted count");
+}
+
+fn status_of(sale: &SaleId, redis: SaleState, persisted: Option<i64>) -> SaleStatus {
+    let SaleState { stock_initial, stock_left, sold, queued, starts_at_ms, ends_at_ms } = redis;
+    SaleStatus {
         sale_id: sale.to_string(),
         stock_initial,
         stock_left,
@@ -211,7 +222,63 @@ async fn sale_status(state: &AppState, sale: &SaleId) -> Result<SaleStatus, ApiE
         queued,
         starts_at: starts_at_ms.map(db::ms_to_time),
         ends_at: ends_at_ms.map(db::ms_to_time),
-    })
+    }
+}
+
+/// Every sale's state and this instance's limiter refusals, as the live page shows them.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SalesOverview {
+    /// The first sales by id, at most 100, each read as `GET /admin/sales/{sale_id}` reads it.
+    pub sales: Vec<SaleStatus>,
+    /// How many sales are registered in all.
+    pub sales_total: usize,
+    pub limiter: LimiterRefusals,
+    /// When this instance read the state (for rates between two samples).
+    #[serde(with = "time::serde::rfc3339")]
+    pub sampled_at: OffsetDateTime,
+}
+
+/// Requests to `/buy` this instance's rate limiter refused since it started (all sales; the
+/// limiter counts clients, not sales). Prometheus sums them over instances.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LimiterRefusals {
+    /// Refused by the limiter script in Redis.
+    pub refused: u64,
+    /// Refused from memory: the client was refused earlier and its wait is not over.
+    pub refused_from_memory: u64,
+}
+
+/// Every registered sale's state (the first 100 by id) and this instance's limiter refusals.
+#[utoipa::path(
+    get,
+    path = "/admin/sales",
+    tag = "admin",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every sale's state", body = SalesOverview),
+        AdminErrors,
+    )
+)]
+pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let sampled_at = OffsetDateTime::now_utc();
+    let mut ids = state.redis.sale_ids().await?;
+    ids.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
+    let sales_total = ids.len();
+    ids.truncate(MAX_LISTED_SALES);
+    let redis = futures::future::try_join_all(ids.iter().map(|id| state.redis.sale_state(id))).await?;
+    let persisted = db::count_orders_by_sale(&state.pool, &ids).await.inspect_err(warn_without_persisted).ok();
+    let sales = ids
+        .iter()
+        .zip(redis)
+        .filter_map(|(id, redis)| {
+            let count = persisted.as_ref().map(|counts| counts.get(id.as_str()).copied().unwrap_or(0));
+            Some(status_of(id, redis?, count))
+        })
+        .collect();
+    let refusals = |decision| state.metrics.limiter_decisions.with_label_values(&[decision]).get();
+    let limiter =
+        LimiterRefusals { refused: refusals("refused"), refused_from_memory: refusals("refused_from_memory") };
+    Ok(HttpResponse::Ok().json(SalesOverview { sales, sales_total, limiter, sampled_at }))
 }
 
 /// Reports the differences between the sale's Redis buyers and its Postgres orders.

@@ -1,6 +1,7 @@
 //! HTTP routes and the state they share.
 
 mod admin;
+mod admin_page;
 mod buy;
 mod health;
 mod openapi;
@@ -18,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::redis_store::RedisStore;
 use crate::sold_out::SoldOutFlags;
 
-pub use admin::SaleStatus;
+pub use admin::{SaleStatus, SalesOverview};
 pub use openapi::ApiDoc;
 
 /// Largest request body accepted; larger ones answer 413.
@@ -59,6 +60,8 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                     .default_service(allow("GET")),
             )
             .service(web::resource("/buy").route(web::post().to(buy::buy)).default_service(allow("POST")))
+            .service(web::resource("/admin").route(web::get().to(admin_page::page)).default_service(allow("GET")))
+            .service(web::resource("/admin/sales").route(web::get().to(admin::list)).default_service(allow("GET")))
             .service(
                 web::resource("/admin/sales/{sale_id}")
                     .route(web::put().to(admin::seed))

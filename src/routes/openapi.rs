@@ -5,13 +5,15 @@ use actix_web::HttpResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, buy, health};
+use super::{admin, admin_page, buy, health};
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "seckill", description = "Flash-sale purchase service: each user buys at most once, never more than the stock."),
     paths(
         buy::buy,
+        admin_page::page,
+        admin::list,
         admin::seed,
         admin::status,
         admin::reconcile_check,
@@ -24,7 +26,7 @@ use super::{admin, buy, health};
     modifiers(&BearerAuth),
     tags(
         (name = "purchase", description = "Buying"),
-        (name = "admin", description = "Seeding and inspecting sales (bearer token)"),
+        (name = "admin", description = "Seeding and inspecting sales (bearer token), and the live sale page"),
         (name = "health", description = "Liveness, readiness, metrics and this document"),
     )
 )]

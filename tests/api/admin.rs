@@ -22,14 +22,17 @@ async fn admin_routes_refuse_missing_wrong_and_almost_right_tokens_with_401() {
     for header in headers {
         let mut put = app.client.put(app.url(&format!("/admin/sales/{sale}"))).json(&json!({"stock": 5}));
         let mut get = app.client.get(app.url(&format!("/admin/sales/{sale}")));
+        let mut list = app.client.get(app.url("/admin/sales"));
         if let Some(h) = &header {
             put = put.header("authorization", h);
             get = get.header("authorization", h);
+            list = list.header("authorization", h);
         }
         let response = put.send().await.unwrap();
         assert_eq!(response.headers()["www-authenticate"], "Bearer", "{header:?}");
         assert_error(response, 401, "unauthorized").await;
         assert_error(get.send().await.unwrap(), 401, "unauthorized").await;
+        assert_error(list.send().await.unwrap(), 401, "unauthorized").await;
     }
     // Nothing was seeded by any of them.
     assert_error(app.buy(&sale, "alice").await, 404, "unknown_sale").await;
@@ -42,6 +45,10 @@ async fn admin_routes_answer_403_when_no_token_is_configured() {
     let response = app.seed(&sale, json!({"stock": 5})).await;
     assert_error(response, 403, "admin_disabled").await;
     assert_error(app.buy(&sale, "alice").await, 404, "unknown_sale").await;
+    for path in ["/admin", "/admin/sales"] {
+        let response = app.client.get(app.url(path)).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+        assert_error(response, 403, "admin_disabled").await;
+    }
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@
 mod common;
 
 mod admin;
+mod browser;
 mod buy;
 mod concurrency;
 mod health;
@@ -14,6 +15,7 @@ mod metrics;
 mod openapi;
 mod rate_limit;
 mod reconcile;
+mod sales_overview;
 mod scripts;
 mod shutdown;
 mod sold_out;

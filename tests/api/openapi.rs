@@ -48,6 +48,8 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
     }
     documented.sort();
     let expected = [
+        "GET /admin",
+        "GET /admin/sales",
         "GET /admin/sales/{sale_id}",
         "GET /admin/sales/{sale_id}/reconcile",
         "GET /healthz",

@@ -1,0 +1,321 @@
+//! The live sale page (`GET /admin`) in a real browser: headless Chromium driven through
+//! chromedriver (WebDriver, `fantoccini`) during a small storm. Screenshots are written to
+//! `target/tmp/admin-page-{live,alert}.png` (cargo's `CARGO_TARGET_TMPDIR`).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use futures::StreamExt;
+use hyper_util::client::legacy::connect::HttpConnector;
+use seckill::config::RateLimit;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::time::{Instant, sleep};
+
+use crate::helpers::{ADMIN_TOKEN, TestApp, new_sale_id, spawn_app_with};
+
+/// Where Debian's `chromium` and `chromium-driver` packages put them; override with
+/// `SECKILL_TEST_CHROMIUM` and `SECKILL_TEST_CHROMEDRIVER`.
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+/// The page's sessionStorage key for the token.
+const TOKEN_KEY: &str = "seckill.admin-token";
+/// How long the page may take to show a change (it polls once a second).
+const PAGE_DEADLINE: Duration = Duration::from_secs(15);
+
+/// chromedriver, started in its own process group with its own Chromium profile directory; the
+/// whole group (Chromium included) is killed and the profile removed on drop, also when the test
+/// fails half-way.
+struct Driver {
+    pid: u32,
+    profile: PathBuf,
+    _child: tokio::process::Child,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{}", self.pid)]).status();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+/// A headless Chromium session.
+struct Browser {
+    client: Client,
+    _driver: Driver,
+}
+
+impl Browser {
+    async fn start() -> Self {
+        let chromium = std::env::var("SECKILL_TEST_CHROMIUM").unwrap_or_else(|_| CHROMIUM.into());
+        let chromedriver = std::env::var("SECKILL_TEST_CHROMEDRIVER").unwrap_or_else(|_| CHROMEDRIVER.into());
+        for binary in [&chromium, &chromedriver] {
+            assert!(
+                Path::new(binary).exists(),
+                "{binary} is missing: apt-get install chromium chromium-driver (scripts/test.sh does)"
+            );
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = tokio::process::Command::new(&chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("start chromedriver");
+        let profile = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chromium-{}", uuid::Uuid::now_v7()));
+        let driver = Driver { pid: child.id().expect("chromedriver pid"), profile, _child: child };
+
+        let until = Instant::now() + Duration::from_secs(10);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            assert!(Instant::now() < until, "chromedriver did not listen on {port}");
+            sleep(Duration::from_millis(50)).await;
+        }
+        let capabilities = json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--window-size=1280,900", format!("--user-data-dir={}", driver.profile.display())],
+            },
+        });
+        let client = ClientBuilder::new(HttpConnector::new())
+            .capabilities(capabilities.as_object().unwrap().clone())
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("a Chromium session");
+        Browser { client, _driver: driver }
+    }
+
+    async fn run(&self, script: &str, args: Vec<Value>) -> Value {
+        self.client.execute(script, args).await.expect("script runs")
+    }
+
+    /// Waits until `check` returns `Some` for what the page shows, then returns it.
+    async fn wait_for<T>(&self, what: &str, mut check: impl AsyncFnMut(&Self) -> Option<T>) -> T {
+        let until = Instant::now() + PAGE_DEADLINE;
+        loop {
+            if let Some(found) = check(self).await {
+                return found;
+            }
+            assert!(Instant::now() < until, "the page never showed {what}");
+            sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn visible(&self, id: &str) -> bool {
+        self.client.find(Locator::Id(id)).await.unwrap().is_displayed().await.unwrap()
+    }
+
+    async fn text(&self, id: &str) -> String {
+        self.client.find(Locator::Id(id)).await.unwrap().text().await.unwrap()
+    }
+
+    async fn log_in(&self, token: &str) {
+        let input = self.client.find(Locator::Id("token")).await.unwrap();
+        input.send_keys(token).await.unwrap();
+        self.client.find(Locator::Css("#login button[type=submit]")).await.unwrap().click().await.unwrap();
+    }
+
+    /// What the page's card for `sale_id` shows, as rendered text; `None` without a card.
+    async fn sale(&self, sale_id: &str) -> Option<PageSale> {
+        let script = r#"
+            const card = [...document.querySelectorAll(".sale")].find((c) => c.dataset.saleId === arguments[0]);
+            if (!card) return null;
+            const text = (name) => card.querySelector(`[data-field="${name}"]`).innerText;
+            const bar = card.querySelector("progress");
+            return {
+                stock_left: text("stock_left"), stock_initial: text("stock_initial"), sold: text("sold"),
+                persisted: text("persisted"), queued: text("queued"), peak: text("peak"), state: text("state"),
+                bar: [bar.value, bar.max], chart: card.querySelector("polyline").getAttribute("points"),
+                alerts: [...card.querySelectorAll(".alerts li")].map((li) => li.innerText),
+            };"#;
+        serde_json::from_value(self.run(script, vec![json!(sale_id)]).await).unwrap()
+    }
+
+    async fn screenshot(&self, name: &str) -> PathBuf {
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+        std::fs::write(&path, self.client.screenshot().await.unwrap()).unwrap();
+        println!("screenshot: {}", path.display());
+        path
+    }
+}
+
+/// One sale's card as the page renders it.
+#[derive(Debug, Deserialize)]
+struct PageSale {
+    stock_left: String,
+    stock_initial: String,
+    sold: String,
+    persisted: String,
+    queued: String,
+    peak: String,
+    state: String,
+    bar: (f64, f64),
+    chart: String,
+    alerts: Vec<String>,
+}
+
+/// A number as the page prints it (`1,234`).
+fn shown(text: &str) -> i64 {
+    text.replace(',', "").parse().unwrap_or_else(|_| panic!("not a count: {text:?}"))
+}
+
+impl PageSale {
+    /// (stock_initial, stock_left, sold, persisted, queued), as shown.
+    fn counts(&self) -> (i64, i64, i64, i64, i64) {
+        let (initial, left, sold, queued) =
+            (shown(&self.stock_initial), shown(&self.stock_left), shown(&self.sold), shown(&self.queued));
+        (initial, left, sold, shown(&self.persisted), queued)
+    }
+}
+
+/// `buyers` users buy, each from its own address, in waves of 10 every 200 ms, so a page
+/// polling once a second sees the counts climb. Returns how many got 201.
+async fn paced_storm(app: &TestApp, sale: &str, buyers: usize) -> usize {
+    futures::stream::iter(0..buyers)
+        .map(|i| async move {
+            sleep(Duration::from_millis(200 * (i / 10) as u64)).await;
+            let response = app
+                .client
+                .post(app.url("/buy"))
+                .header("x-forwarded-for", format!("10.0.{}.{}", i / 200, i % 200 + 1))
+                .json(&json!({"sale_id": sale, "user_id": format!("storm-{i}")}))
+                .send()
+                .await
+                .unwrap();
+            response.status() == 201
+        })
+        .buffer_unordered(buyers)
+        .filter(|created| std::future::ready(*created))
+        .count()
+        .await
+}
+
+#[tokio::test]
+async fn the_live_page_follows_a_storm_matches_the_status_endpoint_and_raises_a_disagreement() {
+    let app = spawn_app_with(
+        |c| {
+            c.rate_limit = RateLimit { limit: 3, window: Duration::from_secs(60) };
+            c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+        },
+        true,
+    )
+    .await;
+    let sale = new_sale_id();
+    let quiet = format!("{sale}-quiet");
+    app.seed_stock(&sale, 150).await;
+    app.seed_stock(&quiet, 40).await;
+    let browser = Browser::start().await;
+
+    // The page asks for the token, refuses a wrong one, and keeps the right one in the tab only.
+    browser.client.goto(&app.url("/admin")).await.unwrap();
+    assert!(browser.visible("login").await && !browser.visible("dashboard").await);
+    browser.log_in("not-the-token").await;
+    browser.wait_for("the refusal", async |b| (b.text("login-error").await.contains("token")).then_some(())).await;
+    assert_eq!(browser.run(&format!("return sessionStorage.getItem('{TOKEN_KEY}')"), vec![]).await, json!(null));
+    browser.log_in(ADMIN_TOKEN).await;
+    let before = browser.wait_for("the sale", async |b| b.sale(&sale).await).await;
+    assert_eq!(before.counts(), (150, 150, 0, 0, 0));
+    assert_eq!(before.state, "open");
+    assert_eq!(browser.run(&format!("return sessionStorage.getItem('{TOKEN_KEY}')"), vec![]).await, json!(ADMIN_TOKEN));
+    assert_eq!(browser.run("return [localStorage.length, document.cookie]", vec![]).await, json!([0, ""]));
+    browser.client.goto(&app.url("/admin")).await.unwrap();
+    browser.wait_for("the sale after a reload", async |b| b.sale(&sale).await).await;
+
+    // One client over its limit: 3 buy, 7 are refused (the limiter counts them, the page shows them).
+    let mut refused = 0;
+    for i in 0..10 {
+        let response = app
+            .client
+            .post(app.url("/buy"))
+            .header("x-forwarded-for", "203.0.113.7")
+            .json(&json!({"sale_id": sale, "user_id": format!("eager-{i}")}))
+            .send()
+            .await
+            .unwrap();
+        refused += usize::from(response.status() == 429);
+    }
+    assert_eq!(refused, 7);
+
+    // A paced storm of 200 buyers for the 147 items left; the page is read while it runs.
+    let storm = paced_storm(&app, &sale, 200);
+    let watch = async {
+        let mut seen = vec![];
+        let mut screenshot = None;
+        let until = Instant::now() + PAGE_DEADLINE;
+        while seen.last() != Some(&150) && Instant::now() < until {
+            let sold = shown(&browser.sale(&sale).await.unwrap().sold);
+            if screenshot.is_none() && (30..120).contains(&sold) {
+                screenshot = Some(browser.screenshot("admin-page-live.png").await);
+            }
+            seen.push(sold);
+            sleep(Duration::from_millis(150)).await;
+        }
+        seen
+    };
+    let (created, seen) = tokio::join!(storm, watch);
+    assert_eq!(created, 147);
+    seen.windows(2).for_each(|w| assert!(w[0] <= w[1], "sold never goes down on the page: {seen:?}"));
+    let mut distinct = seen.clone();
+    distinct.dedup();
+    assert!(distinct.iter().filter(|s| (4..150).contains(*s)).count() >= 1, "the count moved: {distinct:?}");
+    assert_eq!(seen.last(), Some(&150), "the page reached sold out: {distinct:?}");
+
+    // Once the queue drains, every number on the page is the status endpoint's.
+    let status = app.wait_for_drain(&sale).await;
+    let expected = (status.stock_initial, status.stock_left, status.sold, status.persisted.unwrap(), status.queued);
+    assert_eq!(expected, (150, 0, 150, 150, 0));
+    let settled =
+        browser.wait_for("the drained sale", async |b| b.sale(&sale).await.filter(|s| s.counts() == expected)).await;
+    assert_eq!(settled.bar, (0.0, 150.0), "an empty stock bar");
+    assert_eq!(settled.state, "sold out");
+    let peak: f64 = settled.peak.replace(',', "").parse().unwrap();
+    assert!(peak > 0.0, "purchases per second peaked above 0: {peak}");
+    assert!(settled.chart.split(' ').count() >= 2, "the chart has points: {:?}", settled.chart);
+    assert!(settled.alerts.is_empty(), "no alert while Redis and Postgres agree: {:?}", settled.alerts);
+    let quiet_card = browser.sale(&quiet).await.expect("the quiet sale has a card");
+    let quiet_status = app.status(&quiet).await;
+    assert_eq!(quiet_card.counts(), (40, 40, 0, 0, 0));
+    assert_eq!((quiet_status.stock_left, quiet_status.sold), (40, 0));
+    browser.wait_for("7 refusals", async |b| (b.text("limiter-refused").await == "7").then_some(())).await;
+
+    // Two orders vanish from Postgres behind the service's back: the page raises an alert for
+    // that sale only, and the reconcile repair clears it.
+    sqlx::query("delete from orders where sale_id = $1 and user_id in ('storm-0', 'storm-1')")
+        .bind(&sale)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let alerting = browser
+        .wait_for("the disagreement alert", async |b| {
+            b.sale(&sale).await.filter(|s| s.alerts.iter().any(|a| a.contains("2 sold order(s) are neither queued")))
+        })
+        .await;
+    assert_eq!(alerting.alerts.len(), 1, "{:?}", alerting.alerts);
+    assert_eq!(alerting.counts(), (150, 0, 150, 148, 0), "Postgres holds 2 orders fewer");
+    assert!(browser.sale(&quiet).await.unwrap().alerts.is_empty(), "the other sale is fine");
+    let alert_shot = browser.screenshot("admin-page-alert.png").await;
+    let repair = app
+        .client
+        .post(app.url(&format!("/admin/sales/{sale}/reconcile")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(repair.status(), 200);
+    browser
+        .wait_for("the alert cleared", async |b| {
+            b.sale(&sale).await.filter(|s| s.alerts.is_empty() && s.counts() == expected)
+        })
+        .await;
+
+    // Signing out forgets the token.
+    browser.client.find(Locator::Id("sign-out")).await.unwrap().click().await.unwrap();
+    assert!(browser.visible("login").await);
+    assert_eq!(browser.run(&format!("return sessionStorage.getItem('{TOKEN_KEY}')"), vec![]).await, json!(null));
+    assert!(alert_shot.exists());
+    browser.client.close().await.unwrap();
+}
