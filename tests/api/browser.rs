@@ -284,11 +284,13 @@ async fn the_live_page_follows_a_storm_matches_the_status_endpoint_and_raises_a_
 
     // Two orders vanish from Postgres behind the service's back: the page raises an alert for
     // that sale only, and the reconcile repair clears it.
-    sqlx::query("delete from orders where sale_id = $1 and user_id in ('storm-0', 'storm-1')")
-        .bind(&sale)
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    let deleted =
+        sqlx::query("delete from orders where order_id in (select order_id from orders where sale_id = $1 limit 2)")
+            .bind(&sale)
+            .execute(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(deleted.rows_affected(), 2);
     let alerting = browser
         .wait_for("the disagreement alert", async |b| {
             b.sale(&sale).await.filter(|s| s.alerts.iter().any(|a| a.contains("2 sold order(s) are neither queued")))
