@@ -3,7 +3,7 @@
 #
 # Source after scripts/lib/services.sh and seckill_start_services, then:
 #   seckill_app_build                 cargo build --release --locked (once per shell); with
-#                                     SECKILL_APP_PROFILE=debug, the debug binary instead
+#                                     SECKILL_APP_PROFILE=debug, the debug binary `cargo test` uses
 #   seckill_app_start [VAR=VALUE...]  start `seckill serve` on a free loopback port with these extra
 #                                     SECKILL_* settings; waits for /readyz; sets SECKILL_APP_URL,
 #                                     SECKILL_APP_PID, SECKILL_APP_LOG, exports SECKILL_ADMIN_TOKEN
@@ -16,7 +16,9 @@
 _seckill_app_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 if [[ "${SECKILL_APP_PROFILE:-release}" == debug ]]; then
     SECKILL_APP_BIN="$_seckill_app_root/target/debug/seckill"
-    _seckill_app_build_args=(--locked)
+    # --tests: the binary `cargo test` builds (dev-dependency features unified), so after
+    # `cargo test` this compiles nothing instead of a second crate graph.
+    _seckill_app_build_args=(--locked --tests)
 else
     SECKILL_APP_BIN="$_seckill_app_root/target/release/seckill"
     _seckill_app_build_args=(--release --locked)
