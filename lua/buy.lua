@@ -1,16 +1,20 @@
 -- buy.lua: decide one purchase atomically and enqueue its order in the same call.
 --
--- KEYS[1]  sale meta hash     seckill:{sale:<id>}:meta    (stock_initial, starts_at_ms, ends_at_ms)
+-- KEYS[1]  sale meta hash     seckill:{sale:<id>}:meta    (stock_initial, starts_at_ms, ends_at_ms, shards)
 -- KEYS[2]  stock counter      seckill:{sale:<id>}:stock
 -- KEYS[3]  buyer set          seckill:{sale:<id>}:buyers
 -- KEYS[4]  order stream       seckill:{sale:<id>}:orders
 -- ARGV[1]  sale id            (copied into the order; the app validated it)
 -- ARGV[2]  user id            (kept as a string: never tonumber'd)
 -- ARGV[3]  order id           (UUID v7 made by the app)
+-- ARGV[4]  shards             how many shards the caller believes the sale has (1: unsharded;
+--                             docs/stock-sharding.md). KEYS are then those of one shard.
 --
 -- Returns one status string:
 --   "ok"                 user added, stock decremented, order appended to the stream
 --   "unknown_sale"       no meta or no stock key: the sale was never seeded
+--   "wrong_shards"       the meta records another shard count than ARGV[4]: nothing is written,
+--                        the caller reads the sale's layout and asks again
 --   "not_started"        Redis TIME is before starts_at_ms
 --   "ended"              Redis TIME is at or after ends_at_ms
 --   "already_purchased"  the user is already in the buyer set
@@ -19,10 +23,11 @@
 -- Invariants kept: the duplicate check comes before any write; stock is refused at <= 0 so it
 -- never goes negative; SADD, DECR and XADD happen together or not at all, so every "ok" has its
 -- order in the stream and stock_initial = stock + SCARD(buyers) always holds. All keys share the
--- sale's hash tag, so the script runs on Redis Cluster. Time comes from the Redis server.
+-- sale's hash tag, so the script runs on Redis Cluster. Time comes from the Redis server, and is
+-- checked before the stock: a shard answers "sold_out" only once it has started.
 --
 -- Example (after seed.lua below has created the sale):
---   redis-cli --eval lua/buy.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' , demo alice 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69
+--   redis-cli --eval lua/buy.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' , demo alice 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'unknown_sale'
@@ -32,11 +37,15 @@ if stock == nil then
   return 'unknown_sale'
 end
 
+local meta = redis.call('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms', 'shards')
+if (tonumber(meta[3]) or 1) ~= tonumber(ARGV[4]) then
+  return 'wrong_shards'
+end
+
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local window = redis.call('HMGET', KEYS[1], 'starts_at_ms', 'ends_at_ms')
-local starts_at = tonumber(window[1])
-local ends_at = tonumber(window[2])
+local starts_at = tonumber(meta[1])
+local ends_at = tonumber(meta[2])
 if starts_at and now_ms < starts_at then
   return 'not_started'
 end

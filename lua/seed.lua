@@ -1,6 +1,7 @@
--- seed.lua: create or re-seed a sale, unless somebody has already bought in it.
+-- seed.lua: create or re-seed a sale (or one shard of a sharded sale), unless somebody has
+-- already bought in it.
 --
--- KEYS[1]  sale meta hash     seckill:{sale:<id>}:meta
+-- KEYS[1]  sale meta hash     seckill:{sale:<id>}:meta    (of a shard k >= 1: {sale:<id>:<suffix>})
 -- KEYS[2]  stock counter      seckill:{sale:<id>}:stock
 -- KEYS[3]  buyer set          seckill:{sale:<id>}:buyers
 -- KEYS[4]  order stream       seckill:{sale:<id>}:orders
@@ -8,28 +9,51 @@
 -- ARGV[2]  starts_at_ms       (Unix epoch milliseconds, or "" for "open now")
 -- ARGV[3]  ends_at_ms         (Unix epoch milliseconds, or "" for "never ends")
 -- ARGV[4]  consumer group     (created on the stream, from id 0, if missing)
+-- ARGV[5]  shards             K, the number of shards of the sale (1: unsharded)
+-- ARGV[6]  shard suffixes     on shard 0 of a sharded sale (the sale's own keys): the other
+--                             shards' suffixes, comma-separated, for every instance to read; else ""
+-- ARGV[7]  re-seed            "1" when the sale exists already, else "0"
 --
--- Returns "ok", or "sale_in_progress" when the buyer set is not empty (nothing is changed then).
+-- Returns one status string:
+--   "ok"                 seeded
+--   "sale_in_progress"   the buyer set is not empty; nothing is changed
+--   "sale_started"       a re-seed (ARGV[7]) of a shard of a sharded sale (ARGV[5] > 1) that has
+--                        started (Redis TIME at or after its starts_at_ms, or none); nothing is changed
 --
--- Invariant kept: a re-seed never resets stock under existing buyers, so stock_initial =
--- stock + SCARD(buyers) holds across re-seeds. The consumer group exists before the first order
--- is appended, so the worker sees every order.
+-- Invariants kept: a re-seed never resets stock under existing buyers, so stock_initial =
+-- stock + SCARD(buyers) holds across re-seeds. A started shard of a sharded sale is never
+-- re-seeded: it may have answered "sold_out", and a user who then fell over to another shard
+-- could buy a second time if its stock rose again (docs/stock-sharding.md). The consumer group
+-- exists before the first order is appended, so the worker sees every order.
 --
 -- Example:
---   redis-cli --eval lua/seed.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' , 100 '' '' seckill-workers
+--   redis-cli --eval lua/seed.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' , 100 '' '' seckill-workers 1 '' 0
 
 if redis.call('SCARD', KEYS[3]) > 0 then
   return 'sale_in_progress'
 end
 
+local shards = tonumber(ARGV[5])
+if ARGV[7] == '1' and shards > 1 and redis.call('EXISTS', KEYS[1]) == 1 then
+  local t = redis.call('TIME')
+  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local starts_at = tonumber(redis.call('HGET', KEYS[1], 'starts_at_ms'))
+  if not starts_at or starts_at <= now_ms then
+    return 'sale_started'
+  end
+end
+
 local stock = tonumber(ARGV[1])
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'stock_initial', stock)
+redis.call('HSET', KEYS[1], 'stock_initial', stock, 'shards', shards)
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], 'starts_at_ms', ARGV[2])
 end
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[1], 'ends_at_ms', ARGV[3])
+end
+if ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[1], 'shard_suffixes', ARGV[6])
 end
 redis.call('SET', KEYS[2], stock)
 

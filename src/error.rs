@@ -35,6 +35,10 @@ pub enum ApiError {
     SoldOut,
     #[error("the sale already has buyers; it cannot be re-seeded")]
     SaleInProgress,
+    #[error("the sale is sharded and has started; it cannot be re-seeded")]
+    SaleStarted,
+    #[error("the sale exists with {shards} shard(s); its shard count cannot change")]
+    ShardsFixed { shards: u32 },
     #[error("too many requests from this client; retry after {retry_after_secs} s")]
     RateLimited { retry_after_secs: u64 },
     #[error("a service this request needs is unavailable; retry shortly")]
@@ -60,6 +64,8 @@ impl ApiError {
             Self::AlreadyPurchased => "already_purchased",
             Self::SoldOut => "sold_out",
             Self::SaleInProgress => "sale_in_progress",
+            Self::SaleStarted => "sale_started",
+            Self::ShardsFixed { .. } => "shards_fixed",
             Self::RateLimited { .. } => "rate_limited",
             Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal",
@@ -86,7 +92,9 @@ impl ResponseError for ApiError {
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::AdminDisabled | Self::SaleNotStarted | Self::SaleEnded => StatusCode::FORBIDDEN,
-            Self::AlreadyPurchased | Self::SaleInProgress => StatusCode::CONFLICT,
+            Self::AlreadyPurchased | Self::SaleInProgress | Self::SaleStarted | Self::ShardsFixed { .. } => {
+                StatusCode::CONFLICT
+            }
             Self::SoldOut => StatusCode::GONE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,

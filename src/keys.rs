@@ -20,8 +20,27 @@ pub struct SaleKeys {
 }
 
 impl SaleKeys {
+    /// The sale's own keys (shard 0 of a sharded sale).
     pub fn new(prefix: &str, sale: &SaleId) -> Self {
-        let base = format!("{prefix}:{{sale:{sale}}}");
+        Self::with_tag(prefix, &Self::tag(sale, None))
+    }
+
+    /// The keys of shard `suffix` of a sharded sale (`crate::shards`), in a slot of their own.
+    pub fn of_shard(prefix: &str, sale: &SaleId, suffix: u32) -> Self {
+        Self::with_tag(prefix, &Self::tag(sale, Some(suffix)))
+    }
+
+    /// The hash tag's content: `sale:<id>`, or `sale:<id>:<suffix>` for a shard (a sale id has
+    /// no `:`, so a shard's tag is never another sale's).
+    pub fn tag(sale: &SaleId, shard_suffix: Option<u32>) -> String {
+        match shard_suffix {
+            None => format!("sale:{sale}"),
+            Some(suffix) => format!("sale:{sale}:{suffix}"),
+        }
+    }
+
+    fn with_tag(prefix: &str, tag: &str) -> Self {
+        let base = format!("{prefix}:{{{tag}}}");
         Self {
             meta: format!("{base}:meta"),
             stock: format!("{base}:stock"),
@@ -66,6 +85,8 @@ mod tests {
             assert!(key.contains("{sale:demo}"), "{key}");
             assert_eq!(key.matches('{').count(), 1, "{key}");
         }
+        let shard = SaleKeys::of_shard("seckill", &SaleId::parse("demo").unwrap(), 7);
+        assert_eq!(shard.orders, "seckill:{sale:demo:7}:orders");
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod redis_conn;
 pub mod redis_store;
 pub mod routes;
 pub mod scripts;
+pub mod shards;
 pub mod sold_out;
 pub mod startup;
 pub mod telemetry;

@@ -117,6 +117,32 @@ impl RedisConnection {
     }
 }
 
+/// Which master serves each slot of the cluster `con` talks to, from `CLUSTER SLOTS`.
+pub async fn slot_masters(con: &mut impl ConnectionLike) -> RedisResult<SlotMasters> {
+    let reply: Vec<Vec<Value>> = redis::cmd("CLUSTER").arg("SLOTS").query_async(con).await?;
+    let ranges = reply.iter().filter_map(|range| match range.as_slice() {
+        [Value::Int(start), Value::Int(end), Value::Array(master), ..] => match master.as_slice() {
+            [host, Value::Int(port), ..] => {
+                let host: String = redis::from_redis_value_ref(host).ok()?;
+                Some((*start as u16, *end as u16, format!("{host}:{port}")))
+            }
+            _ => None,
+        },
+        _ => None,
+    });
+    Ok(SlotMasters(ranges.collect()))
+}
+
+/// A cluster's slot ranges and the master (`host:port`) serving each.
+#[derive(Debug, Clone)]
+pub struct SlotMasters(Vec<(u16, u16, String)>);
+
+impl SlotMasters {
+    pub fn master_of(&self, slot: u16) -> Option<String> {
+        self.0.iter().find(|(start, end, _)| (*start..=*end).contains(&slot)).map(|(_, _, master)| master.clone())
+    }
+}
+
 /// Opens a lazily connected, self-reconnecting connection whose commands time out after
 /// `timeout` (the worker passes a longer one for its blocking reads). Must be called inside a
 /// Tokio runtime. Fails only on a malformed URL: an unreachable Redis fails the first command.

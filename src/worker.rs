@@ -6,7 +6,7 @@
 //! claims entries that stayed pending longer than the claim timeout (XAUTOCLAIM). Redelivered
 //! orders are no-ops thanks to the order id primary key and the (sale_id, user_id) unique key.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,8 +73,11 @@ pub struct Worker {
     store: RedisStore,
     pool: PgPool,
     settings: WorkerSettings,
-    /// Stream key -> sale, for every registered sale.
+    /// Stream key -> sale, for every shard of every registered sale.
     streams: HashMap<String, SaleId>,
+    /// Registered sales whose layout is known (read once: it never changes), so every one of
+    /// their shards' streams is in `streams`.
+    laid_out: HashSet<SaleId>,
     sales_refreshed_at: Option<Instant>,
     /// Re-read this consumer's own pending entries before new ones (at start and after errors).
     read_own_pending: bool,
@@ -95,6 +98,7 @@ impl Worker {
             pool,
             settings,
             streams: HashMap::new(),
+            laid_out: HashSet::new(),
             sales_refreshed_at: None,
             read_own_pending: true,
             next_claim_at: Instant::now(),
@@ -183,6 +187,8 @@ impl Worker {
         }
         self.queues_sampled_at = Some(Instant::now());
         let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
+        // Per sale: orders queued in all its shards, and the age of the oldest.
+        let mut queues: HashMap<&SaleId, (i64, f64)> = HashMap::new();
         for (stream, sale) in &self.streams {
             let mut con = self.redis.clone();
             let Ok(length) = redis::cmd("XLEN").arg(stream).query_async::<i64>(&mut con).await else { return };
@@ -200,11 +206,18 @@ impl Worker {
             // Entry ids start with the Redis time of the XADD, in milliseconds.
             let added_ms = oldest.ids.first().and_then(|e| e.id.split('-').next()?.parse::<u128>().ok());
             let lag = added_ms.map_or(0.0, |ms| now_ms.saturating_sub(ms) as f64 / 1000.0);
+            let queue = queues.entry(sale).or_default();
+            *queue = (queue.0 + length, queue.1.max(lag));
+        }
+        for (sale, (length, lag)) in queues {
             self.metrics.queue_length.with_label_values(&[sale.as_str()]).set(length);
             self.metrics.queue_lag_seconds.with_label_values(&[sale.as_str()]).set(lag);
         }
     }
 
+    /// Adds the streams of sales registered since the last refresh. A sale's shards are known
+    /// once its shard 0 is seeded (it records the layout); until then only shard 0's stream is
+    /// read, and the layout is looked for again at the next refresh.
     async fn refresh_sales(&mut self) -> anyhow::Result<()> {
         let due = self.sales_refreshed_at.is_none_or(|t| t.elapsed() >= SALES_REFRESH);
         if !due {
@@ -212,10 +225,18 @@ impl Worker {
         }
         let sales = self.store.sale_ids().await.context("listing sales")?;
         for sale in sales {
-            let stream = self.store.sale_keys(&sale).orders;
-            if !self.streams.contains_key(&stream) {
-                self.ensure_group(&stream).await?;
-                self.streams.insert(stream, sale);
+            if self.laid_out.contains(&sale) {
+                continue;
+            }
+            let layout = self.store.layout(&sale).await.context("reading a sale's layout")?;
+            if layout.is_some() {
+                self.laid_out.insert(sale.clone());
+            }
+            for keys in layout.unwrap_or_default().keys(&self.settings.key_prefix, &sale) {
+                if !self.streams.contains_key(&keys.orders) {
+                    self.ensure_group(&keys.orders).await?;
+                    self.streams.insert(keys.orders, sale.clone());
+                }
             }
         }
         self.sales_refreshed_at = Some(Instant::now());

@@ -20,6 +20,7 @@ use crate::domain::SaleId;
 use crate::error::{ApiError, ErrorBody};
 use crate::reconcile::{self, ReconcileReport};
 use crate::redis_store::{SaleSpec, SaleState, SeedOutcome};
+use crate::shards::MAX_SHARDS;
 
 /// Largest stock one sale may hold (the buyer set grows to this many members).
 pub const MAX_STOCK: i64 = 10_000_000;
@@ -94,6 +95,12 @@ pub struct SeedRequest {
     starts_at: Option<OffsetDateTime>,
     #[serde(default, with = "time::serde::rfc3339::option")]
     ends_at: Option<OffsetDateTime>,
+    /// Shards to split the stock over, 1 to 16 (docs/stock-sharding.md): more than one lets one
+    /// hot sale use several Redis Cluster masters. Fixed by the sale's first seed: omit it (or
+    /// repeat it) when re-seeding. Default 1.
+    #[schema(minimum = 1, maximum = 16)]
+    #[serde(default)]
+    shards: Option<u32>,
 }
 
 /// A sale's state: `sold` and `queued` from Redis, then `persisted` from Postgres (`null` while
@@ -107,6 +114,8 @@ pub struct SaleStatus {
     pub sold: i64,
     pub persisted: Option<i64>,
     pub queued: i64,
+    /// Shards the stock is split over (1: unsharded).
+    pub shards: u32,
     #[serde(with = "time::serde::rfc3339::option")]
     pub starts_at: Option<OffsetDateTime>,
     #[serde(with = "time::serde::rfc3339::option")]
@@ -140,7 +149,7 @@ fn sale_from_path(path: &str) -> Result<SaleId, ApiError> {
     request_body = SeedRequest,
     responses(
         (status = 200, description = "Seeded; the sale's state", body = SaleStatus),
-        (status = 409, description = "`sale_in_progress`: the sale has buyers and cannot be re-seeded", body = ErrorBody),
+        (status = 409, description = "`sale_in_progress`: the sale has buyers and cannot be re-seeded; `sale_started`: a sharded sale that has started cannot be re-seeded; `shards_fixed`: the sale exists with another shard count", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         AdminErrors,
@@ -153,9 +162,12 @@ pub async fn seed(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = sale_from_path(&path)?;
-    let SeedRequest { stock, starts_at, ends_at } = body.into_inner();
+    let SeedRequest { stock, starts_at, ends_at, shards } = body.into_inner();
     if !(0..=MAX_STOCK).contains(&stock) {
         return Err(ApiError::InvalidRequest(format!("stock must be between 0 and {MAX_STOCK}")));
+    }
+    if shards.is_some_and(|k| !(1..=MAX_SHARDS).contains(&k)) {
+        return Err(ApiError::InvalidRequest(format!("shards must be between 1 and {MAX_SHARDS}")));
     }
     if let (Some(start), Some(end)) = (starts_at, ends_at)
         && start >= end
@@ -163,7 +175,7 @@ pub async fn seed(
         return Err(ApiError::InvalidRequest("starts_at must be before ends_at".into()));
     }
     let to_ms = |t: Option<OffsetDateTime>| t.map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64);
-    let spec = SaleSpec { stock, starts_at_ms: to_ms(starts_at), ends_at_ms: to_ms(ends_at) };
+    let spec = SaleSpec { stock, starts_at_ms: to_ms(starts_at), ends_at_ms: to_ms(ends_at), shards };
 
     let mut tx = state.pool.begin().await?;
     db::upsert_sale(&mut tx, &sale, stock, starts_at, ends_at).await?;
@@ -173,8 +185,10 @@ pub async fn seed(
             tx.commit().await?
         }
         SeedOutcome::InProgress => return Err(ApiError::SaleInProgress),
+        SeedOutcome::Started => return Err(ApiError::SaleStarted),
+        SeedOutcome::ShardsFixed { shards } => return Err(ApiError::ShardsFixed { shards }),
     }
-    tracing::info!(sale_id = %sale, stock, "sale seeded");
+    tracing::info!(sale_id = %sale, stock, shards, "sale seeded");
     let status = sale_status(&state, &sale).await?;
     Ok(HttpResponse::Ok().json(status))
 }
@@ -212,7 +226,7 @@ fn warn_without_persisted(err: &sqlx::Error) {
 }
 
 fn status_of(sale: &SaleId, redis: SaleState, persisted: Option<i64>) -> SaleStatus {
-    let SaleState { stock_initial, stock_left, sold, queued, starts_at_ms, ends_at_ms } = redis;
+    let SaleState { stock_initial, stock_left, sold, queued, starts_at_ms, ends_at_ms, shards } = redis;
     SaleStatus {
         sale_id: sale.to_string(),
         stock_initial,
@@ -220,6 +234,7 @@ fn status_of(sale: &SaleId, redis: SaleState, persisted: Option<i64>) -> SaleSta
         sold,
         persisted,
         queued,
+        shards,
         starts_at: starts_at_ms.map(db::ms_to_time),
         ends_at: ends_at_ms.map(db::ms_to_time),
     }

@@ -63,7 +63,7 @@ async fn seeding_creates_the_sale_in_redis_and_postgres_and_reports_its_state() 
     assert_eq!(
         body,
         json!({"sale_id": sale, "stock_initial": 7, "stock_left": 7, "sold": 0, "persisted": 0, "queued": 0,
-               "starts_at": "2020-01-01T00:00:00Z", "ends_at": "2998-12-31T22:00:00Z"})
+               "shards": 1, "starts_at": "2020-01-01T00:00:00Z", "ends_at": "2998-12-31T22:00:00Z"})
     );
     assert_eq!(app.sales_row_stock(&sale).await, 7);
 }

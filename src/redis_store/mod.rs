@@ -1,0 +1,162 @@
+//! Everything the service asks of Redis: purchases and seeding (`sales`), sale state,
+//! reconciliation reads and re-enqueues (`reads`), and rate limiting (here).
+//! One multiplexed connection (`crate::redis_conn`, a single server's or a cluster's) is shared by
+//! all requests; it reconnects by itself after an outage.
+
+mod reads;
+mod sales;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+
+use redis::RedisResult;
+use uuid::Uuid;
+
+use crate::domain::SaleId;
+use crate::keys::{SaleKeys, events_channel, rate_limit_key};
+use crate::limiter::{Decision, Policy};
+use crate::redis_conn::RedisConnection;
+use crate::scripts;
+use crate::shards::Layout;
+
+pub use reads::SaleState;
+pub use sales::{BuyOutcome, SaleSpec, SeedOutcome};
+
+/// The consumer group every worker of every instance reads orders with.
+pub const CONSUMER_GROUP: &str = "seckill-workers";
+
+/// Members per SSCAN call, entries per XRANGE page and XADDs per pipeline: big sales are read
+/// and written in steps this size, so no single command blocks Redis for long.
+const PAGE: usize = 1000;
+
+/// The shared connection, with every command run by a task of the runtime that created the
+/// store. actix-web serves each worker thread from a runtime of its own, and the connection
+/// manager spawns its connection's I/O task on the runtime of whichever call (re)connects: on a
+/// worker's runtime, that task would die when actix stops that worker at shutdown, breaking the
+/// connection for the requests the other workers are still finishing.
+#[derive(Clone)]
+struct HomeRuntimeConnection {
+    inner: RedisConnection,
+    home: tokio::runtime::Handle,
+}
+
+impl HomeRuntimeConnection {
+    async fn on_home<T: Send + 'static>(
+        &self,
+        call: impl Future<Output = RedisResult<T>> + Send + 'static,
+    ) -> RedisResult<T> {
+        self.home.spawn(call).await.unwrap_or_else(|joined| {
+            Err(redis::RedisError::from((redis::ErrorKind::Io, "redis call aborted", joined.to_string())))
+        })
+    }
+}
+
+impl redis::aio::ConnectionLike for HomeRuntimeConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        let (mut conn, cmd) = (self.inner.clone(), cmd.clone());
+        Box::pin(self.on_home(async move { conn.req_packed_command(&cmd).await }))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        let (mut conn, pipeline) = (self.inner.clone(), pipeline.clone());
+        Box::pin(self.on_home(async move { conn.req_packed_commands(&pipeline, offset, count).await }))
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
+/// Redis operations of the service, under one key prefix.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: HomeRuntimeConnection,
+    prefix: String,
+    /// Layouts of seeded sales, by sale id (fixed by a sale's first seed, so never stale).
+    layouts: Arc<RwLock<HashMap<Box<str>, Arc<Layout>>>>,
+}
+
+impl RedisStore {
+    /// Must be called inside a Tokio runtime that outlives the store's users (the process's
+    /// main runtime): the connection's tasks run there.
+    pub fn new(conn: RedisConnection, prefix: impl Into<String>) -> Self {
+        let conn = HomeRuntimeConnection { inner: conn, home: tokio::runtime::Handle::current() };
+        Self { conn, prefix: prefix.into(), layouts: Arc::default() }
+    }
+
+    /// The channel on which seeds announce their sale id.
+    pub fn events_channel(&self) -> String {
+        events_channel(&self.prefix)
+    }
+
+    /// The keys of `sale` under this store's prefix.
+    pub fn sale_keys(&self, sale: &SaleId) -> SaleKeys {
+        SaleKeys::new(&self.prefix, sale)
+    }
+
+    /// The sale's layout (`crate::shards`) as its shard 0 records it, or `None` when the sale
+    /// has not been seeded. A seeded sale's layout never changes, so it is read once and kept.
+    pub async fn layout(&self, sale: &SaleId) -> RedisResult<Option<Arc<Layout>>> {
+        if let Some(layout) = self.cached_layout(sale) {
+            return Ok(Some(layout));
+        }
+        let meta = self.sale_keys(sale).meta;
+        let (stock_initial, shards, suffixes): (Option<i64>, Option<i64>, Option<String>) = redis::cmd("HMGET")
+            .arg(&meta)
+            .arg(&["stock_initial", "shards", "shard_suffixes"])
+            .query_async(&mut self.conn.clone())
+            .await?;
+        if stock_initial.is_none() {
+            return Ok(None);
+        }
+        Layout::from_meta(shards, suffixes.as_deref())
+            .map(|layout| Some(self.remember_layout(sale, layout)))
+            .map_err(|why| unexpected("the sale's meta", &why))
+    }
+
+    /// The layout this store has read before, if any.
+    fn cached_layout(&self, sale: &SaleId) -> Option<Arc<Layout>> {
+        self.layouts.read().unwrap_or_else(|e| e.into_inner()).get(sale.as_str()).cloned()
+    }
+
+    fn remember_layout(&self, sale: &SaleId, layout: Layout) -> Arc<Layout> {
+        let layout = Arc::new(layout);
+        let mut layouts = self.layouts.write().unwrap_or_else(|e| e.into_inner());
+        layouts.insert(sale.as_str().into(), layout.clone());
+        layout
+    }
+
+    /// The keys of every shard of the sale (one set for an unsharded or unknown sale).
+    async fn all_shard_keys(&self, sale: &SaleId) -> RedisResult<Vec<SaleKeys>> {
+        let layout = self.layout(sale).await?.unwrap_or_default();
+        Ok(layout.keys(&self.prefix, sale))
+    }
+
+    /// Runs the policy's limiter script for `client`: admits and records the request, or
+    /// refuses it (writing nothing).
+    pub async fn rate_limit(&self, client: IpAddr, policy: &Policy) -> RedisResult<Decision> {
+        let key = rate_limit_key(&self.prefix, policy.algorithm, client);
+        let nonce = Uuid::now_v7().simple().to_string();
+        let reply = scripts::run(&policy.invocation(&key, &nonce, None), &mut self.conn.clone()).await?;
+        Ok(Decision::from_reply(reply))
+    }
+
+    /// PING, for readiness.
+    pub async fn ping(&self) -> RedisResult<()> {
+        redis::cmd("PING").query_async::<String>(&mut self.conn.clone()).await.map(drop)
+    }
+}
+
+fn unexpected(script: &str, reply: &str) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "unexpected script reply",
+        format!("{script} answered {reply:?}"),
+    ))
+}

@@ -1,0 +1,174 @@
+//! Purchases and seeding: `lua/buy.lua` and `lua/seed.lua`, on one shard or on each shard of a
+//! sharded sale (`crate::shards`).
+
+use redis::{AsyncCommands, RedisResult};
+use uuid::Uuid;
+
+use super::{CONSUMER_GROUP, RedisStore, unexpected};
+use crate::domain::{SaleId, UserId};
+use crate::keys::{SaleKeys, sales_registry_key};
+use crate::redis_conn;
+use crate::scripts;
+use crate::shards::{self, Layout};
+
+/// What the purchase decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuyOutcome {
+    Purchased,
+    UnknownSale,
+    NotStarted,
+    Ended,
+    AlreadyPurchased,
+    /// Every shard answered sold out.
+    SoldOut,
+}
+
+/// What the seed decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeedOutcome {
+    Seeded,
+    /// The sale has buyers; nothing was changed.
+    InProgress,
+    /// A sharded sale that has started is never re-seeded.
+    Started,
+    /// The sale exists with this many shards; its shard count cannot change.
+    ShardsFixed {
+        shards: u32,
+    },
+}
+
+/// A sale's schedule and stock, as an admin seeds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaleSpec {
+    pub stock: i64,
+    pub starts_at_ms: Option<i64>,
+    pub ends_at_ms: Option<i64>,
+    /// Shards to split the stock over; `None` keeps the sale's (1 for a new sale).
+    pub shards: Option<u32>,
+}
+
+/// One shard's answer to `lua/buy.lua`.
+enum ShardReply {
+    Decided(BuyOutcome),
+    /// The shard records another shard count than the caller assumed.
+    WrongShards,
+}
+
+impl RedisStore {
+    /// Buys through `lua/buy.lua`: one atomic decision per shard, and on success the order is in
+    /// that shard's stream. An unsharded sale costs one call. A sharded sale is tried shard by
+    /// shard in the user's visit order, moving on only after `sold_out`.
+    ///
+    /// The layout is not read first: a sale this store has not seen is assumed unsharded, and the
+    /// script answers `wrong_shards` (writing nothing) if it is not; then the layout is read and
+    /// the purchase asked again.
+    pub async fn buy(&self, sale: &SaleId, user: &UserId, order_id: Uuid) -> RedisResult<BuyOutcome> {
+        let assumed = self.cached_layout(sale).unwrap_or_default();
+        if let ShardReply::Decided(outcome) = self.buy_on(&assumed, sale, user, order_id).await? {
+            return Ok(outcome);
+        }
+        let Some(layout) = self.layout(sale).await? else {
+            return Ok(BuyOutcome::UnknownSale);
+        };
+        match self.buy_on(&layout, sale, user, order_id).await? {
+            ShardReply::Decided(outcome) => Ok(outcome),
+            ShardReply::WrongShards => Err(unexpected("buy.lua", "wrong_shards after reading the layout")),
+        }
+    }
+
+    async fn buy_on(&self, layout: &Layout, sale: &SaleId, user: &UserId, order_id: Uuid) -> RedisResult<ShardReply> {
+        let keys = layout.keys(&self.prefix, sale);
+        let order_id = order_id.to_string();
+        for shard in layout.visit_order(user) {
+            let mut call = scripts::BUY.key(&keys[shard].all()[..]);
+            call.arg(sale.as_str()).arg(user.as_str()).arg(&order_id).arg(layout.shards());
+            let status: String = scripts::run(&call, &mut self.conn.clone()).await?;
+            let outcome = match status.as_str() {
+                "sold_out" => continue,
+                "wrong_shards" => return Ok(ShardReply::WrongShards),
+                "ok" => BuyOutcome::Purchased,
+                "unknown_sale" => BuyOutcome::UnknownSale,
+                "not_started" => BuyOutcome::NotStarted,
+                "ended" => BuyOutcome::Ended,
+                "already_purchased" => BuyOutcome::AlreadyPurchased,
+                other => return Err(unexpected("buy.lua", other)),
+            };
+            return Ok(ShardReply::Decided(outcome));
+        }
+        Ok(ShardReply::Decided(BuyOutcome::SoldOut))
+    }
+
+    /// Registers the sale (so workers read its streams), then runs `lua/seed.lua` on each shard:
+    /// creates or re-seeds the sale unless it has buyers (or, sharded, has started). The registry
+    /// is a separate key (another Cluster slot), so it is written first: a sale is never live
+    /// without being registered.
+    ///
+    /// A new sale's shard 0, which records the layout, is seeded last, so no instance can find a
+    /// shard before it is seeded; a re-seed starts with shard 0, whose refusal (buyers, started)
+    /// then changes nothing. Should a later shard refuse or fail, the shards before it keep the
+    /// new seed: each shard is still a consistent sale, and a new seed before the start evens
+    /// them out (docs/stock-sharding.md).
+    pub async fn seed(&self, sale: &SaleId, spec: SaleSpec) -> RedisResult<SeedOutcome> {
+        let _: i64 = self.conn.clone().sadd(sales_registry_key(&self.prefix), sale.as_str()).await?;
+        let existing = self.layout(sale).await?;
+        let layout = match (&existing, spec.shards) {
+            (Some(layout), Some(shards)) if shards != layout.shards() => {
+                return Ok(SeedOutcome::ShardsFixed { shards: layout.shards() });
+            }
+            (Some(layout), _) => Layout::clone(layout),
+            (None, shards) => self.spread(sale, shards.unwrap_or(1)).await?,
+        };
+        let keys = layout.keys(&self.prefix, sale);
+        let others = 1..keys.len();
+        let order: Vec<usize> =
+            if existing.is_some() { std::iter::once(0).chain(others).collect() } else { others.chain([0]).collect() };
+        for shard in order {
+            match self.seed_shard(&keys[shard], &layout, shard, spec, existing.is_some()).await?.as_str() {
+                "ok" => {}
+                "sale_in_progress" => return Ok(SeedOutcome::InProgress),
+                "sale_started" => return Ok(SeedOutcome::Started),
+                other => return Err(unexpected("seed.lua", other)),
+            }
+        }
+        // Every instance drops its sold-out flag for the sale. Should this fail, the flags lapse
+        // by themselves (crate::sold_out::FLAG_TTL); the seed itself has happened.
+        let published: RedisResult<i64> = self.conn.clone().publish(self.events_channel(), sale.as_str()).await;
+        if let Err(err) = published {
+            tracing::warn!(sale_id = %sale, error = %err, "seed event not published");
+        }
+        Ok(SeedOutcome::Seeded)
+    }
+
+    async fn seed_shard(
+        &self,
+        keys: &SaleKeys,
+        layout: &Layout,
+        shard: usize,
+        spec: SaleSpec,
+        reseed: bool,
+    ) -> RedisResult<String> {
+        let opt = |v: Option<i64>| v.map(|ms| ms.to_string()).unwrap_or_default();
+        let suffixes = if shard == 0 { layout.suffixes_field() } else { String::new() };
+        let mut call = scripts::SEED.key(&keys.all()[..]);
+        call.arg(layout.stock_of(spec.stock, shard))
+            .arg(opt(spec.starts_at_ms))
+            .arg(opt(spec.ends_at_ms))
+            .arg(CONSUMER_GROUP)
+            .arg(layout.shards())
+            .arg(suffixes)
+            .arg(if reseed { "1" } else { "0" });
+        scripts::run(&call, &mut self.conn.clone()).await
+    }
+
+    /// A new layout of `shards` shards, spread over the cluster's masters.
+    async fn spread(&self, sale: &SaleId, shards: u32) -> RedisResult<Layout> {
+        if shards <= 1 {
+            return Ok(Layout::unsharded());
+        }
+        if !self.conn.inner.is_cluster() {
+            return Ok(shards::spread(sale, shards, |_| None));
+        }
+        let masters = redis_conn::slot_masters(&mut self.conn.clone()).await?;
+        Ok(shards::spread(sale, shards, |slot| masters.master_of(slot)))
+    }
+}
