@@ -17,6 +17,7 @@ mod rate_limit;
 mod reconcile;
 mod sales_overview;
 mod scripts;
+mod shards;
 mod shutdown;
 mod sold_out;
 mod worker;

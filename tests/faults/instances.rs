@@ -31,21 +31,7 @@ async fn three_instances_behave_as_one_service(redis_url: &str) {
     let sale = common::new_sale_id();
     deployment.seed_stock(&sale, 300).await;
 
-    // One storm spread over the three: the same 3,000 users try through every instance.
-    let storms = addresses.iter().map(|address| Storm::new(address, &sale, 3_000, 4_000));
-    let storms: Vec<Storm> = storms.collect();
-    let runs = storms.iter().map(Storm::run);
-    let mut report = StormReport::default();
-    for part in join_all(runs).await {
-        report.merge(part);
-    }
-    assert!(report.interrupted.is_empty() && report.refused == 0, "every request answered: {report:?}");
-    assert_eq!(report.server_errors(), 0, "no 5xx: {:?}", report.server_error_bodies);
-    assert!(report.unexpected_statuses().is_empty(), "{:?}", report.statuses);
-    assert_eq!(report.count(201), 300, "exactly the stock, across instances: {:?}", report.statuses);
-    let status = deployment.assert_invariants(&sale, &report.confirmed).await;
-    assert_eq!((status.stock_left, status.sold), (0, 300));
-    assert_eq!(deployment.order_ids(&sale).await, report.confirmed, "Postgres holds exactly the confirmed orders");
+    let report = storm_over(&deployment, &addresses, &sale, 300).await;
 
     // Every worker read the sale's stream through the one consumer group.
     let (stream, group) = deployment.orders_stream(&sale);
@@ -93,6 +79,50 @@ async fn three_instances_behave_as_one_service(redis_url: &str) {
         reseeded.elapsed().as_millis()
     );
     deployment.wait_for_drain(&empty).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_on_a_redis_cluster_sell_a_sharded_sale_as_one_service() {
+    let mut deployment = Deployment::on_redis(&common::env("SECKILL_TEST_REDIS_CLUSTER_URL"), &[]).await;
+    let first = deployment.start().await;
+    let others = [deployment.start_instance(&[]).await, deployment.start_instance(&[]).await];
+    let addresses: Vec<String> = [&first].into_iter().chain(&others).map(|p| p.address.clone()).collect();
+    let sale = common::new_sale_id();
+    let seeded = deployment.seed(&sale, serde_json::json!({"stock": 300, "shards": 3})).await;
+    assert_eq!(seeded.status(), 200, "{}", seeded.text().await.unwrap());
+
+    // Each process learns the layout by itself (its first purchase is answered `wrong_shards`).
+    let report = storm_over(&deployment, &addresses, &sale, 300).await;
+    assert_eq!(deployment.status(&sale).await.shards, 3);
+    // Sold out in every shard: 410 to a newcomer, 409 to a buyer of any shard, everywhere.
+    let buyers = deployment.buyers(&sale).await;
+    for (address, buyer) in addresses.iter().zip(buyers.iter().step_by(97)) {
+        assert_eq!(buy(&deployment, address, &sale, "newcomer").await, 410, "{address}");
+        assert_eq!(buy(&deployment, address, &sale, buyer).await, 409, "{address}");
+    }
+    eprintln!(
+        "figures instances (cluster, 3 shards): 201={} of {} answers over 3 processes",
+        report.count(201),
+        report.sent
+    );
+}
+
+/// One storm spread over the instances at `addresses`: the same 3,000 users try through every
+/// one of them. Exactly `stock` are sold, with no 5xx, and the promises hold.
+async fn storm_over(deployment: &Deployment, addresses: &[String], sale: &str, stock: i64) -> StormReport {
+    let storms: Vec<Storm> = addresses.iter().map(|address| Storm::new(address, sale, 3_000, 4_000)).collect();
+    let mut report = StormReport::default();
+    for part in join_all(storms.iter().map(Storm::run)).await {
+        report.merge(part);
+    }
+    assert!(report.interrupted.is_empty() && report.refused == 0, "every request answered: {report:?}");
+    assert_eq!(report.server_errors(), 0, "no 5xx: {:?}", report.server_error_bodies);
+    assert!(report.unexpected_statuses().is_empty(), "{:?}", report.statuses);
+    assert_eq!(report.count(201), stock as usize, "exactly the stock, across instances: {:?}", report.statuses);
+    let status = deployment.assert_invariants(sale, &report.confirmed).await;
+    assert_eq!((status.stock_left, status.sold), (0, stock));
+    assert_eq!(deployment.order_ids(sale).await, report.confirmed, "Postgres holds exactly the confirmed orders");
+    report
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,251 @@
+//! Sharded sales (docs/stock-sharding.md): one sale's stock split over K shards in different
+//! slots. Exactly the stock is sold, once per user, whatever shard a user lands on; shards that
+//! sell out send their users on to the others; the shard count is fixed and a started sharded
+//! sale is never re-seeded; status and reconciliation cover every shard.
+
+use std::collections::{BTreeSet, HashMap};
+
+use futures::StreamExt;
+use redis::AsyncCommands;
+use seckill::domain::{SaleId, UserId};
+use seckill::keys::SaleKeys;
+use seckill::shards::{Layout, home_shard};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::common::{first_redis_url, redis_masters};
+use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, new_sale_id, spawn_app};
+
+/// Seeds a sale open now with `stock` over `shards` shards, asserting it worked.
+async fn seed_sharded(app: &TestApp, stock: i64, shards: u32) -> String {
+    let sale = new_sale_id();
+    let response = app.seed(&sale, json!({"stock": stock, "shards": shards})).await;
+    assert_eq!(response.status(), 200, "seeding: {}", response.text().await.unwrap());
+    sale
+}
+
+/// The keys of each of the sale's shards, shard 0 first.
+async fn shard_keys(app: &TestApp, sale: &str) -> Vec<SaleKeys> {
+    let id = SaleId::parse(sale).unwrap();
+    let layout = app.store.layout(&id).await.unwrap().expect("a seeded sale has a layout");
+    layout.keys(&app.config.key_prefix, &id)
+}
+
+/// Per shard: (stock_initial, stock left, buyers).
+async fn shard_figures(app: &TestApp, sale: &str) -> Vec<(i64, i64, BTreeSet<String>)> {
+    let mut redis = app.redis.clone();
+    let mut figures = vec![];
+    for keys in shard_keys(app, sale).await {
+        let initial: i64 = redis.hget(&keys.meta, "stock_initial").await.unwrap();
+        let left: i64 = redis.get(&keys.stock).await.unwrap();
+        let buyers: BTreeSet<String> = redis.smembers(&keys.buyers).await.unwrap();
+        figures.push((initial, left, buyers));
+    }
+    figures
+}
+
+/// Each shard balances on its own and no user is a buyer in two shards.
+async fn assert_shards_balance(app: &TestApp, sale: &str) {
+    let mut seen = BTreeSet::new();
+    for (shard, (initial, left, buyers)) in shard_figures(app, sale).await.into_iter().enumerate() {
+        assert!(left >= 0, "shard {shard}: negative stock {left}");
+        assert_eq!(initial, left + buyers.len() as i64, "shard {shard}: stock_initial = left + buyers");
+        let twice: Vec<_> = buyers.iter().filter(|u| seen.contains(*u)).collect();
+        assert!(twice.is_empty(), "shard {shard}: users who also bought in another shard: {twice:?}");
+        seen.extend(buyers);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_sale_sells_exactly_its_stock_once_per_user_under_concurrent_duplicates() {
+    let app = spawn_app().await;
+    let (stock, users, tries) = (90, 200, 3);
+    let sale = seed_sharded(&app, stock, 3).await;
+
+    // Every user sends three requests at once; the shards sell out at different moments, so
+    // users keep falling over to the next shard while their own duplicates race them.
+    let requests = (0..users).flat_map(|u| (0..tries).map(move |_| format!("user-{u}")));
+    let answers: Vec<(String, u16, Value)> = futures::stream::iter(requests)
+        .map(|user| {
+            let (app, sale) = (&app, &sale);
+            async move {
+                let response = app.buy(sale, &user).await;
+                let status = response.status().as_u16();
+                (user, status, response.json().await.unwrap())
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+
+    let mut created: HashMap<&str, Vec<Uuid>> = HashMap::new();
+    for (user, status, body) in &answers {
+        match status {
+            201 => created.entry(user).or_default().push(body["order_id"].as_str().unwrap().parse().unwrap()),
+            409 => assert_eq!(body["error"], "already_purchased"),
+            410 => assert_eq!(body["error"], "sold_out"),
+            other => panic!("{user}: unexpected {other} {body}"),
+        }
+    }
+    let twice: Vec<_> = created.iter().filter(|(_, ids)| ids.len() > 1).collect();
+    assert!(twice.is_empty(), "users with two 201s: {twice:?}");
+    assert_eq!(created.len(), stock as usize, "exactly the stock is sold");
+
+    let confirmed: BTreeSet<Uuid> = created.values().flatten().copied().collect();
+    let status = app.assert_invariants(&sale, &confirmed).await;
+    assert_eq!((status.stock_initial, status.stock_left, status.sold, status.shards), (stock, 0, stock, 3));
+    assert_eq!(app.order_ids(&sale).await, confirmed, "Postgres holds exactly the confirmed orders");
+    assert_shards_balance(&app, &sale).await;
+}
+
+#[tokio::test]
+async fn users_whose_home_shard_sold_out_fall_over_to_the_other_shards() {
+    let app = spawn_app().await;
+    let sale = seed_sharded(&app, 3, 3).await; // one item per shard
+    // Three users with the same home shard: the first empties it, the others move on.
+    let home = |u: &String| home_shard(&UserId::parse(u).unwrap(), 3);
+    let users: Vec<String> = (0..).map(|i| format!("user-{i}")).filter(|u| home(u) == 1).take(3).collect();
+    for user in &users {
+        assert_eq!(app.buy(&sale, user).await.status(), 201, "{user}");
+    }
+    let per_shard: Vec<usize> = shard_figures(&app, &sale).await.iter().map(|(_, _, b)| b.len()).collect();
+    assert_eq!(per_shard, [1, 1, 1], "one buyer in each shard");
+    assert_error(app.buy(&sale, "newcomer").await, 410, "sold_out").await;
+    assert_error(app.buy(&sale, &users[2]).await, 409, "already_purchased").await;
+    app.assert_invariants(&sale, &BTreeSet::new()).await;
+    assert_shards_balance(&app, &sale).await;
+}
+
+#[tokio::test]
+async fn the_shard_count_is_fixed_by_the_first_seed() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    let later = json!({"stock": 10, "shards": 2, "starts_at": "2999-01-01T00:00:00Z"});
+    assert_eq!(app.seed(&sale, later).await.status(), 200);
+    let other_count = json!({"stock": 10, "shards": 3, "starts_at": "2999-01-01T00:00:00Z"});
+    assert_error(app.seed(&sale, other_count).await, 409, "shards_fixed").await;
+    // Re-seeding before the start keeps the layout, with or without naming the count.
+    let reseed = app.seed(&sale, json!({"stock": 21, "starts_at": "2998-01-01T00:00:00Z"})).await;
+    assert_eq!(reseed.status(), 200);
+    let body: Value = reseed.json().await.unwrap();
+    assert_eq!((body["stock_initial"].as_i64(), body["shards"].as_i64()), (Some(21), Some(2)));
+    let figures: Vec<i64> = shard_figures(&app, &sale).await.iter().map(|(initial, _, _)| *initial).collect();
+    assert_eq!(figures, [11, 10], "the stock split over the same two shards");
+    assert_error(app.buy(&sale, "early").await, 403, "sale_not_started").await;
+
+    let unsharded = new_sale_id();
+    app.seed_stock(&unsharded, 5).await;
+    assert_error(app.seed(&unsharded, json!({"stock": 5, "shards": 2})).await, 409, "shards_fixed").await;
+    for bad in [0, 17] {
+        assert_error(app.seed(&new_sale_id(), json!({"stock": 5, "shards": bad})).await, 400, "invalid_request").await;
+    }
+}
+
+#[tokio::test]
+async fn a_sharded_sale_is_never_reseeded_once_it_has_started() {
+    let app = spawn_app().await;
+    // Stock 0: nobody can buy, so only the start (not buyers) can refuse the re-seed.
+    let sale = seed_sharded(&app, 0, 2).await;
+    assert_error(app.seed(&sale, json!({"stock": 50})).await, 409, "sale_started").await;
+    let status = app.status(&sale).await;
+    assert_eq!((status.stock_initial, status.stock_left), (0, 0), "nothing changed");
+    assert_eq!(app.sales_row_stock(&sale).await, 0, "the Postgres row rolled back");
+    // An unsharded sale without buyers may still be re-seeded after its start.
+    let unsharded = new_sale_id();
+    app.seed_stock(&unsharded, 0).await;
+    app.seed_stock(&unsharded, 50).await;
+}
+
+#[tokio::test]
+async fn buy_lua_refuses_a_caller_that_assumes_another_shard_count_and_writes_nothing() {
+    let app = spawn_app().await;
+    let sale = seed_sharded(&app, 30, 3).await;
+    let keys = &shard_keys(&app, &sale).await[0];
+    let mut call = seckill::scripts::BUY.key(&keys.all()[..]);
+    call.arg(&sale).arg("alice").arg(Uuid::now_v7().to_string()).arg(1);
+    let reply: String = seckill::scripts::run(&call, &mut app.redis.clone()).await.unwrap();
+    assert_eq!(reply, "wrong_shards");
+    let figures = shard_figures(&app, &sale).await;
+    assert!(figures.iter().all(|(initial, left, buyers)| initial == left && buyers.is_empty()), "{figures:?}");
+    // Through the API the store reads the layout and buys.
+    assert_eq!(app.buy(&sale, "alice").await.status(), 201);
+}
+
+#[tokio::test]
+async fn shards_sit_on_as_many_masters_as_there_are() {
+    let app = spawn_app().await;
+    let masters = redis_masters();
+    // Eight sales per count: shards placed without looking at the slot map would share a master
+    // in most of them (the three of K = 3 land on three masters by chance 2 times in 9).
+    for shards in [2, 3] {
+        for _ in 0..8 {
+            let sale = seed_sharded(&app, 10, shards).await;
+            let mut owners = BTreeSet::new();
+            for keys in shard_keys(&app, &sale).await {
+                owners.insert(master_of(&masters, &keys.meta));
+            }
+            assert_eq!(owners.len(), masters.len().min(shards as usize), "{shards} shards over {masters:?}");
+        }
+    }
+    // On a single server the suffixes are simply the first ones.
+    if masters.len() == 1 {
+        let sale = seed_sharded(&app, 10, 3).await;
+        let layout = app.store.layout(&SaleId::parse(&sale).unwrap()).await.unwrap().unwrap();
+        assert_eq!(*layout, Layout::new(vec![1, 2]));
+        assert_eq!(masters, [first_redis_url()]);
+    }
+}
+
+/// The master whose plain connection serves `key` (another master answers MOVED).
+fn master_of(masters: &[String], key: &str) -> String {
+    let owners: Vec<&String> = masters
+        .iter()
+        .filter(|url| {
+            let mut con = redis::Client::open(url.as_str()).and_then(|c| c.get_connection()).unwrap();
+            redis::cmd("EXISTS").arg(key).query::<i64>(&mut con).is_ok()
+        })
+        .collect();
+    assert_eq!(owners.len(), 1, "{key} is served by exactly one master: {owners:?}");
+    owners[0].clone()
+}
+
+#[tokio::test]
+async fn status_and_reconciliation_cover_every_shard() {
+    let app = spawn_app().await;
+    let sale = seed_sharded(&app, 30, 3).await;
+    for i in 0..30 {
+        assert_eq!(app.buy(&sale, &format!("user-{i}")).await.status(), 201);
+    }
+    app.wait_for_drain(&sale).await;
+    // One user per shard loses its Postgres row behind the service's back.
+    let mut lost: Vec<String> = vec![];
+    for (_, _, buyers) in shard_figures(&app, &sale).await {
+        lost.push(buyers.into_iter().next().expect("every shard sold"));
+    }
+    sqlx::query("delete from orders where sale_id = $1 and user_id = any($2)")
+        .bind(&sale)
+        .bind(&lost)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    lost.sort();
+
+    let check = reconcile(&app, &sale, false).await;
+    assert_eq!(check["missing_in_postgres"], json!(lost), "{check}");
+    assert_eq!((check["buyers"].as_i64(), check["stock_balanced"].as_bool()), (Some(30), Some(true)), "{check}");
+    let repair = reconcile(&app, &sale, true).await;
+    assert_eq!(repair["reenqueued"], 3, "{repair}");
+    let status = app.wait_for_drain(&sale).await;
+    assert_eq!((status.sold, status.persisted), (30, Some(30)));
+    let after = reconcile(&app, &sale, false).await;
+    assert_eq!(after["consistent"], true, "{after}");
+}
+
+/// `GET` (check) or `POST` (repair) `/admin/sales/{sale}/reconcile`, as JSON.
+async fn reconcile(app: &TestApp, sale: &str, repair: bool) -> Value {
+    let url = app.url(&format!("/admin/sales/{sale}/reconcile"));
+    let request = if repair { app.client.post(url) } else { app.client.get(url) };
+    let response = request.bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
