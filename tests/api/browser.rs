@@ -129,6 +129,7 @@ impl Browser {
             return {
                 stock_left: text("stock_left"), stock_initial: text("stock_initial"), sold: text("sold"),
                 persisted: text("persisted"), queued: text("queued"), peak: text("peak"), state: text("state"),
+                shards: card.querySelector('[data-field="shards"]').checkVisibility() ? text("shards") : "",
                 bar: [bar.value, bar.max], chart: card.querySelector("polyline").getAttribute("points"),
                 alerts: [...card.querySelectorAll(".alerts li")].map((li) => li.innerText),
             };"#;
@@ -153,6 +154,8 @@ struct PageSale {
     queued: String,
     peak: String,
     state: String,
+    /// The shard badge's text, "" while it is hidden (an unsharded sale).
+    shards: String,
     bar: (f64, f64),
     chart: String,
     alerts: Vec<String>,
@@ -207,7 +210,8 @@ async fn the_live_page_follows_a_storm_matches_the_status_endpoint_and_raises_a_
     let sale = new_sale_id();
     let quiet = format!("{sale}-quiet");
     app.seed_stock(&sale, 150).await;
-    app.seed_stock(&quiet, 40).await;
+    let seeded = app.seed(&quiet, json!({"stock": 40, "shards": 2})).await;
+    assert_eq!(seeded.status(), 200);
     let browser = Browser::start().await;
 
     // The page asks for the token, refuses a wrong one, and keeps the right one in the tab only.
@@ -219,7 +223,7 @@ async fn the_live_page_follows_a_storm_matches_the_status_endpoint_and_raises_a_
     browser.log_in(ADMIN_TOKEN).await;
     let before = browser.wait_for("the sale", async |b| b.sale(&sale).await).await;
     assert_eq!(before.counts(), (150, 150, 0, 0, 0));
-    assert_eq!(before.state, "open");
+    assert_eq!((before.state.as_str(), before.shards.as_str()), ("open", ""), "no shard badge when unsharded");
     assert_eq!(browser.run(&format!("return sessionStorage.getItem('{TOKEN_KEY}')"), vec![]).await, json!(ADMIN_TOKEN));
     assert_eq!(browser.run("return [localStorage.length, document.cookie]", vec![]).await, json!([0, ""]));
     browser.client.goto(&app.url("/admin")).await.unwrap();
@@ -279,6 +283,7 @@ async fn the_live_page_follows_a_storm_matches_the_status_endpoint_and_raises_a_
     let quiet_card = browser.sale(&quiet).await.expect("the quiet sale has a card");
     let quiet_status = app.status(&quiet).await;
     assert_eq!(quiet_card.counts(), (40, 40, 0, 0, 0));
+    assert_eq!(quiet_card.shards, "2 shards");
     assert_eq!((quiet_status.stock_left, quiet_status.sold), (40, 0));
     browser.wait_for("7 refusals", async |b| (b.text("limiter-refused").await == "7").then_some(())).await;
 
