@@ -9,7 +9,7 @@
 #                                     SECKILL_APP_PID, SECKILL_APP_LOG, exports SECKILL_ADMIN_TOKEN
 #   seckill_app_stop                  SIGTERM (then SIGKILL after 40 s) by PID; idempotent
 #   seckill_stop_pid PID [SECONDS]    the same for any process
-#   seckill_app_seed SALE STOCK       create or re-seed a sale open now
+#   seckill_app_seed SALE STOCK [SHARDS]  create or re-seed a sale open now (over SHARDS shards)
 #   seckill_app_check SALE            wait for the queue to drain, then print `seckill reconcile`'s
 #                                     report; returns its exit code (0 = the promises hold)
 
@@ -93,9 +93,12 @@ seckill_app_stop() {
 }
 
 seckill_app_seed() {
-    local sale="$1" stock="$2"
+    local sale="$1" stock="$2" body="{\"stock\":$2}"
+    if [[ -n "${3:-}" ]]; then
+        body="{\"stock\":$stock,\"shards\":$3}"
+    fi
     curl -fsS --max-time 10 -X PUT -H "Authorization: Bearer $SECKILL_ADMIN_TOKEN" \
-        -H 'content-type: application/json' -d "{\"stock\":$stock}" "$SECKILL_APP_URL/admin/sales/$sale"
+        -H 'content-type: application/json' -d "$body" "$SECKILL_APP_URL/admin/sales/$sale"
 }
 
 seckill_app_check() {
