@@ -67,6 +67,12 @@ pub fn sales_registry_key(prefix: &str) -> String {
     format!("{prefix}:sales")
 }
 
+/// The set of every shard k >= 1 of every sharded sale, as `<sale id>:<suffix>`: with the sales
+/// registry, the streams the workers read. Written before the shard is seeded.
+pub fn shards_registry_key(prefix: &str) -> String {
+    format!("{prefix}:shards")
+}
+
 /// The rate limiter's key for one client address under one algorithm (switching algorithms
 /// starts every client afresh instead of reading another algorithm's state).
 pub fn rate_limit_key(prefix: &str, algorithm: Algorithm, client: IpAddr) -> String {

@@ -41,6 +41,11 @@ impl Layout {
         self.suffixes.len() as u32 + 1
     }
 
+    /// The suffixes of shards 1..K.
+    pub fn suffixes(&self) -> &[u32] {
+        &self.suffixes
+    }
+
     pub fn is_sharded(&self) -> bool {
         !self.suffixes.is_empty()
     }

@@ -6,7 +6,7 @@
 //! claims entries that stayed pending longer than the claim timeout (XAUTOCLAIM). Redelivered
 //! orders are no-ops thanks to the order id primary key and the (sale_id, user_id) unique key.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,11 +73,8 @@ pub struct Worker {
     store: RedisStore,
     pool: PgPool,
     settings: WorkerSettings,
-    /// Stream key -> sale, for every shard of every registered sale.
+    /// Stream key -> sale, for every registered sale and shard.
     streams: HashMap<String, SaleId>,
-    /// Registered sales whose layout is known (read once: it never changes), so every one of
-    /// their shards' streams is in `streams`.
-    laid_out: HashSet<SaleId>,
     sales_refreshed_at: Option<Instant>,
     /// Re-read this consumer's own pending entries before new ones (at start and after errors).
     read_own_pending: bool,
@@ -98,7 +95,6 @@ impl Worker {
             pool,
             settings,
             streams: HashMap::new(),
-            laid_out: HashSet::new(),
             sales_refreshed_at: None,
             read_own_pending: true,
             next_claim_at: Instant::now(),
@@ -215,28 +211,17 @@ impl Worker {
         }
     }
 
-    /// Adds the streams of sales registered since the last refresh. A sale's shards are known
-    /// once its shard 0 is seeded (it records the layout); until then only shard 0's stream is
-    /// read, and the layout is looked for again at the next refresh.
+    /// Adds the streams of the sales and shards registered since the last refresh (a seed
+    /// registers them before seeding).
     async fn refresh_sales(&mut self) -> anyhow::Result<()> {
         let due = self.sales_refreshed_at.is_none_or(|t| t.elapsed() >= SALES_REFRESH);
         if !due {
             return Ok(());
         }
-        let sales = self.store.sale_ids().await.context("listing sales")?;
-        for sale in sales {
-            if self.laid_out.contains(&sale) {
-                continue;
-            }
-            let layout = self.store.layout(&sale).await.context("reading a sale's layout")?;
-            if layout.is_some() {
-                self.laid_out.insert(sale.clone());
-            }
-            for keys in layout.unwrap_or_default().keys(&self.settings.key_prefix, &sale) {
-                if !self.streams.contains_key(&keys.orders) {
-                    self.ensure_group(&keys.orders).await?;
-                    self.streams.insert(keys.orders, sale.clone());
-                }
+        for (stream, sale) in self.store.order_streams().await.context("listing sales")? {
+            if !self.streams.contains_key(&stream) {
+                self.ensure_group(&stream).await?;
+                self.streams.insert(stream, sale);
             }
         }
         self.sales_refreshed_at = Some(Instant::now());

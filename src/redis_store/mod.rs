@@ -9,6 +9,7 @@ mod sales;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use redis::RedisResult;
 use uuid::Uuid;
@@ -25,6 +26,9 @@ pub use sales::{BuyOutcome, SaleSpec, SeedOutcome};
 
 /// The consumer group every worker of every instance reads orders with.
 pub const CONSUMER_GROUP: &str = "seckill-workers";
+
+/// How long a store keeps a sale's layout before reading it again.
+pub const LAYOUT_TTL: Duration = Duration::from_secs(5);
 
 /// Members per SSCAN call, entries per XRANGE page and XADDs per pipeline: big sales are read
 /// and written in steps this size, so no single command blocks Redis for long.
@@ -73,13 +77,16 @@ impl redis::aio::ConnectionLike for HomeRuntimeConnection {
     }
 }
 
+/// A layout and until when it is kept.
+type KeptLayout = (Instant, Arc<Layout>);
+
 /// Redis operations of the service, under one key prefix.
 #[derive(Clone)]
 pub struct RedisStore {
     conn: HomeRuntimeConnection,
     prefix: String,
-    /// Layouts of seeded sales, by sale id (fixed by a sale's first seed, so never stale).
-    layouts: Arc<RwLock<HashMap<Box<str>, Arc<Layout>>>>,
+    /// Layouts of seeded sales by sale id, each kept until the time with it.
+    layouts: Arc<RwLock<HashMap<Box<str>, KeptLayout>>>,
 }
 
 impl RedisStore {
@@ -101,11 +108,18 @@ impl RedisStore {
     }
 
     /// The sale's layout (`crate::shards`) as its shard 0 records it, or `None` when the sale
-    /// has not been seeded. A seeded sale's layout never changes, so it is read once and kept.
+    /// has not been seeded. A layout is fixed by the sale's first seed, so it is kept for
+    /// [`LAYOUT_TTL`] rather than read each time; the time limit covers a sale whose keys were
+    /// lost and that was seeded anew.
     pub async fn layout(&self, sale: &SaleId) -> RedisResult<Option<Arc<Layout>>> {
-        if let Some(layout) = self.cached_layout(sale) {
-            return Ok(Some(layout));
+        match self.cached_layout(sale) {
+            Some(layout) => Ok(Some(layout)),
+            None => self.read_layout(sale).await,
         }
+    }
+
+    /// Reads the sale's layout from its shard 0 (and keeps it).
+    pub async fn read_layout(&self, sale: &SaleId) -> RedisResult<Option<Arc<Layout>>> {
         let meta = self.sale_keys(sale).meta;
         let (stock_initial, shards, suffixes): (Option<i64>, Option<i64>, Option<String>) = redis::cmd("HMGET")
             .arg(&meta)
@@ -113,28 +127,32 @@ impl RedisStore {
             .query_async(&mut self.conn.clone())
             .await?;
         if stock_initial.is_none() {
+            self.forget_layout(sale);
             return Ok(None);
         }
-        Layout::from_meta(shards, suffixes.as_deref())
-            .map(|layout| Some(self.remember_layout(sale, layout)))
-            .map_err(|why| unexpected("the sale's meta", &why))
-    }
-
-    /// The layout this store has read before, if any.
-    fn cached_layout(&self, sale: &SaleId) -> Option<Arc<Layout>> {
-        self.layouts.read().unwrap_or_else(|e| e.into_inner()).get(sale.as_str()).cloned()
-    }
-
-    fn remember_layout(&self, sale: &SaleId, layout: Layout) -> Arc<Layout> {
+        let layout =
+            Layout::from_meta(shards, suffixes.as_deref()).map_err(|why| unexpected("the sale's meta", &why))?;
         let layout = Arc::new(layout);
-        let mut layouts = self.layouts.write().unwrap_or_else(|e| e.into_inner());
-        layouts.insert(sale.as_str().into(), layout.clone());
-        layout
+        let kept = (Instant::now() + LAYOUT_TTL, layout.clone());
+        self.layouts.write().unwrap_or_else(|e| e.into_inner()).insert(sale.as_str().into(), kept);
+        Ok(Some(layout))
     }
 
-    /// The keys of every shard of the sale (one set for an unsharded or unknown sale).
+    /// The layout this store read less than [`LAYOUT_TTL`] ago, if any.
+    fn cached_layout(&self, sale: &SaleId) -> Option<Arc<Layout>> {
+        let layouts = self.layouts.read().unwrap_or_else(|e| e.into_inner());
+        layouts.get(sale.as_str()).filter(|(until, _)| Instant::now() < *until).map(|(_, layout)| layout.clone())
+    }
+
+    fn forget_layout(&self, sale: &SaleId) {
+        self.layouts.write().unwrap_or_else(|e| e.into_inner()).remove(sale.as_str());
+    }
+
+    /// The keys of every shard of the sale (one set for an unsharded or unknown sale), from a
+    /// fresh read of its layout: for reconciliation and copies of the buyers, which must see
+    /// every shard.
     async fn all_shard_keys(&self, sale: &SaleId) -> RedisResult<Vec<SaleKeys>> {
-        let layout = self.layout(sale).await?.unwrap_or_default();
+        let layout = self.read_layout(sale).await?.unwrap_or_default();
         Ok(layout.keys(&self.prefix, sale))
     }
 

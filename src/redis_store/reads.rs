@@ -9,7 +9,7 @@ use redis::{AsyncCommands, RedisResult};
 
 use super::{PAGE, RedisStore, unexpected};
 use crate::domain::{Order, SaleId, UserId};
-use crate::keys::{SaleKeys, sales_registry_key};
+use crate::keys::{SaleKeys, sales_registry_key, shards_registry_key};
 use crate::shards::Layout;
 
 /// A sale as Redis holds it (a sharded sale's figures are its shards' sums).
@@ -99,6 +99,22 @@ impl RedisStore {
         Ok(ids.iter().filter_map(|id| SaleId::parse(id).ok()).collect())
     }
 
+    /// The order stream of every registered sale and shard, with the sale it belongs to.
+    pub async fn order_streams(&self) -> RedisResult<Vec<(String, SaleId)>> {
+        let mut streams: Vec<(String, SaleId)> =
+            self.sale_ids().await?.into_iter().map(|sale| (self.sale_keys(&sale).orders, sale)).collect();
+        let shards: Vec<String> = self.conn.clone().smembers(shards_registry_key(&self.prefix)).await?;
+        for shard in shards {
+            let parsed = shard
+                .rsplit_once(':')
+                .and_then(|(sale, suffix)| Some((SaleId::parse(sale).ok()?, suffix.parse().ok()?)));
+            if let Some((sale, suffix)) = parsed {
+                streams.push((SaleKeys::of_shard(&self.prefix, &sale, suffix).orders, sale));
+            }
+        }
+        Ok(streams)
+    }
+
     /// Every buyer of the sale (of every shard), read with SSCAN (never SMEMBERS: a set of
     /// millions would block Redis). Buyers are never removed, so everyone in a set when its scan
     /// starts is returned; buyers added meanwhile may or may not be.
@@ -138,9 +154,10 @@ impl RedisStore {
         self.scan_buyers(sale).await.map(Some)
     }
 
-    /// Whether `user` is among the sale's buyers (in any shard).
+    /// Whether `user` is among the sale's buyers (in any shard). On the sold-out path, so it
+    /// goes by the layout this store keeps.
     pub async fn is_buyer(&self, sale: &SaleId, user: &UserId) -> RedisResult<bool> {
-        let keys = self.all_shard_keys(sale).await?;
+        let keys = self.layout(sale).await?.unwrap_or_default().keys(&self.prefix, sale);
         let found: Vec<bool> = try_join_all(keys.iter().map(|k| {
             let mut con = self.conn.clone();
             async move { con.sismember(&k.buyers, user.as_str()).await }

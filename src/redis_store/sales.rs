@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::{CONSUMER_GROUP, RedisStore, unexpected};
 use crate::domain::{SaleId, UserId};
-use crate::keys::{SaleKeys, sales_registry_key};
+use crate::keys::{SaleKeys, sales_registry_key, shards_registry_key};
 use crate::redis_conn;
 use crate::scripts;
 use crate::shards::{self, Layout};
@@ -63,11 +63,15 @@ impl RedisStore {
     /// script answers `wrong_shards` (writing nothing) if it is not; then the layout is read and
     /// the purchase asked again.
     pub async fn buy(&self, sale: &SaleId, user: &UserId, order_id: Uuid) -> RedisResult<BuyOutcome> {
-        let assumed = self.cached_layout(sale).unwrap_or_default();
-        if let ShardReply::Decided(outcome) = self.buy_on(&assumed, sale, user, order_id).await? {
-            return Ok(outcome);
+        let cached = self.cached_layout(sale);
+        let assumed = cached.clone().unwrap_or_default();
+        match self.buy_on(&assumed, sale, user, order_id).await? {
+            // A kept layout leading nowhere: the sale's keys were lost and it was seeded anew.
+            ShardReply::Decided(BuyOutcome::UnknownSale) if cached.is_some() => {}
+            ShardReply::Decided(outcome) => return Ok(outcome),
+            ShardReply::WrongShards => {}
         }
-        let Some(layout) = self.layout(sale).await? else {
+        let Some(layout) = self.read_layout(sale).await? else {
             return Ok(BuyOutcome::UnknownSale);
         };
         match self.buy_on(&layout, sale, user, order_id).await? {
@@ -98,10 +102,10 @@ impl RedisStore {
         Ok(ShardReply::Decided(BuyOutcome::SoldOut))
     }
 
-    /// Registers the sale (so workers read its streams), then runs `lua/seed.lua` on each shard:
-    /// creates or re-seeds the sale unless it has buyers (or, sharded, has started). The registry
-    /// is a separate key (another Cluster slot), so it is written first: a sale is never live
-    /// without being registered.
+    /// Registers the sale and its shards (so workers read their streams), then runs
+    /// `lua/seed.lua` on each shard: creates or re-seeds the sale unless it has buyers (or,
+    /// sharded, has started). The registries are separate keys (other Cluster slots), so they are
+    /// written first: no shard is ever live without its stream being registered.
     ///
     /// A new sale's shard 0, which records the layout, is seeded last, so no instance can find a
     /// shard before it is seeded; a re-seed starts with shard 0, whose refusal (buyers, started)
@@ -110,7 +114,7 @@ impl RedisStore {
     /// them out (docs/stock-sharding.md).
     pub async fn seed(&self, sale: &SaleId, spec: SaleSpec) -> RedisResult<SeedOutcome> {
         let _: i64 = self.conn.clone().sadd(sales_registry_key(&self.prefix), sale.as_str()).await?;
-        let existing = self.layout(sale).await?;
+        let existing = self.read_layout(sale).await?;
         let layout = match (&existing, spec.shards) {
             (Some(layout), Some(shards)) if shards != layout.shards() => {
                 return Ok(SeedOutcome::ShardsFixed { shards: layout.shards() });
@@ -118,6 +122,10 @@ impl RedisStore {
             (Some(layout), _) => Layout::clone(layout),
             (None, shards) => self.spread(sale, shards.unwrap_or(1)).await?,
         };
+        if layout.is_sharded() {
+            let shards = layout.suffixes().iter().map(|suffix| format!("{sale}:{suffix}"));
+            let _: i64 = self.conn.clone().sadd(shards_registry_key(&self.prefix), shards.collect::<Vec<_>>()).await?;
+        }
         let keys = layout.keys(&self.prefix, sale);
         let others = 1..keys.len();
         let order: Vec<usize> =

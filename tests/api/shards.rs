@@ -27,7 +27,7 @@ async fn seed_sharded(app: &TestApp, stock: i64, shards: u32) -> String {
 /// The keys of each of the sale's shards, shard 0 first.
 async fn shard_keys(app: &TestApp, sale: &str) -> Vec<SaleKeys> {
     let id = SaleId::parse(sale).unwrap();
-    let layout = app.store.layout(&id).await.unwrap().expect("a seeded sale has a layout");
+    let layout = app.store.read_layout(&id).await.unwrap().expect("a seeded sale has a layout");
     layout.keys(&app.config.key_prefix, &id)
 }
 
@@ -190,7 +190,7 @@ async fn shards_sit_on_as_many_masters_as_there_are() {
     // On a single server the suffixes are simply the first ones.
     if masters.len() == 1 {
         let sale = seed_sharded(&app, 10, 3).await;
-        let layout = app.store.layout(&SaleId::parse(&sale).unwrap()).await.unwrap().unwrap();
+        let layout = app.store.read_layout(&SaleId::parse(&sale).unwrap()).await.unwrap().unwrap();
         assert_eq!(*layout, Layout::new(vec![1, 2]));
         assert_eq!(masters, [first_redis_url()]);
     }
@@ -248,4 +248,61 @@ async fn reconcile(app: &TestApp, sale: &str, repair: bool) -> Value {
     let response = request.bearer_auth(ADMIN_TOKEN).send().await.unwrap();
     assert_eq!(response.status(), 200);
     response.json().await.unwrap()
+}
+
+/// Deletes every key of every shard of the sale, as a Redis that lost it would have none.
+async fn lose_in_redis(app: &TestApp, sale: &str) {
+    for keys in shard_keys(app, sale).await {
+        let _: () = app.redis.clone().del(&keys.all()).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_sale_lost_in_redis_and_seeded_anew_with_more_shards_has_every_order_persisted() {
+    let app = spawn_app().await;
+    let sale = seed_sharded(&app, 20, 2).await;
+    for i in 0..4 {
+        assert_eq!(app.buy(&sale, &format!("early-{i}")).await.status(), 201);
+    }
+    app.wait_for_drain(&sale).await; // the app and its worker know the two shards by now
+    lose_in_redis(&app, &sale).await;
+    sqlx::query("delete from orders where sale_id = $1").bind(&sale).execute(&app.pool).await.unwrap();
+
+    let reseeded = app.seed(&sale, json!({"stock": 30, "shards": 3})).await;
+    assert_eq!(reseeded.status(), 200, "a lost sale is a new sale");
+    let mut confirmed = BTreeSet::new();
+    for i in 0..30 {
+        let response = app.buy(&sale, &format!("late-{i}")).await;
+        assert_eq!(response.status(), 201);
+        let body: Value = response.json().await.unwrap();
+        confirmed.insert(body["order_id"].as_str().unwrap().parse::<Uuid>().unwrap());
+    }
+    // The third shard's stream is new to the worker: its orders reach Postgres all the same.
+    let status = app.assert_invariants(&sale, &confirmed).await;
+    assert_eq!((status.shards, status.sold, status.persisted), (3, 30, Some(30)));
+    assert_shards_balance(&app, &sale).await;
+}
+
+#[tokio::test]
+async fn a_kept_layout_that_leads_nowhere_is_read_again() {
+    let app = spawn_app().await;
+    let sale = seed_sharded(&app, 10, 2).await;
+    let id = SaleId::parse(&sale).unwrap();
+    let store = &app.store;
+    assert_eq!(store.layout(&id).await.unwrap().unwrap().shards(), 2, "kept by this store");
+    // The sale is lost and seeded anew by hand, its second shard under another suffix.
+    lose_in_redis(&app, &sale).await;
+    let prefix = &app.config.key_prefix;
+    for (keys, suffixes) in [(SaleKeys::of_shard(prefix, &id, 777), ""), (SaleKeys::new(prefix, &id), "777")] {
+        let mut call = seckill::scripts::SEED.key(&keys.all()[..]);
+        call.arg(5).arg("").arg("").arg(seckill::redis_store::CONSUMER_GROUP).arg(2).arg(suffixes).arg("0");
+        let reply: String = seckill::scripts::run(&call, &mut app.redis.clone()).await.unwrap();
+        assert_eq!(reply, "ok");
+    }
+    for i in 0..10 {
+        let user = UserId::parse(&format!("user-{i}")).unwrap();
+        let outcome = store.buy(&id, &user, Uuid::now_v7()).await.unwrap();
+        assert_eq!(outcome, seckill::redis_store::BuyOutcome::Purchased, "{user}");
+    }
+    assert_eq!(*store.layout(&id).await.unwrap().unwrap(), Layout::new(vec![777]));
 }
