@@ -38,8 +38,7 @@ pub struct Metrics {
     pub http_duration: HistogramVec,
     /// Limiter decisions: `allowed`, `refused` (by Redis), `refused_from_memory`, `error`.
     pub limiter_decisions: IntCounterVec,
-    /// Purchase outcomes: `created`, `already_purchased`, `sold_out`, `sold_out_from_memory`,
-    /// `unknown_sale`, `not_started`, `ended`.
+    /// Purchase outcomes: the labels of [`PURCHASE_OUTCOMES`].
     pub purchases: IntCounterVec,
     /// Orders queued in a sale's stream (sampled by the worker).
     pub queue_length: IntGaugeVec,
