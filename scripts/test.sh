@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The one test command: fmt check, clippy, cargo test against throwaway Redis + Postgres, then
-# the in-process api integration tests (purchase path, limiters, worker, admin, the live page in
-# headless Chromium...) once more
-# against a throwaway 3-master Redis Cluster (SECKILL_TEST_REDIS_URL set to its seed URLs); in
-# between, scripts/fuzz-api.sh fuzzes the API from its OpenAPI document (schemathesis, bounded).
+# the in-process api integration tests (purchase path, limiters, sharded sales, worker, admin, the
+# live page in headless Chromium...) once more against a throwaway 3-master Redis Cluster
+# (SECKILL_TEST_REDIS_URL set to its seed URLs); in between, scripts/fuzz-api.sh fuzzes the API
+# from its OpenAPI document (schemathesis, bounded) and scripts/lint-compose.sh lints
+# docker-compose.yml and the Prometheus/Grafana files it mounts.
 # Usage: scripts/test.sh [extra cargo test args...]   (works from any directory)
-# Extra args go to the first `cargo test` only; the cluster run happens only without them.
+# Extra args go to the first `cargo test` only; the fuzz, compose lint and cluster steps run only
+# without them.
 # SECKILL_TEST_CLUSTER=0 skips the cluster (not started, not tested).
 set -euo pipefail
 
@@ -43,6 +45,7 @@ fi
 run_step test cargo test --locked "$@"
 if (($# == 0)); then
     run_step "api fuzz (schemathesis)" "$repo_root/scripts/fuzz-api.sh"
+    run_step "compose lint" "$repo_root/scripts/lint-compose.sh"
 fi
 if (($# == 0)) && [[ -n "${SECKILL_TEST_REDIS_CLUSTER_URL:-}" ]]; then
     run_step "test (Redis Cluster)" env SECKILL_TEST_REDIS_URL="$SECKILL_TEST_REDIS_CLUSTER_URL" \
