@@ -444,10 +444,15 @@ rbench() {
     tail -n 1 "$raw/$name.out" | sed 's/^/    /' >&2
 }
 # User id and order id each from two independent 12-digit placeholders: no repeats in practice.
-# The order id is 32 digits (a UUID in its simple form, as the worker parses it).
+# The order id is 32 digits (a UUID in its simple form, as the worker parses it). The last
+# argument is the sale's shard count (1: the drain sale is unsharded).
 rbench redis-buy "$DRAIN_ORDERS" 2147483647 EVALSHA "$buy_sha" 4 "${drain_keys[@]}" bench-drain \
-    "rb-__rand_int__-__rand_int__" "0190b7a2__rand_int____rand_int__"
+    "rb-__rand_int__-__rand_int__" "0190b7a2__rand_int____rand_int__" 1
 queued="$(rcli XLEN "$(stream_key bench-drain)")"
+if ((queued * 100 < DRAIN_ORDERS * 99)); then
+    echo "bench: buy.lua appended $queued orders for $DRAIN_ORDERS calls: the script refused them" >&2
+    exit 1
+fi
 meta drain.orders "$queued"
 meta redis-buy.ok "$queued"
 meta redis-buy.detail "$DRAIN_ORDERS calls on sale bench-drain: $queued orders appended (ok), $((DRAIN_ORDERS - queued)) not (repeats)"
