@@ -155,6 +155,9 @@ proc_cpu_ticks() {
     awk '{ print $12 + $13 }' <<<"$stat"
 }
 
+# Context switches (voluntary + involuntary) so far, summed over the threads of PID $1.
+proc_switches() { cat "/proc/$1"/task/*/status | awk '/ctxt_switches:/ { n += $2 } END { print n }'; }
+
 # "busy steal" jiffies of the whole machine from /proc/stat.
 machine_ticks() {
     awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8, $9; exit }' /proc/stat
@@ -413,6 +416,7 @@ for k in "${ks[@]}"; do
         cpu0[$port]="$(proc_cpu_ticks "$(master_pid "$port")")"
     done
     app0="$(proc_cpu_ticks "$SECKILL_APP_PID")"
+    sw0="$(proc_switches "$SECKILL_APP_PID")"
     read -r busy0 steal0 < <(machine_ticks)
     t0="$(date +%s%N)"
     say "K=$k: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s POST /buy $sale"
@@ -426,6 +430,7 @@ for k in "${ks[@]}"; do
     t1="$(date +%s%N)"
     read -r busy1 steal1 < <(machine_ticks)
     app1="$(proc_cpu_ticks "$SECKILL_APP_PID")"
+    sw1="$(proc_switches "$SECKILL_APP_PID")"
     wall="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')"
     redis_cpu_cells=()
     redis_ticks=0
@@ -453,7 +458,9 @@ print(n, round(n / (d["duration_us"] / 1e6)), d["latency_us"]["p50"] / 1000, d["
         'BEGIN { o = (b - r) / hz - g; if (o < 0) o = 0; printf "%.2f %.2f\n", o / w, st / hz / w }')
     http_ops[$k]="$rps"
     share="$(awk -v c="$created" -v n="$requests" 'BEGIN { printf "%.2f%%", 100 * c / n }')"
-    http_rows+=("| $k | $(group "$rps") | @RATIO$k@ | $p50/$p99 | $share | $errors | $app_cpu | $(join ' · ' "${redis_cpu_cells[@]}") | $wrk_cpu | $other_cpu | $steal_cpu |")
+    app_us="$(awk -v d="$((app1 - app0))" -v hz="$hz" -v n="$requests" 'BEGIN { printf "%.1f", d / hz / n * 1e6 }')"
+    sw_per="$(awk -v d="$((sw1 - sw0))" -v n="$requests" 'BEGIN { printf "%.2f", d / n }')"
+    http_rows+=("| $k | $(group "$rps") | @RATIO$k@ | $p50/$p99 | $share | $errors | $app_cpu | $app_us | $sw_per | $(join ' · ' "${redis_cpu_cells[@]}") | $wrk_cpu | $other_cpu | $steal_cpu |")
     say "K=$k: $rps req/s, p50/p99 $p50/$p99 ms, 201 $share, errors $errors; app CPU $app_cpu, redis ${redis_cpu_cells[*]}, wrk $wrk_cpu"
 done
 reconciled=()
@@ -492,8 +499,8 @@ align='|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|'
 
 table="$(printf '%s\n' "$header" "$align" "${table_rows[@]}")"
 printf '\n%s\n' "$table"
-http_table="$(printf '%s\n' '| K | POST /buy req/s | × K=1 | p50/p99 ms | 201 | errors | app CPU | redis CPU m1 · m2 · m3 | wrk CPU | other CPU | steal |' \
-    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|' "${http_rows[@]}")"
+http_table="$(printf '%s\n' '| K | POST /buy req/s | × K=1 | p50/p99 ms | 201 | errors | app CPU | app µs/req | app context switches/req | redis CPU m1 · m2 · m3 | wrk CPU | other CPU | steal |' \
+    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|' "${http_rows[@]}")"
 printf '\n%s\n' "$http_table"
 
 mkdir -p "$(dirname "$results_md")"
@@ -514,7 +521,7 @@ mkdir -p "$(dirname "$results_md")"
     printf '%s\n\n' "$table"
     printf 'This machine has %s cores. The 3 masters and the K load generators share them (the bench CPU column is what the generators took), so the scaling measured here is capped by the cores, not by Redis: the sum of the redis CPU column cannot exceed what the cores have left after the generators and other work. At K=1 one master (one core at most) does all the work; at K>1 the same work spreads over K masters. This run does not show what K masters on K dedicated cores (generators elsewhere) would reach.\n\n' "$(nproc)"
     printf '## POST /buy end to end\n\n'
-    printf 'One `seckill serve` (release build, worker in the process, SECKILL_RATE_LIMIT=1000000/1s) on the cluster; per K the sale http-kK (stock %s, K shards), `wrk -t%s -c%s -d%ss` with `load-tests/lib/wrk-bench.lua` (every request a new user). CPU in cores over the run: the app, each master, wrk; other = the rest of the machine (Postgres among it).\n\n' \
+    printf 'One `seckill serve` (release build, worker in the process, SECKILL_RATE_LIMIT=1000000/1s) on the cluster; per K the sale http-kK (stock %s, K shards), `wrk -t%s -c%s -d%ss` with `load-tests/lib/wrk-bench.lua` (every request a new user). CPU in cores over the run: the app, each master, wrk; other = the rest of the machine (Postgres among it). App µs/req = the app'"'"'s CPU-seconds / requests; context switches/req = voluntary and involuntary switches of all the app'"'"'s threads (/proc/<pid>/task/*/status) / requests: fewer means each wake-up handled more work.\n\n' \
         "$(group "$HTTP_STOCK")" "$THREADS" "$CONNECTIONS" "$DURATION"
     printf '%s\n\n' "$http_table"
     printf 'After the runs (queues drained), `seckill reconcile`:\n\n'
