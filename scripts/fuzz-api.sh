@@ -26,15 +26,12 @@ fi
 
 trap seckill_app_stop EXIT
 seckill_app_start SECKILL_KEY_PREFIX="fuzz-$$" SECKILL_RATE_LIMIT=1000000/1s RUST_LOG=warn
-seed() { # seed SALE JSON
-    curl -fsS --max-time 10 -X PUT -H "Authorization: Bearer $SECKILL_ADMIN_TOKEN" \
-        -H 'content-type: application/json' -d "$2" "$SECKILL_APP_URL/admin/sales/$1" >/dev/null
-}
-seed fuzz-open '{"stock": 1000000}'
-seed fuzz-sharded '{"stock": 1000000, "shards": 3}'
-seed fuzz-sold-out '{"stock": 0}'
-seed fuzz-not-started '{"stock": 100, "starts_at": "2999-01-01T00:00:00Z"}'
-seed fuzz-ended '{"stock": 100, "starts_at": "2000-01-01T00:00:00Z", "ends_at": "2000-01-02T00:00:00Z"}'
+seckill_app_seed fuzz-open 1000000 >/dev/null
+seckill_app_seed fuzz-sharded 1000000 3 >/dev/null
+seckill_app_seed fuzz-sold-out 0 >/dev/null
+seckill_app_put_sale fuzz-not-started '{"stock": 100, "starts_at": "2999-01-01T00:00:00Z"}' >/dev/null
+seckill_app_put_sale fuzz-ended \
+    '{"stock": 100, "starts_at": "2000-01-01T00:00:00Z", "ends_at": "2000-01-02T00:00:00Z"}' >/dev/null
 cd "$repo_root" # schemathesis.toml
 timeout 300 st run "$SECKILL_APP_URL/openapi.json" --checks all --max-examples 60 --seed 1 \
     --request-timeout 5 -H "Authorization: Bearer $SECKILL_ADMIN_TOKEN"

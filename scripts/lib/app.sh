@@ -10,6 +10,7 @@
 #   seckill_app_stop                  SIGTERM (then SIGKILL after 40 s) by PID; idempotent
 #   seckill_stop_pid PID [SECONDS]    the same for any process
 #   seckill_app_seed SALE STOCK [SHARDS]  create or re-seed a sale open now (over SHARDS shards)
+#   seckill_app_put_sale SALE JSON    PUT /admin/sales/SALE with this body (any seed request)
 #   seckill_app_check SALE            wait for the queue to drain, then print `seckill reconcile`'s
 #                                     report; returns its exit code (0 = the promises hold)
 
@@ -92,13 +93,17 @@ seckill_app_stop() {
     seckill_stop_pid "$pid" 40 # the app's own shutdown timeout defaults to 30 s
 }
 
-seckill_app_seed() {
-    local sale="$1" stock="$2" body="{\"stock\":$2}"
-    if [[ -n "${3:-}" ]]; then
-        body="{\"stock\":$stock,\"shards\":$3}"
-    fi
+seckill_app_put_sale() {
     curl -fsS --max-time 10 -X PUT -H "Authorization: Bearer $SECKILL_ADMIN_TOKEN" \
-        -H 'content-type: application/json' -d "$body" "$SECKILL_APP_URL/admin/sales/$sale"
+        -H 'content-type: application/json' -d "$2" "$SECKILL_APP_URL/admin/sales/$1"
+}
+
+seckill_app_seed() {
+    local body="{\"stock\":$2}"
+    if [[ -n "${3:-}" ]]; then
+        body="{\"stock\":$2,\"shards\":$3}"
+    fi
+    seckill_app_put_sale "$1" "$body"
 }
 
 seckill_app_check() {
