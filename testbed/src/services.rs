@@ -95,7 +95,11 @@ impl Services {
     /// [`Services::attach`] to the handle file named by `SECKILL_TESTBED`; fails with a message
     /// naming `cargo xtask test` when it is not set.
     pub fn from_env() -> Result<Services> {
-        let path = std::env::var_os(Self::ENV).ok_or_else(|| {
+        Self::from_var(std::env::var_os(Self::ENV))
+    }
+
+    fn from_var(value: Option<std::ffi::OsString>) -> Result<Services> {
+        let path = value.ok_or_else(|| {
             anyhow!(
                 "{} is not set: run the tests with `cargo xtask test` (extra arguments go to cargo test), \
                  which starts throwaway Redis and Postgres servers for them",
@@ -229,5 +233,16 @@ fn sweep_stale_dirs(base: &Path) {
         if let Err(error) = std::fs::remove_dir_all(&dir) {
             eprintln!("testbed: could not remove {}: {error}", dir.display());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_variable_the_error_names_the_test_command() {
+        let error = Services::from_var(None).unwrap_err().to_string();
+        assert!(error.contains("SECKILL_TESTBED") && error.contains("cargo xtask test"), "{error}");
     }
 }

@@ -43,11 +43,3 @@ fn servers_start_restart_and_leave_nothing_behind() {
     assert!(pids.iter().all(|&pid| !pid_alive(pid)), "a server still runs");
     assert!(!dir.exists(), "{} is left behind", dir.display());
 }
-
-#[test]
-fn without_the_variable_the_error_names_the_test_command() {
-    // SAFETY: no other test of this binary reads the environment.
-    unsafe { std::env::remove_var(Services::ENV) };
-    let error = Services::from_env().unwrap_err().to_string();
-    assert!(error.contains("cargo xtask test"), "{error}");
-}

@@ -12,9 +12,11 @@ use testbed::{App, Options, Profile, Services};
 
 use crate::steps;
 
+/// `cargo xtask run` (no options: `SECKILL_*` settings come from the environment).
 #[derive(clap::Args)]
 pub struct Args {}
 
+/// Runs the task; the exit code is the task's result.
 pub fn run(_args: Args) -> Result<ExitCode> {
     steps::handle_signals()?;
     let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
@@ -28,13 +30,15 @@ pub fn run(_args: Args) -> Result<ExitCode> {
 
     let services = Services::start(&Options::default())?; // the app runs against the single node
     let mut app = App::start(&services, &Profile::Release.binary(), &[])?;
+    // From here on the service's log streams to the terminal.
     let mut log = std::fs::File::open(&app.log).context("opening the service's log")?;
+    let mut stdout = std::io::stdout();
+    std::io::copy(&mut log, &mut stdout)?;
     println!("==> seeding demo sale (stock 100)");
     app.seed("demo", 100, None).context("seeding the demo sale")?;
+    std::io::copy(&mut log, &mut stdout)?;
     print_info(&services, &app);
 
-    // From here on the service's log streams to the terminal.
-    let mut stdout = std::io::stdout();
     let exit = loop {
         std::io::copy(&mut log, &mut stdout)?;
         stdout.flush()?;

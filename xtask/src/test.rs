@@ -13,6 +13,7 @@ use testbed::{Options, Services, Target};
 
 use crate::steps;
 
+/// `cargo xtask test [--no-cluster] [--timeout-minutes N] [CARGO TEST ARGS...]`.
 #[derive(clap::Args)]
 pub struct Args {
     /// Do not start the Redis Cluster (the faults tests that need it fail; the cluster pass is
@@ -59,6 +60,7 @@ impl Report {
     }
 }
 
+/// Runs the task; the exit code is the task's result.
 pub fn run(args: Args) -> Result<ExitCode> {
     steps::handle_signals()?;
     let started = Instant::now();
