@@ -29,7 +29,7 @@ impl Cluster {
         let mut cluster = Cluster { nodes: vec![] };
         let result = cluster.create(redis_server, redis_cli, dir);
         if let Err(error) = result {
-            cluster.stop();
+            let _ = cluster.stop();
             return Err(error);
         }
         eprintln!(
@@ -100,11 +100,11 @@ impl Cluster {
         wait_until(limit, || self.is_ok())
     }
 
-    /// Stops every node (by PID); does nothing for nodes that are down.
-    pub fn stop(&self) {
-        for node in &self.nodes {
-            node.stop();
-        }
+    /// Stops every node (by PID); does nothing for nodes that are down. Returns false if one
+    /// took a SIGKILL.
+    pub fn stop(&self) -> bool {
+        let clean: Vec<bool> = self.nodes.iter().map(Redis::stop).collect(); // every node, first
+        clean.iter().all(|&clean| clean)
     }
 }
 

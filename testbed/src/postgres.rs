@@ -116,12 +116,10 @@ impl Postgres {
             .map_err(|error| anyhow::anyhow!("{error:#}{}", crate::log_tail(&self.log())))
     }
 
-    /// Fast shutdown (SIGINT to the postmaster: clients are disconnected), waiting up to 30 s,
-    /// then SIGKILL. Does nothing if it is not running.
-    pub fn stop(&self) {
-        if let Some(pid) = self.pid() {
-            stop_pid_with(pid, Signal::SIGINT, Duration::from_secs(30));
-        }
+    /// Fast shutdown (SIGINT to the postmaster: clients are disconnected), waiting up to 60 s,
+    /// then SIGKILL. Returns false if it took the SIGKILL. Does nothing if it is not running.
+    pub fn stop(&self) -> bool {
+        self.pid().is_none_or(|pid| stop_pid_with(pid, Signal::SIGINT, Duration::from_secs(60)))
     }
 
     /// Runs one SQL statement on the maintenance database with psql.

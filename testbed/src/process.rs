@@ -70,21 +70,24 @@ pub fn wait_pid_gone(pid: u32, limit: Duration) -> bool {
 }
 
 /// SIGTERM, waits up to `grace` for the process to exit, then SIGKILL (and waits up to 5 s).
-/// Does nothing for a process that is already gone. The caller reaps its own child afterwards.
-pub fn stop_pid(pid: u32, grace: Duration) {
-    stop_pid_with(pid, Signal::SIGTERM, grace);
+/// Returns false if it took the SIGKILL; true if it exited in time or was already gone. The
+/// caller reaps its own child afterwards.
+pub fn stop_pid(pid: u32, grace: Duration) -> bool {
+    stop_pid_with(pid, Signal::SIGTERM, grace)
 }
 
 /// [`stop_pid`] with another first signal (Postgres: SIGINT is its fast shutdown).
-pub fn stop_pid_with(pid: u32, first: Signal, grace: Duration) {
+pub fn stop_pid_with(pid: u32, first: Signal, grace: Duration) -> bool {
     if !pid_alive(pid) || !signal_pid(pid, first) {
-        return;
+        return true;
     }
-    if !wait_pid_gone(pid, grace) {
-        eprintln!("testbed: pid {pid} did not exit within {grace:?} of {first}; sending SIGKILL");
-        signal_pid(pid, Signal::SIGKILL);
-        wait_pid_gone(pid, Duration::from_secs(5));
+    if wait_pid_gone(pid, grace) {
+        return true;
     }
+    eprintln!("testbed: pid {pid} did not exit within {grace:?} of {first}; sending SIGKILL");
+    signal_pid(pid, Signal::SIGKILL);
+    wait_pid_gone(pid, Duration::from_secs(5));
+    false
 }
 
 /// Waits up to `limit` for `child` to exit; on time-out stops it ([`stop_pid`], 5 s grace),

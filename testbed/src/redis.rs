@@ -144,11 +144,9 @@ impl Redis {
     }
 
     /// SIGTERM (Redis writes its AOF and exits), waits up to 20 s for it to exit, then SIGKILL.
-    /// Does nothing if it is not running.
-    pub fn stop(&self) {
-        if let Some(pid) = self.pid() {
-            stop_pid(pid, Duration::from_secs(20));
-        }
+    /// Returns false if it took the SIGKILL. Does nothing if it is not running.
+    pub fn stop(&self) -> bool {
+        self.pid().is_none_or(|pid| stop_pid(pid, Duration::from_secs(20)))
     }
 
     /// The last lines of its log, for an error message.

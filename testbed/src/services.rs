@@ -190,9 +190,10 @@ impl Drop for Partial {
 }
 
 fn stop_all(dir: &Path, redis: Option<&Redis>, postgres: Option<&Postgres>, cluster: Option<&Cluster>) {
-    postgres.inspect(|pg| pg.stop());
-    redis.inspect(|redis| redis.stop());
-    cluster.inspect(|cluster| cluster.stop());
+    // Whether each went in time or took a SIGKILL, it is gone: nothing more to do.
+    let _ = postgres.map(Postgres::stop);
+    let _ = redis.map(Redis::stop);
+    let _ = cluster.map(Cluster::stop);
     crate::process::sweep(dir);
 }
 

@@ -37,7 +37,7 @@ async fn restarting_the_master_of_a_sale_mid_storm_is_survived_and_loses_nothing
     let stopped = Instant::now();
     // SIGTERM (Redis writes its append-only file and exits); restarted as itself (same port,
     // nodes.conf and AOF).
-    master.stop();
+    assert!(master.stop(), "redis on {} did not stop", master.port);
     tokio::time::sleep(Duration::from_secs(1)).await;
     master.start().expect("restarting the master");
     let until = Instant::now() + Duration::from_secs(30);

@@ -214,7 +214,7 @@ fn start_postgres() {
 
 impl PostgresOutage {
     pub fn begin() -> Self {
-        common::testbed().postgres.stop();
+        assert!(common::testbed().postgres.stop(), "the test Postgres did not stop (fast shutdown)");
         Self { ended: false }
     }
 
@@ -246,7 +246,7 @@ impl RedisOutage {
     pub fn begin() -> Self {
         let redis = &common::testbed().redis;
         assert!(redis.pid().is_some(), "the test redis-server runs");
-        redis.stop();
+        assert!(redis.stop(), "the test redis-server did not exit on SIGTERM");
         Self { ended: false }
     }
 
