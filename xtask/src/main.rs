@@ -11,8 +11,10 @@
 
 mod ab;
 mod bench;
+mod fuzz;
 mod run;
 mod shard_ceiling;
+mod steps;
 mod test;
 
 use clap::{Parser, Subcommand};
