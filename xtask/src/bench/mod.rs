@@ -25,7 +25,7 @@
 
 mod algs;
 pub(crate) mod cpu;
-mod driver;
+pub(crate) mod driver;
 mod lag;
 mod logs;
 pub(crate) mod measure;
