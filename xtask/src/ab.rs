@@ -66,7 +66,9 @@ fn build_rev(rev: &str, name: &str, profile: Profile, raw: &Path) -> anyhow::Res
     ensure!(status.success(), "git archive {rev} failed");
     let target = root.join("target/ab");
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    cmd.args(["build", "--locked", "--package", "seckill", "--bin", "seckill"]).current_dir(&tree).env("CARGO_TARGET_DIR", &target);
+    cmd.args(["build", "--locked", "--package", "seckill", "--bin", "seckill"])
+        .current_dir(&tree)
+        .env("CARGO_TARGET_DIR", &target);
     if matches!(profile, Profile::Release) {
         cmd.arg("--release");
     }
@@ -138,9 +140,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             wait_drained(&apps)?;
             let (name, sale, prefix) = (["a", "b"][i], format!("ab-{}", ["a", "b"][i]), format!("r{round}"));
             let mode = Mode::Buy { sale: &sale, prefix: &prefix };
-            let w = Wrk { threads: args.threads, connections: args.connections, seconds: args.duration, url: &apps[i].url, mode, rate: None };
+            let w = Wrk {
+                threads: args.threads,
+                connections: args.connections,
+                seconds: args.duration,
+                url: &apps[i].url,
+                mode,
+                rate: None,
+            };
             let watch = [Watch::process("seckill", apps[i].pid())];
-            let run = measure::run(&format!("ab-{name}-{round}"), w.command(&repo), Duration::from_secs(args.duration + 30), &watch, &raw)?;
+            let run = measure::run(
+                &format!("ab-{name}-{round}"),
+                w.command(&repo),
+                Duration::from_secs(args.duration + 30),
+                &watch,
+                &raw,
+            )?;
             let out = WrkOut::parse(&run.stdout).context("no BENCH_WRK line in wrk's output")?;
             let app_cpu = run.usage.get("seckill").unwrap_or(0.0);
             let s = Sample {
@@ -151,7 +166,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 created: out.status("201"),
                 requests: out.requests,
             };
-            eprintln!("ab: round {round} {name}: {:.0} req/s, app {:.1} µs/req, 201 {} of {}", s.rate, s.app_us, s.created, s.requests);
+            eprintln!(
+                "ab: round {round} {name}: {:.0} req/s, app {:.1} µs/req, 201 {} of {}",
+                s.rate, s.app_us, s.created, s.requests
+            );
             samples.push(s);
         }
     }
@@ -168,7 +186,12 @@ fn summary(samples: &[Sample], labels: &[String]) -> anyhow::Result<()> {
         let mine: Vec<&Sample> = samples.iter().filter(|s| s.build == i).collect();
         ensure!(mine.iter().all(|s| s.created == s.requests), "{name}: not every request bought");
         let m = (median(mine.iter().map(|s| s.rate).collect()), median(mine.iter().map(|s| s.app_us).collect()));
-        println!("{name} = {}: median {} req/s, {:.1} µs app CPU per purchase", labels[i], crate::bench::group(m.0), m.1);
+        println!(
+            "{name} = {}: median {} req/s, {:.1} µs app CPU per purchase",
+            labels[i],
+            crate::bench::group(m.0),
+            m.1
+        );
         med.push(m);
     }
     println!("b / a: {:.3} × req/s, {:.3} × app CPU per purchase", med[1].0 / med[0].0, med[1].1 / med[0].1);

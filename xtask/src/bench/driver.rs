@@ -198,35 +198,11 @@ impl Bench {
         Ok(out)
     }
 
-    /// Waits (up to 120 s) until the sale's queue is empty.
-    pub fn drained(&self, app: &App, sale: &str) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(120);
-        while std::time::Instant::now() < deadline {
-            if app.sale_status(sale).is_ok_and(|s| s["queued"] == 0) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        eprintln!("==> the queue of {sale} did not drain within 120 s");
-    }
-
-    /// Once the queue drained, `seckill reconcile SALE` with the app's settings; records its
-    /// exit code and JSON report.
+    /// Once the queue drained, `seckill reconcile SALE`; records its exit code and JSON report.
     pub fn check(&mut self, app: &App, sale: &str) -> anyhow::Result<()> {
         eprintln!("==> check invariants of {sale}");
-        self.drained(app, sale);
-        let out =
-            Command::new(&app.binary).args(["reconcile", sale]).envs(app.env.iter().map(|(k, v)| (k, v))).output()?;
-        std::fs::write(self.raw().join(format!("check-{sale}.out")), &out.stdout)?;
-        let rc = out.status.code().unwrap_or(-1);
-        if rc != 0 {
-            eprintln!(
-                "bench: seckill reconcile {sale} exited {rc}:\n{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let report: Option<Value> = serde_json::from_slice(&out.stdout).ok();
+        let (rc, stdout, report) = reconcile(app, sale)?;
+        std::fs::write(self.raw().join(format!("check-{sale}.out")), stdout)?;
         self.results.checks.push((sale.into(), rc, report));
         Ok(())
     }
@@ -244,6 +220,32 @@ impl Bench {
         anyhow::ensure!(out.status.success(), "psql: {}", String::from_utf8_lossy(&out.stderr));
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
+}
+
+/// Waits (up to 120 s) until the sale's queue is empty, so that an app is not stopped with a
+/// batch of orders in flight.
+pub fn drained(app: &App, sale: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while std::time::Instant::now() < deadline {
+        if app.sale_status(sale).is_ok_and(|s| s["queued"] == 0) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!("==> the queue of {sale} did not drain within 120 s");
+}
+
+/// Once the sale's queue drained, `seckill reconcile SALE` with the app's settings: its exit
+/// code (0: the promises hold), its output and its JSON report.
+pub fn reconcile(app: &App, sale: &str) -> anyhow::Result<(i32, String, Option<Value>)> {
+    drained(app, sale);
+    let out = Command::new(&app.binary).args(["reconcile", sale]).envs(app.env.iter().map(|(k, v)| (k, v))).output()?;
+    let (rc, stdout) = (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned());
+    if rc != 0 {
+        eprintln!("seckill reconcile {sale} exited {rc}:\n{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let report = serde_json::from_str(&stdout).ok();
+    Ok((rc, stdout, report))
 }
 
 /// The whole run: rows, then the report.

@@ -172,7 +172,7 @@ fn algorithm_rows(b: &mut Bench, alg: Algorithm) -> anyhow::Result<()> {
         format!("alg-{name}-instock.detail"),
         format!("app with SECKILL_RATE_LIMIT_ALGORITHM={name}, SECKILL_RATE_LIMIT={HIGH_RATE_LIMIT}: the limiter admits every request (one hot key, {key}, Redis TYPE right after the row: {key_type}); sale {sale}, stock 10,000,000"),
     );
-    b.drained(&app, &sale);
+    super::driver::drained(&app, &sale);
     b.stop_app(app);
 
     del(b)?;

@@ -94,10 +94,10 @@ impl WrkOut {
         self.errors.iter().filter(|(k, v)| k.as_str() != "status" && **v > 0).map(|(k, v)| (k.clone(), *v)).collect()
     }
 
-    /// Requests that got no answer: socket errors plus requests without a counted status.
+    /// wrk's errors (socket errors and non-2xx/3xx answers) plus requests without a counted status.
     pub fn failed(&self) -> u64 {
         let answered: u64 = self.statuses.values().sum();
-        self.socket_errors().values().sum::<u64>() + self.requests.saturating_sub(answered)
+        self.errors.values().sum::<u64>() + self.requests.saturating_sub(answered)
     }
 }
 
@@ -146,7 +146,7 @@ mod tests {
         assert_eq!(w.rate(), 50.0);
         assert_eq!(w.status("201"), 97);
         assert_eq!(w.socket_errors().len(), 1);
-        assert_eq!(w.failed(), 2);
+        assert_eq!(w.failed(), 5);
     }
 
     #[test]
