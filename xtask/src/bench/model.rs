@@ -13,7 +13,7 @@ use super::queue::{Drain, QueueStats};
 use super::wrk::{RedisBench, WrkOut};
 
 /// Free-form facts the driver recorded while running (`machine.*`, `setting.*`, `<row>.detail`,
-/// `<row>.count`, `<row>.probe`, ...), as bench.sh's meta.tsv had them.
+/// `<row>.count`, `<row>.probe`, ...), as the bash driver's meta.tsv had them.
 pub type Meta = BTreeMap<String, String>;
 
 /// Everything one bench run measured, before it becomes a report.
@@ -158,7 +158,7 @@ pub fn group(value: f64) -> String {
     let digits = n.unsigned_abs().to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

@@ -1,4 +1,4 @@
-//! The report as a terminal table and as `bench.md` (same rows and columns as bench.sh's were).
+//! The report as a terminal table and as `bench.md` (the same rows and columns as before the port to Rust).
 
 use super::algs::{Algorithm, REDIS_KINDS};
 use super::model::{Row, fmt_ms, fmt_rate, fmt_us, fmt2, percent};

@@ -108,7 +108,7 @@ impl Builder<'_> {
                     .cloned()
                     .ok_or("not run".to_string())
             } else {
-                self.r.wrk(key).map(|(run, out)| (run, out))
+                self.r.wrk(key)
             };
             let (run, out) = match found {
                 Ok(found) => found,

@@ -1,7 +1,7 @@
 //! Part B, end to end: per K, `POST /buy` on a sale of K shards through one app (worker in the
 //! process) on the cluster, with the CPU of the app and each master; then `seckill reconcile`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use testbed::{App, Services};
@@ -28,7 +28,7 @@ pub struct Http {
     pub reconciled: Vec<(String, bool)>,
 }
 
-pub fn run(args: &Args, services: &Services, binary: &PathBuf, masters: &Masters, work: &Path) -> anyhow::Result<Http> {
+pub fn run(args: &Args, services: &Services, binary: &Path, masters: &Masters, work: &Path) -> anyhow::Result<Http> {
     let app = App::start(services, binary, &[("SECKILL_RATE_LIMIT", "1000000/1s"), ("RUST_LOG", "warn")])?;
     let repo = testbed::workspace_root();
     let mut rows = vec![];

@@ -22,7 +22,7 @@ impl Masters {
         let nodes = services.cluster.as_ref().context("no cluster was started")?.nodes().to_vec();
         ensure!(nodes.len() == 3, "expected 3 cluster masters, got {}", nodes.len());
         // "<id> <ip:port@bus> <flags> <master> <ping> <pong> <epoch> <link> <slot ranges>..."
-        let text: String = nodes[0].query(&redis::cmd("CLUSTER").arg("NODES"))?;
+        let text: String = nodes[0].query(redis::cmd("CLUSTER").arg("NODES"))?;
         let mut slots = vec![];
         for line in text.lines().filter(|l| l.split_whitespace().nth(2).is_some_and(|f| f.contains("master"))) {
             let fields: Vec<&str> = line.split_whitespace().collect();

@@ -1,7 +1,7 @@
 //! Part A, the Redis ceiling: per K, K redis-benchmark processes at once, one per shard,
 //! straight at the shard's master (no cluster mode, no redirects), then per-shard checks.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -142,7 +142,7 @@ fn one_k(args: &Args, app: &App, masters: &Masters, work: &Path, k: u32) -> anyh
 pub fn run(
     args: &Args,
     services: &Services,
-    binary: &PathBuf,
+    binary: &Path,
     masters: &Masters,
     work: &Path,
 ) -> anyhow::Result<Vec<Ceiling>> {
