@@ -31,7 +31,9 @@ mod tools;
 pub use app::{App, Profile, workspace_root};
 pub use cluster::{Cluster, NODE_TIMEOUT_MS};
 pub use postgres::Postgres;
-pub use process::{free_port, pid_alive, port_is_free, signal_pid, stop_pid, stop_pid_with, wait_pid_gone};
+pub use process::{
+    free_port, pid_alive, port_is_free, signal_group, signal_pid, stop_pid, stop_pid_with, wait_pid_gone,
+};
 pub use redis::Redis;
 pub use services::{Options, Services, Target};
 pub use tools::{Toolbox, Tools, ensure_tools};

@@ -59,6 +59,11 @@ pub fn signal_pid(pid: u32, signal: Signal) -> bool {
     i32::try_from(pid).is_ok_and(|pid| kill(Pid::from_raw(pid), signal).is_ok())
 }
 
+/// Sends `signal` to every process of process group `pgid`; false if there is none.
+pub fn signal_group(pgid: u32, signal: Signal) -> bool {
+    i32::try_from(pgid).is_ok_and(|pgid| nix::sys::signal::killpg(Pid::from_raw(pgid), signal).is_ok())
+}
+
 /// Waits up to `limit` for `pid` to exit; true if it did.
 pub fn wait_pid_gone(pid: u32, limit: Duration) -> bool {
     wait_until(limit, || !pid_alive(pid))

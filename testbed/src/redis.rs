@@ -60,7 +60,7 @@ impl Redis {
         Err(last_error.expect("three attempts"))
     }
 
-    /// The settings of services.sh's servers: `--bind 127.0.0.1 --port P --daemonize yes
+    /// The settings the bash tooling's servers had: `--bind 127.0.0.1 --port P --daemonize yes
     /// --appendonly yes --appendfsync everysec --save ""`, the files in the server's directory.
     fn config_text(&self, cluster_node_timeout: Option<u32>) -> String {
         let dir = self.dir.display();

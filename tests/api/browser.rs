@@ -16,8 +16,8 @@ use tokio::time::{Instant, sleep};
 
 use crate::helpers::{ADMIN_TOKEN, TestApp, new_sale_id, spawn_app_with};
 
-/// Where Debian's `chromium` and `chromium-driver` packages put them; override with
-/// `SECKILL_TEST_CHROMIUM` and `SECKILL_TEST_CHROMEDRIVER`.
+/// Where Debian's `chromium` and `chromium-driver` packages put them, for a test run whose
+/// testbed did not locate them (`cargo xtask test` does, and installs them as root).
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// The page's sessionStorage key for the token.
@@ -36,7 +36,7 @@ struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{}", self.pid)]).status();
+        testbed::signal_group(self.pid, testbed::Signal::SIGKILL);
         let _ = std::fs::remove_dir_all(&self.profile);
     }
 }
@@ -49,12 +49,13 @@ struct Browser {
 
 impl Browser {
     async fn start() -> Self {
-        let chromium = std::env::var("SECKILL_TEST_CHROMIUM").unwrap_or_else(|_| CHROMIUM.into());
-        let chromedriver = std::env::var("SECKILL_TEST_CHROMEDRIVER").unwrap_or_else(|_| CHROMEDRIVER.into());
+        let tools = &crate::common::testbed().tools;
+        let chromium = tools.chromium.clone().unwrap_or_else(|| CHROMIUM.into()).display().to_string();
+        let chromedriver = tools.chromedriver.clone().unwrap_or_else(|| CHROMEDRIVER.into()).display().to_string();
         for binary in [&chromium, &chromedriver] {
             assert!(
                 Path::new(binary).exists(),
-                "{binary} is missing: apt-get install chromium chromium-driver (scripts/test.sh does)"
+                "{binary} is missing: apt-get install chromium chromium-driver (cargo xtask test does)"
             );
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

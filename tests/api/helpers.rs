@@ -1,5 +1,5 @@
 //! Test harness: the service runs in this process, on its own Postgres database and Redis key
-//! prefix on the throwaway servers that `scripts/test.sh` starts, with a server on a free port.
+//! prefix on the throwaway servers that `cargo xtask test` starts, with a server on a free port.
 
 use std::ops::Deref;
 use std::time::Duration;

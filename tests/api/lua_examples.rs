@@ -4,7 +4,7 @@ use std::process::Command;
 
 use redis::AsyncCommands;
 
-use crate::common::first_redis_url;
+use crate::common::{first_redis_url, testbed};
 use crate::helpers::redis_url;
 
 /// The example command of `lua/<file>`, with its arguments split as a shell would (single quotes).
@@ -31,7 +31,7 @@ fn example(file: &str) -> Vec<String> {
 }
 
 fn run(file: &str) -> String {
-    let output = Command::new("redis-cli")
+    let output = Command::new(&testbed().tools.redis_cli)
         .arg("-c") // on a cluster, follow MOVED to the node that owns the key
         .arg("-u")
         .arg(first_redis_url())

@@ -1,4 +1,4 @@
-//! Integration tests against real Redis and Postgres (started by scripts/test.sh).
+//! Integration tests against real Redis and Postgres (started by `cargo xtask test`).
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -7,7 +7,7 @@ use seckill::config::RateLimit;
 use seckill::routes::{SaleStatus, SalesOverview};
 use sqlx::{Connection, PgConnection};
 
-use crate::common::env;
+use crate::common::postgres_url;
 use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, new_sale_id, spawn_app, spawn_app_with};
 
 async fn overview(app: &TestApp) -> SalesOverview {
@@ -108,7 +108,7 @@ async fn while_postgres_is_unreachable_the_overview_still_answers_without_the_pe
     // Take the app's database away: close its connections and rename it until no pool reconnects.
     let url = app.config.database_url.clone();
     let database = secrecy::ExposeSecret::expose_secret(&url).rsplit_once('/').unwrap().1.to_owned();
-    let mut maintenance = PgConnection::connect(&env("SECKILL_TEST_DATABASE_URL")).await.unwrap();
+    let mut maintenance = PgConnection::connect(&postgres_url()).await.unwrap();
     let terminate = "select pg_terminate_backend(pid) from pg_stat_activity where datname = $1";
     let renamed = loop {
         sqlx::query(terminate).bind(&database).execute(&mut maintenance).await.unwrap();

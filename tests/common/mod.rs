@@ -1,8 +1,10 @@
-//! Shared by the test binaries: per-test databases and key prefixes on the throwaway servers
-//! that `scripts/test.sh` starts, and a `Probe` that checks a running service's promises.
+//! Shared by the test binaries: the throwaway servers that `cargo xtask test` starts (reached
+//! through `testbed`'s handle file), per-test databases and key prefixes on them, and a `Probe`
+//! that checks a running service's promises.
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::collections::BTreeSet;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use seckill::domain::SaleId;
@@ -12,30 +14,41 @@ use seckill::routes::SaleStatus;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection, PgPool};
+use testbed::Services;
 use uuid::Uuid;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
-pub fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: run the suite with scripts/test.sh, which starts throwaway Redis and Postgres")
-    })
+/// The servers of this test run: `cargo xtask test` names their handle file in `SECKILL_TESTBED`.
+pub fn testbed() -> &'static Services {
+    static SERVICES: OnceLock<Services> = OnceLock::new();
+    SERVICES.get_or_init(|| Services::from_env().unwrap_or_else(|error| panic!("{error:#}")))
 }
 
-/// `SECKILL_TEST_REDIS_URL`: one server, or a cluster's comma-separated seed nodes (the second
-/// pass of `scripts/test.sh` runs the api tests against a local 3-master cluster).
+/// The Redis the tests of this pass target: one server, or a cluster's comma-separated seed
+/// nodes (the second pass of `cargo xtask test` runs the api tests against a 3-master cluster).
 pub fn redis_url() -> String {
-    env("SECKILL_TEST_REDIS_URL")
+    testbed().redis_url()
+}
+
+/// The 3-master Redis Cluster (`cargo xtask test` always starts one).
+pub fn cluster() -> &'static testbed::Cluster {
+    testbed().cluster.as_ref().expect("no Redis Cluster in this test run: `cargo xtask test` starts one")
+}
+
+/// The URL of the test Postgres's maintenance database (tests create their databases through it).
+pub fn postgres_url() -> String {
+    testbed().postgres.url()
 }
 
 /// The first URL of `redis_url()`: the server, or one seed node.
 pub fn first_redis_url() -> String {
-    RedisTarget::parse(&redis_url()).expect("valid SECKILL_TEST_REDIS_URL").urls()[0].clone()
+    RedisTarget::parse(&redis_url()).expect("valid test Redis URL").urls()[0].clone()
 }
 
 /// A blocking connection, for tests outside async code: routed by key on a cluster.
 pub fn sync_connection() -> Box<dyn redis::ConnectionLike> {
-    match RedisTarget::parse(&redis_url()).expect("valid SECKILL_TEST_REDIS_URL") {
+    match RedisTarget::parse(&redis_url()).expect("valid test Redis URL") {
         RedisTarget::Single(url) => Box::new(redis::Client::open(url).and_then(|c| c.get_connection()).unwrap()),
         RedisTarget::Cluster(seeds) => {
             Box::new(redis::cluster::ClusterClient::new(seeds).and_then(|c| c.get_connection()).unwrap())
@@ -45,7 +58,7 @@ pub fn sync_connection() -> Box<dyn redis::ConnectionLike> {
 
 /// The URL of every master: the server itself, or each master the cluster reports.
 pub fn redis_masters() -> Vec<String> {
-    let first = match RedisTarget::parse(&redis_url()).expect("valid SECKILL_TEST_REDIS_URL") {
+    let first = match RedisTarget::parse(&redis_url()).expect("valid test Redis URL") {
         RedisTarget::Single(url) => return vec![url],
         RedisTarget::Cluster(seeds) => seeds[0].clone(),
     };
@@ -80,7 +93,7 @@ pub fn scan_keys(pattern: &str) -> Vec<String> {
 /// Creates an empty database on the test Postgres and returns its URL.
 pub async fn create_database() -> String {
     let database = format!("t_{}", Uuid::now_v7().simple());
-    let maintenance_url = env("SECKILL_TEST_DATABASE_URL");
+    let maintenance_url = postgres_url();
     let mut conn = PgConnection::connect(&maintenance_url).await.expect("connect to test postgres");
     sqlx::query(&format!("create database {database}")).execute(&mut conn).await.expect("create test database");
     let (base, _) = maintenance_url.rsplit_once('/').expect("database url has a path");

@@ -4,86 +4,44 @@
 //! answers 503 meanwhile, then recovers by itself, and loses nothing.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::Duration;
 
+use testbed::Redis;
 use tokio::time::Instant;
 
 use crate::common;
 use crate::harness::Deployment;
 use crate::storm::Storm;
 
-/// One master of the test cluster: its port and the config file that restarts it as itself.
-struct ClusterNode {
-    port: u16,
-    conf: PathBuf,
+/// Whether `node` serves `key` itself (a plain connection gets MOVED elsewhere).
+fn owns(node: &Redis, key: &str) -> bool {
+    node.query::<i64>(redis::cmd("EXISTS").arg(key)).is_ok()
 }
 
-impl ClusterNode {
-    /// The nodes `scripts/lib/services.sh` started (`SECKILL_TEST_REDIS_CLUSTER_NODES`).
-    fn all() -> Vec<Self> {
-        common::env("SECKILL_TEST_REDIS_CLUSTER_NODES")
-            .split_whitespace()
-            .map(|entry| {
-                let (port, conf) = entry.split_once(':').expect("port:conf");
-                Self { port: port.parse().unwrap(), conf: conf.into() }
-            })
-            .collect()
-    }
-
-    fn connection(&self) -> redis::Connection {
-        redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).and_then(|c| c.get_connection()).unwrap()
-    }
-
-    /// Whether this node serves `key` itself (a plain connection gets MOVED elsewhere).
-    fn owns(&self, key: &str) -> bool {
-        redis::cmd("EXISTS").arg(key).query::<i64>(&mut self.connection()).is_ok()
-    }
-
-    /// SIGTERM (Redis writes its append-only file and exits), and waits until the port is closed.
-    fn stop(&self) {
-        let pidfile = self.conf.with_file_name("redis.pid");
-        let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_owned();
-        assert!(std::process::Command::new("kill").arg("-TERM").arg(&pid).status().unwrap().success());
-        let until = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-            assert!(Instant::now() < until, "redis on {} did not stop", self.port);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn start(&self) {
-        let status = std::process::Command::new(common::env("SECKILL_TEST_REDIS_SERVER")).arg(&self.conf).status();
-        assert!(status.unwrap().success(), "restarting redis on {}", self.port);
-    }
-
-    fn cluster_ok(&self) -> bool {
-        let Ok(mut con) =
-            redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).and_then(|c| c.get_connection())
-        else {
-            return false;
-        };
-        redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut con).is_ok_and(|info| info.contains("cluster_state:ok"))
-    }
+fn cluster_ok(node: &Redis) -> bool {
+    node.query::<String>(redis::cmd("CLUSTER").arg("INFO")).is_ok_and(|info| info.contains("cluster_state:ok"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarting_the_master_of_a_sale_mid_storm_is_survived_and_loses_nothing() {
-    let mut deployment = Deployment::on_redis(&common::env("SECKILL_TEST_REDIS_CLUSTER_URL"), &[]).await;
+    let cluster = common::cluster();
+    let mut deployment = Deployment::on_redis(&cluster.url(), &[]).await;
     let (service, sale) = deployment.start_with_sale(10_000).await;
     let stock_key = deployment.store.sale_keys(&seckill::domain::SaleId::parse(&sale).unwrap()).stock;
-    let nodes = ClusterNode::all();
-    let master = nodes.iter().find(|n| n.owns(&stock_key)).expect("a master holds the sale");
+    let nodes = cluster.nodes();
+    let master = nodes.iter().find(|n| owns(n, &stock_key)).expect("a master holds the sale");
 
     // One user per request, paced by the storm's concurrency; the restart lands in the middle.
     let (storm, running) = Storm::new(&deployment.address, &sale, 8_000, 8_000).spawn();
     storm.wait_for_created(500).await;
     let stopped = Instant::now();
+    // SIGTERM (Redis writes its append-only file and exits); restarted as itself (same port,
+    // nodes.conf and AOF).
     master.stop();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    master.start();
+    master.start().expect("restarting the master");
     let until = Instant::now() + Duration::from_secs(30);
-    while !nodes.iter().all(ClusterNode::cluster_ok) {
+    while !nodes.iter().all(cluster_ok) {
         assert!(Instant::now() < until, "the cluster did not recover");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -1,5 +1,6 @@
 //! Real processes under test: the `seckill` binary as a child process, and the throwaway
-//! redis-server and Postgres that `scripts/test.sh` started, which these tests stop and restart.
+//! redis-server and Postgres that `cargo xtask test` started, which these tests stop and restart
+//! through their `testbed` handles.
 
 use std::ops::Deref;
 use std::path::PathBuf;
@@ -10,7 +11,9 @@ use tokio::process::{Child, Command};
 use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
-use crate::common::{self, ADMIN_TOKEN, Probe, env};
+use testbed::{Signal, free_port};
+
+use crate::common::{self, ADMIN_TOKEN, Probe};
 
 /// Held by every deployment: the tests of this binary stop the shared servers or load the
 /// machine, so they run one at a time (tokio's mutex is not poisoned by a failed test).
@@ -35,11 +38,6 @@ impl Deref for Deployment {
     fn deref(&self) -> &Probe {
         &self.probe
     }
-}
-
-/// A free TCP port on 127.0.0.1 (the kernel picks it; the listener is closed again at once).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 impl Deployment {
@@ -168,7 +166,7 @@ impl Seckill {
 
     /// SIGTERM: asks for a graceful shutdown.
     pub fn terminate(&self) {
-        signal("TERM", self.pid());
+        assert!(testbed::signal_pid(self.pid(), Signal::SIGTERM), "SIGTERM seckill");
     }
 
     /// Waits for the process to exit.
@@ -204,59 +202,32 @@ impl Seckill {
     }
 }
 
-fn signal(name: &str, pid: u32) {
-    let status = std::process::Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status().unwrap();
-    assert!(status.success(), "kill -{name} {pid}");
-}
-
-/// Runs a command to completion, panicking with its output if it fails.
-fn run(command: &mut std::process::Command) {
-    let output = command.output().unwrap_or_else(|e| panic!("{command:?}: {e}"));
-    assert!(
-        output.status.success(),
-        "{command:?}: {}\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// `pg_ctl` on the test cluster, as its owner, from a directory that owner can read.
-fn pg_ctl(args: &[&str]) {
-    let runas = std::env::var("SECKILL_TEST_PG_RUNAS").unwrap_or_default();
-    let mut command = if runas.is_empty() {
-        std::process::Command::new(env("SECKILL_TEST_PG_CTL"))
-    } else {
-        let mut c = std::process::Command::new("runuser");
-        c.args(["-u", &runas, "--", &env("SECKILL_TEST_PG_CTL")]);
-        c
-    };
-    command.args(["-D", &env("SECKILL_TEST_PG_DATA"), "-l", &env("SECKILL_TEST_PG_LOG"), "-w", "-t", "60"]);
-    run(command.args(args).current_dir(env("SECKILL_SERVICES_DIR")));
-}
-
-/// The test Postgres is stopped while this lives; it is started again by `end` or on drop (so a
-/// failing test does not leave it down for the next one).
+/// The test Postgres is stopped (fast shutdown) while this lives; it is started again by `end` or
+/// on drop (so a failing test does not leave it down for the next one).
 pub struct PostgresOutage {
     ended: bool,
 }
 
+fn start_postgres() {
+    common::testbed().postgres.start().expect("restarting the test Postgres");
+}
+
 impl PostgresOutage {
     pub fn begin() -> Self {
-        pg_ctl(&["-m", "fast", "stop"]);
+        common::testbed().postgres.stop();
         Self { ended: false }
     }
 
     pub fn end(mut self) {
         self.ended = true;
-        pg_ctl(&["start"]);
+        start_postgres();
     }
 }
 
 impl Drop for PostgresOutage {
     fn drop(&mut self) {
         if !self.ended {
-            pg_ctl(&["start"]);
+            start_postgres();
         }
     }
 }
@@ -267,39 +238,15 @@ pub struct RedisOutage {
     ended: bool,
 }
 
-fn redis_pid() -> Option<u32> {
-    let file = PathBuf::from(env("SECKILL_SERVICES_DIR")).join("redis/redis.pid");
-    std::fs::read_to_string(file).ok()?.trim().parse().ok()
-}
-
-fn redis_answers() -> bool {
-    let port = common::redis_url().rsplit(':').next().unwrap().to_owned();
-    std::process::Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &port, "ping"])
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "PONG")
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let until = std::time::Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(std::time::Instant::now() < until, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn start_redis() {
-    run(std::process::Command::new(env("SECKILL_TEST_REDIS_SERVER"))
-        .arg(env("SECKILL_TEST_REDIS_CONF"))
-        .current_dir(env("SECKILL_SERVICES_DIR")));
-    wait_until("redis-server answers PING", redis_answers);
+    common::testbed().redis.start().expect("restarting the test redis-server");
 }
 
 impl RedisOutage {
     pub fn begin() -> Self {
-        let pid = redis_pid().expect("redis.pid of the test redis-server");
-        signal("TERM", pid);
-        wait_until("redis-server has exited", || !std::path::Path::new(&format!("/proc/{pid}")).exists());
+        let redis = &common::testbed().redis;
+        assert!(redis.pid().is_some(), "the test redis-server runs");
+        redis.stop();
         Self { ended: false }
     }
 

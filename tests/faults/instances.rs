@@ -20,7 +20,7 @@ async fn three_instances_on_one_redis_server_behave_as_one_service() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_on_a_redis_cluster_behave_as_one_service() {
-    three_instances_behave_as_one_service(&common::env("SECKILL_TEST_REDIS_CLUSTER_URL")).await;
+    three_instances_behave_as_one_service(&common::cluster().url()).await;
 }
 
 async fn three_instances_behave_as_one_service(redis_url: &str) {
@@ -83,7 +83,7 @@ async fn three_instances_behave_as_one_service(redis_url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_on_a_redis_cluster_sell_a_sharded_sale_as_one_service() {
-    let mut deployment = Deployment::on_redis(&common::env("SECKILL_TEST_REDIS_CLUSTER_URL"), &[]).await;
+    let mut deployment = Deployment::on_redis(&common::cluster().url(), &[]).await;
     let first = deployment.start().await;
     let others = [deployment.start_instance(&[]).await, deployment.start_instance(&[]).await];
     let addresses: Vec<String> = [&first].into_iter().chain(&others).map(|p| p.address.clone()).collect();

@@ -1,5 +1,5 @@
 //! Fault injection against real processes: the `seckill` binary runs as a child process against
-//! the throwaway redis-server and Postgres of `scripts/test.sh`, which some tests stop and restart.
+//! the throwaway redis-server and Postgres of `cargo xtask test`, which some tests stop and restart.
 //! Every scenario ends by checking the service's promises (see `common::Probe::assert_invariants`).
 
 #[path = "../common/mod.rs"]

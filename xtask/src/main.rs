@@ -12,9 +12,11 @@
 
 mod ab;
 mod bench;
+mod fuzz;
 mod load;
 mod run;
 mod shard_ceiling;
+mod steps;
 mod test;
 
 use clap::{Parser, Subcommand};

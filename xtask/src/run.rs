@@ -1,10 +1,82 @@
-//! Not yet ported from the bash/Python tooling.
+//! `cargo xtask run`: the service (release build) on throwaway Redis and Postgres from `testbed`,
+//! with a demo sale seeded; prints where everything is, then streams the service's log until
+//! Ctrl-C (or SIGTERM), which stops the service, then the servers. `SECKILL_*` settings in the
+//! environment reach the service (e.g. `SECKILL_RATE_LIMIT=100000/1s cargo xtask run`).
 
-use std::process::ExitCode;
+use std::io::Write;
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use testbed::{App, Options, Profile, Services};
+
+use crate::steps;
 
 #[derive(clap::Args)]
 pub struct Args {}
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not yet ported")
+pub fn run(_args: Args) -> Result<ExitCode> {
+    steps::handle_signals()?;
+    let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    build.args(Profile::Release.cargo_args()).current_dir(testbed::workspace_root());
+    eprintln!("==> cargo {}", Profile::Release.cargo_args().join(" "));
+    let status = steps::run(&mut build, Instant::now() + Duration::from_secs(3600))?;
+    if let Some(code) = steps::interrupted() {
+        return Ok(code);
+    }
+    ensure!(status.success(), "cargo build: {status}");
+
+    let services = Services::start(&Options::default())?; // the app runs against the single node
+    let mut app = App::start(&services, &Profile::Release.binary(), &[])?;
+    let mut log = std::fs::File::open(&app.log).context("opening the service's log")?;
+    println!("==> seeding demo sale (stock 100)");
+    app.seed("demo", 100, None).context("seeding the demo sale")?;
+    print_info(&services, &app);
+
+    // From here on the service's log streams to the terminal.
+    let mut stdout = std::io::stdout();
+    let exit = loop {
+        std::io::copy(&mut log, &mut stdout)?;
+        stdout.flush()?;
+        if let Some(status) = app.try_wait() {
+            break status;
+        }
+        if steps::signalled() {
+            eprintln!("xtask run: stopping seckill (pid {})", app.pid());
+            app.stop();
+            std::io::copy(&mut log, &mut stdout)?;
+            drop(services);
+            return Ok(steps::interrupted().unwrap_or(ExitCode::FAILURE));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    std::io::copy(&mut log, &mut stdout)?;
+    eprintln!("xtask run: seckill exited with {exit}");
+    Ok(ExitCode::from(exit.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1)))
+}
+
+fn print_info(services: &Services, app: &App) {
+    let (url, token) = (&app.url, &app.admin_token);
+    let (redis, database, binary) = (services.redis_url(), services.database_url(), app.binary.display());
+    println!(
+        r#"
+seckill is running (pid {pid}). Ctrl-C stops it and the throwaway Redis/Postgres.
+
+  app:         {url}
+  live page:   {url}/admin   (it asks for the admin token)
+  admin token: {token}
+  redis:       {redis}
+  postgres:    {database}
+
+Buy one (sale "demo", stock 100):
+  curl -i -X POST {url}/buy -H 'content-type: application/json' -d '{{"sale_id":"demo","user_id":"alice"}}'
+Sale status:
+  curl -s -H "Authorization: Bearer {token}" {url}/admin/sales/demo
+Check the promises (drained queue, Redis buyers = Postgres orders):
+  SECKILL_REDIS_URL={redis} SECKILL_DATABASE_URL={database} {binary} reconcile demo
+Orders:
+  psql {database} -c 'select * from orders'
+"#,
+        pid = app.pid()
+    );
 }

@@ -1,0 +1,72 @@
+//! The API fuzz step of `cargo xtask test`: schemathesis against the service's own OpenAPI
+//! document (`GET /openapi.json`), with every check (no 5xx, responses match the document,
+//! schema-valid requests accepted, 405s carry Allow, ...), a fixed seed and at most 60 examples
+//! per operation, so a run is repeatable and bounded (a few seconds; 300 s at most).
+//!
+//! Before it, one sale is seeded in each state (open, sharded, sold out, not started, ended), and
+//! `schemathesis.toml` makes most generated purchases name one of them, so `POST /buy` is fuzzed
+//! through the purchase itself, not only to a 404. schemathesis (pinned) is pip-installed when
+//! missing; the service is the debug binary `cargo test` built, started with `testbed::App`.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use serde_json::json;
+use testbed::{App, Profile, Services};
+
+use crate::steps;
+
+/// The schemathesis release the checks are pinned to.
+const SCHEMATHESIS_VERSION: &str = "4.32.5";
+/// The most one schemathesis run may take.
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// Runs the fuzz against a fresh `seckill serve` on `services`; fails if schemathesis does.
+pub fn run(services: &Services, deadline: Instant) -> Result<()> {
+    let root = testbed::workspace_root();
+    ensure_schemathesis(deadline)?;
+    let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    let status = steps::run(build.args(Profile::Debug.cargo_args()).current_dir(&root), deadline)?;
+    ensure!(status.success(), "cargo {}: {status}", Profile::Debug.cargo_args().join(" "));
+
+    let prefix = format!("fuzz-{}", std::process::id());
+    let env = [("SECKILL_KEY_PREFIX", prefix.as_str()), ("SECKILL_RATE_LIMIT", "1000000/1s"), ("RUST_LOG", "warn")];
+    let app = App::start(services, &Profile::Debug.binary(), &env)?;
+    app.seed("fuzz-open", 1_000_000, None)?;
+    app.seed("fuzz-sharded", 1_000_000, Some(3))?;
+    app.seed("fuzz-sold-out", 0, None)?;
+    app.put_sale("fuzz-not-started", &json!({"stock": 100, "starts_at": "2999-01-01T00:00:00Z"}))?;
+    app.put_sale(
+        "fuzz-ended",
+        &json!({"stock": 100, "starts_at": "2000-01-01T00:00:00Z", "ends_at": "2000-01-02T00:00:00Z"}),
+    )?;
+
+    let mut st = Command::new("st");
+    st.arg("run")
+        .arg(format!("{}/openapi.json", app.url))
+        .args(["--checks", "all", "--max-examples", "60", "--seed", "1", "--request-timeout", "5"])
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {}", app.admin_token))
+        .current_dir(&root); // schemathesis.toml
+    let status = steps::run(&mut st, deadline.min(Instant::now() + LIMIT))?;
+    ensure!(status.success(), "schemathesis: {status}");
+    Ok(())
+}
+
+/// `pip install schemathesis==VERSION` unless `st --version` already names that version.
+fn ensure_schemathesis(deadline: Instant) -> Result<()> {
+    let installed = Command::new("st").arg("--version").output();
+    if installed
+        .is_ok_and(|out| out.status.success() && String::from_utf8_lossy(&out.stdout).contains(SCHEMATHESIS_VERSION))
+    {
+        return Ok(());
+    }
+    println!("==> pip install schemathesis=={SCHEMATHESIS_VERSION}");
+    let mut pip = Command::new("python3");
+    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+        .arg(format!("schemathesis=={SCHEMATHESIS_VERSION}"));
+    let status = steps::run(&mut pip, deadline)?;
+    ensure!(status.success(), "pip install schemathesis: {status}");
+    Ok(())
+}
