@@ -108,6 +108,7 @@ fn wait_drained(apps: &[App; 2]) -> anyhow::Result<()> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    crate::steps::handle_signals()?;
     need_tools(&[("wrk", "wrk")])?;
     let raw = raw_dir("ab")?;
     let mut bins = vec![];
@@ -133,7 +134,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let apps = [start(&bins[0], "a")?, start(&bins[1], "b")?];
     let repo = testbed::workspace_root();
     let mut samples = vec![];
-    for round in 1..=args.rounds {
+    for round in (1..=args.rounds).take_while(|_| !crate::steps::signalled()) {
         // Whichever runs second gains a few %: alternate who does.
         let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
         for i in order {
@@ -175,6 +176,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     drop(apps);
     drop(services);
+    if let Some(code) = crate::steps::interrupted() {
+        return Ok(code);
+    }
     summary(&samples, &labels)?;
     let _ = std::fs::remove_dir_all(&raw);
     Ok(ExitCode::SUCCESS)

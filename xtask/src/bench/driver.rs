@@ -250,6 +250,7 @@ pub fn reconcile(app: &App, sale: &str) -> anyhow::Result<(i32, String, Option<V
 
 /// The whole run: rows, then the report.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    crate::steps::handle_signals()?;
     need_tools(&[("wrk", "wrk"), ("redis-benchmark", "redis-tools")])?;
     let raw = raw_dir("bench")?;
     let results_dir = args.results_dir.clone().unwrap_or_else(|| testbed::workspace_root().join("load-tests/results"));
@@ -257,6 +258,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
     let binary = testbed::Profile::from(args.profile).build()?;
     eprintln!("==> build took {} s", started.elapsed().as_secs());
+    if let Some(code) = crate::steps::interrupted() {
+        return Ok(code);
+    }
     let mut base_env =
         vec![("SECKILL_KEY_PREFIX".to_string(), args.key_prefix.clone()), ("RUST_LOG".into(), "info,sqlx=warn".into())];
     if let Some(batch) = args.worker_batch {
@@ -269,7 +273,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     eprintln!("==> scenarios took {} s", started.elapsed().as_secs());
     if let Err(err) = outcome {
         eprintln!("bench: raw outputs and logs kept in {}", raw.display());
-        return Err(err);
+        return crate::steps::interrupted().ok_or(err);
     }
     let rep = report::build(&bench.results, utc_now());
     std::fs::create_dir_all(&results_dir)?;

@@ -46,12 +46,17 @@ pub fn stop_child(child: &mut Child, grace: Duration) {
     let _ = child.wait();
 }
 
-/// Waits for `child` up to `timeout` (then stops it); returns (exit code, timed out).
+/// Waits for `child` up to `timeout` (then stops it); returns (exit code, timed out). A signal
+/// to xtask (Ctrl-C, SIGTERM) stops it too, and is an error.
 pub fn wait_bounded(child: &mut Child, timeout: Duration) -> anyhow::Result<(i32, bool)> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(status) = child.try_wait()? {
             return Ok((status.code().unwrap_or(-1), false));
+        }
+        if crate::steps::signalled() {
+            stop_child(child, Duration::from_secs(5));
+            anyhow::bail!("interrupted");
         }
         if Instant::now() > deadline {
             stop_child(child, Duration::from_secs(5));

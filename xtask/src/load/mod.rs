@@ -143,8 +143,13 @@ impl Load {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    match &args.tool {
-        Tool::K6(k) => Ok(k6::run(k, Load::start("load k6", &args, "k6")?)?.finish()),
-        Tool::Oha(o) => Ok(oha::run(o, Load::start("load oha", &args, "oha")?)?.finish()),
+    crate::steps::handle_signals()?;
+    let load = match &args.tool {
+        Tool::K6(k) => Load::start("load k6", &args, "k6").and_then(|load| k6::run(k, load)),
+        Tool::Oha(o) => Load::start("load oha", &args, "oha").and_then(|load| oha::run(o, load)),
+    };
+    match (crate::steps::interrupted(), load) {
+        (Some(code), _) => Ok(code),
+        (None, load) => Ok(load?.finish()),
     }
 }

@@ -78,6 +78,7 @@ fn loadavg() -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    crate::steps::handle_signals()?;
     anyhow::ensure!(
         args.stock_total >= 3 * args.total_requests,
         "--stock-total must be >= 3 x --total-requests (the sale must never sell out)"
@@ -100,8 +101,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     eprintln!("shard-ceiling: load average at start {load_start}, at the first run {load_run}");
     let started_at = utc_now();
 
-    let ceiling = redis_rows::run(&args, &services, &binary, &masters, &work)?;
-    let http = http::run(&args, &services, &binary, &masters, &work)?;
+    let both = redis_rows::run(&args, &services, &binary, &masters, &work)
+        .and_then(|ceiling| Ok((ceiling, http::run(&args, &services, &binary, &masters, &work)?)));
+    let (ceiling, http) = match both {
+        Ok(both) => both,
+        Err(err) => return crate::steps::interrupted().ok_or(err),
+    };
     let failed = ceiling.iter().any(|r| !r.ok) || http.reconciled.iter().any(|(_, ok)| !ok);
     let md = table::render(&args, &masters, &ceiling, &http, [&load_start, &load_run, &loadavg()], &started_at);
     let path =
