@@ -250,6 +250,17 @@ pub fn reconcile(app: &App, sale: &str) -> anyhow::Result<(i32, String, Option<V
 
 /// The whole run: rows, then the report.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // Each app gets its settings from here; none leak in from the caller's environment.
+    for var in [
+        "SECKILL_NO_WORKER",
+        "SECKILL_RATE_LIMIT",
+        "SECKILL_RATE_LIMIT_ALGORITHM",
+        "SECKILL_RATE_LIMIT_BURST",
+        "SECKILL_TRUSTED_PROXIES",
+    ] {
+        // SAFETY: no other thread runs yet (the signal thread starts below).
+        unsafe { std::env::remove_var(var) };
+    }
     crate::steps::handle_signals()?;
     need_tools(&[("wrk", "wrk"), ("redis-benchmark", "redis-tools")])?;
     let raw = raw_dir("bench")?;

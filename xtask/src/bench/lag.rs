@@ -78,7 +78,7 @@ pub fn queue_row(b: &mut Builder, rows: &mut Vec<Row>) {
     let mut parts = vec![];
     if let Some(q) = queue {
         parts.push(format!(
-            "max XLEN {} (mean {}), oldest entry at most {} ms old ({} samples every {} ms)",
+            "max XLEN {} (mean {:.1}), oldest entry at most {} ms old ({} samples every {} ms)",
             group(q.max_xlen as f64),
             q.mean_xlen,
             group(q.max_oldest_age_ms as f64),
