@@ -33,6 +33,7 @@ pub struct Args {
     /// Requests per second of the single-address run.
     #[arg(long, default_value_t = 100)]
     too_fast_rps: u32,
+    /// How long the single-address run lasts.
     #[arg(long, default_value = "10s")]
     too_fast_duration: String,
     /// Stock of the `limiter` sale.

@@ -62,6 +62,7 @@ pub struct Args {
     /// Before the runs, wait up to --load-wait seconds for the 1-minute load average to drop below this.
     #[arg(long, default_value_t = 0.5)]
     pub load_max: f32,
+    /// The longest wait for that quiet moment, in seconds (then it runs anyway).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=600))]
     pub load_wait: u64,
     /// Where the Markdown goes [default: load-tests/results/shard-ceiling.md].
