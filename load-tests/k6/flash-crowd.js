@@ -1,6 +1,6 @@
 // Flash crowd against seckill's POST /buy.
 //
-// Two modes (env MODE), run as two k6 invocations by load-tests/k6.sh:
+// Two modes (env MODE), run as two k6 invocations by `cargo xtask load k6`:
 //
 //   MODE=crowd     scenario `crowd`: ramping-arrival-rate up to PEAK_RPS new users per second,
 //                  each iteration a distinct user buying in a random one of SALES sales; a share

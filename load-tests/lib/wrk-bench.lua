@@ -1,4 +1,4 @@
--- wrk script for load-tests/bench.sh: one script for every HTTP row, so the generator does the
+-- wrk script for `cargo xtask bench` (and ab, shard-ceiling): one script for every HTTP row, so the generator does the
 -- same work per request in each of them (one Lua request() call, one response() call).
 --
 --   wrk -t2 -c64 -d6s --latency -s load-tests/lib/wrk-bench.lua URL -- MODE [SALE_ID USER_PREFIX]
@@ -17,7 +17,7 @@
 --
 -- response() counts statuses per thread; done() prints one line
 --   BENCH_WRK {"requests":…,"duration_us":…,"errors":{…},"latency_us":{…},"statuses":{"201":…}}
--- that bench.py reads (wrk's own text summary is printed too).
+-- that xtask reads (wrk's own text summary is printed too).
 
 local threads = {}
 local tid = 0

@@ -1,10 +1,224 @@
-//! Not yet ported from the bash/Python tooling.
+//! `cargo xtask ab`: A/B two builds of seckill on the in-stock `POST /buy` path, alternating
+//! runs so that the shared machine's drift hits both alike.
+//!
+//! Both builds serve their own sale (`serve`, worker in the process, SECKILL_RATE_LIMIT=1000000/1s,
+//! key prefixes ab-a and ab-b, 10,000,000 items each) on one throwaway Redis and Postgres. Then
+//! `--rounds` times wrk (`load-tests/lib/wrk-bench.lua`, every request a new user) runs
+//! `--duration` seconds against each, A first in odd rounds and B first in even ones (the second
+//! run of a pair gained 3-7 % in either order), after both queues have drained. It prints one
+//! line per run, each build's median req/s and app CPU µs per purchase with B / A, and B / A
+//! paired within each round (median and range), which the drift between rounds disturbs less.
 
-use std::process::ExitCode;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
 
-#[derive(clap::Args)]
-pub struct Args {}
+use anyhow::{Context, bail, ensure};
+use testbed::{App, Options, Services};
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not yet ported")
+use crate::bench::cpu::Watch;
+use crate::bench::driver::{need_tools, raw_dir};
+use crate::bench::wrk::{Mode, Wrk, WrkOut};
+use crate::bench::{Profile, measure};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Build A: a git revision (built in a copy of that tree; target/ab holds the builds).
+    #[arg(long, required_unless_present = "a_bin", conflicts_with = "a_bin")]
+    a: Option<String>,
+    /// Build B: a git revision.
+    #[arg(long, required_unless_present = "b_bin", conflicts_with = "b_bin")]
+    b: Option<String>,
+    /// Build A as an existing seckill binary instead of a revision.
+    #[arg(long)]
+    a_bin: Option<PathBuf>,
+    /// Build B as an existing seckill binary instead of a revision.
+    #[arg(long)]
+    b_bin: Option<PathBuf>,
+    /// Rounds: one run of each build per round.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=20))]
+    rounds: u32,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=60))]
+    duration: u64,
+    /// wrk threads.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    threads: u32,
+    /// wrk connections.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    connections: u32,
+    /// Which build profile the revisions are built with.
+    #[arg(long, value_enum, default_value_t = Profile::Release)]
+    profile: Profile,
+}
+
+/// `git archive REV` into a temp dir, `cargo build` there with target/ab as the target dir,
+/// and the binary copied out to `<raw>/seckill-<name>`.
+fn build_rev(rev: &str, name: &str, profile: Profile, raw: &Path) -> anyhow::Result<PathBuf> {
+    let root = testbed::workspace_root();
+    let tree = raw.join(format!("src-{name}"));
+    std::fs::create_dir_all(&tree)?;
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg("git -C \"$1\" archive --format=tar \"$2\" | tar -x -C \"$3\"")
+        .args(["sh", &root.display().to_string(), rev, &tree.display().to_string()])
+        .status()?;
+    ensure!(status.success(), "git archive {rev} failed");
+    let target = root.join("target/ab");
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.args(["build", "--locked", "--package", "seckill", "--bin", "seckill"])
+        .current_dir(&tree)
+        .env("CARGO_TARGET_DIR", &target);
+    if matches!(profile, Profile::Release) {
+        cmd.arg("--release");
+    }
+    eprintln!("==> ab: building {rev} ({name}) in {}", tree.display());
+    ensure!(cmd.status()?.success(), "building {rev} failed");
+    let binary = raw.join(format!("seckill-{name}"));
+    let built = target.join(if matches!(profile, Profile::Release) { "release" } else { "debug" }).join("seckill");
+    std::fs::copy(&built, &binary).with_context(|| format!("copying {}", built.display()))?;
+    Ok(binary)
+}
+
+/// One run: which build, round, req/s, app CPU µs per request, 201s, requests.
+struct Sample {
+    build: usize,
+    round: u32,
+    rate: f64,
+    app_us: f64,
+    created: u64,
+    requests: u64,
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 }
+}
+
+fn wait_drained(apps: &[App; 2]) -> anyhow::Result<()> {
+    for (app, name) in apps.iter().zip(["a", "b"]) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !app.sale_status(&format!("ab-{name}")).is_ok_and(|s| s["queued"] == 0) {
+            ensure!(Instant::now() < deadline, "ab: {name}'s queue did not drain");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    Ok(())
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    crate::steps::handle_signals()?;
+    need_tools(&[("wrk", "wrk")])?;
+    let raw = raw_dir("ab")?;
+    let mut bins = vec![];
+    for (name, rev, bin) in [("a", &args.a, &args.a_bin), ("b", &args.b, &args.b_bin)] {
+        bins.push(match (rev, bin) {
+            (_, Some(bin)) => bin.clone(),
+            (Some(rev), None) => build_rev(rev, name, args.profile, &raw)?,
+            (None, None) => bail!("give --{name} or --{name}-bin"),
+        });
+    }
+    let labels: Vec<String> = [(&args.a, &bins[0]), (&args.b, &bins[1])]
+        .iter()
+        .map(|(rev, bin)| rev.as_ref().map_or_else(|| bin.display().to_string(), |r| r.to_string()))
+        .collect();
+    let services = Services::start(&Options::default())?;
+    let start = |bin: &Path, name: &str| {
+        let prefix = format!("ab-{name}");
+        let env = [("SECKILL_KEY_PREFIX", prefix.as_str()), ("SECKILL_RATE_LIMIT", "1000000/1s"), ("RUST_LOG", "warn")];
+        let app = App::start(&services, bin, &env)?;
+        app.seed(&prefix, 10_000_000, None)?;
+        anyhow::Ok(app)
+    };
+    let apps = [start(&bins[0], "a")?, start(&bins[1], "b")?];
+    let repo = testbed::workspace_root();
+    let mut samples = vec![];
+    for round in (1..=args.rounds).take_while(|_| !crate::steps::signalled()) {
+        // Whichever runs second gains a few %: alternate who does.
+        let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
+        for i in order {
+            wait_drained(&apps)?;
+            let (name, sale, prefix) = (["a", "b"][i], format!("ab-{}", ["a", "b"][i]), format!("r{round}"));
+            let mode = Mode::Buy { sale: &sale, prefix: &prefix };
+            let w = Wrk {
+                threads: args.threads,
+                connections: args.connections,
+                seconds: args.duration,
+                url: &apps[i].url,
+                mode,
+                rate: None,
+            };
+            let watch = [Watch::process("seckill", apps[i].pid())];
+            let run = measure::run(
+                &format!("ab-{name}-{round}"),
+                w.command(&repo),
+                Duration::from_secs(args.duration + 30),
+                &watch,
+                &raw,
+            )?;
+            let out = WrkOut::parse(&run.stdout).context("no BENCH_WRK line in wrk's output")?;
+            let app_cpu = run.usage.get("seckill").unwrap_or(0.0);
+            let s = Sample {
+                build: i,
+                round,
+                rate: out.rate(),
+                app_us: app_cpu / out.requests.max(1) as f64 * 1e6,
+                created: out.status("201"),
+                requests: out.requests,
+            };
+            eprintln!(
+                "ab: round {round} {name}: {:.0} req/s, app {:.1} µs/req, 201 {} of {}",
+                s.rate, s.app_us, s.created, s.requests
+            );
+            samples.push(s);
+        }
+    }
+    drop(apps);
+    drop(services);
+    if let Some(code) = crate::steps::interrupted() {
+        return Ok(code);
+    }
+    summary(&samples, &labels)?;
+    let _ = std::fs::remove_dir_all(&raw);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn summary(samples: &[Sample], labels: &[String]) -> anyhow::Result<()> {
+    let mut med = vec![];
+    for (i, name) in ["a", "b"].iter().enumerate() {
+        let mine: Vec<&Sample> = samples.iter().filter(|s| s.build == i).collect();
+        ensure!(mine.iter().all(|s| s.created == s.requests), "{name}: not every request bought");
+        let m = (median(mine.iter().map(|s| s.rate).collect()), median(mine.iter().map(|s| s.app_us).collect()));
+        println!(
+            "{name} = {}: median {} req/s, {:.1} µs app CPU per purchase",
+            labels[i],
+            crate::bench::group(m.0),
+            m.1
+        );
+        med.push(m);
+    }
+    println!("b / a: {:.3} × req/s, {:.3} × app CPU per purchase", med[1].0 / med[0].0, med[1].1 / med[0].1);
+    // Paired: b / a within each round (its two runs are seconds apart, so drift between rounds
+    // cancels out), then the median and the range over rounds.
+    let rounds: std::collections::BTreeSet<u32> = samples.iter().map(|s| s.round).collect();
+    let pair = |r: u32, f: fn(&Sample) -> f64| {
+        let get = |b| samples.iter().find(|s| s.round == r && s.build == b).map(f).unwrap_or(f64::NAN);
+        get(1) / get(0)
+    };
+    let mut rps: Vec<f64> = rounds.iter().map(|r| pair(*r, |s| s.rate)).collect();
+    let mut cpu: Vec<f64> = rounds.iter().map(|r| pair(*r, |s| s.app_us)).collect();
+    rps.sort_by(f64::total_cmp);
+    cpu.sort_by(f64::total_cmp);
+    println!(
+        "paired b / a over {} rounds: median {:.3} × req/s ({:.2}–{:.2}), median {:.3} × app CPU per purchase ({:.2}–{:.2})",
+        rps.len(),
+        median(rps.clone()),
+        rps[0],
+        rps[rps.len() - 1],
+        median(cpu.clone()),
+        cpu[0],
+        cpu[cpu.len() - 1]
+    );
+    Ok(())
 }

@@ -8,10 +8,12 @@
 //! - `bench/`: the benchmark driver and its report (JSON + Markdown).
 //! - `ab`: paired A/B rounds of two builds on in-stock `/buy`.
 //! - `shard_ceiling`: the stock-sharding ceiling run.
+//! - `load`: the k6 flash crowd and the oha runs, with their invariants.
 
 mod ab;
 mod bench;
 mod fuzz;
+mod load;
 mod run;
 mod shard_ceiling;
 mod steps;
@@ -38,6 +40,8 @@ enum Task {
     Ab(ab::Args),
     /// Measures the stock-sharding ceiling (Redis and /buy) for K = 1..3 on a local cluster.
     ShardCeiling(shard_ceiling::Args),
+    /// Load runs with k6 (the flash crowd) or oha, then the invariants.
+    Load(load::Args),
 }
 
 fn main() -> anyhow::Result<std::process::ExitCode> {
@@ -47,5 +51,6 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         Task::Bench(args) => bench::run(args),
         Task::Ab(args) => ab::run(args),
         Task::ShardCeiling(args) => shard_ceiling::run(args),
+        Task::Load(args) => load::run(args),
     }
 }

@@ -1,10 +1,149 @@
-//! Not yet ported from the bash/Python tooling.
+//! `cargo xtask bench`: one command, one table: how fast is seckill on this machine, compared
+//! with its own HTTP ceiling, and do the promises still hold afterwards?
+//!
+//! It starts a throwaway Redis and Postgres (`testbed`), builds and starts the binary, runs every
+//! row for a bounded time or count against 127.0.0.1 only, prints the tables and writes them to
+//! `load-tests/results/bench.json` and `bench.md` (the Markdown also says how each figure was
+//! measured). Everything it started is stopped by PID, also on failure.
+//!
+//! Rows (every HTTP row: wrk with `load-tests/lib/wrk-bench.lua`, same threads and connections
+//! except the paced 80% run): GET /healthz (the ceiling; run twice, the better counts), POST /buy
+//! in stock, paced at 80% of that peak, paced at `--light-rate`, sold out, rate limited; Redis
+//! EVALSHA buy.lua (redis-benchmark), the worker drain of its orders, the queue lag of the
+//! in-stock run; and per limiter algorithm (`seckill::limiter::Algorithm::ALL`) three EVALSHA
+//! rows of its script and two /buy rows through an app running it. Then `seckill reconcile` for
+//! every sale used.
+//!
+//! Exit status 0 when every sale is consistent (missed targets, 5xx and log warnings are listed
+//! as problems in the report); 1 when an invariant fails; an error when a step could not run.
+//!
+//! # Layout
+//! - `cpu`, `measure`: CPU accounting from /proc, and bounded, measured generator runs.
+//! - `wrk`, `queue`: the generators' outputs; the queue-lag sampler and the drain.
+//! - `driver`, `rows`: the servers, apps and the order of the rows.
+//! - `model`, `report`, `algs`, `lag`, `logs`, `render`: the report and its tables.
 
+mod algs;
+pub(crate) mod cpu;
+pub(crate) mod driver;
+mod lag;
+mod logs;
+pub(crate) mod measure;
+mod model;
+mod queue;
+mod render;
+mod report;
+mod rows;
+mod rows_redis;
+pub(crate) mod wrk;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(clap::Args)]
-pub struct Args {}
+use seckill::limiter::Algorithm;
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not yet ported")
+pub(crate) use model::group;
+
+/// The build of the seckill binary that runs (`--profile`).
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Profile {
+    Release,
+    /// The debug build `cargo test` makes: far slower, for smoke runs of the tooling only.
+    Debug,
+}
+
+impl From<Profile> for testbed::Profile {
+    fn from(p: Profile) -> Self {
+        match p {
+            Profile::Release => testbed::Profile::Release,
+            Profile::Debug => testbed::Profile::Debug,
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A smoke run of every row (< 2 minutes after the build): 2 s per HTTP row, 1 s per
+    /// algorithm row, 20,000 drain orders, 10,000 limiter calls (explicit options still win).
+    #[arg(long)]
+    pub quick: bool,
+    /// Seconds per main HTTP row (wrk -d) [default: 6; --quick: 2].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=120))]
+    pub duration: Option<u64>,
+    /// Seconds per per-algorithm HTTP row (10 of them with every algorithm) [default: 4; --quick: 1].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=120))]
+    pub duration_alg: Option<u64>,
+    /// Orders queued by the buy.lua redis-benchmark run, then drained by the worker
+    /// [default: 100000; --quick: 20000].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=5_000_000))]
+    pub drain_orders: Option<u64>,
+    /// Calls per limiter redis-benchmark run (3 runs per algorithm) [default: 100000; --quick: 10000].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=5_000_000))]
+    pub limiter_requests: Option<u64>,
+    /// Limiter algorithms measured, in this order [default: all of them].
+    #[arg(long, value_delimiter = ',')]
+    pub algorithms: Vec<Algorithm>,
+    /// wrk threads (-t); the generator shares the machine's cores with the service.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub threads: u32,
+    /// wrk connections (-c).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub connections: u32,
+    /// wrk connections of the paced 80% run: enough idle ones that the schedule sets the rate.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub paced_connections: u32,
+    /// Rate of the light-load paced run (the latency floor).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub light_rate: u64,
+    /// SECKILL_RATE_LIMIT of the rate-limited apps.
+    #[arg(long, default_value = "10/1s")]
+    pub limited_rate_limit: String,
+    /// SECKILL_WORKER_BATCH of the apps and the drain worker [default: the app's, 2000].
+    #[arg(long)]
+    pub worker_batch: Option<u32>,
+    /// SECKILL_KEY_PREFIX of the apps.
+    #[arg(long, default_value = "bench")]
+    pub key_prefix: String,
+    /// Where bench.json and bench.md go [default: load-tests/results].
+    #[arg(long)]
+    pub results_dir: Option<PathBuf>,
+    /// Before each row, wait up to this many seconds for the machine to use < 0.3 cores.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=600))]
+    pub quiet_wait: u64,
+    /// Keep the raw outputs (generator outputs, app logs) and print where (kept anyway on failure).
+    #[arg(long)]
+    pub keep_raw: bool,
+    /// Which build of seckill runs.
+    #[arg(long, value_enum, default_value_t = Profile::Release)]
+    pub profile: Profile,
+}
+
+impl Args {
+    fn pick(&self, value: Option<u64>, full: u64, quick: u64) -> u64 {
+        value.unwrap_or(if self.quick { quick } else { full })
+    }
+
+    pub fn duration(&self) -> u64 {
+        self.pick(self.duration, 6, 2)
+    }
+
+    pub fn duration_alg(&self) -> u64 {
+        self.pick(self.duration_alg, 4, 1)
+    }
+
+    pub fn drain_orders(&self) -> u64 {
+        self.pick(self.drain_orders, 100_000, 20_000)
+    }
+
+    pub fn limiter_requests(&self) -> u64 {
+        self.pick(self.limiter_requests, 100_000, 10_000)
+    }
+
+    pub fn algorithms(&self) -> Vec<Algorithm> {
+        if self.algorithms.is_empty() { Algorithm::ALL.to_vec() } else { self.algorithms.clone() }
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    driver::run(args)
 }

@@ -1,0 +1,245 @@
+//! The rows of a bench run, in order: the main HTTP rows, the rate-limited row, each limiter
+//! algorithm's HTTP rows, then the Redis ceilings and the worker drain.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::Command;
+use std::time::Duration;
+
+use seckill::domain::SaleId;
+use seckill::keys::{SaleKeys, rate_limit_key};
+use seckill::limiter::Algorithm;
+
+use super::algs::script;
+use super::cpu::wait_quiet;
+use super::driver::{Bench, machine, version};
+use super::queue::{Sampler, drain};
+use super::wrk::Mode;
+
+/// Far above what one address sends (REQUESTS × WINDOW in µs must stay below 2^50): the in-stock
+/// rows' limiter runs on every request but never refuses.
+const HIGH_RATE_LIMIT: &str = "100000/1s";
+const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+fn keys(b: &Bench, sale: &str) -> SaleKeys {
+    SaleKeys::new(&b.args.key_prefix, &SaleId::parse(sale).expect("a valid sale id"))
+}
+
+pub fn all(b: &mut Bench) -> anyhow::Result<()> {
+    settings(b);
+    main_rows(b)?;
+    limited_row(b)?;
+    for alg in b.args.algorithms() {
+        algorithm_rows(b, alg)?;
+    }
+    redis_rows_and_drain(b)
+}
+
+fn settings(b: &mut Bench) {
+    let (cpu, nproc, kernel, load) = machine();
+    let a = &b.args;
+    let (duration, batch) = (a.duration(), a.worker_batch.map_or("2000 (default)".into(), |n| n.to_string()));
+    let algs: Vec<&str> = a.algorithms().iter().map(|x| x.name()).collect();
+    let generator = format!(
+        "wrk -t{} -c{} --latency --timeout 5s -s load-tests/lib/wrk-bench.lua (closed loop)",
+        a.threads, a.connections
+    );
+    let app = format!(
+        "main rows: the default limiter algorithm (sliding-log), SECKILL_RATE_LIMIT={HIGH_RATE_LIMIT} except the rate-limited row ({lim}); per-algorithm rows: SECKILL_RATE_LIMIT_ALGORITHM=<algorithm>, SECKILL_RATE_LIMIT={HIGH_RATE_LIMIT} (in stock) or {lim} (rate limited), burst the default (= REQUESTS); SECKILL_WORKER_BATCH={batch}; SECKILL_KEY_PREFIX={prefix}; RUST_LOG=info,sqlx=warn; Redis appendonly yes + appendfsync everysec; Postgres fsync=off (throwaway servers of the testbed crate); {profile:?} build",
+        lim = a.limited_rate_limit,
+        prefix = a.key_prefix,
+        profile = a.profile,
+    );
+    let versions = format!("{}; {}; {}", version("wrk", 2), version("redis-server", 3), version("psql", 3));
+    let (duration_alg, limited) = (a.duration_alg(), a.limited_rate_limit.clone());
+    let r = &mut b.results;
+    r.set("machine.nproc", nproc);
+    r.set("machine.cpu", cpu);
+    r.set("machine.kernel", kernel);
+    r.set("machine.versions", versions);
+    r.set("machine.loadavg", load);
+    r.set("machine.busy_before", format!("{:.2}", wait_quiet(Duration::ZERO, 0.3).0));
+    r.set("setting.duration", format!("{duration} s"));
+    r.set("setting.duration_alg", format!("{duration_alg} s"));
+    r.set("setting.high_rate_limit", HIGH_RATE_LIMIT);
+    r.set("setting.limited_rate_limit", limited);
+    r.set("setting.generator", generator);
+    r.set("setting.redis_generator", "redis-benchmark -c 50 -P 1 (one thread), EVALSHA");
+    r.set("setting.app", app);
+    r.set("algorithms", algs.join(" "));
+    r.set("worker.batch", a.worker_batch.unwrap_or(2000));
+}
+
+/// One second of GET /healthz against a freshly started app (not reported).
+fn warm_up(b: &mut Bench, app: &testbed::App, name: &str) -> anyhow::Result<()> {
+    b.wrk(&format!("warmup-{name}"), app, 1, b.args.connections, Mode::Healthz, None)?;
+    b.results.wrk.remove(&format!("warmup-{name}"));
+    Ok(())
+}
+
+/// Healthz, in stock (with the queue sampler), paced 80% and light, sold out, healthz again.
+fn main_rows(b: &mut Bench) -> anyhow::Result<()> {
+    let (d, c) = (b.args.duration(), b.args.connections);
+    let app = b.start_app(&[("SECKILL_RATE_LIMIT", HIGH_RATE_LIMIT)])?;
+    b.seed(&app, "bench-instock", 10_000_000)?;
+    b.seed(&app, "bench-soldout", 100)?;
+    warm_up(b, &app, "main")?;
+    b.wrk("http-healthz", &app, d, c, Mode::Healthz, None)?;
+    b.results.set("http-healthz.detail", "no I/O: the cost of HTTP in this process");
+
+    let stream = keys(b, "bench-instock").orders;
+    let sampler =
+        Sampler::start(&b.services.redis.url(), &stream, Duration::from_millis(100), Duration::from_secs(d + 60))?;
+    let instock = b.wrk("http-buy-instock", &app, d, c, Mode::Buy { sale: "bench-instock", prefix: "u" }, None);
+    std::thread::sleep(Duration::from_secs(1)); // the queue's tail drains after the last request
+    b.results.queue = Some(sampler.stop()?);
+    let peak = instock?.rate();
+    b.results.set(
+        "http-buy-instock.detail",
+        format!("stock 10,000,000, worker in the app; limiter (sliding-log, {HIGH_RATE_LIMIT}) admits every request (one hot key)"),
+    );
+
+    let paced = (peak * 0.8) as u64;
+    b.results.set("paced.target_rate", paced);
+    b.results.set("paced.connections", b.args.paced_connections);
+    eprintln!("==> paced run at 80% of the in-stock peak ({peak:.0} req/s): {paced} req/s");
+    let pc = b.args.paced_connections;
+    b.wrk("http-buy-instock-paced", &app, d, pc, Mode::Buy { sale: "bench-instock", prefix: "p" }, Some(paced.max(1)))?;
+    let light = b.args.light_rate;
+    b.results.set("light.target_rate", light);
+    b.results.set("light.connections", c);
+    b.wrk("http-buy-instock-light", &app, d, c, Mode::Buy { sale: "bench-instock", prefix: "q" }, Some(light))?;
+
+    b.wrk("http-buy-soldout", &app, d, c, Mode::Buy { sale: "bench-soldout", prefix: "s" }, None)?;
+    b.results.set("http-buy-soldout.detail", "stock 100, sold out by the first requests");
+    // The ceiling again, so a burst of other load during one /healthz run does not skew every
+    // ratio: the report takes the better of the two.
+    b.wrk("http-healthz-2", &app, d, c, Mode::Healthz, None)?;
+
+    b.check(&app, "bench-instock")?;
+    b.check(&app, "bench-soldout")?;
+    let lag = b.psql(
+        "select json_build_object('orders', count(*), \
+         'p50_ms', percentile_cont(0.5) within group (order by extract(epoch from persisted_at - created_at) * 1000), \
+         'p99_ms', percentile_cont(0.99) within group (order by extract(epoch from persisted_at - created_at) * 1000), \
+         'max_ms', max(extract(epoch from persisted_at - created_at) * 1000)) \
+         from orders where sale_id = 'bench-instock' and user_id like 'u-%'",
+    )?;
+    b.results.lag = serde_json::from_str(&lag).ok();
+    b.stop_app(app);
+    Ok(())
+}
+
+fn limited_row(b: &mut Bench) -> anyhow::Result<()> {
+    let limit = b.args.limited_rate_limit.clone();
+    let app = b.start_app(&[("SECKILL_RATE_LIMIT", &limit)])?;
+    b.seed(&app, "bench-limited", 1_000_000)?;
+    b.wrk(
+        "http-buy-limited",
+        &app,
+        b.args.duration(),
+        b.args.connections,
+        Mode::Buy { sale: "bench-limited", prefix: "l" },
+        None,
+    )?;
+    b.results.set(
+        "http-buy-limited.detail",
+        format!("app with SECKILL_RATE_LIMIT={limit} (default algorithm, sliding-log), all requests from 127.0.0.1; sale in stock"),
+    );
+    b.check(&app, "bench-limited")?;
+    b.stop_app(app);
+    Ok(())
+}
+
+/// An app that admits everything (in stock), then one at the limited rate, on one sale; the
+/// client's limiter key is deleted before each app so neither starts with the other's state.
+fn algorithm_rows(b: &mut Bench, alg: Algorithm) -> anyhow::Result<()> {
+    let (name, sale) = (alg.name(), format!("bench-alg-{}", alg.name()));
+    let key = rate_limit_key(&b.args.key_prefix, alg, LOCALHOST);
+    let (d, c) = (b.args.duration_alg(), b.args.connections);
+    let del = |b: &Bench| b.redis::<i64>(redis::cmd("DEL").arg(&key));
+    del(b)?;
+    let app = b.start_app(&[("SECKILL_RATE_LIMIT_ALGORITHM", name), ("SECKILL_RATE_LIMIT", HIGH_RATE_LIMIT)])?;
+    b.seed(&app, &sale, 10_000_000)?;
+    warm_up(b, &app, &format!("{name}-instock"))?;
+    b.wrk(&format!("alg-{name}-instock"), &app, d, c, Mode::Buy { sale: &sale, prefix: "i" }, None)?;
+    // Which state the script kept: a zset (sliding-log), a hash (sliding-counter, fixed-window);
+    // the token-bucket and gcra keys expire about 1 ms after the last request at this limit.
+    let key_type = match b.redis::<String>(redis::cmd("TYPE").arg(&key))?.as_str() {
+        "none" => "none (expired)".to_string(),
+        other => other.to_string(),
+    };
+    b.results.set(
+        format!("alg-{name}-instock.detail"),
+        format!("app with SECKILL_RATE_LIMIT_ALGORITHM={name}, SECKILL_RATE_LIMIT={HIGH_RATE_LIMIT}: the limiter admits every request (one hot key, {key}, Redis TYPE right after the row: {key_type}); sale {sale}, stock 10,000,000"),
+    );
+    super::driver::drained(&app, &sale);
+    b.stop_app(app);
+
+    del(b)?;
+    let limit = b.args.limited_rate_limit.clone();
+    let app = b.start_app(&[("SECKILL_RATE_LIMIT_ALGORITHM", name), ("SECKILL_RATE_LIMIT", &limit)])?;
+    warm_up(b, &app, &format!("{name}-limited"))?;
+    b.wrk(&format!("alg-{name}-limited"), &app, d, c, Mode::Buy { sale: &sale, prefix: "l" }, None)?;
+    b.results.set(
+        format!("alg-{name}-limited.detail"),
+        format!("app with SECKILL_RATE_LIMIT_ALGORITHM={name}, SECKILL_RATE_LIMIT={limit}, all requests from 127.0.0.1; sale {sale} in stock"),
+    );
+    b.check(&app, &sale)?;
+    b.stop_app(app);
+    del(b)?;
+    Ok(())
+}
+
+fn script_load(b: &Bench, path: &str) -> anyhow::Result<String> {
+    let source = std::fs::read_to_string(b.repo.join(path))?;
+    b.redis(redis::cmd("SCRIPT").arg("LOAD").arg(source))
+}
+
+/// buy.lua and every limiter script under redis-benchmark, then the worker drain of the
+/// orders buy.lua queued (the app runs without a worker).
+fn redis_rows_and_drain(b: &mut Bench) -> anyhow::Result<()> {
+    let app = b.start_app(&[("SECKILL_RATE_LIMIT", HIGH_RATE_LIMIT), ("SECKILL_NO_WORKER", "true")])?;
+    b.seed(&app, "bench-drain", 10_000_000)?;
+    let drain_keys = keys(b, "bench-drain");
+    let buy = script_load(b, "lua/buy.lua")?;
+    let orders = b.args.drain_orders();
+    // buy.lua's ARGV (see its header): sale id, user id, order id, shard count (1: unsharded).
+    // User id and order id each from two independent 12-digit placeholders: no repeats in
+    // practice; the order id is 32 digits (a UUID in its simple form, as the worker parses it).
+    let mut args = vec!["EVALSHA", &buy, "4"];
+    args.extend(drain_keys.all());
+    args.extend(["bench-drain", "rb-__rand_int__-__rand_int__", "0190b7a2__rand_int____rand_int__", "1"]);
+    b.rbench("redis-buy", orders, 2_147_483_647, &args, Some(&app))?;
+    let queued: u64 = b.redis(redis::cmd("XLEN").arg(&drain_keys.orders))?;
+    // A stale argument list once made every call answer wrong_shards: stop rather than report.
+    anyhow::ensure!(
+        queued * 100 >= orders * 99,
+        "buy.lua appended {queued} orders for {orders} calls: the script refused them"
+    );
+    b.results.set("drain.orders", queued);
+    b.results.set("redis-buy.ok", queued);
+    b.results.set(
+        "redis-buy.detail",
+        format!("{orders} calls on sale bench-drain: {queued} orders appended (ok), {} not (repeats)", orders - queued),
+    );
+
+    for alg in b.args.algorithms() {
+        super::rows_redis::limiter_rows(b, alg, &script_load(b, &script(alg.name()))?, &app)?;
+    }
+
+    b.wait_quiet();
+    eprintln!("==> worker drain: {queued} orders queued in {}; seckill worker drains them", drain_keys.orders);
+    let mut worker = Command::new(&app.binary);
+    worker.arg("worker").envs(app.env.iter().map(|(k, v)| (k, v)));
+    let watch = b.watch(None);
+    let result = drain(&b.services.redis.url(), &drain_keys.orders, worker, Duration::from_secs(120), &watch, b.raw());
+    match result {
+        Ok(d) => b.results.drain = Some(d),
+        Err(err) => eprintln!("bench: the drain did not finish: {err:#}"),
+    }
+    let rows = b.psql("select count(*) from orders where sale_id = 'bench-drain'")?;
+    b.results.set("drain.pg_rows", rows);
+    b.check(&app, "bench-drain")?;
+    b.stop_app(app);
+    Ok(())
+}

