@@ -11,7 +11,7 @@ use prometheus::{
     TextEncoder,
 };
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// Purchase outcomes, in the order of [`Metrics::purchase`]'s labels.
 pub const PURCHASE_OUTCOMES: [&str; 9] = [
@@ -182,7 +182,7 @@ where
 {
     let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
     let method = req.method().clone();
-    let metrics = req.app_data::<actix_web::web::Data<crate::routes::AppState>>().map(|s| s.metrics.clone());
+    let metrics = req.app_data::<actix_web::web::Data<crate::http::routes::AppState>>().map(|s| s.metrics.clone());
     let started = Instant::now();
     let response = service.call(req);
     async move {

@@ -37,12 +37,12 @@ use sqlx::PgPool;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::app;
 use crate::config::Config;
 use crate::db;
 use crate::domain::{Order, SaleId, UserId};
-use crate::redis_conn;
-use crate::redis_store::{RedisStore, SaleState};
-use crate::startup;
+use crate::purchase::{RedisStore, SaleState};
+use crate::redis::connection;
 
 /// What reconciling one sale found (and, after [`repair`], did).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -208,8 +208,8 @@ const EXIT_FAILED: u8 = 3;
 /// differences remain, 2 when the sale is unknown, 3 when Redis or Postgres failed.
 pub async fn run_cli(config: &Config, sale: &SaleId, repair: bool) -> ExitCode {
     let outcome: anyhow::Result<Option<(String, bool)>> = async {
-        let pool = startup::connect_and_migrate(config).await?;
-        let redis = redis_conn::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
+        let pool = app::connect_and_migrate(config).await?;
+        let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
         let store = RedisStore::new(redis, config.key_prefix.clone());
         let report = if repair { self::repair(&store, &pool, sale).await } else { check(&store, &pool, sale).await };
         let Some(report) = report.context("reconciling")? else {

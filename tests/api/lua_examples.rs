@@ -46,7 +46,8 @@ fn run(file: &str) -> String {
 #[tokio::test]
 async fn every_lua_header_example_works_as_documented() {
     // The examples use the default "seckill" prefix and sale "demo": start from a clean slate.
-    let mut redis = seckill::redis_conn::connect(&redis_url().into(), std::time::Duration::from_secs(5)).unwrap();
+    let mut redis =
+        seckill::redis::connection::connect(&redis_url().into(), std::time::Duration::from_secs(5)).unwrap();
     let keys = ["meta", "stock", "buyers", "orders"].map(|k| format!("seckill:{{sale:demo}}:{k}"));
     let _: () = redis.del(&keys).await.unwrap();
     let limiters = ["sliding_log", "sliding_counter", "fixed_window", "token_bucket", "gcra"];

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use seckill::config::RateLimit;
-use seckill::routes::{SaleStatus, SalesOverview};
+use seckill::http::routes::{SaleStatus, SalesOverview};
 use sqlx::{Connection, PgConnection};
 
 use crate::common::env;

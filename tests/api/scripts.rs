@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{Arg, Cmd, Pipeline, RedisFuture, Value};
-use seckill::redis_conn::RedisConnection;
-use seckill::scripts;
+use seckill::redis::connection::RedisConnection;
+use seckill::redis::lua;
 use secrecy::SecretString;
 
 use crate::helpers::redis_url;
@@ -45,7 +45,7 @@ impl ConnectionLike for FlushingConnection {
 
 #[tokio::test]
 async fn a_script_flushed_again_between_its_reload_and_its_retry_still_runs() {
-    let inner = seckill::redis_conn::connect(&SecretString::from(redis_url()), Duration::from_secs(5)).unwrap();
+    let inner = seckill::redis::connection::connect(&SecretString::from(redis_url()), Duration::from_secs(5)).unwrap();
     // A script no other test runs: a concurrent test that loads a shared script (every /buy loads
     // the limiter) between our flush and our EVALSHA would make the first call pass by luck.
     let tag = uuid::Uuid::now_v7().simple().to_string();
@@ -60,7 +60,7 @@ async fn a_script_flushed_again_between_its_reload_and_its_retry_still_runs() {
     assert!(plain.is_err_and(|e| e.code() == Some("NOSCRIPT")), "the failure this test guards against");
 
     let mut twice = FlushingConnection { inner, flushes: 2 };
-    let count: i64 = scripts::run(&counter, &mut twice).await.expect("scripts::run starts over");
+    let count: i64 = lua::run(&counter, &mut twice).await.expect("lua::run starts over");
     assert_eq!(count, 1, "the script ran exactly once");
     assert_eq!(twice.flushes, 0, "both flushes happened");
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use seckill::domain::SaleId;
-use seckill::redis_store::CONSUMER_GROUP;
+use seckill::purchase::CONSUMER_GROUP;
 
 use crate::helpers::{new_sale_id, spawn_app_with};
 

@@ -53,7 +53,7 @@ async fn a_re_seed_on_another_instance_clears_the_flag_here_well_before_it_lapse
     let seeded = there.seed(&sale, json!({"stock": 2})).await;
     assert_eq!(seeded.status(), 200);
 
-    // The flag would lapse only after seckill::sold_out::FLAG_TTL (5 s); the seed event is faster.
+    // The flag would lapse only after seckill::purchase::sold_out::FLAG_TTL (5 s); the seed event is faster.
     let until = tokio::time::Instant::now() + Duration::from_secs(2);
     loop {
         let response = here.buy(&sale, "u").await;
@@ -64,5 +64,5 @@ async fn a_re_seed_on_another_instance_clears_the_flag_here_well_before_it_lapse
         assert!(tokio::time::Instant::now() < until, "the other instance's seed did not clear the flag");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(seckill::sold_out::FLAG_TTL > Duration::from_secs(2));
+    assert!(seckill::purchase::sold_out::FLAG_TTL > Duration::from_secs(2));
 }

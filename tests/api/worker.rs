@@ -7,7 +7,7 @@ use redis::AsyncCommands;
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use seckill::db;
 use seckill::domain::{Order, SaleId, UserId};
-use seckill::worker::StepOutcome;
+use seckill::orders::worker::StepOutcome;
 use uuid::Uuid;
 
 use crate::helpers::{TestApp, new_sale_id, spawn_app_with};
@@ -43,7 +43,7 @@ async fn pending_count(app: &TestApp, sale: &str) -> usize {
     reply.count()
 }
 
-async fn step_until_idle(worker: &mut seckill::worker::Worker) {
+async fn step_until_idle(worker: &mut seckill::orders::worker::Worker) {
     for _ in 0..50 {
         if worker.step().await.unwrap() == StepOutcome::Idle {
             return;

@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use seckill::domain::SaleId;
-use seckill::redis_conn::{RedisConnection, RedisTarget};
-use seckill::redis_store::{CONSUMER_GROUP, RedisStore};
-use seckill::routes::SaleStatus;
+use seckill::http::routes::SaleStatus;
+use seckill::purchase::{CONSUMER_GROUP, RedisStore};
+use seckill::redis::connection::{RedisConnection, RedisTarget};
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection, PgPool};
@@ -117,7 +117,8 @@ impl Probe {
     pub fn on_redis(address: String, database_url: &str, key_prefix: &str, redis_url: &str) -> Self {
         let pool = seckill::db::connect_lazy(&SecretString::from(database_url.to_owned()), 5).unwrap();
         let redis =
-            seckill::redis_conn::connect(&SecretString::from(redis_url.to_owned()), Duration::from_secs(5)).unwrap();
+            seckill::redis::connection::connect(&SecretString::from(redis_url.to_owned()), Duration::from_secs(5))
+                .unwrap();
         let store = RedisStore::new(redis.clone(), key_prefix.to_owned());
         let client = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
         Self { address, client, pool, redis, store }

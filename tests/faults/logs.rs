@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use seckill::keys::rate_limit_key;
 use seckill::limiter::Algorithm;
+use seckill::redis::keys::rate_limit_key;
 
 use crate::harness::Deployment;
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 use futures::{StreamExt, future::join_all, stream};
 use seckill::config::RateLimit;
 use seckill::limiter::{Algorithm, Decision, Policy};
-use seckill::redis_conn::{self, RedisConnection};
-use seckill::redis_store::RedisStore;
+use seckill::purchase::RedisStore;
+use seckill::redis::connection::{self, RedisConnection};
 
 use super::models::Reply;
 use crate::helpers::redis_url;
@@ -19,7 +19,7 @@ fn policy(algorithm: Algorithm, limit: u32, window: Duration) -> Policy {
 }
 
 async fn connection() -> RedisConnection {
-    redis_conn::connect(&redis_url().into(), Duration::from_secs(5)).expect("redis")
+    connection::connect(&redis_url().into(), Duration::from_secs(5)).expect("redis")
 }
 
 /// Runs one request of `policy` on `key` at the simulated time `now_us`.

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use seckill::config::RateLimit;
-use seckill::keys::rate_limit_key;
 use seckill::limiter::Algorithm;
+use seckill::redis::keys::rate_limit_key;
 
 use crate::helpers::{assert_error, new_sale_id, spawn_app_with};
 

@@ -18,7 +18,7 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use redis::{Script, ScriptInvocation};
 
 use crate::config::RateLimit;
-use crate::scripts;
+use crate::redis::lua;
 
 /// `RateLimit-Policy`: the quota policy (draft-ietf-httpapi-ratelimit-headers).
 pub const POLICY_HEADER: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -76,11 +76,11 @@ impl Algorithm {
 
     fn script(self) -> &'static Script {
         match self {
-            Self::SlidingLog => &scripts::SLIDING_LOG,
-            Self::SlidingCounter => &scripts::SLIDING_COUNTER,
-            Self::FixedWindow => &scripts::FIXED_WINDOW,
-            Self::TokenBucket => &scripts::TOKEN_BUCKET,
-            Self::Gcra => &scripts::GCRA,
+            Self::SlidingLog => &lua::SLIDING_LOG,
+            Self::SlidingCounter => &lua::SLIDING_COUNTER,
+            Self::FixedWindow => &lua::FIXED_WINDOW,
+            Self::TokenBucket => &lua::TOKEN_BUCKET,
+            Self::Gcra => &lua::GCRA,
         }
     }
 }

@@ -5,6 +5,8 @@
 
 mod reads;
 mod sales;
+pub mod shards;
+pub mod sold_out;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -15,11 +17,11 @@ use redis::RedisResult;
 use uuid::Uuid;
 
 use crate::domain::SaleId;
-use crate::keys::{SaleKeys, events_channel, rate_limit_key};
 use crate::limiter::{Decision, Policy};
-use crate::redis_conn::RedisConnection;
-use crate::scripts;
-use crate::shards::Layout;
+use crate::purchase::shards::Layout;
+use crate::redis::connection::RedisConnection;
+use crate::redis::keys::{SaleKeys, events_channel, rate_limit_key};
+use crate::redis::lua;
 
 pub use reads::SaleState;
 pub use sales::{BuyOutcome, SaleSpec, SeedOutcome};
@@ -161,7 +163,7 @@ impl RedisStore {
     pub async fn rate_limit(&self, client: IpAddr, policy: &Policy) -> RedisResult<Decision> {
         let key = rate_limit_key(&self.prefix, policy.algorithm, client);
         let nonce = Uuid::now_v7().simple().to_string();
-        let reply = scripts::run(&policy.invocation(&key, &nonce, None), &mut self.conn.clone()).await?;
+        let reply = lua::run(&policy.invocation(&key, &nonce, None), &mut self.conn.clone()).await?;
         Ok(Decision::from_reply(reply))
     }
 

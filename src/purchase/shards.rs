@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::hash::Hasher;
 
 use crate::domain::{SaleId, UserId};
-use crate::keys::SaleKeys;
+use crate::redis::keys::SaleKeys;
 
 /// Most shards one sale may have.
 pub const MAX_SHARDS: u32 = 16;

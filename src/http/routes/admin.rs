@@ -17,10 +17,10 @@ use utoipa::ToSchema;
 use super::AppState;
 use crate::db;
 use crate::domain::SaleId;
-use crate::error::{ApiError, ErrorBody};
+use crate::http::error::{ApiError, ErrorBody};
+use crate::purchase::shards::MAX_SHARDS;
+use crate::purchase::{SaleSpec, SaleState, SeedOutcome};
 use crate::reconcile::{self, ReconcileReport};
-use crate::redis_store::{SaleSpec, SaleState, SeedOutcome};
-use crate::shards::MAX_SHARDS;
 
 /// Largest stock one sale may hold (the buyer set grows to this many members).
 pub const MAX_STOCK: i64 = 10_000_000;

@@ -6,10 +6,10 @@ use uuid::Uuid;
 
 use super::{CONSUMER_GROUP, RedisStore, unexpected};
 use crate::domain::{SaleId, UserId};
-use crate::keys::{SaleKeys, sales_registry_key, shards_registry_key};
-use crate::redis_conn;
-use crate::scripts;
-use crate::shards::{self, Layout};
+use crate::purchase::shards::{self, Layout};
+use crate::redis::connection;
+use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
+use crate::redis::lua;
 
 /// What the purchase decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,9 +84,9 @@ impl RedisStore {
         let keys = layout.keys(&self.prefix, sale);
         let order_id = order_id.to_string();
         for shard in layout.visit_order(user) {
-            let mut call = scripts::BUY.key(&keys[shard].all()[..]);
+            let mut call = lua::BUY.key(&keys[shard].all()[..]);
             call.arg(sale.as_str()).arg(user.as_str()).arg(&order_id).arg(layout.shards());
-            let status: String = scripts::run(&call, &mut self.conn.clone()).await?;
+            let status: String = lua::run(&call, &mut self.conn.clone()).await?;
             let outcome = match status.as_str() {
                 "sold_out" => continue,
                 "wrong_shards" => return Ok(ShardReply::WrongShards),
@@ -139,7 +139,7 @@ impl RedisStore {
             }
         }
         // Every instance drops its sold-out flag for the sale. Should this fail, the flags lapse
-        // by themselves (crate::sold_out::FLAG_TTL); the seed itself has happened.
+        // by themselves (crate::purchase::sold_out::FLAG_TTL); the seed itself has happened.
         let published: RedisResult<i64> = self.conn.clone().publish(self.events_channel(), sale.as_str()).await;
         if let Err(err) = published {
             tracing::warn!(sale_id = %sale, error = %err, "seed event not published");
@@ -157,7 +157,7 @@ impl RedisStore {
     ) -> RedisResult<String> {
         let opt = |v: Option<i64>| v.map(|ms| ms.to_string()).unwrap_or_default();
         let suffixes = if shard == 0 { layout.suffixes_field() } else { String::new() };
-        let mut call = scripts::SEED.key(&keys.all()[..]);
+        let mut call = lua::SEED.key(&keys.all()[..]);
         call.arg(layout.stock_of(spec.stock, shard))
             .arg(opt(spec.starts_at_ms))
             .arg(opt(spec.ends_at_ms))
@@ -165,7 +165,7 @@ impl RedisStore {
             .arg(layout.shards())
             .arg(suffixes)
             .arg(if reseed { "1" } else { "0" });
-        scripts::run(&call, &mut self.conn.clone()).await
+        lua::run(&call, &mut self.conn.clone()).await
     }
 
     /// A new layout of `shards` shards, spread over the cluster's masters.
@@ -176,7 +176,7 @@ impl RedisStore {
         if !self.conn.inner.is_cluster() {
             return Ok(shards::spread(sale, shards, |_| None));
         }
-        let masters = redis_conn::slot_masters(&mut self.conn.clone()).await?;
+        let masters = connection::slot_masters(&mut self.conn.clone()).await?;
         Ok(shards::spread(sale, shards, |slot| masters.master_of(slot)))
     }
 }

@@ -11,10 +11,10 @@ use uuid::Uuid;
 
 use super::AppState;
 use crate::domain::{SaleId, UserId};
-use crate::error::{ApiError, ErrorBody};
+use crate::http::error::{ApiError, ErrorBody};
 use crate::limiter::{self, Decision};
-use crate::redis_store::BuyOutcome;
-use crate::sold_out::{self, Flagged};
+use crate::purchase::BuyOutcome;
+use crate::purchase::sold_out::{self, Flagged};
 
 /// A purchase: one user, one sale. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]

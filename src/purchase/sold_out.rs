@@ -17,8 +17,8 @@ use secrecy::{ExposeSecret, SecretString};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{SaleId, UserId};
-use crate::redis_conn::RedisTarget;
-use crate::redis_store::RedisStore;
+use crate::purchase::RedisStore;
+use crate::redis::connection::RedisTarget;
 
 /// How long a flag holds without being confirmed by Redis again.
 pub const FLAG_TTL: Duration = Duration::from_secs(5);

@@ -12,12 +12,12 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use secrecy::SecretString;
 use sqlx::PgPool;
 
-use crate::client_ip::TrustedProxies;
-use crate::error::ApiError;
+use crate::http::client_ip::TrustedProxies;
+use crate::http::error::ApiError;
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
-use crate::redis_store::RedisStore;
-use crate::sold_out::SoldOutFlags;
+use crate::purchase::RedisStore;
+use crate::purchase::sold_out::SoldOutFlags;
 
 pub use admin::{SaleStatus, SalesOverview};
 pub use openapi::ApiDoc;

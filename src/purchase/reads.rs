@@ -9,8 +9,8 @@ use redis::{AsyncCommands, RedisResult};
 
 use super::{PAGE, RedisStore, unexpected};
 use crate::domain::{Order, SaleId, UserId};
-use crate::keys::{SaleKeys, sales_registry_key, shards_registry_key};
-use crate::shards::Layout;
+use crate::purchase::shards::Layout;
+use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
 
 /// A sale as Redis holds it (a sharded sale's figures are its shards' sums).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,9 +21,9 @@ use uuid::Uuid;
 use crate::db;
 use crate::domain::{Order, SaleId, UserId};
 use crate::metrics::Metrics;
-use crate::redis_conn::RedisConnection;
-use crate::redis_store::{CONSUMER_GROUP, RedisStore};
-use crate::scripts;
+use crate::purchase::{CONSUMER_GROUP, RedisStore};
+use crate::redis::connection::RedisConnection;
+use crate::redis::lua;
 
 /// How often the worker re-reads the registry of sales.
 const SALES_REFRESH: Duration = Duration::from_millis(500);
@@ -367,7 +367,7 @@ impl Worker {
 
         for (stream, ids) in &batches {
             let ids: Vec<&str> = ids.iter().map(|e| e.id.as_str()).collect();
-            let _acked: i64 = scripts::run(scripts::ACK.key(stream).arg(CONSUMER_GROUP).arg(&ids), &mut self.redis)
+            let _acked: i64 = lua::run(lua::ACK.key(stream).arg(CONSUMER_GROUP).arg(&ids), &mut self.redis)
                 .await
                 .context("acknowledging orders")?;
         }

@@ -27,26 +27,26 @@ pub async fn run<T: FromRedisValue>(
 }
 
 /// `lua/buy.lua`: the atomic purchase (check, SADD, DECR, XADD).
-pub static BUY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/buy.lua")));
+pub static BUY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/buy.lua")));
 
 /// `lua/seed.lua`: create or re-seed a sale unless it has buyers.
-pub static SEED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/seed.lua")));
+pub static SEED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/seed.lua")));
 
 /// `lua/ack.lua`: XACK + XDEL of committed orders.
-pub static ACK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/ack.lua")));
+pub static ACK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/ack.lua")));
 
 /// `lua/sliding_log.lua`: the sliding-window log limiter (sorted set).
-pub static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/sliding_log.lua")));
+pub static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/sliding_log.lua")));
 
 /// `lua/sliding_counter.lua`: the sliding-window counter limiter (weighted previous window).
 pub static SLIDING_COUNTER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/sliding_counter.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../lua/sliding_counter.lua")));
 
 /// `lua/fixed_window.lua`: the fixed-window counter limiter.
-pub static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/fixed_window.lua")));
+pub static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/fixed_window.lua")));
 
 /// `lua/token_bucket.lua`: the token-bucket limiter.
-pub static TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/token_bucket.lua")));
+pub static TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/token_bucket.lua")));
 
 /// `lua/gcra.lua`: the generic cell rate algorithm limiter.
-pub static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/gcra.lua")));
+pub static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/gcra.lua")));

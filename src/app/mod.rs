@@ -10,17 +10,17 @@ use secrecy::SecretString;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::client_ip::TrustedProxies;
 use crate::config::Config;
 use crate::db;
+use crate::http::client_ip::TrustedProxies;
+use crate::http::routes::{self, AppState};
 use crate::limiter::Limiter;
 use crate::metrics::{self, Metrics};
-use crate::redis_conn;
-use crate::redis_store::RedisStore;
-use crate::routes::{self, AppState};
-use crate::sold_out::{self, SoldOutFlags};
+use crate::orders::worker::{Worker, WorkerSettings};
+use crate::purchase::RedisStore;
+use crate::purchase::sold_out::{self, SoldOutFlags};
+use crate::redis::connection;
 use crate::telemetry;
-use crate::worker::{Worker, WorkerSettings};
 
 /// A built service: the HTTP server bound to its port, the listener that keeps its sold-out flags
 /// fresh, and optionally the worker.
@@ -38,7 +38,7 @@ impl Application {
     pub async fn build(config: &Config, run_worker: bool) -> anyhow::Result<Self> {
         let policy = config.rate_limit_policy().map_err(anyhow::Error::msg).context("rate limit")?;
         let pool = connect_and_migrate(config).await?;
-        let redis = redis_conn::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
+        let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
         if config.admin_token.is_none() {
             tracing::warn!("SECKILL_ADMIN_TOKEN is not set: admin routes will answer 403");
         }
@@ -135,7 +135,7 @@ const WORKER_DATABASE_CONNECTIONS: u32 = 2;
 /// finished its last batch at shutdown.
 fn build_worker(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<Worker> {
     let redis =
-        redis_conn::connect(&config.redis_url, config.worker_block + config.redis_timeout).context("redis url")?;
+        connection::connect(&config.redis_url, config.worker_block + config.redis_timeout).context("redis url")?;
     let pool = db::connect_lazy(&config.database_url, WORKER_DATABASE_CONNECTIONS).context("database url")?;
     let settings = WorkerSettings {
         key_prefix: config.key_prefix.clone(),
