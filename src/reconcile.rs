@@ -6,7 +6,7 @@
 //! They drift apart only behind the service's back: order rows deleted by hand, a Redis failover
 //! that lost writes Postgres already has, a seed whose Postgres commit failed after Redis had
 //! accepted it. [`check`] finds these on a live sale without false alarms by reading, after one
-//! atomic read of the sale's stock ([`RedisStore::sale_state`], which also says whether the sale
+//! atomic read of the sale's stock ([`Sales::sale_state`], which also says whether the sale
 //! exists), in this order:
 //!
 //! 1. the buyers `B` (SSCAN, never SMEMBERS: a sale can have millions of buyers);
@@ -41,7 +41,9 @@ use crate::app;
 use crate::config::Config;
 use crate::db;
 use crate::domain::{Order, SaleId, UserId};
-use crate::purchase::{RedisStore, SaleState};
+use crate::orders::queue;
+use crate::purchase::{SaleState, Sales};
+use crate::redis::Keyspace;
 use crate::redis::connection;
 
 /// What reconciling one sale found (and, after [`repair`], did).
@@ -96,12 +98,8 @@ pub enum ReconcileError {
 
 /// Compares the sale's Redis buyers with its Postgres orders, in the read order described in the
 /// module documentation. `None` if the sale was never seeded in Redis.
-pub async fn check(
-    store: &RedisStore,
-    pool: &PgPool,
-    sale: &SaleId,
-) -> Result<Option<ReconcileReport>, ReconcileError> {
-    Ok(inspect(store, pool, sale).await?.map(|(report, _)| report))
+pub async fn check(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option<ReconcileReport>, ReconcileError> {
+    Ok(inspect(sales, pool, sale).await?.map(|(report, _)| report))
 }
 
 /// Runs [`check`], then appends a new order to the sale's stream for every buyer missing from
@@ -112,12 +110,8 @@ pub async fn check(
 /// the time of the repair. Repeating a repair is harmless: the re-enqueued orders are queued, so
 /// the next check does not report them missing, and should two repairs race, the worker keeps
 /// the first order of a user (`unique (sale_id, user_id)`) and drops the other as a conflict.
-pub async fn repair(
-    store: &RedisStore,
-    pool: &PgPool,
-    sale: &SaleId,
-) -> Result<Option<ReconcileReport>, ReconcileError> {
-    let Some((mut report, state)) = inspect(store, pool, sale).await? else {
+pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option<ReconcileReport>, ReconcileError> {
+    let Some((mut report, state)) = inspect(sales, pool, sale).await? else {
         return Ok(None);
     };
     let created_at_ms = (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64;
@@ -132,7 +126,7 @@ pub async fn repair(
             }
         })
         .collect();
-    store.enqueue_orders(&orders).await?;
+    queue::enqueue(sales.keyspace(), &orders).await?;
     report.reenqueued = orders.len();
     if report.sales_row_stock.is_none() {
         let at = |ms: Option<i64>| ms.map(db::ms_to_time);
@@ -151,19 +145,19 @@ pub async fn repair(
 }
 
 async fn inspect(
-    store: &RedisStore,
+    sales: &Sales,
     pool: &PgPool,
     sale: &SaleId,
 ) -> Result<Option<(ReconcileReport, SaleState)>, ReconcileError> {
-    let Some(state) = store.sale_state(sale).await? else {
+    let Some(state) = sales.sale_state(sale).await? else {
         return Ok(None);
     };
-    let buyers = store.scan_buyers(sale).await?; // (1)
-    let queued = store.queued_users(sale).await?; // (2)
+    let buyers = sales.scan_buyers(sale).await?; // (1)
+    let queued = queue::queued_users(sales, sale).await?; // (2)
     let persisted: HashSet<String> = db::order_users(pool, sale).await?.into_iter().collect(); // (3)
     let missing_in_postgres = sorted(buyers.into_iter().filter(|u| !queued.contains(u) && !persisted.contains(u)));
     drop(queued);
-    let buyers_after = store.scan_buyers(sale).await?; // (4)
+    let buyers_after = sales.scan_buyers(sale).await?; // (4)
     let unknown_to_redis = sorted(persisted.iter().filter(|u| !buyers_after.contains(*u)).cloned());
     let sales_row_stock = db::sales_row_stock(pool, sale).await?;
 
@@ -210,8 +204,8 @@ pub async fn run_cli(config: &Config, sale: &SaleId, repair: bool) -> ExitCode {
     let outcome: anyhow::Result<Option<(String, bool)>> = async {
         let pool = app::connect_and_migrate(config).await?;
         let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
-        let store = RedisStore::new(redis, config.key_prefix.clone());
-        let report = if repair { self::repair(&store, &pool, sale).await } else { check(&store, &pool, sale).await };
+        let sales = Sales::new(Keyspace::new(redis, config.key_prefix.clone()));
+        let report = if repair { self::repair(&sales, &pool, sale).await } else { check(&sales, &pool, sale).await };
         let Some(report) = report.context("reconciling")? else {
             return Ok(None);
         };

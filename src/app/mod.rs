@@ -17,8 +17,9 @@ use crate::http::routes::{self, AppState};
 use crate::limiter::Limiter;
 use crate::metrics::{self, Metrics};
 use crate::orders::worker::{Worker, WorkerSettings};
-use crate::purchase::RedisStore;
+use crate::purchase::Sales;
 use crate::purchase::sold_out::{self, SoldOutFlags};
+use crate::redis::Keyspace;
 use crate::redis::connection;
 use crate::telemetry;
 
@@ -42,12 +43,13 @@ impl Application {
         if config.admin_token.is_none() {
             tracing::warn!("SECKILL_ADMIN_TOKEN is not set: admin routes will answer 403");
         }
-        let store = RedisStore::new(redis, config.key_prefix.clone());
-        let events_channel = store.events_channel();
+        let redis = Keyspace::new(redis, config.key_prefix.clone());
+        let events_channel = redis.events_channel();
         let sold_out = Arc::new(SoldOutFlags::default());
         let metrics = Arc::new(Metrics::new());
         let state = AppState {
-            redis: store,
+            sales: Sales::new(redis.clone()),
+            redis,
             sold_out: sold_out.clone(),
             pool: pool.clone(),
             limiter: Arc::new(Limiter::new(policy)),

@@ -15,9 +15,12 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use actix_web::http::header::{HeaderName, HeaderValue};
-use redis::{Script, ScriptInvocation};
+use redis::{RedisResult, Script, ScriptInvocation};
+use uuid::Uuid;
 
 use crate::config::RateLimit;
+use crate::redis::Keyspace;
+use crate::redis::keys::rate_limit_key;
 use crate::redis::lua;
 
 /// `RateLimit-Policy`: the quota policy (draft-ietf-httpapi-ratelimit-headers).
@@ -137,6 +140,15 @@ impl Policy {
             call.arg(now);
         }
         call
+    }
+
+    /// Runs the policy's script for `client` in `redis`: admits and records the request, or
+    /// refuses it (writing nothing).
+    pub async fn check(&self, redis: &Keyspace, client: IpAddr) -> RedisResult<Decision> {
+        let key = rate_limit_key(redis.prefix(), self.algorithm, client);
+        let nonce = Uuid::now_v7().simple().to_string();
+        let reply = lua::run(&self.invocation(&key, &nonce, None), &mut redis.conn()).await?;
+        Ok(Decision::from_reply(reply))
     }
 
     /// The `RateLimit-Policy` value, e.g. `"buy";q=20;w=1`. The field counts whole seconds, so

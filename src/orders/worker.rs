@@ -21,7 +21,9 @@ use uuid::Uuid;
 use crate::db;
 use crate::domain::{Order, SaleId, UserId};
 use crate::metrics::Metrics;
-use crate::purchase::{CONSUMER_GROUP, RedisStore};
+use crate::orders::queue;
+use crate::purchase::{CONSUMER_GROUP, Sales};
+use crate::redis::Keyspace;
 use crate::redis::connection::RedisConnection;
 use crate::redis::lua;
 
@@ -69,8 +71,8 @@ pub struct WorkerStats {
 /// One consumer of the order streams.
 pub struct Worker {
     redis: RedisConnection,
-    /// The same connection, for the store's registry and key names.
-    store: RedisStore,
+    /// The same connection, for the registries of sales and shards.
+    sales: Sales,
     pool: PgPool,
     settings: WorkerSettings,
     /// Stream key -> sale, for every registered sale and shard.
@@ -88,10 +90,10 @@ impl Worker {
     /// `redis` must be a connection of its own: the worker's blocking reads would stall requests
     /// multiplexed on a shared one. Its response timeout must exceed `settings.block`.
     pub fn new(redis: RedisConnection, pool: PgPool, settings: WorkerSettings, metrics: Arc<Metrics>) -> Self {
-        let store = RedisStore::new(redis.clone(), settings.key_prefix.clone());
+        let sales = Sales::new(Keyspace::new(redis.clone(), settings.key_prefix.clone()));
         Self {
             redis,
-            store,
+            sales,
             pool,
             settings,
             streams: HashMap::new(),
@@ -218,7 +220,7 @@ impl Worker {
         if !due {
             return Ok(());
         }
-        for (stream, sale) in self.store.order_streams().await.context("listing sales")? {
+        for (stream, sale) in queue::streams(&self.sales).await.context("listing sales")? {
             if !self.streams.contains_key(&stream) {
                 self.ensure_group(&stream).await?;
                 self.streams.insert(stream, sale);

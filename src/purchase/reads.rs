@@ -1,16 +1,17 @@
-//! Reading a sale: its state (summed over its shards), its buyers and queued orders (the union
-//! of its shards'), and re-enqueueing orders for reconciliation.
+//! Reading a sale: its state (summed over its shards), the registered sales, and its buyers (the
+//! union of its shards').
 
 use std::collections::HashSet;
 
 use futures::future::try_join_all;
-use redis::streams::StreamRangeReply;
 use redis::{AsyncCommands, RedisResult};
 
-use super::{PAGE, RedisStore, unexpected};
-use crate::domain::{Order, SaleId, UserId};
+use super::Sales;
+use crate::domain::{SaleId, UserId};
 use crate::purchase::shards::Layout;
-use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
+use crate::redis::PAGE;
+use crate::redis::keys::{SaleKeys, sales_registry_key};
+use crate::redis::lua::unexpected_reply;
 
 /// A sale as Redis holds it (a sharded sale's figures are its shards' sums).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,18 +40,18 @@ struct ShardRead {
     suffixes: Option<String>,
 }
 
-impl RedisStore {
+impl Sales {
     /// Reads the sale's state: each shard in one MULTI (its keys share a slot), shard 0 first,
     /// since it says where the others are. `None` if never seeded. Each shard keeps
     /// `stock_initial = stock_left + sold` at the moment it is read, so the sums keep it too,
     /// even though the shards are read at slightly different moments.
     pub async fn sale_state(&self, sale: &SaleId) -> RedisResult<Option<SaleState>> {
-        let home = self.read_shard(&self.sale_keys(sale)).await?;
+        let home = self.read_shard(&self.redis.sale_keys(sale)).await?;
         let (Some(stock_initial), Some(stock_left)) = (home.stock_initial, home.stock_left) else {
             return Ok(None);
         };
         let layout = Layout::from_meta(home.shards, home.suffixes.as_deref())
-            .map_err(|why| unexpected("the sale's meta", &why))?;
+            .map_err(|why| unexpected_reply("the sale's meta", &why))?;
         let mut state = SaleState {
             stock_initial,
             stock_left,
@@ -60,10 +61,10 @@ impl RedisStore {
             ends_at_ms: home.ends_at_ms,
             shards: layout.shards(),
         };
-        let others = layout.keys(&self.prefix, sale).split_off(1);
+        let others = layout.keys(self.redis.prefix(), sale).split_off(1);
         for (keys, shard) in others.iter().zip(try_join_all(others.iter().map(|k| self.read_shard(k))).await?) {
             let (Some(initial), Some(left)) = (shard.stock_initial, shard.stock_left) else {
-                return Err(unexpected("a shard of the sale", &format!("{} is missing", keys.meta)));
+                return Err(unexpected_reply("a shard of the sale", &format!("{} is missing", keys.meta)));
             };
             state.stock_initial += initial;
             state.stock_left += left;
@@ -88,31 +89,15 @@ impl RedisStore {
             .get(&keys.stock)
             .scard(&keys.buyers)
             .xlen(&keys.orders)
-            .query_async(&mut self.conn.clone())
+            .query_async(&mut self.redis.conn())
             .await?;
         Ok(ShardRead { stock_initial, stock_left, sold, queued, starts_at_ms, ends_at_ms, shards, suffixes })
     }
 
     /// Every registered sale.
     pub async fn sale_ids(&self) -> RedisResult<Vec<SaleId>> {
-        let ids: Vec<String> = self.conn.clone().smembers(sales_registry_key(&self.prefix)).await?;
+        let ids: Vec<String> = self.redis.conn().smembers(sales_registry_key(self.redis.prefix())).await?;
         Ok(ids.iter().filter_map(|id| SaleId::parse(id).ok()).collect())
-    }
-
-    /// The order stream of every registered sale and shard, with the sale it belongs to.
-    pub async fn order_streams(&self) -> RedisResult<Vec<(String, SaleId)>> {
-        let mut streams: Vec<(String, SaleId)> =
-            self.sale_ids().await?.into_iter().map(|sale| (self.sale_keys(&sale).orders, sale)).collect();
-        let shards: Vec<String> = self.conn.clone().smembers(shards_registry_key(&self.prefix)).await?;
-        for shard in shards {
-            let parsed = shard
-                .rsplit_once(':')
-                .and_then(|(sale, suffix)| Some((SaleId::parse(sale).ok()?, suffix.parse().ok()?)));
-            if let Some((sale, suffix)) = parsed {
-                streams.push((SaleKeys::of_shard(&self.prefix, &sale, suffix).orders, sale));
-            }
-        }
-        Ok(streams)
     }
 
     /// Every buyer of the sale (of every shard), read with SSCAN (never SMEMBERS: a set of
@@ -128,7 +113,7 @@ impl RedisStore {
                     .arg(cursor)
                     .arg("COUNT")
                     .arg(PAGE)
-                    .query_async(&mut self.conn.clone())
+                    .query_async(&mut self.redis.conn())
                     .await?;
                 buyers.extend(members);
                 if next == 0 {
@@ -144,7 +129,7 @@ impl RedisStore {
     pub async fn buyers_if_at_most(&self, sale: &SaleId, limit: u64) -> RedisResult<Option<HashSet<String>>> {
         let keys = self.all_shard_keys(sale).await?;
         let counts: Vec<u64> = try_join_all(keys.iter().map(|k| {
-            let mut con = self.conn.clone();
+            let mut con = self.redis.conn();
             async move { con.scard(&k.buyers).await }
         }))
         .await?;
@@ -157,55 +142,12 @@ impl RedisStore {
     /// Whether `user` is among the sale's buyers (in any shard). On the sold-out path, so it
     /// goes by the layout this store keeps.
     pub async fn is_buyer(&self, sale: &SaleId, user: &UserId) -> RedisResult<bool> {
-        let keys = self.layout(sale).await?.unwrap_or_default().keys(&self.prefix, sale);
+        let keys = self.layout(sale).await?.unwrap_or_default().keys(self.redis.prefix(), sale);
         let found: Vec<bool> = try_join_all(keys.iter().map(|k| {
-            let mut con = self.conn.clone();
+            let mut con = self.redis.conn();
             async move { con.sismember(&k.buyers, user.as_str()).await }
         }))
         .await?;
         Ok(found.contains(&true))
-    }
-
-    /// The users of the orders still in the sale's streams (queued, not yet committed), read
-    /// with XRANGE in pages. Entries without a `user_id` field are skipped.
-    pub async fn queued_users(&self, sale: &SaleId) -> RedisResult<HashSet<String>> {
-        let mut users = HashSet::new();
-        for keys in self.all_shard_keys(sale).await? {
-            let mut start = "-".to_owned();
-            loop {
-                let page: StreamRangeReply = self.conn.clone().xrange_count(&keys.orders, &start, "+", PAGE).await?;
-                users.extend(page.ids.iter().filter_map(|entry| entry.get::<String>("user_id")));
-                match page.ids.last() {
-                    Some(last) if page.ids.len() == PAGE => start = format!("({}", last.id),
-                    _ => break,
-                }
-            }
-        }
-        Ok(users)
-    }
-
-    /// Appends `orders` to their sales' streams (shard 0's) with the fields `lua/buy.lua` writes,
-    /// pipelined in steps. Each sale is first (re-)added to the registry, so a worker reads its
-    /// stream.
-    pub async fn enqueue_orders(&self, orders: &[Order]) -> RedisResult<()> {
-        if orders.is_empty() {
-            return Ok(());
-        }
-        let sales: HashSet<&str> = orders.iter().map(|o| o.sale_id.as_str()).collect();
-        let _: i64 = self.conn.clone().sadd(sales_registry_key(&self.prefix), sales).await?;
-        for chunk in orders.chunks(PAGE) {
-            let mut pipe = redis::pipe();
-            for order in chunk {
-                let fields = [
-                    ("order_id", order.order_id.to_string()),
-                    ("sale_id", order.sale_id.to_string()),
-                    ("user_id", order.user_id.to_string()),
-                    ("created_at_ms", order.created_at_ms.to_string()),
-                ];
-                pipe.xadd(self.sale_keys(&order.sale_id).orders, "*", &fields).ignore();
-            }
-            pipe.query_async::<()>(&mut self.conn.clone()).await?;
-        }
-        Ok(())
     }
 }

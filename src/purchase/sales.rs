@@ -4,12 +4,12 @@
 use redis::{AsyncCommands, RedisResult};
 use uuid::Uuid;
 
-use super::{CONSUMER_GROUP, RedisStore, unexpected};
+use super::{CONSUMER_GROUP, Sales};
 use crate::domain::{SaleId, UserId};
 use crate::purchase::shards::{self, Layout};
 use crate::redis::connection;
 use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
-use crate::redis::lua;
+use crate::redis::lua::{self, unexpected_reply};
 
 /// What the purchase decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +54,7 @@ enum ShardReply {
     WrongShards,
 }
 
-impl RedisStore {
+impl Sales {
     /// Buys through `lua/buy.lua`: one atomic decision per shard, and on success the order is in
     /// that shard's stream. An unsharded sale costs one call. A sharded sale is tried shard by
     /// shard in the user's visit order, moving on only after `sold_out`.
@@ -76,17 +76,17 @@ impl RedisStore {
         };
         match self.buy_on(&layout, sale, user, order_id).await? {
             ShardReply::Decided(outcome) => Ok(outcome),
-            ShardReply::WrongShards => Err(unexpected("buy.lua", "wrong_shards after reading the layout")),
+            ShardReply::WrongShards => Err(unexpected_reply("buy.lua", "wrong_shards after reading the layout")),
         }
     }
 
     async fn buy_on(&self, layout: &Layout, sale: &SaleId, user: &UserId, order_id: Uuid) -> RedisResult<ShardReply> {
-        let keys = layout.keys(&self.prefix, sale);
+        let keys = layout.keys(self.redis.prefix(), sale);
         let order_id = order_id.to_string();
         for shard in layout.visit_order(user) {
             let mut call = lua::BUY.key(&keys[shard].all()[..]);
             call.arg(sale.as_str()).arg(user.as_str()).arg(&order_id).arg(layout.shards());
-            let status: String = lua::run(&call, &mut self.conn.clone()).await?;
+            let status: String = lua::run(&call, &mut self.redis.conn()).await?;
             let outcome = match status.as_str() {
                 "sold_out" => continue,
                 "wrong_shards" => return Ok(ShardReply::WrongShards),
@@ -95,7 +95,7 @@ impl RedisStore {
                 "not_started" => BuyOutcome::NotStarted,
                 "ended" => BuyOutcome::Ended,
                 "already_purchased" => BuyOutcome::AlreadyPurchased,
-                other => return Err(unexpected("buy.lua", other)),
+                other => return Err(unexpected_reply("buy.lua", other)),
             };
             return Ok(ShardReply::Decided(outcome));
         }
@@ -113,7 +113,7 @@ impl RedisStore {
     /// new seed: each shard is still a consistent sale, and a new seed before the start evens
     /// them out (docs/stock-sharding.md).
     pub async fn seed(&self, sale: &SaleId, spec: SaleSpec) -> RedisResult<SeedOutcome> {
-        let _: i64 = self.conn.clone().sadd(sales_registry_key(&self.prefix), sale.as_str()).await?;
+        let _: i64 = self.redis.conn().sadd(sales_registry_key(self.redis.prefix()), sale.as_str()).await?;
         let existing = self.read_layout(sale).await?;
         let layout = match (&existing, spec.shards) {
             (Some(layout), Some(shards)) if shards != layout.shards() => {
@@ -124,9 +124,10 @@ impl RedisStore {
         };
         if layout.is_sharded() {
             let shards = layout.suffixes().iter().map(|suffix| format!("{sale}:{suffix}"));
-            let _: i64 = self.conn.clone().sadd(shards_registry_key(&self.prefix), shards.collect::<Vec<_>>()).await?;
+            let _: i64 =
+                self.redis.conn().sadd(shards_registry_key(self.redis.prefix()), shards.collect::<Vec<_>>()).await?;
         }
-        let keys = layout.keys(&self.prefix, sale);
+        let keys = layout.keys(self.redis.prefix(), sale);
         let others = 1..keys.len();
         let order: Vec<usize> =
             if existing.is_some() { std::iter::once(0).chain(others).collect() } else { others.chain([0]).collect() };
@@ -135,12 +136,12 @@ impl RedisStore {
                 "ok" => {}
                 "sale_in_progress" => return Ok(SeedOutcome::InProgress),
                 "sale_started" => return Ok(SeedOutcome::Started),
-                other => return Err(unexpected("seed.lua", other)),
+                other => return Err(unexpected_reply("seed.lua", other)),
             }
         }
         // Every instance drops its sold-out flag for the sale. Should this fail, the flags lapse
         // by themselves (crate::purchase::sold_out::FLAG_TTL); the seed itself has happened.
-        let published: RedisResult<i64> = self.conn.clone().publish(self.events_channel(), sale.as_str()).await;
+        let published: RedisResult<i64> = self.redis.conn().publish(self.redis.events_channel(), sale.as_str()).await;
         if let Err(err) = published {
             tracing::warn!(sale_id = %sale, error = %err, "seed event not published");
         }
@@ -165,7 +166,7 @@ impl RedisStore {
             .arg(layout.shards())
             .arg(suffixes)
             .arg(if reseed { "1" } else { "0" });
-        lua::run(&call, &mut self.conn.clone()).await
+        lua::run(&call, &mut self.redis.conn()).await
     }
 
     /// A new layout of `shards` shards, spread over the cluster's masters.
@@ -173,10 +174,10 @@ impl RedisStore {
         if shards <= 1 {
             return Ok(Layout::unsharded());
         }
-        if !self.conn.inner.is_cluster() {
+        if !self.redis.conn().is_cluster() {
             return Ok(shards::spread(sale, shards, |_| None));
         }
-        let masters = connection::slot_masters(&mut self.conn.clone()).await?;
+        let masters = connection::slot_masters(&mut self.redis.conn()).await?;
         Ok(shards::spread(sale, shards, |slot| masters.master_of(slot)))
     }
 }

@@ -17,7 +17,7 @@ use secrecy::{ExposeSecret, SecretString};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{SaleId, UserId};
-use crate::purchase::RedisStore;
+use crate::purchase::Sales;
 use crate::redis::connection::RedisTarget;
 
 /// How long a flag holds without being confirmed by Redis again.
@@ -122,8 +122,8 @@ impl SoldOutFlags {
 /// Copies a sold-out sale's buyers into its flag (after [`SoldOutFlags::set`] returned true), so
 /// a buyer who asks again hears 409 `already_purchased` without a Redis call. Sales with more
 /// than `MAX_LOCAL_BUYERS` buyers are not copied; their buyers are asked about in Redis.
-pub async fn load_buyers(flags: Arc<SoldOutFlags>, store: RedisStore, sale: SaleId) {
-    let buyers = match store.buyers_if_at_most(&sale, MAX_LOCAL_BUYERS).await {
+pub async fn load_buyers(flags: Arc<SoldOutFlags>, sales: Sales, sale: SaleId) {
+    let buyers = match sales.buyers_if_at_most(&sale, MAX_LOCAL_BUYERS).await {
         Ok(Some(buyers)) => Buyers::Loaded(Arc::new(buyers.into_iter().map(String::into_boxed_str).collect())),
         Ok(None) => Buyers::Absent,
         Err(err) => {

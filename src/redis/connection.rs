@@ -200,6 +200,59 @@ impl ConnectionLike for RedisConnection {
     }
 }
 
+/// The connection the request path shares, with every command run by a task of the runtime
+/// that created it. actix-web serves each worker thread from a runtime of its own, and the
+/// connection manager spawns its connection's I/O task on the runtime of whichever call
+/// (re)connects: on a worker's runtime, that task would die when actix stops that worker at
+/// shutdown, breaking the connection for the requests the other workers are still finishing.
+#[derive(Clone)]
+pub struct SharedConnection {
+    inner: RedisConnection,
+    home: tokio::runtime::Handle,
+}
+
+impl SharedConnection {
+    /// Runs `conn`'s commands on the current Tokio runtime (which must outlive its users).
+    pub fn on_current_runtime(conn: RedisConnection) -> Self {
+        Self { inner: conn, home: tokio::runtime::Handle::current() }
+    }
+
+    /// Whether the connection is a cluster's.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.is_cluster()
+    }
+
+    async fn on_home<T: Send + 'static>(
+        &self,
+        call: impl Future<Output = RedisResult<T>> + Send + 'static,
+    ) -> RedisResult<T> {
+        self.home.spawn(call).await.unwrap_or_else(|joined| {
+            Err(redis::RedisError::from((redis::ErrorKind::Io, "redis call aborted", joined.to_string())))
+        })
+    }
+}
+
+impl ConnectionLike for SharedConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let (mut conn, cmd) = (self.inner.clone(), cmd.clone());
+        Box::pin(self.on_home(async move { conn.req_packed_command(&cmd).await }))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let (mut conn, pipeline) = (self.inner.clone(), pipeline.clone());
+        Box::pin(self.on_home(async move { conn.req_packed_commands(&pipeline, offset, count).await }))
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

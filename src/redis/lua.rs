@@ -26,6 +26,15 @@ pub async fn run<T: FromRedisValue>(
     }
 }
 
+/// The error for a script reply (or a value a script wrote) the caller does not understand.
+pub fn unexpected_reply(script: &str, reply: &str) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "unexpected script reply",
+        format!("{script} answered {reply:?}"),
+    ))
+}
+
 /// `lua/buy.lua`: the atomic purchase (check, SADD, DECR, XADD).
 pub static BUY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/buy.lua")));
 

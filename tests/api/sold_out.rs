@@ -21,7 +21,7 @@ async fn once_redis_said_sold_out_the_instance_answers_from_memory_410_or_409_to
 
     // Remove the sale from Redis behind the service's back: asking Redis would now answer 404,
     // and the limiter (2 per minute, both used) would answer 429.
-    let keys = app.store.sale_keys(&SaleId::parse(&sale).unwrap());
+    let keys = app.store.keyspace().sale_keys(&SaleId::parse(&sale).unwrap());
     let _: i64 = app.redis.clone().del(&keys.all()[..]).await.unwrap();
     for i in 0..5 {
         assert_error(app.buy(&sale, &format!("late-{i}")).await, 410, "sold_out").await;

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use seckill::domain::SaleId;
 use seckill::http::routes::SaleStatus;
-use seckill::purchase::{CONSUMER_GROUP, RedisStore};
+use seckill::purchase::{CONSUMER_GROUP, Sales};
+use seckill::redis::Keyspace;
 use seckill::redis::connection::{RedisConnection, RedisTarget};
 use secrecy::SecretString;
 use serde_json::{Value, json};
@@ -104,7 +105,7 @@ pub struct Probe {
     pub client: reqwest::Client,
     pub pool: PgPool,
     pub redis: RedisConnection,
-    pub store: RedisStore,
+    pub store: Sales,
 }
 
 impl Probe {
@@ -119,7 +120,7 @@ impl Probe {
         let redis =
             seckill::redis::connection::connect(&SecretString::from(redis_url.to_owned()), Duration::from_secs(5))
                 .unwrap();
-        let store = RedisStore::new(redis.clone(), key_prefix.to_owned());
+        let store = Sales::new(Keyspace::new(redis.clone(), key_prefix.to_owned()));
         let client = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
         Self { address, client, pool, redis, store }
     }
@@ -232,7 +233,7 @@ impl Probe {
 
     /// The sale's stream key and the consumer group, for tests that read it by hand.
     pub fn orders_stream(&self, sale_id: &str) -> (String, &'static str) {
-        (self.store.sale_keys(&SaleId::parse(sale_id).unwrap()).orders, CONSUMER_GROUP)
+        (self.store.keyspace().sale_keys(&SaleId::parse(sale_id).unwrap()).orders, CONSUMER_GROUP)
     }
 }
 

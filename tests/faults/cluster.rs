@@ -71,7 +71,7 @@ impl ClusterNode {
 async fn restarting_the_master_of_a_sale_mid_storm_is_survived_and_loses_nothing() {
     let mut deployment = Deployment::on_redis(&common::env("SECKILL_TEST_REDIS_CLUSTER_URL"), &[]).await;
     let (service, sale) = deployment.start_with_sale(10_000).await;
-    let stock_key = deployment.store.sale_keys(&seckill::domain::SaleId::parse(&sale).unwrap()).stock;
+    let stock_key = deployment.store.keyspace().sale_keys(&seckill::domain::SaleId::parse(&sale).unwrap()).stock;
     let nodes = ClusterNode::all();
     let master = nodes.iter().find(|n| n.owns(&stock_key)).expect("a master holds the sale");
 

@@ -179,7 +179,7 @@ pub async fn seed(
 
     let mut tx = state.pool.begin().await?;
     db::upsert_sale(&mut tx, &sale, stock, starts_at, ends_at).await?;
-    match state.redis.seed(&sale, spec).await? {
+    match state.sales.seed(&sale, spec).await? {
         SeedOutcome::Seeded => {
             state.sold_out.clear(sale.as_str());
             tx.commit().await?
@@ -216,7 +216,7 @@ pub async fn status(
 }
 
 async fn sale_status(state: &AppState, sale: &SaleId) -> Result<SaleStatus, ApiError> {
-    let redis = state.redis.sale_state(sale).await?.ok_or(ApiError::UnknownSale)?;
+    let redis = state.sales.sale_state(sale).await?.ok_or(ApiError::UnknownSale)?;
     let persisted = db::count_orders(&state.pool, sale).await.inspect_err(warn_without_persisted).ok();
     Ok(status_of(sale, redis, persisted))
 }
@@ -276,11 +276,11 @@ pub struct LimiterRefusals {
 )]
 pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let sampled_at = OffsetDateTime::now_utc();
-    let mut ids = state.redis.sale_ids().await?;
+    let mut ids = state.sales.sale_ids().await?;
     ids.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
     let sales_total = ids.len();
     ids.truncate(MAX_LISTED_SALES);
-    let redis = futures::future::try_join_all(ids.iter().map(|id| state.redis.sale_state(id))).await?;
+    let redis = futures::future::try_join_all(ids.iter().map(|id| state.sales.sale_state(id))).await?;
     let persisted = db::count_orders_by_sale(&state.pool, &ids).await.inspect_err(warn_without_persisted).ok();
     let sales = ids
         .iter()
@@ -315,7 +315,7 @@ pub async fn reconcile_check(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = sale_from_path(&path)?;
-    let report = reconcile::check(&state.redis, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
+    let report = reconcile::check(&state.sales, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
     Ok(HttpResponse::Ok().json(report))
 }
 
@@ -338,6 +338,6 @@ pub async fn reconcile_repair(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = sale_from_path(&path)?;
-    let report = reconcile::repair(&state.redis, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
+    let report = reconcile::repair(&state.sales, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
     Ok(HttpResponse::Ok().json(report))
 }

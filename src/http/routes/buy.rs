@@ -95,7 +95,7 @@ async fn purchase(
         Some(Flagged::SoldOut) => return Err(ApiError::SoldOut),
         Some(Flagged::AlreadyPurchased) => return Err(ApiError::AlreadyPurchased),
         Some(Flagged::AskRedis) => {
-            let bought = state.redis.is_buyer(&sale, &user).await?;
+            let bought = state.sales.is_buyer(&sale, &user).await?;
             return Err(if bought { ApiError::AlreadyPurchased } else { ApiError::SoldOut });
         }
     }
@@ -108,11 +108,10 @@ async fn purchase(
         return Err(rate_limited(refusal.retry_after));
     }
     let asked = Instant::now();
-    let verdict =
-        state.redis.rate_limit(client, &state.limiter.policy).await.context("rate limiter").map_err(|err| {
-            metrics.limiter_decision("error");
-            ApiError::Unavailable(err)
-        })?;
+    let verdict = state.limiter.policy.check(&state.redis, client).await.context("rate limiter").map_err(|err| {
+        metrics.limiter_decision("error");
+        ApiError::Unavailable(err)
+    })?;
     metrics.limiter_decision(if verdict.allowed { "allowed" } else { "refused" });
     *decision = Some(verdict);
     if !verdict.allowed {
@@ -121,7 +120,7 @@ async fn purchase(
     }
 
     let order_id = Uuid::now_v7();
-    match state.redis.buy(&sale, &user, order_id).await? {
+    match state.sales.buy(&sale, &user, order_id).await? {
         BuyOutcome::Purchased => Ok(HttpResponse::Created().json(BuyResponse { order_id, sale_id, user_id })),
         BuyOutcome::UnknownSale => Err(ApiError::UnknownSale),
         BuyOutcome::NotStarted => Err(ApiError::SaleNotStarted),
@@ -129,7 +128,7 @@ async fn purchase(
         BuyOutcome::AlreadyPurchased => Err(ApiError::AlreadyPurchased),
         BuyOutcome::SoldOut => {
             if state.sold_out.set(&sale) {
-                tokio::spawn(sold_out::load_buyers(state.sold_out.clone(), state.redis.clone(), sale));
+                tokio::spawn(sold_out::load_buyers(state.sold_out.clone(), state.sales.clone(), sale));
             }
             Err(ApiError::SoldOut)
         }

@@ -16,8 +16,9 @@ use crate::http::client_ip::TrustedProxies;
 use crate::http::error::ApiError;
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
-use crate::purchase::RedisStore;
+use crate::purchase::Sales;
 use crate::purchase::sold_out::SoldOutFlags;
+use crate::redis::Keyspace;
 
 pub use admin::{SaleStatus, SalesOverview};
 pub use openapi::ApiDoc;
@@ -28,7 +29,10 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024;
 /// What every handler can reach. Cheap to clone: the clients inside are shared handles.
 #[derive(Clone)]
 pub struct AppState {
-    pub redis: RedisStore,
+    /// The shared Redis connection and the deployment's key prefix (the limiter, readiness).
+    pub redis: Keyspace,
+    /// The sales in Redis (on the same connection).
+    pub sales: Sales,
     /// Sales this instance knows to be sold out (answered without Redis).
     pub sold_out: Arc<SoldOutFlags>,
     pub pool: PgPool,

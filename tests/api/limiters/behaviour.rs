@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::{StreamExt, future::join_all, stream};
 use seckill::config::RateLimit;
 use seckill::limiter::{Algorithm, Decision, Policy};
-use seckill::purchase::RedisStore;
+use seckill::redis::Keyspace;
 use seckill::redis::connection::{self, RedisConnection};
 
 use super::models::Reply;
@@ -71,11 +71,11 @@ async fn concurrent_requests_in_one_microsecond_admit_exactly_the_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_on_the_real_clock_admit_exactly_the_limit() {
-    let store = RedisStore::new(connection().await, crate::common::new_key_prefix());
+    let redis = Keyspace::new(connection().await, crate::common::new_key_prefix());
     let client: IpAddr = "192.0.2.10".parse().unwrap();
     for algorithm in Algorithm::ALL {
         let policy = policy(algorithm, 10, Duration::from_secs(60));
-        let decisions = join_all((0..60).map(|_| store.rate_limit(client, &policy))).await;
+        let decisions = join_all((0..60).map(|_| policy.check(&redis, client))).await;
         let admitted = decisions.into_iter().map(|d| d.expect("limiter answers")).filter(|d| d.allowed).count();
         assert_eq!(admitted, 10, "{algorithm}");
     }
@@ -94,12 +94,12 @@ async fn burst_then_expiry(con: &RedisConnection, prefix: &str, algorithm: Algor
     const CLIENTS: u32 = 10_000;
     let window = Duration::from_secs(1);
     let policy = policy(algorithm, 5, window);
-    let store = RedisStore::new(con.clone(), prefix.to_owned());
+    let redis = Keyspace::new(con.clone(), prefix.to_owned());
     let clients = (0..CLIENTS).map(|i| IpAddr::from((0x0A00_0000 + i).to_be_bytes()));
     let decisions: Vec<Decision> = stream::iter(clients)
         .map(|client| {
-            let store = &store;
-            async move { store.rate_limit(client, &policy).await.expect("limiter answers") }
+            let redis = &redis;
+            async move { policy.check(redis, client).await.expect("limiter answers") }
         })
         .buffer_unordered(128)
         .collect()
