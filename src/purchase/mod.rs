@@ -4,8 +4,9 @@
 //! stock can be split over shards (`shards`); once Redis said a sale is sold out, each instance
 //! answers that itself (`sold_out`).
 
+mod buy;
 mod reads;
-mod sales;
+mod seed;
 pub mod shards;
 pub mod sold_out;
 
@@ -21,8 +22,9 @@ use crate::redis::Keyspace;
 use crate::redis::keys::SaleKeys;
 use crate::redis::lua::unexpected_reply;
 
+pub use buy::BuyOutcome;
 pub use reads::SaleState;
-pub use sales::{BuyOutcome, SaleSpec, SeedOutcome};
+pub use seed::{SaleSpec, SeedOutcome};
 
 /// The consumer group every worker of every instance reads orders with.
 pub const CONSUMER_GROUP: &str = "seckill-workers";

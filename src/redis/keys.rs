@@ -25,7 +25,7 @@ impl SaleKeys {
         Self::with_tag(prefix, &Self::tag(sale, None))
     }
 
-    /// The keys of shard `suffix` of a sharded sale (`crate::shards`), in a slot of their own.
+    /// The keys of shard `suffix` of a sharded sale (`crate::purchase::shards`), in a slot of their own.
     pub fn of_shard(prefix: &str, sale: &SaleId, suffix: u32) -> Self {
         Self::with_tag(prefix, &Self::tag(sale, Some(suffix)))
     }

@@ -1,27 +1,13 @@
-//! Purchases and seeding: `lua/buy.lua` and `lua/seed.lua`, on one shard or on each shard of a
-//! sharded sale (`crate::shards`).
+//! Seeding: `lua/seed.lua` on one shard or on each shard of a sharded sale ([`super::shards`]).
 
 use redis::{AsyncCommands, RedisResult};
-use uuid::Uuid;
 
 use super::{CONSUMER_GROUP, Sales};
-use crate::domain::{SaleId, UserId};
+use crate::domain::SaleId;
 use crate::purchase::shards::{self, Layout};
 use crate::redis::connection;
 use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
 use crate::redis::lua::{self, unexpected_reply};
-
-/// What the purchase decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BuyOutcome {
-    Purchased,
-    UnknownSale,
-    NotStarted,
-    Ended,
-    AlreadyPurchased,
-    /// Every shard answered sold out.
-    SoldOut,
-}
 
 /// What the seed decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,61 +33,7 @@ pub struct SaleSpec {
     pub shards: Option<u32>,
 }
 
-/// One shard's answer to `lua/buy.lua`.
-enum ShardReply {
-    Decided(BuyOutcome),
-    /// The shard records another shard count than the caller assumed.
-    WrongShards,
-}
-
 impl Sales {
-    /// Buys through `lua/buy.lua`: one atomic decision per shard, and on success the order is in
-    /// that shard's stream. An unsharded sale costs one call. A sharded sale is tried shard by
-    /// shard in the user's visit order, moving on only after `sold_out`.
-    ///
-    /// The layout is not read first: a sale this store has not seen is assumed unsharded, and the
-    /// script answers `wrong_shards` (writing nothing) if it is not; then the layout is read and
-    /// the purchase asked again.
-    pub async fn buy(&self, sale: &SaleId, user: &UserId, order_id: Uuid) -> RedisResult<BuyOutcome> {
-        let cached = self.cached_layout(sale);
-        let assumed = cached.clone().unwrap_or_default();
-        match self.buy_on(&assumed, sale, user, order_id).await? {
-            // A kept layout leading nowhere: the sale's keys were lost and it was seeded anew.
-            ShardReply::Decided(BuyOutcome::UnknownSale) if cached.is_some() => {}
-            ShardReply::Decided(outcome) => return Ok(outcome),
-            ShardReply::WrongShards => {}
-        }
-        let Some(layout) = self.read_layout(sale).await? else {
-            return Ok(BuyOutcome::UnknownSale);
-        };
-        match self.buy_on(&layout, sale, user, order_id).await? {
-            ShardReply::Decided(outcome) => Ok(outcome),
-            ShardReply::WrongShards => Err(unexpected_reply("buy.lua", "wrong_shards after reading the layout")),
-        }
-    }
-
-    async fn buy_on(&self, layout: &Layout, sale: &SaleId, user: &UserId, order_id: Uuid) -> RedisResult<ShardReply> {
-        let keys = layout.keys(self.redis.prefix(), sale);
-        let order_id = order_id.to_string();
-        for shard in layout.visit_order(user) {
-            let mut call = lua::BUY.key(&keys[shard].all()[..]);
-            call.arg(sale.as_str()).arg(user.as_str()).arg(&order_id).arg(layout.shards());
-            let status: String = lua::run(&call, &mut self.redis.conn()).await?;
-            let outcome = match status.as_str() {
-                "sold_out" => continue,
-                "wrong_shards" => return Ok(ShardReply::WrongShards),
-                "ok" => BuyOutcome::Purchased,
-                "unknown_sale" => BuyOutcome::UnknownSale,
-                "not_started" => BuyOutcome::NotStarted,
-                "ended" => BuyOutcome::Ended,
-                "already_purchased" => BuyOutcome::AlreadyPurchased,
-                other => return Err(unexpected_reply("buy.lua", other)),
-            };
-            return Ok(ShardReply::Decided(outcome));
-        }
-        Ok(ShardReply::Decided(BuyOutcome::SoldOut))
-    }
-
     /// Registers the sale and its shards (so workers read their streams), then runs
     /// `lua/seed.lua` on each shard: creates or re-seeds the sale unless it has buyers (or,
     /// sharded, has started). The registries are separate keys (other Cluster slots), so they are
