@@ -13,15 +13,14 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::db;
 use crate::http::client_ip::TrustedProxies;
-use crate::http::routes::{self, AppState};
+use crate::http::{AppState, middleware, routes};
 use crate::limiter::Limiter;
-use crate::metrics::{self, Metrics};
+use crate::metrics::Metrics;
 use crate::orders::worker::{Worker, WorkerSettings};
 use crate::purchase::Sales;
 use crate::purchase::sold_out::{self, SoldOutFlags};
 use crate::redis::Keyspace;
 use crate::redis::connection;
-use crate::telemetry;
 
 /// A built service: the HTTP server bound to its port, the listener that keeps its sold-out flags
 /// fresh, and optionally the worker.
@@ -61,9 +60,9 @@ impl Application {
         let local_addr = listener.local_addr()?;
         let server = HttpServer::new(move || {
             App::new()
-                .wrap_fn(metrics::record_http)
-                .wrap_fn(telemetry::send_request_id)
-                .wrap(tracing_actix_web::TracingLogger::<telemetry::RequestSpan>::new())
+                .wrap_fn(middleware::record_http)
+                .wrap_fn(middleware::send_request_id)
+                .wrap(tracing_actix_web::TracingLogger::<middleware::RequestSpan>::new())
                 .configure(routes::configure(state.clone()))
         })
         .listen(listener)?

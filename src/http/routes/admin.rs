@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use super::AppState;
 use crate::db;
 use crate::domain::SaleId;
+use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::purchase::shards::MAX_SHARDS;
 use crate::purchase::{SaleSpec, SaleState, SeedOutcome};

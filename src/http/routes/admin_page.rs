@@ -11,7 +11,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use sha2::{Digest, Sha256};
 
-use super::AppState;
+use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
 
 const PAGE: &str = include_str!("admin_page.html");

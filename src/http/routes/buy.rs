@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::AppState;
 use crate::domain::{SaleId, UserId};
+use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::limiter::{self, Decision};
 use crate::purchase::BuyOutcome;

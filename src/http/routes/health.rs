@@ -6,8 +6,8 @@ use actix_web::{HttpResponse, web};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::AppState;
 use crate::db;
+use crate::http::AppState;
 
 /// How long readiness waits for each dependency.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);

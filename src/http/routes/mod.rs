@@ -1,4 +1,5 @@
-//! HTTP routes and the state they share.
+//! Every route, registered by [`configure`]: one file per resource (`buy`, `admin`,
+//! `admin_page`, `health`, `openapi`), and here the routing itself, 404/405 and `GET /metrics`.
 
 mod admin;
 mod admin_page;
@@ -6,44 +7,16 @@ mod buy;
 mod health;
 mod openapi;
 
-use std::sync::Arc;
-
 use actix_web::{HttpRequest, HttpResponse, web};
-use secrecy::SecretString;
-use sqlx::PgPool;
 
-use crate::http::client_ip::TrustedProxies;
-use crate::http::error::ApiError;
-use crate::limiter::Limiter;
-use crate::metrics::Metrics;
-use crate::purchase::Sales;
-use crate::purchase::sold_out::SoldOutFlags;
-use crate::redis::Keyspace;
+use super::AppState;
+use super::error::ApiError;
 
 pub use admin::{SaleStatus, SalesOverview};
 pub use openapi::ApiDoc;
 
 /// Largest request body accepted; larger ones answer 413.
 pub const MAX_BODY_BYTES: usize = 4 * 1024;
-
-/// What every handler can reach. Cheap to clone: the clients inside are shared handles.
-#[derive(Clone)]
-pub struct AppState {
-    /// The shared Redis connection and the deployment's key prefix (the limiter, readiness).
-    pub redis: Keyspace,
-    /// The sales in Redis (on the same connection).
-    pub sales: Sales,
-    /// Sales this instance knows to be sold out (answered without Redis).
-    pub sold_out: Arc<SoldOutFlags>,
-    pub pool: PgPool,
-    /// The rate limiter's policy and the clients it recently refused.
-    pub limiter: Arc<Limiter>,
-    /// This process's metrics (shared with its worker).
-    pub metrics: Arc<Metrics>,
-    pub proxies: TrustedProxies,
-    /// `None`: admin routes are disabled and answer 403.
-    pub admin_token: Option<SecretString>,
-}
 
 /// Registers every route on an actix `App`.
 pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
