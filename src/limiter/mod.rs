@@ -18,7 +18,6 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use redis::{RedisResult, Script, ScriptInvocation};
 use uuid::Uuid;
 
-use crate::config::RateLimit;
 use crate::redis::Keyspace;
 use crate::redis::keys::rate_limit_key;
 use crate::redis::lua;
@@ -94,6 +93,13 @@ impl fmt::Display for Algorithm {
     }
 }
 
+/// A rate: `limit` requests per `window` (what exactly that admits depends on the algorithm).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub limit: u32,
+    pub window: Duration,
+}
+
 /// A validated limiter setting: `limit` requests per `window`, and `burst` for the bucket
 /// algorithms (equal to `limit` for the others).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,7 +151,7 @@ impl Policy {
     /// Runs the policy's script for `client` in `redis`: admits and records the request, or
     /// refuses it (writing nothing).
     pub async fn check(&self, redis: &Keyspace, client: IpAddr) -> RedisResult<Decision> {
-        let key = rate_limit_key(redis.prefix(), self.algorithm, client);
+        let key = rate_limit_key(redis.prefix(), self.algorithm.name(), client);
         let nonce = Uuid::now_v7().simple().to_string();
         let reply = lua::run(&self.invocation(&key, &nonce, None), &mut redis.conn()).await?;
         Ok(Decision::from_reply(reply))

@@ -4,7 +4,6 @@
 use std::net::IpAddr;
 
 use crate::domain::SaleId;
-use crate::limiter::Algorithm;
 
 /// The keys of one sale, in the order the sale scripts take them as KEYS[1..4].
 #[derive(Debug, Clone)]
@@ -73,9 +72,9 @@ pub fn shards_registry_key(prefix: &str) -> String {
     format!("{prefix}:shards")
 }
 
-/// The rate limiter's key for one client address under one algorithm (switching algorithms
-/// starts every client afresh instead of reading another algorithm's state).
-pub fn rate_limit_key(prefix: &str, algorithm: Algorithm, client: IpAddr) -> String {
+/// The rate limiter's key for one client address under one algorithm, by the algorithm's name
+/// (switching algorithms starts every client afresh instead of reading another algorithm's state).
+pub fn rate_limit_key(prefix: &str, algorithm: &str, client: IpAddr) -> String {
     format!("{prefix}:ratelimit:{algorithm}:{{{client}}}")
 }
 
@@ -97,6 +96,6 @@ mod tests {
 
     #[test]
     fn rate_limit_key_tags_the_client() {
-        assert_eq!(rate_limit_key("p", Algorithm::Gcra, "::1".parse().unwrap()), "p:ratelimit:gcra:{::1}");
+        assert_eq!(rate_limit_key("p", "gcra", "::1".parse().unwrap()), "p:ratelimit:gcra:{::1}");
     }
 }

@@ -5,8 +5,8 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use seckill::app::Application;
-use seckill::config::{Config, RateLimit};
-use seckill::limiter::Algorithm;
+use seckill::config::Config;
+use seckill::limiter::{Algorithm, RateLimit};
 use seckill::orders::worker::{Worker, WorkerSettings};
 use secrecy::{ExposeSecret, SecretString};
 use tokio_util::sync::CancellationToken;

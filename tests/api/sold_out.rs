@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use seckill::config::RateLimit;
 use seckill::domain::SaleId;
+use seckill::limiter::RateLimit;
 use serde_json::json;
 
 use crate::helpers::{assert_error, new_sale_id, spawn_app_with, spawn_instance_of};

@@ -5,8 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use seckill::config::RateLimit;
-use seckill::limiter::{Algorithm, Policy};
+use seckill::limiter::{Algorithm, Policy, RateLimit};
 
 use super::models::{Model, Reply};
 

@@ -6,8 +6,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use futures::{StreamExt, future::join_all, stream};
-use seckill::config::RateLimit;
-use seckill::limiter::{Algorithm, Decision, Policy};
+use seckill::limiter::{Algorithm, Decision, Policy, RateLimit};
 use seckill::redis::Keyspace;
 use seckill::redis::connection::{self, RedisConnection};
 
