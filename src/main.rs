@@ -3,7 +3,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use seckill::app::{self, Application};
 use seckill::config::{Cli, Command};
-use seckill::{reconcile, telemetry};
+use seckill::telemetry;
 
 /// mimalloc: the request path makes many small, short-lived allocations (the README's benchmark
 /// section has the before/after figures).
@@ -22,7 +22,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Worker => app::run_worker(&cli.config, app::shutdown_on_signals()).await?,
         Command::Migrate => app::migrate(&cli.config).await?,
         // Ctrl-C keeps its default meaning: an interrupted check or repair is simply run again.
-        Command::Reconcile { sale_id, repair } => return Ok(reconcile::run_cli(&cli.config, &sale_id, repair).await),
+        Command::Reconcile { sale_id, repair } => return Ok(app::run_reconcile(&cli.config, &sale_id, repair).await),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -29,22 +29,16 @@
 //! nothing: an order unknown to Redis is only reported, for a human to judge.
 
 use std::collections::HashSet;
-use std::process::ExitCode;
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::app;
-use crate::config::Config;
 use crate::db;
 use crate::domain::{Order, SaleId, UserId};
 use crate::orders::queue;
 use crate::purchase::{SaleState, Sales};
-use crate::redis::Keyspace;
-use crate::redis::connection;
 
 /// What reconciling one sale found (and, after [`repair`], did).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -188,45 +182,4 @@ fn sorted(users: impl Iterator<Item = String>) -> Vec<String> {
     let mut users: Vec<String> = users.collect();
     users.sort_unstable();
     users
-}
-
-/// Exit status of `seckill reconcile` when differences remain.
-const EXIT_DIFFERENCES: u8 = 1;
-/// Exit status when the sale was never seeded (clap also exits 2 on an invalid id).
-const EXIT_UNKNOWN_SALE: u8 = 2;
-/// Exit status when Redis or Postgres failed.
-const EXIT_FAILED: u8 = 3;
-
-/// The `seckill reconcile` command: checks (or repairs) the sale, prints the report as pretty
-/// JSON on stdout, and exits 0 when nothing is left to fix ([`ReconcileReport::resolved`]), 1 when
-/// differences remain, 2 when the sale is unknown, 3 when Redis or Postgres failed.
-pub async fn run_cli(config: &Config, sale: &SaleId, repair: bool) -> ExitCode {
-    let outcome: anyhow::Result<Option<(String, bool)>> = async {
-        let pool = app::connect_and_migrate(config).await?;
-        let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
-        let sales = Sales::new(Keyspace::new(redis, config.key_prefix.clone()));
-        let report = if repair { self::repair(&sales, &pool, sale).await } else { check(&sales, &pool, sale).await };
-        let Some(report) = report.context("reconciling")? else {
-            return Ok(None);
-        };
-        Ok(Some((serde_json::to_string_pretty(&report)?, report.resolved())))
-    }
-    .await;
-    match outcome {
-        Ok(Some((json, resolved))) => {
-            println!("{json}");
-            if resolved { ExitCode::SUCCESS } else { ExitCode::from(EXIT_DIFFERENCES) }
-        }
-        Ok(None) => {
-            eprintln!(
-                "seckill reconcile: unknown sale '{sale}': not seeded in Redis under key prefix '{}'",
-                config.key_prefix
-            );
-            ExitCode::from(EXIT_UNKNOWN_SALE)
-        }
-        Err(err) => {
-            eprintln!("seckill reconcile: {err:#}");
-            ExitCode::from(EXIT_FAILED)
-        }
-    }
 }

@@ -1,4 +1,8 @@
-//! Builds the service from its configuration and runs it until told to stop.
+//! The composition root: builds the service from its configuration and runs it until told to
+//! stop ([`Application`]), with the ordered shutdown; the bodies of the other commands
+//! (`seckill worker`, `migrate`, `reconcile`) are in `commands`.
+
+mod commands;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -7,9 +11,9 @@ use actix_web::dev::Server;
 use actix_web::{App, HttpServer};
 use anyhow::Context;
 use secrecy::SecretString;
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use self::commands::connect_and_migrate;
 use crate::config::Config;
 use crate::db;
 use crate::http::client_ip::TrustedProxies;
@@ -21,6 +25,8 @@ use crate::purchase::Sales;
 use crate::purchase::sold_out::{self, SoldOutFlags};
 use crate::redis::Keyspace;
 use crate::redis::connection;
+
+pub use commands::{migrate, run_reconcile, run_worker};
 
 /// A built service: the HTTP server bound to its port, the listener that keeps its sold-out flags
 /// fresh, and optionally the worker.
@@ -109,24 +115,6 @@ impl Application {
     }
 }
 
-/// The `seckill worker` command: the worker alone, until `shutdown` fires.
-pub async fn run_worker(config: &Config, shutdown: CancellationToken) -> anyhow::Result<()> {
-    connect_and_migrate(config).await?;
-    build_worker(config, Arc::new(Metrics::new()))?.run(shutdown).await;
-    Ok(())
-}
-
-/// The `seckill migrate` command.
-pub async fn migrate(config: &Config) -> anyhow::Result<()> {
-    connect_and_migrate(config).await.map(drop)
-}
-
-pub(crate) async fn connect_and_migrate(config: &Config) -> anyhow::Result<PgPool> {
-    let pool = db::connect_lazy(&config.database_url, config.database_max_connections).context("database url")?;
-    db::migrate(&pool).await.context("applying migrations (is Postgres reachable?)")?;
-    Ok(pool)
-}
-
 /// Postgres connections of the worker's own pool: one batch insert at a time, plus one spare.
 const WORKER_DATABASE_CONNECTIONS: u32 = 2;
 
@@ -134,7 +122,7 @@ const WORKER_DATABASE_CONNECTIONS: u32 = 2;
 /// a blocking XREADGROUP must not stall the requests' shared connection, and a connection opened
 /// by an HTTP worker thread dies with that thread's runtime, which stops before the worker has
 /// finished its last batch at shutdown.
-fn build_worker(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<Worker> {
+pub(crate) fn build_worker(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<Worker> {
     let redis =
         connection::connect(&config.redis_url, config.worker_block + config.redis_timeout).context("redis url")?;
     let pool = db::connect_lazy(&config.database_url, WORKER_DATABASE_CONNECTIONS).context("database url")?;
