@@ -1,5 +1,5 @@
-//! The per-client rate limiter in front of `POST /buy`: five algorithms, one Lua script each
-//! (`lua/<algorithm>.lua`), one contract, and the IETF `RateLimit` header fields.
+//! The per-client rate limiter in front of `POST /buy`: five algorithms ([`Algorithm`]), one Lua
+//! script each (`lua/<algorithm>.lua`), one contract, and the IETF `RateLimit` header fields.
 //!
 //! Every script takes `KEYS[1]` = the client's key and `ARGV` = limit, window_ms, burst, nonce
 //! (and, in tests only, the time), and answers `{allowed, remaining, retry_after_us, reset_us}`
@@ -8,19 +8,22 @@
 //! until then. When Redis cannot answer, the limiter fails closed (503): the purchase behind it
 //! needs Redis anyway, and an unlimited `/buy` is what the limiter exists to prevent.
 
+mod algorithm;
+
 use std::collections::HashMap;
-use std::fmt;
 use std::net::IpAddr;
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use actix_web::http::header::{HeaderName, HeaderValue};
-use redis::{RedisResult, Script, ScriptInvocation};
+use redis::{RedisResult, ScriptInvocation};
 use uuid::Uuid;
 
 use crate::redis::Keyspace;
 use crate::redis::keys::rate_limit_key;
 use crate::redis::lua;
+
+pub use algorithm::Algorithm;
 
 /// `RateLimit-Policy`: the quota policy (draft-ietf-httpapi-ratelimit-headers).
 pub const POLICY_HEADER: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -40,58 +43,6 @@ pub const MAX_LIMIT_TIMES_WINDOW_US: u128 = 1 << 50;
 /// Remembered refused clients at most; beyond, lapsed ones are dropped first, and if none has
 /// lapsed the client is not remembered (Redis still decides).
 const MAX_REMEMBERED: usize = 100_000;
-
-/// The limiting algorithm (`SECKILL_RATE_LIMIT_ALGORITHM`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
-pub enum Algorithm {
-    /// Sorted set of admitted requests: exact, one member per request in the window.
-    SlidingLog,
-    /// This and the previous window's counts, the previous one weighted: O(1), approximate.
-    SlidingCounter,
-    /// One counter per clock-aligned window: cheapest, admits up to 2x at a window edge.
-    FixedWindow,
-    /// Bucket of `burst` tokens refilled at limit/window, fractions kept.
-    TokenBucket,
-    /// Generic cell rate algorithm (as in redis-cell): one theoretical arrival time per client.
-    Gcra,
-}
-
-impl Algorithm {
-    pub const ALL: [Self; 5] =
-        [Self::SlidingLog, Self::SlidingCounter, Self::FixedWindow, Self::TokenBucket, Self::Gcra];
-
-    /// The name in configuration and in the client's Redis key.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::SlidingLog => "sliding-log",
-            Self::SlidingCounter => "sliding-counter",
-            Self::FixedWindow => "fixed-window",
-            Self::TokenBucket => "token-bucket",
-            Self::Gcra => "gcra",
-        }
-    }
-
-    /// Whether `burst` means anything to this algorithm.
-    pub fn has_burst(self) -> bool {
-        matches!(self, Self::TokenBucket | Self::Gcra)
-    }
-
-    fn script(self) -> &'static Script {
-        match self {
-            Self::SlidingLog => &lua::SLIDING_LOG,
-            Self::SlidingCounter => &lua::SLIDING_COUNTER,
-            Self::FixedWindow => &lua::FIXED_WINDOW,
-            Self::TokenBucket => &lua::TOKEN_BUCKET,
-            Self::Gcra => &lua::GCRA,
-        }
-    }
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// A rate: `limit` requests per `window` (what exactly that admits depends on the algorithm).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
