@@ -4,6 +4,39 @@
 //! checks the sale, refuses a second purchase by the same user, refuses at zero stock, and
 //! otherwise records the buyer, decrements stock and appends the order to the sale's Redis stream.
 //! The worker copies orders from the streams into Postgres and acknowledges them after commit.
+//!
+//! # Layout
+//!
+//! The modules stand in layers, lowest first. A module may import from its own layer and from the
+//! layers below it, never from a layer above; the modules of one layer must not import each other
+//! in a circle. `tests/layers.rs` reads this list and checks every `crate::` path in `src/`
+//! against it, so a new module needs its line here.
+//!
+//! 1. Domain
+//!    - [`domain`]: the validated ids (`SaleId`, `UserId`) and the `Order` a purchase makes.
+//! 2. Observability
+//!    - [`telemetry`]: logging to stderr, as text or JSON lines.
+//!    - [`metrics`]: the Prometheus registry of one process (its HTTP middleware is in `http`).
+//! 3. Storage access
+//!    - [`redis`]: one server or a cluster (`connection`), every key name (`keys`), the Lua
+//!      scripts (`lua`), and `Keyspace`, one deployment's keys and the shared connection.
+//!    - [`db`]: the Postgres pool and migrations, the `orders` and `sales` tables.
+//! 4. Limiting and selling
+//!    - [`limiter`]: the limiting algorithms (`algorithm`), their policy, decisions and header
+//!      fields, the clients refused lately.
+//!    - [`purchase`]: seeding and buying (`lua/buy.lua` decrements the stock and enqueues the
+//!      order), a sale's state, sharded stock (`shards`), the sold-out flags (`sold_out`).
+//! 5. Orders
+//!    - [`orders`]: the queue of orders in Redis (`queue`) and the worker that copies them into
+//!      Postgres (`worker`).
+//! 6. Reconciliation
+//!    - [`reconcile`]: whether a sale's Redis buyers and Postgres orders agree, and the repair.
+//! 7. HTTP
+//!    - [`http`]: the routes, `AppState`, the API error and its status codes, the middleware,
+//!      the client's address behind proxies.
+//! 8. Application
+//!    - [`config`]: the command line and every setting, with its default.
+//!    - [`app`]: builds and runs the service with its ordered shutdown; the other commands.
 
 pub mod app;
 pub mod config;
