@@ -27,8 +27,8 @@
 //!    - [`purchase`]: seeding and buying (`lua/buy.lua` decrements the stock and enqueues the
 //!      order), a sale's state, sharded stock (`shards`), the sold-out flags (`sold_out`).
 //! 5. Orders
-//!    - [`orders`]: the queue of orders in Redis (`queue`) and the worker that copies them into
-//!      Postgres (`worker`).
+//!    - [`orders`]: the order stream's entry, its fields in one place (`stream`), the queue's
+//!      reads and re-enqueues (`queue`), the worker that copies orders into Postgres (`worker`).
 //! 6. Reconciliation
 //!    - [`reconcile`]: whether a sale's Redis buyers and Postgres orders agree, and the repair.
 //! 7. HTTP

@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use redis::streams::StreamRangeReply;
 use redis::{AsyncCommands, RedisResult};
 
+use super::stream;
 use crate::domain::{Order, SaleId};
 use crate::purchase::Sales;
 use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
@@ -38,7 +39,7 @@ pub async fn queued_users(sales: &Sales, sale: &SaleId) -> RedisResult<HashSet<S
         let mut start = "-".to_owned();
         loop {
             let page: StreamRangeReply = sales.keyspace().conn().xrange_count(&keys.orders, &start, "+", PAGE).await?;
-            users.extend(page.ids.iter().filter_map(|entry| entry.get::<String>("user_id")));
+            users.extend(page.ids.iter().filter_map(stream::user));
             match page.ids.last() {
                 Some(last) if page.ids.len() == PAGE => start = format!("({}", last.id),
                 _ => break,
@@ -48,7 +49,7 @@ pub async fn queued_users(sales: &Sales, sale: &SaleId) -> RedisResult<HashSet<S
     Ok(users)
 }
 
-/// Appends `orders` to their sales' streams (shard 0's) with the fields `lua/buy.lua` writes,
+/// Appends `orders` to their sales' streams (shard 0's) as `lua/buy.lua` does ([`stream`]),
 /// pipelined in steps. Each sale is first (re-)added to the registry, so a worker reads its
 /// stream.
 pub async fn enqueue(keyspace: &Keyspace, orders: &[Order]) -> RedisResult<()> {
@@ -60,13 +61,7 @@ pub async fn enqueue(keyspace: &Keyspace, orders: &[Order]) -> RedisResult<()> {
     for chunk in orders.chunks(PAGE) {
         let mut pipe = redis::pipe();
         for order in chunk {
-            let fields = [
-                ("order_id", order.order_id.to_string()),
-                ("sale_id", order.sale_id.to_string()),
-                ("user_id", order.user_id.to_string()),
-                ("created_at_ms", order.created_at_ms.to_string()),
-            ];
-            pipe.xadd(keyspace.sale_keys(&order.sale_id).orders, "*", &fields).ignore();
+            pipe.xadd(keyspace.sale_keys(&order.sale_id).orders, "*", &stream::encode(order)).ignore();
         }
         pipe.query_async::<()>(&mut keyspace.conn()).await?;
     }

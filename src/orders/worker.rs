@@ -16,12 +16,11 @@ use redis::streams::{
 };
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
+use super::{queue, stream};
 use crate::db;
-use crate::domain::{Order, SaleId, UserId};
+use crate::domain::SaleId;
 use crate::metrics::Metrics;
-use crate::orders::queue;
 use crate::purchase::{CONSUMER_GROUP, Sales};
 use crate::redis::Keyspace;
 use crate::redis::connection::RedisConnection;
@@ -337,7 +336,7 @@ impl Worker {
         for (stream, ids) in &batches {
             entries += ids.len();
             for entry in ids {
-                match parse_order(entry) {
+                match stream::decode(entry) {
                     Ok(order) => orders.push(order),
                     Err(why) => {
                         self.stats.malformed += 1;
@@ -375,14 +374,4 @@ impl Worker {
         }
         Ok(StepOutcome::Processed { entries })
     }
-}
-
-/// Reads one stream entry written by `lua/buy.lua`.
-fn parse_order(entry: &StreamId) -> Result<Order, &'static str> {
-    let field = |name: &str| entry.get::<String>(name);
-    let order_id = field("order_id").and_then(|s| Uuid::parse_str(&s).ok()).ok_or("order_id")?;
-    let sale_id = field("sale_id").and_then(|s| SaleId::parse(&s).ok()).ok_or("sale_id")?;
-    let user_id = field("user_id").and_then(|s| UserId::parse(&s).ok()).ok_or("user_id")?;
-    let created_at_ms = field("created_at_ms").and_then(|s| s.parse().ok()).ok_or("created_at_ms")?;
-    Ok(Order { order_id, sale_id, user_id, created_at_ms })
 }

@@ -85,17 +85,7 @@ async fn entries_pending_less_than_the_claim_timeout_are_left_to_their_consumer(
 async fn stream_orders(app: &TestApp, sale: &str) -> Vec<Order> {
     let (stream, _) = app.orders_stream(sale);
     let entries: redis::streams::StreamRangeReply = app.redis.clone().xrange_all(&stream).await.unwrap();
-    let field = |e: &redis::streams::StreamId, name: &str| e.get::<String>(name).unwrap();
-    entries
-        .ids
-        .iter()
-        .map(|e| Order {
-            order_id: field(e, "order_id").parse().unwrap(),
-            sale_id: SaleId::parse(&field(e, "sale_id")).unwrap(),
-            user_id: UserId::parse(&field(e, "user_id")).unwrap(),
-            created_at_ms: field(e, "created_at_ms").parse().unwrap(),
-        })
-        .collect()
+    entries.ids.iter().map(|e| seckill::orders::stream::decode(e).unwrap()).collect()
 }
 
 #[tokio::test]
@@ -122,17 +112,13 @@ async fn a_different_order_for_a_user_who_already_has_one_is_counted_and_acknowl
     let app = spawn_app_with(|_| {}, false).await;
     let (sale, ids) = queued_sale(&app, 1).await;
     let (stream, _) = app.orders_stream(&sale);
-    let forged = Uuid::now_v7().to_string();
-    let _: String = app
-        .redis
-        .clone()
-        .xadd(
-            &stream,
-            "*",
-            &[("order_id", forged.as_str()), ("sale_id", &sale), ("user_id", "user-0"), ("created_at_ms", "1")],
-        )
-        .await
-        .unwrap();
+    let forged = Order {
+        order_id: Uuid::now_v7(),
+        sale_id: SaleId::parse(&sale).unwrap(),
+        user_id: UserId::parse("user-0").unwrap(),
+        created_at_ms: 1,
+    };
+    let _: String = app.redis.clone().xadd(&stream, "*", &seckill::orders::stream::encode(&forged)).await.unwrap();
 
     let mut worker = app.manual_worker("w", Duration::from_secs(60));
     step_until_idle(&mut worker).await;
