@@ -19,7 +19,8 @@
 //!    - [`metrics`]: the Prometheus registry of one process (its HTTP middleware is in `http`).
 //! 3. Storage access
 //!    - [`redis`]: one server or a cluster (`connection`), every key name (`keys`), the Lua
-//!      scripts (`lua`), and `Keyspace`, one deployment's keys and the shared connection.
+//!      scripts (`lua`), an order stream's entry fields and consumer group (`order_stream`), and
+//!      `Keyspace`, one deployment's keys and the shared connection.
 //!    - [`db`]: the Postgres pool and migrations, the `orders` and `sales` tables.
 //! 4. Limiting and selling
 //!    - [`limiter`]: the limiting algorithms (`algorithm`), their policy, decisions and header
@@ -27,8 +28,8 @@
 //!    - [`purchase`]: seeding and buying (`lua/buy.lua` decrements the stock and enqueues the
 //!      order), a sale's state, sharded stock (`shards`), the sold-out flags (`sold_out`).
 //! 5. Orders
-//!    - [`orders`]: the order stream's entry, its fields in one place (`stream`), the queue's
-//!      reads and re-enqueues (`queue`), the worker that copies orders into Postgres (`worker`).
+//!    - [`orders`]: the queue's reads and re-enqueues (`queue`), and the worker that copies the
+//!      orders from the streams into Postgres (`worker`).
 //! 6. Reconciliation
 //!    - [`reconcile`]: whether a sale's Redis buyers and Postgres orders agree, and the repair.
 //! 7. HTTP

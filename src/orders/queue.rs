@@ -9,11 +9,10 @@ use std::collections::HashSet;
 use redis::streams::StreamRangeReply;
 use redis::{AsyncCommands, RedisResult};
 
-use super::stream;
 use crate::domain::{Order, SaleId};
 use crate::purchase::Sales;
 use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
-use crate::redis::{Keyspace, PAGE};
+use crate::redis::{Keyspace, PAGE, order_stream};
 
 /// The order stream of every registered sale and shard, with the sale it belongs to.
 pub async fn streams(sales: &Sales) -> RedisResult<Vec<(String, SaleId)>> {
@@ -39,7 +38,7 @@ pub async fn queued_users(sales: &Sales, sale: &SaleId) -> RedisResult<HashSet<S
         let mut start = "-".to_owned();
         loop {
             let page: StreamRangeReply = sales.keyspace().conn().xrange_count(&keys.orders, &start, "+", PAGE).await?;
-            users.extend(page.ids.iter().filter_map(stream::user));
+            users.extend(page.ids.iter().filter_map(order_stream::user));
             match page.ids.last() {
                 Some(last) if page.ids.len() == PAGE => start = format!("({}", last.id),
                 _ => break,
@@ -49,7 +48,7 @@ pub async fn queued_users(sales: &Sales, sale: &SaleId) -> RedisResult<HashSet<S
     Ok(users)
 }
 
-/// Appends `orders` to their sales' streams (shard 0's) as `lua/buy.lua` does ([`stream`]),
+/// Appends `orders` to their sales' streams (shard 0's) as `lua/buy.lua` does ([`order_stream`]),
 /// pipelined in steps. Each sale is first (re-)added to the registry, so a worker reads its
 /// stream.
 pub async fn enqueue(keyspace: &Keyspace, orders: &[Order]) -> RedisResult<()> {
@@ -61,7 +60,7 @@ pub async fn enqueue(keyspace: &Keyspace, orders: &[Order]) -> RedisResult<()> {
     for chunk in orders.chunks(PAGE) {
         let mut pipe = redis::pipe();
         for order in chunk {
-            pipe.xadd(keyspace.sale_keys(&order.sale_id).orders, "*", &stream::encode(order)).ignore();
+            pipe.xadd(keyspace.sale_keys(&order.sale_id).orders, "*", &order_stream::encode(order)).ignore();
         }
         pipe.query_async::<()>(&mut keyspace.conn()).await?;
     }

@@ -17,14 +17,15 @@ use redis::streams::{
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::{queue, stream};
+use super::queue;
 use crate::db;
 use crate::domain::SaleId;
 use crate::metrics::Metrics;
-use crate::purchase::{CONSUMER_GROUP, Sales};
+use crate::purchase::Sales;
 use crate::redis::Keyspace;
 use crate::redis::connection::RedisConnection;
 use crate::redis::lua;
+use crate::redis::order_stream::{self, CONSUMER_GROUP};
 
 /// How often the worker re-reads the registry of sales.
 const SALES_REFRESH: Duration = Duration::from_millis(500);
@@ -79,6 +80,9 @@ pub struct Worker {
     sales_refreshed_at: Option<Instant>,
     /// Re-read this consumer's own pending entries before new ones (at start and after errors).
     read_own_pending: bool,
+    /// Create the consumer group again on every known stream before the next read (after
+    /// errors: [`order_stream::create_group`]).
+    recreate_groups: bool,
     next_claim_at: Instant,
     stats: WorkerStats,
     metrics: Arc<Metrics>,
@@ -98,6 +102,7 @@ impl Worker {
             streams: HashMap::new(),
             sales_refreshed_at: None,
             read_own_pending: true,
+            recreate_groups: false,
             next_claim_at: Instant::now(),
             stats: WorkerStats::default(),
             metrics,
@@ -142,6 +147,7 @@ impl Worker {
         let result = self.step_inner().await;
         if result.is_err() {
             self.read_own_pending = true;
+            self.recreate_groups = true;
         }
         result
     }
@@ -213,35 +219,27 @@ impl Worker {
     }
 
     /// Adds the streams of the sales and shards registered since the last refresh (a seed
-    /// registers them before seeding).
+    /// registers them before seeding), with their consumer group; after a failed step, first
+    /// creates the group again on every stream it knows.
     async fn refresh_sales(&mut self) -> anyhow::Result<()> {
+        if self.recreate_groups {
+            for key in self.streams.keys() {
+                order_stream::create_group(&mut self.redis, key).await.context("creating consumer group")?;
+            }
+            self.recreate_groups = false;
+        }
         let due = self.sales_refreshed_at.is_none_or(|t| t.elapsed() >= SALES_REFRESH);
         if !due {
             return Ok(());
         }
-        for (stream, sale) in queue::streams(&self.sales).await.context("listing sales")? {
-            if !self.streams.contains_key(&stream) {
-                self.ensure_group(&stream).await?;
-                self.streams.insert(stream, sale);
+        for (key, sale) in queue::streams(&self.sales).await.context("listing sales")? {
+            if !self.streams.contains_key(&key) {
+                order_stream::create_group(&mut self.redis, &key).await.context("creating consumer group")?;
+                self.streams.insert(key, sale);
             }
         }
         self.sales_refreshed_at = Some(Instant::now());
         Ok(())
-    }
-
-    async fn ensure_group(&mut self, stream: &str) -> anyhow::Result<()> {
-        let created: redis::RedisResult<()> = redis::cmd("XGROUP")
-            .arg("CREATE")
-            .arg(stream)
-            .arg(CONSUMER_GROUP)
-            .arg("0")
-            .arg("MKSTREAM")
-            .query_async(&mut self.redis)
-            .await;
-        match created {
-            Err(err) if err.code() != Some("BUSYGROUP") => Err(err).context("creating consumer group"),
-            _ => Ok(()),
-        }
     }
 
     /// XAUTOCLAIM on every stream: entries idle longer than the claim timeout become ours.
@@ -336,7 +334,7 @@ impl Worker {
         for (stream, ids) in &batches {
             entries += ids.len();
             for entry in ids {
-                match stream::decode(entry) {
+                match order_stream::decode(entry) {
                     Ok(order) => orders.push(order),
                     Err(why) => {
                         self.stats.malformed += 1;

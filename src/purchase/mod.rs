@@ -26,9 +26,6 @@ pub use buy::BuyOutcome;
 pub use reads::SaleState;
 pub use seed::{SaleSpec, SeedOutcome};
 
-/// The consumer group every worker of every instance reads orders with.
-pub const CONSUMER_GROUP: &str = "seckill-workers";
-
 /// How long [`Sales`] keeps a sale's layout before reading it again.
 pub const LAYOUT_TTL: Duration = Duration::from_secs(5);
 

@@ -2,12 +2,13 @@
 
 use redis::{AsyncCommands, RedisResult};
 
-use super::{CONSUMER_GROUP, Sales};
+use super::Sales;
 use crate::domain::SaleId;
 use crate::purchase::shards::{self, Layout};
 use crate::redis::connection;
 use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
 use crate::redis::lua::{self, unexpected_reply};
+use crate::redis::order_stream;
 
 /// What the seed decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,11 +91,12 @@ impl Sales {
     ) -> RedisResult<String> {
         let opt = |v: Option<i64>| v.map(|ms| ms.to_string()).unwrap_or_default();
         let suffixes = if shard == 0 { layout.suffixes_field() } else { String::new() };
-        let mut call = lua::SEED.key(&keys.all()[..]);
+        // The group exists before the shard can take an order, so its orders reach the worker.
+        order_stream::create_group(&mut self.redis.conn(), &keys.orders).await?;
+        let mut call = lua::SEED.key(&keys.state()[..]);
         call.arg(layout.stock_of(spec.stock, shard))
             .arg(opt(spec.starts_at_ms))
             .arg(opt(spec.ends_at_ms))
-            .arg(CONSUMER_GROUP)
             .arg(layout.shards())
             .arg(suffixes)
             .arg(if reseed { "1" } else { "0" });

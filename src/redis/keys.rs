@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use crate::domain::SaleId;
 
-/// The keys of one sale, in the order the sale scripts take them as KEYS[1..4].
+/// The keys of one sale, in the order the sale scripts take them as KEYS.
 #[derive(Debug, Clone)]
 pub struct SaleKeys {
     /// Hash: stock_initial, starts_at_ms, ends_at_ms.
@@ -48,9 +48,14 @@ impl SaleKeys {
         }
     }
 
-    /// The four keys as KEYS[1..4] of buy.lua and seed.lua.
+    /// The four keys, as KEYS[1..4] of buy.lua.
     pub fn all(&self) -> [&str; 4] {
         [&self.meta, &self.stock, &self.buyers, &self.orders]
+    }
+
+    /// The sale's state without its order stream, as KEYS[1..3] of seed.lua.
+    pub fn state(&self) -> [&str; 3] {
+        [&self.meta, &self.stock, &self.buyers]
     }
 }
 

@@ -294,8 +294,8 @@ async fn a_kept_layout_that_leads_nowhere_is_read_again() {
     lose_in_redis(&app, &sale).await;
     let prefix = &app.config.key_prefix;
     for (keys, suffixes) in [(SaleKeys::of_shard(prefix, &id, 777), ""), (SaleKeys::new(prefix, &id), "777")] {
-        let mut call = seckill::redis::lua::SEED.key(&keys.all()[..]);
-        call.arg(5).arg("").arg("").arg(seckill::purchase::CONSUMER_GROUP).arg(2).arg(suffixes).arg("0");
+        let mut call = seckill::redis::lua::SEED.key(&keys.state()[..]);
+        call.arg(5).arg("").arg("").arg(2).arg(suffixes).arg("0");
         let reply: String = seckill::redis::lua::run(&call, &mut app.redis.clone()).await.unwrap();
         assert_eq!(reply, "ok");
     }

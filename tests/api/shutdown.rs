@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use seckill::domain::SaleId;
 use seckill::orders::queue;
-use seckill::purchase::CONSUMER_GROUP;
+use seckill::redis::order_stream::CONSUMER_GROUP;
 
 use crate::helpers::{new_sale_id, spawn_app_with};
 

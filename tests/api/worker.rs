@@ -85,7 +85,7 @@ async fn entries_pending_less_than_the_claim_timeout_are_left_to_their_consumer(
 async fn stream_orders(app: &TestApp, sale: &str) -> Vec<Order> {
     let (stream, _) = app.orders_stream(sale);
     let entries: redis::streams::StreamRangeReply = app.redis.clone().xrange_all(&stream).await.unwrap();
-    entries.ids.iter().map(|e| seckill::orders::stream::decode(e).unwrap()).collect()
+    entries.ids.iter().map(|e| seckill::redis::order_stream::decode(e).unwrap()).collect()
 }
 
 #[tokio::test]
@@ -118,7 +118,7 @@ async fn a_different_order_for_a_user_who_already_has_one_is_counted_and_acknowl
         user_id: UserId::parse("user-0").unwrap(),
         created_at_ms: 1,
     };
-    let _: String = app.redis.clone().xadd(&stream, "*", &seckill::orders::stream::encode(&forged)).await.unwrap();
+    let _: String = app.redis.clone().xadd(&stream, "*", &seckill::redis::order_stream::encode(&forged)).await.unwrap();
 
     let mut worker = app.manual_worker("w", Duration::from_secs(60));
     step_until_idle(&mut worker).await;
@@ -181,4 +181,23 @@ async fn orders_reach_postgres_even_when_the_sales_row_is_missing() {
 
     assert_eq!(app.order_ids(&sale).await, ids);
     app.assert_invariants(&sale, &ids).await;
+}
+
+#[tokio::test]
+async fn orders_are_still_consumed_after_their_stream_lost_its_consumer_group() {
+    let app = spawn_app_with(|_| {}, true).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 10).await;
+    assert_eq!(app.buy(&sale, "before").await.status(), 201);
+    app.wait_for_drain(&sale).await;
+
+    // The group is gone (as after a failover that lost it), with no re-seed to bring it back.
+    let (stream, group) = app.orders_stream(&sale);
+    let destroyed: i64 =
+        redis::cmd("XGROUP").arg("DESTROY").arg(&stream).arg(group).query_async(&mut app.redis.clone()).await.unwrap();
+    assert_eq!(destroyed, 1);
+    assert_eq!(app.buy(&sale, "after").await.status(), 201);
+
+    let status = app.wait_for_drain(&sale).await;
+    assert_eq!((status.sold, status.persisted), (2, Some(2)));
 }

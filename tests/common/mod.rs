@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use seckill::domain::SaleId;
 use seckill::http::routes::SaleStatus;
-use seckill::purchase::{CONSUMER_GROUP, Sales};
+use seckill::purchase::Sales;
 use seckill::redis::Keyspace;
 use seckill::redis::connection::{RedisConnection, RedisTarget};
+use seckill::redis::order_stream::CONSUMER_GROUP;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection, PgPool};

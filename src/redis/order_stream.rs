@@ -1,8 +1,11 @@
-//! An order's entry in its sale's Redis stream, in one place: the field names, [`encode`] (for
-//! the re-enqueues of reconciliation) and [`decode`] (for the worker). The purchase itself
-//! appends its entries in `lua/buy.lua`, which cannot import these names: a test checks that its
-//! XADD writes exactly [`FIELDS`], and that no other script writes to a stream.
+//! A sale's order stream, in one place: an entry's field names, [`encode`] (for the re-enqueues
+//! of reconciliation) and [`decode`] (for the worker); and the consumer group the workers read it
+//! with ([`CONSUMER_GROUP`], created only by [`create_group`]). The purchase itself appends its
+//! entries in `lua/buy.lua`, which cannot import these names: a test checks that its XADD writes
+//! exactly [`FIELDS`], and that no other script writes to a stream.
 
+use redis::RedisResult;
+use redis::aio::ConnectionLike;
 use redis::streams::StreamId;
 use uuid::Uuid;
 
@@ -13,6 +16,23 @@ const SALE_ID: &str = "sale_id";
 const USER_ID: &str = "user_id";
 /// Redis server time of the purchase, Unix milliseconds.
 const CREATED_AT_MS: &str = "created_at_ms";
+
+/// The consumer group every worker of every instance reads the order streams with.
+pub const CONSUMER_GROUP: &str = "seckill-workers";
+
+/// Creates the consumer group on `stream` (and the stream, if missing) unless it exists. The
+/// group starts at the stream's first entry, so it also delivers orders appended before it was
+/// created. The seed creates it before a shard can take orders, and the worker when it finds a
+/// stream and again after a failed step: a stream lost with its group (a sale lost in Redis, a
+/// failover) fails the worker's reads until the group is back.
+pub async fn create_group(con: &mut impl ConnectionLike, stream: &str) -> RedisResult<()> {
+    let mut create = redis::cmd("XGROUP");
+    create.arg("CREATE").arg(stream).arg(CONSUMER_GROUP).arg("0").arg("MKSTREAM");
+    match create.query_async(con).await {
+        Err(err) if err.code() == Some("BUSYGROUP") => Ok(()),
+        result => result,
+    }
+}
 
 /// The fields of an entry, in the order they are written.
 pub const FIELDS: [&str; 4] = [ORDER_ID, SALE_ID, USER_ID, CREATED_AT_MS];
@@ -67,7 +87,7 @@ mod tests {
         let args: Vec<&str> = call[..end.expect("the XADD call is closed")].split(',').map(str::trim).collect();
         assert_eq!(args[1], "'*'", "{args:?}");
         let fields: Vec<&str> = args[2..].iter().step_by(2).map(|f| f.trim_matches('\'')).collect();
-        assert_eq!(fields, FIELDS, "buy.lua's XADD writes other fields than orders::stream");
+        assert_eq!(fields, FIELDS, "buy.lua's XADD writes other fields than redis::order_stream");
 
         for script in std::fs::read_dir(format!("{}/lua", env!("CARGO_MANIFEST_DIR"))).unwrap() {
             let file = script.unwrap().file_name().into_string().unwrap();
