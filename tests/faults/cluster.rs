@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::common;
 use crate::harness::Deployment;
-use crate::storm::Storm;
+use crate::storm_client::Storm;
 
 /// One master of the test cluster: its port and the config file that restarts it as itself.
 struct ClusterNode {

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use crate::common::assert_error;
 use crate::harness::{Deployment, PostgresOutage, RedisOutage};
-use crate::storm::{Storm, StormReport};
+use crate::storm_client::{Storm, StormReport};
 
 async fn readyz(deployment: &Deployment) -> (u16, Value) {
     let response = deployment.client.get(deployment.url("/readyz")).send().await.unwrap();

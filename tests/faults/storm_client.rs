@@ -1,4 +1,5 @@
-//! A storm of `POST /buy`: many users, several tries each, as concurrently as asked.
+//! The storm generator the scenarios use: `POST /buy` from many users, several tries each, as
+//! concurrently as asked, and a report of what the clients saw.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::harness::Deployment;
-use crate::storm::Storm;
+use crate::storm_client::Storm;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storm_sells_exactly_the_stock_with_no_server_errors() {
