@@ -62,6 +62,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Every metric, registered in a registry of its own.
     pub fn new() -> Self {
         let registry = Registry::new();
         let counter = |name: &str, help: &str, labels: &[&str]| {

@@ -84,8 +84,10 @@ impl ReconcileReport {
 /// A reconciliation could not read or write what it needed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
+    /// A Redis call failed.
     #[error("redis")]
     Redis(#[from] redis::RedisError),
+    /// A Postgres call failed.
     #[error("postgres")]
     Postgres(#[from] sqlx::Error),
 }

@@ -16,6 +16,7 @@ use ipnet::IpNet;
 pub struct TrustedProxies(Vec<IpNet>);
 
 impl TrustedProxies {
+    /// Believes the proxies in `nets`.
     pub fn new(nets: Vec<IpNet>) -> Self {
         Self(nets)
     }

@@ -7,42 +7,71 @@ use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
+/// Every answer but a success: each variant has its status code, its stable `error` code
+/// ([`ApiError::code`]) and its message (the `#[error]` text).
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// 400 `invalid_request`: the body or the path does not hold a valid request.
     #[error("{0}")]
     InvalidRequest(String),
+    /// 413 `payload_too_large`: the body exceeds the limit (in bytes).
     #[error("the request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
+    /// 415 `unsupported_media_type`: the body is not declared as JSON.
     #[error("the request body must be JSON (content-type: application/json)")]
     UnsupportedMediaType,
+    /// 404 `not_found`: no route has this path.
     #[error("no such route")]
     NotFound,
+    /// 405 `method_not_allowed`, with the methods the route accepts in `Allow`.
     #[error("this route does not accept that method")]
-    MethodNotAllowed { allow: &'static str },
+    MethodNotAllowed {
+        /// The `Allow` header's value.
+        allow: &'static str,
+    },
+    /// 401 `unauthorized`: no or a wrong admin bearer token.
     #[error("a valid admin bearer token is required")]
     Unauthorized,
+    /// 403 `admin_disabled`: no admin token is configured.
     #[error("admin routes are disabled: no admin token is configured")]
     AdminDisabled,
+    /// 404 `unknown_sale`.
     #[error("no sale with that id")]
     UnknownSale,
+    /// 403 `sale_not_started`.
     #[error("the sale has not started yet")]
     SaleNotStarted,
+    /// 403 `sale_ended`.
     #[error("the sale has ended")]
     SaleEnded,
+    /// 409 `already_purchased`.
     #[error("this user has already bought in this sale")]
     AlreadyPurchased,
+    /// 410 `sold_out`.
     #[error("the sale is sold out")]
     SoldOut,
+    /// 409 `sale_in_progress`: a re-seed of a sale with buyers.
     #[error("the sale already has buyers; it cannot be re-seeded")]
     SaleInProgress,
+    /// 409 `sale_started`: a re-seed of a sharded sale that has started.
     #[error("the sale is sharded and has started; it cannot be re-seeded")]
     SaleStarted,
+    /// 409 `shards_fixed`: a seed asking another shard count than the sale has.
     #[error("the sale exists with {shards} shard(s); its shard count cannot change")]
-    ShardsFixed { shards: u32 },
+    ShardsFixed {
+        /// The sale's shard count.
+        shards: u32,
+    },
+    /// 429 `rate_limited`, with `Retry-After` in whole seconds.
     #[error("too many requests from this client; retry after {retry_after_secs} s")]
-    RateLimited { retry_after_secs: u64 },
+    RateLimited {
+        /// Whole seconds until a request can be admitted.
+        retry_after_secs: u64,
+    },
+    /// 503 `unavailable`: Redis or Postgres cannot be reached (the cause is logged, not shown).
     #[error("a service this request needs is unavailable; retry shortly")]
     Unavailable(#[source] anyhow::Error),
+    /// 500 `internal`: anything else (the cause is logged, not shown).
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }

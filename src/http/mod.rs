@@ -29,11 +29,13 @@ pub struct AppState {
     pub sales: Sales,
     /// Sales this instance knows to be sold out (answered without Redis).
     pub sold_out: Arc<SoldOutFlags>,
+    /// The Postgres pool (sale records, order counts, reconciliation, readiness).
     pub pool: PgPool,
     /// The rate limiter's policy and the clients it recently refused.
     pub limiter: Arc<Limiter>,
     /// This process's metrics (shared with its worker).
     pub metrics: Arc<Metrics>,
+    /// The proxies whose `X-Forwarded-For` names the client.
     pub proxies: TrustedProxies,
     /// `None`: admin routes are disabled and answer 403.
     pub admin_token: Option<SecretString>,

@@ -32,8 +32,9 @@ pub const STATE_HEADER: HeaderName = HeaderName::from_static("ratelimit");
 /// The name of the one quota policy, as both header fields carry it.
 const POLICY_NAME: &str = "buy";
 
-/// Largest `limit` and `burst`, and longest window.
+/// Largest `limit` and `burst`.
 pub const MAX_LIMIT: u32 = 1_000_000;
+/// Longest window.
 pub const MAX_WINDOW: Duration = Duration::from_secs(3600);
 /// Largest `limit` (and `burst`) x window in microseconds: the scripts' integers then stay below
 /// 2^53, where Lua's doubles are exact (the sliding counter doubles it, the rest adds a little).
@@ -47,7 +48,9 @@ const MAX_REMEMBERED: usize = 100_000;
 /// A rate: `limit` requests per `window` (what exactly that admits depends on the algorithm).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateLimit {
+    /// Requests per window.
     pub limit: u32,
+    /// The window.
     pub window: Duration,
 }
 
@@ -55,9 +58,13 @@ pub struct RateLimit {
 /// algorithms (equal to `limit` for the others).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
+    /// How the limit is enforced.
     pub algorithm: Algorithm,
+    /// Requests per window, 1 to [`MAX_LIMIT`].
     pub limit: u32,
+    /// Whole milliseconds, up to [`MAX_WINDOW`].
     pub window: Duration,
+    /// Requests admitted back to back (token bucket, GCRA); `limit` for the others.
     pub burst: u32,
 }
 
@@ -119,6 +126,7 @@ impl Policy {
 /// One limiter decision, as the script answered it (or as remembered from a refusal).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
+    /// Whether the request is admitted.
     pub allowed: bool,
     /// Requests still admitted right now.
     pub remaining: u32,
@@ -155,6 +163,7 @@ pub fn ceil_secs(d: Duration) -> u64 {
 /// The limiter one instance runs: its policy and the clients it refused recently.
 #[derive(Debug)]
 pub struct Limiter {
+    /// The policy every client is held to.
     pub policy: Policy,
     policy_header: HeaderValue,
     refused: RwLock<HashMap<IpAddr, Refusal>>,
@@ -169,6 +178,7 @@ struct Refusal {
 }
 
 impl Limiter {
+    /// A limiter remembering up to 100,000 refused clients.
     pub fn new(policy: Policy) -> Self {
         Self::with_capacity(policy, MAX_REMEMBERED)
     }

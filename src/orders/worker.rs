@@ -42,10 +42,15 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// Settings of one worker.
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
+    /// The deployment's key prefix.
     pub key_prefix: String,
+    /// This worker's name in the consumer group.
     pub consumer: String,
+    /// Orders read and inserted per batch.
     pub batch: usize,
+    /// How long one read waits for new orders.
     pub block: Duration,
+    /// Orders pending this long with another consumer are claimed.
     pub claim_timeout: Duration,
 }
 
@@ -53,7 +58,10 @@ pub struct WorkerSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepOutcome {
     /// A batch was written and acknowledged.
-    Processed { entries: usize },
+    Processed {
+        /// Stream entries handled (malformed ones included).
+        entries: usize,
+    },
     /// Nothing to do within the block time.
     Idle,
 }
@@ -61,10 +69,15 @@ pub enum StepOutcome {
 /// Running totals, for logs and tests.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct WorkerStats {
+    /// Orders written to Postgres.
     pub inserted: u64,
+    /// Orders already stored (a redelivery): nothing written.
     pub redelivered: u64,
+    /// Orders refused: the user has another order in the sale.
     pub conflicts: u64,
+    /// Entries that are no order, dropped.
     pub malformed: u64,
+    /// Entries claimed from a consumer presumed dead.
     pub reclaimed: u64,
 }
 
@@ -110,6 +123,7 @@ impl Worker {
         }
     }
 
+    /// What this worker has done so far.
     pub fn stats(&self) -> &WorkerStats {
         &self.stats
     }

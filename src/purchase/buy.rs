@@ -12,10 +12,15 @@ use crate::redis::lua::{self, unexpected_reply};
 /// What the purchase decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BuyOutcome {
+    /// Bought: stock decremented, the order in the shard's stream.
     Purchased,
+    /// The sale was never seeded.
     UnknownSale,
+    /// Before the sale's start (Redis time).
     NotStarted,
+    /// At or after the sale's end (Redis time).
     Ended,
+    /// The user is already a buyer.
     AlreadyPurchased,
     /// Every shard answered sold out.
     SoldOut,

@@ -16,13 +16,17 @@ use crate::redis::lua::unexpected_reply;
 /// A sale as Redis holds it (a sharded sale's figures are its shards' sums).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaleState {
+    /// The stock the sale was seeded with.
     pub stock_initial: i64,
+    /// The stock not sold yet.
     pub stock_left: i64,
     /// Buyers in the buyer set(s).
     pub sold: i64,
     /// Confirmed orders still in the stream(s) (not yet committed to Postgres).
     pub queued: i64,
+    /// The start, Unix milliseconds (`None`: open from the seed).
     pub starts_at_ms: Option<i64>,
+    /// The end, Unix milliseconds (`None`: never ends).
     pub ends_at_ms: Option<i64>,
     /// Shards the stock is split over (1: unsharded).
     pub shards: u32,

@@ -13,6 +13,7 @@ use crate::redis::order_stream;
 /// What the seed decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SeedOutcome {
+    /// The sale is seeded on every shard.
     Seeded,
     /// The sale has buyers; nothing was changed.
     InProgress,
@@ -20,6 +21,7 @@ pub enum SeedOutcome {
     Started,
     /// The sale exists with this many shards; its shard count cannot change.
     ShardsFixed {
+        /// The sale's shard count.
         shards: u32,
     },
 }
@@ -27,8 +29,11 @@ pub enum SeedOutcome {
 /// A sale's schedule and stock, as an admin seeds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SaleSpec {
+    /// Items for sale.
     pub stock: i64,
+    /// The start, Unix milliseconds (`None`: open at once).
     pub starts_at_ms: Option<i64>,
+    /// The end, Unix milliseconds (`None`: never ends).
     pub ends_at_ms: Option<i64>,
     /// Shards to split the stock over; `None` keeps the sale's (1 for a new sale).
     pub shards: Option<u32>,

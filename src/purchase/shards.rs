@@ -46,6 +46,7 @@ impl Layout {
         &self.suffixes
     }
 
+    /// Whether the sale has more than one shard.
     pub fn is_sharded(&self) -> bool {
         !self.suffixes.is_empty()
     }

@@ -67,6 +67,7 @@ impl Default for SoldOutFlags {
 }
 
 impl SoldOutFlags {
+    /// Flags that lapse after `ttl` unless Redis confirms them again.
     pub fn with_ttl(ttl: Duration) -> Self {
         Self { flags: RwLock::default(), ttl }
     }

@@ -18,12 +18,14 @@ use secrecy::{ExposeSecret, SecretString};
 /// A parsed `SECKILL_REDIS_URL`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisTarget {
+    /// One server's URL.
     Single(String),
     /// The seed nodes; the client learns the rest of the cluster from them.
     Cluster(Vec<String>),
 }
 
 impl RedisTarget {
+    /// Parses the URL (or URLs), or says what is wrong with it.
     pub fn parse(raw: &str) -> Result<Self, String> {
         let urls: Vec<&str> = raw.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
         let plain = |url: &str| -> Result<String, String> {
@@ -55,7 +57,9 @@ impl RedisTarget {
 /// One server's connection or a cluster's; either way a cheap-to-clone multiplexed handle.
 #[derive(Clone)]
 pub enum RedisConnection {
+    /// A single server's self-reconnecting connection.
     Single(ConnectionManager),
+    /// A cluster's connection, replaced when it wedges.
     Cluster(HealingCluster),
 }
 
@@ -112,6 +116,7 @@ impl HealingCluster {
 }
 
 impl RedisConnection {
+    /// Whether this is a cluster's connection.
     pub fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
     }
@@ -138,6 +143,7 @@ pub async fn slot_masters(con: &mut impl ConnectionLike) -> RedisResult<SlotMast
 pub struct SlotMasters(Vec<(u16, u16, String)>);
 
 impl SlotMasters {
+    /// The master serving `slot`, if the cluster said.
     pub fn master_of(&self, slot: u16) -> Option<String> {
         self.0.iter().find(|(start, end, _)| (*start..=*end).contains(&slot)).map(|(_, _, master)| master.clone())
     }
