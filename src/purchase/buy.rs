@@ -38,7 +38,7 @@ impl Sales {
     /// that shard's stream. An unsharded sale costs one call. A sharded sale is tried shard by
     /// shard in the user's visit order, moving on only after `sold_out`.
     ///
-    /// The layout is not read first: a sale this store has not seen is assumed unsharded, and the
+    /// The layout is not read first: a sale this instance has not seen is assumed unsharded, and the
     /// script answers `wrong_shards` (writing nothing) if it is not; then the layout is read and
     /// the purchase asked again.
     pub async fn buy(&self, sale: &SaleId, user: &UserId, order_id: Uuid) -> RedisResult<BuyOutcome> {

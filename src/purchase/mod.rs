@@ -35,6 +35,7 @@ type KeptLayout = (Instant, Arc<Layout>);
 /// The sales of one deployment in Redis, and the layouts of the sharded ones this instance keeps.
 #[derive(Clone)]
 pub struct Sales {
+    /// The deployment's keys and the shared connection.
     redis: Keyspace,
     /// Layouts of seeded sales by sale id, each kept until the time with it.
     layouts: Arc<RwLock<HashMap<Box<str>, KeptLayout>>>,
@@ -82,7 +83,7 @@ impl Sales {
         Ok(Some(layout))
     }
 
-    /// The layout this store read less than [`LAYOUT_TTL`] ago, if any.
+    /// The layout this instance read less than [`LAYOUT_TTL`] ago, if any.
     fn cached_layout(&self, sale: &SaleId) -> Option<Arc<Layout>> {
         let layouts = self.layouts.read().unwrap_or_else(|e| e.into_inner());
         layouts.get(sale.as_str()).filter(|(until, _)| Instant::now() < *until).map(|(_, layout)| layout.clone())

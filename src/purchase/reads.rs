@@ -144,7 +144,7 @@ impl Sales {
     }
 
     /// Whether `user` is among the sale's buyers (in any shard). On the sold-out path, so it
-    /// goes by the layout this store keeps.
+    /// goes by the layout this instance keeps.
     pub async fn is_buyer(&self, sale: &SaleId, user: &UserId) -> RedisResult<bool> {
         let keys = self.layout(sale).await?.unwrap_or_default().keys(self.redis.prefix(), sale);
         let found: Vec<bool> = try_join_all(keys.iter().map(|k| {
