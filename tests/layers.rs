@@ -1,7 +1,8 @@
 //! The layer rule of the `# Layout` list in `src/lib.rs`: a module imports only from its own
-//! layer and the layers below, and the modules of one layer import each other in no circle. The
-//! layers are read from that list; the imports are the `crate::<module>` paths of every file in
-//! `src/` outside comments (and `super::<module>` in a module's root file).
+//! layer and the layers below, and the modules of one layer import each other in no circle; below
+//! `http`, no module uses actix-web. The layers are read from that list; the imports are the
+//! `crate::<module>` paths of every file in `src/` outside comments (and `super::<module>` in a
+//! module's root file).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -20,14 +21,6 @@ fn layers(lib: &str) -> BTreeMap<String, usize> {
         }
     }
     layers
-}
-
-/// The modules `lib.rs` declares.
-fn declared(lib: &str) -> BTreeSet<String> {
-    fn module(line: &str) -> Option<&str> {
-        line.strip_prefix("pub mod ").or_else(|| line.strip_prefix("mod "))?.strip_suffix(';')
-    }
-    lib.lines().filter_map(|l| module(l.trim())).map(str::to_owned).collect()
 }
 
 fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
@@ -64,31 +57,27 @@ fn imports(code: &str, super_too: bool) -> Vec<(usize, String, bool)> {
     let ident =
         |s: &str| -> String { s.trim_start().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect() };
     let mut found = vec![];
-    for prefix in if super_too { &["crate::", "super::"][..] } else { &["crate::"] } {
+    for prefix in ["crate::", "super::"].into_iter().filter(|p| super_too || *p == "crate::") {
         for (at, _) in code.match_indices(prefix) {
             if code[..at].ends_with(|c: char| c.is_alphanumeric() || "_$:".contains(c)) {
                 continue;
             }
             let (line, rest) = (code[..at].matches('\n').count() + 1, &code[at + prefix.len()..]);
-            let Some(group) = rest.strip_prefix('{') else {
-                found.push((line, ident(rest), *prefix == "super::"));
-                continue;
-            };
-            let (mut depth, mut item) = (0, 0); // `crate::{a, b::{c, d}}`: the items at depth 0
-            for (i, c) in group.char_indices().chain([(group.len(), '}')]) {
-                match c {
-                    '{' => depth += 1,
-                    '}' | ',' if depth == 0 => {
-                        found.push((line, ident(&group[item..i]), *prefix == "super::"));
-                        item = i + 1;
-                        if c == '}' {
-                            break;
-                        }
+            let mut items = vec![rest]; // of `crate::{a, b::{c, d}}`, the items at depth 0
+            if let Some(group) = rest.strip_prefix('{') {
+                let mut depth = 0;
+                items = vec![group];
+                for (i, c) in group.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => items.push(&group[i + 1..]),
+                        _ => {}
                     }
-                    '}' => depth -= 1,
-                    _ => {}
                 }
             }
+            found.extend(items.into_iter().map(|item| (line, ident(item), prefix == "super::")));
         }
     }
     found.retain(|(_, name, _)| !name.is_empty());
@@ -98,7 +87,10 @@ fn imports(code: &str, super_too: bool) -> Vec<(usize, String, bool)> {
 #[test]
 fn modules_import_only_their_own_layer_and_the_layers_below_without_circles() {
     let lib = std::fs::read_to_string(format!("{SRC}/lib.rs")).unwrap();
-    let (layer, declared) = (layers(&lib), declared(&lib));
+    let layer = layers(&lib);
+    let module =
+        |l: &str| Some(l.strip_prefix("pub mod ").or_else(|| l.strip_prefix("mod "))?.strip_suffix(';')?.to_owned());
+    let declared: BTreeSet<String> = lib.lines().filter_map(|l| module(l.trim())).collect();
     let mut problems: Vec<String> = declared
         .symmetric_difference(&layer.keys().cloned().collect())
         .map(|m| format!("src/lib.rs: `{m}` is not both declared and in the `# Layout` list (a module needs a layer)"))
@@ -110,7 +102,11 @@ fn modules_import_only_their_own_layer_and_the_layers_below_without_circles() {
         let relative = file.strip_prefix(SRC).unwrap();
         let from = relative.iter().next().unwrap().to_str().unwrap().trim_end_matches(".rs");
         let root_file = relative.components().count() == 1 || relative.ends_with(format!("{from}/mod.rs"));
-        for (line, to, via_super) in imports(&code(&std::fs::read_to_string(file).unwrap()), root_file) {
+        let code = code(&std::fs::read_to_string(file).unwrap());
+        if layer.get(from) < layer.get("http") && code.contains("actix_web") {
+            problems.push(format!("src/{}: `{from}`, below `http`, uses actix-web", relative.display()));
+        }
+        for (line, to, via_super) in imports(&code, root_file) {
             let at = format!("src/{}:{line}", relative.display());
             checked += 1;
             match (layer.get(from), layer.get(&to)) {

@@ -8,6 +8,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
 use actix_web::dev::Server;
+use actix_web::http::header::HeaderValue;
 use actix_web::{App, HttpServer};
 use anyhow::Context;
 use secrecy::SecretString;
@@ -58,6 +59,7 @@ impl Application {
             sold_out: sold_out.clone(),
             pool: pool.clone(),
             limiter: Arc::new(Limiter::new(policy)),
+            rate_limit_policy: HeaderValue::from_str(&policy.policy_field()).context("rate limit policy")?,
             metrics: metrics.clone(),
             proxies: TrustedProxies::new(config.trusted_proxies.clone()),
             admin_token: config.admin_token.clone(),

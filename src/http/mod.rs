@@ -10,6 +10,7 @@ pub mod routes;
 
 use std::sync::Arc;
 
+use actix_web::http::header::HeaderValue;
 use secrecy::SecretString;
 use sqlx::PgPool;
 
@@ -33,6 +34,8 @@ pub struct AppState {
     pub pool: PgPool,
     /// The rate limiter's policy and the clients it recently refused.
     pub limiter: Arc<Limiter>,
+    /// The `RateLimit-Policy` value every `/buy` answer carries: the policy's, formatted once.
+    pub rate_limit_policy: HeaderValue,
     /// This process's metrics (shared with its worker).
     pub metrics: Arc<Metrics>,
     /// The proxies whose `X-Forwarded-For` names the client.

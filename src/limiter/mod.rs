@@ -15,7 +15,6 @@ use std::net::IpAddr;
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
-use actix_web::http::header::{HeaderName, HeaderValue};
 use redis::{RedisResult, ScriptInvocation};
 use uuid::Uuid;
 
@@ -25,10 +24,6 @@ use crate::redis::lua;
 
 pub use algorithm::Algorithm;
 
-/// `RateLimit-Policy`: the quota policy (draft-ietf-httpapi-ratelimit-headers).
-pub const POLICY_HEADER: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// `RateLimit`: this client's remaining quota and the seconds until it resets.
-pub const STATE_HEADER: HeaderName = HeaderName::from_static("ratelimit");
 /// The name of the one quota policy, as both header fields carry it.
 const POLICY_NAME: &str = "buy";
 
@@ -115,11 +110,11 @@ impl Policy {
         Ok(Decision::from_reply(reply))
     }
 
-    /// The `RateLimit-Policy` value, e.g. `"buy";q=20;w=1`. The field counts whole seconds, so
-    /// a sub-second window is announced as one second: `q` per `w` is never more than allowed.
-    pub fn policy_header(&self) -> HeaderValue {
-        let value = format!("\"{POLICY_NAME}\";q={};w={}", self.limit, ceil_secs(self.window).max(1));
-        HeaderValue::from_str(&value).expect("ASCII header value")
+    /// The `RateLimit-Policy` field's value (draft-ietf-httpapi-ratelimit-headers), e.g.
+    /// `"buy";q=20;w=1`. The field counts whole seconds, so a sub-second window is announced as
+    /// one second: `q` per `w` is never more than allowed.
+    pub fn policy_field(&self) -> String {
+        format!("\"{POLICY_NAME}\";q={};w={}", self.limit, ceil_secs(self.window).max(1))
     }
 }
 
@@ -148,10 +143,10 @@ impl Decision {
         }
     }
 
-    /// The `RateLimit` value, e.g. `"buy";r=5;t=1` (`t` in whole seconds, rounded up).
-    pub fn state_header(&self) -> HeaderValue {
-        let value = format!("\"{POLICY_NAME}\";r={};t={}", self.remaining, ceil_secs(self.reset));
-        HeaderValue::from_str(&value).expect("ASCII header value")
+    /// The `RateLimit` field's value: this client's remaining quota and the seconds until it
+    /// resets, e.g. `"buy";r=5;t=1` (`t` in whole seconds, rounded up).
+    pub fn state_field(&self) -> String {
+        format!("\"{POLICY_NAME}\";r={};t={}", self.remaining, ceil_secs(self.reset))
     }
 }
 
@@ -165,7 +160,6 @@ pub fn ceil_secs(d: Duration) -> u64 {
 pub struct Limiter {
     /// The policy every client is held to.
     pub policy: Policy,
-    policy_header: HeaderValue,
     refused: RwLock<HashMap<IpAddr, Refusal>>,
     capacity: usize,
 }
@@ -185,12 +179,7 @@ impl Limiter {
 
     /// Remembers at most `capacity` refused clients.
     pub fn with_capacity(policy: Policy, capacity: usize) -> Self {
-        Self { policy, policy_header: policy.policy_header(), refused: RwLock::default(), capacity }
-    }
-
-    /// The `RateLimit-Policy` value every `/buy` response carries.
-    pub fn policy_header(&self) -> &HeaderValue {
-        &self.policy_header
+        Self { policy, refused: RwLock::default(), capacity }
     }
 
     /// The refusal of `client` this instance still remembers, if it has not lapsed.
@@ -246,12 +235,12 @@ mod tests {
     #[test]
     fn header_values_follow_the_draft_syntax() {
         let p = policy(Algorithm::SlidingLog, 20, 1000, None).unwrap();
-        assert_eq!(p.policy_header(), "\"buy\";q=20;w=1");
-        assert_eq!(policy(Algorithm::SlidingLog, 5, 250, None).unwrap().policy_header(), "\"buy\";q=5;w=1");
-        assert_eq!(policy(Algorithm::SlidingLog, 5, 90_000, None).unwrap().policy_header(), "\"buy\";q=5;w=90");
+        assert_eq!(p.policy_field(), "\"buy\";q=20;w=1");
+        assert_eq!(policy(Algorithm::SlidingLog, 5, 250, None).unwrap().policy_field(), "\"buy\";q=5;w=1");
+        assert_eq!(policy(Algorithm::SlidingLog, 5, 90_000, None).unwrap().policy_field(), "\"buy\";q=5;w=90");
         let d = Decision::from_reply((0, 0, 1_500, 1_000_001));
-        assert_eq!(d.state_header(), "\"buy\";r=0;t=2");
-        assert_eq!(Decision::from_reply((1, 3, 0, 0)).state_header(), "\"buy\";r=3;t=0");
+        assert_eq!(d.state_field(), "\"buy\";r=0;t=2");
+        assert_eq!(Decision::from_reply((1, 3, 0, 0)).state_field(), "\"buy\";r=3;t=0");
     }
 
     #[test]

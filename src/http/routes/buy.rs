@@ -3,6 +3,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
+use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
@@ -15,6 +16,11 @@ use crate::http::error::{ApiError, ErrorBody};
 use crate::limiter::{self, Decision};
 use crate::purchase::BuyOutcome;
 use crate::purchase::sold_out::{self, Flagged};
+
+/// `RateLimit-Policy`: the quota policy (draft-ietf-httpapi-ratelimit-headers).
+const POLICY_HEADER: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`: this client's remaining quota and the seconds until it resets.
+const STATE_HEADER: HeaderName = HeaderName::from_static("ratelimit");
 
 /// A purchase: one user, one sale. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -69,9 +75,9 @@ pub async fn buy(req: HttpRequest, body: web::Json<BuyRequest>, state: web::Data
         if err.status_code().is_server_error() { HttpResponse::from_error(err) } else { err.error_response() }
     });
     let headers = response.headers_mut();
-    headers.insert(limiter::POLICY_HEADER, state.limiter.policy_header().clone());
+    headers.insert(POLICY_HEADER, state.rate_limit_policy.clone());
     if let Some(decision) = decision {
-        headers.insert(limiter::STATE_HEADER, decision.state_header());
+        headers.insert(STATE_HEADER, HeaderValue::from_str(&decision.state_field()).expect("ASCII header value"));
     }
     response
 }
