@@ -4,37 +4,37 @@
 -- KEYS[1]  sale meta hash     seckill:{sale:<id>}:meta    (of a shard k >= 1: {sale:<id>:<suffix>})
 -- KEYS[2]  stock counter      seckill:{sale:<id>}:stock
 -- KEYS[3]  buyer set          seckill:{sale:<id>}:buyers
--- KEYS[4]  order stream       seckill:{sale:<id>}:orders
 -- ARGV[1]  stock              (integer >= 0; the app validated its bounds)
 -- ARGV[2]  starts_at_ms       (Unix epoch milliseconds, or "" for "open now")
 -- ARGV[3]  ends_at_ms         (Unix epoch milliseconds, or "" for "never ends")
--- ARGV[4]  consumer group     (created on the stream, from id 0, if missing)
--- ARGV[5]  shards             K, the number of shards of the sale (1: unsharded)
--- ARGV[6]  shard suffixes     on shard 0 of a sharded sale (the sale's own keys): the other
+-- ARGV[4]  shards             K, the number of shards of the sale (1: unsharded)
+-- ARGV[5]  shard suffixes     on shard 0 of a sharded sale (the sale's own keys): the other
 --                             shards' suffixes, comma-separated, for every instance to read; else ""
--- ARGV[7]  re-seed            "1" when the sale exists already, else "0"
+-- ARGV[6]  re-seed            "1" when the sale exists already, else "0"
 --
 -- Returns one status string:
 --   "ok"                 seeded
 --   "sale_in_progress"   the buyer set is not empty; nothing is changed
---   "sale_started"       a re-seed (ARGV[7]) of a shard of a sharded sale (ARGV[5] > 1) that has
+--   "sale_started"       a re-seed (ARGV[6]) of a shard of a sharded sale (ARGV[4] > 1) that has
 --                        started (Redis TIME at or after its starts_at_ms, or none); nothing is changed
 --
 -- Invariants kept: a re-seed never resets stock under existing buyers, so stock_initial =
 -- stock + SCARD(buyers) holds across re-seeds. A started shard of a sharded sale is never
 -- re-seeded: it may have answered "sold_out", and a user who then fell over to another shard
--- could buy a second time if its stock rose again (docs/stock-sharding.md). The consumer group
--- exists before the first order is appended, so the worker sees every order.
+-- could buy a second time if its stock rose again (docs/stock-sharding.md). The order stream is
+-- not touched: its consumer group is created by the caller before the seed (and again by the
+-- worker if it is lost), from the stream's first entry, so the worker sees every order
+-- (src/redis/order_stream.rs).
 --
 -- Example:
---   redis-cli --eval lua/seed.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' , 100 '' '' seckill-workers 1 '' 0
+--   redis-cli --eval lua/seed.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' , 100 '' '' 1 '' 0
 
 if redis.call('SCARD', KEYS[3]) > 0 then
   return 'sale_in_progress'
 end
 
-local shards = tonumber(ARGV[5])
-if ARGV[7] == '1' and shards > 1 and redis.call('EXISTS', KEYS[1]) == 1 then
+local shards = tonumber(ARGV[4])
+if ARGV[6] == '1' and shards > 1 and redis.call('EXISTS', KEYS[1]) == 1 then
   local t = redis.call('TIME')
   local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local starts_at = tonumber(redis.call('HGET', KEYS[1], 'starts_at_ms'))
@@ -52,13 +52,8 @@ end
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[1], 'ends_at_ms', ARGV[3])
 end
-if ARGV[6] ~= '' then
-  redis.call('HSET', KEYS[1], 'shard_suffixes', ARGV[6])
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[1], 'shard_suffixes', ARGV[5])
 end
 redis.call('SET', KEYS[2], stock)
-
-local ok, err = pcall(redis.call, 'XGROUP', 'CREATE', KEYS[4], ARGV[4], '0', 'MKSTREAM')
-if not ok and not string.find(tostring(err), 'BUSYGROUP') then
-  return redis.error_reply(tostring(err))
-end
 return 'ok'

@@ -1,7 +1,6 @@
 //! One typed configuration for every command, from flags with `SECKILL_*` environment fallbacks.
 
 use std::net::{IpAddr, SocketAddr};
-use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
@@ -9,7 +8,7 @@ use ipnet::IpNet;
 use secrecy::SecretString;
 
 use crate::domain::SaleId;
-use crate::limiter::{Algorithm, Policy};
+use crate::limiter::{Algorithm, Policy, RateLimit};
 use crate::telemetry::LogFormat;
 
 /// The `seckill` command line.
@@ -77,7 +76,7 @@ pub struct Config {
     /// Per-client-IP limit on POST /buy, as REQUESTS/WINDOW (e.g. 20/1s, 100/500ms): REQUESTS
     /// up to 1000000, WINDOW whole milliseconds up to 1h, REQUESTS x WINDOW at most 2^50 µs
     /// (1000000/1s, 300000/1h).
-    #[arg(long, env = "SECKILL_RATE_LIMIT", default_value = "20/1s", global = true)]
+    #[arg(long, env = "SECKILL_RATE_LIMIT", default_value = "20/1s", value_parser = rate_limit, global = true)]
     pub rate_limit: RateLimit,
 
     /// How the rate limit is enforced (README: "Rate limiting" compares them).
@@ -156,27 +155,16 @@ impl Config {
     }
 }
 
-/// A rate: `limit` requests per `window` (what exactly that admits depends on the algorithm).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateLimit {
-    pub limit: u32,
-    pub window: Duration,
-}
-
-impl FromStr for RateLimit {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (limit, window) =
-            s.split_once('/').ok_or_else(|| format!("expected REQUESTS/WINDOW such as 20/1s, got {s:?}"))?;
-        let limit: u32 =
-            limit.trim().parse().map_err(|_| format!("REQUESTS must be a positive integer, got {limit:?}"))?;
-        let window = duration(window.trim())?;
-        if limit == 0 || window.as_millis() == 0 {
-            return Err("REQUESTS and WINDOW must both be at least 1 (WINDOW in whole ms)".into());
-        }
-        Ok(Self { limit, window })
+/// `REQUESTS/WINDOW`, e.g. `20/1s` (the bounds are checked with the algorithm, by [`Policy::new`]).
+fn rate_limit(s: &str) -> Result<RateLimit, String> {
+    let (limit, window) =
+        s.split_once('/').ok_or_else(|| format!("expected REQUESTS/WINDOW such as 20/1s, got {s:?}"))?;
+    let limit: u32 = limit.trim().parse().map_err(|_| format!("REQUESTS must be a positive integer, got {limit:?}"))?;
+    let window = duration(window.trim())?;
+    if limit == 0 || window.as_millis() == 0 {
+        return Err("REQUESTS and WINDOW must both be at least 1 (WINDOW in whole ms)".into());
     }
+    Ok(RateLimit { limit, window })
 }
 
 fn secret(s: &str) -> Result<SecretString, String> {
@@ -205,16 +193,16 @@ mod tests {
 
     #[test]
     fn rate_limit_parses_requests_and_window() {
-        let r: RateLimit = "20/1s".parse().unwrap();
+        let r = rate_limit("20/1s").unwrap();
         assert_eq!(r, RateLimit { limit: 20, window: Duration::from_secs(1) });
-        let r: RateLimit = "5 / 250ms".parse().unwrap();
+        let r = rate_limit("5 / 250ms").unwrap();
         assert_eq!(r, RateLimit { limit: 5, window: Duration::from_millis(250) });
     }
 
     #[test]
     fn rate_limit_rejects_nonsense() {
         for bad in ["", "20", "0/1s", "20/0s", "x/1s", "20/soon", "-1/1s"] {
-            assert!(bad.parse::<RateLimit>().is_err(), "{bad:?} should be refused");
+            assert!(rate_limit(bad).is_err(), "{bad:?} should be refused");
         }
     }
 

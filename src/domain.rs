@@ -16,6 +16,7 @@ pub struct SaleId(String);
 pub struct UserId(String);
 
 impl SaleId {
+    /// The longest sale id, in characters (all ASCII).
     pub const MAX_LEN: usize = 64;
 
     /// Validates `raw`, or says what is wrong with it.
@@ -30,12 +31,14 @@ impl SaleId {
         }
     }
 
+    /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 }
 
 impl UserId {
+    /// The longest user id, in characters.
     pub const MAX_CHARS: usize = 128;
 
     /// Validates `raw`, or says what is wrong with it.
@@ -49,6 +52,7 @@ impl UserId {
         }
     }
 
+    /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -69,8 +73,11 @@ impl fmt::Display for UserId {
 /// A confirmed order, as the purchase script appended it to the sale's stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Order {
+    /// Made by the app (UUID v7) before the purchase; the order's key in Postgres.
     pub order_id: Uuid,
+    /// The sale bought in.
     pub sale_id: SaleId,
+    /// The buyer.
     pub user_id: UserId,
     /// Redis server time of the purchase, Unix milliseconds.
     pub created_at_ms: i64,

@@ -4,22 +4,50 @@
 //! checks the sale, refuses a second purchase by the same user, refuses at zero stock, and
 //! otherwise records the buyer, decrements stock and appends the order to the sale's Redis stream.
 //! The worker copies orders from the streams into Postgres and acknowledges them after commit.
+//!
+//! # Layout
+//!
+//! The modules stand in layers, lowest first. A module may import from its own layer and from the
+//! layers below it, never from a layer above; the modules of one layer must not import each other
+//! in a circle; only `http` and the layers above it use actix-web. `tests/layers.rs` reads this
+//! list and checks every `crate::` path in `src/` against it, so a new module needs its line here.
+//!
+//! 1. Domain
+//!    - [`domain`]: the validated ids (`SaleId`, `UserId`) and the `Order` a purchase makes.
+//! 2. Observability
+//!    - [`telemetry`]: logging to stderr, as text or JSON lines.
+//!    - [`metrics`]: the Prometheus registry of one process (its HTTP middleware is in `http`).
+//! 3. Storage access
+//!    - [`redis`]: one server or a cluster (`connection`), every key name (`keys`), the Lua
+//!      scripts (`lua`), an order stream's entry fields and consumer group (`order_stream`), and
+//!      `Keyspace`, one deployment's keys and the shared connection.
+//!    - [`db`]: the Postgres pool and migrations, the `orders` and `sales` tables.
+//! 4. Limiting and selling
+//!    - [`limiter`]: the limiting algorithms (`algorithm`), their policy, decisions and header
+//!      fields, the clients refused lately.
+//!    - [`purchase`]: seeding and buying (`lua/buy.lua` decrements the stock and enqueues the
+//!      order), a sale's state, sharded stock (`shards`), the sold-out flags (`sold_out`).
+//! 5. Orders
+//!    - [`orders`]: the queue's reads and re-enqueues (`queue`), and the worker that copies the
+//!      orders from the streams into Postgres (`worker`).
+//! 6. Reconciliation
+//!    - [`reconcile`]: whether a sale's Redis buyers and Postgres orders agree, and the repair.
+//! 7. HTTP
+//!    - [`http`]: the routes, `AppState`, the API error and its status codes, the middleware,
+//!      the client's address behind proxies.
+//! 8. Application
+//!    - [`config`]: the command line and every setting, with its default.
+//!    - [`app`]: builds and runs the service with its ordered shutdown; the other commands.
 
-pub mod client_ip;
+pub mod app;
 pub mod config;
 pub mod db;
 pub mod domain;
-pub mod error;
-pub mod keys;
+pub mod http;
 pub mod limiter;
 pub mod metrics;
+pub mod orders;
+pub mod purchase;
 pub mod reconcile;
-pub mod redis_conn;
-pub mod redis_store;
-pub mod routes;
-pub mod scripts;
-pub mod shards;
-pub mod sold_out;
-pub mod startup;
+pub mod redis;
 pub mod telemetry;
-pub mod worker;

@@ -1,9 +1,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use seckill::app::{self, Application};
 use seckill::config::{Cli, Command};
-use seckill::startup::{self, Application};
-use seckill::{reconcile, telemetry};
+use seckill::telemetry;
 
 /// mimalloc: the request path makes many small, short-lived allocations (the README's benchmark
 /// section has the before/after figures).
@@ -16,13 +16,13 @@ async fn main() -> anyhow::Result<ExitCode> {
     telemetry::init(cli.config.log_format);
     match cli.command {
         Command::Serve { no_worker } => {
-            let shutdown = startup::shutdown_on_signals();
+            let shutdown = app::shutdown_on_signals();
             Application::build(&cli.config, !no_worker).await?.run_until_stopped(shutdown).await?
         }
-        Command::Worker => startup::run_worker(&cli.config, startup::shutdown_on_signals()).await?,
-        Command::Migrate => startup::migrate(&cli.config).await?,
+        Command::Worker => app::run_worker(&cli.config, app::shutdown_on_signals()).await?,
+        Command::Migrate => app::migrate(&cli.config).await?,
         // Ctrl-C keeps its default meaning: an interrupted check or repair is simply run again.
-        Command::Reconcile { sale_id, repair } => return Ok(reconcile::run_cli(&cli.config, &sale_id, repair).await),
+        Command::Reconcile { sale_id, repair } => return Ok(app::run_reconcile(&cli.config, &sale_id, repair).await),
     }
     Ok(ExitCode::SUCCESS)
 }

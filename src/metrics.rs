@@ -1,17 +1,13 @@
 //! Prometheus metrics of one process, served at `GET /metrics` in the text exposition format.
 //!
 //! One registry per [`Metrics`] (not the crate's global one), shared by the HTTP handlers and the
-//! worker of the process; so in-process tests read exactly their own app's counts.
+//! worker of the process; so in-process tests read exactly their own app's counts. The HTTP
+//! middleware that counts requests is `crate::http::middleware::record_http`.
 
-use std::time::Instant;
-
-use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
     TextEncoder,
 };
-
-use crate::error::ApiError;
 
 /// Purchase outcomes, in the order of [`Metrics::purchase`]'s labels.
 pub const PURCHASE_OUTCOMES: [&str; 9] = [
@@ -66,6 +62,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Every metric, registered in a registry of its own.
     pub fn new() -> Self {
         let registry = Registry::new();
         let counter = |name: &str, help: &str, labels: &[&str]| {
@@ -168,35 +165,5 @@ impl Metrics {
         if let Some(dependency) = dependency {
             self.dependency_errors.with_label_values(&[dependency, source]).inc();
         }
-    }
-}
-
-/// Middleware (`App::wrap_fn`): counts and times every request by its route pattern, and counts
-/// the Redis and Postgres failures behind 5xx answers.
-pub fn record_http<S>(
-    req: ServiceRequest,
-    service: &S,
-) -> impl Future<Output = Result<ServiceResponse, actix_web::Error>> + use<S>
-where
-    S: Service<ServiceRequest, Response = ServiceResponse, Error = actix_web::Error>,
-{
-    let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
-    let method = req.method().clone();
-    let metrics = req.app_data::<actix_web::web::Data<crate::routes::AppState>>().map(|s| s.metrics.clone());
-    let started = Instant::now();
-    let response = service.call(req);
-    async move {
-        let response = response.await?;
-        if let Some(metrics) = metrics {
-            let status = response.status();
-            metrics.http_requests.with_label_values(&[&route, method.as_str(), status.as_str()]).inc();
-            metrics.http_duration.with_label_values(&[&route]).observe(started.elapsed().as_secs_f64());
-            if let Some(ApiError::Unavailable(cause) | ApiError::Internal(cause)) =
-                response.response().error().and_then(|e| e.as_error::<ApiError>())
-            {
-                metrics.dependency_error(cause, "http");
-            }
-        }
-        Ok(response)
     }
 }

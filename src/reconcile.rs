@@ -6,7 +6,7 @@
 //! They drift apart only behind the service's back: order rows deleted by hand, a Redis failover
 //! that lost writes Postgres already has, a seed whose Postgres commit failed after Redis had
 //! accepted it. [`check`] finds these on a live sale without false alarms by reading, after one
-//! atomic read of the sale's stock ([`RedisStore::sale_state`], which also says whether the sale
+//! atomic read of the sale's stock ([`Sales::sale_state`], which also says whether the sale
 //! exists), in this order:
 //!
 //! 1. the buyers `B` (SSCAN, never SMEMBERS: a sale can have millions of buyers);
@@ -29,20 +29,16 @@
 //! nothing: an order unknown to Redis is only reported, for a human to judge.
 
 use std::collections::HashSet;
-use std::process::ExitCode;
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::config::Config;
 use crate::db;
 use crate::domain::{Order, SaleId, UserId};
-use crate::redis_conn;
-use crate::redis_store::{RedisStore, SaleState};
-use crate::startup;
+use crate::orders::queue;
+use crate::purchase::{SaleState, Sales};
 
 /// What reconciling one sale found (and, after [`repair`], did).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -88,20 +84,18 @@ impl ReconcileReport {
 /// A reconciliation could not read or write what it needed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
+    /// A Redis call failed.
     #[error("redis")]
     Redis(#[from] redis::RedisError),
+    /// A Postgres call failed.
     #[error("postgres")]
     Postgres(#[from] sqlx::Error),
 }
 
 /// Compares the sale's Redis buyers with its Postgres orders, in the read order described in the
 /// module documentation. `None` if the sale was never seeded in Redis.
-pub async fn check(
-    store: &RedisStore,
-    pool: &PgPool,
-    sale: &SaleId,
-) -> Result<Option<ReconcileReport>, ReconcileError> {
-    Ok(inspect(store, pool, sale).await?.map(|(report, _)| report))
+pub async fn check(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option<ReconcileReport>, ReconcileError> {
+    Ok(inspect(sales, pool, sale).await?.map(|(report, _)| report))
 }
 
 /// Runs [`check`], then appends a new order to the sale's stream for every buyer missing from
@@ -112,12 +106,8 @@ pub async fn check(
 /// the time of the repair. Repeating a repair is harmless: the re-enqueued orders are queued, so
 /// the next check does not report them missing, and should two repairs race, the worker keeps
 /// the first order of a user (`unique (sale_id, user_id)`) and drops the other as a conflict.
-pub async fn repair(
-    store: &RedisStore,
-    pool: &PgPool,
-    sale: &SaleId,
-) -> Result<Option<ReconcileReport>, ReconcileError> {
-    let Some((mut report, state)) = inspect(store, pool, sale).await? else {
+pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option<ReconcileReport>, ReconcileError> {
+    let Some((mut report, state)) = inspect(sales, pool, sale).await? else {
         return Ok(None);
     };
     let created_at_ms = (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64;
@@ -132,7 +122,7 @@ pub async fn repair(
             }
         })
         .collect();
-    store.enqueue_orders(&orders).await?;
+    queue::enqueue(sales.keyspace(), &orders).await?;
     report.reenqueued = orders.len();
     if report.sales_row_stock.is_none() {
         let at = |ms: Option<i64>| ms.map(db::ms_to_time);
@@ -151,19 +141,19 @@ pub async fn repair(
 }
 
 async fn inspect(
-    store: &RedisStore,
+    sales: &Sales,
     pool: &PgPool,
     sale: &SaleId,
 ) -> Result<Option<(ReconcileReport, SaleState)>, ReconcileError> {
-    let Some(state) = store.sale_state(sale).await? else {
+    let Some(state) = sales.sale_state(sale).await? else {
         return Ok(None);
     };
-    let buyers = store.scan_buyers(sale).await?; // (1)
-    let queued = store.queued_users(sale).await?; // (2)
+    let buyers = sales.scan_buyers(sale).await?; // (1)
+    let queued = queue::queued_users(sales, sale).await?; // (2)
     let persisted: HashSet<String> = db::order_users(pool, sale).await?.into_iter().collect(); // (3)
     let missing_in_postgres = sorted(buyers.into_iter().filter(|u| !queued.contains(u) && !persisted.contains(u)));
     drop(queued);
-    let buyers_after = store.scan_buyers(sale).await?; // (4)
+    let buyers_after = sales.scan_buyers(sale).await?; // (4)
     let unknown_to_redis = sorted(persisted.iter().filter(|u| !buyers_after.contains(*u)).cloned());
     let sales_row_stock = db::sales_row_stock(pool, sale).await?;
 
@@ -194,45 +184,4 @@ fn sorted(users: impl Iterator<Item = String>) -> Vec<String> {
     let mut users: Vec<String> = users.collect();
     users.sort_unstable();
     users
-}
-
-/// Exit status of `seckill reconcile` when differences remain.
-const EXIT_DIFFERENCES: u8 = 1;
-/// Exit status when the sale was never seeded (clap also exits 2 on an invalid id).
-const EXIT_UNKNOWN_SALE: u8 = 2;
-/// Exit status when Redis or Postgres failed.
-const EXIT_FAILED: u8 = 3;
-
-/// The `seckill reconcile` command: checks (or repairs) the sale, prints the report as pretty
-/// JSON on stdout, and exits 0 when nothing is left to fix ([`ReconcileReport::resolved`]), 1 when
-/// differences remain, 2 when the sale is unknown, 3 when Redis or Postgres failed.
-pub async fn run_cli(config: &Config, sale: &SaleId, repair: bool) -> ExitCode {
-    let outcome: anyhow::Result<Option<(String, bool)>> = async {
-        let pool = startup::connect_and_migrate(config).await?;
-        let redis = redis_conn::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
-        let store = RedisStore::new(redis, config.key_prefix.clone());
-        let report = if repair { self::repair(&store, &pool, sale).await } else { check(&store, &pool, sale).await };
-        let Some(report) = report.context("reconciling")? else {
-            return Ok(None);
-        };
-        Ok(Some((serde_json::to_string_pretty(&report)?, report.resolved())))
-    }
-    .await;
-    match outcome {
-        Ok(Some((json, resolved))) => {
-            println!("{json}");
-            if resolved { ExitCode::SUCCESS } else { ExitCode::from(EXIT_DIFFERENCES) }
-        }
-        Ok(None) => {
-            eprintln!(
-                "seckill reconcile: unknown sale '{sale}': not seeded in Redis under key prefix '{}'",
-                config.key_prefix
-            );
-            ExitCode::from(EXIT_UNKNOWN_SALE)
-        }
-        Err(err) => {
-            eprintln!("seckill reconcile: {err:#}");
-            ExitCode::from(EXIT_FAILED)
-        }
-    }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use fantoccini::{Client, ClientBuilder, Locator};
 use futures::StreamExt;
 use hyper_util::client::legacy::connect::HttpConnector;
-use seckill::config::RateLimit;
+use seckill::limiter::RateLimit;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::time::{Instant, sleep};

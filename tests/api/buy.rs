@@ -173,7 +173,7 @@ async fn purchases_answer_503_when_redis_is_unreachable() {
 #[tokio::test]
 async fn purchases_and_limiting_survive_a_script_cache_flush() {
     let app = spawn_app_with(
-        |c| c.rate_limit = seckill::config::RateLimit { limit: 100, window: std::time::Duration::from_secs(1) },
+        |c| c.rate_limit = seckill::limiter::RateLimit { limit: 100, window: std::time::Duration::from_secs(1) },
         true,
     )
     .await;

@@ -4,10 +4,10 @@
 use std::ops::Deref;
 use std::time::Duration;
 
-use seckill::config::{Config, RateLimit};
-use seckill::limiter::Algorithm;
-use seckill::startup::Application;
-use seckill::worker::{Worker, WorkerSettings};
+use seckill::app::Application;
+use seckill::config::Config;
+use seckill::limiter::{Algorithm, RateLimit};
+use seckill::orders::worker::{Worker, WorkerSettings};
 use secrecy::{ExposeSecret, SecretString};
 use tokio_util::sync::CancellationToken;
 
@@ -90,7 +90,7 @@ async fn spawn_app_on(config: Config, run_worker: bool) -> TestApp {
 impl TestApp {
     /// A worker on this app's database and prefix, driven step by step by the test.
     pub fn manual_worker(&self, consumer: &str, claim_timeout: Duration) -> Worker {
-        let redis = seckill::redis_conn::connect(&self.config.redis_url, Duration::from_secs(5)).unwrap();
+        let redis = seckill::redis::connection::connect(&self.config.redis_url, Duration::from_secs(5)).unwrap();
         Worker::new(
             redis,
             self.pool.clone(),

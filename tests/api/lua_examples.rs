@@ -3,6 +3,8 @@
 use std::process::Command;
 
 use redis::AsyncCommands;
+use seckill::limiter::Algorithm;
+use seckill::redis::keys::rate_limit_key;
 
 use crate::common::{first_redis_url, testbed};
 use crate::helpers::redis_url;
@@ -46,19 +48,21 @@ fn run(file: &str) -> String {
 #[tokio::test]
 async fn every_lua_header_example_works_as_documented() {
     // The examples use the default "seckill" prefix and sale "demo": start from a clean slate.
-    let mut redis = seckill::redis_conn::connect(&redis_url().into(), std::time::Duration::from_secs(5)).unwrap();
+    let mut redis =
+        seckill::redis::connection::connect(&redis_url().into(), std::time::Duration::from_secs(5)).unwrap();
     let keys = ["meta", "stock", "buyers", "orders"].map(|k| format!("seckill:{{sale:demo}}:{k}"));
     let _: () = redis.del(&keys).await.unwrap();
-    let limiters = ["sliding_log", "sliding_counter", "fixed_window", "token_bucket", "gcra"];
-    let limiter_keys = limiters.map(|l| format!("seckill:ratelimit:{}:{{127.0.0.1}}", l.replace('_', "-")));
+    // Each limiter's script is lua/<its name, with underscores>.lua; its example is client 127.0.0.1.
+    let limiters = Algorithm::ALL.map(|a| format!("{}.lua", a.name().replace('-', "_")));
+    let limiter_keys = Algorithm::ALL.map(|a| rate_limit_key("seckill", a.name(), "127.0.0.1".parse().unwrap()));
     let _: () = redis.del(&limiter_keys).await.unwrap();
 
     assert_eq!(run("seed.lua").trim(), "ok");
     assert_eq!(run("buy.lua").trim(), "ok");
     assert_eq!(run("buy.lua").trim(), "already_purchased");
     assert_eq!(run("ack.lua").trim(), "0");
-    for limiter in limiters {
-        let reply: Vec<i64> = run(&format!("{limiter}.lua")).split_whitespace().map(|n| n.parse().unwrap()).collect();
+    for limiter in &limiters {
+        let reply: Vec<i64> = run(limiter).split_whitespace().map(|n| n.parse().unwrap()).collect();
         assert_eq!(reply[..3], [1, 19, 0], "{limiter}: admitted, 19 left of 20, no wait");
         assert!((1..=2_000_000).contains(&reply[3]), "{limiter}: reset {} us", reply[3]);
     }

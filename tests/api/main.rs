@@ -16,7 +16,7 @@ mod openapi;
 mod rate_limit;
 mod reconcile;
 mod sales_overview;
-mod scripts;
+mod script_cache;
 mod shards;
 mod shutdown;
 mod sold_out;

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use seckill::config::RateLimit;
+use seckill::limiter::RateLimit;
 
 use crate::helpers::{new_sale_id, spawn_app_with};
 

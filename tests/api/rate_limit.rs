@@ -4,9 +4,8 @@
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use seckill::config::RateLimit;
-use seckill::keys::rate_limit_key;
-use seckill::limiter::Algorithm;
+use seckill::limiter::{Algorithm, RateLimit};
+use seckill::redis::keys::rate_limit_key;
 
 use crate::helpers::{assert_error, new_sale_id, spawn_app_with};
 
@@ -40,7 +39,7 @@ async fn a_refused_client_is_answered_from_memory_until_the_limiter_would_admit_
     assert_error(app.buy(&sale, "u1").await, 429, "rate_limited").await;
 
     // Empty the limiter's key behind the service's back: asking Redis would admit the next one.
-    let key = rate_limit_key(&app.config.key_prefix, Algorithm::SlidingLog, "127.0.0.1".parse().unwrap());
+    let key = rate_limit_key(&app.config.key_prefix, Algorithm::SlidingLog.name(), "127.0.0.1".parse().unwrap());
     let _: i64 = app.redis.clone().del(&key).await.unwrap();
     let refused = app.buy(&sale, "u2").await;
     assert!(refused.headers().contains_key("retry-after"));
@@ -77,7 +76,7 @@ async fn refused_requests_are_not_recorded_and_the_window_slides() {
 async fn the_limiter_key_expires_with_its_window() {
     let app = spawn_app_with(|c| c.rate_limit = limit(5, 2_000), false).await;
     let _ = app.buy(&new_sale_id(), "u").await;
-    let key = rate_limit_key(&app.config.key_prefix, Algorithm::SlidingLog, "127.0.0.1".parse().unwrap());
+    let key = rate_limit_key(&app.config.key_prefix, Algorithm::SlidingLog.name(), "127.0.0.1".parse().unwrap());
     let ttl: i64 = app.redis.clone().pttl(&key).await.unwrap();
     assert!((1..=2_000).contains(&ttl), "pttl {ttl}");
 }

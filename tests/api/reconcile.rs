@@ -7,8 +7,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use redis::AsyncCommands;
 use seckill::domain::{Order, SaleId, UserId};
+use seckill::orders::queue;
+use seckill::orders::worker::StepOutcome;
 use seckill::reconcile::ReconcileReport;
-use seckill::worker::StepOutcome;
 use secrecy::ExposeSecret;
 use serde_json::json;
 use time::OffsetDateTime;
@@ -208,8 +209,8 @@ async fn big_buyer_sets_and_queues_are_read_page_by_page() {
             created_at_ms: 1,
         })
         .collect();
-    app.store.enqueue_orders(&orders).await.unwrap();
-    let buyers_key = app.store.sale_keys(&sale_id).buyers;
+    queue::enqueue(app.store.keyspace(), &orders).await.unwrap();
+    let buyers_key = app.store.keyspace().sale_keys(&sale_id).buyers;
     let _: i64 = app.redis.clone().sadd(&buyers_key, &users).await.unwrap();
     let _: i64 = app.redis.clone().sadd(&buyers_key, "lost").await.unwrap();
 

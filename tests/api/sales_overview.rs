@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use seckill::config::RateLimit;
-use seckill::routes::{SaleStatus, SalesOverview};
+use seckill::http::routes::{SaleStatus, SalesOverview};
+use seckill::limiter::RateLimit;
 use sqlx::{Connection, PgConnection};
 
 use crate::common::postgres_url;

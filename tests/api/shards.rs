@@ -8,8 +8,8 @@ use std::collections::{BTreeSet, HashMap};
 use futures::StreamExt;
 use redis::AsyncCommands;
 use seckill::domain::{SaleId, UserId};
-use seckill::keys::SaleKeys;
-use seckill::shards::{Layout, home_shard};
+use seckill::purchase::shards::{Layout, home_shard};
+use seckill::redis::keys::SaleKeys;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -161,9 +161,9 @@ async fn buy_lua_refuses_a_caller_that_assumes_another_shard_count_and_writes_no
     let app = spawn_app().await;
     let sale = seed_sharded(&app, 30, 3).await;
     let keys = &shard_keys(&app, &sale).await[0];
-    let mut call = seckill::scripts::BUY.key(&keys.all()[..]);
+    let mut call = seckill::redis::lua::BUY.key(&keys.all()[..]);
     call.arg(&sale).arg("alice").arg(Uuid::now_v7().to_string()).arg(1);
-    let reply: String = seckill::scripts::run(&call, &mut app.redis.clone()).await.unwrap();
+    let reply: String = seckill::redis::lua::run(&call, &mut app.redis.clone()).await.unwrap();
     assert_eq!(reply, "wrong_shards");
     let figures = shard_figures(&app, &sale).await;
     assert!(figures.iter().all(|(initial, left, buyers)| initial == left && buyers.is_empty()), "{figures:?}");
@@ -294,15 +294,15 @@ async fn a_kept_layout_that_leads_nowhere_is_read_again() {
     lose_in_redis(&app, &sale).await;
     let prefix = &app.config.key_prefix;
     for (keys, suffixes) in [(SaleKeys::of_shard(prefix, &id, 777), ""), (SaleKeys::new(prefix, &id), "777")] {
-        let mut call = seckill::scripts::SEED.key(&keys.all()[..]);
-        call.arg(5).arg("").arg("").arg(seckill::redis_store::CONSUMER_GROUP).arg(2).arg(suffixes).arg("0");
-        let reply: String = seckill::scripts::run(&call, &mut app.redis.clone()).await.unwrap();
+        let mut call = seckill::redis::lua::SEED.key(&keys.state()[..]);
+        call.arg(5).arg("").arg("").arg(2).arg(suffixes).arg("0");
+        let reply: String = seckill::redis::lua::run(&call, &mut app.redis.clone()).await.unwrap();
         assert_eq!(reply, "ok");
     }
     for i in 0..10 {
         let user = UserId::parse(&format!("user-{i}")).unwrap();
         let outcome = store.buy(&id, &user, Uuid::now_v7()).await.unwrap();
-        assert_eq!(outcome, seckill::redis_store::BuyOutcome::Purchased, "{user}");
+        assert_eq!(outcome, seckill::purchase::BuyOutcome::Purchased, "{user}");
     }
     assert_eq!(*store.layout(&id).await.unwrap().unwrap(), Layout::new(vec![777]));
 }

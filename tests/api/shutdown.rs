@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use seckill::domain::SaleId;
-use seckill::redis_store::CONSUMER_GROUP;
+use seckill::orders::queue;
+use seckill::redis::order_stream::CONSUMER_GROUP;
 
 use crate::helpers::{new_sale_id, spawn_app_with};
 
@@ -56,7 +57,7 @@ async fn the_batch_in_flight_at_shutdown_is_committed_after_the_http_workers_hav
     }
     // The batch in flight: delivered to the worker, not acknowledged. (If the worker found the
     // sale in the middle of the purchases, the rest are still queued, never delivered.)
-    let stream = app.store.sale_keys(&SaleId::parse(&sale).unwrap()).orders;
+    let stream = app.store.keyspace().sale_keys(&SaleId::parse(&sale).unwrap()).orders;
     let (in_flight, ..): (usize, redis::Value, redis::Value, redis::Value) =
         redis::cmd("XPENDING").arg(&stream).arg(CONSUMER_GROUP).query_async(&mut app.redis.clone()).await.unwrap();
     assert!(in_flight > 0);
@@ -73,7 +74,7 @@ async fn the_batch_in_flight_at_shutdown_is_committed_after_the_http_workers_hav
 
     let committed: BTreeSet<String> = app.order_users(&sale).await.into_iter().map(|(user, _)| user).collect();
     let queued: BTreeSet<String> =
-        app.store.queued_users(&SaleId::parse(&sale).unwrap()).await.unwrap().into_iter().collect();
+        queue::queued_users(&app.store, &SaleId::parse(&sale).unwrap()).await.unwrap().into_iter().collect();
     assert_eq!(committed.len(), in_flight, "the batch in flight is committed before the worker stops");
     assert!(committed.is_disjoint(&queued), "committed orders are acknowledged: committed {committed:?}");
     assert_eq!(&committed | &queued, users, "nothing lost: the rest stays queued for the next worker");

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use seckill::config::RateLimit;
 use seckill::domain::SaleId;
+use seckill::limiter::RateLimit;
 use serde_json::json;
 
 use crate::helpers::{assert_error, new_sale_id, spawn_app_with, spawn_instance_of};
@@ -21,7 +21,7 @@ async fn once_redis_said_sold_out_the_instance_answers_from_memory_410_or_409_to
 
     // Remove the sale from Redis behind the service's back: asking Redis would now answer 404,
     // and the limiter (2 per minute, both used) would answer 429.
-    let keys = app.store.sale_keys(&SaleId::parse(&sale).unwrap());
+    let keys = app.store.keyspace().sale_keys(&SaleId::parse(&sale).unwrap());
     let _: i64 = app.redis.clone().del(&keys.all()[..]).await.unwrap();
     for i in 0..5 {
         assert_error(app.buy(&sale, &format!("late-{i}")).await, 410, "sold_out").await;
@@ -53,7 +53,7 @@ async fn a_re_seed_on_another_instance_clears_the_flag_here_well_before_it_lapse
     let seeded = there.seed(&sale, json!({"stock": 2})).await;
     assert_eq!(seeded.status(), 200);
 
-    // The flag would lapse only after seckill::sold_out::FLAG_TTL (5 s); the seed event is faster.
+    // The flag would lapse only after seckill::purchase::sold_out::FLAG_TTL (5 s); the seed event is faster.
     let until = tokio::time::Instant::now() + Duration::from_secs(2);
     loop {
         let response = here.buy(&sale, "u").await;
@@ -64,5 +64,5 @@ async fn a_re_seed_on_another_instance_clears_the_flag_here_well_before_it_lapse
         assert!(tokio::time::Instant::now() < until, "the other instance's seed did not clear the flag");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(seckill::sold_out::FLAG_TTL > Duration::from_secs(2));
+    assert!(seckill::purchase::sold_out::FLAG_TTL > Duration::from_secs(2));
 }

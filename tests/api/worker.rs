@@ -7,7 +7,7 @@ use redis::AsyncCommands;
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use seckill::db;
 use seckill::domain::{Order, SaleId, UserId};
-use seckill::worker::StepOutcome;
+use seckill::orders::worker::StepOutcome;
 use uuid::Uuid;
 
 use crate::helpers::{TestApp, new_sale_id, spawn_app_with};
@@ -43,7 +43,7 @@ async fn pending_count(app: &TestApp, sale: &str) -> usize {
     reply.count()
 }
 
-async fn step_until_idle(worker: &mut seckill::worker::Worker) {
+async fn step_until_idle(worker: &mut seckill::orders::worker::Worker) {
     for _ in 0..50 {
         if worker.step().await.unwrap() == StepOutcome::Idle {
             return;
@@ -85,17 +85,7 @@ async fn entries_pending_less_than_the_claim_timeout_are_left_to_their_consumer(
 async fn stream_orders(app: &TestApp, sale: &str) -> Vec<Order> {
     let (stream, _) = app.orders_stream(sale);
     let entries: redis::streams::StreamRangeReply = app.redis.clone().xrange_all(&stream).await.unwrap();
-    let field = |e: &redis::streams::StreamId, name: &str| e.get::<String>(name).unwrap();
-    entries
-        .ids
-        .iter()
-        .map(|e| Order {
-            order_id: field(e, "order_id").parse().unwrap(),
-            sale_id: SaleId::parse(&field(e, "sale_id")).unwrap(),
-            user_id: UserId::parse(&field(e, "user_id")).unwrap(),
-            created_at_ms: field(e, "created_at_ms").parse().unwrap(),
-        })
-        .collect()
+    entries.ids.iter().map(|e| seckill::redis::order_stream::decode(e).unwrap()).collect()
 }
 
 #[tokio::test]
@@ -122,17 +112,13 @@ async fn a_different_order_for_a_user_who_already_has_one_is_counted_and_acknowl
     let app = spawn_app_with(|_| {}, false).await;
     let (sale, ids) = queued_sale(&app, 1).await;
     let (stream, _) = app.orders_stream(&sale);
-    let forged = Uuid::now_v7().to_string();
-    let _: String = app
-        .redis
-        .clone()
-        .xadd(
-            &stream,
-            "*",
-            &[("order_id", forged.as_str()), ("sale_id", &sale), ("user_id", "user-0"), ("created_at_ms", "1")],
-        )
-        .await
-        .unwrap();
+    let forged = Order {
+        order_id: Uuid::now_v7(),
+        sale_id: SaleId::parse(&sale).unwrap(),
+        user_id: UserId::parse("user-0").unwrap(),
+        created_at_ms: 1,
+    };
+    let _: String = app.redis.clone().xadd(&stream, "*", &seckill::redis::order_stream::encode(&forged)).await.unwrap();
 
     let mut worker = app.manual_worker("w", Duration::from_secs(60));
     step_until_idle(&mut worker).await;
@@ -195,4 +181,23 @@ async fn orders_reach_postgres_even_when_the_sales_row_is_missing() {
 
     assert_eq!(app.order_ids(&sale).await, ids);
     app.assert_invariants(&sale, &ids).await;
+}
+
+#[tokio::test]
+async fn orders_are_still_consumed_after_their_stream_lost_its_consumer_group() {
+    let app = spawn_app_with(|_| {}, true).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 10).await;
+    assert_eq!(app.buy(&sale, "before").await.status(), 201);
+    app.wait_for_drain(&sale).await;
+
+    // The group is gone (as after a failover that lost it), with no re-seed to bring it back.
+    let (stream, group) = app.orders_stream(&sale);
+    let destroyed: i64 =
+        redis::cmd("XGROUP").arg("DESTROY").arg(&stream).arg(group).query_async(&mut app.redis.clone()).await.unwrap();
+    assert_eq!(destroyed, 1);
+    assert_eq!(app.buy(&sale, "after").await.status(), 201);
+
+    let status = app.wait_for_drain(&sale).await;
+    assert_eq!((status.sold, status.persisted), (2, Some(2)));
 }

@@ -8,9 +8,11 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use seckill::domain::SaleId;
-use seckill::redis_conn::{RedisConnection, RedisTarget};
-use seckill::redis_store::{CONSUMER_GROUP, RedisStore};
-use seckill::routes::SaleStatus;
+use seckill::http::routes::SaleStatus;
+use seckill::purchase::Sales;
+use seckill::redis::Keyspace;
+use seckill::redis::connection::{RedisConnection, RedisTarget};
+use seckill::redis::order_stream::CONSUMER_GROUP;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection, PgPool};
@@ -117,7 +119,7 @@ pub struct Probe {
     pub client: reqwest::Client,
     pub pool: PgPool,
     pub redis: RedisConnection,
-    pub store: RedisStore,
+    pub store: Sales,
 }
 
 impl Probe {
@@ -130,8 +132,9 @@ impl Probe {
     pub fn on_redis(address: String, database_url: &str, key_prefix: &str, redis_url: &str) -> Self {
         let pool = seckill::db::connect_lazy(&SecretString::from(database_url.to_owned()), 5).unwrap();
         let redis =
-            seckill::redis_conn::connect(&SecretString::from(redis_url.to_owned()), Duration::from_secs(5)).unwrap();
-        let store = RedisStore::new(redis.clone(), key_prefix.to_owned());
+            seckill::redis::connection::connect(&SecretString::from(redis_url.to_owned()), Duration::from_secs(5))
+                .unwrap();
+        let store = Sales::new(Keyspace::new(redis.clone(), key_prefix.to_owned()));
         let client = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
         Self { address, client, pool, redis, store }
     }
@@ -244,7 +247,7 @@ impl Probe {
 
     /// The sale's stream key and the consumer group, for tests that read it by hand.
     pub fn orders_stream(&self, sale_id: &str) -> (String, &'static str) {
-        (self.store.sale_keys(&SaleId::parse(sale_id).unwrap()).orders, CONSUMER_GROUP)
+        (self.store.keyspace().sale_keys(&SaleId::parse(sale_id).unwrap()).orders, CONSUMER_GROUP)
     }
 }
 

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::common;
 use crate::harness::Deployment;
-use crate::storm::Storm;
+use crate::storm_client::Storm;
 
 /// Whether `node` serves `key` itself (a plain connection gets MOVED elsewhere).
 fn owns(node: &Redis, key: &str) -> bool {
@@ -27,7 +27,7 @@ async fn restarting_the_master_of_a_sale_mid_storm_is_survived_and_loses_nothing
     let cluster = common::cluster();
     let mut deployment = Deployment::on_redis(&cluster.url(), &[]).await;
     let (service, sale) = deployment.start_with_sale(10_000).await;
-    let stock_key = deployment.store.sale_keys(&seckill::domain::SaleId::parse(&sale).unwrap()).stock;
+    let stock_key = deployment.store.keyspace().sale_keys(&seckill::domain::SaleId::parse(&sale).unwrap()).stock;
     let nodes = cluster.nodes();
     let master = nodes.iter().find(|n| owns(n, &stock_key)).expect("a master holds the sale");
 

@@ -10,7 +10,7 @@ use sqlx::Connection;
 use tokio::time::Instant;
 
 use crate::harness::Deployment;
-use crate::storm::Storm;
+use crate::storm_client::Storm;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_storm_loses_and_duplicates_nothing_after_restart() {

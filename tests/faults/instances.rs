@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::common;
 use crate::harness::Deployment;
-use crate::storm::{Storm, StormReport};
+use crate::storm_client::{Storm, StormReport};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_on_one_redis_server_behave_as_one_service() {

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use seckill::keys::rate_limit_key;
 use seckill::limiter::Algorithm;
+use seckill::redis::keys::rate_limit_key;
 
 use crate::harness::Deployment;
 
@@ -24,7 +24,7 @@ async fn json_log_lines_carry_the_request_id_and_purchases_log_nothing() {
     assert!(after_purchases.is_empty(), "lines logged for successful purchases: {after_purchases:?}");
 
     // A request that logs a warning: its limiter key holds the wrong type, so the limiter fails.
-    let key = rate_limit_key(&deployment.key_prefix, Algorithm::SlidingLog, "127.0.0.1".parse().unwrap());
+    let key = rate_limit_key(&deployment.key_prefix, Algorithm::SlidingLog.name(), "127.0.0.1".parse().unwrap());
     let _: () = deployment.redis.clone().set(&key, "not a sorted set").await.unwrap();
     let refused = deployment.buy(&sale, "u-refused").await;
     assert_eq!(refused.status(), 503);

@@ -6,7 +6,7 @@
 mod common;
 
 mod harness;
-mod storm;
+mod storm_client;
 
 mod bad_input;
 mod cluster;
@@ -15,4 +15,4 @@ mod instances;
 mod logs;
 mod outages;
 mod reseed;
-mod storms;
+mod stock_and_sigterm;

@@ -4,7 +4,7 @@ use futures::future::join_all;
 use serde_json::json;
 
 use crate::harness::Deployment;
-use crate::storm::Storm;
+use crate::storm_client::Storm;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reseeding_during_a_storm_never_resets_stock_under_buyers() {

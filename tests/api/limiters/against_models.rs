@@ -5,8 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use seckill::config::RateLimit;
-use seckill::limiter::{Algorithm, Policy};
+use seckill::limiter::{Algorithm, Policy, RateLimit};
 
 use super::models::{Model, Reply};
 
@@ -46,6 +45,11 @@ fn scenario(algorithm: Algorithm) -> impl Strategy<Value = Scenario> {
         })
 }
 
+/// A scenario for each algorithm of `Algorithm::ALL`.
+fn one_scenario_each() -> Vec<impl Strategy<Value = Scenario>> {
+    Algorithm::ALL.into_iter().map(scenario).collect()
+}
+
 /// Runs the scenario through the script (on a fresh key) and through the model; compares.
 fn check(scenario: &Scenario) -> Result<(), TestCaseError> {
     static CASE: AtomicU64 = AtomicU64::new(0);
@@ -58,7 +62,15 @@ fn check(scenario: &Scenario) -> Result<(), TestCaseError> {
         let script: Reply =
             scenario.policy.invocation(&key, &nonce, Some(now)).invoke(&mut *redis).expect("script runs");
         let expected = model.decide(now);
-        prop_assert_eq!(script, expected, "request {} at {} (us since start {})", i, now, now - scenario.times[0]);
+        prop_assert_eq!(
+            script,
+            expected,
+            "{}: request {} at {} (us since start {})",
+            scenario.policy.algorithm,
+            i,
+            now,
+            now - scenario.times[0]
+        );
     }
     let _: () = redis::cmd("DEL").arg(&key).query(&mut *redis).expect("del");
     Ok(())
@@ -76,18 +88,11 @@ fn connection() -> Box<dyn redis::ConnectionLike> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
+    /// Each case is one scenario per algorithm, so every algorithm gets as many cases.
     #[test]
-    fn sliding_log_matches_its_model(s in scenario(Algorithm::SlidingLog)) { check(&s)?; }
-
-    #[test]
-    fn sliding_counter_matches_its_model(s in scenario(Algorithm::SlidingCounter)) { check(&s)?; }
-
-    #[test]
-    fn fixed_window_matches_its_model(s in scenario(Algorithm::FixedWindow)) { check(&s)?; }
-
-    #[test]
-    fn token_bucket_matches_its_model(s in scenario(Algorithm::TokenBucket)) { check(&s)?; }
-
-    #[test]
-    fn gcra_matches_its_model(s in scenario(Algorithm::Gcra)) { check(&s)?; }
+    fn every_limiter_script_matches_its_model(scenarios in one_scenario_each()) {
+        for s in &scenarios {
+            check(s)?;
+        }
+    }
 }

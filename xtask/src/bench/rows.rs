@@ -6,8 +6,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use seckill::domain::SaleId;
-use seckill::keys::{SaleKeys, rate_limit_key};
 use seckill::limiter::Algorithm;
+use seckill::redis::keys::{SaleKeys, rate_limit_key};
 
 use super::algs::script;
 use super::cpu::wait_quiet;
@@ -154,7 +154,7 @@ fn limited_row(b: &mut Bench) -> anyhow::Result<()> {
 /// client's limiter key is deleted before each app so neither starts with the other's state.
 fn algorithm_rows(b: &mut Bench, alg: Algorithm) -> anyhow::Result<()> {
     let (name, sale) = (alg.name(), format!("bench-alg-{}", alg.name()));
-    let key = rate_limit_key(&b.args.key_prefix, alg, LOCALHOST);
+    let key = rate_limit_key(&b.args.key_prefix, alg.name(), LOCALHOST);
     let (d, c) = (b.args.duration_alg(), b.args.connections);
     let del = |b: &Bench| b.redis::<i64>(redis::cmd("DEL").arg(&key));
     del(b)?;

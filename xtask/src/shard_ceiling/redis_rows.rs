@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use seckill::domain::SaleId;
-use seckill::keys::SaleKeys;
+use seckill::redis::keys::SaleKeys;
 use testbed::{App, Services};
 
 use super::Args;

@@ -1,0 +1,83 @@
+//! The bodies of the commands other than `serve`: `seckill worker`, `migrate` and `reconcile`.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use super::build_worker;
+use crate::config::Config;
+use crate::db;
+use crate::domain::SaleId;
+use crate::metrics::Metrics;
+use crate::purchase::Sales;
+use crate::reconcile;
+use crate::redis::Keyspace;
+use crate::redis::connection;
+
+/// The `seckill worker` command: the worker alone, until `shutdown` fires.
+pub async fn run_worker(config: &Config, shutdown: CancellationToken) -> anyhow::Result<()> {
+    connect_and_migrate(config).await?;
+    build_worker(config, Arc::new(Metrics::new()))?.run(shutdown).await;
+    Ok(())
+}
+
+/// The `seckill migrate` command.
+pub async fn migrate(config: &Config) -> anyhow::Result<()> {
+    connect_and_migrate(config).await.map(drop)
+}
+
+/// A lazily connected pool, after the pending migrations were applied with it.
+pub(super) async fn connect_and_migrate(config: &Config) -> anyhow::Result<PgPool> {
+    let pool = db::connect_lazy(&config.database_url, config.database_max_connections).context("database url")?;
+    db::migrate(&pool).await.context("applying migrations (is Postgres reachable?)")?;
+    Ok(pool)
+}
+
+/// Exit status of `seckill reconcile` when differences remain.
+const EXIT_DIFFERENCES: u8 = 1;
+/// Exit status when the sale was never seeded (clap also exits 2 on an invalid id).
+const EXIT_UNKNOWN_SALE: u8 = 2;
+/// Exit status when Redis or Postgres failed.
+const EXIT_FAILED: u8 = 3;
+
+/// The `seckill reconcile` command: checks (or repairs) the sale, prints the report as pretty
+/// JSON on stdout, and exits 0 when nothing is left to fix
+/// ([`reconcile::ReconcileReport::resolved`]), 1 when differences remain, 2 when the sale is
+/// unknown, 3 when Redis or Postgres failed.
+pub async fn run_reconcile(config: &Config, sale: &SaleId, repair: bool) -> ExitCode {
+    let outcome: anyhow::Result<Option<(String, bool)>> = async {
+        let pool = connect_and_migrate(config).await?;
+        let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
+        let sales = Sales::new(Keyspace::new(redis, config.key_prefix.clone()));
+        let report = if repair {
+            reconcile::repair(&sales, &pool, sale).await
+        } else {
+            reconcile::check(&sales, &pool, sale).await
+        };
+        let Some(report) = report.context("reconciling")? else {
+            return Ok(None);
+        };
+        Ok(Some((serde_json::to_string_pretty(&report)?, report.resolved())))
+    }
+    .await;
+    match outcome {
+        Ok(Some((json, resolved))) => {
+            println!("{json}");
+            if resolved { ExitCode::SUCCESS } else { ExitCode::from(EXIT_DIFFERENCES) }
+        }
+        Ok(None) => {
+            eprintln!(
+                "seckill reconcile: unknown sale '{sale}': not seeded in Redis under key prefix '{}'",
+                config.key_prefix
+            );
+            ExitCode::from(EXIT_UNKNOWN_SALE)
+        }
+        Err(err) => {
+            eprintln!("seckill reconcile: {err:#}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}

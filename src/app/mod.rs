@@ -1,0 +1,165 @@
+//! The composition root: builds the service from its configuration and runs it until told to
+//! stop ([`Application`]), with the ordered shutdown; the bodies of the other commands
+//! (`seckill worker`, `migrate`, `reconcile`) are in `commands`.
+
+mod commands;
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+
+use actix_web::dev::Server;
+use actix_web::http::header::HeaderValue;
+use actix_web::{App, HttpServer};
+use anyhow::Context;
+use secrecy::SecretString;
+use tokio_util::sync::CancellationToken;
+
+use self::commands::connect_and_migrate;
+use crate::config::Config;
+use crate::db;
+use crate::http::client_ip::TrustedProxies;
+use crate::http::{AppState, middleware, routes};
+use crate::limiter::Limiter;
+use crate::metrics::Metrics;
+use crate::orders::worker::{Worker, WorkerSettings};
+use crate::purchase::Sales;
+use crate::purchase::sold_out::{self, SoldOutFlags};
+use crate::redis::Keyspace;
+use crate::redis::connection;
+
+pub use commands::{migrate, run_reconcile, run_worker};
+
+/// A built service: the HTTP server bound to its port, the listener that keeps its sold-out flags
+/// fresh, and optionally the worker.
+pub struct Application {
+    server: Server,
+    local_addr: SocketAddr,
+    worker: Option<Worker>,
+    sold_out: Arc<SoldOutFlags>,
+    redis_url: SecretString,
+    events_channel: String,
+}
+
+impl Application {
+    /// Connects (lazily) to Redis and Postgres, applies migrations, binds the listener.
+    pub async fn build(config: &Config, run_worker: bool) -> anyhow::Result<Self> {
+        let policy = config.rate_limit_policy().map_err(anyhow::Error::msg).context("rate limit")?;
+        let pool = connect_and_migrate(config).await?;
+        let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
+        if config.admin_token.is_none() {
+            tracing::warn!("SECKILL_ADMIN_TOKEN is not set: admin routes will answer 403");
+        }
+        let redis = Keyspace::new(redis, config.key_prefix.clone());
+        let events_channel = redis.events_channel();
+        let sold_out = Arc::new(SoldOutFlags::default());
+        let metrics = Arc::new(Metrics::new());
+        let state = AppState {
+            sales: Sales::new(redis.clone()),
+            redis,
+            sold_out: sold_out.clone(),
+            pool: pool.clone(),
+            limiter: Arc::new(Limiter::new(policy)),
+            rate_limit_policy: HeaderValue::from_str(&policy.policy_field()).context("rate limit policy")?,
+            metrics: metrics.clone(),
+            proxies: TrustedProxies::new(config.trusted_proxies.clone()),
+            admin_token: config.admin_token.clone(),
+        };
+        let listener = TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
+        let local_addr = listener.local_addr()?;
+        let server = HttpServer::new(move || {
+            App::new()
+                .wrap_fn(middleware::record_http)
+                .wrap_fn(middleware::send_request_id)
+                .wrap(tracing_actix_web::TracingLogger::<middleware::RequestSpan>::new())
+                .configure(routes::configure(state.clone()))
+        })
+        .listen(listener)?
+        .disable_signals()
+        .shutdown_timeout(config.shutdown_timeout.as_secs())
+        .run();
+        let worker = if run_worker { Some(build_worker(config, metrics)?) } else { None };
+        tracing::info!(%local_addr, worker = run_worker, "listening");
+        Ok(Self { server, local_addr, worker, sold_out, redis_url: config.redis_url.clone(), events_channel })
+    }
+
+    /// The address the server actually bound (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown` fires (or the server fails): then stops accepting and lets
+    /// in-flight requests finish; the worker keeps draining orders meanwhile, and stops only
+    /// after the server has, finishing its last batch (committed and acknowledged).
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let handle = self.server.handle();
+        let worker_stop = CancellationToken::new();
+        let worker = self.worker.map(|w| tokio::spawn(w.run(worker_stop.clone())));
+        let events = tokio::spawn({
+            let (url, channel, flags, stop) = (self.redis_url, self.events_channel, self.sold_out, worker_stop.clone());
+            async move { sold_out::listen(url, channel, &flags, stop).await }
+        });
+        let stopper = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move {
+                shutdown.cancelled().await;
+                handle.stop(true).await;
+            }
+        });
+        let served = self.server.await.context("http server");
+        shutdown.cancel();
+        worker_stop.cancel();
+        stopper.await.context("stopping the http server")?;
+        events.await.context("seed events listener")?;
+        if let Some(worker) = worker {
+            worker.await.context("worker task")?;
+        }
+        served
+    }
+}
+
+/// Postgres connections of the worker's own pool: one batch insert at a time, plus one spare.
+const WORKER_DATABASE_CONNECTIONS: u32 = 2;
+
+/// The worker gets its own Redis connection and Postgres pool, opened from the task that runs it:
+/// a blocking XREADGROUP must not stall the requests' shared connection, and a connection opened
+/// by an HTTP worker thread dies with that thread's runtime, which stops before the worker has
+/// finished its last batch at shutdown.
+pub(crate) fn build_worker(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<Worker> {
+    let redis =
+        connection::connect(&config.redis_url, config.worker_block + config.redis_timeout).context("redis url")?;
+    let pool = db::connect_lazy(&config.database_url, WORKER_DATABASE_CONNECTIONS).context("database url")?;
+    let settings = WorkerSettings {
+        key_prefix: config.key_prefix.clone(),
+        consumer: config.consumer_name(),
+        batch: config.worker_batch as usize,
+        block: config.worker_block,
+        claim_timeout: config.worker_claim_timeout,
+    };
+    Ok(Worker::new(redis, pool, settings, metrics))
+}
+
+/// A token cancelled on Ctrl-C or SIGTERM.
+pub fn shutdown_on_signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! {
+            _ = ctrl_c => tracing::info!("Ctrl-C: shutting down"),
+            _ = term => tracing::info!("SIGTERM: shutting down"),
+        }
+        cancel.cancel();
+    });
+    token
+}

@@ -1,0 +1,83 @@
+//! The `orders` table: the worker's idempotent batch insert, and the reads of reconciliation and
+//! of a sale's state.
+
+use std::collections::{HashMap, HashSet};
+
+use sqlx::PgPool;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::ms_to_time;
+use crate::domain::{Order, SaleId};
+
+/// What one batch insert did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct InsertReport {
+    /// New rows written.
+    pub inserted: usize,
+    /// Entries whose order id was already stored (a redelivery): nothing to do.
+    pub already_stored: usize,
+    /// Entries refused because the user already has a *different* order in that sale.
+    pub conflicts: Vec<Order>,
+}
+
+/// Inserts a batch of orders in one statement (idempotent: redeliveries are no-ops), then sorts
+/// the entries that were not inserted into redeliveries and (sale, user) conflicts.
+pub async fn insert_orders(pool: &PgPool, orders: &[Order]) -> Result<InsertReport, sqlx::Error> {
+    if orders.is_empty() {
+        return Ok(InsertReport::default());
+    }
+    let ids: Vec<Uuid> = orders.iter().map(|o| o.order_id).collect();
+    let sales: Vec<&str> = orders.iter().map(|o| o.sale_id.as_str()).collect();
+    let users: Vec<&str> = orders.iter().map(|o| o.user_id.as_str()).collect();
+    let times: Vec<OffsetDateTime> = orders.iter().map(|o| ms_to_time(o.created_at_ms)).collect();
+
+    let inserted: Vec<Uuid> = sqlx::query_scalar(
+        "insert into orders (order_id, sale_id, user_id, created_at)
+         select * from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[])
+         on conflict do nothing
+         returning order_id",
+    )
+    .bind(&ids)
+    .bind(&sales)
+    .bind(&users)
+    .bind(&times)
+    .fetch_all(pool)
+    .await?;
+
+    let inserted: HashSet<Uuid> = inserted.into_iter().collect();
+    let missing: Vec<Uuid> = ids.iter().copied().filter(|id| !inserted.contains(id)).collect();
+    if missing.is_empty() {
+        return Ok(InsertReport { inserted: inserted.len(), ..Default::default() });
+    }
+    let stored: HashSet<Uuid> = sqlx::query_scalar("select order_id from orders where order_id = any($1)")
+        .bind(&missing)
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .collect();
+    let conflicts =
+        orders.iter().filter(|o| !inserted.contains(&o.order_id) && !stored.contains(&o.order_id)).cloned().collect();
+    Ok(InsertReport { inserted: inserted.len(), already_stored: stored.len(), conflicts })
+}
+
+/// The users with an order in the sale (one each: `unique (sale_id, user_id)`).
+pub async fn order_users(pool: &PgPool, sale: &SaleId) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("select user_id from orders where sale_id = $1").bind(sale.as_str()).fetch_all(pool).await
+}
+
+/// Orders committed for a sale.
+pub async fn count_orders(pool: &PgPool, sale: &SaleId) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("select count(*) from orders where sale_id = $1").bind(sale.as_str()).fetch_one(pool).await
+}
+
+/// Orders committed per sale, for the given sales (a sale without orders is absent).
+pub async fn count_orders_by_sale(pool: &PgPool, sales: &[SaleId]) -> Result<HashMap<String, i64>, sqlx::Error> {
+    let ids: Vec<&str> = sales.iter().map(SaleId::as_str).collect();
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("select sale_id, count(*) from orders where sale_id = any($1) group by sale_id")
+            .bind(ids)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().collect())
+}

@@ -1,0 +1,115 @@
+//! Which address a request comes from, for rate limiting.
+//!
+//! The socket peer is the client, unless the peer is a trusted proxy: then `X-Forwarded-For` is
+//! read from the right (the hop nearest to us) and the first address that is not itself a trusted
+//! proxy is the client. Headers from untrusted peers are ignored, so a client cannot pick its own
+//! address.
+
+use std::net::IpAddr;
+
+use actix_web::HttpRequest;
+use actix_web::http::header::HeaderMap;
+use ipnet::IpNet;
+
+/// The proxies whose `X-Forwarded-For` is believed.
+#[derive(Debug, Clone, Default)]
+pub struct TrustedProxies(Vec<IpNet>);
+
+impl TrustedProxies {
+    /// Believes the proxies in `nets`.
+    pub fn new(nets: Vec<IpNet>) -> Self {
+        Self(nets)
+    }
+
+    fn trusts(&self, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        self.0.iter().any(|net| net.contains(&ip))
+    }
+
+    /// The client address of `req` (None only when actix knows no peer, e.g. in unit tests).
+    pub fn client_ip(&self, req: &HttpRequest) -> Option<IpAddr> {
+        let peer = canonical(req.peer_addr()?.ip());
+        Some(self.resolve(peer, req.headers()))
+    }
+
+    /// The client address given the socket peer and the request headers.
+    pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        if !self.trusts(peer) {
+            return peer;
+        }
+        let hops: Vec<&str> = headers
+            .get_all("x-forwarded-for")
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .collect();
+        let mut client = peer;
+        for hop in hops.iter().rev() {
+            match hop.parse::<IpAddr>() {
+                Ok(ip) => {
+                    client = canonical(ip);
+                    if !self.trusts(client) {
+                        return client;
+                    }
+                }
+                // Garbage in the chain: stop at the last address we could vouch for.
+                Err(_) => return client,
+            }
+        }
+        client
+    }
+}
+
+/// IPv4-mapped IPv6 addresses (::ffff:a.b.c.d) count as the IPv4 address.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::http::header::{HeaderName, HeaderValue};
+
+    use super::*;
+
+    fn headers(xff: &[&str]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for v in xff {
+            map.append(HeaderName::from_static("x-forwarded-for"), HeaderValue::from_str(v).unwrap());
+        }
+        map
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn untrusted_peer_is_the_client_whatever_the_header_says() {
+        let proxies = TrustedProxies::default();
+        assert_eq!(proxies.resolve(ip("203.0.113.7"), &headers(&["1.2.3.4"])), ip("203.0.113.7"));
+    }
+
+    #[test]
+    fn trusted_proxy_forwards_the_nearest_untrusted_hop() {
+        let proxies = TrustedProxies::new(vec!["10.0.0.0/8".parse().unwrap()]);
+        // The client may prepend anything; only the hop our proxy appended counts.
+        let h = headers(&["6.6.6.6, 198.51.100.9", "10.1.1.1"]);
+        assert_eq!(proxies.resolve(ip("10.0.0.2"), &h), ip("198.51.100.9"));
+    }
+
+    #[test]
+    fn trusted_proxy_without_header_or_with_garbage_is_the_client() {
+        let proxies = TrustedProxies::new(vec!["10.0.0.2/32".parse().unwrap()]);
+        assert_eq!(proxies.resolve(ip("10.0.0.2"), &headers(&[])), ip("10.0.0.2"));
+        assert_eq!(proxies.resolve(ip("10.0.0.2"), &headers(&["not-an-ip"])), ip("10.0.0.2"));
+    }
+
+    #[test]
+    fn mapped_ipv6_peers_match_ipv4_proxies() {
+        let proxies = TrustedProxies::new(vec!["127.0.0.1/32".parse().unwrap()]);
+        assert_eq!(proxies.resolve(ip("::ffff:127.0.0.1"), &headers(&["192.0.2.1"])), ip("192.0.2.1"));
+    }
+}

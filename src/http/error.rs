@@ -1,0 +1,214 @@
+//! The one error type of the HTTP API, mapped once to a status code and a JSON body
+//! `{"error": "<code>", "message": "<sentence>"}`. Infrastructure failures are logged with their
+//! cause chain and never shown to the client.
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+
+/// Every answer but a success: each variant has its status code, its stable `error` code
+/// ([`ApiError::code`]) and its message (the `#[error]` text).
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 `invalid_request`: the body or the path does not hold a valid request.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// 413 `payload_too_large`: the body exceeds the limit (in bytes).
+    #[error("the request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    /// 415 `unsupported_media_type`: the body is not declared as JSON.
+    #[error("the request body must be JSON (content-type: application/json)")]
+    UnsupportedMediaType,
+    /// 404 `not_found`: no route has this path.
+    #[error("no such route")]
+    NotFound,
+    /// 405 `method_not_allowed`, with the methods the route accepts in `Allow`.
+    #[error("this route does not accept that method")]
+    MethodNotAllowed {
+        /// The `Allow` header's value.
+        allow: &'static str,
+    },
+    /// 401 `unauthorized`: no or a wrong admin bearer token.
+    #[error("a valid admin bearer token is required")]
+    Unauthorized,
+    /// 403 `admin_disabled`: no admin token is configured.
+    #[error("admin routes are disabled: no admin token is configured")]
+    AdminDisabled,
+    /// 404 `unknown_sale`.
+    #[error("no sale with that id")]
+    UnknownSale,
+    /// 403 `sale_not_started`.
+    #[error("the sale has not started yet")]
+    SaleNotStarted,
+    /// 403 `sale_ended`.
+    #[error("the sale has ended")]
+    SaleEnded,
+    /// 409 `already_purchased`.
+    #[error("this user has already bought in this sale")]
+    AlreadyPurchased,
+    /// 410 `sold_out`.
+    #[error("the sale is sold out")]
+    SoldOut,
+    /// 409 `sale_in_progress`: a re-seed of a sale with buyers.
+    #[error("the sale already has buyers; it cannot be re-seeded")]
+    SaleInProgress,
+    /// 409 `sale_started`: a re-seed of a sharded sale that has started.
+    #[error("the sale is sharded and has started; it cannot be re-seeded")]
+    SaleStarted,
+    /// 409 `shards_fixed`: a seed asking another shard count than the sale has.
+    #[error("the sale exists with {shards} shard(s); its shard count cannot change")]
+    ShardsFixed {
+        /// The sale's shard count.
+        shards: u32,
+    },
+    /// 429 `rate_limited`, with `Retry-After` in whole seconds.
+    #[error("too many requests from this client; retry after {retry_after_secs} s")]
+    RateLimited {
+        /// Whole seconds until a request can be admitted.
+        retry_after_secs: u64,
+    },
+    /// 503 `unavailable`: Redis or Postgres cannot be reached (the cause is logged, not shown).
+    #[error("a service this request needs is unavailable; retry shortly")]
+    Unavailable(#[source] anyhow::Error),
+    /// 500 `internal`: anything else (the cause is logged, not shown).
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+impl ApiError {
+    /// The stable machine-readable code in the `error` field.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest(_) => "invalid_request",
+            Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::NotFound => "not_found",
+            Self::MethodNotAllowed { .. } => "method_not_allowed",
+            Self::Unauthorized => "unauthorized",
+            Self::AdminDisabled => "admin_disabled",
+            Self::UnknownSale => "unknown_sale",
+            Self::SaleNotStarted => "sale_not_started",
+            Self::SaleEnded => "sale_ended",
+            Self::AlreadyPurchased => "already_purchased",
+            Self::SoldOut => "sold_out",
+            Self::SaleInProgress => "sale_in_progress",
+            Self::SaleStarted => "sale_started",
+            Self::ShardsFixed { .. } => "shards_fixed",
+            Self::RateLimited { .. } => "rate_limited",
+            Self::Unavailable(_) => "unavailable",
+            Self::Internal(_) => "internal",
+        }
+    }
+}
+
+/// Every error answer's body.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody<'a> {
+    /// A stable machine-readable code, e.g. `sold_out`.
+    pub error: &'a str,
+    /// A sentence for humans.
+    pub message: String,
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::NotFound | Self::UnknownSale => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::AdminDisabled | Self::SaleNotStarted | Self::SaleEnded => StatusCode::FORBIDDEN,
+            Self::AlreadyPurchased | Self::SaleInProgress | Self::SaleStarted | Self::ShardsFixed { .. } => {
+                StatusCode::CONFLICT
+            }
+            Self::SoldOut => StatusCode::GONE,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        match self {
+            Self::Unavailable(cause) => tracing::warn!(error = format!("{cause:#}"), "dependency unavailable"),
+            Self::Internal(cause) => tracing::error!(error = format!("{cause:#}"), "internal error"),
+            _ => {}
+        }
+        let mut response = HttpResponse::build(self.status_code());
+        match self {
+            Self::RateLimited { retry_after_secs } => {
+                response.insert_header((header::RETRY_AFTER, *retry_after_secs));
+            }
+            Self::MethodNotAllowed { allow } => {
+                response.insert_header((header::ALLOW, *allow));
+            }
+            Self::Unauthorized => {
+                response.insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
+            }
+            Self::Unavailable(_) => {
+                response.insert_header((header::RETRY_AFTER, 1));
+            }
+            _ => {}
+        }
+        response.json(ErrorBody { error: self.code(), message: self.to_string() })
+    }
+}
+
+impl From<actix_web::error::JsonPayloadError> for ApiError {
+    fn from(err: actix_web::error::JsonPayloadError) -> Self {
+        use actix_web::error::JsonPayloadError as E;
+        match err {
+            E::OverflowKnownLength { limit, .. } | E::Overflow { limit } => Self::PayloadTooLarge(limit),
+            E::ContentType => Self::UnsupportedMediaType,
+            E::Deserialize(e) => Self::InvalidRequest(format!("invalid JSON body: {e}")),
+            other => Self::InvalidRequest(format!("unreadable request body: {other}")),
+        }
+    }
+}
+
+impl From<redis::RedisError> for ApiError {
+    fn from(err: redis::RedisError) -> Self {
+        if is_redis_outage(&err) {
+            Self::Unavailable(anyhow::Error::new(err).context("redis"))
+        } else {
+            Self::Internal(anyhow::Error::new(err).context("redis"))
+        }
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(err: sqlx::Error) -> Self {
+        match err {
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => {
+                Self::Unavailable(anyhow::Error::new(err).context("postgres"))
+            }
+            other => Self::Internal(anyhow::Error::new(other).context("postgres")),
+        }
+    }
+}
+
+impl From<crate::reconcile::ReconcileError> for ApiError {
+    fn from(err: crate::reconcile::ReconcileError) -> Self {
+        use crate::reconcile::ReconcileError as E;
+        match err {
+            E::Redis(err) => err.into(),
+            E::Postgres(err) => err.into(),
+        }
+    }
+}
+
+/// True when a Redis error means "Redis is not reachable right now" rather than a bug. On a
+/// cluster that includes MOVED/ASK/TRYAGAIN/CLUSTERDOWN still standing after the client's retries
+/// (a master is down or its slots are moving) and a node the client cannot reach.
+pub fn is_redis_outage(err: &redis::RedisError) -> bool {
+    err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.is_cluster_error()
+        || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
+        || matches!(err.code(), Some("LOADING" | "MASTERDOWN" | "BUSY"))
+}

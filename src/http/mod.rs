@@ -1,0 +1,45 @@
+//! The HTTP API, everything actix-web: the routes (`routes`), the one error type and its mapping
+//! to status codes (`error`), the middleware (`middleware`), the client's address behind proxies
+//! (`client_ip`), and [`AppState`], what every handler can reach. The layers below know nothing
+//! of HTTP: handlers turn their outcomes and errors into answers here.
+
+pub mod client_ip;
+pub mod error;
+pub mod middleware;
+pub mod routes;
+
+use std::sync::Arc;
+
+use actix_web::http::header::HeaderValue;
+use secrecy::SecretString;
+use sqlx::PgPool;
+
+use self::client_ip::TrustedProxies;
+use crate::limiter::Limiter;
+use crate::metrics::Metrics;
+use crate::purchase::Sales;
+use crate::purchase::sold_out::SoldOutFlags;
+use crate::redis::Keyspace;
+
+/// What every handler can reach. Cheap to clone: the clients inside are shared handles.
+#[derive(Clone)]
+pub struct AppState {
+    /// The shared Redis connection and the deployment's key prefix (the limiter, readiness).
+    pub redis: Keyspace,
+    /// The sales in Redis (on the same connection).
+    pub sales: Sales,
+    /// Sales this instance knows to be sold out (answered without Redis).
+    pub sold_out: Arc<SoldOutFlags>,
+    /// The Postgres pool (sale records, order counts, reconciliation, readiness).
+    pub pool: PgPool,
+    /// The rate limiter's policy and the clients it recently refused.
+    pub limiter: Arc<Limiter>,
+    /// The `RateLimit-Policy` value every `/buy` answer carries: the policy's, formatted once.
+    pub rate_limit_policy: HeaderValue,
+    /// This process's metrics (shared with its worker).
+    pub metrics: Arc<Metrics>,
+    /// The proxies whose `X-Forwarded-For` names the client.
+    pub proxies: TrustedProxies,
+    /// `None`: admin routes are disabled and answer 403.
+    pub admin_token: Option<SecretString>,
+}

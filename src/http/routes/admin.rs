@@ -1,0 +1,343 @@
+//! `PUT /admin/sales/{sale_id}` seeds a sale; `GET /admin/sales/{sale_id}` reports its state and
+//! `GET /admin/sales` every sale's (what the live page polls);
+//! `GET /admin/sales/{sale_id}/reconcile` compares its Redis buyers with its Postgres orders and
+//! `POST` to the same path repairs what it can. All need
+//! `Authorization: Bearer <SECKILL_ADMIN_TOKEN>`.
+
+use std::future::{Ready, ready};
+
+use actix_web::dev::Payload;
+use actix_web::http::header;
+use actix_web::{FromRequest, HttpRequest, HttpResponse, web};
+use secrecy::ExposeSecret;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use utoipa::ToSchema;
+
+use crate::db;
+use crate::domain::SaleId;
+use crate::http::AppState;
+use crate::http::error::{ApiError, ErrorBody};
+use crate::purchase::shards::MAX_SHARDS;
+use crate::purchase::{SaleSpec, SaleState, SeedOutcome};
+use crate::reconcile::{self, ReconcileReport};
+
+/// Largest stock one sale may hold (the buyer set grows to this many members).
+pub const MAX_STOCK: i64 = 10_000_000;
+
+/// Most sales `GET /admin/sales` lists (the first by sale id).
+pub const MAX_LISTED_SALES: usize = 100;
+
+/// Proof that the request carried the admin token. Extracted before the body, so an
+/// unauthenticated request is refused with 401 whatever its body.
+pub struct Admin;
+
+impl FromRequest for Admin {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let expected = req.app_data::<web::Data<AppState>>().and_then(|s| s.admin_token.clone());
+        let Some(expected) = expected else {
+            return ready(Err(ApiError::AdminDisabled));
+        };
+        let presented = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        let ok = constant_time_eq::constant_time_eq(presented.as_bytes(), expected.expose_secret().as_bytes());
+        ready(if ok { Ok(Admin) } else { Err(ApiError::Unauthorized) })
+    }
+}
+
+/// The `{sale_id}` of the admin routes (documentation: the handlers validate it themselves).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub struct SalePath {
+    /// 1-64 characters of `[A-Za-z0-9_-]`.
+    #[param(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
+    sale_id: String,
+}
+
+/// The errors every admin route can answer, for the OpenAPI document.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum AdminErrors {
+    /// `invalid_request`: bad sale id or body
+    #[response(status = 400)]
+    InvalidRequest(ErrorBody<'static>),
+    /// `unauthorized`: missing or wrong bearer token
+    #[response(status = 401)]
+    Unauthorized(ErrorBody<'static>),
+    /// `admin_disabled`: no admin token is configured
+    #[response(status = 403)]
+    AdminDisabled(ErrorBody<'static>),
+    /// `internal`
+    #[response(status = 500)]
+    Internal(ErrorBody<'static>),
+    /// `unavailable`: Redis or Postgres is unreachable
+    #[response(status = 503)]
+    Unavailable(ErrorBody<'static>),
+}
+
+/// A sale to create or re-seed. Unknown fields are refused.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SeedRequest {
+    /// Items for sale, 0 to 10,000,000.
+    #[schema(minimum = 0, maximum = 10_000_000)]
+    #[serde(deserialize_with = "integral")]
+    stock: i64,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    starts_at: Option<OffsetDateTime>,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    ends_at: Option<OffsetDateTime>,
+    /// Shards to split the stock over, 1 to 16 (docs/stock-sharding.md): more than one lets one
+    /// hot sale use several Redis Cluster masters. Fixed by the sale's first seed: omit it (or
+    /// repeat it) when re-seeding. Default 1.
+    #[schema(minimum = 1, maximum = 16)]
+    #[serde(default)]
+    shards: Option<u32>,
+}
+
+/// A sale's state: `sold` and `queued` from Redis, then `persisted` from Postgres (`null` while
+/// Postgres is unreachable). Postgres is read after Redis, and an order leaves the queue only
+/// after its commit, so `sold - queued <= persisted` unless confirmed orders were lost.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+pub struct SaleStatus {
+    pub sale_id: String,
+    pub stock_initial: i64,
+    pub stock_left: i64,
+    pub sold: i64,
+    pub persisted: Option<i64>,
+    pub queued: i64,
+    /// Shards the stock is split over (1: unsharded).
+    pub shards: u32,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub starts_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub ends_at: Option<OffsetDateTime>,
+}
+
+/// An integer, also when written with a zero fraction (`2326.0`): JSON Schema's `integer`
+/// allows that, so a client generated from the document may send it.
+fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    let number = serde_json::Number::deserialize(deserializer)?;
+    match (number.as_i64(), number.as_f64()) {
+        (Some(n), _) => Ok(n),
+        (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(f as i64),
+        _ => Err(serde::de::Error::custom(format!("expected an integer, got {number}"))),
+    }
+}
+
+fn sale_from_path(path: &str) -> Result<SaleId, ApiError> {
+    SaleId::parse(path).map_err(ApiError::InvalidRequest)
+}
+
+/// Creates or re-seeds a sale. The Postgres record and the Redis seed succeed together: the
+/// Postgres transaction commits only after Redis accepted the seed. A sale with buyers is never
+/// re-seeded (409), so nobody's purchase is erased.
+#[utoipa::path(
+    put,
+    path = "/admin/sales/{sale_id}",
+    tag = "admin",
+    params(SalePath),
+    security(("bearer" = [])),
+    request_body = SeedRequest,
+    responses(
+        (status = 200, description = "Seeded; the sale's state", body = SaleStatus),
+        (status = 409, description = "`sale_in_progress`: the sale has buyers and cannot be re-seeded; `sale_started`: a sharded sale that has started cannot be re-seeded; `shards_fixed`: the sale exists with another shard count", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
+        AdminErrors,
+    )
+)]
+pub async fn seed(
+    _admin: Admin,
+    path: web::Path<String>,
+    body: web::Json<SeedRequest>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = sale_from_path(&path)?;
+    let SeedRequest { stock, starts_at, ends_at, shards } = body.into_inner();
+    if !(0..=MAX_STOCK).contains(&stock) {
+        return Err(ApiError::InvalidRequest(format!("stock must be between 0 and {MAX_STOCK}")));
+    }
+    if shards.is_some_and(|k| !(1..=MAX_SHARDS).contains(&k)) {
+        return Err(ApiError::InvalidRequest(format!("shards must be between 1 and {MAX_SHARDS}")));
+    }
+    if let (Some(start), Some(end)) = (starts_at, ends_at)
+        && start >= end
+    {
+        return Err(ApiError::InvalidRequest("starts_at must be before ends_at".into()));
+    }
+    let to_ms = |t: Option<OffsetDateTime>| t.map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64);
+    let spec = SaleSpec { stock, starts_at_ms: to_ms(starts_at), ends_at_ms: to_ms(ends_at), shards };
+
+    let mut tx = state.pool.begin().await?;
+    db::upsert_sale(&mut tx, &sale, stock, starts_at, ends_at).await?;
+    match state.sales.seed(&sale, spec).await? {
+        SeedOutcome::Seeded => {
+            state.sold_out.clear(sale.as_str());
+            tx.commit().await?
+        }
+        SeedOutcome::InProgress => return Err(ApiError::SaleInProgress),
+        SeedOutcome::Started => return Err(ApiError::SaleStarted),
+        SeedOutcome::ShardsFixed { shards } => return Err(ApiError::ShardsFixed { shards }),
+    }
+    tracing::info!(sale_id = %sale, stock, shards, "sale seeded");
+    let status = sale_status(&state, &sale).await?;
+    Ok(HttpResponse::Ok().json(status))
+}
+
+/// The sale's state: `sold` and `queued` from Redis, `persisted` from Postgres.
+#[utoipa::path(
+    get,
+    path = "/admin/sales/{sale_id}",
+    tag = "admin",
+    params(SalePath),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The sale's state", body = SaleStatus),
+        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        AdminErrors,
+    )
+)]
+pub async fn status(
+    _admin: Admin,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = sale_from_path(&path)?;
+    Ok(HttpResponse::Ok().json(sale_status(&state, &sale).await?))
+}
+
+async fn sale_status(state: &AppState, sale: &SaleId) -> Result<SaleStatus, ApiError> {
+    let redis = state.sales.sale_state(sale).await?.ok_or(ApiError::UnknownSale)?;
+    let persisted = db::count_orders(&state.pool, sale).await.inspect_err(warn_without_persisted).ok();
+    Ok(status_of(sale, redis, persisted))
+}
+
+fn warn_without_persisted(err: &sqlx::Error) {
+    tracing::warn!(error = %err, "sale status without the persisted count");
+}
+
+fn status_of(sale: &SaleId, redis: SaleState, persisted: Option<i64>) -> SaleStatus {
+    let SaleState { stock_initial, stock_left, sold, queued, starts_at_ms, ends_at_ms, shards } = redis;
+    SaleStatus {
+        sale_id: sale.to_string(),
+        stock_initial,
+        stock_left,
+        sold,
+        persisted,
+        queued,
+        shards,
+        starts_at: starts_at_ms.map(db::ms_to_time),
+        ends_at: ends_at_ms.map(db::ms_to_time),
+    }
+}
+
+/// Every sale's state and this instance's limiter refusals, as the live page shows them.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SalesOverview {
+    /// The first sales by id, at most 100, each read as `GET /admin/sales/{sale_id}` reads it.
+    pub sales: Vec<SaleStatus>,
+    /// How many sales are registered in all.
+    pub sales_total: usize,
+    pub limiter: LimiterRefusals,
+    /// When this instance read the state (for rates between two samples).
+    #[serde(with = "time::serde::rfc3339")]
+    pub sampled_at: OffsetDateTime,
+}
+
+/// Requests to `/buy` this instance's rate limiter refused since it started (all sales; the
+/// limiter counts clients, not sales). Prometheus sums them over instances.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LimiterRefusals {
+    /// Refused by the limiter script in Redis.
+    pub refused: u64,
+    /// Refused from memory: the client was refused earlier and its wait is not over.
+    pub refused_from_memory: u64,
+}
+
+/// Every registered sale's state (the first 100 by id) and this instance's limiter refusals.
+#[utoipa::path(
+    get,
+    path = "/admin/sales",
+    tag = "admin",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every sale's state", body = SalesOverview),
+        AdminErrors,
+    )
+)]
+pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let sampled_at = OffsetDateTime::now_utc();
+    let mut ids = state.sales.sale_ids().await?;
+    ids.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
+    let sales_total = ids.len();
+    ids.truncate(MAX_LISTED_SALES);
+    let redis = futures::future::try_join_all(ids.iter().map(|id| state.sales.sale_state(id))).await?;
+    let persisted = db::count_orders_by_sale(&state.pool, &ids).await.inspect_err(warn_without_persisted).ok();
+    let sales = ids
+        .iter()
+        .zip(redis)
+        .filter_map(|(id, redis)| {
+            let count = persisted.as_ref().map(|counts| counts.get(id.as_str()).copied().unwrap_or(0));
+            Some(status_of(id, redis?, count))
+        })
+        .collect();
+    let refusals = |decision| state.metrics.limiter_decisions.with_label_values(&[decision]).get();
+    let limiter =
+        LimiterRefusals { refused: refusals("refused"), refused_from_memory: refusals("refused_from_memory") };
+    Ok(HttpResponse::Ok().json(SalesOverview { sales, sales_total, limiter, sampled_at }))
+}
+
+/// Reports the differences between the sale's Redis buyers and its Postgres orders.
+#[utoipa::path(
+    get,
+    path = "/admin/sales/{sale_id}/reconcile",
+    tag = "admin",
+    params(SalePath),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The report", body = ReconcileReport),
+        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        AdminErrors,
+    )
+)]
+pub async fn reconcile_check(
+    _admin: Admin,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = sale_from_path(&path)?;
+    let report = reconcile::check(&state.sales, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
+    Ok(HttpResponse::Ok().json(report))
+}
+
+/// Repairs what Redis can repair (missing orders, a missing `sales` row) and reports.
+#[utoipa::path(
+    post,
+    path = "/admin/sales/{sale_id}/reconcile",
+    tag = "admin",
+    params(SalePath),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The report after the repair", body = ReconcileReport),
+        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        AdminErrors,
+    )
+)]
+pub async fn reconcile_repair(
+    _admin: Admin,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = sale_from_path(&path)?;
+    let report = reconcile::repair(&state.sales, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
+    Ok(HttpResponse::Ok().json(report))
+}

@@ -1,0 +1,162 @@
+//! `POST /buy`: validate, rate-limit the client, then one atomic purchase in Redis.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::domain::{SaleId, UserId};
+use crate::http::AppState;
+use crate::http::error::{ApiError, ErrorBody};
+use crate::limiter::{self, Decision};
+use crate::purchase::BuyOutcome;
+use crate::purchase::sold_out::{self, Flagged};
+
+/// `RateLimit-Policy`: the quota policy (draft-ietf-httpapi-ratelimit-headers).
+const POLICY_HEADER: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`: this client's remaining quota and the seconds until it resets.
+const STATE_HEADER: HeaderName = HeaderName::from_static("ratelimit");
+
+/// A purchase: one user, one sale. Unknown fields are refused.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BuyRequest {
+    /// 1-64 characters of `[A-Za-z0-9_-]`.
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
+    sale_id: String,
+    /// 1-128 printable characters (no control characters).
+    #[schema(min_length = 1, max_length = 128, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
+    user_id: String,
+}
+
+/// The 201 body: the order the worker will store in Postgres under the same id.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BuyResponse {
+    pub order_id: Uuid,
+    pub sale_id: String,
+    pub user_id: String,
+}
+
+/// Every answer carries `RateLimit-Policy`, and `RateLimit` whenever the limiter decided (a
+/// sale known to be sold out is answered before the limiter, so without it).
+#[utoipa::path(
+    post,
+    path = "/buy",
+    tag = "purchase",
+    request_body = BuyRequest,
+    responses(
+        (status = 201, description = "Bought: the order is queued and will be in Postgres under this id", body = BuyResponse,
+            headers(("RateLimit-Policy" = String, description = "The quota policy, e.g. `\"buy\";q=20;w=1`"),
+                    ("RateLimit" = String, description = "Remaining quota and seconds to reset, e.g. `\"buy\";r=19;t=1`"))),
+        (status = 400, description = "`invalid_request`: bad JSON, missing, extra or mistyped fields, ids out of bounds", body = ErrorBody),
+        (status = 403, description = "`sale_not_started` or `sale_ended`", body = ErrorBody),
+        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        (status = 409, description = "`already_purchased`: this user already bought in this sale", body = ErrorBody),
+        (status = 410, description = "`sold_out`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: body over 4 KiB", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: not application/json", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: this client is over its limit", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
+        (status = 503, description = "`unavailable`: Redis is unreachable or the limiter could not decide", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "1"))),
+    )
+)]
+pub async fn buy(req: HttpRequest, body: web::Json<BuyRequest>, state: web::Data<AppState>) -> HttpResponse {
+    let mut decision = None;
+    let outcome = purchase(&req, body.into_inner(), &state, &mut decision).await;
+    state.metrics.purchase(outcome_label(&outcome));
+    let mut response = outcome.unwrap_or_else(|err| {
+        // A 5xx keeps its ApiError attached, for the metrics middleware to count its cause.
+        if err.status_code().is_server_error() { HttpResponse::from_error(err) } else { err.error_response() }
+    });
+    let headers = response.headers_mut();
+    headers.insert(POLICY_HEADER, state.rate_limit_policy.clone());
+    if let Some(decision) = decision {
+        headers.insert(STATE_HEADER, HeaderValue::from_str(&decision.state_field()).expect("ASCII header value"));
+    }
+    response
+}
+
+/// Input is validated first, so malformed requests touch no state. A sale this instance knows to
+/// be sold out is answered from memory: 410, or 409 to one of its buyers (no limiter either: an
+/// answer from memory costs less than the limiter would). Then the limiter runs before the
+/// purchase, so an abusive client costs one script call, not a purchase attempt; once refused, it
+/// is answered 429 from memory until the limiter could admit it again. If the limiter cannot
+/// answer, the request is refused with 503 and nothing is bought (fail closed).
+async fn purchase(
+    req: &HttpRequest,
+    BuyRequest { sale_id, user_id }: BuyRequest,
+    state: &AppState,
+    decision: &mut Option<Decision>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = SaleId::parse(&sale_id).map_err(ApiError::InvalidRequest)?;
+    let user = UserId::parse(&user_id).map_err(ApiError::InvalidRequest)?;
+    match state.sold_out.check(&sale, &user) {
+        None => {}
+        Some(Flagged::SoldOut) => return Err(ApiError::SoldOut),
+        Some(Flagged::AlreadyPurchased) => return Err(ApiError::AlreadyPurchased),
+        Some(Flagged::AskRedis) => {
+            let bought = state.sales.is_buyer(&sale, &user).await?;
+            return Err(if bought { ApiError::AlreadyPurchased } else { ApiError::SoldOut });
+        }
+    }
+
+    let client = state.proxies.client_ip(req).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let metrics = &state.metrics;
+    if let Some(refusal) = state.limiter.remembered(client) {
+        metrics.limiter_decision("refused_from_memory");
+        *decision = Some(refusal);
+        return Err(rate_limited(refusal.retry_after));
+    }
+    let asked = Instant::now();
+    let verdict = state.limiter.policy.check(&state.redis, client).await.context("rate limiter").map_err(|err| {
+        metrics.limiter_decision("error");
+        ApiError::Unavailable(err)
+    })?;
+    metrics.limiter_decision(if verdict.allowed { "allowed" } else { "refused" });
+    *decision = Some(verdict);
+    if !verdict.allowed {
+        state.limiter.remember(client, asked, &verdict);
+        return Err(rate_limited(verdict.retry_after));
+    }
+
+    let order_id = Uuid::now_v7();
+    match state.sales.buy(&sale, &user, order_id).await? {
+        BuyOutcome::Purchased => Ok(HttpResponse::Created().json(BuyResponse { order_id, sale_id, user_id })),
+        BuyOutcome::UnknownSale => Err(ApiError::UnknownSale),
+        BuyOutcome::NotStarted => Err(ApiError::SaleNotStarted),
+        BuyOutcome::Ended => Err(ApiError::SaleEnded),
+        BuyOutcome::AlreadyPurchased => Err(ApiError::AlreadyPurchased),
+        BuyOutcome::SoldOut => {
+            if state.sold_out.set(&sale) {
+                tokio::spawn(sold_out::load_buyers(state.sold_out.clone(), state.sales.clone(), sale));
+            }
+            Err(ApiError::SoldOut)
+        }
+    }
+}
+
+/// The `outcome` label of `seckill_purchases_total`.
+fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
+    match outcome {
+        Ok(_) => "created",
+        Err(ApiError::AlreadyPurchased) => "already_purchased",
+        Err(ApiError::SoldOut) => "sold_out",
+        Err(ApiError::UnknownSale) => "unknown_sale",
+        Err(ApiError::SaleNotStarted) => "not_started",
+        Err(ApiError::SaleEnded) => "ended",
+        Err(ApiError::RateLimited { .. }) => "rate_limited",
+        Err(ApiError::Unavailable(_)) => "unavailable",
+        Err(_) => "invalid_request",
+    }
+}
+
+/// 429 with `Retry-After` in whole seconds, rounded up (at least 1).
+fn rate_limited(wait: Duration) -> ApiError {
+    ApiError::RateLimited { retry_after_secs: limiter::ceil_secs(wait).max(1) }
+}

@@ -1,0 +1,67 @@
+//! `GET /healthz` (the process answers; no I/O) and `GET /readyz` (Redis and Postgres answer).
+
+use std::time::Duration;
+
+use actix_web::{HttpResponse, web};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::db;
+use crate::http::AppState;
+
+/// How long readiness waits for each dependency.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `{"status": "ok"}`.
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    pub status: &'static str,
+}
+
+/// Readiness: `status: "ok"` when both answer; otherwise `error` and `message`, and which is down.
+#[derive(Serialize, ToSchema)]
+pub struct Readiness {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// `ok` or `down`.
+    pub redis: &'static str,
+    /// `ok` or `down`.
+    pub postgres: &'static str,
+}
+
+#[utoipa::path(get, path = "/healthz", tag = "health",
+    responses((status = 200, description = "The process answers (no I/O)", body = Health)))]
+pub async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(Health { status: "ok" })
+}
+
+#[utoipa::path(get, path = "/readyz", tag = "health", responses(
+    (status = 200, description = "Redis and Postgres answer", body = Readiness),
+    (status = 503, description = "`unavailable`: Redis or Postgres does not answer", body = Readiness),
+))]
+pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let redis = tokio::time::timeout(PROBE_TIMEOUT, state.redis.ping());
+    let postgres = tokio::time::timeout(PROBE_TIMEOUT, db::ping(&state.pool));
+    let (redis, postgres) = tokio::join!(redis, postgres);
+    let redis_up = matches!(redis, Ok(Ok(())));
+    let postgres_up = matches!(postgres, Ok(Ok(())));
+    let word = |up: bool| if up { "ok" } else { "down" };
+    let mut body =
+        Readiness { status: None, error: None, message: None, redis: word(redis_up), postgres: word(postgres_up) };
+    if redis_up && postgres_up {
+        body.status = Some("ok");
+        return HttpResponse::Ok().json(body);
+    }
+    let down: Vec<&str> = [("redis", redis_up), ("postgres", postgres_up)]
+        .into_iter()
+        .filter(|(_, up)| !up)
+        .map(|(name, _)| name)
+        .collect();
+    body.error = Some("unavailable");
+    body.message = Some(format!("unreachable: {}", down.join(", ")));
+    HttpResponse::ServiceUnavailable().json(body)
+}

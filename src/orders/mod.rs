@@ -1,0 +1,8 @@
+//! Orders after the purchase. `lua/buy.lua` appends each order to its sale's stream in Redis in
+//! the same atomic step that decrements the stock (the entry's format and the consumer group:
+//! `crate::redis::order_stream`); from there the worker (`worker`) copies it into Postgres
+//! (`crate::db::insert_orders`) and only then acknowledges it. `queue` lists the streams and
+//! reads or appends entries for reconciliation.
+
+pub mod queue;
+pub mod worker;

@@ -1,0 +1,103 @@
+//! Selling: a sale's stock in Redis and the purchases against it. [`Sales`] seeds sales
+//! (`seed`), buys (`buy`, through `lua/buy.lua`, which decrements the stock and appends the
+//! order to the sale's stream in one atomic step) and reads their state (`reads`); a hot sale's
+//! stock can be split over shards (`shards`); once Redis said a sale is sold out, each instance
+//! answers that itself (`sold_out`).
+
+mod buy;
+mod reads;
+mod seed;
+pub mod shards;
+pub mod sold_out;
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use redis::RedisResult;
+
+use self::shards::Layout;
+use crate::domain::SaleId;
+use crate::redis::Keyspace;
+use crate::redis::keys::SaleKeys;
+use crate::redis::lua::unexpected_reply;
+
+pub use buy::BuyOutcome;
+pub use reads::SaleState;
+pub use seed::{SaleSpec, SeedOutcome};
+
+/// How long [`Sales`] keeps a sale's layout before reading it again.
+pub const LAYOUT_TTL: Duration = Duration::from_secs(5);
+
+/// A layout and until when it is kept.
+type KeptLayout = (Instant, Arc<Layout>);
+
+/// The sales of one deployment in Redis, and the layouts of the sharded ones this instance keeps.
+#[derive(Clone)]
+pub struct Sales {
+    /// The deployment's keys and the shared connection.
+    redis: Keyspace,
+    /// Layouts of seeded sales by sale id, each kept until the time with it.
+    layouts: Arc<RwLock<HashMap<Box<str>, KeptLayout>>>,
+}
+
+impl Sales {
+    /// The sales under `redis`'s prefix.
+    pub fn new(redis: Keyspace) -> Self {
+        Self { redis, layouts: Arc::default() }
+    }
+
+    /// The keyspace the sales are in.
+    pub fn keyspace(&self) -> &Keyspace {
+        &self.redis
+    }
+
+    /// The sale's layout ([`shards`]) as its shard 0 records it, or `None` when the sale
+    /// has not been seeded. A layout is fixed by the sale's first seed, so it is kept for
+    /// [`LAYOUT_TTL`] rather than read each time; the time limit covers a sale whose keys were
+    /// lost and that was seeded anew.
+    pub async fn layout(&self, sale: &SaleId) -> RedisResult<Option<Arc<Layout>>> {
+        match self.cached_layout(sale) {
+            Some(layout) => Ok(Some(layout)),
+            None => self.read_layout(sale).await,
+        }
+    }
+
+    /// Reads the sale's layout from its shard 0 (and keeps it).
+    pub async fn read_layout(&self, sale: &SaleId) -> RedisResult<Option<Arc<Layout>>> {
+        let meta = self.redis.sale_keys(sale).meta;
+        let (stock_initial, shards, suffixes): (Option<i64>, Option<i64>, Option<String>) = redis::cmd("HMGET")
+            .arg(&meta)
+            .arg(&["stock_initial", "shards", "shard_suffixes"])
+            .query_async(&mut self.redis.conn())
+            .await?;
+        if stock_initial.is_none() {
+            self.forget_layout(sale);
+            return Ok(None);
+        }
+        let layout =
+            Layout::from_meta(shards, suffixes.as_deref()).map_err(|why| unexpected_reply("the sale's meta", &why))?;
+        let layout = Arc::new(layout);
+        let kept = (Instant::now() + LAYOUT_TTL, layout.clone());
+        self.layouts.write().unwrap_or_else(|e| e.into_inner()).insert(sale.as_str().into(), kept);
+        Ok(Some(layout))
+    }
+
+    /// The layout this instance read less than [`LAYOUT_TTL`] ago, if any.
+    fn cached_layout(&self, sale: &SaleId) -> Option<Arc<Layout>> {
+        let layouts = self.layouts.read().unwrap_or_else(|e| e.into_inner());
+        layouts.get(sale.as_str()).filter(|(until, _)| Instant::now() < *until).map(|(_, layout)| layout.clone())
+    }
+
+    fn forget_layout(&self, sale: &SaleId) {
+        self.layouts.write().unwrap_or_else(|e| e.into_inner()).remove(sale.as_str());
+    }
+
+    /// The keys of every shard of the sale (one set for an unsharded or unknown sale), from a
+    /// fresh read of its layout: for reconciliation and copies of the buyers, which must see
+    /// every shard.
+    pub async fn all_shard_keys(&self, sale: &SaleId) -> RedisResult<Vec<SaleKeys>> {
+        let layout = self.read_layout(sale).await?.unwrap_or_default();
+        Ok(layout.keys(self.redis.prefix(), sale))
+    }
+}

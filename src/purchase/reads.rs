@@ -1,0 +1,157 @@
+//! Reading a sale: its state (summed over its shards), the registered sales, and its buyers (the
+//! union of its shards').
+
+use std::collections::HashSet;
+
+use futures::future::try_join_all;
+use redis::{AsyncCommands, RedisResult};
+
+use super::Sales;
+use crate::domain::{SaleId, UserId};
+use crate::purchase::shards::Layout;
+use crate::redis::PAGE;
+use crate::redis::keys::{SaleKeys, sales_registry_key};
+use crate::redis::lua::unexpected_reply;
+
+/// A sale as Redis holds it (a sharded sale's figures are its shards' sums).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaleState {
+    /// The stock the sale was seeded with.
+    pub stock_initial: i64,
+    /// The stock not sold yet.
+    pub stock_left: i64,
+    /// Buyers in the buyer set(s).
+    pub sold: i64,
+    /// Confirmed orders still in the stream(s) (not yet committed to Postgres).
+    pub queued: i64,
+    /// The start, Unix milliseconds (`None`: open from the seed).
+    pub starts_at_ms: Option<i64>,
+    /// The end, Unix milliseconds (`None`: never ends).
+    pub ends_at_ms: Option<i64>,
+    /// Shards the stock is split over (1: unsharded).
+    pub shards: u32,
+}
+
+/// One shard's figures and its meta's layout fields, read in one MULTI.
+struct ShardRead {
+    stock_initial: Option<i64>,
+    stock_left: Option<i64>,
+    sold: i64,
+    queued: i64,
+    starts_at_ms: Option<i64>,
+    ends_at_ms: Option<i64>,
+    shards: Option<i64>,
+    suffixes: Option<String>,
+}
+
+impl Sales {
+    /// Reads the sale's state: each shard in one MULTI (its keys share a slot), shard 0 first,
+    /// since it says where the others are. `None` if never seeded. Each shard keeps
+    /// `stock_initial = stock_left + sold` at the moment it is read, so the sums keep it too,
+    /// even though the shards are read at slightly different moments.
+    pub async fn sale_state(&self, sale: &SaleId) -> RedisResult<Option<SaleState>> {
+        let home = self.read_shard(&self.redis.sale_keys(sale)).await?;
+        let (Some(stock_initial), Some(stock_left)) = (home.stock_initial, home.stock_left) else {
+            return Ok(None);
+        };
+        let layout = Layout::from_meta(home.shards, home.suffixes.as_deref())
+            .map_err(|why| unexpected_reply("the sale's meta", &why))?;
+        let mut state = SaleState {
+            stock_initial,
+            stock_left,
+            sold: home.sold,
+            queued: home.queued,
+            starts_at_ms: home.starts_at_ms,
+            ends_at_ms: home.ends_at_ms,
+            shards: layout.shards(),
+        };
+        let others = layout.keys(self.redis.prefix(), sale).split_off(1);
+        for (keys, shard) in others.iter().zip(try_join_all(others.iter().map(|k| self.read_shard(k))).await?) {
+            let (Some(initial), Some(left)) = (shard.stock_initial, shard.stock_left) else {
+                return Err(unexpected_reply("a shard of the sale", &format!("{} is missing", keys.meta)));
+            };
+            state.stock_initial += initial;
+            state.stock_left += left;
+            state.sold += shard.sold;
+            state.queued += shard.queued;
+        }
+        Ok(Some(state))
+    }
+
+    async fn read_shard(&self, keys: &SaleKeys) -> RedisResult<ShardRead> {
+        type Meta = (Option<i64>, Option<i64>, Option<i64>, Option<i64>, Option<String>);
+        let ((stock_initial, starts_at_ms, ends_at_ms, shards, suffixes), stock_left, sold, queued): (
+            Meta,
+            Option<i64>,
+            i64,
+            i64,
+        ) = redis::pipe()
+            .atomic()
+            .cmd("HMGET")
+            .arg(&keys.meta)
+            .arg(&["stock_initial", "starts_at_ms", "ends_at_ms", "shards", "shard_suffixes"])
+            .get(&keys.stock)
+            .scard(&keys.buyers)
+            .xlen(&keys.orders)
+            .query_async(&mut self.redis.conn())
+            .await?;
+        Ok(ShardRead { stock_initial, stock_left, sold, queued, starts_at_ms, ends_at_ms, shards, suffixes })
+    }
+
+    /// Every registered sale.
+    pub async fn sale_ids(&self) -> RedisResult<Vec<SaleId>> {
+        let ids: Vec<String> = self.redis.conn().smembers(sales_registry_key(self.redis.prefix())).await?;
+        Ok(ids.iter().filter_map(|id| SaleId::parse(id).ok()).collect())
+    }
+
+    /// Every buyer of the sale (of every shard), read with SSCAN (never SMEMBERS: a set of
+    /// millions would block Redis). Buyers are never removed, so everyone in a set when its scan
+    /// starts is returned; buyers added meanwhile may or may not be.
+    pub async fn scan_buyers(&self, sale: &SaleId) -> RedisResult<HashSet<String>> {
+        let mut buyers = HashSet::new();
+        for keys in self.all_shard_keys(sale).await? {
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, members): (u64, Vec<String>) = redis::cmd("SSCAN")
+                    .arg(&keys.buyers)
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(PAGE)
+                    .query_async(&mut self.redis.conn())
+                    .await?;
+                buyers.extend(members);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(buyers)
+    }
+
+    /// The sale's buyers, unless there are more than `limit` (then `None`).
+    pub async fn buyers_if_at_most(&self, sale: &SaleId, limit: u64) -> RedisResult<Option<HashSet<String>>> {
+        let keys = self.all_shard_keys(sale).await?;
+        let counts: Vec<u64> = try_join_all(keys.iter().map(|k| {
+            let mut con = self.redis.conn();
+            async move { con.scard(&k.buyers).await }
+        }))
+        .await?;
+        if counts.iter().sum::<u64>() > limit {
+            return Ok(None);
+        }
+        self.scan_buyers(sale).await.map(Some)
+    }
+
+    /// Whether `user` is among the sale's buyers (in any shard). On the sold-out path, so it
+    /// goes by the layout this instance keeps.
+    pub async fn is_buyer(&self, sale: &SaleId, user: &UserId) -> RedisResult<bool> {
+        let keys = self.layout(sale).await?.unwrap_or_default().keys(self.redis.prefix(), sale);
+        let found: Vec<bool> = try_join_all(keys.iter().map(|k| {
+            let mut con = self.redis.conn();
+            async move { con.sismember(&k.buyers, user.as_str()).await }
+        }))
+        .await?;
+        Ok(found.contains(&true))
+    }
+}

@@ -1,0 +1,122 @@
+//! Seeding: `lua/seed.lua` on one shard or on each shard of a sharded sale ([`super::shards`]).
+
+use redis::{AsyncCommands, RedisResult};
+
+use super::Sales;
+use crate::domain::SaleId;
+use crate::purchase::shards::{self, Layout};
+use crate::redis::connection;
+use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
+use crate::redis::lua::{self, unexpected_reply};
+use crate::redis::order_stream;
+
+/// What the seed decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeedOutcome {
+    /// The sale is seeded on every shard.
+    Seeded,
+    /// The sale has buyers; nothing was changed.
+    InProgress,
+    /// A sharded sale that has started is never re-seeded.
+    Started,
+    /// The sale exists with this many shards; its shard count cannot change.
+    ShardsFixed {
+        /// The sale's shard count.
+        shards: u32,
+    },
+}
+
+/// A sale's schedule and stock, as an admin seeds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaleSpec {
+    /// Items for sale.
+    pub stock: i64,
+    /// The start, Unix milliseconds (`None`: open at once).
+    pub starts_at_ms: Option<i64>,
+    /// The end, Unix milliseconds (`None`: never ends).
+    pub ends_at_ms: Option<i64>,
+    /// Shards to split the stock over; `None` keeps the sale's (1 for a new sale).
+    pub shards: Option<u32>,
+}
+
+impl Sales {
+    /// Registers the sale and its shards (so workers read their streams), then runs
+    /// `lua/seed.lua` on each shard: creates or re-seeds the sale unless it has buyers (or,
+    /// sharded, has started). The registries are separate keys (other Cluster slots), so they are
+    /// written first: no shard is ever live without its stream being registered.
+    ///
+    /// A new sale's shard 0, which records the layout, is seeded last, so no instance can find a
+    /// shard before it is seeded; a re-seed starts with shard 0, whose refusal (buyers, started)
+    /// then changes nothing. Should a later shard refuse or fail, the shards before it keep the
+    /// new seed: each shard is still a consistent sale, and a new seed before the start evens
+    /// them out (docs/stock-sharding.md).
+    pub async fn seed(&self, sale: &SaleId, spec: SaleSpec) -> RedisResult<SeedOutcome> {
+        let _: i64 = self.redis.conn().sadd(sales_registry_key(self.redis.prefix()), sale.as_str()).await?;
+        let existing = self.read_layout(sale).await?;
+        let layout = match (&existing, spec.shards) {
+            (Some(layout), Some(shards)) if shards != layout.shards() => {
+                return Ok(SeedOutcome::ShardsFixed { shards: layout.shards() });
+            }
+            (Some(layout), _) => Layout::clone(layout),
+            (None, shards) => self.spread(sale, shards.unwrap_or(1)).await?,
+        };
+        if layout.is_sharded() {
+            let shards = layout.suffixes().iter().map(|suffix| format!("{sale}:{suffix}"));
+            let _: i64 =
+                self.redis.conn().sadd(shards_registry_key(self.redis.prefix()), shards.collect::<Vec<_>>()).await?;
+        }
+        let keys = layout.keys(self.redis.prefix(), sale);
+        let others = 1..keys.len();
+        let order: Vec<usize> =
+            if existing.is_some() { std::iter::once(0).chain(others).collect() } else { others.chain([0]).collect() };
+        for shard in order {
+            match self.seed_shard(&keys[shard], &layout, shard, spec, existing.is_some()).await?.as_str() {
+                "ok" => {}
+                "sale_in_progress" => return Ok(SeedOutcome::InProgress),
+                "sale_started" => return Ok(SeedOutcome::Started),
+                other => return Err(unexpected_reply("seed.lua", other)),
+            }
+        }
+        // Every instance drops its sold-out flag for the sale. Should this fail, the flags lapse
+        // by themselves (crate::purchase::sold_out::FLAG_TTL); the seed itself has happened.
+        let published: RedisResult<i64> = self.redis.conn().publish(self.redis.events_channel(), sale.as_str()).await;
+        if let Err(err) = published {
+            tracing::warn!(sale_id = %sale, error = %err, "seed event not published");
+        }
+        Ok(SeedOutcome::Seeded)
+    }
+
+    async fn seed_shard(
+        &self,
+        keys: &SaleKeys,
+        layout: &Layout,
+        shard: usize,
+        spec: SaleSpec,
+        reseed: bool,
+    ) -> RedisResult<String> {
+        let opt = |v: Option<i64>| v.map(|ms| ms.to_string()).unwrap_or_default();
+        let suffixes = if shard == 0 { layout.suffixes_field() } else { String::new() };
+        // The group exists before the shard can take an order, so its orders reach the worker.
+        order_stream::create_group(&mut self.redis.conn(), &keys.orders).await?;
+        let mut call = lua::SEED.key(&keys.state()[..]);
+        call.arg(layout.stock_of(spec.stock, shard))
+            .arg(opt(spec.starts_at_ms))
+            .arg(opt(spec.ends_at_ms))
+            .arg(layout.shards())
+            .arg(suffixes)
+            .arg(if reseed { "1" } else { "0" });
+        lua::run(&call, &mut self.redis.conn()).await
+    }
+
+    /// A new layout of `shards` shards, spread over the cluster's masters.
+    async fn spread(&self, sale: &SaleId, shards: u32) -> RedisResult<Layout> {
+        if shards <= 1 {
+            return Ok(Layout::unsharded());
+        }
+        if !self.redis.conn().is_cluster() {
+            return Ok(shards::spread(sale, shards, |_| None));
+        }
+        let masters = connection::slot_masters(&mut self.redis.conn()).await?;
+        Ok(shards::spread(sale, shards, |slot| masters.master_of(slot)))
+    }
+}

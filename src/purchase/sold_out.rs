@@ -1,0 +1,237 @@
+//! The in-process sold-out flag. Once Redis has answered "sold out" for a sale, this instance
+//! answers itself: no limiter call, no purchase script, no Redis round trip. That is the path
+//! most of a flash crowd takes once the stock is gone. The flag holds a copy of the sale's buyers
+//! (final once it is sold out), so a buyer who asks again still hears 409, not 410.
+//!
+//! A sold-out sale can come back only by a re-seed (possible while it has no buyers, e.g. after a
+//! seed with stock 0). Seeding publishes the sale id on the deployment's events channel, and every
+//! instance's [`listen`] clears its flag at once. A flag also lapses after its time to live, so an
+//! instance that missed the event (a dropped subscription) catches up within that time.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use secrecy::{ExposeSecret, SecretString};
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::{SaleId, UserId};
+use crate::purchase::Sales;
+use crate::redis::connection::RedisTarget;
+
+/// How long a flag holds without being confirmed by Redis again.
+pub const FLAG_TTL: Duration = Duration::from_secs(5);
+
+/// Largest buyer set an instance copies into memory for a sold-out sale (about 100 bytes each).
+pub const MAX_LOCAL_BUYERS: u64 = 100_000;
+
+/// What the flags say about one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flagged {
+    /// Sold out, and this user is not one of its buyers.
+    SoldOut,
+    /// Sold out, and this user bought.
+    AlreadyPurchased,
+    /// Sold out, but the buyers are not in memory (still loading, or too many): ask Redis.
+    AskRedis,
+}
+
+/// A sold-out sale's buyers, as this instance holds them. They never change once the sale is
+/// sold out: nobody can buy, and a sale with buyers cannot be re-seeded.
+#[derive(Debug, Clone)]
+enum Buyers {
+    Loading,
+    /// Not copied: more than `MAX_LOCAL_BUYERS`, or the copy failed.
+    Absent,
+    Loaded(Arc<HashSet<Box<str>>>),
+}
+
+#[derive(Debug, Clone)]
+struct Flag {
+    until: Instant,
+    buyers: Buyers,
+}
+
+/// The sales this instance knows to be sold out, each until its flag lapses.
+#[derive(Debug)]
+pub struct SoldOutFlags {
+    flags: RwLock<HashMap<Box<str>, Flag>>,
+    ttl: Duration,
+}
+
+impl Default for SoldOutFlags {
+    fn default() -> Self {
+        Self::with_ttl(FLAG_TTL)
+    }
+}
+
+impl SoldOutFlags {
+    /// Flags that lapse after `ttl` unless Redis confirms them again.
+    pub fn with_ttl(ttl: Duration) -> Self {
+        Self { flags: RwLock::default(), ttl }
+    }
+
+    /// `None` unless the sale's flag is set and has not lapsed.
+    pub fn check(&self, sale: &SaleId, user: &UserId) -> Option<Flagged> {
+        let flags = self.flags.read().unwrap_or_else(|e| e.into_inner());
+        let flag = flags.get(sale.as_str()).filter(|f| Instant::now() < f.until)?;
+        Some(match &flag.buyers {
+            Buyers::Loaded(buyers) if buyers.contains(user.as_str()) => Flagged::AlreadyPurchased,
+            Buyers::Loaded(_) => Flagged::SoldOut,
+            Buyers::Loading | Buyers::Absent => Flagged::AskRedis,
+        })
+    }
+
+    /// Redis said the sale is sold out: sets or renews its flag. Returns true when the caller
+    /// should copy the buyers ([`load_buyers`]): none are held, or none were bought yet (a sale
+    /// seeded with stock 0 may be re-seeded, so its empty set is not final).
+    pub fn set(&self, sale: &SaleId) -> bool {
+        let until = Instant::now() + self.ttl;
+        let mut flags = self.flags.write().unwrap_or_else(|e| e.into_inner());
+        let flag = flags.entry(sale.as_str().into()).or_insert(Flag { until, buyers: Buyers::Absent });
+        flag.until = until;
+        let load = match &flag.buyers {
+            Buyers::Loading => false,
+            Buyers::Loaded(buyers) => buyers.is_empty(),
+            Buyers::Absent => true,
+        };
+        if load {
+            flag.buyers = Buyers::Loading;
+        }
+        load
+    }
+
+    fn store_buyers(&self, sale: &SaleId, buyers: Buyers) {
+        let mut flags = self.flags.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(flag) = flags.get_mut(sale.as_str()) {
+            flag.buyers = buyers;
+        }
+    }
+
+    /// The sale was re-seeded.
+    pub fn clear(&self, sale: &str) {
+        self.flags.write().unwrap_or_else(|e| e.into_inner()).remove(sale);
+    }
+
+    /// Events may have been missed: forget every flag.
+    pub fn clear_all(&self) {
+        self.flags.write().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+/// Copies a sold-out sale's buyers into its flag (after [`SoldOutFlags::set`] returned true), so
+/// a buyer who asks again hears 409 `already_purchased` without a Redis call. Sales with more
+/// than `MAX_LOCAL_BUYERS` buyers are not copied; their buyers are asked about in Redis.
+pub async fn load_buyers(flags: Arc<SoldOutFlags>, sales: Sales, sale: SaleId) {
+    let buyers = match sales.buyers_if_at_most(&sale, MAX_LOCAL_BUYERS).await {
+        Ok(Some(buyers)) => Buyers::Loaded(Arc::new(buyers.into_iter().map(String::into_boxed_str).collect())),
+        Ok(None) => Buyers::Absent,
+        Err(err) => {
+            tracing::warn!(sale_id = %sale, error = %err, "sold-out sale's buyers not copied; asking Redis instead");
+            Buyers::Absent
+        }
+    };
+    flags.store_buyers(&sale, buyers);
+}
+
+/// Pause before subscribing again after the subscription was lost.
+const RESUBSCRIBE_PAUSE: Duration = Duration::from_secs(1);
+
+/// Clears flags as seed events arrive on `channel`, until `shutdown`. Subscribes again after a
+/// failure, and clears every flag on each (re)subscription, since events sent while it was away
+/// are lost. On a cluster it subscribes on one seed node, the next one after each failure: a
+/// cluster delivers every PUBLISH to subscribers on all nodes.
+pub async fn listen(redis_url: SecretString, channel: String, flags: &SoldOutFlags, shutdown: CancellationToken) {
+    let urls = match RedisTarget::parse(redis_url.expose_secret()) {
+        Ok(target) => target.urls().to_vec(),
+        Err(err) => return tracing::error!(error = %err, "no seed events: SECKILL_REDIS_URL is invalid"),
+    };
+    for attempt in 0.. {
+        if shutdown.is_cancelled() {
+            return;
+        }
+        let url = &urls[attempt % urls.len()];
+        let result = tokio::select! {
+            result = subscribe_and_apply(url, &channel, flags) => result,
+            _ = shutdown.cancelled() => return,
+        };
+        if let Err(err) = result {
+            tracing::warn!(error = %err, "seed events subscription lost; subscribing again in 1 s");
+        }
+        flags.clear_all();
+        tokio::select! {
+            _ = tokio::time::sleep(RESUBSCRIBE_PAUSE) => {}
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
+async fn subscribe_and_apply(redis_url: &str, channel: &str, flags: &SoldOutFlags) -> redis::RedisResult<()> {
+    let client = redis::Client::open(redis_url)?;
+    let connecting = tokio::time::timeout(Duration::from_secs(5), client.get_async_pubsub());
+    let mut pubsub = connecting.await.map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+    pubsub.subscribe(channel).await?;
+    flags.clear_all();
+    let mut messages = pubsub.on_message();
+    while let Some(message) = messages.next().await {
+        let sale: String = message.get_payload()?;
+        flags.clear(&sale);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sale(id: &str) -> SaleId {
+        SaleId::parse(id).unwrap()
+    }
+
+    fn user(id: &str) -> UserId {
+        UserId::parse(id).unwrap()
+    }
+
+    fn loaded(ids: &[&str]) -> Buyers {
+        Buyers::Loaded(Arc::new(ids.iter().map(|u| Box::from(*u)).collect()))
+    }
+
+    #[test]
+    fn a_flag_answers_from_the_buyers_it_holds_until_cleared() {
+        let flags = SoldOutFlags::default();
+        assert_eq!(flags.check(&sale("a"), &user("u")), None);
+        assert!(flags.set(&sale("a")), "the first flag asks for the buyers");
+        assert_eq!(flags.check(&sale("a"), &user("u")), Some(Flagged::AskRedis), "while they load");
+        assert!(!flags.set(&sale("a")), "one load at a time");
+        flags.store_buyers(&sale("a"), loaded(&["u"]));
+        assert_eq!(flags.check(&sale("a"), &user("u")), Some(Flagged::AlreadyPurchased));
+        assert_eq!(flags.check(&sale("a"), &user("v")), Some(Flagged::SoldOut));
+        assert!(!flags.set(&sale("a")), "a sale with buyers keeps them");
+        assert_eq!(flags.check(&sale("b"), &user("u")), None);
+        flags.clear("a");
+        assert_eq!(flags.check(&sale("a"), &user("u")), None);
+        flags.set(&sale("b"));
+        flags.clear_all();
+        assert_eq!(flags.check(&sale("b"), &user("u")), None);
+    }
+
+    #[test]
+    fn an_empty_or_missing_copy_is_loaded_again_on_the_next_sold_out() {
+        let flags = SoldOutFlags::default();
+        flags.set(&sale("a"));
+        flags.store_buyers(&sale("a"), loaded(&[]));
+        assert!(flags.set(&sale("a")), "no buyers yet: a re-seed could still add some");
+        flags.store_buyers(&sale("a"), Buyers::Absent);
+        assert!(flags.set(&sale("a")));
+    }
+
+    #[test]
+    fn a_flag_lapses_after_its_time_to_live() {
+        let flags = SoldOutFlags::with_ttl(Duration::from_millis(20));
+        flags.set(&sale("a"));
+        assert!(flags.check(&sale("a"), &user("u")).is_some());
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(flags.check(&sale("a"), &user("u")), None);
+    }
+}

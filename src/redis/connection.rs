@@ -1,0 +1,281 @@
+//! Where Redis is and how to talk to it: one server (a self-reconnecting multiplexed connection)
+//! or a Redis Cluster (redis-rs's async cluster client, which routes each command by its key's
+//! slot, follows MOVED/ASK and refreshes the slot map after a failover).
+//!
+//! `SECKILL_REDIS_URL` names a single server as one `redis://` (or `rediss://`) URL, and a
+//! cluster as its seed nodes: several comma-separated URLs, or one URL whose scheme is
+//! `redis+cluster://` (`rediss+cluster://`).
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
+use secrecy::{ExposeSecret, SecretString};
+
+/// A parsed `SECKILL_REDIS_URL`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One server's URL.
+    Single(String),
+    /// The seed nodes; the client learns the rest of the cluster from them.
+    Cluster(Vec<String>),
+}
+
+impl RedisTarget {
+    /// Parses the URL (or URLs), or says what is wrong with it.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let urls: Vec<&str> = raw.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
+        let plain = |url: &str| -> Result<String, String> {
+            let url = url.replacen("redis+cluster://", "redis://", 1).replacen("rediss+cluster://", "rediss://", 1);
+            match url.as_str().into_connection_info() {
+                Ok(_) if url.starts_with("redis://") || url.starts_with("rediss://") => Ok(url),
+                _ => Err("each URL must be a valid redis:// or rediss:// URL".to_owned()),
+            }
+        };
+        match urls.as_slice() {
+            [] => Err("SECKILL_REDIS_URL is empty".into()),
+            [url] if url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://") => {
+                Ok(Self::Cluster(vec![plain(url)?]))
+            }
+            [url] => Ok(Self::Single(plain(url)?)),
+            many => many.iter().map(|u| plain(u)).collect::<Result<_, _>>().map(Self::Cluster),
+        }
+    }
+
+    /// Every URL given: the server, or each seed node.
+    pub fn urls(&self) -> &[String] {
+        match self {
+            Self::Single(url) => std::slice::from_ref(url),
+            Self::Cluster(seeds) => seeds,
+        }
+    }
+}
+
+/// One server's connection or a cluster's; either way a cheap-to-clone multiplexed handle.
+#[derive(Clone)]
+pub enum RedisConnection {
+    /// A single server's self-reconnecting connection.
+    Single(ConnectionManager),
+    /// A cluster's connection, replaced when it wedges.
+    Cluster(HealingCluster),
+}
+
+/// A cluster connection that is replaced by a fresh one when a command times out.
+///
+/// redis-rs 1.8.1's async cluster connection can wedge when a master restarts under concurrent
+/// load: with 64 callers, every command after the restart hung (or, with an overall response
+/// timeout set, timed out) for good, while a fresh connection works at once
+/// (`tests/faults/cluster.rs`). So each command gets a deadline, and the first timeout of a
+/// connection replaces it; commands already sent on the old one finish or time out there.
+#[derive(Clone)]
+pub struct HealingCluster {
+    inner: Arc<HealingInner>,
+}
+
+struct HealingInner {
+    client: ClusterClient,
+    config: ClusterConfig,
+    deadline: Duration,
+    /// The connection in use and its generation (bumped by each replacement).
+    current: RwLock<(u64, ClusterConnection)>,
+}
+
+impl HealingCluster {
+    fn new(client: ClusterClient, config: ClusterConfig, deadline: Duration) -> Self {
+        let connection = client.get_pending_async_connection_with_config(config.clone());
+        Self { inner: Arc::new(HealingInner { client, config, deadline, current: RwLock::new((0, connection)) }) }
+    }
+
+    fn current(&self) -> (u64, ClusterConnection) {
+        self.inner.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces generation `seen` (unless another caller already did).
+    fn replace(&self, seen: u64) {
+        let mut current = self.inner.current.write().unwrap_or_else(|e| e.into_inner());
+        if current.0 == seen {
+            tracing::warn!(generation = seen, "redis cluster command timed out; opening a fresh cluster connection");
+            *current =
+                (seen + 1, self.inner.client.get_pending_async_connection_with_config(self.inner.config.clone()));
+        }
+    }
+
+    async fn run<T>(&self, call: impl AsyncFnOnce(&mut ClusterConnection) -> RedisResult<T>) -> RedisResult<T> {
+        let (generation, mut connection) = self.current();
+        match tokio::time::timeout(self.inner.deadline, call(&mut connection)).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.replace(generation);
+                Err(redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))
+            }
+        }
+    }
+}
+
+impl RedisConnection {
+    /// Whether this is a cluster's connection.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+}
+
+/// Which master serves each slot of the cluster `con` talks to, from `CLUSTER SLOTS`.
+pub async fn slot_masters(con: &mut impl ConnectionLike) -> RedisResult<SlotMasters> {
+    let reply: Vec<Vec<Value>> = redis::cmd("CLUSTER").arg("SLOTS").query_async(con).await?;
+    let ranges = reply.iter().filter_map(|range| match range.as_slice() {
+        [Value::Int(start), Value::Int(end), Value::Array(master), ..] => match master.as_slice() {
+            [host, Value::Int(port), ..] => {
+                let host: String = redis::from_redis_value_ref(host).ok()?;
+                Some((*start as u16, *end as u16, format!("{host}:{port}")))
+            }
+            _ => None,
+        },
+        _ => None,
+    });
+    Ok(SlotMasters(ranges.collect()))
+}
+
+/// A cluster's slot ranges and the master (`host:port`) serving each.
+#[derive(Debug, Clone)]
+pub struct SlotMasters(Vec<(u16, u16, String)>);
+
+impl SlotMasters {
+    /// The master serving `slot`, if the cluster said.
+    pub fn master_of(&self, slot: u16) -> Option<String> {
+        self.0.iter().find(|(start, end, _)| (*start..=*end).contains(&slot)).map(|(_, _, master)| master.clone())
+    }
+}
+
+/// Opens a lazily connected, self-reconnecting connection whose commands time out after
+/// `timeout` (the worker passes a longer one for its blocking reads). Must be called inside a
+/// Tokio runtime. Fails only on a malformed URL: an unreachable Redis fails the first command.
+pub fn connect(url: &SecretString, timeout: Duration) -> RedisResult<RedisConnection> {
+    let target = RedisTarget::parse(url.expose_secret())
+        .map_err(|e| redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "SECKILL_REDIS_URL", e)))?;
+    match target {
+        RedisTarget::Single(url) => {
+            let config = ConnectionManagerConfig::new()
+                .set_response_timeout(Some(timeout))
+                .set_connection_timeout(Some(timeout))
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_millis(500));
+            ConnectionManager::new_lazy_with_config(redis::Client::open(url)?, config).map(RedisConnection::Single)
+        }
+        RedisTarget::Cluster(seeds) => {
+            // Few, short retries: MOVED/ASK after a failover are followed within them, and a
+            // request to a down master gets its 503 within a few timeouts. No overall response
+            // timeout: with one set, 64 concurrent callers left the client timing out forever
+            // after a master restart (tests/faults/cluster.rs found it; redis-rs 1.8.1).
+            let client = ClusterClientBuilder::new(seeds).retries(3).min_retry_wait(10).max_retry_wait(200).build()?;
+            let config = ClusterConfig::new().set_connection_timeout(timeout).set_response_timeout(timeout);
+            Ok(RedisConnection::Cluster(HealingCluster::new(client, config, timeout * 3)))
+        }
+    }
+}
+
+impl ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => Box::pin(c.run(async move |con| con.req_packed_command(cmd).await)),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => {
+                Box::pin(c.run(async move |con| con.req_packed_commands(pipeline, offset, count).await))
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            Self::Cluster(c) => c.current().1.get_db(),
+        }
+    }
+}
+
+/// The connection the request path shares, with every command run by a task of the runtime
+/// that created it. actix-web serves each worker thread from a runtime of its own, and the
+/// connection manager spawns its connection's I/O task on the runtime of whichever call
+/// (re)connects: on a worker's runtime, that task would die when actix stops that worker at
+/// shutdown, breaking the connection for the requests the other workers are still finishing.
+#[derive(Clone)]
+pub struct SharedConnection {
+    inner: RedisConnection,
+    home: tokio::runtime::Handle,
+}
+
+impl SharedConnection {
+    /// Runs `conn`'s commands on the current Tokio runtime (which must outlive its users).
+    pub fn on_current_runtime(conn: RedisConnection) -> Self {
+        Self { inner: conn, home: tokio::runtime::Handle::current() }
+    }
+
+    /// Whether the connection is a cluster's.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.is_cluster()
+    }
+
+    async fn on_home<T: Send + 'static>(
+        &self,
+        call: impl Future<Output = RedisResult<T>> + Send + 'static,
+    ) -> RedisResult<T> {
+        self.home.spawn(call).await.unwrap_or_else(|joined| {
+            Err(redis::RedisError::from((redis::ErrorKind::Io, "redis call aborted", joined.to_string())))
+        })
+    }
+}
+
+impl ConnectionLike for SharedConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let (mut conn, cmd) = (self.inner.clone(), cmd.clone());
+        Box::pin(self.on_home(async move { conn.req_packed_command(&cmd).await }))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let (mut conn, pipeline) = (self.inner.clone(), pipeline.clone());
+        Box::pin(self.on_home(async move { conn.req_packed_commands(&pipeline, offset, count).await }))
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_url_is_a_server_and_several_or_the_cluster_scheme_a_cluster() {
+        assert_eq!(RedisTarget::parse("redis://h:1").unwrap(), RedisTarget::Single("redis://h:1".into()));
+        assert_eq!(
+            RedisTarget::parse("redis://a:1, redis://b:2,").unwrap(),
+            RedisTarget::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
+        );
+        assert_eq!(
+            RedisTarget::parse("redis+cluster://:pw@a:1").unwrap(),
+            RedisTarget::Cluster(vec!["redis://:pw@a:1".into()])
+        );
+        for bad in ["", " , ", "http://a:1", "redis://a:1,nonsense"] {
+            assert!(RedisTarget::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

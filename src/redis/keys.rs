@@ -1,0 +1,106 @@
+//! Redis key names. All keys of one sale share the hash tag `{sale:<id>}`, so a script that
+//! touches them all runs in one Redis Cluster slot.
+
+use std::net::IpAddr;
+
+use crate::domain::SaleId;
+
+/// The keys of one sale, in the order the sale scripts take them as KEYS.
+#[derive(Debug, Clone)]
+pub struct SaleKeys {
+    /// Hash: stock_initial, starts_at_ms, ends_at_ms.
+    pub meta: String,
+    /// Integer: stock left.
+    pub stock: String,
+    /// Set: user ids that bought.
+    pub buyers: String,
+    /// Stream: confirmed orders not yet committed to Postgres.
+    pub orders: String,
+}
+
+impl SaleKeys {
+    /// The sale's own keys (shard 0 of a sharded sale).
+    pub fn new(prefix: &str, sale: &SaleId) -> Self {
+        Self::with_tag(prefix, &Self::tag(sale, None))
+    }
+
+    /// The keys of shard `suffix` of a sharded sale (`crate::purchase::shards`), in a slot of their own.
+    pub fn of_shard(prefix: &str, sale: &SaleId, suffix: u32) -> Self {
+        Self::with_tag(prefix, &Self::tag(sale, Some(suffix)))
+    }
+
+    /// The hash tag's content: `sale:<id>`, or `sale:<id>:<suffix>` for a shard (a sale id has
+    /// no `:`, so a shard's tag is never another sale's).
+    pub fn tag(sale: &SaleId, shard_suffix: Option<u32>) -> String {
+        match shard_suffix {
+            None => format!("sale:{sale}"),
+            Some(suffix) => format!("sale:{sale}:{suffix}"),
+        }
+    }
+
+    fn with_tag(prefix: &str, tag: &str) -> Self {
+        let base = format!("{prefix}:{{{tag}}}");
+        Self {
+            meta: format!("{base}:meta"),
+            stock: format!("{base}:stock"),
+            buyers: format!("{base}:buyers"),
+            orders: format!("{base}:orders"),
+        }
+    }
+
+    /// The four keys, as KEYS[1..4] of buy.lua.
+    pub fn all(&self) -> [&str; 4] {
+        [&self.meta, &self.stock, &self.buyers, &self.orders]
+    }
+
+    /// The sale's state without its order stream, as KEYS[1..3] of seed.lua.
+    pub fn state(&self) -> [&str; 3] {
+        [&self.meta, &self.stock, &self.buyers]
+    }
+}
+
+/// The pub/sub channel on which a seed announces the sale id, so every instance drops its
+/// sold-out flag for that sale (a channel, not a key: no hash slot).
+pub fn events_channel(prefix: &str) -> String {
+    format!("{prefix}:events")
+}
+
+/// The set of every seeded sale id: the streams the workers read. Written before a sale's first
+/// seed, so no sale can take orders without its stream being known.
+pub fn sales_registry_key(prefix: &str) -> String {
+    format!("{prefix}:sales")
+}
+
+/// The set of every shard k >= 1 of every sharded sale, as `<sale id>:<suffix>`: with the sales
+/// registry, the streams the workers read. Written before the shard is seeded.
+pub fn shards_registry_key(prefix: &str) -> String {
+    format!("{prefix}:shards")
+}
+
+/// The rate limiter's key for one client address under one algorithm, by the algorithm's name
+/// (switching algorithms starts every client afresh instead of reading another algorithm's state).
+pub fn rate_limit_key(prefix: &str, algorithm: &str, client: IpAddr) -> String {
+    format!("{prefix}:ratelimit:{algorithm}:{{{client}}}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sale_keys_share_one_hash_tag() {
+        let keys = SaleKeys::new("seckill", &SaleId::parse("demo").unwrap());
+        assert_eq!(keys.meta, "seckill:{sale:demo}:meta");
+        for key in keys.all() {
+            assert!(key.contains("{sale:demo}"), "{key}");
+            assert_eq!(key.matches('{').count(), 1, "{key}");
+        }
+        let shard = SaleKeys::of_shard("seckill", &SaleId::parse("demo").unwrap(), 7);
+        assert_eq!(shard.orders, "seckill:{sale:demo:7}:orders");
+    }
+
+    #[test]
+    fn rate_limit_key_tags_the_client() {
+        assert_eq!(rate_limit_key("p", "gcra", "::1".parse().unwrap()), "p:ratelimit:gcra:{::1}");
+    }
+}

@@ -1,0 +1,119 @@
+//! A sale's order stream, in one place: an entry's field names, [`encode`] (for the re-enqueues
+//! of reconciliation) and [`decode`] (for the worker); and the consumer group the workers read it
+//! with ([`CONSUMER_GROUP`], created only by [`create_group`]). The purchase itself appends its
+//! entries in `lua/buy.lua`, which cannot import these names: a test checks that its XADD writes
+//! exactly [`FIELDS`], and that no other script writes to a stream.
+
+use redis::RedisResult;
+use redis::aio::ConnectionLike;
+use redis::streams::StreamId;
+use uuid::Uuid;
+
+use crate::domain::{Order, SaleId, UserId};
+
+const ORDER_ID: &str = "order_id";
+const SALE_ID: &str = "sale_id";
+const USER_ID: &str = "user_id";
+/// Redis server time of the purchase, Unix milliseconds.
+const CREATED_AT_MS: &str = "created_at_ms";
+
+/// The consumer group every worker of every instance reads the order streams with.
+pub const CONSUMER_GROUP: &str = "seckill-workers";
+
+/// Creates the consumer group on `stream` (and the stream, if missing) unless it exists. The
+/// group starts at the stream's first entry, so it also delivers orders appended before it was
+/// created. The seed creates it before a shard can take orders, and the worker when it finds a
+/// stream and again after a failed step: a stream lost with its group (a sale lost in Redis, a
+/// failover) fails the worker's reads until the group is back.
+pub async fn create_group(con: &mut impl ConnectionLike, stream: &str) -> RedisResult<()> {
+    let mut create = redis::cmd("XGROUP");
+    create.arg("CREATE").arg(stream).arg(CONSUMER_GROUP).arg("0").arg("MKSTREAM");
+    match create.query_async(con).await {
+        Err(err) if err.code() == Some("BUSYGROUP") => Ok(()),
+        result => result,
+    }
+}
+
+/// The fields of an entry, in the order they are written.
+pub const FIELDS: [&str; 4] = [ORDER_ID, SALE_ID, USER_ID, CREATED_AT_MS];
+
+/// The entry of `order`, as XADD takes its fields.
+pub fn encode(order: &Order) -> [(&'static str, String); 4] {
+    [
+        (ORDER_ID, order.order_id.to_string()),
+        (SALE_ID, order.sale_id.to_string()),
+        (USER_ID, order.user_id.to_string()),
+        (CREATED_AT_MS, order.created_at_ms.to_string()),
+    ]
+}
+
+/// The order of one entry; when a field is missing or invalid, that field's name.
+pub fn decode(entry: &StreamId) -> Result<Order, &'static str> {
+    let field = |name: &str| entry.get::<String>(name);
+    let order_id = field(ORDER_ID).and_then(|s| Uuid::parse_str(&s).ok()).ok_or(ORDER_ID)?;
+    let sale_id = field(SALE_ID).and_then(|s| SaleId::parse(&s).ok()).ok_or(SALE_ID)?;
+    let user_id = field(USER_ID).and_then(|s| UserId::parse(&s).ok()).ok_or(USER_ID)?;
+    let created_at_ms = field(CREATED_AT_MS).and_then(|s| s.parse().ok()).ok_or(CREATED_AT_MS)?;
+    Ok(Order { order_id, sale_id, user_id, created_at_ms })
+}
+
+/// The user of an entry (`None` if it has no `user_id` field).
+pub fn user(entry: &StreamId) -> Option<String> {
+    entry.get(USER_ID)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The code of a Lua script, without its `--` comment lines.
+    fn lua_code(file: &str) -> String {
+        let source = std::fs::read_to_string(format!("{}/lua/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        source.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n")
+    }
+
+    #[test]
+    fn buy_lua_appends_exactly_these_fields_and_no_other_script_appends() {
+        let code = lua_code("buy.lua");
+        let [_, call] = code.split("redis.call('XADD',").collect::<Vec<_>>()[..] else {
+            panic!("buy.lua has one XADD: {code}");
+        };
+        // The call's arguments up to its closing parenthesis: key, '*', then field, value, ...
+        let mut depth = 0;
+        let end = call.find(|c| {
+            depth += i32::from(c == '(') - i32::from(c == ')');
+            depth < 0
+        });
+        let args: Vec<&str> = call[..end.expect("the XADD call is closed")].split(',').map(str::trim).collect();
+        assert_eq!(args[1], "'*'", "{args:?}");
+        let fields: Vec<&str> = args[2..].iter().step_by(2).map(|f| f.trim_matches('\'')).collect();
+        assert_eq!(fields, FIELDS, "buy.lua's XADD writes other fields than redis::order_stream");
+
+        for script in std::fs::read_dir(format!("{}/lua", env!("CARGO_MANIFEST_DIR"))).unwrap() {
+            let file = script.unwrap().file_name().into_string().unwrap();
+            if file != "buy.lua" {
+                assert!(!lua_code(&file).contains("XADD"), "{file} writes to a stream");
+            }
+        }
+    }
+
+    #[test]
+    fn an_encoded_order_decodes_to_itself_and_a_bad_field_is_named() {
+        let order = Order {
+            order_id: Uuid::now_v7(),
+            sale_id: SaleId::parse("s").unwrap(),
+            user_id: UserId::parse("u").unwrap(),
+            created_at_ms: 1_700_000_000_000,
+        };
+        let entry = |fields: &[(&str, String)]| StreamId {
+            map: fields.iter().map(|(k, v)| (k.to_string(), redis::Value::BulkString(v.clone().into()))).collect(),
+            ..StreamId::default()
+        };
+        assert_eq!(decode(&entry(&encode(&order))), Ok(order.clone()));
+        assert_eq!(user(&entry(&encode(&order))).as_deref(), Some("u"));
+        let mut bad = encode(&order);
+        bad[2].1 = String::new();
+        assert_eq!(decode(&entry(&bad)), Err(USER_ID));
+        assert_eq!(decode(&StreamId::default()), Err(ORDER_ID));
+    }
+}
