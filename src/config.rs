@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use ipnet::IpNet;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 
 use crate::domain::SaleId;
-use crate::limiter::{Algorithm, Policy, RateLimit};
+use crate::limiter::{Algorithm, DEFAULT_IPV6_PREFIX, Policy, RateLimit};
 use crate::telemetry::LogFormat;
 
 /// The `seckill` command line.
@@ -69,8 +69,9 @@ pub struct Config {
           value_parser = secret, hide_env_values = true, global = true)]
     pub database_url: SecretString,
 
-    /// Bearer token for the /admin routes and the live page at /admin. Unset: they answer 403.
-    #[arg(long, env = "SECKILL_ADMIN_TOKEN", value_parser = secret, hide_env_values = true, global = true)]
+    /// Bearer token for the /admin routes and the live page at /admin, at least 32 bytes (the
+    /// service refuses to start with a shorter one). Unset: they answer 403.
+    #[arg(long, env = "SECKILL_ADMIN_TOKEN", value_parser = admin_token, hide_env_values = true, global = true)]
     pub admin_token: Option<SecretString>,
 
     /// Per-client-IP limit on POST /buy, as REQUESTS/WINDOW (e.g. 20/1s, 100/500ms): REQUESTS
@@ -78,6 +79,23 @@ pub struct Config {
     /// (1000000/1s, 300000/1h).
     #[arg(long, env = "SECKILL_RATE_LIMIT", default_value = "20/1s", value_parser = rate_limit, global = true)]
     pub rate_limit: RateLimit,
+
+    /// Per-buyer limit on POST /buy, in addition to the per-client-IP one, as REQUESTS/WINDOW
+    /// (bounded as SECKILL_RATE_LIMIT, same algorithm; burst = REQUESTS). Default: off (while
+    /// the buyer is the request body's user id, anyone could spend a named buyer's quota).
+    #[arg(long, env = "SECKILL_USER_RATE_LIMIT", value_parser = rate_limit, global = true)]
+    pub user_rate_limit: Option<RateLimit>,
+
+    /// IPv6 clients are limited by their network of this many leading bits (1-128): every
+    /// address of one /64 shares one quota. IPv4 clients are limited per address.
+    #[arg(long, env = "SECKILL_IPV6_PREFIX", default_value_t = DEFAULT_IPV6_PREFIX,
+          value_parser = clap::value_parser!(u8).range(1..=128), global = true)]
+    pub ipv6_prefix: u8,
+
+    /// In-process per-client limit on the answers to a sale known sold out (409/410 from
+    /// memory), as REQUESTS/WINDOW. Default: the same as SECKILL_RATE_LIMIT.
+    #[arg(long, env = "SECKILL_SOLD_OUT_RATE_LIMIT", value_parser = rate_limit, global = true)]
+    pub sold_out_rate_limit: Option<RateLimit>,
 
     /// How the rate limit is enforced (README: "Rate limiting" compares them).
     #[arg(long, env = "SECKILL_RATE_LIMIT_ALGORITHM", value_enum, default_value_t = Algorithm::SlidingLog,
@@ -141,6 +159,27 @@ impl Config {
         Policy::new(self.rate_limit_algorithm, self.rate_limit, self.rate_limit_burst)
     }
 
+    /// The per-buyer limit's policy, if one is set: the same algorithm, its burst its REQUESTS.
+    pub fn user_rate_limit_policy(&self) -> Result<Option<Policy>, String> {
+        let Some(rate) = self.user_rate_limit else { return Ok(None) };
+        let policy = Policy::new(self.rate_limit_algorithm, rate, None).map_err(|e| format!("per-buyer limit: {e}"))?;
+        Ok(Some(policy.for_buyers()))
+    }
+
+    /// The limit on answers from memory to a sale known sold out.
+    pub fn sold_out_rate_limit(&self) -> RateLimit {
+        self.sold_out_rate_limit.unwrap_or(self.rate_limit)
+    }
+
+    /// The settings clap cannot check for a configuration built in code (the tests'): the admin
+    /// token's length.
+    pub fn validate(&self) -> Result<(), String> {
+        match &self.admin_token {
+            Some(token) => admin_token(token.expose_secret()).map(drop),
+            None => Ok(()),
+        }
+    }
+
     /// The consumer name this process uses in the worker's consumer group.
     pub fn consumer_name(&self) -> String {
         self.worker_consumer.clone().unwrap_or_else(|| {
@@ -168,6 +207,19 @@ fn rate_limit(s: &str) -> Result<RateLimit, String> {
 }
 
 fn secret(s: &str) -> Result<SecretString, String> {
+    Ok(SecretString::from(s.to_owned()))
+}
+
+/// Shortest admin token accepted, in bytes.
+pub const MIN_ADMIN_TOKEN_BYTES: usize = 32;
+
+fn admin_token(s: &str) -> Result<SecretString, String> {
+    if s.len() < MIN_ADMIN_TOKEN_BYTES {
+        return Err(format!(
+            "the admin token must be at least {MIN_ADMIN_TOKEN_BYTES} bytes, got {} (e.g. `openssl rand -hex 32`)",
+            s.len()
+        ));
+    }
     Ok(SecretString::from(s.to_owned()))
 }
 
@@ -236,6 +288,31 @@ mod tests {
         assert!(parse(&["--rate-limit-algorithm", "leaky"]).is_err());
         let burst_without_bucket = parse(&["--rate-limit-burst", "3"]).unwrap();
         assert!(burst_without_bucket.config.rate_limit_policy().is_err());
+    }
+
+    #[test]
+    fn an_admin_token_under_32_bytes_is_refused_at_start() {
+        let parse = |token: &str| Cli::try_parse_from(["seckill", "migrate", "--admin-token", token]);
+        let short = parse(&"x".repeat(31)).unwrap_err().to_string();
+        assert!(short.contains("at least 32 bytes"), "{short}");
+        let cli = parse(&"x".repeat(32)).unwrap();
+        assert!(cli.config.validate().is_ok());
+        let mut config = cli.config;
+        config.admin_token = Some(SecretString::from("test-admin-token"));
+        assert!(config.validate().unwrap_err().contains("at least 32 bytes"), "a config built in code too");
+    }
+
+    #[test]
+    fn the_per_buyer_limit_is_off_by_default_and_shares_the_algorithm() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["seckill", "migrate"], args].concat()).unwrap().config;
+        let default = parse(&[]);
+        assert_eq!(default.user_rate_limit_policy(), Ok(None));
+        assert_eq!((default.ipv6_prefix, default.sold_out_rate_limit()), (64, default.rate_limit));
+        let set = parse(&["--user-rate-limit", "5/10s", "--rate-limit-algorithm", "gcra", "--rate-limit-burst", "2"]);
+        let policy = set.user_rate_limit_policy().unwrap().unwrap();
+        assert_eq!((policy.algorithm, policy.limit, policy.burst, policy.name), (Algorithm::Gcra, 5, 5, "buyer"));
+        assert!(Cli::try_parse_from(["seckill", "migrate", "--ipv6-prefix", "0"]).is_err());
+        assert!(Cli::try_parse_from(["seckill", "migrate", "--ipv6-prefix", "129"]).is_err());
     }
 
     #[test]

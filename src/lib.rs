@@ -1,6 +1,6 @@
 //! seckill: a flash-sale purchase service.
 //!
-//! `POST /buy` -> per-client rate limiter (Lua, five algorithms) -> one atomic purchase script (Lua) that
+//! `POST /buy` -> per-client and per-buyer rate limiters (Lua, five algorithms) -> one atomic purchase script (Lua) that
 //! checks the sale, refuses a second purchase by the same user, refuses at zero stock, and
 //! otherwise records the buyer, decrements stock and appends the order to the sale's Redis stream.
 //! The worker copies orders from the streams into Postgres and acknowledges them after commit.
@@ -24,7 +24,8 @@
 //!    - [`db`]: the Postgres pool and migrations, the `orders` and `sales` tables.
 //! 4. Limiting and selling
 //!    - [`limiter`]: the limiting algorithms (`algorithm`), their policy, decisions and header
-//!      fields, the clients refused lately.
+//!      fields, the client's limiting key (`client_key`: IPv6 grouped by prefix), the clients and
+//!      buyers refused lately (`memory`), the in-process limit on sold-out answers (`local`).
 //!    - [`purchase`]: seeding and buying (`lua/buy.lua` decrements the stock and enqueues the
 //!      order), a sale's state, sharded stock (`shards`), the sold-out flags (`sold_out`).
 //! 5. Orders

@@ -23,7 +23,15 @@ pub const PURCHASE_OUTCOMES: [&str; 9] = [
 ];
 
 /// Limiter decisions, in the order of [`Metrics::limiter_decision`]'s labels.
-pub const LIMITER_DECISIONS: [&str; 4] = ["allowed", "refused", "refused_from_memory", "error"];
+pub const LIMITER_DECISIONS: [&str; 7] = [
+    "allowed",
+    "refused",
+    "refused_from_memory",
+    "buyer_refused",
+    "buyer_refused_from_memory",
+    "sold_out_refused",
+    "error",
+];
 
 /// Every metric of the service.
 pub struct Metrics {
@@ -32,7 +40,9 @@ pub struct Metrics {
     pub http_requests: IntCounterVec,
     /// Request latency by route pattern.
     pub http_duration: HistogramVec,
-    /// Limiter decisions: `allowed`, `refused` (by Redis), `refused_from_memory`, `error`.
+    /// Limiter decisions: `allowed` (by every limit), `refused` (the client's address, by
+    /// Redis), `refused_from_memory`, `buyer_refused`, `buyer_refused_from_memory`,
+    /// `sold_out_refused` (the in-process limit on sold-out answers), `error`.
     pub limiter_decisions: IntCounterVec,
     /// Purchase outcomes: the labels of [`PURCHASE_OUTCOMES`].
     pub purchases: IntCounterVec,

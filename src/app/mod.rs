@@ -20,6 +20,7 @@ use crate::db;
 use crate::http::client_ip::TrustedProxies;
 use crate::http::{AppState, middleware, routes};
 use crate::limiter::Limiter;
+use crate::limiter::local::LocalLimiter;
 use crate::metrics::Metrics;
 use crate::orders::worker::{Worker, WorkerSettings};
 use crate::purchase::Sales;
@@ -43,7 +44,15 @@ pub struct Application {
 impl Application {
     /// Connects (lazily) to Redis and Postgres, applies migrations, binds the listener.
     pub async fn build(config: &Config, run_worker: bool) -> anyhow::Result<Self> {
+        config.validate().map_err(anyhow::Error::msg).context("configuration")?;
         let policy = config.rate_limit_policy().map_err(anyhow::Error::msg).context("rate limit")?;
+        let buyer_limiter = match config.user_rate_limit_policy().map_err(anyhow::Error::msg)? {
+            None => None,
+            Some(policy) => {
+                let header = HeaderValue::from_str(&policy.policy_field()).context("per-buyer limit policy")?;
+                Some((Arc::new(Limiter::new(policy)), header))
+            }
+        };
         let pool = connect_and_migrate(config).await?;
         let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
         if config.admin_token.is_none() {
@@ -60,6 +69,9 @@ impl Application {
             pool: pool.clone(),
             limiter: Arc::new(Limiter::new(policy)),
             rate_limit_policy: HeaderValue::from_str(&policy.policy_field()).context("rate limit policy")?,
+            buyer_limiter,
+            sold_out_limiter: Arc::new(LocalLimiter::new(config.sold_out_rate_limit())),
+            ipv6_prefix: config.ipv6_prefix,
             metrics: metrics.clone(),
             proxies: TrustedProxies::new(config.trusted_proxies.clone()),
             admin_token: config.admin_token.clone(),

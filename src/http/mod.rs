@@ -8,14 +8,18 @@ pub mod error;
 pub mod middleware;
 pub mod routes;
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
+use actix_web::HttpRequest;
 use actix_web::http::header::HeaderValue;
 use secrecy::SecretString;
 use sqlx::PgPool;
 
 use self::client_ip::TrustedProxies;
-use crate::limiter::Limiter;
+use crate::domain::UserId;
+use crate::limiter::local::LocalLimiter;
+use crate::limiter::{Limiter, client_key};
 use crate::metrics::Metrics;
 use crate::purchase::Sales;
 use crate::purchase::sold_out::SoldOutFlags;
@@ -36,10 +40,25 @@ pub struct AppState {
     pub limiter: Arc<Limiter>,
     /// The `RateLimit-Policy` value every `/buy` answer carries: the policy's, formatted once.
     pub rate_limit_policy: HeaderValue,
+    /// The per-buyer limiter and its `RateLimit-Policy` value, if a per-buyer limit is set.
+    pub buyer_limiter: Option<(Arc<Limiter<UserId>>, HeaderValue)>,
+    /// The in-process limit on answers to a sale known sold out.
+    pub sold_out_limiter: Arc<LocalLimiter>,
+    /// IPv6 clients are limited by their network of this many bits.
+    pub ipv6_prefix: u8,
     /// This process's metrics (shared with its worker).
     pub metrics: Arc<Metrics>,
     /// The proxies whose `X-Forwarded-For` names the client.
     pub proxies: TrustedProxies,
     /// `None`: admin routes are disabled and answer 403.
     pub admin_token: Option<SecretString>,
+}
+
+impl AppState {
+    /// The key `req`'s client is limited by: its address behind the trusted proxies, an IPv6
+    /// address grouped by its network (`crate::limiter::client_key`).
+    pub fn client_key(&self, req: &HttpRequest) -> IpAddr {
+        let ip = self.proxies.client_ip(req).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        client_key(ip, self.ipv6_prefix)
+    }
 }

@@ -1,7 +1,10 @@
-//! The per-client rate limiter in front of `POST /buy`: five algorithms ([`Algorithm`]), one Lua
-//! script each (`lua/<algorithm>.lua`), one contract, and the IETF `RateLimit` header fields.
+//! The rate limiters in front of `POST /buy`: five algorithms ([`Algorithm`]), one Lua script
+//! each (`lua/<algorithm>.lua`), one contract, and the IETF `RateLimit` header fields. One
+//! policy holds each client (its address, an IPv6 address grouped by network: [`client_key`]),
+//! another, if set, each buyer ([`Policy::check_buyer`]); [`local`] limits the answers given from
+//! memory to a sale known sold out.
 //!
-//! Every script takes `KEYS[1]` = the client's key and `ARGV` = limit, window_ms, burst, nonce
+//! Every script takes `KEYS[1]` = the client's (or buyer's) key and `ARGV` = limit, window_ms, burst, nonce
 //! (and, in tests only, the time), and answers `{allowed, remaining, retry_after_us, reset_us}`
 //! from Redis `TIME`. Refused requests are never stored, so a refusal's `retry_after` is exact:
 //! no request from that client can be admitted sooner, and [`Limiter`] answers it from memory
@@ -9,23 +12,29 @@
 //! needs Redis anyway, and an unlimited `/buy` is what the limiter exists to prevent.
 
 mod algorithm;
+mod client_key;
+pub mod local;
+mod memory;
 
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::RwLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::{RedisResult, ScriptInvocation};
 use uuid::Uuid;
 
+use crate::domain::UserId;
 use crate::redis::Keyspace;
-use crate::redis::keys::rate_limit_key;
+use crate::redis::keys::{buyer_rate_limit_key, rate_limit_key};
 use crate::redis::lua;
 
 pub use algorithm::Algorithm;
+pub use client_key::{DEFAULT_IPV6_PREFIX, client_key};
+pub use memory::Limiter;
 
-/// The name of the one quota policy, as both header fields carry it.
+/// The name of the per-client-address quota policy, as both header fields carry it.
 const POLICY_NAME: &str = "buy";
+/// The name of the per-buyer quota policy.
+const BUYER_POLICY_NAME: &str = "buyer";
 
 /// Largest `limit` and `burst`.
 pub const MAX_LIMIT: u32 = 1_000_000;
@@ -35,10 +44,6 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(3600);
 /// 2^53, where Lua's doubles are exact (the sliding counter doubles it, the rest adds a little).
 /// Allows 1,000,000/1s and 300,000/1h.
 pub const MAX_LIMIT_TIMES_WINDOW_US: u128 = 1 << 50;
-
-/// Remembered refused clients at most; beyond, lapsed ones are dropped first, and if none has
-/// lapsed the client is not remembered (Redis still decides).
-const MAX_REMEMBERED: usize = 100_000;
 
 /// A rate: `limit` requests per `window` (what exactly that admits depends on the algorithm).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +66,8 @@ pub struct Policy {
     pub window: Duration,
     /// Requests admitted back to back (token bucket, GCRA); `limit` for the others.
     pub burst: u32,
+    /// The policy's name in the header fields: `buy` (per client address) or `buyer`.
+    pub name: &'static str,
 }
 
 impl Policy {
@@ -88,7 +95,7 @@ impl Policy {
                 "the burst must be 1-{MAX_LIMIT} and burst x WINDOW at most 2^50 microseconds, got {burst}"
             ));
         }
-        Ok(Self { algorithm, limit, window, burst })
+        Ok(Self { algorithm, limit, window, burst, name: POLICY_NAME })
     }
 
     /// The script call for the client key `key`. `now_us` replaces Redis `TIME`: tests only.
@@ -101,12 +108,25 @@ impl Policy {
         call
     }
 
-    /// Runs the policy's script for `client` in `redis`: admits and records the request, or
-    /// refuses it (writing nothing).
+    /// The same policy as the per-buyer limit: named `buyer` in the header fields.
+    pub fn for_buyers(self) -> Self {
+        Self { name: BUYER_POLICY_NAME, ..self }
+    }
+
+    /// Runs the policy's script for `client` (its limiting key, see [`client_key`]) in `redis`:
+    /// admits and records the request, or refuses it (writing nothing).
     pub async fn check(&self, redis: &Keyspace, client: IpAddr) -> RedisResult<Decision> {
-        let key = rate_limit_key(redis.prefix(), self.algorithm.name(), client);
+        self.run(redis, &rate_limit_key(redis.prefix(), self.algorithm.name(), client)).await
+    }
+
+    /// Runs the policy's script for the buyer `user`, on the buyer's own key.
+    pub async fn check_buyer(&self, redis: &Keyspace, user: &UserId) -> RedisResult<Decision> {
+        self.run(redis, &buyer_rate_limit_key(redis.prefix(), self.algorithm.name(), user)).await
+    }
+
+    async fn run(&self, redis: &Keyspace, key: &str) -> RedisResult<Decision> {
         let nonce = Uuid::now_v7().simple().to_string();
-        let reply = lua::run(&self.invocation(&key, &nonce, None), &mut redis.conn()).await?;
+        let reply = lua::run(&self.invocation(key, &nonce, None), &mut redis.conn()).await?;
         Ok(Decision::from_reply(reply))
     }
 
@@ -114,7 +134,13 @@ impl Policy {
     /// `"buy";q=20;w=1`. The field counts whole seconds, so a sub-second window is announced as
     /// one second: `q` per `w` is never more than allowed.
     pub fn policy_field(&self) -> String {
-        format!("\"{POLICY_NAME}\";q={};w={}", self.limit, ceil_secs(self.window).max(1))
+        format!("\"{}\";q={};w={}", self.name, self.limit, ceil_secs(self.window).max(1))
+    }
+
+    /// The `RateLimit` field's value for `decision` under this policy: the remaining quota and
+    /// the seconds until it resets, e.g. `"buy";r=5;t=1` (`t` in whole seconds, rounded up).
+    pub fn state_field(&self, decision: &Decision) -> String {
+        format!("\"{}\";r={};t={}", self.name, decision.remaining, ceil_secs(decision.reset))
     }
 }
 
@@ -142,70 +168,11 @@ impl Decision {
             reset: micros(reset_us),
         }
     }
-
-    /// The `RateLimit` field's value: this client's remaining quota and the seconds until it
-    /// resets, e.g. `"buy";r=5;t=1` (`t` in whole seconds, rounded up).
-    pub fn state_field(&self) -> String {
-        format!("\"{POLICY_NAME}\";r={};t={}", self.remaining, ceil_secs(self.reset))
-    }
 }
 
 /// `d` in whole seconds, rounded up.
 pub fn ceil_secs(d: Duration) -> u64 {
     d.as_micros().div_ceil(1_000_000) as u64
-}
-
-/// The limiter one instance runs: its policy and the clients it refused recently.
-#[derive(Debug)]
-pub struct Limiter {
-    /// The policy every client is held to.
-    pub policy: Policy,
-    refused: RwLock<HashMap<IpAddr, Refusal>>,
-    capacity: usize,
-}
-
-/// Until when a refused client is refused, and until when its quota is not whole.
-#[derive(Debug, Clone, Copy)]
-struct Refusal {
-    retry_at: Instant,
-    reset_at: Instant,
-}
-
-impl Limiter {
-    /// A limiter remembering up to 100,000 refused clients.
-    pub fn new(policy: Policy) -> Self {
-        Self::with_capacity(policy, MAX_REMEMBERED)
-    }
-
-    /// Remembers at most `capacity` refused clients.
-    pub fn with_capacity(policy: Policy, capacity: usize) -> Self {
-        Self { policy, refused: RwLock::default(), capacity }
-    }
-
-    /// The refusal of `client` this instance still remembers, if it has not lapsed.
-    pub fn remembered(&self, client: IpAddr) -> Option<Decision> {
-        let refusal = *self.refused.read().unwrap_or_else(|e| e.into_inner()).get(&client)?;
-        let now = Instant::now();
-        let retry_after = refusal.retry_at.checked_duration_since(now).filter(|d| !d.is_zero())?;
-        let reset = refusal.reset_at.saturating_duration_since(now);
-        Some(Decision { allowed: false, remaining: 0, retry_after, reset })
-    }
-
-    /// Remembers Redis's refusal of `client`, counted from `asked`, taken before the script
-    /// call was sent: Redis decided later, so `asked + retry_after` is never after the moment
-    /// the client may be admitted again.
-    pub fn remember(&self, client: IpAddr, asked: Instant, decision: &Decision) {
-        let refusal = Refusal { retry_at: asked + decision.retry_after, reset_at: asked + decision.reset };
-        let now = Instant::now();
-        let mut refused = self.refused.write().unwrap_or_else(|e| e.into_inner());
-        if refused.len() >= self.capacity && !refused.contains_key(&client) {
-            refused.retain(|_, r| r.retry_at > now);
-            if refused.len() >= self.capacity {
-                return;
-            }
-        }
-        refused.insert(client, refusal);
-    }
 }
 
 #[cfg(test)]
@@ -239,39 +206,9 @@ mod tests {
         assert_eq!(policy(Algorithm::SlidingLog, 5, 250, None).unwrap().policy_field(), "\"buy\";q=5;w=1");
         assert_eq!(policy(Algorithm::SlidingLog, 5, 90_000, None).unwrap().policy_field(), "\"buy\";q=5;w=90");
         let d = Decision::from_reply((0, 0, 1_500, 1_000_001));
-        assert_eq!(d.state_field(), "\"buy\";r=0;t=2");
-        assert_eq!(Decision::from_reply((1, 3, 0, 0)).state_field(), "\"buy\";r=3;t=0");
-    }
-
-    #[test]
-    fn a_refused_client_is_remembered_until_its_retry_time_and_no_longer() {
-        let limiter = Limiter::new(policy(Algorithm::SlidingLog, 1, 1000, None).unwrap());
-        let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
-        assert_eq!(limiter.remembered(a), None);
-        let refusal = Decision::from_reply((0, 0, 30_000, 50_000));
-        limiter.remember(a, Instant::now(), &refusal);
-        let remembered = limiter.remembered(a).expect("remembered");
-        assert!(remembered.retry_after <= Duration::from_millis(30) && !remembered.allowed);
-        assert!(remembered.reset > remembered.retry_after);
-        assert_eq!(limiter.remembered(b), None);
-        std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(limiter.remembered(a), None);
-    }
-
-    #[test]
-    fn memory_is_bounded_and_lapsed_clients_make_room() {
-        let limiter = Limiter::with_capacity(policy(Algorithm::SlidingLog, 1, 1000, None).unwrap(), 3);
-        let ip = |i: u8| IpAddr::from([192, 0, 2, i]);
-        let short = Decision::from_reply((0, 0, 20_000, 20_000));
-        let long = Decision::from_reply((0, 0, 60_000_000, 60_000_000));
-        for i in 0..3 {
-            limiter.remember(ip(i), Instant::now(), &short);
-        }
-        limiter.remember(ip(3), Instant::now(), &long);
-        assert_eq!(limiter.remembered(ip(3)), None, "full: not remembered");
-        std::thread::sleep(Duration::from_millis(30));
-        limiter.remember(ip(3), Instant::now(), &long);
-        assert!(limiter.remembered(ip(3)).is_some(), "lapsed entries made room");
-        assert_eq!(limiter.refused.read().unwrap().len(), 1);
+        assert_eq!(p.state_field(&d), "\"buy\";r=0;t=2");
+        assert_eq!(p.state_field(&Decision::from_reply((1, 3, 0, 0))), "\"buy\";r=3;t=0");
+        assert_eq!(p.for_buyers().policy_field(), "\"buyer\";q=20;w=1");
+        assert_eq!(p.for_buyers().state_field(&d), "\"buyer\";r=0;t=2");
     }
 }

@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use crate::domain::SaleId;
+use crate::domain::{SaleId, UserId};
 
 /// The keys of one sale, in the order the sale scripts take them as KEYS.
 #[derive(Debug, Clone)]
@@ -77,10 +77,18 @@ pub fn shards_registry_key(prefix: &str) -> String {
     format!("{prefix}:shards")
 }
 
-/// The rate limiter's key for one client address under one algorithm, by the algorithm's name
-/// (switching algorithms starts every client afresh instead of reading another algorithm's state).
+/// The rate limiter's key for one client under one algorithm, by the algorithm's name
+/// (switching algorithms starts every client afresh instead of reading another algorithm's
+/// state). `client` is the client's limiting key: its IPv4 address, or its IPv6 network's first
+/// address (`crate::limiter::client_key`).
 pub fn rate_limit_key(prefix: &str, algorithm: &str, client: IpAddr) -> String {
     format!("{prefix}:ratelimit:{algorithm}:{{{client}}}")
+}
+
+/// The per-buyer rate limiter's key for one buyer under one algorithm, hash-tagged by the user
+/// id (`:user:` keeps it apart from every address key).
+pub fn buyer_rate_limit_key(prefix: &str, algorithm: &str, user: &UserId) -> String {
+    format!("{prefix}:ratelimit:{algorithm}:user:{{{user}}}")
 }
 
 #[cfg(test)]
@@ -102,5 +110,7 @@ mod tests {
     #[test]
     fn rate_limit_key_tags_the_client() {
         assert_eq!(rate_limit_key("p", "gcra", "::1".parse().unwrap()), "p:ratelimit:gcra:{::1}");
+        let user = UserId::parse("alice").unwrap();
+        assert_eq!(buyer_rate_limit_key("p", "gcra", &user), "p:ratelimit:gcra:user:{alice}");
     }
 }

@@ -86,3 +86,27 @@ async fn metrics_count_the_redis_failures_behind_503s() {
     assert_eq!(m[r#"seckill_limiter_decisions_total{decision="error"}"#], 1.0);
     assert_eq!(m[r#"seckill_http_requests_total{method="POST",route="/buy",status="503"}"#], 1.0);
 }
+
+#[tokio::test]
+async fn invented_methods_and_unmatched_paths_share_one_series_each() {
+    let app = spawn_app_with(|_| {}, false).await;
+    for method in ["FOO", "BAR", "BAZ", "QUX"] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let response = app.client.request(method, app.url("/healthz")).send().await.unwrap();
+        assert_eq!(response.status(), 405);
+    }
+    for path in ["/nope", "/nope/1", "/x/y/z"] {
+        assert_eq!(app.client.get(app.url(path)).send().await.unwrap().status(), 404);
+    }
+
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let m = samples(&text);
+    let series = |prefix: &str| m.keys().filter(|k| k.starts_with(prefix)).count();
+    assert_eq!(m[r#"seckill_http_requests_total{method="_OTHER",route="/healthz",status="405"}"#], 4.0);
+    assert_eq!(series(r#"seckill_http_requests_total{method="_OTHER""#), 1, "{text}");
+    for invented in ["FOO", "BAR", "BAZ", "QUX"] {
+        assert!(!text.contains(invented), "{invented} made a series of its own");
+    }
+    assert_eq!(m[r#"seckill_http_requests_total{method="GET",route="unmatched",status="404"}"#], 3.0);
+    assert_eq!(series(r#"seckill_http_requests_total{method="GET",route="unmatched""#), 1);
+}

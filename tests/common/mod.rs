@@ -19,7 +19,8 @@ use sqlx::{Connection, PgConnection, PgPool};
 use testbed::Services;
 use uuid::Uuid;
 
-pub const ADMIN_TOKEN: &str = "test-admin-token";
+/// At least 32 bytes, as the service requires.
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
 
 /// The servers of this test run: `cargo xtask test` names their handle file in `SECKILL_TESTBED`.
 pub fn testbed() -> &'static Services {

@@ -1,6 +1,6 @@
 //! `POST /buy`: validate, rate-limit the client, then one atomic purchase in Redis.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use actix_web::http::header::{HeaderName, HeaderValue};
@@ -21,6 +21,18 @@ use crate::purchase::sold_out::{self, Flagged};
 const POLICY_HEADER: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// `RateLimit`: this client's remaining quota and the seconds until it resets.
 const STATE_HEADER: HeaderName = HeaderName::from_static("ratelimit");
+
+/// Which limit decided, so which the `RateLimit` header fields describe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    /// The per-client-address limit.
+    Address,
+    /// The per-buyer limit.
+    Buyer,
+}
+
+/// A limiter's decision, and whose.
+type Decided = (Limit, Decision);
 
 /// A purchase: one user, one sale. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -43,7 +55,9 @@ pub struct BuyResponse {
 }
 
 /// Every answer carries `RateLimit-Policy`, and `RateLimit` whenever the limiter decided (a
-/// sale known to be sold out is answered before the limiter, so without it).
+/// sale known to be sold out is answered before the limiter, so without it). With a per-buyer
+/// limit set, both fields describe the limit closer to refusing: the one that refused, or the
+/// one with fewer requests remaining (policy `"buyer"`).
 #[utoipa::path(
     post,
     path = "/buy",
@@ -60,70 +74,68 @@ pub struct BuyResponse {
         (status = 410, description = "`sold_out`", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 4 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: not application/json", body = ErrorBody),
-        (status = 429, description = "`rate_limited`: this client is over its limit", body = ErrorBody,
+        (status = 429, description = "`rate_limited`: this client (address or IPv6 network), or this buyer, is over its limit; or it asked about a sold-out sale too often", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
         (status = 503, description = "`unavailable`: Redis is unreachable or the limiter could not decide", body = ErrorBody,
             headers(("Retry-After" = u64, description = "1"))),
     )
 )]
 pub async fn buy(req: HttpRequest, body: web::Json<BuyRequest>, state: web::Data<AppState>) -> HttpResponse {
-    let mut decision = None;
-    let outcome = purchase(&req, body.into_inner(), &state, &mut decision).await;
+    let mut decided = None;
+    let outcome = purchase(&req, body.into_inner(), &state, &mut decided).await;
     state.metrics.purchase(outcome_label(&outcome));
     let mut response = outcome.unwrap_or_else(|err| {
         // A 5xx keeps its ApiError attached, for the metrics middleware to count its cause.
         if err.status_code().is_server_error() { HttpResponse::from_error(err) } else { err.error_response() }
     });
     let headers = response.headers_mut();
-    headers.insert(POLICY_HEADER, state.rate_limit_policy.clone());
-    if let Some(decision) = decision {
-        headers.insert(STATE_HEADER, HeaderValue::from_str(&decision.state_field()).expect("ASCII header value"));
+    let (policy, field) = match (decided, &state.buyer_limiter) {
+        (Some((Limit::Buyer, decision)), Some((buyers, header))) => {
+            (header, Some(buyers.policy.state_field(&decision)))
+        }
+        (Some((_, decision)), _) => (&state.rate_limit_policy, Some(state.limiter.policy.state_field(&decision))),
+        (None, _) => (&state.rate_limit_policy, None),
+    };
+    headers.insert(POLICY_HEADER, policy.clone());
+    if let Some(field) = field {
+        headers.insert(STATE_HEADER, HeaderValue::from_str(&field).expect("ASCII header value"));
     }
     response
 }
 
 /// Input is validated first, so malformed requests touch no state. A sale this instance knows to
-/// be sold out is answered from memory: 410, or 409 to one of its buyers (no limiter either: an
-/// answer from memory costs less than the limiter would). Then the limiter runs before the
-/// purchase, so an abusive client costs one script call, not a purchase attempt; once refused, it
-/// is answered 429 from memory until the limiter could admit it again. If the limiter cannot
-/// answer, the request is refused with 503 and nothing is bought (fail closed).
+/// be sold out is answered from memory: 410, or 409 to one of its buyers, held only to the
+/// in-process per-client limit (cheaper than the Redis limiter, and it keeps anyone from probing
+/// at an unlimited rate who bought). Then the limiters run before the purchase, so an abusive
+/// client costs one script call, not a purchase attempt: the client's address limit, then the
+/// buyer's (once the buyer is known); once refused, a client or buyer is answered 429 from
+/// memory until that limiter could admit it again. If a limiter cannot answer, the request is
+/// refused with 503 and nothing is bought (fail closed).
 async fn purchase(
     req: &HttpRequest,
     BuyRequest { sale_id, user_id }: BuyRequest,
     state: &AppState,
-    decision: &mut Option<Decision>,
+    decided: &mut Option<Decided>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = SaleId::parse(&sale_id).map_err(ApiError::InvalidRequest)?;
     let user = UserId::parse(&user_id).map_err(ApiError::InvalidRequest)?;
-    match state.sold_out.check(&sale, &user) {
-        None => {}
-        Some(Flagged::SoldOut) => return Err(ApiError::SoldOut),
-        Some(Flagged::AlreadyPurchased) => return Err(ApiError::AlreadyPurchased),
-        Some(Flagged::AskRedis) => {
-            let bought = state.sales.is_buyer(&sale, &user).await?;
-            return Err(if bought { ApiError::AlreadyPurchased } else { ApiError::SoldOut });
-        }
+    let client = state.client_key(req);
+    if let Some(flagged) = state.sold_out.check(&sale, &user) {
+        state.sold_out_limiter.check(client).map_err(|wait| {
+            state.metrics.limiter_decision("sold_out_refused");
+            rate_limited(wait)
+        })?;
+        return Err(match flagged {
+            Flagged::SoldOut => ApiError::SoldOut,
+            Flagged::AlreadyPurchased => ApiError::AlreadyPurchased,
+            Flagged::AskRedis if state.sales.is_buyer(&sale, &user).await? => ApiError::AlreadyPurchased,
+            Flagged::AskRedis => ApiError::SoldOut,
+        });
     }
 
-    let client = state.proxies.client_ip(req).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-    let metrics = &state.metrics;
-    if let Some(refusal) = state.limiter.remembered(client) {
-        metrics.limiter_decision("refused_from_memory");
-        *decision = Some(refusal);
-        return Err(rate_limited(refusal.retry_after));
-    }
-    let asked = Instant::now();
-    let verdict = state.limiter.policy.check(&state.redis, client).await.context("rate limiter").map_err(|err| {
-        metrics.limiter_decision("error");
-        ApiError::Unavailable(err)
-    })?;
-    metrics.limiter_decision(if verdict.allowed { "allowed" } else { "refused" });
-    *decision = Some(verdict);
-    if !verdict.allowed {
-        state.limiter.remember(client, asked, &verdict);
-        return Err(rate_limited(verdict.retry_after));
-    }
+    limit_address(state, client, decided).await?;
+    limit_buyer(state, &user, decided).await?;
+    state.metrics.limiter_decision("allowed");
 
     let order_id = Uuid::now_v7();
     match state.sales.buy(&sale, &user, order_id).await? {
@@ -154,6 +166,56 @@ fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
         Err(ApiError::Unavailable(_)) => "unavailable",
         Err(_) => "invalid_request",
     }
+}
+
+/// The client's address limit: from memory if it was refused lately, else from Redis.
+async fn limit_address(state: &AppState, client: IpAddr, decided: &mut Option<Decided>) -> Result<(), ApiError> {
+    let metrics = &state.metrics;
+    if let Some(refusal) = state.limiter.remembered(&client) {
+        metrics.limiter_decision("refused_from_memory");
+        *decided = Some((Limit::Address, refusal));
+        return Err(rate_limited(refusal.retry_after));
+    }
+    let asked = Instant::now();
+    let verdict = state.limiter.policy.check(&state.redis, client).await.context("rate limiter").map_err(|err| {
+        metrics.limiter_decision("error");
+        ApiError::Unavailable(err)
+    })?;
+    *decided = Some((Limit::Address, verdict));
+    if !verdict.allowed {
+        metrics.limiter_decision("refused");
+        state.limiter.remember(&client, asked, &verdict);
+        return Err(rate_limited(verdict.retry_after));
+    }
+    Ok(())
+}
+
+/// The buyer's limit, if one is set, after the address limit admitted the request: a refusal
+/// answers 429 with the buyer's fields; an admission takes over the fields if the buyer has
+/// fewer requests left than the address.
+async fn limit_buyer(state: &AppState, user: &UserId, decided: &mut Option<Decided>) -> Result<(), ApiError> {
+    let Some((buyers, _)) = &state.buyer_limiter else { return Ok(()) };
+    let metrics = &state.metrics;
+    if let Some(refusal) = buyers.remembered(user) {
+        metrics.limiter_decision("buyer_refused_from_memory");
+        *decided = Some((Limit::Buyer, refusal));
+        return Err(rate_limited(refusal.retry_after));
+    }
+    let asked = Instant::now();
+    let verdict = buyers.policy.check_buyer(&state.redis, user).await.context("per-buyer limiter").map_err(|err| {
+        metrics.limiter_decision("error");
+        ApiError::Unavailable(err)
+    })?;
+    if !verdict.allowed {
+        metrics.limiter_decision("buyer_refused");
+        *decided = Some((Limit::Buyer, verdict));
+        buyers.remember(user, asked, &verdict);
+        return Err(rate_limited(verdict.retry_after));
+    }
+    if decided.is_none_or(|(_, address)| verdict.remaining < address.remaining) {
+        *decided = Some((Limit::Buyer, verdict));
+    }
+    Ok(())
 }
 
 /// 429 with `Retry-After` in whole seconds, rounded up (at least 1).
