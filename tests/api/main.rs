@@ -9,6 +9,7 @@ mod buy;
 mod concurrency;
 mod health;
 mod helpers;
+mod identity;
 mod limiters;
 mod lua_examples;
 mod metrics;

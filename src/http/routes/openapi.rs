@@ -32,7 +32,8 @@ use super::{admin, admin_page, buy, health};
 )]
 pub struct ApiDoc;
 
-/// The `bearer` security scheme the admin routes require.
+/// The `bearer` security scheme the admin routes require, and `bearer_jwt`, the buyer's token
+/// that `POST /buy` requires under `SECKILL_AUTH=jwt`.
 struct BearerAuth;
 
 impl Modify for BearerAuth {
@@ -41,6 +42,18 @@ impl Modify for BearerAuth {
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        components.add_security_scheme(
+            "bearer_jwt",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .description(Some(
+                        "The buyer's token (SECKILL_AUTH=jwt): its `sub` (or configured claim) is the buyer",
+                    ))
+                    .build(),
+            ),
         );
     }
 }
