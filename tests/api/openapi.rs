@@ -68,7 +68,14 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
 
 #[tokio::test]
 async fn buy_documents_the_bearer_jwt_its_refusals_and_an_optional_user_id() {
-    let app = spawn_app_with(|_| {}, false).await;
+    let app = spawn_app_with(
+        |config| {
+            config.auth.mode = seckill::identity::AuthMode::Jwt;
+            config.auth.jwt_secret = Some(secrecy::SecretString::from("openapi-test-secret-of-32-bytes!!"));
+        },
+        false,
+    )
+    .await;
     let doc: Value = app.client.get(app.url("/openapi.json")).send().await.unwrap().json().await.unwrap();
     let scheme = &doc["components"]["securitySchemes"]["bearer_jwt"];
     assert_eq!((scheme["scheme"].as_str(), scheme["bearerFormat"].as_str()), (Some("bearer"), Some("JWT")), "{scheme}");
@@ -83,4 +90,9 @@ async fn buy_documents_the_bearer_jwt_its_refusals_and_an_optional_user_id() {
     let request = &doc["components"]["schemas"]["BuyRequest"];
     let required: Vec<&str> = request["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert_eq!(required, ["sale_id"], "user_id is optional: {request}");
+    assert_eq!(request["properties"]["user_id"]["type"], "string", "not nullable: {request}");
+    let none = spawn_app_with(|_| {}, false).await;
+    let doc: Value = none.client.get(none.url("/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let required = &doc["components"]["schemas"]["BuyRequest"]["required"];
+    assert_eq!(required, &serde_json::json!(["sale_id", "user_id"]), "SECKILL_AUTH=none needs user_id");
 }

@@ -29,10 +29,10 @@ pub struct BuyRequest {
     /// 1-64 characters of `[A-Za-z0-9_-]`.
     #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
     sale_id: String,
-    /// 1-128 printable characters (no control characters). Required with `SECKILL_AUTH=none`;
-    /// with `jwt` the buyer is the token's, and a `user_id` other than it is refused (403
-    /// `user_mismatch`).
-    #[schema(min_length = 1, max_length = 128, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
+    /// 1-128 printable characters (no control characters). Required with `SECKILL_AUTH=none`
+    /// (this document then lists it as required); with `jwt` it may be left out, the buyer is the
+    /// token's, and a `user_id` other than it is refused (403 `user_mismatch`).
+    #[schema(nullable = false, min_length = 1, max_length = 128, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
     #[serde(default)]
     user_id: Option<String>,
 }

@@ -1,11 +1,12 @@
 //! The OpenAPI 3 description of the HTTP API, generated from the handlers' annotations
 //! (`utoipa`), served at `GET /openapi.json`.
 
-use actix_web::HttpResponse;
+use actix_web::{HttpResponse, web};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{admin, admin_page, buy, health};
+use crate::http::AppState;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -58,9 +59,16 @@ impl Modify for BearerAuth {
     }
 }
 
-/// `GET /openapi.json`: this document.
+/// `GET /openapi.json`: this document, for this service's `SECKILL_AUTH`: with `none` the body's
+/// `user_id` names the buyer, so the document requires it; with `jwt` it is optional.
 #[utoipa::path(get, path = "/openapi.json", tag = "health",
     responses((status = 200, description = "The OpenAPI document", content_type = "application/json")))]
-pub async fn openapi_json() -> HttpResponse {
-    HttpResponse::Ok().json(ApiDoc::openapi())
+pub async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    if state.verifier.is_none()
+        && let Some(required) = doc["components"]["schemas"]["BuyRequest"]["required"].as_array_mut()
+    {
+        required.push("user_id".into());
+    }
+    HttpResponse::Ok().json(doc)
 }
