@@ -23,6 +23,7 @@
 //!      `Keyspace`, one deployment's keys and the shared connection.
 //!    - [`db`]: the Postgres pool and migrations, the `orders` and `sales` tables.
 //! 4. Limiting and selling
+//!    - [`identity`]: who is buying: the bearer JWT's verification (built once) and HS256 signing.
 //!    - [`limiter`]: the limiting algorithms (`algorithm`), their policy, decisions and header
 //!      fields, the client's limiting key (`client_key`: IPv6 grouped by prefix), the clients and
 //!      buyers refused lately (`memory`), the in-process limit on sold-out answers (`local`).
@@ -45,6 +46,7 @@ pub mod config;
 pub mod db;
 pub mod domain;
 pub mod http;
+pub mod identity;
 pub mod limiter;
 pub mod metrics;
 pub mod orders;

@@ -10,7 +10,7 @@ use prometheus::{
 };
 
 /// Purchase outcomes, in the order of [`Metrics::purchase`]'s labels.
-pub const PURCHASE_OUTCOMES: [&str; 9] = [
+pub const PURCHASE_OUTCOMES: [&str; 12] = [
     "created",
     "already_purchased",
     "sold_out",
@@ -20,6 +20,9 @@ pub const PURCHASE_OUTCOMES: [&str; 9] = [
     "rate_limited",
     "unavailable",
     "invalid_request",
+    "unauthenticated",
+    "invalid_token",
+    "user_mismatch",
 ];
 
 /// Limiter decisions, in the order of [`Metrics::limiter_decision`]'s labels.

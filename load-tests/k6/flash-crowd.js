@@ -14,11 +14,17 @@
 // k6 hands --local-ips addresses to VUs round-robin for the whole run, so one invocation cannot
 // have both a crowd spread over many addresses and a single too-fast address; hence two runs.
 //
+// AUTH=jwt (for a service with SECKILL_AUTH=jwt): every request carries an HS256 token naming its
+// user, signed here with JWT_SECRET (the service's SECKILL_JWT_SECRET) by k6/crypto's HMAC, and
+// the body names no user_id. AUTH=none (the default): the body's user_id names the buyer.
+//
 // Every response is checked for its class (201/409/410/429) and its shape. Thresholds make k6
 // exit 99 when the run was not clean (any 5xx, unexpected status, slow p99, failed checks, a
 // limiter that let too much through or got in the way of the crowd).
 
 import http from 'k6/http';
+import crypto from 'k6/crypto';
+import encoding from 'k6/encoding';
 import exec from 'k6/execution';
 import { check } from 'k6';
 import { Counter, Rate } from 'k6/metrics';
@@ -240,9 +246,29 @@ function record(res, sale, user) {
   return body;
 }
 
+const AUTH = __ENV.AUTH || 'none';
+const JWT_SECRET = __ENV.JWT_SECRET || '';
+if (AUTH !== 'none' && AUTH !== 'jwt') throw new Error(`AUTH must be none or jwt, got ${AUTH}`);
+if (AUTH === 'jwt' && JWT_SECRET.length < 32) throw new Error('AUTH=jwt needs JWT_SECRET (at least 32 bytes)');
+const JWT_HEADER = encoding.b64encode(JSON.stringify({ alg: 'HS256', typ: 'JWT' }), 'rawurl');
+
+// An HS256 JWT naming `user` (sub), valid for an hour.
+function token(user) {
+  const now = Math.floor(Date.now() / 1000);
+  const claims = encoding.b64encode(JSON.stringify({ sub: user, iat: now, exp: now + 3600 }), 'rawurl');
+  const signed = `${JWT_HEADER}.${claims}`;
+  return `${signed}.${crypto.hmac('sha256', JWT_SECRET, signed, 'base64rawurl')}`;
+}
+
 function buy(sale, user) {
-  return http.post(`${BASE_URL}/buy`, JSON.stringify({ sale_id: sale, user_id: user }), {
-    headers: { 'Content-Type': 'application/json' },
+  const headers = { 'Content-Type': 'application/json' };
+  let body = { sale_id: sale, user_id: user };
+  if (AUTH === 'jwt') {
+    headers.Authorization = `Bearer ${token(user)}`;
+    body = { sale_id: sale };
+  }
+  return http.post(`${BASE_URL}/buy`, JSON.stringify(body), {
+    headers,
     timeout: REQUEST_TIMEOUT,
     tags: { name: 'POST /buy' },
   });

@@ -7,6 +7,10 @@
 -- MODE buy      POST /buy {"sale_id":"SALE_ID","user_id":"USER_PREFIX-<counter>-<thread>"}: every
 --               request a new user, unique across wrk threads (thread number in the id) and
 --               across runs on the same sale (pick a new USER_PREFIX per run)
+-- MODE buy-jwt  POST /buy {"sale_id":"SALE_ID"} with Authorization: Bearer <token>, for a service with
+--               SECKILL_AUTH=jwt: args SALE_ID TOKENS_FILE THREADS; the file holds one pre-signed token
+--               per line, each a distinct user (wrk cannot sign); thread t sends tokens t, t+THREADS, ...
+--               (wrapping around when they run out: then the answers are 409)
 --
 -- Pacing (optional): BENCH_RATE=<total requests/s> and BENCH_THREADS=<wrk -t> in the environment
 -- define delay(): each thread hands out send times on a fixed schedule of BENCH_RATE/BENCH_THREADS
@@ -26,6 +30,8 @@ local sale = ""
 local prefix = "u"
 local counter = 0
 local cached = nil
+local tokens = nil
+local nthreads = 1
 statuses = {} -- global: read by done() through thread:get("statuses")
 
 function setup(thread)
@@ -42,6 +48,16 @@ function init(args)
     wrk.method = "POST"
     wrk.path = "/buy"
     wrk.headers["Content-Type"] = "application/json"
+  elseif mode == "buy-jwt" then
+    sale = assert(args[2], "buy-jwt needs SALE_ID")
+    nthreads = tonumber(args[4]) or 1
+    tokens = {}
+    for line in io.lines(assert(args[3], "buy-jwt needs TOKENS_FILE")) do
+      tokens[#tokens + 1] = line
+    end
+    assert(#tokens > 0, "no tokens in " .. args[3])
+    wrk.method = "POST"
+    wrk.path = "/buy"
   elseif mode == "healthz" then
     wrk.method = "GET"
     wrk.path = "/healthz"
@@ -56,6 +72,11 @@ function request()
     return cached
   end
   counter = counter + 1
+  if tokens then
+    local token = tokens[((counter - 1) * nthreads + tid - 1) % #tokens + 1]
+    return wrk.format(nil, nil, { ["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. token },
+      string.format('{"sale_id":"%s"}', sale))
+  end
   return wrk.format(nil, nil, nil,
     string.format('{"sale_id":"%s","user_id":"%s-%d-%d"}', sale, prefix, counter, tid))
 end

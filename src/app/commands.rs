@@ -1,16 +1,19 @@
-//! The bodies of the commands other than `serve`: `seckill worker`, `migrate` and `reconcile`.
+//! The bodies of the commands other than `serve`: `seckill worker`, `migrate`, `reconcile` and `token`.
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use secrecy::ExposeSecret;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::build_worker;
 use crate::config::Config;
 use crate::db;
-use crate::domain::SaleId;
+use crate::domain::{SaleId, UserId};
+use crate::identity;
 use crate::metrics::Metrics;
 use crate::purchase::Sales;
 use crate::reconcile;
@@ -80,4 +83,27 @@ pub async fn run_reconcile(config: &Config, sale: &SaleId, repair: bool) -> Exit
             ExitCode::from(EXIT_FAILED)
         }
     }
+}
+
+/// The `seckill token` command: prints an HS256 token naming `user`, valid for `ttl`, signed with
+/// `SECKILL_JWT_SECRET` and carrying the configured user claim, issuer and audience.
+pub fn print_token(config: &Config, user: &UserId, ttl: Duration) -> anyhow::Result<()> {
+    let auth = &config.auth;
+    let secret = auth.jwt_secret.as_ref().context("seckill token signs with SECKILL_JWT_SECRET, which is not set")?;
+    anyhow::ensure!(
+        secret.expose_secret().len() >= identity::MIN_SECRET_BYTES,
+        "SECKILL_JWT_SECRET must be at least {} bytes",
+        identity::MIN_SECRET_BYTES
+    );
+    let token = identity::sign_hs256(
+        secret,
+        user,
+        &auth.jwt_user_claim,
+        ttl,
+        auth.jwt_issuer.as_deref(),
+        auth.jwt_audience.as_deref(),
+    )
+    .map_err(anyhow::Error::msg)?;
+    println!("{token}");
+    Ok(())
 }

@@ -1,6 +1,6 @@
 //! The composition root: builds the service from its configuration and runs it until told to
 //! stop ([`Application`]), with the ordered shutdown; the bodies of the other commands
-//! (`seckill worker`, `migrate`, `reconcile`) are in `commands`.
+//! (`seckill worker`, `migrate`, `reconcile`, `token`) are in `commands`.
 
 mod commands;
 
@@ -28,7 +28,7 @@ use crate::purchase::sold_out::{self, SoldOutFlags};
 use crate::redis::Keyspace;
 use crate::redis::connection;
 
-pub use commands::{migrate, run_reconcile, run_worker};
+pub use commands::{migrate, print_token, run_reconcile, run_worker};
 
 /// A built service: the HTTP server bound to its port, the listener that keeps its sold-out flags
 /// fresh, and optionally the worker.
@@ -53,6 +53,10 @@ impl Application {
                 Some((Arc::new(Limiter::new(policy)), header))
             }
         };
+        let verifier = config.auth.verifier().map_err(anyhow::Error::msg).context("SECKILL_AUTH")?;
+        if verifier.is_none() {
+            tracing::warn!("SECKILL_AUTH=none: POST /buy trusts the body's user_id (for a trusted gateway only)");
+        }
         let pool = connect_and_migrate(config).await?;
         let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
         if config.admin_token.is_none() {
@@ -75,6 +79,7 @@ impl Application {
             metrics: metrics.clone(),
             proxies: TrustedProxies::new(config.trusted_proxies.clone()),
             admin_token: config.admin_token.clone(),
+            verifier: verifier.map(Arc::new),
         };
         let listener = TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
         let local_addr = listener.local_addr()?;

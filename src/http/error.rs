@@ -32,6 +32,16 @@ pub enum ApiError {
     /// 401 `unauthorized`: no or a wrong admin bearer token.
     #[error("a valid admin bearer token is required")]
     Unauthorized,
+    /// 401 `unauthenticated` (`SECKILL_AUTH=jwt`): no `Authorization: Bearer` header, or a
+    /// malformed one.
+    #[error("a bearer token naming the buyer is required (Authorization: Bearer <JWT>)")]
+    Unauthenticated,
+    /// 401 `invalid_token` (`SECKILL_AUTH=jwt`): the bearer token is not accepted; why.
+    #[error("the bearer token is not accepted: {0}")]
+    InvalidToken(&'static str),
+    /// 403 `user_mismatch`: the body's `user_id` is not the token's buyer.
+    #[error("user_id is not the buyer the bearer token names")]
+    UserMismatch,
     /// 403 `admin_disabled`: no admin token is configured.
     #[error("admin routes are disabled: no admin token is configured")]
     AdminDisabled,
@@ -86,6 +96,9 @@ impl ApiError {
             Self::NotFound => "not_found",
             Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::Unauthorized => "unauthorized",
+            Self::Unauthenticated => "unauthenticated",
+            Self::InvalidToken(_) => "invalid_token",
+            Self::UserMismatch => "user_mismatch",
             Self::AdminDisabled => "admin_disabled",
             Self::UnknownSale => "unknown_sale",
             Self::SaleNotStarted => "sale_not_started",
@@ -119,8 +132,8 @@ impl ResponseError for ApiError {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::NotFound | Self::UnknownSale => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::AdminDisabled | Self::SaleNotStarted | Self::SaleEnded => StatusCode::FORBIDDEN,
+            Self::Unauthorized | Self::Unauthenticated | Self::InvalidToken(_) => StatusCode::UNAUTHORIZED,
+            Self::AdminDisabled | Self::UserMismatch | Self::SaleNotStarted | Self::SaleEnded => StatusCode::FORBIDDEN,
             Self::AlreadyPurchased | Self::SaleInProgress | Self::SaleStarted | Self::ShardsFixed { .. } => {
                 StatusCode::CONFLICT
             }
@@ -145,8 +158,14 @@ impl ResponseError for ApiError {
             Self::MethodNotAllowed { allow } => {
                 response.insert_header((header::ALLOW, *allow));
             }
-            Self::Unauthorized => {
+            Self::Unauthorized | Self::Unauthenticated => {
                 response.insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
+            }
+            Self::InvalidToken(_) => {
+                response.insert_header((
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer error=\"invalid_token\""),
+                ));
             }
             Self::Unavailable(_) => {
                 response.insert_header((header::RETRY_AFTER, 1));

@@ -1,8 +1,9 @@
 //! The HTTP API, everything actix-web: the routes (`routes`), the one error type and its mapping
 //! to status codes (`error`), the middleware (`middleware`), the client's address behind proxies
-//! (`client_ip`), and [`AppState`], what every handler can reach. The layers below know nothing
+//! (`client_ip`), the buyer's bearer token (`bearer`), and [`AppState`], what every handler can reach. The layers below know nothing
 //! of HTTP: handlers turn their outcomes and errors into answers here.
 
+pub mod bearer;
 pub mod client_ip;
 pub mod error;
 pub mod middleware;
@@ -18,6 +19,7 @@ use sqlx::PgPool;
 
 use self::client_ip::TrustedProxies;
 use crate::domain::UserId;
+use crate::identity::Verifier;
 use crate::limiter::local::LocalLimiter;
 use crate::limiter::{Limiter, client_key};
 use crate::metrics::Metrics;
@@ -52,6 +54,8 @@ pub struct AppState {
     pub proxies: TrustedProxies,
     /// `None`: admin routes are disabled and answer 403.
     pub admin_token: Option<SecretString>,
+    /// `SECKILL_AUTH=jwt`: the verifier of the buyer's bearer token; `None`: the body names the buyer.
+    pub verifier: Option<Arc<Verifier>>,
 }
 
 impl AppState {

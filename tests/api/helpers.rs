@@ -36,6 +36,7 @@ pub async fn test_config() -> Config {
         worker_claim_timeout: Duration::from_secs(30),
         worker_consumer: Some("test-worker".into()),
         shutdown_timeout: Duration::from_secs(5),
+        auth: Default::default(),
     }
 }
 

@@ -10,6 +10,7 @@ mod client_limits;
 mod concurrency;
 mod health;
 mod helpers;
+mod identity;
 mod limiters;
 mod lua_examples;
 mod metrics;

@@ -65,3 +65,34 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
     let error_schema = &doc["components"]["schemas"]["ErrorBody"]["required"];
     assert_eq!(error_schema, &serde_json::json!(["error", "message"]));
 }
+
+#[tokio::test]
+async fn buy_documents_the_bearer_jwt_its_refusals_and_an_optional_user_id() {
+    let app = spawn_app_with(
+        |config| {
+            config.auth.mode = seckill::identity::AuthMode::Jwt;
+            config.auth.jwt_secret = Some(secrecy::SecretString::from("openapi-test-secret-of-32-bytes!!"));
+        },
+        false,
+    )
+    .await;
+    let doc: Value = app.client.get(app.url("/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let scheme = &doc["components"]["securitySchemes"]["bearer_jwt"];
+    assert_eq!((scheme["scheme"].as_str(), scheme["bearerFormat"].as_str()), (Some("bearer"), Some("JWT")), "{scheme}");
+    let buy = &doc["paths"]["/buy"]["post"];
+    let security = buy["security"].as_array().expect("security");
+    assert!(security.iter().any(|s| s.get("bearer_jwt").is_some()), "{security:?}");
+    assert!(security.iter().any(|s| s.as_object().is_some_and(|o| o.is_empty())), "none mode: no token needed");
+    for (status, codes) in [("401", ["unauthenticated", "invalid_token"]), ("403", ["user_mismatch", "sale_ended"])] {
+        let description = buy["responses"][status]["description"].as_str().unwrap_or_default();
+        assert!(codes.iter().all(|c| description.contains(c)), "{status}: {description}");
+    }
+    let request = &doc["components"]["schemas"]["BuyRequest"];
+    let required: Vec<&str> = request["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(required, ["sale_id"], "user_id is optional: {request}");
+    assert_eq!(request["properties"]["user_id"]["type"], "string", "not nullable: {request}");
+    let none = spawn_app_with(|_| {}, false).await;
+    let doc: Value = none.client.get(none.url("/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let required = &doc["components"]["schemas"]["BuyRequest"]["required"];
+    assert_eq!(required, &serde_json::json!(["sale_id", "user_id"]), "SECKILL_AUTH=none needs user_id");
+}

@@ -9,14 +9,29 @@ use redis::streams::StreamPendingReply;
 use sqlx::Connection;
 use tokio::time::Instant;
 
-use crate::harness::Deployment;
+use crate::harness::{Deployment, JWT_ENV, JWT_SECRET};
 use crate::storm_client::Storm;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_storm_loses_and_duplicates_nothing_after_restart() {
+    sigkill_mid_storm(false).await;
+}
+
+/// The same with `SECKILL_AUTH=jwt`: every user buys with its own token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_storm_with_jwt_loses_and_duplicates_nothing_after_restart() {
+    sigkill_mid_storm(true).await;
+}
+
+async fn sigkill_mid_storm(jwt: bool) {
     // The default consumer name (<host>-<pid>) changes with the process: the new process must
     // claim what the dead one left pending.
-    let mut deployment = Deployment::new(&[("SECKILL_WORKER_CLAIM_TIMEOUT", "1s")]).await;
+    let mut env = vec![("SECKILL_WORKER_CLAIM_TIMEOUT", "1s")];
+    if jwt {
+        env.extend(JWT_ENV);
+    }
+    let secret = jwt.then_some(JWT_SECRET);
+    let mut deployment = Deployment::new(&env).await;
     let stock = 1_000;
     let (mut first, sale) = deployment.start_with_sale(stock).await;
 
@@ -26,9 +41,8 @@ async fn sigkill_mid_storm_loses_and_duplicates_nothing_after_restart() {
     sqlx::query("lock table orders in exclusive mode").execute(&mut *lock).await.unwrap();
 
     // One order the worker takes and gets stuck on: its insert waits for the lock.
-    let first_buy = deployment.buy(&sale, "first").await;
-    assert_eq!(first_buy.status(), 201);
-    let first_order: serde_json::Value = first_buy.json().await.unwrap();
+    let first_buy = Storm::new(&deployment.address, &sale, 1, 1).users_named("first").with_jwt(secret).run().await;
+    assert_eq!(first_buy.count(201), 1, "{first_buy:?}");
     let until = Instant::now() + Duration::from_secs(15);
     loop {
         let waiting: i64 = sqlx::query_scalar(
@@ -44,11 +58,12 @@ async fn sigkill_mid_storm_loses_and_duplicates_nothing_after_restart() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    let (storm, running) = Storm::new(&deployment.address, &sale, 1_500, 3_000).users_named("early").spawn();
+    let (storm, running) =
+        Storm::new(&deployment.address, &sale, 1_500, 3_000).users_named("early").with_jwt(secret).spawn();
     storm.wait_for_created(300).await;
     first.kill().await;
     let mut report = running.await.unwrap();
-    report.confirmed.insert(first_order["order_id"].as_str().unwrap().parse().unwrap());
+    report.confirmed.extend(first_buy.confirmed);
 
     let (stream, group) = deployment.orders_stream(&sale);
     let queued: usize = deployment.redis.clone().xlen(&stream).await.unwrap();
@@ -66,7 +81,7 @@ async fn sigkill_mid_storm_loses_and_duplicates_nothing_after_restart() {
     lock.rollback().await.unwrap();
 
     let second = deployment.start().await;
-    let late = Storm::new(&deployment.address, &sale, 1_500, 3_000).users_named("late").run().await;
+    let late = Storm::new(&deployment.address, &sale, 1_500, 3_000).users_named("late").with_jwt(secret).run().await;
     assert!(late.interrupted.is_empty() && late.refused == 0, "{late:?}");
     report.merge(late);
     let drain = Instant::now();
@@ -89,7 +104,7 @@ async fn sigkill_mid_storm_loses_and_duplicates_nothing_after_restart() {
         stored.iter().filter(|(id, user)| !report.confirmed.contains(id) && !cut_off.contains(user)).collect();
     assert!(unexplained.is_empty(), "orders no client was told about: {unexplained:?}");
     eprintln!(
-        "figures crash: sent={} confirmed={} cut_off_by_kill={} queued_at_kill={} pending_at_kill={} expected_orders={} found_orders={} drain_after_storm_ms={}",
+        "figures crash (jwt {jwt}): sent={} confirmed={} cut_off_by_kill={} queued_at_kill={} pending_at_kill={} expected_orders={} found_orders={} drain_after_storm_ms={}",
         report.sent,
         report.confirmed.len(),
         report.interrupted.len() + report.refused,

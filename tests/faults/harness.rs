@@ -15,6 +15,11 @@ use testbed::{Signal, free_port};
 
 use crate::common::{self, ADMIN_TOKEN, Probe};
 
+/// The HS256 secret of the deployments that run with `SECKILL_AUTH=jwt` ([`JWT_ENV`]).
+pub const JWT_SECRET: &str = "faults-test-secret-of-at-least-32-bytes";
+/// The settings of a `SECKILL_AUTH=jwt` deployment.
+pub const JWT_ENV: [(&str, &str); 2] = [("SECKILL_AUTH", "jwt"), ("SECKILL_JWT_SECRET", JWT_SECRET)];
+
 /// Held by every deployment: the tests of this binary stop the shared servers or load the
 /// machine, so they run one at a time (tokio's mutex is not poisoned by a failed test).
 static SERIAL: Mutex<()> = Mutex::const_new(());

@@ -4,15 +4,26 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::harness::Deployment;
+use crate::harness::{Deployment, JWT_ENV, JWT_SECRET};
 use crate::storm_client::Storm;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storm_sells_exactly_the_stock_with_no_server_errors() {
-    let mut deployment = Deployment::new(&[]).await;
+    storm_sells_exactly_the_stock(false).await;
+}
+
+/// The same with `SECKILL_AUTH=jwt`: every user buys with its own token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_with_jwt_sells_exactly_the_stock_with_no_server_errors() {
+    storm_sells_exactly_the_stock(true).await;
+}
+
+async fn storm_sells_exactly_the_stock(jwt: bool) {
+    let mut deployment = Deployment::new(if jwt { &JWT_ENV } else { &[] }).await;
     let (_service, sale) = deployment.start_with_sale(500).await;
 
-    let report = Storm::new(&deployment.address, &sale, 5_000, 20_000).run().await;
+    let storm = Storm::new(&deployment.address, &sale, 5_000, 20_000).with_jwt(jwt.then_some(JWT_SECRET));
+    let report = storm.run().await;
 
     assert_eq!(report.sent, 20_000);
     assert!(report.interrupted.is_empty() && report.refused == 0, "every request answered: {report:?}");
@@ -24,7 +35,7 @@ async fn a_storm_sells_exactly_the_stock_with_no_server_errors() {
     assert_eq!((status.stock_left, status.sold), (0, 500));
     assert_eq!(deployment.order_ids(&sale).await, report.confirmed, "Postgres holds exactly the confirmed orders");
     eprintln!(
-        "figures storm: sent={} answered_201={} expected_orders=500 found_orders={} storm_ms={} drain_after_storm_ms={}",
+        "figures storm (jwt {jwt}): sent={} answered_201={} expected_orders=500 found_orders={} storm_ms={} drain_after_storm_ms={}",
         report.sent,
         report.count(201),
         status.persisted.unwrap_or_default(),

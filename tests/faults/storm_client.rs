@@ -65,7 +65,9 @@ enum Outcome {
 }
 
 /// `requests` purchases of one sale by `users` distinct users (`<prefix>-<n>`, request i by user
-/// i mod users, so every user tries requests / users times), at most `concurrency` at once.
+/// i mod users, so every user tries requests / users times), at most `concurrency` at once. With
+/// [`Storm::with_jwt`], each user sends its own bearer token (signed before the storm) and no
+/// `user_id`.
 pub struct Storm {
     pub address: String,
     pub sale: String,
@@ -75,6 +77,8 @@ pub struct Storm {
     pub concurrency: usize,
     /// Counts 201 answers while the storm runs, for tests that strike mid-storm.
     pub created: Arc<AtomicUsize>,
+    /// The HS256 secret of a `SECKILL_AUTH=jwt` service.
+    pub jwt_secret: Option<String>,
 }
 
 impl Storm {
@@ -87,7 +91,26 @@ impl Storm {
             requests,
             concurrency: 64,
             created: Arc::default(),
+            jwt_secret: None,
         }
+    }
+
+    /// Each user buys with a token signed with `secret` (`Some`), or names itself in the body.
+    pub fn with_jwt(mut self, secret: Option<&str>) -> Self {
+        self.jwt_secret = secret.map(str::to_owned);
+        self
+    }
+
+    /// The users' tokens, by user number (none without a secret).
+    fn tokens(&self) -> Vec<String> {
+        let Some(secret) = &self.jwt_secret else { return vec![] };
+        let secret = secrecy::SecretString::from(secret.clone());
+        (0..self.users)
+            .map(|n| {
+                let user = seckill::domain::UserId::parse(&format!("{}-{n}", self.user_prefix)).unwrap();
+                seckill::identity::sign_hs256(&secret, &user, "sub", Duration::from_secs(3600), None, None).unwrap()
+            })
+            .collect()
     }
 
     pub fn users_named(mut self, prefix: &str) -> Self {
@@ -121,12 +144,16 @@ impl Storm {
             .build()
             .unwrap();
         let url = format!("{}/buy", self.address);
+        let tokens = self.tokens();
         let started = Instant::now();
         let outcomes: Vec<Outcome> = futures::stream::iter(0..self.requests)
             .map(|i| {
                 let user = format!("{}-{}", self.user_prefix, i % self.users);
-                let body = json!({"sale_id": self.sale, "user_id": user});
-                let request = client.post(&url).json(&body).send();
+                let request = match tokens.get(i % self.users) {
+                    Some(token) => client.post(&url).bearer_auth(token).json(&json!({"sale_id": self.sale})),
+                    None => client.post(&url).json(&json!({"sale_id": self.sale, "user_id": user})),
+                };
+                let request = request.send();
                 async move {
                     match request.await {
                         Ok(response) => {

@@ -1,7 +1,9 @@
 //! `cargo xtask run`: the service (release build) on throwaway Redis and Postgres from `testbed`,
 //! with a demo sale seeded; prints where everything is, then streams the service's log until
-//! Ctrl-C (or SIGTERM), which stops the service, then the servers. `SECKILL_*` settings in the
-//! environment reach the service (e.g. `SECKILL_RATE_LIMIT=100000/1s cargo xtask run`).
+//! Ctrl-C (or SIGTERM), which stops the service, then the servers. The service runs with
+//! `SECKILL_AUTH=jwt` and a fresh random HS256 secret; a token for `alice` is printed with the
+//! curl example. `SECKILL_*` settings in the environment reach the service (e.g.
+//! `SECKILL_RATE_LIMIT=100000/1s cargo xtask run`).
 
 use std::io::Write;
 use std::process::{Command, ExitCode};
@@ -29,7 +31,10 @@ pub fn run(_args: Args) -> Result<ExitCode> {
     ensure!(status.success(), "cargo build: {status}");
 
     let services = Services::start(&Options::default())?; // the app runs against the single node
-    let mut app = App::start(&services, &Profile::Release.binary(), &[])?;
+    let secret: String = (0..64).map(|_| fastrand::alphanumeric()).collect();
+    let auth = [("SECKILL_AUTH", "jwt"), ("SECKILL_JWT_SECRET", secret.as_str())];
+    let mut app = App::start(&services, &Profile::Release.binary(), &auth)?;
+    let alice = token(&app, "alice")?;
     // From here on the service's log streams to the terminal.
     let mut log = std::fs::File::open(&app.log).context("opening the service's log")?;
     let mut stdout = std::io::stdout();
@@ -37,7 +42,7 @@ pub fn run(_args: Args) -> Result<ExitCode> {
     println!("==> seeding demo sale (stock 100)");
     app.seed("demo", 100, None).context("seeding the demo sale")?;
     std::io::copy(&mut log, &mut stdout)?;
-    print_info(&services, &app);
+    print_info(&services, &app, &alice);
 
     let exit = loop {
         std::io::copy(&mut log, &mut stdout)?;
@@ -59,7 +64,18 @@ pub fn run(_args: Args) -> Result<ExitCode> {
     Ok(ExitCode::from(exit.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1)))
 }
 
-fn print_info(services: &Services, app: &App) {
+/// A token for `user` from `seckill token`, signed with the app's secret.
+fn token(app: &App, user: &str) -> Result<String> {
+    let output = Command::new(&app.binary)
+        .args(["token", "--user", user, "--ttl", "24h"])
+        .envs(app.env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .context("running seckill token")?;
+    ensure!(output.status.success(), "seckill token: {}", String::from_utf8_lossy(&output.stderr));
+    Ok(String::from_utf8(output.stdout)?.trim().to_owned())
+}
+
+fn print_info(services: &Services, app: &App, alice: &str) {
     let (url, token) = (&app.url, &app.admin_token);
     let (redis, database, binary) = (services.redis_url(), services.database_url(), app.binary.display());
     println!(
@@ -71,9 +87,13 @@ seckill is running (pid {pid}). Ctrl-C stops it and the throwaway Redis/Postgres
   admin token: {token}
   redis:       {redis}
   postgres:    {database}
+  auth:        SECKILL_AUTH=jwt with a fresh HS256 secret; alice's token (24h):
+               {alice}
 
-Buy one (sale "demo", stock 100):
-  curl -i -X POST {url}/buy -H 'content-type: application/json' -d '{{"sale_id":"demo","user_id":"alice"}}'
+Buy one as alice (sale "demo", stock 100; the buyer is the token's sub):
+  curl -i -X POST {url}/buy -H "Authorization: Bearer {alice}" -H 'content-type: application/json' -d '{{"sale_id":"demo"}}'
+Another user's token:
+  {env} {binary} token --user bob
 Sale status:
   curl -s -H "Authorization: Bearer {token}" {url}/admin/sales/demo
 Check the promises (drained queue, Redis buyers = Postgres orders):
@@ -81,6 +101,12 @@ Check the promises (drained queue, Redis buyers = Postgres orders):
 Orders:
   psql {database} -c 'select * from orders'
 "#,
-        pid = app.pid()
+        pid = app.pid(),
+        env = app
+            .env
+            .iter()
+            .find(|(k, _)| k == "SECKILL_JWT_SECRET")
+            .map(|(k, v)| format!("{k}={v}"))
+            .unwrap_or_default(),
     );
 }

@@ -11,8 +11,8 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::domain::{SaleId, UserId};
-use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
+use crate::http::{AppState, bearer};
 use crate::limiter::{self, Decision};
 use crate::purchase::BuyOutcome;
 use crate::purchase::sold_out::{self, Flagged};
@@ -41,9 +41,12 @@ pub struct BuyRequest {
     /// 1-64 characters of `[A-Za-z0-9_-]`.
     #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
     sale_id: String,
-    /// 1-128 printable characters (no control characters).
-    #[schema(min_length = 1, max_length = 128, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
-    user_id: String,
+    /// 1-128 printable characters (no control characters). Required with `SECKILL_AUTH=none`
+    /// (this document then lists it as required); with `jwt` it may be left out, the buyer is the
+    /// token's, and a `user_id` other than it is refused (403 `user_mismatch`).
+    #[schema(nullable = false, min_length = 1, max_length = 128, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
+    #[serde(default)]
+    user_id: Option<String>,
 }
 
 /// The 201 body: the order the worker will store in Postgres under the same id.
@@ -63,12 +66,15 @@ pub struct BuyResponse {
     path = "/buy",
     tag = "purchase",
     request_body = BuyRequest,
+    security((), ("bearer_jwt" = [])),
     responses(
         (status = 201, description = "Bought: the order is queued and will be in Postgres under this id", body = BuyResponse,
             headers(("RateLimit-Policy" = String, description = "The quota policy, e.g. `\"buy\";q=20;w=1`"),
                     ("RateLimit" = String, description = "Remaining quota and seconds to reset, e.g. `\"buy\";r=19;t=1`"))),
         (status = 400, description = "`invalid_request`: bad JSON, missing, extra or mistyped fields, ids out of bounds", body = ErrorBody),
-        (status = 403, description = "`sale_not_started` or `sale_ended`", body = ErrorBody),
+        (status = 401, description = "`unauthenticated`: no or a malformed `Authorization: Bearer` header; `invalid_token`: the token is refused (signature, algorithm, expired, not yet valid, issuer, audience, user claim). `SECKILL_AUTH=jwt` only", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`, or `Bearer error=\"invalid_token\"`"))),
+        (status = 403, description = "`sale_not_started`, `sale_ended`, or `user_mismatch`: the body's user_id is not the token's buyer", body = ErrorBody),
         (status = 404, description = "`unknown_sale`", body = ErrorBody),
         (status = 409, description = "`already_purchased`: this user already bought in this sale", body = ErrorBody),
         (status = 410, description = "`sold_out`", body = ErrorBody),
@@ -103,22 +109,33 @@ pub async fn buy(req: HttpRequest, body: web::Json<BuyRequest>, state: web::Data
     response
 }
 
-/// Input is validated first, so malformed requests touch no state. A sale this instance knows to
-/// be sold out is answered from memory: 410, or 409 to one of its buyers, held only to the
-/// in-process per-client limit (cheaper than the Redis limiter, and it keeps anyone from probing
-/// at an unlimited rate who bought). Then the limiters run before the purchase, so an abusive
-/// client costs one script call, not a purchase attempt: the client's address limit, then the
-/// buyer's (once the buyer is known); once refused, a client or buyer is answered 429 from
-/// memory until that limiter could admit it again. If a limiter cannot answer, the request is
-/// refused with 503 and nothing is bought (fail closed).
+/// Input is validated first, so malformed requests touch no state: the buyer is the bearer
+/// token's under `SECKILL_AUTH=jwt` (verified from the token alone, before any limiter), else
+/// the body's `user_id`. A sale this instance knows to be sold out is answered from memory: 410,
+/// or 409 to one of its buyers, held only to the in-process per-client limit (cheaper than the
+/// Redis limiter, and it keeps anyone from probing at an unlimited rate who bought). Then the
+/// limiters run before the purchase, so an abusive client costs one script call, not a purchase
+/// attempt: the client's address limit, then the buyer's; once refused, a client or buyer is
+/// answered 429 from memory until that limiter could admit it again. If a limiter cannot answer,
+/// the request is refused with 503 and nothing is bought (fail closed).
 async fn purchase(
     req: &HttpRequest,
     BuyRequest { sale_id, user_id }: BuyRequest,
     state: &AppState,
     decided: &mut Option<Decided>,
 ) -> Result<HttpResponse, ApiError> {
+    let user = match &state.verifier {
+        Some(verifier) => {
+            let buyer = bearer::buyer(req, verifier)?;
+            if user_id.is_some_and(|claimed| claimed != buyer.as_str()) {
+                return Err(ApiError::UserMismatch);
+            }
+            buyer
+        }
+        None => UserId::parse(&user_id.ok_or_else(|| ApiError::InvalidRequest("user_id is required".into()))?)
+            .map_err(ApiError::InvalidRequest)?,
+    };
     let sale = SaleId::parse(&sale_id).map_err(ApiError::InvalidRequest)?;
-    let user = UserId::parse(&user_id).map_err(ApiError::InvalidRequest)?;
     let client = state.client_key(req);
     if let Some(flagged) = state.sold_out.check(&sale, &user) {
         state.sold_out_limiter.check(client).map_err(|wait| {
@@ -139,7 +156,9 @@ async fn purchase(
 
     let order_id = Uuid::now_v7();
     match state.sales.buy(&sale, &user, order_id).await? {
-        BuyOutcome::Purchased => Ok(HttpResponse::Created().json(BuyResponse { order_id, sale_id, user_id })),
+        BuyOutcome::Purchased => {
+            Ok(HttpResponse::Created().json(BuyResponse { order_id, sale_id, user_id: user.as_str().to_owned() }))
+        }
         BuyOutcome::UnknownSale => Err(ApiError::UnknownSale),
         BuyOutcome::NotStarted => Err(ApiError::SaleNotStarted),
         BuyOutcome::Ended => Err(ApiError::SaleEnded),
@@ -164,6 +183,9 @@ fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
         Err(ApiError::SaleEnded) => "ended",
         Err(ApiError::RateLimited { .. }) => "rate_limited",
         Err(ApiError::Unavailable(_)) => "unavailable",
+        Err(ApiError::Unauthenticated) => "unauthenticated",
+        Err(ApiError::InvalidToken(_)) => "invalid_token",
+        Err(ApiError::UserMismatch) => "user_mismatch",
         Err(_) => "invalid_request",
     }
 }

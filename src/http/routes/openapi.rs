@@ -1,11 +1,12 @@
 //! The OpenAPI 3 description of the HTTP API, generated from the handlers' annotations
 //! (`utoipa`), served at `GET /openapi.json`.
 
-use actix_web::HttpResponse;
+use actix_web::{HttpResponse, web};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{admin, admin_page, buy, health};
+use crate::http::AppState;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -32,7 +33,8 @@ use super::{admin, admin_page, buy, health};
 )]
 pub struct ApiDoc;
 
-/// The `bearer` security scheme the admin routes require.
+/// The `bearer` security scheme the admin routes require, and `bearer_jwt`, the buyer's token
+/// that `POST /buy` requires under `SECKILL_AUTH=jwt`.
 struct BearerAuth;
 
 impl Modify for BearerAuth {
@@ -42,12 +44,31 @@ impl Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+        components.add_security_scheme(
+            "bearer_jwt",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .description(Some(
+                        "The buyer's token (SECKILL_AUTH=jwt): its `sub` (or configured claim) is the buyer",
+                    ))
+                    .build(),
+            ),
+        );
     }
 }
 
-/// `GET /openapi.json`: this document.
+/// `GET /openapi.json`: this document, for this service's `SECKILL_AUTH`: with `none` the body's
+/// `user_id` names the buyer, so the document requires it; with `jwt` it is optional.
 #[utoipa::path(get, path = "/openapi.json", tag = "health",
     responses((status = 200, description = "The OpenAPI document", content_type = "application/json")))]
-pub async fn openapi_json() -> HttpResponse {
-    HttpResponse::Ok().json(ApiDoc::openapi())
+pub async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    if state.verifier.is_none()
+        && let Some(required) = doc["components"]["schemas"]["BuyRequest"]["required"].as_array_mut()
+    {
+        required.push("user_id".into());
+    }
+    HttpResponse::Ok().json(doc)
 }

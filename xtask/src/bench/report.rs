@@ -96,6 +96,7 @@ impl Builder<'_> {
         let specs = [
             ("http-healthz", "GET /healthz (HTTP ceiling)", "200", 0.9999, None),
             ("http-buy-instock", "POST /buy in stock, distinct users", "201", 0.99, Some(0.5)),
+            ("http-buy-instock-jwt", "POST /buy in stock, distinct users, SECKILL_AUTH=jwt", "201", 0.99, Some(0.5)),
             ("http-buy-soldout", "POST /buy sold out", "410", 0.99, Some(0.8)),
             ("http-buy-limited", "POST /buy rate limited", "429", 0.99, Some(0.8)),
         ];

@@ -26,7 +26,8 @@ fn keys(b: &Bench, sale: &str) -> SaleKeys {
 
 pub fn all(b: &mut Bench) -> anyhow::Result<()> {
     settings(b);
-    main_rows(b)?;
+    let peak = main_rows(b)?;
+    jwt_row(b, peak)?;
     limited_row(b)?;
     for alg in b.args.algorithms() {
         algorithm_rows(b, alg)?;
@@ -76,8 +77,9 @@ fn warm_up(b: &mut Bench, app: &testbed::App, name: &str) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// Healthz, in stock (with the queue sampler), paced 80% and light, sold out, healthz again.
-fn main_rows(b: &mut Bench) -> anyhow::Result<()> {
+/// Healthz, in stock (with the queue sampler), paced 80% and light, sold out, healthz again; the
+/// in-stock rate.
+fn main_rows(b: &mut Bench) -> anyhow::Result<f64> {
     let (d, c) = (b.args.duration(), b.args.connections);
     let app = b.start_app(&[("SECKILL_RATE_LIMIT", HIGH_RATE_LIMIT)])?;
     b.seed(&app, "bench-instock", 10_000_000)?;
@@ -125,6 +127,42 @@ fn main_rows(b: &mut Bench) -> anyhow::Result<()> {
          from orders where sale_id = 'bench-instock' and user_id like 'u-%'",
     )?;
     b.results.lag = serde_json::from_str(&lag).ok();
+    b.stop_app(app);
+    Ok(peak)
+}
+
+/// In stock with `SECKILL_AUTH=jwt`: every request a distinct user with its own HS256 token,
+/// signed beforehand (half again as many as the in-stock row's `peak` rate would need).
+fn jwt_row(b: &mut Bench, peak: f64) -> anyhow::Result<()> {
+    let (d, c) = (b.args.duration(), b.args.connections);
+    let secret: String = (0..64).map(|_| fastrand::alphanumeric()).collect();
+    let app = b.start_app(&[
+        ("SECKILL_RATE_LIMIT", HIGH_RATE_LIMIT),
+        ("SECKILL_AUTH", "jwt"),
+        ("SECKILL_JWT_SECRET", &secret),
+    ])?;
+    b.seed(&app, "bench-instock-jwt", 10_000_000)?;
+    warm_up(b, &app, "jwt")?;
+    let count = (peak * d as f64 * 1.5) as usize + 10_000;
+    let tokens = std::env::temp_dir().join(format!("seckill-bench-tokens-{}", std::process::id()));
+    let secret = secrecy::SecretString::from(secret);
+    let mut text = String::with_capacity(count * 160);
+    for n in 0..count {
+        let user = seckill::domain::UserId::parse(&format!("j-{n}")).map_err(anyhow::Error::msg)?;
+        let token = seckill::identity::sign_hs256(&secret, &user, "sub", Duration::from_secs(3600), None, None);
+        text.push_str(&token.map_err(anyhow::Error::msg)?);
+        text.push('\n');
+    }
+    std::fs::write(&tokens, text)?;
+    let run =
+        b.wrk("http-buy-instock-jwt", &app, d, c, Mode::BuyJwt { sale: "bench-instock-jwt", tokens: &tokens }, None);
+    std::fs::remove_file(&tokens)?;
+    run?;
+    b.results.set(
+        "http-buy-instock-jwt.detail",
+        format!("as in stock, with SECKILL_AUTH=jwt (HS256): each request a bearer token of its own, {count} signed beforehand"),
+    );
+    b.check(&app, "bench-instock-jwt")?;
     b.stop_app(app);
     Ok(())
 }

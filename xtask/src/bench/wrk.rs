@@ -14,6 +14,9 @@ pub enum Mode<'a> {
     Healthz,
     /// POST /buy on `sale`, every request a new user `<prefix>-<counter>-<thread>`.
     Buy { sale: &'a str, prefix: &'a str },
+    /// POST /buy on `sale` (`SECKILL_AUTH=jwt`), every request with the next bearer token of
+    /// `tokens` (one per line, each a distinct user; wrk cannot sign).
+    BuyJwt { sale: &'a str, tokens: &'a Path },
 }
 
 /// One wrk invocation.
@@ -41,6 +44,7 @@ impl Wrk<'_> {
         match &self.mode {
             Mode::Healthz => cmd.arg("healthz"),
             Mode::Buy { sale, prefix } => cmd.args(["buy", sale, prefix]),
+            Mode::BuyJwt { sale, tokens } => cmd.args(["buy-jwt", sale]).arg(tokens).arg(self.threads.to_string()),
         };
         if let Some(rate) = self.rate {
             cmd.env("BENCH_RATE", rate.to_string()).env("BENCH_THREADS", self.threads.to_string());

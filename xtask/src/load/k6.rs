@@ -45,6 +45,10 @@ pub struct Args {
     /// The crowd's source addresses.
     #[arg(long, default_value = "127.0.0.2-127.0.0.250")]
     local_ips: String,
+    /// The app's SECKILL_AUTH: with jwt, it gets a fresh random secret and k6 signs an HS256
+    /// token per user with it.
+    #[arg(long, default_value = "none", value_parser = ["none", "jwt"])]
+    auth: String,
 }
 
 const TOO_FAST_SALE: &str = "limiter";
@@ -75,6 +79,7 @@ fn run_k6(
         ("RUN_ID", run_id),
         ("SECKILL_RATE_LIMIT", &a.rate_limit),
         ("P99_MS", &a.p99_ms.to_string()),
+        ("AUTH", &a.auth),
     ] {
         cmd.arg("-e").arg(format!("{k}={v}"));
     }
@@ -101,7 +106,9 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
             std::fs::remove_file(entry.path())?;
         }
     }
-    let app = load.app(&[("SECKILL_RATE_LIMIT", &a.rate_limit)])?;
+    let secret: String = (0..64).map(|_| fastrand::alphanumeric()).collect();
+    let app =
+        load.app(&[("SECKILL_RATE_LIMIT", &a.rate_limit), ("SECKILL_AUTH", &a.auth), ("SECKILL_JWT_SECRET", &secret)])?;
     for i in 1..=a.sales {
         app.seed(&format!("flash-{i}"), a.stock, None)?;
     }
@@ -110,6 +117,8 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
         "seeded flash-1..flash-{} ({} each) and {TOO_FAST_SALE} ({})",
         a.sales, a.stock, a.limiter_stock
     ));
+    // k6 signs with the app's secret (a throwaway, made for this run: the logged command shows it).
+    let auth: Vec<String> = if a.auth == "jwt" { vec!["-e".into(), format!("JWT_SECRET={secret}")] } else { vec![] };
     let run_id = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs().to_string();
 
     load.log(&format!("crowd: up to {} users/s over {}, held {}, from {}", a.peak_rps, a.ramp, a.hold, a.local_ips));
@@ -127,6 +136,7 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
             .into_iter()
             .flat_map(|(k, v)| ["-e".to_string(), format!("{k}={v}")]),
         )
+        .chain(auth.iter().cloned())
         .collect();
     let limit = secs(&a.ramp)? + secs(&a.hold)? + 60;
     load.failures += u32::from(run_k6(&load, a, &app.url, &run_id, "crowd", limit, &crowd)? != 0);
@@ -142,6 +152,7 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
     ]
     .into_iter()
     .flat_map(|(k, v)| ["-e".to_string(), format!("{k}={v}")])
+    .chain(auth.iter().cloned())
     .collect();
     let limit = secs(&a.too_fast_duration)? + 60;
     load.failures += u32::from(run_k6(&load, a, &app.url, &run_id, "too_fast", limit, &too_fast)? != 0);

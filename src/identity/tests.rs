@@ -1,0 +1,101 @@
+use secrecy::SecretString;
+use serde_json::json;
+
+use super::*;
+
+const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+fn settings(key: JwtKey) -> JwtSettings {
+    JwtSettings {
+        key,
+        algorithm: None,
+        user_claim: "sub".into(),
+        issuer: None,
+        audience: None,
+        leeway: Duration::from_secs(30),
+    }
+}
+
+fn secret() -> SecretString {
+    SecretString::from(SECRET)
+}
+
+fn hs256(claims: serde_json::Value, secret: &str) -> String {
+    let key = EncodingKey::from_secret(secret.as_bytes());
+    jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &key).unwrap()
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+}
+
+#[test]
+fn a_signed_token_verifies_as_its_user() {
+    let verifier = Verifier::new(settings(JwtKey::Secret(secret()))).unwrap();
+    let user = UserId::parse("alice").unwrap();
+    let token = sign_hs256(&secret(), &user, "sub", Duration::from_secs(3600), None, None).unwrap();
+    assert_eq!(verifier.verify(&token), Ok(user));
+}
+
+#[test]
+fn a_short_secret_or_a_secret_with_a_public_key_algorithm_is_refused() {
+    assert!(Verifier::new(settings(JwtKey::Secret(SecretString::from("short")))).is_err());
+    let mut with_rs256 = settings(JwtKey::Secret(secret()));
+    with_rs256.algorithm = Some(JwtAlgorithm::Rs256);
+    assert!(Verifier::new(with_rs256).is_err());
+    assert!(Verifier::new(settings(JwtKey::PublicKeyPem(b"not a pem".to_vec()))).is_err());
+}
+
+#[test]
+fn time_signature_algorithm_and_claims_are_checked() {
+    let verifier = Verifier::new(settings(JwtKey::Secret(secret()))).unwrap();
+    let refused = |token: &str| verifier.verify(token).unwrap_err().0;
+    assert_eq!(refused(&hs256(json!({"sub": "a", "exp": now() - 120}), SECRET)), "the token has expired");
+    assert!(verifier.verify(&hs256(json!({"sub": "a", "exp": now() - 10}), SECRET)).is_ok(), "within the leeway");
+    let early = hs256(json!({"sub": "a", "exp": now() + 600, "nbf": now() + 300}), SECRET);
+    assert_eq!(refused(&early), "the token is not valid yet (nbf)");
+    assert!(refused(&hs256(json!({"sub": "a"}), SECRET)).contains("required claim"));
+    let other_secret = hs256(json!({"sub": "a", "exp": now() + 60}), "another-secret-of-thirty-two-bytes!");
+    assert_eq!(refused(&other_secret), "the token's signature does not verify");
+    assert!(refused(&hs256(json!({"sub": 7, "exp": now() + 60}), SECRET)).contains("not a string"));
+    assert!(refused(&hs256(json!({"sub": "a\u{7}", "exp": now() + 60}), SECRET)).contains("valid user_id"));
+    assert_eq!(refused("garbage"), "the token is malformed");
+    let hs384 = jsonwebtoken::encode(
+        &Header::new(Algorithm::HS384),
+        &json!({"sub": "a", "exp": now() + 60}),
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap();
+    assert_eq!(refused(&hs384), "the token's algorithm is not the one accepted");
+}
+
+#[test]
+fn alg_none_is_refused() {
+    use base64::Engine as _;
+    let b64 = |v: serde_json::Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    let token =
+        format!("{}.{}.", b64(json!({"alg": "none", "typ": "JWT"})), b64(json!({"sub": "a", "exp": now() + 60})));
+    let verifier = Verifier::new(settings(JwtKey::Secret(secret()))).unwrap();
+    assert!(verifier.verify(&token).is_err());
+}
+
+#[test]
+fn a_configured_issuer_and_audience_must_be_in_the_token() {
+    let mut both = settings(JwtKey::Secret(secret()));
+    both.issuer = Some("shop".into());
+    both.audience = Some("seckill".into());
+    both.user_claim = "uid".into();
+    let verifier = Verifier::new(both).unwrap();
+    let user = UserId::parse("bob").unwrap();
+    let ttl = Duration::from_secs(60);
+    let good = sign_hs256(&secret(), &user, "uid", ttl, Some("shop"), Some("seckill")).unwrap();
+    assert_eq!(verifier.verify(&good), Ok(user.clone()));
+    for (iss, aud) in
+        [(None, Some("seckill")), (Some("shop"), None), (Some("evil"), Some("seckill")), (Some("shop"), Some("x"))]
+    {
+        let token = sign_hs256(&secret(), &user, "uid", ttl, iss, aud).unwrap();
+        assert!(verifier.verify(&token).is_err(), "iss {iss:?} aud {aud:?} accepted");
+    }
+    let wrong_claim = sign_hs256(&secret(), &user, "sub", ttl, Some("shop"), Some("seckill")).unwrap();
+    assert_eq!(verifier.verify(&wrong_claim), Err(InvalidToken("the token has no user claim")));
+}
