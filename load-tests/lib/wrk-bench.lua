@@ -52,10 +52,12 @@ function init(args)
     sale = assert(args[2], "buy-jwt needs SALE_ID")
     nthreads = tonumber(args[4]) or 1
     tokens = {}
-    for line in io.lines(assert(args[3], "buy-jwt needs TOKENS_FILE")) do
+    -- assert() returns all its arguments: bind the path first, or io.lines takes the message as a read format
+    local tokens_file = assert(args[3], "buy-jwt needs TOKENS_FILE")
+    for line in io.lines(tokens_file) do
       tokens[#tokens + 1] = line
     end
-    assert(#tokens > 0, "no tokens in " .. args[3])
+    assert(#tokens > 0, "no tokens in " .. tokens_file)
     wrk.method = "POST"
     wrk.path = "/buy"
   elseif mode == "healthz" then
