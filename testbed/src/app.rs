@@ -3,7 +3,7 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -204,14 +204,18 @@ impl App {
         read_json(response, &format!("GET /admin/sales/{sale}"))
     }
 
-    /// Waits (up to 120 s) until the sale's queue has drained, then runs `seckill reconcile
-    /// SALE` with the app's settings; its exit status says whether the promises hold (0).
-    pub fn check(&self, sale: &str) -> Result<ExitStatus> {
-        wait_until(Duration::from_secs(120), || self.sale_status(sale).is_ok_and(|status| status["queued"] == 0));
+    /// Waits up to `limit` until the sale's queue has drained (`queued` 0); whether it did.
+    pub fn wait_drained(&self, sale: &str, limit: Duration) -> bool {
+        wait_until(limit, || self.sale_status(sale).is_ok_and(|status| status["queued"] == 0))
+    }
+
+    /// `seckill reconcile SALE` with the app's settings: its exit status (0: the promises hold),
+    /// its JSON report on stdout, and stderr. Call it once the queue has drained.
+    pub fn reconcile(&self, sale: &str) -> Result<Output> {
         Command::new(&self.binary)
             .args(["reconcile", sale])
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .status()
+            .output()
             .context("running seckill reconcile")
     }
 }

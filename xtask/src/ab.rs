@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use testbed::{App, Options, Services};
@@ -98,11 +98,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 fn wait_drained(apps: &[App; 2]) -> anyhow::Result<()> {
     for (app, name) in apps.iter().zip(["a", "b"]) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !app.sale_status(&format!("ab-{name}")).is_ok_and(|s| s["queued"] == 0) {
-            ensure!(Instant::now() < deadline, "ab: {name}'s queue did not drain");
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        ensure!(app.wait_drained(&format!("ab-{name}"), Duration::from_secs(60)), "ab: {name}'s queue did not drain");
     }
     Ok(())
 }

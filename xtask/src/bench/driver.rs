@@ -225,21 +225,16 @@ impl Bench {
 /// Waits (up to 120 s) until the sale's queue is empty, so that an app is not stopped with a
 /// batch of orders in flight.
 pub fn drained(app: &App, sale: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while std::time::Instant::now() < deadline {
-        if app.sale_status(sale).is_ok_and(|s| s["queued"] == 0) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    if !app.wait_drained(sale, Duration::from_secs(120)) {
+        eprintln!("==> the queue of {sale} did not drain within 120 s");
     }
-    eprintln!("==> the queue of {sale} did not drain within 120 s");
 }
 
 /// Once the sale's queue drained, `seckill reconcile SALE` with the app's settings: its exit
 /// code (0: the promises hold), its output and its JSON report.
 pub fn reconcile(app: &App, sale: &str) -> anyhow::Result<(i32, String, Option<Value>)> {
     drained(app, sale);
-    let out = Command::new(&app.binary).args(["reconcile", sale]).envs(app.env.iter().map(|(k, v)| (k, v))).output()?;
+    let out = app.reconcile(sale)?;
     let (rc, stdout) = (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned());
     if rc != 0 {
         eprintln!("seckill reconcile {sale} exited {rc}:\n{stdout}{}", String::from_utf8_lossy(&out.stderr));
