@@ -105,20 +105,26 @@ pub async fn requeue(sales: &Sales, sale: &SaleId, users: &[UserId]) -> RedisRes
         }
     }
     let _: i64 = sales.keyspace().conn().sadd(sales_registry_key(sales.keyspace().prefix()), sale.as_str()).await?;
-    for chunk in placed.chunks(PAGE) {
-        let mut append = redis::pipe();
-        for (shard, order, _) in chunk {
-            append.xadd(&shards[*shard].orders, "*", &order_stream::encode(order));
-        }
-        let entries: Vec<String> = append.query_async(&mut sales.keyspace().conn()).await?;
-        let mut point = redis::pipe();
-        for ((shard, order, has_receipt), entry) in chunk.iter().zip(entries) {
-            if *has_receipt {
-                let receipt = format!("{} {} {entry}", order.order_id, order.created_at_ms);
-                point.hset(&shards[*shard].receipts, order.user_id.as_str(), receipt).ignore();
+    // One shard's keys share a slot; a cluster refuses a pipeline that spans slots.
+    for (shard, keys) in shards.iter().enumerate() {
+        let orders: Vec<&(usize, Order, bool)> = placed.iter().filter(|(s, _, _)| *s == shard).collect();
+        for chunk in orders.chunks(PAGE) {
+            let mut append = redis::pipe();
+            for (_, order, _) in chunk {
+                append.xadd(&keys.orders, "*", &order_stream::encode(order));
+            }
+            let entries: Vec<String> = append.query_async(&mut sales.keyspace().conn()).await?;
+            let mut point = redis::pipe();
+            for ((_, order, has_receipt), entry) in chunk.iter().zip(entries) {
+                if *has_receipt {
+                    let receipt = format!("{} {} {entry}", order.order_id, order.created_at_ms);
+                    point.hset(&keys.receipts, order.user_id.as_str(), receipt).ignore();
+                }
+            }
+            if chunk.iter().any(|(_, _, has_receipt)| *has_receipt) {
+                point.query_async::<()>(&mut sales.keyspace().conn()).await?;
             }
         }
-        point.query_async::<()>(&mut sales.keyspace().conn()).await?;
     }
     Ok(placed.into_iter().map(|(_, order, _)| order).collect())
 }
