@@ -1,11 +1,13 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `admin`,
-//! `admin_page`, `health`, `openapi`), and here the routing itself, 404/405 and `GET /metrics`.
+//! `admin_page`, `health`, `openapi`; `page` is what the HTML pages share), and here the routing
+//! itself, 404/405 and `GET /metrics`.
 
 mod admin;
 mod admin_page;
 mod buy;
 mod health;
 mod openapi;
+mod page;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 
