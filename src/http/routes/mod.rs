@@ -1,10 +1,11 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `admin`,
-//! `admin_page`, `health`, `openapi`; `page` is what the HTML pages share), and here the routing
-//! itself, 404/405 and `GET /metrics`.
+//! `admin_page`, `buyer_page`, `health`, `openapi`; `page` is what the two HTML pages share), and
+//! here the routing itself, 404/405 and `GET /metrics`.
 
 mod admin;
 mod admin_page;
 mod buy;
+mod buyer_page;
 mod health;
 mod openapi;
 mod page;
@@ -39,6 +40,10 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                     .default_service(allow("GET")),
             )
             .service(web::resource("/buy").route(web::post().to(buy::buy)).default_service(allow("POST")))
+            .service(web::resource("/").route(web::get().to(buyer_page::home)).default_service(allow("GET")))
+            .service(
+                web::resource("/sale/{sale_id}").route(web::get().to(buyer_page::sale)).default_service(allow("GET")),
+            )
             .service(web::resource("/admin").route(web::get().to(admin_page::page)).default_service(allow("GET")))
             .service(web::resource("/admin/sales").route(web::get().to(admin::list)).default_service(allow("GET")))
             .service(

@@ -1,4 +1,4 @@
-//! What the HTML pages compiled into the binary (`GET /admin`) share: one file
+//! What the HTML pages compiled into the binary (`GET /admin`, the buyer page) share: one file
 //! each, with its CSS and JS in one inline `<style>` and one inline `<script>`, allowed by hash in
 //! a strict Content-Security-Policy, and the response headers that go with it.
 
@@ -55,7 +55,7 @@ mod tests {
 
     #[test]
     fn each_policy_allows_exactly_its_pages_one_script_and_one_style() {
-        for page in [&*super::super::admin_page::PAGE] {
+        for page in [&*super::super::admin_page::PAGE, &*super::super::buyer_page::PAGE] {
             let (html, csp) = (page.html, &page.csp);
             assert_eq!(html.matches("<script").count(), 1, "one script element, inline");
             assert_eq!(html.matches("<style").count(), 1, "one style element, inline");
