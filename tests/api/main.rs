@@ -6,6 +6,7 @@ mod common;
 mod admin;
 mod browser;
 mod buy;
+mod buyer_page;
 mod chromium;
 mod client_limits;
 mod concurrency;
