@@ -27,11 +27,12 @@
 //!    - [`limiter`]: the limiting algorithms (`algorithm`), their policy, decisions and header
 //!      fields, the client's limiting key (`client_key`: IPv6 grouped by prefix), the clients and
 //!      buyers refused lately (`memory`), the in-process limit on sold-out answers (`local`).
-//!    - [`purchase`]: seeding and buying (`lua/buy.lua` decrements the stock and enqueues the
-//!      order), a sale's state, sharded stock (`shards`), the sold-out flags (`sold_out`).
+//!    - [`purchase`]: seeding and buying (`lua/buy.lua` decrements the stock, enqueues the order
+//!      and keeps the buyer's receipt), a sale's state, a buyer's receipt (`receipt`), the public
+//!      snapshots (`board`), sharded stock (`shards`), the sold-out flags (`sold_out`).
 //! 5. Orders
-//!    - [`orders`]: the queue's reads and re-enqueues (`queue`), and the worker that copies the
-//!      orders from the streams into Postgres (`worker`).
+//!    - [`orders`]: the queue's reads and re-enqueues (`queue`), the worker that copies the
+//!      orders from the streams into Postgres (`worker`), and one buyer's order (`lookup`).
 //! 6. Reconciliation
 //!    - [`reconcile`]: whether a sale's Redis buyers and Postgres orders agree, and the repair.
 //! 7. HTTP

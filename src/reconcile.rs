@@ -32,11 +32,9 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
-use time::OffsetDateTime;
-use uuid::Uuid;
 
 use crate::db;
-use crate::domain::{Order, SaleId, UserId};
+use crate::domain::{SaleId, UserId};
 use crate::orders::queue;
 use crate::purchase::{SaleState, Sales};
 
@@ -102,27 +100,27 @@ pub async fn check(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option
 /// Postgres, and writes the `sales` row from the Redis meta if it is missing (an existing row is
 /// never overwritten). `None` if the sale was never seeded in Redis.
 ///
-/// Redis keeps who bought, not the order id, so a re-enqueued order gets a new id (UUID v7) and
-/// the time of the repair. Repeating a repair is harmless: the re-enqueued orders are queued, so
+/// A re-enqueued order keeps the id and time the buyer was given, from its receipt
+/// ([`queue::requeue`]); only a buyer without a receipt gets a new id (UUID v7) and the time of
+/// the repair. Repeating a repair is harmless: the re-enqueued orders are queued, so
 /// the next check does not report them missing, and should two repairs race, the worker keeps
 /// the first order of a user (`unique (sale_id, user_id)`) and drops the other as a conflict.
 pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option<ReconcileReport>, ReconcileError> {
     let Some((mut report, state)) = inspect(sales, pool, sale).await? else {
         return Ok(None);
     };
-    let created_at_ms = (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64;
-    let orders: Vec<Order> = report
+    let users: Vec<UserId> = report
         .missing_in_postgres
         .iter()
         .filter_map(|user| match UserId::parse(user) {
-            Ok(user_id) => Some(Order { order_id: Uuid::now_v7(), sale_id: sale.clone(), user_id, created_at_ms }),
+            Ok(user_id) => Some(user_id),
             Err(why) => {
                 tracing::warn!(sale_id = %sale, user_id = user, why, "invalid buyer id: not re-enqueued");
                 None
             }
         })
         .collect();
-    queue::enqueue(sales.keyspace(), &orders).await?;
+    let orders = queue::requeue(sales, sale, &users).await?;
     report.reenqueued = orders.len();
     if report.sales_row_stock.is_none() {
         let at = |ms: Option<i64>| ms.map(db::ms_to_time);

@@ -24,6 +24,7 @@ use crate::limiter::local::LocalLimiter;
 use crate::metrics::Metrics;
 use crate::orders::worker::{Worker, WorkerSettings};
 use crate::purchase::Sales;
+use crate::purchase::board::SaleBoard;
 use crate::purchase::sold_out::{self, SoldOutFlags};
 use crate::redis::Keyspace;
 use crate::redis::connection;
@@ -66,8 +67,10 @@ impl Application {
         let events_channel = redis.events_channel();
         let sold_out = Arc::new(SoldOutFlags::default());
         let metrics = Arc::new(Metrics::new());
+        let sales = Sales::new(redis.clone());
         let state = AppState {
-            sales: Sales::new(redis.clone()),
+            sales: sales.clone(),
+            board: SaleBoard::new(sales),
             redis,
             sold_out: sold_out.clone(),
             pool: pool.clone(),

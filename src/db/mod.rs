@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use time::OffsetDateTime;
 
-pub use orders::{InsertReport, count_orders, count_orders_by_sale, insert_orders, order_users};
+pub use orders::{InsertReport, count_orders, count_orders_by_sale, insert_orders, order_of, order_users};
 pub use sales::{insert_sale_if_missing, sales_row_stock, upsert_sale};
 
 /// The migrations in `migrations/`, compiled into the binary.

@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::ms_to_time;
-use crate::domain::{Order, SaleId};
+use crate::domain::{Order, SaleId, UserId};
 
 /// What one batch insert did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -80,4 +80,17 @@ pub async fn count_orders_by_sale(pool: &PgPool, sales: &[SaleId]) -> Result<Has
             .fetch_all(pool)
             .await?;
     Ok(rows.into_iter().collect())
+}
+
+/// The user's order in the sale, if Postgres has it: its id and time.
+pub async fn order_of(
+    pool: &PgPool,
+    sale: &SaleId,
+    user: &UserId,
+) -> Result<Option<(Uuid, OffsetDateTime)>, sqlx::Error> {
+    sqlx::query_as("select order_id, created_at from orders where sale_id = $1 and user_id = $2")
+        .bind(sale.as_str())
+        .bind(user.as_str())
+        .fetch_optional(pool)
+        .await
 }

@@ -6,6 +6,11 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::db::ms_to_time;
+use crate::purchase::{OrderStatus, Receipt};
 
 /// Every answer but a success: each variant has its status code, its stable `error` code
 /// ([`ApiError::code`]) and its message (the `#[error]` text).
@@ -54,9 +59,9 @@ pub enum ApiError {
     /// 403 `sale_ended`.
     #[error("the sale has ended")]
     SaleEnded,
-    /// 409 `already_purchased`.
+    /// 409 `already_purchased`, with the buyer's order when Redis holds its receipt.
     #[error("this user has already bought in this sale")]
-    AlreadyPurchased,
+    AlreadyPurchased(Option<Receipt>),
     /// 410 `sold_out`.
     #[error("the sale is sold out")]
     SoldOut,
@@ -103,7 +108,7 @@ impl ApiError {
             Self::UnknownSale => "unknown_sale",
             Self::SaleNotStarted => "sale_not_started",
             Self::SaleEnded => "sale_ended",
-            Self::AlreadyPurchased => "already_purchased",
+            Self::AlreadyPurchased(_) => "already_purchased",
             Self::SoldOut => "sold_out",
             Self::SaleInProgress => "sale_in_progress",
             Self::SaleStarted => "sale_started",
@@ -122,6 +127,17 @@ pub struct ErrorBody<'a> {
     pub error: &'a str,
     /// A sentence for humans.
     pub message: String,
+    /// `already_purchased` only: the order this buyer was given (absent for a buyer whose
+    /// receipt Redis does not hold).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<Uuid>,
+    /// `already_purchased` only: `queued` (bought, not yet in Postgres) or `confirmed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<OrderStatus>,
+    /// `already_purchased` only: when it was bought (the Redis server's clock).
+    #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub created_at: Option<OffsetDateTime>,
 }
 
 impl ResponseError for ApiError {
@@ -134,7 +150,7 @@ impl ResponseError for ApiError {
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized | Self::Unauthenticated | Self::InvalidToken(_) => StatusCode::UNAUTHORIZED,
             Self::AdminDisabled | Self::UserMismatch | Self::SaleNotStarted | Self::SaleEnded => StatusCode::FORBIDDEN,
-            Self::AlreadyPurchased | Self::SaleInProgress | Self::SaleStarted | Self::ShardsFixed { .. } => {
+            Self::AlreadyPurchased(_) | Self::SaleInProgress | Self::SaleStarted | Self::ShardsFixed { .. } => {
                 StatusCode::CONFLICT
             }
             Self::SoldOut => StatusCode::GONE,
@@ -172,7 +188,17 @@ impl ResponseError for ApiError {
             }
             _ => {}
         }
-        response.json(ErrorBody { error: self.code(), message: self.to_string() })
+        let receipt = match self {
+            Self::AlreadyPurchased(receipt) => *receipt,
+            _ => None,
+        };
+        response.json(ErrorBody {
+            error: self.code(),
+            message: self.to_string(),
+            order_id: receipt.map(|r| r.order_id),
+            status: receipt.map(|r| r.status),
+            created_at: receipt.map(|r| ms_to_time(r.created_at_ms)),
+        })
     }
 }
 
@@ -205,6 +231,25 @@ impl From<sqlx::Error> for ApiError {
                 Self::Unavailable(anyhow::Error::new(err).context("postgres"))
             }
             other => Self::Internal(anyhow::Error::new(other).context("postgres")),
+        }
+    }
+}
+
+impl From<std::sync::Arc<redis::RedisError>> for ApiError {
+    /// A read shared by several requests (`crate::purchase::board`).
+    fn from(err: std::sync::Arc<redis::RedisError>) -> Self {
+        let outage = is_redis_outage(&err);
+        let cause = anyhow::Error::new(err).context("redis");
+        if outage { Self::Unavailable(cause) } else { Self::Internal(cause) }
+    }
+}
+
+impl From<crate::orders::lookup::LookupError> for ApiError {
+    fn from(err: crate::orders::lookup::LookupError) -> Self {
+        use crate::orders::lookup::LookupError as E;
+        match err {
+            E::Redis(err) => err.into(),
+            E::Postgres(err) => err.into(),
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::limiter::local::LocalLimiter;
 use crate::limiter::{Limiter, client_key};
 use crate::metrics::Metrics;
 use crate::purchase::Sales;
+use crate::purchase::board::SaleBoard;
 use crate::purchase::sold_out::SoldOutFlags;
 use crate::redis::Keyspace;
 
@@ -34,6 +35,8 @@ pub struct AppState {
     pub redis: Keyspace,
     /// The sales in Redis (on the same connection).
     pub sales: Sales,
+    /// The sales' public snapshots (`GET /sales/{id}`).
+    pub board: SaleBoard,
     /// Sales this instance knows to be sold out (answered without Redis).
     pub sold_out: Arc<SoldOutFlags>,
     /// The Postgres pool (sale records, order counts, reconciliation, readiness).

@@ -9,8 +9,12 @@ use std::collections::HashSet;
 use redis::streams::StreamRangeReply;
 use redis::{AsyncCommands, RedisResult};
 
-use crate::domain::{Order, SaleId};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::domain::{Order, SaleId, UserId};
 use crate::purchase::Sales;
+use crate::purchase::receipt::StoredReceipt;
 use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
 use crate::redis::{Keyspace, PAGE, order_stream};
 
@@ -65,4 +69,56 @@ pub async fn enqueue(keyspace: &Keyspace, orders: &[Order]) -> RedisResult<()> {
         pipe.query_async::<()>(&mut keyspace.conn()).await?;
     }
     Ok(())
+}
+
+/// Appends a new order for each of `users`, buyers of `sale` whose orders were lost, and returns
+/// them. A buyer whose receipt Redis holds gets back the order id and time it was told (its 201
+/// stays true), in its receipt's shard, and the receipt is pointed at the new entry so it reads
+/// `queued` again; a buyer without one gets a new order id (UUID v7), the time of the repair, and
+/// shard 0's stream. Not atomic: should it stop half-way, a repeated repair finishes the job, and
+/// the worker keeps the first of two orders of one user.
+pub async fn requeue(sales: &Sales, sale: &SaleId, users: &[UserId]) -> RedisResult<Vec<Order>> {
+    let shards = sales.all_shard_keys(sale).await?;
+    let now_ms = (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64;
+    let mut placed: Vec<(usize, Order, bool)> = Vec::with_capacity(users.len());
+    for chunk in users.chunks(PAGE) {
+        let mut found: Vec<Option<(usize, StoredReceipt)>> = vec![None; chunk.len()];
+        for (shard, keys) in shards.iter().enumerate() {
+            let mut pipe = redis::pipe();
+            for user in chunk {
+                pipe.hget(&keys.receipts, user.as_str());
+            }
+            let values: Vec<Option<String>> = pipe.query_async(&mut sales.keyspace().conn()).await?;
+            for (slot, value) in found.iter_mut().zip(values) {
+                if let Some(receipt) = value.and_then(|v| StoredReceipt::parse(&v).ok()) {
+                    slot.get_or_insert((shard, receipt));
+                }
+            }
+        }
+        for (user, found) in chunk.iter().zip(found) {
+            let (shard, order_id, created_at_ms) = match found {
+                Some((shard, r)) => (shard, r.order_id, r.created_at_ms),
+                None => (0, Uuid::now_v7(), now_ms),
+            };
+            let order = Order { order_id, sale_id: sale.clone(), user_id: user.clone(), created_at_ms };
+            placed.push((shard, order, found.is_some()));
+        }
+    }
+    let _: i64 = sales.keyspace().conn().sadd(sales_registry_key(sales.keyspace().prefix()), sale.as_str()).await?;
+    for chunk in placed.chunks(PAGE) {
+        let mut append = redis::pipe();
+        for (shard, order, _) in chunk {
+            append.xadd(&shards[*shard].orders, "*", &order_stream::encode(order));
+        }
+        let entries: Vec<String> = append.query_async(&mut sales.keyspace().conn()).await?;
+        let mut point = redis::pipe();
+        for ((shard, order, has_receipt), entry) in chunk.iter().zip(entries) {
+            if *has_receipt {
+                let receipt = format!("{} {} {entry}", order.order_id, order.created_at_ms);
+                point.hset(&shards[*shard].receipts, order.user_id.as_str(), receipt).ignore();
+            }
+        }
+        point.query_async::<()>(&mut sales.keyspace().conn()).await?;
+    }
+    Ok(placed.into_iter().map(|(_, order, _)| order).collect())
 }

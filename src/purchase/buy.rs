@@ -1,10 +1,11 @@
 //! The purchase: `lua/buy.lua` on one shard or, for a sharded sale ([`super::shards`]), on each
 //! shard in the user's visit order until one decides.
 
-use redis::RedisResult;
+use redis::{RedisResult, Value};
 use uuid::Uuid;
 
 use super::Sales;
+use super::receipt::{OrderStatus, Receipt};
 use crate::domain::{SaleId, UserId};
 use crate::purchase::shards::Layout;
 use crate::redis::lua::{self, unexpected_reply};
@@ -20,8 +21,8 @@ pub enum BuyOutcome {
     NotStarted,
     /// At or after the sale's end (Redis time).
     Ended,
-    /// The user is already a buyer.
-    AlreadyPurchased,
+    /// The user is already a buyer: the order it was given (none for a buyer without a receipt).
+    AlreadyPurchased(Option<Receipt>),
     /// Every shard answered sold out.
     SoldOut,
 }
@@ -65,7 +66,11 @@ impl Sales {
         for shard in layout.visit_order(user) {
             let mut call = lua::BUY.key(&keys[shard].all()[..]);
             call.arg(sale.as_str()).arg(user.as_str()).arg(&order_id).arg(layout.shards());
-            let status: String = lua::run(&call, &mut self.redis.conn()).await?;
+            let reply: Value = lua::run(&call, &mut self.redis.conn()).await?;
+            let status = match reply {
+                Value::Array(words) => return Ok(ShardReply::Decided(already_purchased(&words)?)),
+                other => redis::from_redis_value::<String>(other)?,
+            };
             let outcome = match status.as_str() {
                 "sold_out" => continue,
                 "wrong_shards" => return Ok(ShardReply::WrongShards),
@@ -73,11 +78,26 @@ impl Sales {
                 "unknown_sale" => BuyOutcome::UnknownSale,
                 "not_started" => BuyOutcome::NotStarted,
                 "ended" => BuyOutcome::Ended,
-                "already_purchased" => BuyOutcome::AlreadyPurchased,
                 other => return Err(unexpected_reply("buy.lua", other)),
             };
             return Ok(ShardReply::Decided(outcome));
         }
         Ok(ShardReply::Decided(BuyOutcome::SoldOut))
+    }
+}
+
+/// The `{"already_purchased", order id, created_at_ms, status}` reply of `lua/buy.lua` (or just
+/// `{"already_purchased"}` for a buyer without a receipt).
+fn already_purchased(words: &[Value]) -> RedisResult<BuyOutcome> {
+    let words: Vec<String> = words.iter().map(redis::from_redis_value_ref).collect::<Result<_, _>>()?;
+    let bad = || unexpected_reply("buy.lua", &words.join(" "));
+    match words.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["already_purchased"] => Ok(BuyOutcome::AlreadyPurchased(None)),
+        ["already_purchased", order_id, created_at_ms, status] => Ok(BuyOutcome::AlreadyPurchased(Some(Receipt {
+            order_id: Uuid::parse_str(order_id).map_err(|_| bad())?,
+            created_at_ms: created_at_ms.parse().map_err(|_| bad())?,
+            status: OrderStatus::parse(status).ok_or_else(bad)?,
+        }))),
+        _ => Err(bad()),
     }
 }

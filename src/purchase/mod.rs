@@ -1,11 +1,14 @@
 //! Selling: a sale's stock in Redis and the purchases against it. [`Sales`] seeds sales
 //! (`seed`), buys (`buy`, through `lua/buy.lua`, which decrements the stock and appends the
-//! order to the sale's stream in one atomic step) and reads their state (`reads`); a hot sale's
+//! order to the sale's stream in one atomic step, and keeps the buyer's `receipt`) and reads their
+//! state (`reads`); a hot sale's
 //! stock can be split over shards (`shards`); once Redis said a sale is sold out, each instance
 //! answers that itself (`sold_out`).
 
+pub mod board;
 mod buy;
 mod reads;
+pub mod receipt;
 mod seed;
 pub mod shards;
 pub mod sold_out;
@@ -24,6 +27,7 @@ use crate::redis::lua::unexpected_reply;
 
 pub use buy::BuyOutcome;
 pub use reads::SaleState;
+pub use receipt::{OrderStatus, Purchase, Receipt};
 pub use seed::{SaleSpec, SeedOutcome};
 
 /// How long [`Sales`] keeps a sale's layout before reading it again.

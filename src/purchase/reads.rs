@@ -7,7 +7,7 @@ use futures::future::try_join_all;
 use redis::{AsyncCommands, RedisResult};
 
 use super::Sales;
-use crate::domain::{SaleId, UserId};
+use crate::domain::SaleId;
 use crate::purchase::shards::Layout;
 use crate::redis::PAGE;
 use crate::redis::keys::{SaleKeys, sales_registry_key};
@@ -110,48 +110,41 @@ impl Sales {
     pub async fn scan_buyers(&self, sale: &SaleId) -> RedisResult<HashSet<String>> {
         let mut buyers = HashSet::new();
         for keys in self.all_shard_keys(sale).await? {
-            let mut cursor: u64 = 0;
-            loop {
-                let (next, members): (u64, Vec<String>) = redis::cmd("SSCAN")
-                    .arg(&keys.buyers)
-                    .arg(cursor)
-                    .arg("COUNT")
-                    .arg(PAGE)
-                    .query_async(&mut self.redis.conn())
-                    .await?;
-                buyers.extend(members);
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
+            self.scan(&keys.buyers, "SSCAN", |member| {
+                buyers.insert(member);
+            })
+            .await?;
         }
         Ok(buyers)
     }
 
-    /// The sale's buyers, unless there are more than `limit` (then `None`).
-    pub async fn buyers_if_at_most(&self, sale: &SaleId, limit: u64) -> RedisResult<Option<HashSet<String>>> {
-        let keys = self.all_shard_keys(sale).await?;
+    /// Calls `each` on every element SSCAN (of a set) or every field and value HSCAN (of a hash)
+    /// returns, [`PAGE`] at a time.
+    pub(super) async fn scan(&self, key: &str, scan: &str, mut each: impl FnMut(String)) -> RedisResult<()> {
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, page): (u64, Vec<String>) = redis::cmd(scan)
+                .arg(key)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(PAGE)
+                .query_async(&mut self.redis.conn())
+                .await?;
+            page.into_iter().for_each(&mut each);
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    /// How many buyers the sale has (over its shards).
+    pub async fn count_buyers(&self, keys: &[SaleKeys]) -> RedisResult<u64> {
         let counts: Vec<u64> = try_join_all(keys.iter().map(|k| {
             let mut con = self.redis.conn();
             async move { con.scard(&k.buyers).await }
         }))
         .await?;
-        if counts.iter().sum::<u64>() > limit {
-            return Ok(None);
-        }
-        self.scan_buyers(sale).await.map(Some)
-    }
-
-    /// Whether `user` is among the sale's buyers (in any shard). On the sold-out path, so it
-    /// goes by the layout this instance keeps.
-    pub async fn is_buyer(&self, sale: &SaleId, user: &UserId) -> RedisResult<bool> {
-        let keys = self.layout(sale).await?.unwrap_or_default().keys(self.redis.prefix(), sale);
-        let found: Vec<bool> = try_join_all(keys.iter().map(|k| {
-            let mut con = self.redis.conn();
-            async move { con.sismember(&k.buyers, user.as_str()).await }
-        }))
-        .await?;
-        Ok(found.contains(&true))
+        Ok(counts.iter().sum())
     }
 }

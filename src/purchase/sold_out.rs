@@ -1,14 +1,16 @@
 //! The in-process sold-out flag. Once Redis has answered "sold out" for a sale, this instance
 //! answers itself: no limiter call, no purchase script, no Redis round trip. That is the path
 //! most of a flash crowd takes once the stock is gone. The flag holds a copy of the sale's buyers
-//! (final once it is sold out), so a buyer who asks again still hears 409, not 410.
+//! (final once it is sold out) and their receipts, so a buyer who asks again still hears 409 with
+//! its order id, not 410. The copy says "queued" for an order it did not see confirmed, and is
+//! copied again each time Redis renews the flag until every order in it is confirmed.
 //!
 //! A sold-out sale can come back only by a re-seed (possible while it has no buyers, e.g. after a
 //! seed with stock 0). Seeding publishes the sale id on the deployment's events channel, and every
 //! instance's [`listen`] clears its flag at once. A flag also lapses after its time to live, so an
 //! instance that missed the event (a dropped subscription) catches up within that time.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -18,12 +20,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::{SaleId, UserId};
 use crate::purchase::Sales;
+use crate::purchase::receipt::{BuyerCopy, Receipt};
 use crate::redis::connection::RedisTarget;
 
 /// How long a flag holds without being confirmed by Redis again.
 pub const FLAG_TTL: Duration = Duration::from_secs(5);
 
-/// Largest buyer set an instance copies into memory for a sold-out sale (about 100 bytes each).
+/// Largest buyer set an instance copies into memory for a sold-out sale (about 150 bytes each
+/// with its receipt).
 pub const MAX_LOCAL_BUYERS: u64 = 100_000;
 
 /// What the flags say about one request.
@@ -31,26 +35,28 @@ pub const MAX_LOCAL_BUYERS: u64 = 100_000;
 pub enum Flagged {
     /// Sold out, and this user is not one of its buyers.
     SoldOut,
-    /// Sold out, and this user bought.
-    AlreadyPurchased,
+    /// Sold out, and this user bought: its order, as the copy holds it.
+    AlreadyPurchased(Option<Receipt>),
     /// Sold out, but the buyers are not in memory (still loading, or too many): ask Redis.
     AskRedis,
 }
 
 /// A sold-out sale's buyers, as this instance holds them. They never change once the sale is
-/// sold out: nobody can buy, and a sale with buyers cannot be re-seeded.
+/// sold out: nobody can buy, and a sale with buyers cannot be re-seeded. Only their orders'
+/// status moves on, from queued to confirmed.
 #[derive(Debug, Clone)]
 enum Buyers {
-    Loading,
-    /// Not copied: more than `MAX_LOCAL_BUYERS`, or the copy failed.
+    /// Not copied: not yet, more than `MAX_LOCAL_BUYERS`, or the copy failed.
     Absent,
-    Loaded(Arc<HashSet<Box<str>>>),
+    Loaded(Arc<BuyerCopy>),
 }
 
 #[derive(Debug, Clone)]
 struct Flag {
     until: Instant,
     buyers: Buyers,
+    /// A copy is being made (the previous one, if any, answers meanwhile).
+    loading: bool,
 }
 
 /// The sales this instance knows to be sold out, each until its flag lapses.
@@ -77,35 +83,40 @@ impl SoldOutFlags {
         let flags = self.flags.read().unwrap_or_else(|e| e.into_inner());
         let flag = flags.get(sale.as_str()).filter(|f| Instant::now() < f.until)?;
         Some(match &flag.buyers {
-            Buyers::Loaded(buyers) if buyers.contains(user.as_str()) => Flagged::AlreadyPurchased,
-            Buyers::Loaded(_) => Flagged::SoldOut,
-            Buyers::Loading | Buyers::Absent => Flagged::AskRedis,
+            Buyers::Loaded(copy) => match copy.buyers.get(user.as_str()) {
+                Some(receipt) => Flagged::AlreadyPurchased(*receipt),
+                None => Flagged::SoldOut,
+            },
+            Buyers::Absent => Flagged::AskRedis,
         })
     }
 
     /// Redis said the sale is sold out: sets or renews its flag. Returns true when the caller
-    /// should copy the buyers ([`load_buyers`]): none are held, or none were bought yet (a sale
-    /// seeded with stock 0 may be re-seeded, so its empty set is not final).
+    /// should copy the buyers ([`load_buyers`]), unless a copy is already being made: none are
+    /// held, none were bought yet (a sale seeded with stock 0 may be re-seeded, so its empty set
+    /// is not final), or some of the copied orders were still queued.
     pub fn set(&self, sale: &SaleId) -> bool {
         let until = Instant::now() + self.ttl;
         let mut flags = self.flags.write().unwrap_or_else(|e| e.into_inner());
-        let flag = flags.entry(sale.as_str().into()).or_insert(Flag { until, buyers: Buyers::Absent });
+        let flag = flags.entry(sale.as_str().into()).or_insert(Flag { until, buyers: Buyers::Absent, loading: false });
         flag.until = until;
-        let load = match &flag.buyers {
-            Buyers::Loading => false,
-            Buyers::Loaded(buyers) => buyers.is_empty(),
-            Buyers::Absent => true,
-        };
-        if load {
-            flag.buyers = Buyers::Loading;
-        }
+        let load = !flag.loading
+            && match &flag.buyers {
+                Buyers::Loaded(copy) => copy.buyers.is_empty() || !copy.settled,
+                Buyers::Absent => true,
+            };
+        flag.loading |= load;
         load
     }
 
     fn store_buyers(&self, sale: &SaleId, buyers: Buyers) {
         let mut flags = self.flags.write().unwrap_or_else(|e| e.into_inner());
         if let Some(flag) = flags.get_mut(sale.as_str()) {
-            flag.buyers = buyers;
+            flag.loading = false;
+            // A failed copy leaves the previous one answering.
+            if matches!(buyers, Buyers::Loaded(_)) || matches!(flag.buyers, Buyers::Absent) {
+                flag.buyers = buyers;
+            }
         }
     }
 
@@ -121,11 +132,12 @@ impl SoldOutFlags {
 }
 
 /// Copies a sold-out sale's buyers into its flag (after [`SoldOutFlags::set`] returned true), so
-/// a buyer who asks again hears 409 `already_purchased` without a Redis call. Sales with more
-/// than `MAX_LOCAL_BUYERS` buyers are not copied; their buyers are asked about in Redis.
+/// a buyer who asks again hears 409 `already_purchased` with its order without a Redis call.
+/// Sales with more than `MAX_LOCAL_BUYERS` buyers are not copied; their buyers are asked about in
+/// Redis.
 pub async fn load_buyers(flags: Arc<SoldOutFlags>, sales: Sales, sale: SaleId) {
-    let buyers = match sales.buyers_if_at_most(&sale, MAX_LOCAL_BUYERS).await {
-        Ok(Some(buyers)) => Buyers::Loaded(Arc::new(buyers.into_iter().map(String::into_boxed_str).collect())),
+    let buyers = match sales.buyer_copy(&sale, MAX_LOCAL_BUYERS).await {
+        Ok(Some(copy)) => Buyers::Loaded(Arc::new(copy)),
         Ok(None) => Buyers::Absent,
         Err(err) => {
             tracing::warn!(sale_id = %sale, error = %err, "sold-out sale's buyers not copied; asking Redis instead");
@@ -184,6 +196,7 @@ async fn subscribe_and_apply(redis_url: &str, channel: &str, flags: &SoldOutFlag
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::purchase::OrderStatus;
 
     fn sale(id: &str) -> SaleId {
         SaleId::parse(id).unwrap()
@@ -193,8 +206,13 @@ mod tests {
         UserId::parse(id).unwrap()
     }
 
-    fn loaded(ids: &[&str]) -> Buyers {
-        Buyers::Loaded(Arc::new(ids.iter().map(|u| Box::from(*u)).collect()))
+    fn receipt(status: OrderStatus) -> Receipt {
+        Receipt { order_id: uuid::Uuid::now_v7(), created_at_ms: 1, status }
+    }
+
+    fn loaded(ids: &[&str], status: OrderStatus) -> Buyers {
+        let buyers = ids.iter().map(|u| (Box::from(*u), Some(receipt(status)))).collect();
+        Buyers::Loaded(Arc::new(BuyerCopy { buyers, settled: status == OrderStatus::Confirmed }))
     }
 
     #[test]
@@ -204,8 +222,11 @@ mod tests {
         assert!(flags.set(&sale("a")), "the first flag asks for the buyers");
         assert_eq!(flags.check(&sale("a"), &user("u")), Some(Flagged::AskRedis), "while they load");
         assert!(!flags.set(&sale("a")), "one load at a time");
-        flags.store_buyers(&sale("a"), loaded(&["u"]));
-        assert_eq!(flags.check(&sale("a"), &user("u")), Some(Flagged::AlreadyPurchased));
+        let confirmed = loaded(&["u"], OrderStatus::Confirmed);
+        let Buyers::Loaded(copy) = &confirmed else { unreachable!() };
+        let receipt = copy.buyers["u"];
+        flags.store_buyers(&sale("a"), confirmed);
+        assert_eq!(flags.check(&sale("a"), &user("u")), Some(Flagged::AlreadyPurchased(receipt)));
         assert_eq!(flags.check(&sale("a"), &user("v")), Some(Flagged::SoldOut));
         assert!(!flags.set(&sale("a")), "a sale with buyers keeps them");
         assert_eq!(flags.check(&sale("b"), &user("u")), None);
@@ -220,10 +241,25 @@ mod tests {
     fn an_empty_or_missing_copy_is_loaded_again_on_the_next_sold_out() {
         let flags = SoldOutFlags::default();
         flags.set(&sale("a"));
-        flags.store_buyers(&sale("a"), loaded(&[]));
+        flags.store_buyers(&sale("a"), loaded(&[], OrderStatus::Confirmed));
         assert!(flags.set(&sale("a")), "no buyers yet: a re-seed could still add some");
         flags.store_buyers(&sale("a"), Buyers::Absent);
         assert!(flags.set(&sale("a")));
+    }
+
+    #[test]
+    fn a_copy_with_queued_orders_is_copied_again_and_answers_meanwhile() {
+        let flags = SoldOutFlags::default();
+        flags.set(&sale("a"));
+        flags.store_buyers(&sale("a"), loaded(&["u"], OrderStatus::Queued));
+        assert!(flags.set(&sale("a")), "queued orders: copy again");
+        let queued = |f: Option<Flagged>| matches!(f, Some(Flagged::AlreadyPurchased(Some(r))) if r.status == OrderStatus::Queued);
+        assert!(queued(flags.check(&sale("a"), &user("u"))), "the old copy answers while the new one loads");
+        flags.store_buyers(&sale("a"), Buyers::Absent);
+        assert!(queued(flags.check(&sale("a"), &user("u"))), "a failed copy keeps the old one");
+        assert!(flags.set(&sale("a")));
+        flags.store_buyers(&sale("a"), loaded(&["u"], OrderStatus::Confirmed));
+        assert!(!flags.set(&sale("a")), "all confirmed: the copy is final");
     }
 
     #[test]

@@ -16,6 +16,9 @@ pub struct SaleKeys {
     pub buyers: String,
     /// Stream: confirmed orders not yet committed to Postgres.
     pub orders: String,
+    /// Hash: each buyer's receipt, `"<order id> <created_at_ms> <stream entry id>"`
+    /// ([`crate::purchase::Receipt`]).
+    pub receipts: String,
 }
 
 impl SaleKeys {
@@ -45,12 +48,13 @@ impl SaleKeys {
             stock: format!("{base}:stock"),
             buyers: format!("{base}:buyers"),
             orders: format!("{base}:orders"),
+            receipts: format!("{base}:receipts"),
         }
     }
 
-    /// The four keys, as KEYS[1..4] of buy.lua.
-    pub fn all(&self) -> [&str; 4] {
-        [&self.meta, &self.stock, &self.buyers, &self.orders]
+    /// The five keys, as KEYS[1..5] of buy.lua.
+    pub fn all(&self) -> [&str; 5] {
+        [&self.meta, &self.stock, &self.buyers, &self.orders, &self.receipts]
     }
 
     /// The sale's state without its order stream, as KEYS[1..3] of seed.lua.

@@ -57,6 +57,12 @@ impl Keyspace {
         events_channel(&self.prefix)
     }
 
+    /// The Redis server's clock (`TIME`): seconds and microseconds since the Unix epoch. On a
+    /// cluster, one node's.
+    pub async fn server_time(&self) -> RedisResult<(i64, i64)> {
+        redis::cmd("TIME").query_async(&mut self.conn()).await
+    }
+
     /// PING, for readiness.
     pub async fn ping(&self) -> RedisResult<()> {
         redis::cmd("PING").query_async::<String>(&mut self.conn()).await.map(drop)

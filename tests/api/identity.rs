@@ -208,3 +208,35 @@ async fn without_auth_the_body_must_name_the_buyer() {
     assert_error(response, 400, "invalid_request").await;
     assert_unchanged(&app, &sale).await;
 }
+
+#[tokio::test]
+async fn under_jwt_a_buyer_reads_only_its_own_order() {
+    let app = jwt_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, STOCK).await;
+    let alice = format!("Bearer {}", token("alice"));
+    let bought = buy_with(&app, Some(&alice), json!({"sale_id": sale})).await;
+    assert_eq!(bought.status(), 201);
+    let order_id = bought.json::<Value>().await.unwrap()["order_id"].clone();
+    let order = |query: &'static str, authorization: Option<String>| {
+        let mut request = app.client.get(app.url(&format!("/sales/{sale}/order{query}")));
+        if let Some(value) = authorization {
+            request = request.header("authorization", value);
+        }
+        request.send()
+    };
+
+    let own: Value = order("", Some(alice.clone())).await.unwrap().json().await.unwrap();
+    assert_eq!((own["status"].as_str(), &own["order_id"]), (Some("queued"), &order_id));
+    let named: Value = order("?user_id=alice", Some(alice.clone())).await.unwrap().json().await.unwrap();
+    assert_eq!(named["order_id"], order_id);
+    assert_error(order("?user_id=alice", None).await.unwrap(), 401, "unauthenticated").await;
+    assert_error(
+        order("?user_id=alice", Some(format!("Bearer {}", token("bob")))).await.unwrap(),
+        403,
+        "user_mismatch",
+    )
+    .await;
+    let bob: Value = order("", Some(format!("Bearer {}", token("bob")))).await.unwrap().json().await.unwrap();
+    assert_eq!(bob, json!({"status": "none"}), "bob sees his own (no) order, never alice's");
+}

@@ -50,7 +50,7 @@ async fn every_lua_header_example_works_as_documented() {
     // The examples use the default "seckill" prefix and sale "demo": start from a clean slate.
     let mut redis =
         seckill::redis::connection::connect(&redis_url().into(), std::time::Duration::from_secs(5)).unwrap();
-    let keys = ["meta", "stock", "buyers", "orders"].map(|k| format!("seckill:{{sale:demo}}:{k}"));
+    let keys = ["meta", "stock", "buyers", "orders", "receipts"].map(|k| format!("seckill:{{sale:demo}}:{k}"));
     let _: () = redis.del(&keys).await.unwrap();
     // Each limiter's script is lua/<its name, with underscores>.lua; its example is client 127.0.0.1.
     let limiters = Algorithm::ALL.map(|a| format!("{}.lua", a.name().replace('-', "_")));
@@ -59,7 +59,10 @@ async fn every_lua_header_example_works_as_documented() {
 
     assert_eq!(run("seed.lua").trim(), "ok");
     assert_eq!(run("buy.lua").trim(), "ok");
-    assert_eq!(run("buy.lua").trim(), "already_purchased");
+    let again: Vec<String> = run("buy.lua").lines().map(str::to_owned).collect();
+    assert_eq!(again[0], "already_purchased", "{again:?}");
+    assert_eq!(again[1], "0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69", "the receipt's order id: {again:?}");
+    assert_eq!(again[3], "queued", "not acknowledged yet: {again:?}");
     assert_eq!(run("ack.lua").trim(), "0");
     for limiter in &limiters {
         let reply: Vec<i64> = run(limiter).split_whitespace().map(|n| n.parse().unwrap()).collect();

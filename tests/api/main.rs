@@ -7,6 +7,7 @@ mod admin;
 mod browser;
 mod buy;
 mod buyer_page;
+mod buyer_view;
 mod chromium;
 mod client_limits;
 mod concurrency;

@@ -58,6 +58,8 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
         "GET /openapi.json",
         "GET /readyz",
         "GET /sale/{sale_id}",
+        "GET /sales/{sale_id}",
+        "GET /sales/{sale_id}/order",
         "POST /admin/sales/{sale_id}/reconcile",
         "POST /buy",
         "PUT /admin/sales/{sale_id}",

@@ -1,38 +1,16 @@
 //! `POST /buy`: validate, rate-limit the client, then one atomic purchase in Redis.
 
-use std::net::IpAddr;
-use std::time::{Duration, Instant};
-
-use actix_web::http::header::{HeaderName, HeaderValue};
-use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
-use anyhow::Context;
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::domain::{SaleId, UserId};
+use super::limits::{self, Decided};
+use crate::domain::SaleId;
+use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::http::{AppState, bearer};
-use crate::limiter::{self, Decision};
-use crate::purchase::BuyOutcome;
 use crate::purchase::sold_out::{self, Flagged};
-
-/// `RateLimit-Policy`: the quota policy (draft-ietf-httpapi-ratelimit-headers).
-const POLICY_HEADER: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// `RateLimit`: this client's remaining quota and the seconds until it resets.
-const STATE_HEADER: HeaderName = HeaderName::from_static("ratelimit");
-
-/// Which limit decided, so which the `RateLimit` header fields describe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Limit {
-    /// The per-client-address limit.
-    Address,
-    /// The per-buyer limit.
-    Buyer,
-}
-
-/// A limiter's decision, and whose.
-type Decided = (Limit, Decision);
+use crate::purchase::{BuyOutcome, Purchase};
 
 /// A purchase: one user, one sale. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -76,7 +54,7 @@ pub struct BuyResponse {
             headers(("WWW-Authenticate" = String, description = "`Bearer`, or `Bearer error=\"invalid_token\"`"))),
         (status = 403, description = "`sale_not_started`, `sale_ended`, or `user_mismatch`: the body's user_id is not the token's buyer", body = ErrorBody),
         (status = 404, description = "`unknown_sale`", body = ErrorBody),
-        (status = 409, description = "`already_purchased`: this user already bought in this sale", body = ErrorBody),
+        (status = 409, description = "`already_purchased`: this user already bought in this sale. The body carries the order it was given (`order_id`, `status`: `queued` or `confirmed`, `created_at`), so a retry after a lost 201 learns its order", body = ErrorBody),
         (status = 410, description = "`sold_out`", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 4 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: not application/json", body = ErrorBody),
@@ -90,23 +68,7 @@ pub async fn buy(req: HttpRequest, body: web::Json<BuyRequest>, state: web::Data
     let mut decided = None;
     let outcome = purchase(&req, body.into_inner(), &state, &mut decided).await;
     state.metrics.purchase(outcome_label(&outcome));
-    let mut response = outcome.unwrap_or_else(|err| {
-        // A 5xx keeps its ApiError attached, for the metrics middleware to count its cause.
-        if err.status_code().is_server_error() { HttpResponse::from_error(err) } else { err.error_response() }
-    });
-    let headers = response.headers_mut();
-    let (policy, field) = match (decided, &state.buyer_limiter) {
-        (Some((Limit::Buyer, decision)), Some((buyers, header))) => {
-            (header, Some(buyers.policy.state_field(&decision)))
-        }
-        (Some((_, decision)), _) => (&state.rate_limit_policy, Some(state.limiter.policy.state_field(&decision))),
-        (None, _) => (&state.rate_limit_policy, None),
-    };
-    headers.insert(POLICY_HEADER, policy.clone());
-    if let Some(field) = field {
-        headers.insert(STATE_HEADER, HeaderValue::from_str(&field).expect("ASCII header value"));
-    }
-    response
+    limits::respond(&state, decided, outcome)
 }
 
 /// Input is validated first, so malformed requests touch no state: the buyer is the bearer
@@ -124,35 +86,25 @@ async fn purchase(
     state: &AppState,
     decided: &mut Option<Decided>,
 ) -> Result<HttpResponse, ApiError> {
-    let user = match &state.verifier {
-        Some(verifier) => {
-            let buyer = bearer::buyer(req, verifier)?;
-            if user_id.is_some_and(|claimed| claimed != buyer.as_str()) {
-                return Err(ApiError::UserMismatch);
-            }
-            buyer
-        }
-        None => UserId::parse(&user_id.ok_or_else(|| ApiError::InvalidRequest("user_id is required".into()))?)
-            .map_err(ApiError::InvalidRequest)?,
-    };
+    let user = limits::buyer(req, state, user_id)?;
     let sale = SaleId::parse(&sale_id).map_err(ApiError::InvalidRequest)?;
     let client = state.client_key(req);
     if let Some(flagged) = state.sold_out.check(&sale, &user) {
         state.sold_out_limiter.check(client).map_err(|wait| {
             state.metrics.limiter_decision("sold_out_refused");
-            rate_limited(wait)
+            limits::rate_limited(wait)
         })?;
         return Err(match flagged {
             Flagged::SoldOut => ApiError::SoldOut,
-            Flagged::AlreadyPurchased => ApiError::AlreadyPurchased,
-            Flagged::AskRedis if state.sales.is_buyer(&sale, &user).await? => ApiError::AlreadyPurchased,
-            Flagged::AskRedis => ApiError::SoldOut,
+            Flagged::AlreadyPurchased(receipt) => ApiError::AlreadyPurchased(receipt),
+            Flagged::AskRedis => match state.sales.purchase_of(&sale, &user).await? {
+                Purchase::Bought(receipt) => ApiError::AlreadyPurchased(receipt),
+                Purchase::NotBought | Purchase::UnknownSale => ApiError::SoldOut,
+            },
         });
     }
 
-    limit_address(state, client, decided).await?;
-    limit_buyer(state, &user, decided).await?;
-    state.metrics.limiter_decision("allowed");
+    limits::check(state, client, &user, decided).await?;
 
     let order_id = Uuid::now_v7();
     match state.sales.buy(&sale, &user, order_id).await? {
@@ -162,9 +114,10 @@ async fn purchase(
         BuyOutcome::UnknownSale => Err(ApiError::UnknownSale),
         BuyOutcome::NotStarted => Err(ApiError::SaleNotStarted),
         BuyOutcome::Ended => Err(ApiError::SaleEnded),
-        BuyOutcome::AlreadyPurchased => Err(ApiError::AlreadyPurchased),
+        BuyOutcome::AlreadyPurchased(receipt) => Err(ApiError::AlreadyPurchased(receipt)),
         BuyOutcome::SoldOut => {
             if state.sold_out.set(&sale) {
+                state.board.invalidate(&sale).await;
                 tokio::spawn(sold_out::load_buyers(state.sold_out.clone(), state.sales.clone(), sale));
             }
             Err(ApiError::SoldOut)
@@ -176,7 +129,7 @@ async fn purchase(
 fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
     match outcome {
         Ok(_) => "created",
-        Err(ApiError::AlreadyPurchased) => "already_purchased",
+        Err(ApiError::AlreadyPurchased(_)) => "already_purchased",
         Err(ApiError::SoldOut) => "sold_out",
         Err(ApiError::UnknownSale) => "unknown_sale",
         Err(ApiError::SaleNotStarted) => "not_started",
@@ -188,59 +141,4 @@ fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
         Err(ApiError::UserMismatch) => "user_mismatch",
         Err(_) => "invalid_request",
     }
-}
-
-/// The client's address limit: from memory if it was refused lately, else from Redis.
-async fn limit_address(state: &AppState, client: IpAddr, decided: &mut Option<Decided>) -> Result<(), ApiError> {
-    let metrics = &state.metrics;
-    if let Some(refusal) = state.limiter.remembered(&client) {
-        metrics.limiter_decision("refused_from_memory");
-        *decided = Some((Limit::Address, refusal));
-        return Err(rate_limited(refusal.retry_after));
-    }
-    let asked = Instant::now();
-    let verdict = state.limiter.policy.check(&state.redis, client).await.context("rate limiter").map_err(|err| {
-        metrics.limiter_decision("error");
-        ApiError::Unavailable(err)
-    })?;
-    *decided = Some((Limit::Address, verdict));
-    if !verdict.allowed {
-        metrics.limiter_decision("refused");
-        state.limiter.remember(&client, asked, &verdict);
-        return Err(rate_limited(verdict.retry_after));
-    }
-    Ok(())
-}
-
-/// The buyer's limit, if one is set, after the address limit admitted the request: a refusal
-/// answers 429 with the buyer's fields; an admission takes over the fields if the buyer has
-/// fewer requests left than the address.
-async fn limit_buyer(state: &AppState, user: &UserId, decided: &mut Option<Decided>) -> Result<(), ApiError> {
-    let Some((buyers, _)) = &state.buyer_limiter else { return Ok(()) };
-    let metrics = &state.metrics;
-    if let Some(refusal) = buyers.remembered(user) {
-        metrics.limiter_decision("buyer_refused_from_memory");
-        *decided = Some((Limit::Buyer, refusal));
-        return Err(rate_limited(refusal.retry_after));
-    }
-    let asked = Instant::now();
-    let verdict = buyers.policy.check_buyer(&state.redis, user).await.context("per-buyer limiter").map_err(|err| {
-        metrics.limiter_decision("error");
-        ApiError::Unavailable(err)
-    })?;
-    if !verdict.allowed {
-        metrics.limiter_decision("buyer_refused");
-        *decided = Some((Limit::Buyer, verdict));
-        buyers.remember(user, asked, &verdict);
-        return Err(rate_limited(verdict.retry_after));
-    }
-    if decided.is_none_or(|(_, address)| verdict.remaining < address.remaining) {
-        *decided = Some((Limit::Buyer, verdict));
-    }
-    Ok(())
-}
-
-/// 429 with `Retry-After` in whole seconds, rounded up (at least 1).
-fn rate_limited(wait: Duration) -> ApiError {
-    ApiError::RateLimited { retry_after_secs: limiter::ceil_secs(wait).max(1) }
 }

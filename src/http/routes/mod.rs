@@ -1,14 +1,16 @@
-//! Every route, registered by [`configure`]: one file per resource (`buy`, `admin`,
-//! `admin_page`, `buyer_page`, `health`, `openapi`; `page` is what the two HTML pages share), and
-//! here the routing itself, 404/405 and `GET /metrics`.
+//! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `admin`,
+//! `admin_page`, `buyer_page`, `health`, `openapi`; `limits` is what `buy` and `sales` share,
+//! `page` what the two HTML pages share), and here the routing itself, 404/405 and `GET /metrics`.
 
 mod admin;
 mod admin_page;
 mod buy;
 mod buyer_page;
 mod health;
+mod limits;
 mod openapi;
 mod page;
+mod sales;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 
@@ -30,9 +32,12 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             .error_handler(|err, _req| ApiError::from(err).into());
         let path =
             web::PathConfig::default().error_handler(|err, _req| ApiError::InvalidRequest(err.to_string()).into());
+        let query =
+            web::QueryConfig::default().error_handler(|err, _req| ApiError::InvalidRequest(err.to_string()).into());
         cfg.app_data(web::Data::new(state))
             .app_data(json)
             .app_data(path)
+            .app_data(query)
             .service(web::resource("/metrics").route(web::get().to(metrics)).default_service(allow("GET")))
             .service(
                 web::resource("/openapi.json")
@@ -40,6 +45,12 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                     .default_service(allow("GET")),
             )
             .service(web::resource("/buy").route(web::post().to(buy::buy)).default_service(allow("POST")))
+            .service(web::resource("/sales/{sale_id}").route(web::get().to(sales::sale)).default_service(allow("GET")))
+            .service(
+                web::resource("/sales/{sale_id}/order")
+                    .route(web::get().to(sales::order))
+                    .default_service(allow("GET")),
+            )
             .service(web::resource("/").route(web::get().to(buyer_page::home)).default_service(allow("GET")))
             .service(
                 web::resource("/sale/{sale_id}").route(web::get().to(buyer_page::sale)).default_service(allow("GET")),

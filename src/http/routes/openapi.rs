@@ -5,7 +5,7 @@ use actix_web::{HttpResponse, web};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, admin_page, buy, buyer_page, health};
+use super::{admin, admin_page, buy, buyer_page, health, sales};
 use crate::http::AppState;
 
 #[derive(OpenApi)]
@@ -13,6 +13,8 @@ use crate::http::AppState;
     info(title = "seckill", description = "Flash-sale purchase service: each user buys at most once, never more than the stock."),
     paths(
         buy::buy,
+        sales::sale,
+        sales::order,
         buyer_page::home,
         buyer_page::sale,
         admin_page::page,
@@ -63,7 +65,8 @@ impl Modify for BearerAuth {
 }
 
 /// `GET /openapi.json`: this document, for this service's `SECKILL_AUTH`: with `none` the body's
-/// `user_id` names the buyer, so the document requires it; with `jwt` it is optional.
+/// (and the order query's) `user_id` names the buyer, so the document requires it; with `jwt` it
+/// is optional.
 #[utoipa::path(get, path = "/openapi.json", tag = "health",
     responses((status = 200, description = "The OpenAPI document", content_type = "application/json")))]
 pub async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
@@ -72,6 +75,11 @@ pub async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
         && let Some(required) = doc["components"]["schemas"]["BuyRequest"]["required"].as_array_mut()
     {
         required.push("user_id".into());
+    }
+    if state.verifier.is_none()
+        && let Some(params) = doc["paths"]["/sales/{sale_id}/order"]["get"]["parameters"].as_array_mut()
+    {
+        params.iter_mut().filter(|p| p["name"] == "user_id").for_each(|p| p["required"] = true.into());
     }
     HttpResponse::Ok().json(doc)
 }

@@ -1,0 +1,218 @@
+//! The buyer's side of a sale: `GET /sales/{sale_id}`, its public status (countdown on the Redis
+//! server's clock, stock), and `GET /sales/{sale_id}/order`, the caller's own order.
+
+use std::hash::{Hash, Hasher};
+
+use actix_web::http::header::{self, EntityTag, IfNoneMatch};
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::limits;
+use crate::db::ms_to_time;
+use crate::domain::SaleId;
+use crate::http::AppState;
+use crate::http::error::{ApiError, ErrorBody};
+use crate::orders::lookup::{self, Lookup};
+use crate::purchase::OrderStatus;
+use crate::purchase::board::Snapshot;
+
+/// Where a sale stands, on the Redis server's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SalePhase {
+    /// Before `starts_at`.
+    Upcoming,
+    /// Started, not ended, stock left.
+    Open,
+    /// Started, not ended, no stock left.
+    SoldOut,
+    /// At or after `ends_at`.
+    Ended,
+}
+
+/// A sale's public status.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PublicSale {
+    pub sale_id: String,
+    pub state: SalePhase,
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub starts_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub ends_at: Option<OffsetDateTime>,
+    pub stock_initial: i64,
+    pub stock_left: i64,
+    /// The Redis server's clock now (as this instance estimates it from its snapshot's `TIME`):
+    /// count down on `local clock + (server_time - local clock at receipt)`.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub server_time: OffsetDateTime,
+}
+
+impl PublicSale {
+    fn of(sale: &SaleId, snapshot: &Snapshot) -> Self {
+        let state = &snapshot.state;
+        let now = snapshot.server_time_ms();
+        let phase = match (state.starts_at_ms, state.ends_at_ms) {
+            (Some(start), _) if now < start => SalePhase::Upcoming,
+            (_, Some(end)) if now >= end => SalePhase::Ended,
+            _ if state.stock_left <= 0 => SalePhase::SoldOut,
+            _ => SalePhase::Open,
+        };
+        Self {
+            sale_id: sale.to_string(),
+            state: phase,
+            starts_at: state.starts_at_ms.map(ms_to_time),
+            ends_at: state.ends_at_ms.map(ms_to_time),
+            stock_initial: state.stock_initial,
+            stock_left: state.stock_left.max(0),
+            server_time: ms_to_time(now),
+        }
+    }
+
+    /// A weak validator of everything but `server_time` (which moves on every answer).
+    fn etag(&self) -> EntityTag {
+        let mut hasher = fnv::FnvHasher::default();
+        (&self.sale_id, self.state, self.starts_at, self.ends_at, self.stock_initial, self.stock_left)
+            .hash(&mut hasher);
+        EntityTag::new_weak(format!("{:016x}", hasher.finish()))
+    }
+}
+
+/// The public status of a sale, from this instance's snapshot (at most 200 ms old; read again at
+/// once when the sale sells out here). Under a polling crowd Redis sees a bounded number of
+/// reads per instance and second whatever the request rate (docs/http-api.md). Not rate-limited.
+#[utoipa::path(
+    get,
+    path = "/sales/{sale_id}",
+    tag = "purchase",
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")),
+    responses(
+        (status = 200, description = "The sale's status", body = PublicSale,
+            headers(("ETag" = String, description = "Weak validator of everything but `server_time`"),
+                    ("Cache-Control" = String, description = "`public, max-age=1`"))),
+        (status = 304, description = "Unchanged since the `If-None-Match` validator"),
+        (status = 400, description = "`invalid_request`: the sale id is malformed", body = ErrorBody),
+        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        (status = 503, description = "`unavailable`: Redis is unreachable", body = ErrorBody),
+    )
+)]
+pub async fn sale(
+    req: HttpRequest,
+    sale_id: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = SaleId::parse(&sale_id).map_err(ApiError::InvalidRequest)?;
+    let snapshot = state.board.snapshot(&sale).await?.ok_or(ApiError::UnknownSale)?;
+    let body = PublicSale::of(&sale, &snapshot);
+    let etag = body.etag();
+    let unchanged = match req.get_header::<IfNoneMatch>() {
+        Some(IfNoneMatch::Any) => true,
+        Some(IfNoneMatch::Items(tags)) => tags.iter().any(|tag| tag.weak_eq(&etag)),
+        None => false,
+    };
+    let mut response = if unchanged { HttpResponse::NotModified() } else { HttpResponse::Ok() };
+    response.insert_header((header::CACHE_CONTROL, "public, max-age=1")).insert_header(header::ETag(etag));
+    Ok(if unchanged { response.finish() } else { response.json(body) })
+}
+
+/// Whose order: the buyer, when the bearer token does not name it.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct OrderQuery {
+    /// 1-128 printable characters. Required with `SECKILL_AUTH=none` (this document then lists it
+    /// as required); with `jwt` it may be left out, the buyer is the token's, and another user is
+    /// refused (403 `user_mismatch`).
+    #[param(min_length = 1, max_length = 128, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
+    user_id: Option<String>,
+}
+
+/// Where the caller's order is.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OrderState {
+    /// No purchase by this buyer in this sale.
+    None,
+    /// Bought; not yet in Postgres.
+    Queued,
+    /// In Postgres.
+    Confirmed,
+}
+
+/// The caller's order in a sale.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OrderView {
+    pub status: OrderState,
+    /// Absent for `none` (and for a buyer Redis holds no receipt of, until Postgres has its order).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<Uuid>,
+    /// When it was bought (the Redis server's clock).
+    #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub created_at: Option<OffsetDateTime>,
+}
+
+/// The caller's own order: `queued` (bought, in Redis, on its way to Postgres), `confirmed` (in
+/// Postgres) or `none`. Under `SECKILL_AUTH=jwt` the buyer is the token's, so nobody can read
+/// another buyer's order. Shares `POST /buy`'s rate limits (the same per-address and per-buyer
+/// quotas), so polling it spends the same budget as buying. A queued order costs one Redis read
+/// and no Postgres query.
+#[utoipa::path(
+    get,
+    path = "/sales/{sale_id}/order",
+    tag = "purchase",
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), OrderQuery),
+    security((), ("bearer_jwt" = [])),
+    responses(
+        (status = 200, description = "The caller's order", body = OrderView,
+            headers(("RateLimit-Policy" = String, description = "The quota policy"),
+                    ("RateLimit" = String, description = "Remaining quota and seconds to reset"))),
+        (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under `SECKILL_AUTH=none`", body = ErrorBody),
+        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)", body = ErrorBody),
+        (status = 403, description = "`user_mismatch`: user_id is not the token's buyer", body = ErrorBody),
+        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        (status = 429, description = "`rate_limited`", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
+        (status = 503, description = "`unavailable`: Redis or Postgres is unreachable", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "1"))),
+    )
+)]
+pub async fn order(
+    req: HttpRequest,
+    sale_id: web::Path<String>,
+    query: web::Query<OrderQuery>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let mut decided = None;
+    let outcome = find_order(&req, &sale_id, query.into_inner(), &state, &mut decided).await;
+    limits::respond(&state, decided, outcome)
+}
+
+async fn find_order(
+    req: &HttpRequest,
+    sale_id: &str,
+    OrderQuery { user_id }: OrderQuery,
+    state: &AppState,
+    decided: &mut Option<limits::Decided>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = SaleId::parse(sale_id).map_err(ApiError::InvalidRequest)?;
+    let user = limits::buyer(req, state, user_id)?;
+    limits::check(state, state.client_key(req), &user, decided).await?;
+    let view = match lookup::lookup(&state.sales, &state.pool, &sale, &user).await? {
+        Lookup::UnknownSale => return Err(ApiError::UnknownSale),
+        Lookup::NotBought => OrderView { status: OrderState::None, order_id: None, created_at: None },
+        Lookup::Found { status, order_id, created_at } => {
+            let status = match status {
+                OrderStatus::Queued => OrderState::Queued,
+                OrderStatus::Confirmed => OrderState::Confirmed,
+            };
+            OrderView { status, order_id, created_at }
+        }
+    };
+    Ok(HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(view))
+}

@@ -1,0 +1,214 @@
+//! A buyer's receipt: the order id a purchase was given, kept by `lua/buy.lua` in the sale's
+//! receipts hash beside the buyer set, so a retry after a lost 201 learns its order without
+//! asking Postgres. And [`Sales::purchase_of`], what Redis knows of one buyer's purchase.
+
+use std::collections::HashMap;
+
+use futures::future::try_join_all;
+use redis::RedisResult;
+use uuid::Uuid;
+
+use super::Sales;
+use crate::domain::{SaleId, UserId};
+use crate::redis::keys::SaleKeys;
+use crate::redis::lua::unexpected_reply;
+
+/// Where a bought order is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OrderStatus {
+    /// Bought; its entry is still in the sale's stream, not yet committed to Postgres.
+    Queued,
+    /// Committed to Postgres (its entry left the stream, which happens only after the commit).
+    Confirmed,
+}
+
+impl OrderStatus {
+    /// The name the API and the scripts use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Confirmed => "confirmed",
+        }
+    }
+
+    /// Parses a script's status word.
+    pub fn parse(word: &str) -> Option<Self> {
+        match word {
+            "queued" => Some(Self::Queued),
+            "confirmed" => Some(Self::Confirmed),
+            _ => None,
+        }
+    }
+}
+
+/// A buyer's order as Redis remembers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Receipt {
+    pub order_id: Uuid,
+    /// Redis server time of the purchase, Unix milliseconds.
+    pub created_at_ms: i64,
+    pub status: OrderStatus,
+}
+
+/// A receipt as the hash holds it: `"<order id> <created_at_ms> <stream entry id>"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredReceipt {
+    pub order_id: Uuid,
+    pub created_at_ms: i64,
+    /// The stream entry id, `<ms>-<seq>`, as a pair that orders like the stream does.
+    pub entry: EntryId,
+}
+
+/// A stream entry id.
+pub type EntryId = (u64, u64);
+
+impl StoredReceipt {
+    /// Parses a value of the receipts hash.
+    pub fn parse(value: &str) -> Result<Self, String> {
+        let bad = || format!("a receipt reads {value:?}");
+        let mut parts = value.split(' ');
+        let (Some(order_id), Some(created_at_ms), Some(entry), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        Ok(Self {
+            order_id: Uuid::parse_str(order_id).map_err(|_| bad())?,
+            created_at_ms: created_at_ms.parse().map_err(|_| bad())?,
+            entry: parse_entry_id(entry).ok_or_else(bad)?,
+        })
+    }
+
+    /// The receipt, with its order's status.
+    pub fn with_status(&self, status: OrderStatus) -> Receipt {
+        Receipt { order_id: self.order_id, created_at_ms: self.created_at_ms, status }
+    }
+}
+
+/// Parses a stream entry id `<ms>-<seq>`.
+pub fn parse_entry_id(id: &str) -> Option<EntryId> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
+/// What Redis knows of one user's purchase in a sale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purchase {
+    /// The sale was never seeded (or Redis lost it).
+    UnknownSale,
+    /// The user is not a buyer.
+    NotBought,
+    /// The user is a buyer: its receipt (none for a buyer restored by hand) and whether its order
+    /// is still in the stream.
+    Bought(Option<Receipt>),
+}
+
+/// A sold-out sale's buyers, each with its receipt, as one instance copied them.
+#[derive(Debug, Default)]
+pub struct BuyerCopy {
+    pub buyers: HashMap<Box<str>, Option<Receipt>>,
+    /// Every copied order was confirmed: the copy is final.
+    pub settled: bool,
+}
+
+impl Sales {
+    /// What Redis knows of `user`'s purchase in `sale`: each shard's buyer set and receipt in one
+    /// MULTI, then, for the buyer's receipt, whether its stream entry is still queued.
+    pub async fn purchase_of(&self, sale: &SaleId, user: &UserId) -> RedisResult<Purchase> {
+        let Some(layout) = self.layout(sale).await? else {
+            return Ok(Purchase::UnknownSale);
+        };
+        let keys = layout.keys(self.redis.prefix(), sale);
+        let found = try_join_all(keys.iter().map(|k| self.buyer_in_shard(k, user))).await?;
+        let Some((keys, receipt)) = keys.iter().zip(found).find_map(|(k, found)| found.map(|r| (k, r))) else {
+            return Ok(Purchase::NotBought);
+        };
+        let Some(receipt) = receipt else {
+            return Ok(Purchase::Bought(None));
+        };
+        let stored = StoredReceipt::parse(&receipt).map_err(|why| unexpected_reply("the receipts hash", &why))?;
+        let (ms, seq) = stored.entry;
+        let entry = format!("{ms}-{seq}");
+        let queued: Vec<redis::Value> =
+            redis::cmd("XRANGE").arg(&keys.orders).arg(&entry).arg(&entry).query_async(&mut self.redis.conn()).await?;
+        let status = if queued.is_empty() { OrderStatus::Confirmed } else { OrderStatus::Queued };
+        Ok(Purchase::Bought(Some(stored.with_status(status))))
+    }
+
+    /// A copy of the sale's buyers and their receipts (for the sold-out flag), unless it has more
+    /// than `limit` buyers; and whether every copied order was confirmed. An order counts as
+    /// confirmed when its entry is older than the oldest entry of its stream, read after its
+    /// receipt (entries leave a stream only after their commit, oldest first but not strictly);
+    /// any other counts as queued, so the copy can be late to say "confirmed" but never early.
+    pub async fn buyer_copy(&self, sale: &SaleId, limit: u64) -> RedisResult<Option<BuyerCopy>> {
+        let keys = self.all_shard_keys(sale).await?;
+        if self.count_buyers(&keys).await? > limit {
+            return Ok(None);
+        }
+        let mut copy = BuyerCopy { buyers: HashMap::new(), settled: true };
+        for keys in &keys {
+            self.scan(&keys.buyers, "SSCAN", |user| {
+                copy.buyers.insert(user.into(), None);
+            })
+            .await?;
+            let mut stored = Vec::new();
+            let mut field = None;
+            self.scan(&keys.receipts, "HSCAN", |word| match field.take() {
+                None => field = Some(word),
+                Some(user) => stored.push((user, word)),
+            })
+            .await?;
+            let oldest: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+                .arg(&keys.orders)
+                .arg("-")
+                .arg("+")
+                .arg("COUNT")
+                .arg(1)
+                .query_async(&mut self.redis.conn())
+                .await?;
+            let oldest = oldest.first().and_then(|(id, _)| parse_entry_id(id));
+            for (user, value) in stored {
+                let receipt =
+                    StoredReceipt::parse(&value).map_err(|why| unexpected_reply("the receipts hash", &why))?;
+                let status = match oldest {
+                    Some(oldest) if receipt.entry >= oldest => OrderStatus::Queued,
+                    _ => OrderStatus::Confirmed,
+                };
+                copy.settled &= status == OrderStatus::Confirmed;
+                copy.buyers.insert(user.into(), Some(receipt.with_status(status)));
+            }
+        }
+        Ok(Some(copy))
+    }
+
+    /// `None` if `user` is not in this shard's buyer set, else its receipt, if it has one.
+    async fn buyer_in_shard(&self, keys: &SaleKeys, user: &UserId) -> RedisResult<Option<Option<String>>> {
+        let (bought, receipt): (bool, Option<String>) = redis::pipe()
+            .atomic()
+            .sismember(&keys.buyers, user.as_str())
+            .hget(&keys.receipts, user.as_str())
+            .query_async(&mut self.redis.conn())
+            .await?;
+        Ok(bought.then_some(receipt))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_receipt_parses_and_refuses_anything_else() {
+        let stored =
+            StoredReceipt::parse("0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1732345678901 1732345678901-7").unwrap();
+        assert_eq!(stored.created_at_ms, 1_732_345_678_901);
+        assert_eq!(stored.entry, (1_732_345_678_901, 7));
+        for bad in
+            ["", "x 1 1-1", "0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1", "0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1 1-1 x"]
+        {
+            assert!(StoredReceipt::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!((1, 9) < parse_entry_id("2-0").unwrap(), "entry ids order like the stream");
+    }
+}
