@@ -2,121 +2,25 @@
 //! chromedriver (WebDriver, `fantoccini`) during a small storm. Screenshots are written to
 //! `target/tmp/admin-page-{live,alert}.png` (cargo's `CARGO_TARGET_TMPDIR`).
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::Locator;
 use futures::StreamExt;
-use hyper_util::client::legacy::connect::HttpConnector;
 use seckill::limiter::RateLimit;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::time::{Instant, sleep};
 
+use crate::chromium::{Browser, PAGE_DEADLINE};
 use crate::helpers::{ADMIN_TOKEN, TestApp, new_sale_id, spawn_app_with};
 
-/// Where Debian's `chromium` and `chromium-driver` packages put them, for a test run whose
-/// testbed did not locate them (`cargo xtask test` does, and installs them as root).
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// The page's sessionStorage key for the token.
 const TOKEN_KEY: &str = "seckill.admin-token";
-/// How long the page may take to show a change (it polls once a second).
-const PAGE_DEADLINE: Duration = Duration::from_secs(15);
 
-/// chromedriver, started in its own process group with its own Chromium profile directory; the
-/// whole group (Chromium included) is killed and the profile removed on drop, also when the test
-/// fails half-way.
-struct Driver {
-    pid: u32,
-    profile: PathBuf,
-    _child: tokio::process::Child,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        testbed::signal_group(self.pid, testbed::Signal::SIGKILL);
-        let _ = std::fs::remove_dir_all(&self.profile);
-    }
-}
-
-/// A headless Chromium session.
-struct Browser {
-    client: Client,
-    _driver: Driver,
-}
-
+/// What the live page shows.
 impl Browser {
-    async fn start() -> Self {
-        let tools = &crate::common::testbed().tools;
-        let chromium = tools.chromium.clone().unwrap_or_else(|| CHROMIUM.into()).display().to_string();
-        let chromedriver = tools.chromedriver.clone().unwrap_or_else(|| CHROMEDRIVER.into()).display().to_string();
-        for binary in [&chromium, &chromedriver] {
-            assert!(
-                Path::new(binary).exists(),
-                "{binary} is missing: apt-get install chromium chromium-driver (cargo xtask test does)"
-            );
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = tokio::process::Command::new(&chromedriver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("start chromedriver");
-        let profile = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chromium-{}", uuid::Uuid::now_v7()));
-        let driver = Driver { pid: child.id().expect("chromedriver pid"), profile, _child: child };
-
-        let until = Instant::now() + Duration::from_secs(10);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            assert!(Instant::now() < until, "chromedriver did not listen on {port}");
-            sleep(Duration::from_millis(50)).await;
-        }
-        let capabilities = json!({
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": chromium,
-                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         "--window-size=1280,900", format!("--user-data-dir={}", driver.profile.display())],
-            },
-        });
-        let client = ClientBuilder::new(HttpConnector::new())
-            .capabilities(capabilities.as_object().unwrap().clone())
-            .connect(&format!("http://127.0.0.1:{port}"))
-            .await
-            .expect("a Chromium session");
-        Browser { client, _driver: driver }
-    }
-
-    async fn run(&self, script: &str, args: Vec<Value>) -> Value {
-        self.client.execute(script, args).await.expect("script runs")
-    }
-
-    /// Waits until `check` returns `Some` for what the page shows, then returns it.
-    async fn wait_for<T>(&self, what: &str, mut check: impl AsyncFnMut(&Self) -> Option<T>) -> T {
-        let until = Instant::now() + PAGE_DEADLINE;
-        loop {
-            if let Some(found) = check(self).await {
-                return found;
-            }
-            assert!(Instant::now() < until, "the page never showed {what}");
-            sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn visible(&self, id: &str) -> bool {
-        self.client.find(Locator::Id(id)).await.unwrap().is_displayed().await.unwrap()
-    }
-
-    async fn text(&self, id: &str) -> String {
-        self.client.find(Locator::Id(id)).await.unwrap().text().await.unwrap()
-    }
-
     async fn log_in(&self, token: &str) {
-        let input = self.client.find(Locator::Id("token")).await.unwrap();
-        input.send_keys(token).await.unwrap();
+        self.fill("token", token).await;
         self.client.find(Locator::Css("#login button[type=submit]")).await.unwrap().click().await.unwrap();
     }
 
@@ -135,13 +39,6 @@ impl Browser {
                 alerts: [...card.querySelectorAll(".alerts li")].map((li) => li.innerText),
             };"#;
         serde_json::from_value(self.run(script, vec![json!(sale_id)]).await).unwrap()
-    }
-
-    async fn screenshot(&self, name: &str) -> PathBuf {
-        let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-        std::fs::write(&path, self.client.screenshot().await.unwrap()).unwrap();
-        println!("screenshot: {}", path.display());
-        path
     }
 }
 
@@ -321,7 +218,7 @@ async fn the_live_page_follows_a_storm_matches_the_status_endpoint_and_raises_a_
         .await;
 
     // Signing out forgets the token.
-    browser.client.find(Locator::Id("sign-out")).await.unwrap().click().await.unwrap();
+    browser.click("sign-out").await;
     assert!(browser.visible("login").await);
     assert_eq!(browser.run(&format!("return sessionStorage.getItem('{TOKEN_KEY}')"), vec![]).await, json!(null));
     assert!(alert_shot.exists());

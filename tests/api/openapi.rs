@@ -48,6 +48,7 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
     }
     documented.sort();
     let expected = [
+        "GET /",
         "GET /admin",
         "GET /admin/sales",
         "GET /admin/sales/{sale_id}",
@@ -56,6 +57,9 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
         "GET /metrics",
         "GET /openapi.json",
         "GET /readyz",
+        "GET /sale/{sale_id}",
+        "GET /sales/{sale_id}",
+        "GET /sales/{sale_id}/order",
         "POST /admin/sales/{sale_id}/reconcile",
         "POST /buy",
         "PUT /admin/sales/{sale_id}",

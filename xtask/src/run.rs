@@ -83,6 +83,9 @@ fn print_info(services: &Services, app: &App, alice: &str) {
 seckill is running (pid {pid}). Ctrl-C stops it and the throwaway Redis/Postgres.
 
   app:         {url}
+  buyer page:  {url}/sale/demo#token={alice}
+               (as alice: the page moves the token into the tab's sessionStorage)
+               {url}/sale/demo   (paste a token, e.g. bob's from the command below)
   live page:   {url}/admin   (it asks for the admin token)
   admin token: {token}
   redis:       {redis}

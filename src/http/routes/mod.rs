@@ -1,13 +1,15 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `admin`,
-//! `admin_page`, `health`, `openapi`; `limits` is what `buy` and `sales` share), and here the
-//! routing itself, 404/405 and `GET /metrics`.
+//! `admin_page`, `buyer_page`, `health`, `openapi`; `limits` is what `buy` and `sales` share,
+//! `page` what the two HTML pages share), and here the routing itself, 404/405 and `GET /metrics`.
 
 mod admin;
 mod admin_page;
 mod buy;
+mod buyer_page;
 mod health;
 mod limits;
 mod openapi;
+mod page;
 mod sales;
 
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -48,6 +50,10 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                 web::resource("/sales/{sale_id}/order")
                     .route(web::get().to(sales::order))
                     .default_service(allow("GET")),
+            )
+            .service(web::resource("/").route(web::get().to(buyer_page::home)).default_service(allow("GET")))
+            .service(
+                web::resource("/sale/{sale_id}").route(web::get().to(buyer_page::sale)).default_service(allow("GET")),
             )
             .service(web::resource("/admin").route(web::get().to(admin_page::page)).default_service(allow("GET")))
             .service(web::resource("/admin/sales").route(web::get().to(admin::list)).default_service(allow("GET")))

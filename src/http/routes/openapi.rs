@@ -5,7 +5,7 @@ use actix_web::{HttpResponse, web};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, admin_page, buy, health, sales};
+use super::{admin, admin_page, buy, buyer_page, health, sales};
 use crate::http::AppState;
 
 #[derive(OpenApi)]
@@ -15,6 +15,8 @@ use crate::http::AppState;
         buy::buy,
         sales::sale,
         sales::order,
+        buyer_page::home,
+        buyer_page::sale,
         admin_page::page,
         admin::list,
         admin::seed,
@@ -29,6 +31,7 @@ use crate::http::AppState;
     modifiers(&BearerAuth),
     tags(
         (name = "purchase", description = "Buying"),
+        (name = "buyer", description = "The buyer page: countdown, stock, Buy, the order's status"),
         (name = "admin", description = "Seeding and inspecting sales (bearer token), and the live sale page"),
         (name = "health", description = "Liveness, readiness, metrics and this document"),
     )

@@ -1,0 +1,251 @@
+//! The buyer page (`GET /sale/{sale_id}`, `GET /`) in headless Chromium: the countdown on the
+//! server's clock, Buy enabled only while the sale is open, the order followed from "queued" to
+//! "confirmed", a second buy that shows the same order, sold out; and the token taken from the URL
+//! fragment. Screenshots: `target/tmp/buyer-page-{countdown,confirmed,already-bought,sold-out}.png`.
+
+use std::time::Duration;
+
+use seckill::domain::UserId;
+use seckill::identity::AuthMode;
+use secrecy::SecretString;
+use serde::Deserialize;
+use serde_json::json;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use uuid::Uuid;
+
+use crate::chromium::Browser;
+use crate::helpers::{TestApp, assert_error, new_sale_id, spawn_app_with};
+
+/// The page's sessionStorage key for the buyer's token.
+const TOKEN_KEY: &str = "seckill.buyer-token";
+/// How far ahead the sale starts: time for the page to load and show its countdown.
+const STARTS_IN: Duration = Duration::from_secs(6);
+
+/// What the buyer page shows; `None` for an element that is hidden.
+#[derive(Debug, Deserialize)]
+struct Shown {
+    state: String,
+    countdown_label: Option<String>,
+    countdown: Option<String>,
+    stock_left: String,
+    stock_initial: String,
+    buy_enabled: bool,
+    order_id: Option<String>,
+    order_status: Option<String>,
+    message: String,
+}
+
+impl Shown {
+    /// The countdown in seconds (`HH:MM:SS`), if one is shown.
+    fn countdown_secs(&self) -> Option<u64> {
+        let parts: Vec<u64> = self.countdown.as_ref()?.split(':').map(|p| p.parse().unwrap()).collect();
+        Some(parts.iter().fold(0, |total, part| total * 60 + part))
+    }
+}
+
+/// What the buyer page shows.
+impl Browser {
+    async fn shown(&self) -> Shown {
+        let script = r#"
+            const $ = (id) => document.getElementById(id);
+            const shown = (id) => $(id).checkVisibility() ? $(id).innerText : null;
+            return {
+                state: $("state").innerText, countdown_label: shown("countdown-label"), countdown: shown("countdown"),
+                stock_left: $("stock-left").innerText, stock_initial: $("stock-initial").innerText,
+                buy_enabled: !$("buy").disabled, order_id: shown("order-id"), order_status: shown("order-status"),
+                message: $("message").innerText,
+            };"#;
+        serde_json::from_value(self.run(script, vec![]).await).unwrap()
+    }
+
+    /// Waits until what the page shows passes `check`.
+    async fn shows(&self, what: &str, check: impl Fn(&Shown) -> bool) -> Shown {
+        self.wait_for(what, async |b| Some(b.shown().await).filter(|s| check(s))).await
+    }
+
+    /// From now on, records every order status the page shows in `window.statuses`.
+    async fn record_statuses(&self) {
+        let script = r#"
+            window.statuses = [];
+            const status = document.getElementById("order-status");
+            new MutationObserver(() => window.statuses.push(status.textContent))
+                .observe(status, { childList: true, characterData: true, subtree: true });"#;
+        self.run(script, vec![]).await;
+    }
+
+    /// The statuses recorded since `record_statuses`, repeats merged.
+    async fn recorded_statuses(&self) -> Vec<String> {
+        let mut statuses: Vec<String> =
+            serde_json::from_value(self.run("return window.statuses", vec![]).await).unwrap();
+        statuses.dedup();
+        statuses
+    }
+}
+
+/// The order id Postgres holds for `user` in `sale`, once the worker has written it.
+async fn stored_order(app: &TestApp, sale: &str, user: &str) -> String {
+    let order: Uuid = sqlx::query_scalar("select order_id from orders where sale_id = $1 and user_id = $2")
+        .bind(sale)
+        .bind(user)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    order.to_string()
+}
+
+#[tokio::test]
+async fn the_page_is_served_at_the_root_and_per_sale_under_a_strict_policy() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let root = app.client.get(app.url("/")).send().await.unwrap();
+    assert_eq!(root.status(), 200);
+    let headers = root.headers().clone();
+    let root_page = root.text().await.unwrap();
+    let header = |name: &str| headers.get(name).unwrap().to_str().unwrap().to_owned();
+    assert_eq!(header("content-type"), "text/html; charset=utf-8");
+    let csp = header("content-security-policy");
+    for directive in ["default-src 'none'", "script-src 'sha256-", "style-src 'sha256-", "connect-src 'self'"] {
+        assert!(csp.contains(directive), "{csp}");
+    }
+    for directive in ["form-action 'none'", "frame-ancestors 'none'", "base-uri 'none'"] {
+        assert!(csp.contains(directive), "{csp}");
+    }
+    assert!(!csp.contains("unsafe"), "{csp}");
+    assert_eq!(
+        (header("x-content-type-options"), header("referrer-policy"), header("cache-control")),
+        ("nosniff".into(), "no-referrer".into(), "no-store".into())
+    );
+    let admin_csp =
+        app.client.get(app.url("/admin")).send().await.unwrap().headers()["content-security-policy"].clone();
+    assert_ne!(csp, admin_csp.to_str().unwrap(), "each page's policy names its own inline script");
+
+    let per_sale = app.client.get(app.url("/sale/any-sale_1")).send().await.unwrap();
+    assert_eq!(per_sale.status(), 200, "the sale need not exist");
+    assert_eq!(per_sale.headers()["content-security-policy"].to_str().unwrap(), csp);
+    assert_eq!(per_sale.text().await.unwrap(), root_page, "the same page");
+    let bad = app.client.get(app.url("/sale/no%20spaces")).send().await.unwrap();
+    assert_error(bad, 400, "invalid_request").await;
+    let post = app.client.post(app.url("/sale/any")).send().await.unwrap();
+    assert_eq!((post.status().as_u16(), post.headers()["allow"].to_str().unwrap()), (405, "GET"));
+}
+
+#[tokio::test]
+async fn a_buyer_sees_the_countdown_buys_once_sees_the_order_confirmed_and_then_sold_out() {
+    let app = spawn_app_with(|_| {}, true).await;
+    let browser = Browser::start().await; // before the seed: Chromium's start-up is not the countdown's
+    let sale = new_sale_id();
+    let starts_at = OffsetDateTime::now_utc() + STARTS_IN;
+    let seeded = app.seed(&sale, json!({"stock": 2, "starts_at": starts_at.format(&Rfc3339).unwrap()})).await;
+    assert_eq!(seeded.status(), 200);
+    browser.client.goto(&app.url(&format!("/sale/{sale}"))).await.unwrap();
+
+    // Before the start: the countdown to starts_at on the server's clock, ticking; Buy disabled.
+    let before = browser.shows("the countdown", |s| s.countdown.is_some()).await;
+    let left = (starts_at - OffsetDateTime::now_utc()).as_seconds_f64();
+    let shown_left = before.countdown_secs().unwrap() as f64;
+    assert!((shown_left - left).abs() <= 1.5, "the countdown shows {shown_left} s, the start is in {left:.1} s");
+    assert_eq!((before.state.as_str(), before.countdown_label.as_deref()), ("Upcoming", Some("Starts in")));
+    assert_eq!((before.stock_left.as_str(), before.stock_initial.as_str()), ("2", "2"));
+    assert!(!before.buy_enabled, "Buy is disabled before the start: {before:?}");
+    assert_eq!(before.order_id, None);
+    let shown_secs = before.countdown_secs();
+    let ticked = browser.shows("the countdown ticking", |s| s.countdown_secs() < shown_secs).await;
+    assert!(!ticked.buy_enabled && ticked.countdown_secs() > Some(0), "still before the start: {ticked:?}");
+    browser.screenshot("buyer-page-countdown.png").await;
+
+    // At the start the page asks again at once: Buy is enabled, never before starts_at.
+    let open = browser.shows("Buy enabled", |s| s.buy_enabled).await;
+    let late = OffsetDateTime::now_utc() - starts_at;
+    assert!(late.is_positive() && late.as_seconds_f64() < 3.0, "Buy enabled {late} after the start");
+    assert_eq!((open.state.as_str(), open.countdown.as_deref()), ("Open", None), "no end, no countdown");
+    let colour = browser.run("return getComputedStyle(document.getElementById('buy')).backgroundColor", vec![]).await;
+    assert_eq!(colour, json!("rgb(47, 111, 222)"), "the inline style applies (the policy allows it)");
+
+    // alice buys: her order is shown queued, then confirmed, and it is the order Postgres holds.
+    browser.fill("user-id", "alice").await;
+    browser.record_statuses().await;
+    browser.click("buy").await;
+    let confirmed = browser.shows("alice's order confirmed", |s| s.order_status.as_deref() == Some("confirmed")).await;
+    assert_eq!(browser.recorded_statuses().await, ["queued", "confirmed"]);
+    assert_eq!(confirmed.message, "You got one!");
+    let alices = confirmed.order_id.clone().unwrap();
+    assert_eq!(alices, stored_order(&app, &sale, "alice").await);
+    browser.shows("1 left", |s| s.stock_left == "1").await;
+    browser.screenshot("buyer-page-confirmed.png").await;
+
+    // A second buy answers 409: the page shows the same order.
+    browser.click("buy").await;
+    let again = browser.shows("the repeat's answer", |s| s.message.contains("already")).await;
+    assert_eq!(again.message, format!("You already bought: order {alices}"));
+    assert_eq!((again.order_id.as_deref(), again.order_status.as_deref()), (Some(&*alices), Some("confirmed")));
+    browser.screenshot("buyer-page-already-bought.png").await;
+
+    // bob buys the last one; the page forgot alice's order the moment the user id changed.
+    browser.fill("user-id", "bob").await;
+    let bob = browser.shown().await;
+    assert_eq!((bob.order_id, bob.message.as_str()), (None, ""), "alice's order is not bob's");
+    browser.click("buy").await;
+    let bobs = browser.shows("bob's order confirmed", |s| s.order_status.as_deref() == Some("confirmed")).await;
+    assert_ne!(bobs.order_id.as_deref(), Some(&*alices));
+    assert_eq!(bobs.order_id.unwrap(), stored_order(&app, &sale, "bob").await);
+
+    // carol comes too late: sold out, Buy disabled, no order; the service agrees.
+    browser.fill("user-id", "carol").await;
+    let sold_out = browser.shows("sold out", |s| s.state == "Sold out").await;
+    assert!(!sold_out.buy_enabled, "{sold_out:?}");
+    assert_eq!((sold_out.stock_left.as_str(), sold_out.order_id), ("0", None));
+    browser.screenshot("buyer-page-sold-out.png").await;
+    assert_error(app.buy(&sale, "carol").await, 410, "sold_out").await;
+    app.wait_for_drain(&sale).await;
+    assert_eq!(app.order_users(&sale).await, [("alice".into(), 1), ("bob".into(), 1)]);
+    browser.client.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_token_in_the_url_fragment_names_the_buyer_and_stays_in_the_tab_only() {
+    let secret = SecretString::from("buyer-page-test-secret-of-32-bytes");
+    let app = spawn_app_with(
+        |c| {
+            c.auth.mode = AuthMode::Jwt;
+            c.auth.jwt_secret = Some(secret.clone());
+        },
+        true,
+    )
+    .await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 5).await;
+    let alice = UserId::parse("alice").unwrap();
+    let token = seckill::identity::sign_hs256(&secret, &alice, "sub", Duration::from_secs(600), None, None).unwrap();
+    let browser = Browser::start().await;
+
+    // The fragment's token moves into sessionStorage and out of the URL; the user id is not used.
+    browser.client.goto(&app.url(&format!("/sale/{sale}#token={token}"))).await.unwrap();
+    browser.shows("the open sale", |s| s.buy_enabled).await;
+    let storage =
+        format!("return [location.href, sessionStorage.getItem('{TOKEN_KEY}'), localStorage.length, document.cookie]");
+    let (url, stored) = (app.url(&format!("/sale/{sale}")), browser.run(&storage, vec![]).await);
+    assert_eq!(stored, json!([url, token, 0, ""]), "the token left the URL and is in this tab only");
+    let user_field = browser.run("return document.getElementById('user-id').disabled", vec![]).await;
+    assert_eq!(user_field, json!(true), "with a token the user id field is off");
+
+    browser.click("buy").await;
+    let confirmed = browser.shows("the order confirmed", |s| s.order_status.as_deref() == Some("confirmed")).await;
+    let order = confirmed.order_id.unwrap();
+    assert_eq!(order, stored_order(&app, &sale, "alice").await, "the token's buyer bought");
+
+    // Reopened without the fragment, the tab still holds the token and finds alice's order.
+    browser.client.goto(&url).await.unwrap();
+    let reopened = browser.shows("alice's order", |s| s.order_id.is_some()).await;
+    assert_eq!((reopened.order_id.as_deref(), reopened.message.as_str()), (Some(&*order), ""));
+
+    // Without the token, a jwt service refuses the buy and the page asks for one.
+    browser.fill("token", "").await;
+    browser.fill("user-id", "mallory").await;
+    browser.click("buy").await;
+    let refused = browser.shows("the refusal", |s| !s.message.is_empty()).await;
+    assert!(refused.message.starts_with("Paste your token"), "{refused:?}");
+    assert_eq!(refused.order_id, None);
+    assert_eq!(browser.run(&storage, vec![]).await[1], json!(null), "an emptied field forgets the token");
+    assert_eq!(app.order_users(&sale).await, [("alice".into(), 1)]);
+    browser.client.close().await.unwrap();
+}
