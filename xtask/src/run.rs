@@ -18,6 +18,9 @@ use crate::steps;
 #[derive(clap::Args)]
 pub struct Args {}
 
+/// How long after launch the demo sale opens, so its buyer page shows a countdown first.
+const DEMO_OPENS_IN: Duration = Duration::from_secs(60);
+
 /// Runs the task; the exit code is the task's result.
 pub fn run(_args: Args) -> Result<ExitCode> {
     steps::handle_signals()?;
@@ -39,8 +42,10 @@ pub fn run(_args: Args) -> Result<ExitCode> {
     let mut log = std::fs::File::open(&app.log).context("opening the service's log")?;
     let mut stdout = std::io::stdout();
     std::io::copy(&mut log, &mut stdout)?;
-    println!("==> seeding demo sale (stock 100)");
-    app.seed("demo", 100, None).context("seeding the demo sale")?;
+    println!("==> seeding demo sale (stock 100, opens {DEMO_OPENS_IN:?} from now: the buyer page counts down)");
+    let starts_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + DEMO_OPENS_IN);
+    let demo = serde_json::json!({"stock": 100, "starts_at": starts_at.to_string()});
+    app.put_sale("demo", &demo).context("seeding the demo sale")?;
     std::io::copy(&mut log, &mut stdout)?;
     print_info(&services, &app, &alice);
 
@@ -93,11 +98,14 @@ seckill is running (pid {pid}). Ctrl-C stops it and the throwaway Redis/Postgres
   auth:        SECKILL_AUTH=jwt with a fresh HS256 secret; alice's token (24h):
                {alice}
 
-Buy one as alice (sale "demo", stock 100; the buyer is the token's sub):
+Buy one as alice once the sale is open (sale "demo", stock 100; the buyer is the token's sub):
   curl -i -X POST {url}/buy -H "Authorization: Bearer {alice}" -H 'content-type: application/json' -d '{{"sale_id":"demo"}}'
 Another user's token:
   {env} {binary} token --user bob
-Sale status:
+Public sale status (countdown on the server's clock) and alice's order:
+  curl -s {url}/sales/demo
+  curl -s -H "Authorization: Bearer {alice}" {url}/sales/demo/order
+Sale status (admin):
   curl -s -H "Authorization: Bearer {token}" {url}/admin/sales/demo
 Check the promises (drained queue, Redis buyers = Postgres orders):
   SECKILL_REDIS_URL={redis} SECKILL_DATABASE_URL={database} {binary} reconcile demo
