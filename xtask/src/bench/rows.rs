@@ -241,11 +241,13 @@ fn redis_rows_and_drain(b: &mut Bench) -> anyhow::Result<()> {
     let drain_keys = keys(b, "bench-drain");
     let buy = script_load(b, "lua/buy.lua")?;
     let orders = b.args.drain_orders();
-    // buy.lua's ARGV (see its header): sale id, user id, order id, shard count (1: unsharded).
-    // User id and order id each from two independent 12-digit placeholders: no repeats in
-    // practice; the order id is 32 digits (a UUID in its simple form, as the worker parses it).
-    let mut args = vec!["EVALSHA", &buy, "4"];
-    args.extend(drain_keys.all());
+    // buy.lua's KEYS and ARGV (see its header): the sale's keys; sale id, user id, order id,
+    // shard count (1: unsharded). User id and order id each from two independent 12-digit
+    // placeholders: no repeats in practice; the order id is 32 digits (a UUID in its simple
+    // form, as the worker parses it).
+    let (keys, numkeys) = (drain_keys.all(), drain_keys.all().len().to_string());
+    let mut args = vec!["EVALSHA", &buy, &numkeys];
+    args.extend(keys);
     args.extend(["bench-drain", "rb-__rand_int__-__rand_int__", "0190b7a2__rand_int____rand_int__", "1"]);
     b.rbench("redis-buy", orders, 2_147_483_647, &args, Some(&app))?;
     let queued: u64 = b.redis(redis::cmd("XLEN").arg(&drain_keys.orders))?;
