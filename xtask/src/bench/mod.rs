@@ -21,11 +21,13 @@
 //! - `cpu`, `measure`: CPU accounting from /proc, and bounded, measured generator runs.
 //! - `wrk`, `queue`: the generators' outputs; the queue-lag sampler and the drain.
 //! - `driver`, `rows`: the servers, apps and the order of the rows.
+//! - `http`: the drivers' own few requests (the load run's checks after a run).
 //! - `model`, `report`, `algs`, `lag`, `logs`, `render`: the report and its tables.
 
 mod algs;
 pub(crate) mod cpu;
 pub(crate) mod driver;
+pub(crate) mod http;
 mod lag;
 mod logs;
 pub(crate) mod measure;
