@@ -1,5 +1,6 @@
-//! The rows of a bench run, in order: the main HTTP rows, the rate-limited row, each limiter
-//! algorithm's HTTP rows, then the Redis ceilings and the worker drain.
+//! The rows of a bench run, in order: the main HTTP rows, the polling and repeat storms
+//! (`rows_storms`), the rate-limited row, each limiter algorithm's HTTP rows, then the Redis
+//! ceilings and the worker drain.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
@@ -17,7 +18,7 @@ use super::wrk::Mode;
 
 /// Far above what one address sends (REQUESTS × WINDOW in µs must stay below 2^50): the in-stock
 /// rows' limiter runs on every request but never refuses.
-const HIGH_RATE_LIMIT: &str = "100000/1s";
+pub(super) const HIGH_RATE_LIMIT: &str = "100000/1s";
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 fn keys(b: &Bench, sale: &str) -> SaleKeys {
@@ -28,6 +29,7 @@ pub fn all(b: &mut Bench) -> anyhow::Result<()> {
     settings(b);
     let peak = main_rows(b)?;
     jwt_row(b, peak)?;
+    super::rows_storms::storm_rows(b)?;
     limited_row(b)?;
     for alg in b.args.algorithms() {
         algorithm_rows(b, alg)?;
@@ -71,7 +73,7 @@ fn settings(b: &mut Bench) {
 }
 
 /// One second of GET /healthz against a freshly started app (not reported).
-fn warm_up(b: &mut Bench, app: &testbed::App, name: &str) -> anyhow::Result<()> {
+pub(super) fn warm_up(b: &mut Bench, app: &testbed::App, name: &str) -> anyhow::Result<()> {
     b.wrk(&format!("warmup-{name}"), app, 1, b.args.connections, Mode::Healthz, None)?;
     b.results.wrk.remove(&format!("warmup-{name}"));
     Ok(())
