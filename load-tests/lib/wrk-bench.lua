@@ -4,6 +4,8 @@
 --   wrk -t2 -c64 -d6s --latency -s load-tests/lib/wrk-bench.lua URL -- MODE [SALE_ID USER_PREFIX]
 --
 -- MODE healthz  GET /healthz (a request string built once)
+-- MODE sale     GET /sales/SALE_ID, the public status a waiting crowd polls (a request string built
+--               once, without If-None-Match: every answer is a 200 with its body)
 -- MODE buy      POST /buy {"sale_id":"SALE_ID","user_id":"USER_PREFIX-<counter>-<thread>"}: every
 --               request a new user, unique across wrk threads (thread number in the id) and
 --               across runs on the same sale (pick a new USER_PREFIX per run)
@@ -11,6 +13,9 @@
 --               SECKILL_AUTH=jwt: args SALE_ID TOKENS_FILE THREADS; the file holds one pre-signed token
 --               per line, each a distinct user (wrk cannot sign); thread t sends tokens t, t+THREADS, ...
 --               (wrapping around when they run out: then the answers are 409)
+-- MODE repeat   POST /buy {"sale_id":"SALE_ID","user_id":"USER_PREFIX-<i>"} cycling over i = 0 .. USERS-1:
+--               args SALE_ID USER_PREFIX USERS THREADS; buyers who bought beforehand, so every answer
+--               is a 409 already_purchased; every 16th response's body is looked at for an order_id
 --
 -- Pacing (optional): BENCH_RATE=<total requests/s> and BENCH_THREADS=<wrk -t> in the environment
 -- define delay(): each thread hands out send times on a fixed schedule of BENCH_RATE/BENCH_THREADS
@@ -20,7 +25,8 @@
 -- (no coordinated-omission correction).
 --
 -- response() counts statuses per thread; done() prints one line
---   BENCH_WRK {"requests":…,"duration_us":…,"errors":{…},"latency_us":{…},"statuses":{"201":…}}
+--   BENCH_WRK {"requests":…,"duration_us":…,"errors":{…},"latency_us":{…},"statuses":{"201":…},
+--              "bodies":{"sampled":…,"order_id":…}}
 -- that xtask reads (wrk's own text summary is printed too).
 
 local threads = {}
@@ -32,7 +38,10 @@ local counter = 0
 local cached = nil
 local tokens = nil
 local nthreads = 1
+local users = 0
+local responses = 0
 statuses = {} -- global: read by done() through thread:get("statuses")
+bodies = { sampled = 0, order_id = 0 } -- global: repeat mode's sampled bodies, and how many had an order_id
 
 function setup(thread)
   table.insert(threads, thread)
@@ -60,9 +69,21 @@ function init(args)
     assert(#tokens > 0, "no tokens in " .. tokens_file)
     wrk.method = "POST"
     wrk.path = "/buy"
+  elseif mode == "repeat" then
+    sale = assert(args[2], "repeat needs SALE_ID")
+    prefix = assert(args[3], "repeat needs USER_PREFIX")
+    users = assert(tonumber(args[4]), "repeat needs USERS")
+    nthreads = tonumber(args[5]) or 1
+    wrk.method = "POST"
+    wrk.path = "/buy"
+    wrk.headers["Content-Type"] = "application/json"
   elseif mode == "healthz" then
     wrk.method = "GET"
     wrk.path = "/healthz"
+    cached = wrk.format()
+  elseif mode == "sale" then
+    wrk.method = "GET"
+    wrk.path = "/sales/" .. assert(args[2], "sale needs SALE_ID")
     cached = wrk.format()
   else
     error("unknown mode " .. tostring(mode))
@@ -79,12 +100,25 @@ function request()
     return wrk.format(nil, nil, { ["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. token },
       string.format('{"sale_id":"%s"}', sale))
   end
+  if users > 0 then
+    return wrk.format(nil, nil, nil,
+      string.format('{"sale_id":"%s","user_id":"%s-%d"}', sale, prefix, ((counter - 1) * nthreads + tid - 1) % users))
+  end
   return wrk.format(nil, nil, nil,
     string.format('{"sale_id":"%s","user_id":"%s-%d-%d"}', sale, prefix, counter, tid))
 end
 
 function response(status, headers, body)
   statuses[status] = (statuses[status] or 0) + 1
+  if users > 0 then
+    responses = responses + 1
+    if responses % 16 == 0 then
+      bodies.sampled = bodies.sampled + 1
+      if status == 409 and body:find('"order_id":"%x+%-%x+%-%x+%-%x+%-%x+"') then
+        bodies.order_id = bodies.order_id + 1
+      end
+    end
+  end
 end
 
 local rate = tonumber(os.getenv("BENCH_RATE") or "") or 0
@@ -120,12 +154,18 @@ end
 
 function done(summary, latency, requests)
   local total = {}
+  local sampled, with_order_id = 0, 0
   for _, t in ipairs(threads) do
     local s = t:get("statuses")
     if type(s) == "table" then
       for k, v in pairs(s) do
         total[k] = (total[k] or 0) + v
       end
+    end
+    local b = t:get("bodies")
+    if type(b) == "table" then
+      sampled = sampled + b.sampled
+      with_order_id = with_order_id + b.order_id
     end
   end
   local parts = {}
@@ -138,10 +178,10 @@ function done(summary, latency, requests)
     'BENCH_WRK {"requests":%d,"duration_us":%d,"bytes":%d,' ..
     '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d},' ..
     '"latency_us":{"mean":%.1f,"stdev":%.1f,"max":%d,"p50":%d,"p90":%d,"p99":%d,"p999":%d},' ..
-    '"statuses":{%s}}\n',
+    '"statuses":{%s},"bodies":{"sampled":%d,"order_id":%d}}\n',
     summary.requests, summary.duration, summary.bytes,
     e.connect, e.read, e.write, e.status, e.timeout,
     latency.mean, latency.stdev, latency.max,
     latency:percentile(50), latency:percentile(90), latency:percentile(99), latency:percentile(99.9),
-    table.concat(parts, ",")))
+    table.concat(parts, ","), sampled, with_order_id))
 end

@@ -83,8 +83,7 @@ fn entry(b: &mut Builder, alg: &str) -> Algorithm {
             .join("; ");
         row.path_ok = Some(path_ok);
         for (label, proc_) in [("app_us_per_req", "seckill"), ("redis_us_per_req", "redis")] {
-            let us = run.usage.get(proc_).filter(|_| out.requests > 0).map(|cpu| cpu / out.requests as f64 * 1e6);
-            row.extra(label, us);
+            row.extra(label, super::model::us_per_request(run, out.requests, proc_));
         }
         entry.http.insert(kind.into(), row);
     }

@@ -67,7 +67,11 @@ pub fn need_tools(tools: &[(&str, &str)]) -> anyhow::Result<()> {
 
 /// UTC now as 2026-11-23T02:59:58Z.
 pub fn utc_now() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as i64;
+    rfc3339(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as i64)
+}
+
+/// Unix seconds as 2026-11-23T02:59:58Z (RFC 3339, UTC).
+pub fn rfc3339(secs: i64) -> String {
     let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
     // Howard Hinnant's civil_from_days.
     let z = days + 719_468;
@@ -214,12 +218,17 @@ impl Bench {
 
     /// One query on the `seckill` database through psql (its single value).
     pub fn psql(&self, sql: &str) -> anyhow::Result<String> {
-        let out = Command::new(&self.services.tools.psql)
-            .args(["-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-d", &self.services.database_url(), "-c", sql])
-            .output()?;
-        anyhow::ensure!(out.status.success(), "psql: {}", String::from_utf8_lossy(&out.stderr));
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        psql(&self.services, sql)
     }
+}
+
+/// One query on the `seckill` database through psql: its rows, one a line, columns split by `|`.
+pub fn psql(services: &Services, sql: &str) -> anyhow::Result<String> {
+    let out = Command::new(&services.tools.psql)
+        .args(["-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-d", &services.database_url(), "-c", sql])
+        .output()?;
+    anyhow::ensure!(out.status.success(), "psql: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// Waits (up to 120 s) until the sale's queue is empty, so that an app is not stopped with a

@@ -8,7 +8,9 @@
 //!
 //! Rows (every HTTP row: wrk with `load-tests/lib/wrk-bench.lua`, same threads and connections
 //! except the paced 80% run): GET /healthz (the ceiling; run twice, the better counts), POST /buy
-//! in stock, paced at 80% of that peak, paced at `--light-rate`, sold out, rate limited; Redis
+//! in stock, paced at 80% of that peak, paced at `--light-rate`, sold out, rate limited; a polling
+//! storm on GET /sales/{id} (with the Redis commands it caused) and a storm of repeated purchases
+//! by 500 buyers (409 with their order id); Redis
 //! EVALSHA buy.lua (redis-benchmark), the worker drain of its orders, the queue lag of the
 //! in-stock run; and per limiter algorithm (`seckill::limiter::Algorithm::ALL`) three EVALSHA
 //! rows of its script and two /buy rows through an app running it. Then `seckill reconcile` for
@@ -20,12 +22,14 @@
 //! # Layout
 //! - `cpu`, `measure`: CPU accounting from /proc, and bounded, measured generator runs.
 //! - `wrk`, `queue`: the generators' outputs; the queue-lag sampler and the drain.
-//! - `driver`, `rows`: the servers, apps and the order of the rows.
-//! - `model`, `report`, `algs`, `lag`, `logs`, `render`: the report and its tables.
+//! - `driver`, `rows`, `rows_redis`, `rows_storms`: the servers, apps and the order of the rows.
+//! - `http`: the driver's own few requests (purchases before a row, checks after one).
+//! - `model`, `report`, `algs`, `lag`, `storms`, `logs`, `render`: the report and its tables.
 
 mod algs;
 pub(crate) mod cpu;
 pub(crate) mod driver;
+pub(crate) mod http;
 mod lag;
 mod logs;
 pub(crate) mod measure;
@@ -35,6 +39,8 @@ mod render;
 mod report;
 mod rows;
 mod rows_redis;
+mod rows_storms;
+mod storms;
 pub(crate) mod wrk;
 
 use std::path::PathBuf;

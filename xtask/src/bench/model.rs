@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::cpu::Usage;
 use super::measure::Run;
 use super::queue::{Drain, QueueStats};
+use super::rows_storms::RedisCalls;
 use super::wrk::{RedisBench, WrkOut};
 
 /// Free-form facts the driver recorded while running (`machine.*`, `setting.*`, `<row>.detail`,
@@ -28,6 +29,8 @@ pub struct Results {
     pub queue: Option<QueueStats>,
     /// Postgres `persisted_at - created_at` of the in-stock run: orders, p50_ms, p99_ms, max_ms.
     pub lag: Option<Value>,
+    /// The Redis commands run during a row, by row name (the storm rows).
+    pub redis_calls: BTreeMap<String, RedisCalls>,
     /// (sale, `seckill reconcile` exit code, its JSON report).
     pub checks: Vec<(String, i32, Option<Value>)>,
     /// Where the app and worker logs were copied (`seckill-*.log`, `worker.log`).
@@ -133,6 +136,11 @@ impl Row {
     pub fn extra_f64(&self, key: &str) -> Option<f64> {
         self.extra.get(key).and_then(Value::as_f64)
     }
+}
+
+/// CPU µs of the watched process `label` per request of a run.
+pub fn us_per_request(run: &Run, requests: u64, label: &str) -> Option<f64> {
+    run.usage.get(label).filter(|_| requests > 0).map(|cpu| cpu / requests as f64 * 1e6)
 }
 
 /// "CPU µs per operation: app 13.6, redis 0.0, generator 10.9".

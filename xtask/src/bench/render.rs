@@ -58,7 +58,10 @@ fn figure(row: &Row) -> String {
     if row.key == "queue-lag" {
         return row.extra_f64("lag_ms").map_or("-".into(), |ms| format!("{} ms", fmt_rate(Some(ms))));
     }
-    format!("{} {}", fmt_rate(row.rate), row.unit)
+    match row.extra_f64("redis_cmds_per_s").filter(|_| row.key == "http-sale-poll") {
+        Some(per_s) => format!("{} {} (Redis {per_s:.0} commands/s)", fmt_rate(row.rate), row.unit),
+        None => format!("{} {}", fmt_rate(row.rate), row.unit),
+    }
 }
 
 fn main_status(row: &Row) -> String {

@@ -271,6 +271,7 @@ pub fn build(r: &Results, generated_at: String) -> Report {
     let (tail, head): (Vec<Row>, Vec<Row>) =
         rows.into_iter().partition(|row| row.key == "http-buy-soldout" || row.key == "http-buy-limited");
     rows = head.into_iter().chain(tail).collect();
+    super::storms::rows(&mut b, &mut rows);
     if let Some(row) = b.redis_row("redis-buy", "Redis buy.lua, distinct users") {
         rows.push(row);
     }

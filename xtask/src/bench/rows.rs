@@ -1,5 +1,6 @@
-//! The rows of a bench run, in order: the main HTTP rows, the rate-limited row, each limiter
-//! algorithm's HTTP rows, then the Redis ceilings and the worker drain.
+//! The rows of a bench run, in order: the main HTTP rows, the polling and repeat storms
+//! (`rows_storms`), the rate-limited row, each limiter algorithm's HTTP rows, then the Redis
+//! ceilings and the worker drain.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
@@ -17,7 +18,7 @@ use super::wrk::Mode;
 
 /// Far above what one address sends (REQUESTS × WINDOW in µs must stay below 2^50): the in-stock
 /// rows' limiter runs on every request but never refuses.
-const HIGH_RATE_LIMIT: &str = "100000/1s";
+pub(super) const HIGH_RATE_LIMIT: &str = "100000/1s";
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 fn keys(b: &Bench, sale: &str) -> SaleKeys {
@@ -28,6 +29,7 @@ pub fn all(b: &mut Bench) -> anyhow::Result<()> {
     settings(b);
     let peak = main_rows(b)?;
     jwt_row(b, peak)?;
+    super::rows_storms::storm_rows(b)?;
     limited_row(b)?;
     for alg in b.args.algorithms() {
         algorithm_rows(b, alg)?;
@@ -71,7 +73,7 @@ fn settings(b: &mut Bench) {
 }
 
 /// One second of GET /healthz against a freshly started app (not reported).
-fn warm_up(b: &mut Bench, app: &testbed::App, name: &str) -> anyhow::Result<()> {
+pub(super) fn warm_up(b: &mut Bench, app: &testbed::App, name: &str) -> anyhow::Result<()> {
     b.wrk(&format!("warmup-{name}"), app, 1, b.args.connections, Mode::Healthz, None)?;
     b.results.wrk.remove(&format!("warmup-{name}"));
     Ok(())
@@ -241,11 +243,13 @@ fn redis_rows_and_drain(b: &mut Bench) -> anyhow::Result<()> {
     let drain_keys = keys(b, "bench-drain");
     let buy = script_load(b, "lua/buy.lua")?;
     let orders = b.args.drain_orders();
-    // buy.lua's ARGV (see its header): sale id, user id, order id, shard count (1: unsharded).
-    // User id and order id each from two independent 12-digit placeholders: no repeats in
-    // practice; the order id is 32 digits (a UUID in its simple form, as the worker parses it).
-    let mut args = vec!["EVALSHA", &buy, "4"];
-    args.extend(drain_keys.all());
+    // buy.lua's KEYS and ARGV (see its header): the sale's keys; sale id, user id, order id,
+    // shard count (1: unsharded). User id and order id each from two independent 12-digit
+    // placeholders: no repeats in practice; the order id is 32 digits (a UUID in its simple
+    // form, as the worker parses it).
+    let (keys, numkeys) = (drain_keys.all(), drain_keys.all().len().to_string());
+    let mut args = vec!["EVALSHA", &buy, &numkeys];
+    args.extend(keys);
     args.extend(["bench-drain", "rb-__rand_int__-__rand_int__", "0190b7a2__rand_int____rand_int__", "1"]);
     b.rbench("redis-buy", orders, 2_147_483_647, &args, Some(&app))?;
     let queued: u64 = b.redis(redis::cmd("XLEN").arg(&drain_keys.orders))?;

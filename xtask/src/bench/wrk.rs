@@ -12,11 +12,16 @@ use serde::{Deserialize, Serialize};
 pub enum Mode<'a> {
     /// GET /healthz.
     Healthz,
+    /// GET /sales/{sale}: the public status a waiting crowd polls.
+    Sale { sale: &'a str },
     /// POST /buy on `sale`, every request a new user `<prefix>-<counter>-<thread>`.
     Buy { sale: &'a str, prefix: &'a str },
     /// POST /buy on `sale` (`SECKILL_AUTH=jwt`), every request with the next bearer token of
     /// `tokens` (one per line, each a distinct user; wrk cannot sign).
     BuyJwt { sale: &'a str, tokens: &'a Path },
+    /// POST /buy on `sale` cycling over the users `<prefix>-0` .. `<prefix>-<users - 1>`, who
+    /// bought beforehand: every answer a 409; a sample of the bodies is checked for an order id.
+    Repeat { sale: &'a str, prefix: &'a str, users: u32 },
 }
 
 /// One wrk invocation.
@@ -43,8 +48,12 @@ impl Wrk<'_> {
             .arg("--");
         match &self.mode {
             Mode::Healthz => cmd.arg("healthz"),
+            Mode::Sale { sale } => cmd.args(["sale", sale]),
             Mode::Buy { sale, prefix } => cmd.args(["buy", sale, prefix]),
             Mode::BuyJwt { sale, tokens } => cmd.args(["buy-jwt", sale]).arg(tokens).arg(self.threads.to_string()),
+            Mode::Repeat { sale, prefix, users } => {
+                cmd.args(["repeat", sale, prefix, &users.to_string(), &self.threads.to_string()])
+            }
         };
         if let Some(rate) = self.rate {
             cmd.env("BENCH_RATE", rate.to_string()).env("BENCH_THREADS", self.threads.to_string());
@@ -72,6 +81,9 @@ pub struct WrkOut {
     pub errors: BTreeMap<String, u64>,
     pub latency_us: Latency,
     pub statuses: BTreeMap<String, u64>,
+    /// Repeat mode: `sampled` bodies (every 16th), of which `order_id` carried one.
+    #[serde(default)]
+    pub bodies: BTreeMap<String, u64>,
 }
 
 impl WrkOut {
@@ -145,12 +157,13 @@ mod tests {
 
     #[test]
     fn parses_the_bench_wrk_line() {
-        let out = "Running 1s test\nBENCH_WRK {\"requests\":100,\"duration_us\":2000000,\"bytes\":1,\"errors\":{\"connect\":0,\"read\":1,\"write\":0,\"status\":3,\"timeout\":0},\"latency_us\":{\"mean\":10.0,\"stdev\":1.0,\"max\":90,\"p50\":8,\"p90\":20,\"p99\":50,\"p999\":80},\"statuses\":{\"201\":97,\"409\":2}}\n";
+        let out = "Running 1s test\nBENCH_WRK {\"requests\":100,\"duration_us\":2000000,\"bytes\":1,\"errors\":{\"connect\":0,\"read\":1,\"write\":0,\"status\":3,\"timeout\":0},\"latency_us\":{\"mean\":10.0,\"stdev\":1.0,\"max\":90,\"p50\":8,\"p90\":20,\"p99\":50,\"p999\":80},\"statuses\":{\"201\":97,\"409\":2},\"bodies\":{\"sampled\":6,\"order_id\":5}}\n";
         let w = WrkOut::parse(out).unwrap();
         assert_eq!(w.rate(), 50.0);
         assert_eq!(w.status("201"), 97);
         assert_eq!(w.socket_errors().len(), 1);
         assert_eq!(w.failed(), 5);
+        assert_eq!(w.bodies["order_id"], 5);
     }
 
     #[test]

@@ -1,15 +1,23 @@
 //! The flash crowd with k6: `MODE=crowd` from `--local-ips` (many users, few per address), then
 //! `MODE=too_fast` from 127.0.0.1 only (one address far over the limit: 429s). Two invocations,
-//! as `--local-ips` applies to every VU of a process.
+//! as `--local-ips` applies to every VU of a process. The flash sales are seeded to open
+//! `--countdown` after seeding, so the crowd polls their status first; its buyers then poll
+//! their orders. Afterwards the invariants per sale, and every 201's order (k6 prints them to
+//! its console file) in Postgres and confirmed by `GET /sales/{id}/order`.
 
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::{Load, secs};
+use secrecy::SecretString;
+use serde_json::json;
+
+use super::{Load, orders, secs};
+use crate::bench::driver::rfc3339;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// New users per second at the peak (each 1 + --retry-ratio requests).
+    /// New users per second at the peak (each polls its sale's status, buys if it is open, 1 +
+    /// --retry-ratio requests, and a buyer polls its order until confirmed).
     #[arg(long, default_value_t = 1500)]
     peak_rps: u32,
     /// Ramp from 50/s up to the peak.
@@ -24,6 +32,10 @@ pub struct Args {
     /// Stock of each flash sale.
     #[arg(long, default_value_t = 2000)]
     stock: u64,
+    /// The flash sales open this long after they are seeded: the crowd's first users poll their
+    /// status until then.
+    #[arg(long, default_value = "5s")]
+    countdown: String,
     /// Share of users who send their purchase twice.
     #[arg(long, default_value_t = 0.1)]
     retry_ratio: f64,
@@ -49,9 +61,15 @@ pub struct Args {
     /// token per user with it.
     #[arg(long, default_value = "none", value_parser = ["none", "jwt"])]
     auth: String,
+    /// Orders checked one by one through GET /sales/{id}/order after a run (a random sample
+    /// beyond; Postgres is checked for every one).
+    #[arg(long, default_value_t = 10_000)]
+    verify_orders: usize,
 }
 
 const TOO_FAST_SALE: &str = "limiter";
+/// The limit of the app that checks the orders afterwards: every check comes from 127.0.0.1.
+const OPEN_LIMIT: &str = "100000/1s";
 
 /// One bounded k6 run of flash-crowd.js; its exit code (99 = thresholds failed).
 fn run_k6(
@@ -71,7 +89,8 @@ fn run_k6(
         .env("K6_WEB_DASHBOARD_PORT", "-1")
         .env("K6_WEB_DASHBOARD_PERIOD", "1s")
         .env("K6_WEB_DASHBOARD_EXPORT", load.results.join(format!("{name}-report.html")))
-        .args(["run", "--quiet", "--no-usage-report"])
+        .args(["run", "--quiet", "--no-usage-report", "--log-format", "raw", "--console-output"])
+        .arg(load.results.join(format!("{name}-console.log")))
         .args(extra);
     for (k, v) in [
         ("MODE", mode),
@@ -89,6 +108,14 @@ fn run_k6(
     if rc != 0 {
         load.log(&format!("k6 {mode} failed (exit {rc}; 99 = thresholds crossed)"));
     }
+    let console = load.results.join(format!("{name}-console.log"));
+    let (_, warnings) = orders::read(&console)?;
+    for line in warnings.iter().take(20) {
+        load.log(&format!("k6 {mode}: {line}"));
+    }
+    if warnings.len() > 20 {
+        load.log(&format!("k6 {mode}: {} more lines in {}", warnings.len() - 20, console.display()));
+    }
     Ok(rc)
 }
 
@@ -102,20 +129,25 @@ fn created(load: &Load, name: &str) -> i64 {
 pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
     for entry in std::fs::read_dir(&load.results)?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("k6-") && (name.ends_with("summary.json") || name.ends_with("report.html")) {
+        if name.starts_with("k6-") && [".json", ".html", "-console.log"].iter().any(|end| name.ends_with(end)) {
             std::fs::remove_file(entry.path())?;
         }
     }
     let secret: String = (0..64).map(|_| fastrand::alphanumeric()).collect();
     let app =
         load.app(&[("SECKILL_RATE_LIMIT", &a.rate_limit), ("SECKILL_AUTH", &a.auth), ("SECKILL_JWT_SECRET", &secret)])?;
+    // On whole seconds, at least --countdown ahead.
+    let starts = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis().div_ceil(1000) as u64 + secs(&a.countdown)?;
     for i in 1..=a.sales {
-        app.seed(&format!("flash-{i}"), a.stock, None)?;
+        app.put_sale(&format!("flash-{i}"), &json!({"stock": a.stock, "starts_at": rfc3339(starts as i64)}))?;
     }
     app.seed(TOO_FAST_SALE, a.limiter_stock, None)?;
     load.log(&format!(
-        "seeded flash-1..flash-{} ({} each) and {TOO_FAST_SALE} ({})",
-        a.sales, a.stock, a.limiter_stock
+        "seeded flash-1..flash-{} ({} each, opening at {}) and {TOO_FAST_SALE} ({}, open)",
+        a.sales,
+        a.stock,
+        rfc3339(starts as i64),
+        a.limiter_stock
     ));
     // k6 signs with the app's secret (a throwaway, made for this run: the logged command shows it).
     let auth: Vec<String> = if a.auth == "jwt" { vec!["-e".into(), format!("JWT_SECRET={secret}")] } else { vec![] };
@@ -128,6 +160,8 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
         .chain(
             [
                 ("SALES", a.sales.to_string()),
+                ("STOCK", a.stock.to_string()),
+                ("STARTS_AT_MS", (starts * 1000).to_string()),
                 ("PEAK_RPS", a.peak_rps.to_string()),
                 ("RAMP", a.ramp.clone()),
                 ("HOLD", a.hold.clone()),
@@ -138,7 +172,7 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
         )
         .chain(auth.iter().cloned())
         .collect();
-    let limit = secs(&a.ramp)? + secs(&a.hold)? + 60;
+    let limit = secs(&a.countdown)? + secs(&a.ramp)? + secs(&a.hold)? + 80;
     load.failures += u32::from(run_k6(&load, a, &app.url, &run_id, "crowd", limit, &crowd)? != 0);
 
     load.log(&format!(
@@ -164,5 +198,16 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
     load.expect_created("crowd (k6)", created(&load, "k6"), crowd_orders);
     let orders = load.check_sale(&app, TOO_FAST_SALE)?;
     load.expect_created("too_fast (k6)", created(&load, "k6-too-fast"), orders);
+    drop(app);
+
+    // Each order on its own, through an app with the same settings but an open limit.
+    let checker =
+        load.app(&[("SECKILL_RATE_LIMIT", OPEN_LIMIT), ("SECKILL_AUTH", &a.auth), ("SECKILL_JWT_SECRET", &secret)])?;
+    let secret = (a.auth == "jwt").then(|| SecretString::from(secret.clone()));
+    for (run, name) in [("crowd (k6)", "k6"), ("too_fast (k6)", "k6-too-fast")] {
+        let (seen, _) = orders::read(&load.results.join(format!("{name}-console.log")))?;
+        let expected = created(&load, name);
+        orders::verify(&mut load, run, &seen, expected, &checker, secret.as_ref(), a.verify_orders)?;
+    }
     Ok(load)
 }

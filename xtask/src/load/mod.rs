@@ -6,6 +6,7 @@
 
 mod k6;
 mod oha;
+mod orders;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
