@@ -89,7 +89,8 @@ fn one_k(args: &Args, app: &App, masters: &Masters, work: &Path, k: u32) -> anyh
             "-n",
             &calls.to_string(),
         ])
-        .args(["-r", &USER_RANGE.to_string(), "--csv", "EVALSHA", &masters.buy_sha, "4"])
+        .args(["-r", &USER_RANGE.to_string(), "--csv", "EVALSHA", &masters.buy_sha])
+        .arg(keys.all().len().to_string())
         .args(keys.all())
         .args([sale.as_str(), "u-__rand_int__", ORDER_ID, &k.to_string()]);
         children.push(spawn_logged(&mut cmd, work, &format!("k{k}-{i}"))?);
