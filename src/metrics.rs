@@ -53,6 +53,8 @@ pub struct Metrics {
     pub queue_length: IntGaugeVec,
     /// Age of a sale's oldest queued order, in seconds (sampled by the worker; 0 when empty).
     pub queue_lag_seconds: prometheus::GaugeVec,
+    /// The order streams the worker knows, by `state` (`ready`: read each step).
+    pub worker_streams: IntGaugeVec,
     /// Orders per batch the worker wrote.
     pub worker_batch_size: Histogram,
     /// Duration of the worker's batch inserts.
@@ -108,6 +110,12 @@ impl Metrics {
         )
         .expect("valid metric");
         registry.register(Box::new(queue_lag_seconds.clone())).expect("unique metric");
+        let worker_streams = IntGaugeVec::new(
+            Opts::new("seckill_worker_streams", "Order streams the worker knows, by state"),
+            &["state"],
+        )
+        .expect("valid metric");
+        registry.register(Box::new(worker_streams.clone())).expect("unique metric");
         let purchases = counter("seckill_purchases_total", "Purchase outcomes", &["outcome"]);
         let limiter_decisions = counter("seckill_limiter_decisions_total", "Rate limiter decisions", &["decision"]);
         Self {
@@ -123,6 +131,7 @@ impl Metrics {
             purchases,
             queue_length,
             queue_lag_seconds,
+            worker_streams,
             worker_batch_size: histogram(
                 "seckill_worker_batch_size",
                 "Orders per batch written to Postgres",
@@ -155,6 +164,13 @@ impl Metrics {
         if let Some(i) = LIMITER_DECISIONS.iter().position(|d| *d == decision) {
             self.limiter_counters[i].inc();
         }
+    }
+
+    /// Removes the sale's own series (its queue length and lag), once the worker reads none of
+    /// its streams any more: a retired sale leaves nothing behind in `/metrics`.
+    pub fn forget_sale(&self, sale: &str) {
+        let _ = self.queue_length.remove_label_values(&[sale]);
+        let _ = self.queue_lag_seconds.remove_label_values(&[sale]);
     }
 
     /// The text exposition of every metric.

@@ -232,9 +232,11 @@ impl Worker {
         }
     }
 
-    /// Adds the streams of the sales and shards registered since the last refresh (a seed
-    /// registers them before seeding), with their consumer group; after a failed step, first
-    /// creates the group again on every stream it knows.
+    /// Follows the registry of sales and shards: adds the streams registered since the last
+    /// refresh (a seed registers them before seeding), with their consumer group, and drops the
+    /// streams of sales and shards no longer registered (a retired sale), with the sale's metric
+    /// series once none of its streams is left. After a failed step, first creates the group
+    /// again on every stream it knows.
     async fn refresh_sales(&mut self) -> anyhow::Result<()> {
         if self.recreate_groups {
             for key in self.streams.keys() {
@@ -246,12 +248,28 @@ impl Worker {
         if !due {
             return Ok(());
         }
-        for (key, sale) in queue::streams(&self.sales).await.context("listing sales")? {
+        let listed: HashMap<String, SaleId> =
+            queue::streams(&self.sales).await.context("listing sales")?.into_iter().collect();
+        let mut dropped = Vec::new();
+        self.streams.retain(|key, sale| {
+            let keep = listed.contains_key(key);
+            if !keep {
+                dropped.push(sale.clone());
+            }
+            keep
+        });
+        for sale in dropped {
+            if !self.streams.values().any(|s| *s == sale) {
+                self.metrics.forget_sale(sale.as_str());
+            }
+        }
+        for (key, sale) in listed {
             if !self.streams.contains_key(&key) {
                 order_stream::create_group(&mut self.redis, &key).await.context("creating consumer group")?;
                 self.streams.insert(key, sale);
             }
         }
+        self.metrics.worker_streams.with_label_values(&["ready"]).set(self.streams.len() as i64);
         self.sales_refreshed_at = Some(Instant::now());
         Ok(())
     }
