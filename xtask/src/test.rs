@@ -23,6 +23,10 @@ pub struct Args {
     /// Bound on the whole run, in minutes.
     #[arg(long, default_value_t = 80)]
     timeout_minutes: u64,
+    /// Run the tests against the Redis Cluster instead of the single server (with extra cargo
+    /// test args, e.g. `--against-cluster -- --test api retire`).
+    #[arg(long, conflicts_with = "no_cluster")]
+    against_cluster: bool,
     /// Extra arguments for the first `cargo test` only (e.g. `--test api buy`); with them the
     /// fuzz, compose lint and cluster steps do not run.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -84,7 +88,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if extra && services.cluster.is_some() {
         println!("\n==> test (Redis Cluster): skipped (extra cargo test args given)");
     }
-    let handle = services.handle_file(Target::Server)?;
+    let handle = services.handle_file(if args.against_cluster { Target::Cluster } else { Target::Server })?;
     let mut test = cargo();
     test.args(["test", "--workspace", "--locked"]).args(&args.cargo_test_args).env(Services::ENV, &handle);
     report.command("test", &mut test);
