@@ -20,7 +20,7 @@
 -- exist (the sale is seeded): a missing stock key is refused with an error, nothing is written.
 --
 -- Example:
---   redis-cli --eval lua/restore.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:receipts' , alice 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1732363200000
+--   redis-cli --eval lua/restore.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:receipts' , bob 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a70 1732363200000
 
 local stock = tonumber(redis.call('GET', KEYS[1]))
 if not stock then
