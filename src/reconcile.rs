@@ -25,8 +25,12 @@
 //! and buyers are never removed, so every user seen in (3) is in the set read at (4). (Comparing
 //! with `B` would flag everyone who bought between (1) and (3).)
 //!
-//! [`repair`] re-enqueues the missing orders and restores a missing `sales` row. It deletes
-//! nothing: an order unknown to Redis is only reported, for a human to judge.
+//! [`repair`] makes Redis whole again from what Postgres remembers. A sale Redis lost entirely is
+//! seeded again from its `sales` row; buyers Postgres has and Redis lost (`unknown_to_redis`) go
+//! back into the buyer set with their receipts, the stock lowered by as many
+//! (`lua/restore.lua`), so nobody buys twice and `stock_initial = stock_left + sold` holds across
+//! the loss; missing orders are re-enqueued; a missing `sales` row is restored. It deletes
+//! nothing.
 
 use std::collections::HashSet;
 
@@ -36,7 +40,7 @@ use sqlx::PgPool;
 use crate::db;
 use crate::domain::{SaleId, UserId};
 use crate::orders::queue;
-use crate::purchase::{SaleState, Sales};
+use crate::purchase::{CommittedOrder, SaleSpec, SaleState, Sales, SeedOutcome};
 
 /// What reconciling one sale found (and, after [`repair`], did).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -63,18 +67,30 @@ pub struct ReconcileReport {
     pub reenqueued: usize,
     /// The repair wrote the missing `sales` row.
     pub sales_row_restored: bool,
+    /// Redis had lost the sale: the repair seeded it again from its `sales` row.
+    #[serde(default)]
+    pub sale_restored: bool,
+    /// Users of `unknown_to_redis` the repair put back into the buyer set (stock lowered to match).
+    #[serde(default)]
+    pub buyers_restored: u64,
+    /// Restored buyers beyond the stock left: the stock stopped at 0 and the sale has sold more
+    /// than its `stock_initial` (it was re-seeded with less stock than Postgres has orders).
+    #[serde(default)]
+    pub overdrawn: u64,
     /// Stock balanced, `sales` row present with the same `stock_initial`, both lists empty.
     pub consistent: bool,
 }
 
 impl ReconcileReport {
     /// Nothing is left to fix: the sale was consistent, or the repair re-enqueued every missing
-    /// order and restored the missing `sales` row and nothing else differs.
+    /// order, restored every buyer Redis lost without overdrawing the stock, restored the missing
+    /// `sales` row, and nothing else differs.
     pub fn resolved(&self) -> bool {
         let row_ok = self.sales_row_restored || self.sales_row_stock == Some(self.stock_initial);
         self.stock_balanced
             && row_ok
-            && self.unknown_to_redis.is_empty()
+            && self.buyers_restored == self.unknown_to_redis.len() as u64
+            && self.overdrawn == 0
             && self.reenqueued == self.missing_in_postgres.len()
     }
 }
@@ -96,30 +112,31 @@ pub async fn check(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option
     Ok(inspect(sales, pool, sale).await?.map(|(report, _)| report))
 }
 
-/// Runs [`check`], then appends a new order to the sale's stream for every buyer missing from
-/// Postgres, and writes the `sales` row from the Redis meta if it is missing (an existing row is
-/// never overwritten). `None` if the sale was never seeded in Redis.
+/// Repairs the sale (module documentation), then reports what the check before the repair found
+/// and what the repair did. `None` if neither Redis nor the `sales` table knows the sale.
 ///
 /// A re-enqueued order keeps the id and time the buyer was given, from its receipt
 /// ([`queue::requeue`]); only a buyer without a receipt gets a new id (UUID v7) and the time of
-/// the repair. Repeating a repair is harmless: the re-enqueued orders are queued, so
-/// the next check does not report them missing, and should two repairs race, the worker keeps
-/// the first order of a user (`unique (sale_id, user_id)`) and drops the other as a conflict.
+/// the repair. Repeating a repair is harmless: re-enqueued orders are queued and restored buyers
+/// are buyers, so the next check reports neither; should two repairs race, the worker keeps the
+/// first order of a user (`unique (sale_id, user_id)`) and drops the other as a conflict.
 pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option<ReconcileReport>, ReconcileError> {
+    let sale_restored = reseed_lost_sale(sales, pool, sale).await?;
     let Some((mut report, state)) = inspect(sales, pool, sale).await? else {
         return Ok(None);
     };
-    let users: Vec<UserId> = report
-        .missing_in_postgres
-        .iter()
-        .filter_map(|user| match UserId::parse(user) {
-            Ok(user_id) => Some(user_id),
-            Err(why) => {
-                tracing::warn!(sale_id = %sale, user_id = user, why, "invalid buyer id: not re-enqueued");
-                None
-            }
+    report.sale_restored = sale_restored;
+    let lost = db::orders_of_users(pool, sale, &report.unknown_to_redis).await?;
+    let lost: Vec<CommittedOrder> = lost
+        .into_iter()
+        .filter_map(|(user, order_id, created_at)| {
+            let created_at_ms = (created_at.unix_timestamp_nanos() / 1_000_000) as i64;
+            Some(CommittedOrder { user_id: valid_user(sale, &user)?, order_id, created_at_ms })
         })
         .collect();
+    let restored = sales.restore_buyers(sale, &lost).await?;
+    (report.buyers_restored, report.overdrawn) = (restored.buyers, restored.overdrawn);
+    let users: Vec<UserId> = report.missing_in_postgres.iter().filter_map(|user| valid_user(sale, user)).collect();
     let orders = queue::requeue(sales, sale, &users).await?;
     report.reenqueued = orders.len();
     if report.sales_row_stock.is_none() {
@@ -130,12 +147,44 @@ pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Optio
     }
     tracing::info!(
         sale_id = %sale,
+        sale_restored = report.sale_restored,
+        buyers_restored = report.buyers_restored,
+        overdrawn = report.overdrawn,
         reenqueued = report.reenqueued,
         sales_row_restored = report.sales_row_restored,
-        unknown_to_redis = report.unknown_to_redis.len(),
         "sale repaired"
     );
+    if report.overdrawn > 0 {
+        tracing::error!(sale_id = %sale, overdrawn = report.overdrawn, "Postgres holds more orders than the sale's stock");
+    }
     Ok(Some(report))
+}
+
+/// Seeds a sale Redis does not know from its `sales` row, if it has one (unsharded, with the
+/// row's stock and schedule); true if it did. Its buyers are restored next.
+async fn reseed_lost_sale(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<bool, ReconcileError> {
+    if sales.sale_state(sale).await?.is_some() {
+        return Ok(false);
+    }
+    let Some(row) = db::sale_row(pool, sale).await? else {
+        return Ok(false);
+    };
+    let ms = |t: Option<time::OffsetDateTime>| t.map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64);
+    let spec = SaleSpec {
+        stock: row.stock_initial,
+        starts_at_ms: ms(row.starts_at),
+        ends_at_ms: ms(row.ends_at),
+        shards: None,
+    };
+    let outcome = sales.seed(sale, spec).await?;
+    tracing::warn!(sale_id = %sale, ?outcome, "sale lost by Redis seeded again from its Postgres row");
+    Ok(outcome == SeedOutcome::Seeded)
+}
+
+fn valid_user(sale: &SaleId, user: &str) -> Option<UserId> {
+    UserId::parse(user)
+        .inspect_err(|why| tracing::warn!(sale_id = %sale, user_id = user, why, "invalid user id: not repaired"))
+        .ok()
 }
 
 async fn inspect(
@@ -173,6 +222,9 @@ async fn inspect(
         unknown_to_redis,
         reenqueued: 0,
         sales_row_restored: false,
+        sale_restored: false,
+        buyers_restored: 0,
+        overdrawn: 0,
         consistent,
     };
     Ok(Some((report, state)))

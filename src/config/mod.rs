@@ -48,8 +48,9 @@ pub enum Command {
         /// The sale to reconcile.
         #[arg(value_parser = SaleId::parse)]
         sale_id: SaleId,
-        /// Also repair: re-enqueue the missing orders (under new order ids) and restore a missing
-        /// `sales` row from Redis. Orders unknown to Redis are only reported.
+        /// Also repair: seed a sale Redis lost from its `sales` row, put buyers Postgres has and
+        /// Redis lost back (stock lowered to match), re-enqueue missing orders (under the ids
+        /// their buyers were told) and restore a missing `sales` row from Redis.
         #[arg(long)]
         repair: bool,
     },

@@ -11,8 +11,10 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use time::OffsetDateTime;
 
-pub use orders::{InsertReport, count_orders, count_orders_by_sale, insert_orders, order_of, order_users};
-pub use sales::{insert_sale_if_missing, sales_row_stock, upsert_sale};
+pub use orders::{
+    InsertReport, count_orders, count_orders_by_sale, insert_orders, order_of, order_users, orders_of_users,
+};
+pub use sales::{SaleRow, insert_sale_if_missing, sale_row, sales_row_stock, upsert_sale};
 
 /// The migrations in `migrations/`, compiled into the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");

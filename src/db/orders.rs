@@ -94,3 +94,16 @@ pub async fn order_of(
         .fetch_optional(pool)
         .await
 }
+
+/// The orders of the given users in the sale: user id, order id, and Redis time of the purchase.
+pub async fn orders_of_users(
+    pool: &PgPool,
+    sale: &SaleId,
+    users: &[String],
+) -> Result<Vec<(String, Uuid, OffsetDateTime)>, sqlx::Error> {
+    sqlx::query_as("select user_id, order_id, created_at from orders where sale_id = $1 and user_id = any($2)")
+        .bind(sale.as_str())
+        .bind(users)
+        .fetch_all(pool)
+        .await
+}

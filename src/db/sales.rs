@@ -57,3 +57,19 @@ pub async fn sales_row_stock(pool: &PgPool, sale: &SaleId) -> Result<Option<i64>
         .fetch_optional(pool)
         .await
 }
+
+/// A sale's record, as the admin last seeded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct SaleRow {
+    pub stock_initial: i64,
+    pub starts_at: Option<OffsetDateTime>,
+    pub ends_at: Option<OffsetDateTime>,
+}
+
+/// The sale's `sales` row, if it has one.
+pub async fn sale_row(pool: &PgPool, sale: &SaleId) -> Result<Option<SaleRow>, sqlx::Error> {
+    sqlx::query_as("select stock_initial, starts_at, ends_at from sales where sale_id = $1")
+        .bind(sale.as_str())
+        .fetch_optional(pool)
+        .await
+}

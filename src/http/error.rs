@@ -68,6 +68,15 @@ pub enum ApiError {
     /// 409 `sale_in_progress`: a re-seed of a sale with buyers.
     #[error("the sale already has buyers; it cannot be re-seeded")]
     SaleInProgress,
+    /// 409 `sale_has_orders`: a seed of a sale whose orders Postgres holds but Redis lost.
+    #[error(
+        "Postgres holds {orders} order(s) of this sale that Redis does not know (Redis lost the sale's state): \
+         restore it with `seckill reconcile <sale_id> --repair` or POST /admin/sales/{{sale_id}}/reconcile instead"
+    )]
+    SaleHasOrders {
+        /// Orders of the sale in Postgres.
+        orders: i64,
+    },
     /// 409 `sale_started`: a re-seed of a sharded sale that has started.
     #[error("the sale is sharded and has started; it cannot be re-seeded")]
     SaleStarted,
@@ -111,6 +120,7 @@ impl ApiError {
             Self::AlreadyPurchased(_) => "already_purchased",
             Self::SoldOut => "sold_out",
             Self::SaleInProgress => "sale_in_progress",
+            Self::SaleHasOrders { .. } => "sale_has_orders",
             Self::SaleStarted => "sale_started",
             Self::ShardsFixed { .. } => "shards_fixed",
             Self::RateLimited { .. } => "rate_limited",
@@ -150,9 +160,11 @@ impl ResponseError for ApiError {
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized | Self::Unauthenticated | Self::InvalidToken(_) => StatusCode::UNAUTHORIZED,
             Self::AdminDisabled | Self::UserMismatch | Self::SaleNotStarted | Self::SaleEnded => StatusCode::FORBIDDEN,
-            Self::AlreadyPurchased(_) | Self::SaleInProgress | Self::SaleStarted | Self::ShardsFixed { .. } => {
-                StatusCode::CONFLICT
-            }
+            Self::AlreadyPurchased(_)
+            | Self::SaleInProgress
+            | Self::SaleHasOrders { .. }
+            | Self::SaleStarted
+            | Self::ShardsFixed { .. } => StatusCode::CONFLICT,
             Self::SoldOut => StatusCode::GONE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,

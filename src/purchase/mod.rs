@@ -9,6 +9,7 @@ pub mod board;
 mod buy;
 mod reads;
 pub mod receipt;
+mod restore;
 mod seed;
 pub mod shards;
 pub mod sold_out;
@@ -28,6 +29,7 @@ use crate::redis::lua::unexpected_reply;
 pub use buy::BuyOutcome;
 pub use reads::SaleState;
 pub use receipt::{OrderStatus, Purchase, Receipt};
+pub use restore::{CommittedOrder, Restored};
 pub use seed::{SaleSpec, SeedOutcome};
 
 /// How long [`Sales`] keeps a sale's layout before reading it again.

@@ -9,8 +9,11 @@
 //! seed with stock 0). Seeding publishes the sale id on the deployment's events channel, and every
 //! instance's [`listen`] clears its flag at once. A flag also lapses after its time to live, so an
 //! instance that missed the event (a dropped subscription) catches up within that time.
+//!
+//! The flags are bounded: they live in a `moka` cache weighed by the buyers each one holds
+//! ([`MAX_HELD_BUYERS`] in all, least recently used first out), and a flag nobody asked about for
+//! [`FLAG_IDLE`] is dropped with its copy, so a year of sales leaves nothing behind.
 
-use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -29,6 +32,13 @@ pub const FLAG_TTL: Duration = Duration::from_secs(5);
 /// Largest buyer set an instance copies into memory for a sold-out sale (about 150 bytes each
 /// with its receipt).
 pub const MAX_LOCAL_BUYERS: u64 = 100_000;
+
+/// Buyers (with their receipts) held in all the flags of one instance, about 75 MB at most; a
+/// flag weighs 1 plus its copy's buyers.
+pub const MAX_HELD_BUYERS: u64 = 500_000;
+
+/// A flag (and its copy) nobody asked about for this long is dropped.
+pub const FLAG_IDLE: Duration = Duration::from_secs(600);
 
 /// What the flags say about one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,11 +69,29 @@ struct Flag {
     loading: bool,
 }
 
+impl Flag {
+    /// The flag's weight in the cache: itself and the buyers it holds.
+    fn weight(&self) -> u32 {
+        match &self.buyers {
+            Buyers::Absent => 1,
+            Buyers::Loaded(copy) => u32::try_from(copy.buyers.len()).unwrap_or(u32::MAX).saturating_add(1),
+        }
+    }
+}
+
+/// One sale's flag, changed in place (a cache hands out clones of its values).
+type FlagCell = Arc<RwLock<Flag>>;
+
 /// The sales this instance knows to be sold out, each until its flag lapses.
-#[derive(Debug)]
 pub struct SoldOutFlags {
-    flags: RwLock<HashMap<Box<str>, Flag>>,
+    flags: moka::sync::Cache<Box<str>, FlagCell>,
     ttl: Duration,
+}
+
+impl std::fmt::Debug for SoldOutFlags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoldOutFlags").field("flags", &self.flags.entry_count()).field("ttl", &self.ttl).finish()
+    }
 }
 
 impl Default for SoldOutFlags {
@@ -75,13 +103,26 @@ impl Default for SoldOutFlags {
 impl SoldOutFlags {
     /// Flags that lapse after `ttl` unless Redis confirms them again.
     pub fn with_ttl(ttl: Duration) -> Self {
-        Self { flags: RwLock::default(), ttl }
+        Self::bounded(ttl, MAX_HELD_BUYERS, FLAG_IDLE)
+    }
+
+    /// Flags holding at most `max_buyers` buyers in all, each dropped after `idle` unasked.
+    pub fn bounded(ttl: Duration, max_buyers: u64, idle: Duration) -> Self {
+        let flags = moka::sync::Cache::builder()
+            .max_capacity(max_buyers)
+            .weigher(|_, cell: &FlagCell| read(cell).weight())
+            .time_to_idle(idle)
+            .build();
+        Self { flags, ttl }
     }
 
     /// `None` unless the sale's flag is set and has not lapsed.
     pub fn check(&self, sale: &SaleId, user: &UserId) -> Option<Flagged> {
-        let flags = self.flags.read().unwrap_or_else(|e| e.into_inner());
-        let flag = flags.get(sale.as_str()).filter(|f| Instant::now() < f.until)?;
+        let cell = self.flags.get(sale.as_str())?;
+        let flag = read(&cell);
+        if Instant::now() >= flag.until {
+            return None;
+        }
         Some(match &flag.buyers {
             Buyers::Loaded(copy) => match copy.buyers.get(user.as_str()) {
                 Some(receipt) => Flagged::AlreadyPurchased(*receipt),
@@ -97,8 +138,10 @@ impl SoldOutFlags {
     /// is not final), or some of the copied orders were still queued.
     pub fn set(&self, sale: &SaleId) -> bool {
         let until = Instant::now() + self.ttl;
-        let mut flags = self.flags.write().unwrap_or_else(|e| e.into_inner());
-        let flag = flags.entry(sale.as_str().into()).or_insert(Flag { until, buyers: Buyers::Absent, loading: false });
+        let cell = self.flags.get_with(sale.as_str().into(), || {
+            Arc::new(RwLock::new(Flag { until, buyers: Buyers::Absent, loading: false }))
+        });
+        let mut flag = write(&cell);
         flag.until = until;
         let load = !flag.loading
             && match &flag.buyers {
@@ -110,25 +153,43 @@ impl SoldOutFlags {
     }
 
     fn store_buyers(&self, sale: &SaleId, buyers: Buyers) {
-        let mut flags = self.flags.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(flag) = flags.get_mut(sale.as_str()) {
+        let Some(cell) = self.flags.get(sale.as_str()) else { return };
+        {
+            let mut flag = write(&cell);
             flag.loading = false;
             // A failed copy leaves the previous one answering.
             if matches!(buyers, Buyers::Loaded(_)) || matches!(flag.buyers, Buyers::Absent) {
                 flag.buyers = buyers;
             }
         }
+        // Inserted again, so the cache weighs the flag with its new copy.
+        self.flags.insert(sale.as_str().into(), cell);
     }
 
-    /// The sale was re-seeded.
+    /// The sale was re-seeded (or retired).
     pub fn clear(&self, sale: &str) {
-        self.flags.write().unwrap_or_else(|e| e.into_inner()).remove(sale);
+        self.flags.invalidate(sale);
     }
 
     /// Events may have been missed: forget every flag.
     pub fn clear_all(&self) {
-        self.flags.write().unwrap_or_else(|e| e.into_inner()).clear();
+        self.flags.invalidate_all();
     }
+
+    /// Buyers held in all the flags (the cache's weight; eviction is applied lazily, so this
+    /// may briefly exceed [`MAX_HELD_BUYERS`]).
+    pub fn held_buyers(&self) -> u64 {
+        self.flags.run_pending_tasks();
+        self.flags.weighted_size()
+    }
+}
+
+fn read(cell: &FlagCell) -> std::sync::RwLockReadGuard<'_, Flag> {
+    cell.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write(cell: &FlagCell) -> std::sync::RwLockWriteGuard<'_, Flag> {
+    cell.write().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Copies a sold-out sale's buyers into its flag (after [`SoldOutFlags::set`] returned true), so
@@ -260,6 +321,29 @@ mod tests {
         assert!(flags.set(&sale("a")));
         flags.store_buyers(&sale("a"), loaded(&["u"], OrderStatus::Confirmed));
         assert!(!flags.set(&sale("a")), "all confirmed: the copy is final");
+    }
+
+    #[test]
+    fn the_flags_hold_a_bounded_number_of_buyers_and_drop_idle_ones() {
+        let flags = SoldOutFlags::bounded(Duration::from_secs(60), 1_000, Duration::from_secs(60));
+        for i in 0..20 {
+            let sale = sale(&format!("s{i}"));
+            flags.set(&sale);
+            let ids: Vec<String> = (0..100).map(|u| format!("u{u}")).collect();
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            flags.store_buyers(&sale, loaded(&ids, OrderStatus::Confirmed));
+        }
+        let held = flags.held_buyers();
+        assert!(held <= 1_000, "20 copies of 100 buyers, bound 1,000: {held} held");
+        assert!(held >= 101, "the latest copy stays: {held} held");
+
+        let idle = SoldOutFlags::bounded(Duration::from_secs(60), 1_000, Duration::from_millis(50));
+        idle.set(&sale("a"));
+        idle.store_buyers(&sale("a"), loaded(&["u"], OrderStatus::Confirmed));
+        assert_eq!(idle.held_buyers(), 2);
+        std::thread::sleep(Duration::from_millis(120));
+        assert_eq!(idle.held_buyers(), 0, "an idle flag is dropped with its copy");
+        assert_eq!(idle.check(&sale("a"), &user("u")), None);
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub static BUY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("..
 /// `lua/seed.lua`: create or re-seed a sale unless it has buyers.
 pub static SEED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/seed.lua")));
 
+/// `lua/restore.lua`: put buyers Postgres holds and Redis lost back, stock lowered to match.
+pub static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/restore.lua")));
+
 /// `lua/ack.lua`: XACK + XDEL of committed orders.
 pub static ACK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/ack.lua")));
 

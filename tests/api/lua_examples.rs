@@ -64,6 +64,9 @@ async fn every_lua_header_example_works_as_documented() {
     assert_eq!(again[1], "0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69", "the receipt's order id: {again:?}");
     assert_eq!(again[3], "queued", "not acknowledged yet: {again:?}");
     assert_eq!(run("ack.lua").trim(), "0");
+    let restore = || -> Vec<i64> { run("restore.lua").split_whitespace().map(|n| n.parse().unwrap()).collect() };
+    assert_eq!(restore(), [1, 0], "bob restored as a buyer, nothing overdrawn");
+    assert_eq!(restore(), [0, 0], "a second restore changes nothing");
     for limiter in &limiters {
         let reply: Vec<i64> = run(limiter).split_whitespace().map(|n| n.parse().unwrap()).collect();
         assert_eq!(reply[..3], [1, 19, 0], "{limiter}: admitted, 19 left of 20, no wait");
@@ -73,6 +76,6 @@ async fn every_lua_header_example_works_as_documented() {
 
     let stock: i64 = redis.get(&keys[1]).await.unwrap();
     let queued: i64 = redis.xlen(&keys[3]).await.unwrap();
-    assert_eq!((stock, queued), (99, 1));
+    assert_eq!((stock, queued), (98, 1), "alice bought, bob was restored");
     let _: () = redis.del(&keys).await.unwrap();
 }

@@ -20,6 +20,7 @@ mod metrics;
 mod openapi;
 mod rate_limit;
 mod reconcile;
+mod redis_loss;
 mod sales_overview;
 mod script_cache;
 mod shards;

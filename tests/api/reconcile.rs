@@ -83,6 +83,9 @@ async fn a_consistent_sale_is_reported_consistent() {
         unknown_to_redis: vec![],
         reenqueued: 0,
         sales_row_restored: false,
+        sale_restored: false,
+        buyers_restored: 0,
+        overdrawn: 0,
         consistent: true,
     };
     assert_eq!(report, expected);
@@ -137,7 +140,7 @@ async fn queued_orders_are_not_reported_missing_and_a_repeated_repair_enqueues_o
 }
 
 #[tokio::test]
-async fn a_postgres_order_of_a_user_redis_does_not_know_is_reported_and_left_alone() {
+async fn a_postgres_order_of_a_user_redis_does_not_know_is_reported_and_restored_as_a_buyer() {
     let app = spawn_app().await;
     let (sale, ids) = sale_with_buyers(&app, 10, 2).await;
     app.assert_invariants(&sale, &ids).await;
@@ -150,9 +153,13 @@ async fn a_postgres_order_of_a_user_redis_does_not_know_is_reported_and_left_alo
     assert!(!report.consistent);
 
     let repaired = reconcile(&app, &sale, true).await;
-    assert_eq!((repaired.reenqueued, repaired.unknown_to_redis.len()), (0, 1));
-    assert!(!repaired.resolved(), "the repair cannot fix an order Redis does not know");
+    assert_eq!((repaired.reenqueued, repaired.unknown_to_redis.len(), repaired.buyers_restored), (0, 1, 1));
+    assert!(repaired.resolved(), "{repaired:?}");
     assert!(app.order_users(&sale).await.iter().any(|(u, _)| u == "ghost"), "nothing is deleted");
+    let after = reconcile(&app, &sale, false).await;
+    assert_eq!((after.buyers, after.stock_left), (3, 7), "ghost is a buyer, its item taken: {after:?}");
+    assert!(after.consistent, "{after:?}");
+    assert_error(app.buy(&sale, "ghost").await, 409, "already_purchased").await;
 }
 
 #[tokio::test]
@@ -319,7 +326,8 @@ async fn the_cli_reports_repairs_and_exits_with_what_is_left() {
     assert_eq!(run_cli(&app, &[&sale]).await.0, Some(0), "consistent again");
 
     insert_ghost_order(&app, &sale).await;
-    assert_eq!(run_cli(&app, &[&sale, "--repair"]).await.0, Some(1), "a repair cannot fix unknown_to_redis");
+    assert_eq!(run_cli(&app, &[&sale]).await.0, Some(1), "unknown_to_redis is a difference");
+    assert_eq!(run_cli(&app, &[&sale, "--repair"]).await.0, Some(0), "the repair restores the buyer");
 
     let (code, stdout, stderr) = run_cli(&app, &[&new_sale_id()]).await;
     assert_eq!((code, stdout.as_str()), (Some(2), ""));

@@ -144,7 +144,8 @@ fn sale_from_path(path: &str) -> Result<SaleId, ApiError> {
 
 /// Creates or re-seeds a sale. The Postgres record and the Redis seed succeed together: the
 /// Postgres transaction commits only after Redis accepted the seed. A sale with buyers is never
-/// re-seeded (409), so nobody's purchase is erased.
+/// re-seeded (409), so nobody's purchase is erased; nor is a sale with orders in Postgres that
+/// Redis lost (409 `sale_has_orders`: reconciliation's repair restores it with its buyers).
 #[utoipa::path(
     put,
     path = "/admin/sales/{sale_id}",
@@ -154,7 +155,7 @@ fn sale_from_path(path: &str) -> Result<SaleId, ApiError> {
     request_body = SeedRequest,
     responses(
         (status = 200, description = "Seeded; the sale's state", body = SaleStatus),
-        (status = 409, description = "`sale_in_progress`: the sale has buyers and cannot be re-seeded; `sale_started`: a sharded sale that has started cannot be re-seeded; `shards_fixed`: the sale exists with another shard count", body = ErrorBody),
+        (status = 409, description = "`sale_in_progress`: the sale has buyers and cannot be re-seeded; `sale_has_orders`: Postgres holds orders of the sale that Redis lost (repair it with the reconcile route instead); `sale_started`: a sharded sale that has started cannot be re-seeded; `shards_fixed`: the sale exists with another shard count", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         AdminErrors,
@@ -182,6 +183,7 @@ pub async fn seed(
     let to_ms = |t: Option<OffsetDateTime>| t.map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64);
     let spec = SaleSpec { stock, starts_at_ms: to_ms(starts_at), ends_at_ms: to_ms(ends_at), shards };
 
+    refuse_if_redis_forgot_orders(&state, &sale).await?;
     let mut tx = state.pool.begin().await?;
     db::upsert_sale(&mut tx, &sale, stock, starts_at, ends_at).await?;
     match state.sales.seed(&sale, spec).await? {
@@ -196,6 +198,21 @@ pub async fn seed(
     tracing::info!(sale_id = %sale, stock, shards, "sale seeded");
     let status = sale_status(&state, &sale).await?;
     Ok(HttpResponse::Ok().json(status))
+}
+
+/// A seed must not start a second life over the orders Postgres holds: if the sale has orders
+/// there, it is refused, as `sale_in_progress` while Redis still knows buyers of it, else as
+/// `sale_has_orders` (Redis lost them; a seed would let them buy again and oversell). No buyer
+/// can appear in between: orders come only from buyers.
+async fn refuse_if_redis_forgot_orders(state: &AppState, sale: &SaleId) -> Result<(), ApiError> {
+    let orders = db::count_orders(&state.pool, sale).await?;
+    if orders == 0 {
+        return Ok(());
+    }
+    match state.sales.sale_state(sale).await? {
+        Some(redis) if redis.sold > 0 => Err(ApiError::SaleInProgress),
+        _ => Err(ApiError::SaleHasOrders { orders }),
+    }
 }
 
 /// The sale's state: `sold` and `queued` from Redis, `persisted` from Postgres.

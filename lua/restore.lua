@@ -1,0 +1,46 @@
+-- restore.lua: put buyers that Postgres holds and Redis lost back into one shard of a sale, with
+-- their receipts, and lower the shard's stock to match (reconciliation's repair after a loss).
+--
+-- KEYS[1]  stock counter      seckill:{sale:<id>}:stock
+-- KEYS[2]  buyer set          seckill:{sale:<id>}:buyers
+-- KEYS[3]  receipts hash      seckill:{sale:<id>}:receipts  (user id -> "<order id> <created_at_ms> <stream entry id>")
+-- ARGV     triples: user id, order id, created_at_ms (Unix milliseconds), of orders committed to
+--          Postgres; as many triples as fit one call (the caller sends them in pages)
+--
+-- Returns {restored, overdrawn}:
+--   restored   users added to the buyer set (users already in it are left alone: idempotent)
+--   overdrawn  how far below 0 the stock would have gone: the stock is set to 0 instead, and
+--              stock_initial = stock + SCARD(buyers) no longer holds; the caller reports it
+--              (a sale re-seeded with less stock than Postgres has orders)
+--
+-- Invariants kept: a restored buyer is refused a second purchase (SISMEMBER in buy.lua) and is
+-- told its Postgres order on a repeat: the receipt names entry "0-0", older than any stream
+-- entry, so buy.lua reads it as confirmed. Each restored buyer takes one item of stock, so
+-- stock_initial = stock + SCARD(buyers) holds across the loss and the restore. The stock key must
+-- exist (the sale is seeded): a missing stock key is refused with an error, nothing is written.
+--
+-- Example:
+--   redis-cli --eval lua/restore.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:receipts' , bob 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a70 1732363200000
+
+local stock = tonumber(redis.call('GET', KEYS[1]))
+if not stock then
+  return redis.error_reply('restore.lua: the sale has no stock key; seed it first')
+end
+
+local restored = 0
+for i = 1, #ARGV, 3 do
+  local user = ARGV[i]
+  if redis.call('SADD', KEYS[2], user) == 1 then
+    redis.call('HSET', KEYS[3], user, ARGV[i + 1] .. ' ' .. ARGV[i + 2] .. ' 0-0')
+    restored = restored + 1
+  end
+end
+
+local left = stock - restored
+local overdrawn = 0
+if left < 0 then
+  overdrawn = -left
+  left = 0
+end
+redis.call('SET', KEYS[1], left)
+return {restored, overdrawn}

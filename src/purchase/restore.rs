@@ -1,0 +1,55 @@
+//! Restoring buyers that Postgres holds and Redis lost (`lua/restore.lua`), for reconciliation's
+//! repair after a Redis loss.
+
+use redis::RedisResult;
+
+use super::Sales;
+use super::shards::home_shard;
+use crate::domain::{SaleId, UserId};
+use crate::redis::lua;
+
+/// Users restored per script call.
+const PAGE: usize = 500;
+
+/// A committed order of a buyer Redis forgot, as Postgres holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOrder {
+    pub user_id: UserId,
+    pub order_id: uuid::Uuid,
+    /// The Redis time of the purchase, Unix milliseconds.
+    pub created_at_ms: i64,
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// Users put back into a buyer set.
+    pub buyers: u64,
+    /// Items of stock the restored buyers would have taken below 0 (stock set to 0 instead).
+    pub overdrawn: u64,
+}
+
+impl Sales {
+    /// Puts each user back into the buyer set of its home shard (where `buy.lua` looks first),
+    /// with a receipt naming its committed order, and lowers that shard's stock by as many.
+    /// Users already in the set are left alone, so a repeated restore does nothing.
+    pub async fn restore_buyers(&self, sale: &SaleId, orders: &[CommittedOrder]) -> RedisResult<Restored> {
+        let shards = self.all_shard_keys(sale).await?;
+        let mut done = Restored::default();
+        for (shard, keys) in shards.iter().enumerate() {
+            let mine: Vec<&CommittedOrder> =
+                orders.iter().filter(|o| home_shard(&o.user_id, shards.len() as u32) == shard).collect();
+            for page in mine.chunks(PAGE) {
+                let mut call = lua::RESTORE.key(&keys.stock);
+                call.key(&keys.buyers).key(&keys.receipts);
+                for order in page {
+                    call.arg(order.user_id.as_str()).arg(order.order_id.to_string()).arg(order.created_at_ms);
+                }
+                let (buyers, overdrawn): (u64, u64) = lua::run(&call, &mut self.keyspace().conn()).await?;
+                done.buyers += buyers;
+                done.overdrawn += overdrawn;
+            }
+        }
+        Ok(done)
+    }
+}

@@ -1,0 +1,147 @@
+//! A Redis loss never oversells and never breaks a 201: Postgres remembers what Redis forgot. A
+//! seed of a sale whose orders Redis lost is refused (409 `sale_has_orders`), and
+//! reconciliation's repair restores the sale and its buyers from Postgres.
+
+use std::collections::BTreeSet;
+
+use redis::AsyncCommands;
+use seckill::domain::SaleId;
+use seckill::reconcile::ReconcileReport;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, new_sale_id, spawn_app};
+
+/// Buys as `user`, asserting 201; the order id.
+async fn buy(app: &TestApp, sale: &str, user: &str) -> Uuid {
+    let response = app.buy(sale, user).await;
+    assert_eq!(response.status(), 201, "{user} buys");
+    let body: Value = response.json().await.unwrap();
+    body["order_id"].as_str().unwrap().parse().unwrap()
+}
+
+/// The order id a repeat purchase names in its 409.
+async fn repeat(app: &TestApp, sale: &str, user: &str) -> Uuid {
+    let response = app.buy(sale, user).await;
+    assert_eq!(response.status(), 409, "{user} buys again");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"], "already_purchased", "{body}");
+    body["order_id"].as_str().unwrap_or_else(|| panic!("no order id: {body}")).parse().unwrap()
+}
+
+async fn repair(app: &TestApp, sale: &str) -> ReconcileReport {
+    let url = app.url(&format!("/admin/sales/{sale}/reconcile"));
+    let response = app.client.post(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(response.status(), 200, "repair {sale}");
+    response.json().await.unwrap()
+}
+
+/// Every key of the sale, gone: what an operator's clean-up, an eviction or a failover to an
+/// empty replica leaves.
+async fn lose_sale(app: &TestApp, sale: &str) {
+    let keys = app.store.keyspace().sale_keys(&SaleId::parse(sale).unwrap());
+    let mut con = app.store.keyspace().conn();
+    for key in keys.all() {
+        let _: i64 = con.del(key).await.unwrap();
+    }
+    assert_eq!(app.store.sale_state(&SaleId::parse(sale).unwrap()).await.unwrap(), None, "the sale is lost");
+}
+
+/// A sale of `stock` sold to `users`, drained into Postgres: their order ids by user.
+async fn sold_and_drained(app: &TestApp, stock: i64, users: &[&str]) -> (String, Vec<Uuid>) {
+    let sale = new_sale_id();
+    app.seed_stock(&sale, stock).await;
+    let mut ids = Vec::new();
+    for user in users {
+        ids.push(buy(app, &sale, user).await);
+    }
+    app.wait_for_drain(&sale).await;
+    (sale, ids)
+}
+
+#[tokio::test]
+async fn a_lost_sale_is_never_seeded_again_over_its_orders_and_the_repair_restores_it() {
+    let app = spawn_app().await;
+    let (sale, ids) = sold_and_drained(&app, 3, &["a", "b", "c"]).await;
+    lose_sale(&app, &sale).await;
+
+    assert_error(app.seed(&sale, json!({"stock": 3})).await, 409, "sale_has_orders").await;
+    assert_ne!(app.buy(&sale, "a").await.status(), 201, "nothing is sold while the sale is lost");
+
+    let report = repair(&app, &sale).await;
+    assert!(report.sale_restored, "{report:?}");
+    assert_eq!(report.buyers_restored, 3, "{report:?}");
+    assert_eq!(report.unknown_to_redis, ["a", "b", "c"], "{report:?}");
+    assert!(report.resolved(), "{report:?}");
+
+    let status = app.status(&sale).await;
+    assert_eq!((status.stock_initial, status.stock_left, status.sold), (3, 0, 3), "{status:?}");
+    for (user, id) in ["a", "b", "c"].into_iter().zip(&ids) {
+        assert_eq!(repeat(&app, &sale, user).await, *id, "{user} is told its first order");
+    }
+    assert_error(app.buy(&sale, "d").await, 410, "sold_out").await;
+    let confirmed: BTreeSet<Uuid> = ids.into_iter().collect();
+    app.assert_invariants(&sale, &confirmed).await;
+    assert_eq!(app.order_ids(&sale).await, confirmed, "3 orders for a stock of 3, each a 201");
+}
+
+#[tokio::test]
+async fn buyers_redis_forgot_in_its_last_second_are_restored_before_they_can_buy_twice() {
+    let app = spawn_app().await;
+    let (sale, ids) = sold_and_drained(&app, 5, &["a", "b", "c"]).await;
+    // What an AOF everysec restart can leave: c's purchase reached Postgres, its Redis writes
+    // did not survive.
+    let keys = app.store.keyspace().sale_keys(&SaleId::parse(&sale).unwrap());
+    let mut con = app.store.keyspace().conn();
+    let _: () = redis::pipe()
+        .srem(&keys.buyers, "c")
+        .ignore()
+        .hdel(&keys.receipts, "c")
+        .ignore()
+        .incr(&keys.stock, 1)
+        .ignore()
+        .query_async(&mut con)
+        .await
+        .unwrap();
+
+    let report = repair(&app, &sale).await;
+    assert_eq!((report.unknown_to_redis.as_slice(), report.buyers_restored), (["c".to_owned()].as_slice(), 1));
+    assert!(!report.sale_restored && report.resolved(), "{report:?}");
+    assert_eq!(repeat(&app, &sale, "c").await, ids[2], "c cannot buy twice");
+
+    let mut confirmed: BTreeSet<Uuid> = ids.into_iter().collect();
+    confirmed.insert(buy(&app, &sale, "d").await);
+    confirmed.insert(buy(&app, &sale, "e").await);
+    assert_error(app.buy(&sale, "f").await, 410, "sold_out").await;
+    app.wait_for_drain(&sale).await;
+    let status = app.assert_invariants(&sale, &confirmed).await;
+    assert_eq!((status.stock_initial, status.stock_left, status.sold), (5, 0, 5), "{status:?}");
+    let check = repair(&app, &sale).await;
+    assert!(check.consistent && check.buyers_restored == 0, "a second repair has nothing to do: {check:?}");
+}
+
+#[tokio::test]
+async fn a_seed_over_buyers_redis_still_knows_is_still_sale_in_progress() {
+    let app = spawn_app().await;
+    let (sale, _) = sold_and_drained(&app, 3, &["a"]).await;
+    assert_error(app.seed(&sale, json!({"stock": 3})).await, 409, "sale_in_progress").await;
+    assert_eq!(app.sales_row_stock(&sale).await, 3, "nothing changed");
+}
+
+#[tokio::test]
+async fn a_restore_beyond_the_stock_is_reported_overdrawn_and_never_drives_stock_negative() {
+    let app = spawn_app().await;
+    let (sale, _) = sold_and_drained(&app, 2, &["a", "b"]).await;
+    sqlx::query("insert into orders (order_id, sale_id, user_id, created_at) values ($1, $2, 'ghost', now())")
+        .bind(Uuid::now_v7())
+        .bind(&sale)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+
+    let report = repair(&app, &sale).await;
+    assert_eq!((report.buyers_restored, report.overdrawn), (1, 1), "{report:?}");
+    assert!(!report.resolved(), "Postgres holds more orders than the stock: {report:?}");
+    let status = app.status(&sale).await;
+    assert_eq!((status.stock_left, status.sold), (0, 3), "stock stops at 0: {status:?}");
+}
