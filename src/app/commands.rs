@@ -23,7 +23,7 @@ use crate::redis::connection;
 /// The `seckill worker` command: the worker alone, until `shutdown` fires.
 pub async fn run_worker(config: &Config, shutdown: CancellationToken) -> anyhow::Result<()> {
     connect_and_migrate(config).await?;
-    build_worker(config, Arc::new(Metrics::new()))?.run(shutdown).await;
+    build_worker(config, "worker", Arc::new(Metrics::new()))?.run(shutdown).await;
     Ok(())
 }
 
@@ -34,7 +34,8 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
 
 /// A lazily connected pool, after the pending migrations were applied with it.
 pub(super) async fn connect_and_migrate(config: &Config) -> anyhow::Result<PgPool> {
-    let pool = db::connect_lazy(&config.database_url, config.database_max_connections).context("database url")?;
+    let pool = db::connect_with_timeouts(&config.database_url, config.database_max_connections, &config.database)
+        .context("database url")?;
     db::migrate(&pool).await.context("applying migrations (is Postgres reachable?)")?;
     Ok(pool)
 }

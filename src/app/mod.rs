@@ -68,6 +68,13 @@ impl Application {
         let sold_out = Arc::new(SoldOutFlags::default());
         let metrics = Arc::new(Metrics::new());
         let sales = Sales::new(redis.clone());
+        let listener = TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
+        let local_addr = listener.local_addr()?;
+        let worker = if run_worker {
+            Some(build_worker(config, &local_addr.port().to_string(), metrics.clone())?)
+        } else {
+            None
+        };
         let state = AppState {
             sales: sales.clone(),
             board: SaleBoard::new(sales),
@@ -83,9 +90,8 @@ impl Application {
             proxies: TrustedProxies::new(config.trusted_proxies.clone()),
             admin_token: config.admin_token.clone(),
             verifier: verifier.map(Arc::new),
+            worker_health: worker.as_ref().map(Worker::health),
         };
-        let listener = TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
-        let local_addr = listener.local_addr()?;
         let server = HttpServer::new(move || {
             App::new()
                 .wrap_fn(middleware::record_http)
@@ -97,7 +103,6 @@ impl Application {
         .disable_signals()
         .shutdown_timeout(config.shutdown_timeout.as_secs())
         .run();
-        let worker = if run_worker { Some(build_worker(config, metrics)?) } else { None };
         tracing::info!(%local_addr, worker = run_worker, "listening");
         Ok(Self { server, local_addr, worker, sold_out, redis_url: config.redis_url.clone(), events_channel })
     }
@@ -144,16 +149,19 @@ const WORKER_DATABASE_CONNECTIONS: u32 = 2;
 /// a blocking XREADGROUP must not stall the requests' shared connection, and a connection opened
 /// by an HTTP worker thread dies with that thread's runtime, which stops before the worker has
 /// finished its last batch at shutdown.
-pub(crate) fn build_worker(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<Worker> {
+/// `role` names the consumer when SECKILL_WORKER_CONSUMER does not ([`Config::consumer_name`]).
+pub(crate) fn build_worker(config: &Config, role: &str, metrics: Arc<Metrics>) -> anyhow::Result<Worker> {
     let redis =
         connection::connect(&config.redis_url, config.worker_block + config.redis_timeout).context("redis url")?;
-    let pool = db::connect_lazy(&config.database_url, WORKER_DATABASE_CONNECTIONS).context("database url")?;
+    let pool = db::connect_with_timeouts(&config.database_url, WORKER_DATABASE_CONNECTIONS, &config.database)
+        .context("database url")?;
     let settings = WorkerSettings {
         key_prefix: config.key_prefix.clone(),
-        consumer: config.consumer_name(),
+        consumer: config.consumer_name(role),
         batch: config.worker_batch as usize,
         block: config.worker_block,
         claim_timeout: config.worker_claim_timeout,
+        insert_timeout: config.database.worker_insert_timeout,
     };
     Ok(Worker::new(redis, pool, settings, metrics))
 }

@@ -12,8 +12,10 @@ use crate::limiter::{Algorithm, DEFAULT_IPV6_PREFIX, Policy, RateLimit};
 use crate::telemetry::LogFormat;
 
 mod auth;
+mod database;
 
 pub use auth::AuthConfig;
+pub use database::DatabaseConfig;
 
 /// The `seckill` command line.
 #[derive(Debug, Parser)]
@@ -158,7 +160,9 @@ pub struct Config {
           global = true)]
     pub worker_claim_timeout: Duration,
 
-    /// This worker's consumer name in the group. Default: <hostname>-<pid>.
+    /// This worker's consumer name in the group. Default: <hostname>-<port> for `serve`,
+    /// <hostname>-worker for `seckill worker` (names that survive a restart; run one standalone
+    /// worker per host, or name each).
     #[arg(long, env = "SECKILL_WORKER_CONSUMER", global = true)]
     pub worker_consumer: Option<String>,
 
@@ -170,6 +174,10 @@ pub struct Config {
     /// Who the buyer of POST /buy is.
     #[command(flatten)]
     pub auth: AuthConfig,
+
+    /// Postgres statement timeout, keepalives and the worker's insert deadline.
+    #[command(flatten)]
+    pub database: DatabaseConfig,
 }
 
 impl Config {
@@ -191,16 +199,19 @@ impl Config {
     }
 
     /// The settings clap cannot check for a configuration built in code (the tests'): the admin
-    /// token's length.
+    /// token's length, the insert deadline against the statement timeout.
     pub fn validate(&self) -> Result<(), String> {
+        self.database.validate()?;
         match &self.admin_token {
             Some(token) => admin_token(token.expose_secret()).map(drop),
             None => Ok(()),
         }
     }
 
-    /// The consumer name this process uses in the worker's consumer group.
-    pub fn consumer_name(&self) -> String {
+    /// The consumer name this process uses in the worker's consumer group: SECKILL_WORKER_CONSUMER,
+    /// else `<hostname>-<role>` (`role`: the HTTP port for `serve`, `worker` for `seckill worker`),
+    /// a name the next start of the same process takes again, so restarts do not pile up consumers.
+    pub fn consumer_name(&self, role: &str) -> String {
         self.worker_consumer.clone().unwrap_or_else(|| {
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .ok()
@@ -208,7 +219,7 @@ impl Config {
                 .map(|h| h.trim().to_owned())
                 .filter(|h| !h.is_empty())
                 .unwrap_or_else(|| "seckill".to_owned());
-            format!("{host}-{}", std::process::id())
+            format!("{host}-{role}")
         })
     }
 }

@@ -7,9 +7,11 @@ mod sales;
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
-use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, Executor, PgPool};
 use time::OffsetDateTime;
+
+use crate::config::DatabaseConfig;
 
 pub use orders::{
     InsertReport, count_orders, count_orders_by_sale, insert_orders, order_of, order_users, orders_of_users,
@@ -19,18 +21,42 @@ pub use sales::{SaleRow, insert_sale_if_missing, sale_row, sales_row_stock, upse
 /// The migrations in `migrations/`, compiled into the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
+/// How long a caller waits for a pooled connection.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// A lazily connected pool: the process starts even while Postgres is down, and each call fails
-/// after `acquire_timeout` instead of hanging.
+/// after `acquire_timeout` instead of hanging. No statement timeout nor keepalives (tools and
+/// tests); the service's pools come from [`connect_with_timeouts`].
 pub fn connect_lazy(url: &SecretString, max_connections: u32) -> Result<PgPool, sqlx::Error> {
     PgPoolOptions::new()
         .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(3))
+        .acquire_timeout(ACQUIRE_TIMEOUT)
         .connect_lazy(url.expose_secret())
 }
 
-/// Applies pending migrations.
+/// [`connect_lazy`], each connection starting with the statement timeout and the server-side TCP
+/// keepalives of `timeouts` (set as startup parameters: no extra round trip).
+pub fn connect_with_timeouts(
+    url: &SecretString,
+    max_connections: u32,
+    timeouts: &DatabaseConfig,
+) -> Result<PgPool, sqlx::Error> {
+    let options: PgConnectOptions = url.expose_secret().parse()?;
+    let options = options.options(timeouts.session_parameters());
+    Ok(PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_lazy_with(options))
+}
+
+/// Applies pending migrations, on a connection of their own without a statement timeout (a
+/// migration may rewrite a big table).
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
-    MIGRATOR.run(pool).await
+    let mut connection = pool.acquire().await?.detach();
+    connection.execute("set statement_timeout = 0").await?;
+    let migrated = MIGRATOR.run(&mut connection).await;
+    connection.close().await?;
+    migrated
 }
 
 /// `select 1`, for readiness.

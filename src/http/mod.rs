@@ -23,6 +23,7 @@ use crate::identity::Verifier;
 use crate::limiter::local::LocalLimiter;
 use crate::limiter::{Limiter, client_key};
 use crate::metrics::Metrics;
+use crate::orders::streams::StreamHealth;
 use crate::purchase::Sales;
 use crate::purchase::board::SaleBoard;
 use crate::purchase::sold_out::SoldOutFlags;
@@ -59,6 +60,8 @@ pub struct AppState {
     pub admin_token: Option<SecretString>,
     /// `SECKILL_AUTH=jwt`: the verifier of the buyer's bearer token; `None`: the body names the buyer.
     pub verifier: Option<Arc<Verifier>>,
+    /// The report of this process's worker on its streams; `None` without a worker (`--no-worker`).
+    pub worker_health: Option<Arc<StreamHealth>>,
 }
 
 impl AppState {

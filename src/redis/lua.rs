@@ -47,6 +47,11 @@ pub static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!
 /// `lua/ack.lua`: XACK + XDEL of committed orders.
 pub static ACK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/ack.lua")));
 
+/// `lua/prune_consumers.lua`: XGROUP DELCONSUMER of consumers idle past the claim timeout with
+/// nothing pending.
+pub static PRUNE_CONSUMERS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/prune_consumers.lua")));
+
 /// `lua/sliding_log.lua`: the sliding-window log limiter (sorted set).
 pub static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/sliding_log.lua")));
 

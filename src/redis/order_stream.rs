@@ -22,15 +22,27 @@ pub const CONSUMER_GROUP: &str = "seckill-workers";
 
 /// Creates the consumer group on `stream` (and the stream, if missing) unless it exists. The
 /// group starts at the stream's first entry, so it also delivers orders appended before it was
-/// created. The seed creates it before a shard can take orders, and the worker when it finds a
-/// stream and again after a failed step: a stream lost with its group (a sale lost in Redis, a
-/// failover) fails the worker's reads until the group is back.
+/// created. The seed creates it before a shard can take orders; the worker only restores a
+/// group on a stream that exists ([`restore_group`]).
 pub async fn create_group(con: &mut impl ConnectionLike, stream: &str) -> RedisResult<()> {
     let mut create = redis::cmd("XGROUP");
     create.arg("CREATE").arg(stream).arg(CONSUMER_GROUP).arg("0").arg("MKSTREAM");
     match create.query_async(con).await {
         Err(err) if err.code() == Some("BUSYGROUP") => Ok(()),
         result => result,
+    }
+}
+
+/// Creates the consumer group on `stream` again if it is missing, never the stream itself (no
+/// `MKSTREAM`: the worker must not resurrect a stream that was deleted). True when it was
+/// missing and is back; fails on a missing stream (`ERR ... no such key`) or any other error.
+pub async fn restore_group(con: &mut impl ConnectionLike, stream: &str) -> RedisResult<bool> {
+    let mut create = redis::cmd("XGROUP");
+    create.arg("CREATE").arg(stream).arg(CONSUMER_GROUP).arg("0");
+    match create.query_async::<()>(con).await {
+        Ok(()) => Ok(true),
+        Err(err) if err.code() == Some("BUSYGROUP") => Ok(false),
+        Err(err) => Err(err),
     }
 }
 

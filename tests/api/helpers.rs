@@ -37,6 +37,7 @@ pub async fn test_config() -> Config {
         worker_consumer: Some("test-worker".into()),
         shutdown_timeout: Duration::from_secs(5),
         auth: Default::default(),
+        database: Default::default(),
     }
 }
 
@@ -104,6 +105,7 @@ impl TestApp {
                 batch: 100,
                 block: Duration::from_millis(50),
                 claim_timeout,
+                insert_timeout: Duration::from_secs(15),
             },
             Default::default(),
         )

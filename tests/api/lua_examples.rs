@@ -64,6 +64,21 @@ async fn every_lua_header_example_works_as_documented() {
     assert_eq!(again[1], "0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69", "the receipt's order id: {again:?}");
     assert_eq!(again[3], "queued", "not acknowledged yet: {again:?}");
     assert_eq!(run("ack.lua").trim(), "0");
+    // Two consumers with nothing pending: the example's own name stays, the other goes.
+    seckill::redis::order_stream::create_group(&mut redis, &keys[3]).await.unwrap();
+    for consumer in ["host-8080", "gone-worker"] {
+        let _: i64 = redis::cmd("XGROUP")
+            .arg("CREATECONSUMER")
+            .arg(&keys[3])
+            .arg("seckill-workers")
+            .arg(consumer)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert_eq!(run("prune_consumers.lua").trim(), "gone-worker", "idle past 10 ms, nothing pending");
+    assert_eq!(run("prune_consumers.lua").trim(), "", "nothing left to remove");
     let restore = || -> Vec<i64> { run("restore.lua").split_whitespace().map(|n| n.parse().unwrap()).collect() };
     assert_eq!(restore(), [1, 0], "bob restored as a buyer, nothing overdrawn");
     assert_eq!(restore(), [0, 0], "a second restore changes nothing");

@@ -14,6 +14,7 @@ mod concurrency;
 mod health;
 mod helpers;
 mod identity;
+mod isolation;
 mod limiters;
 mod lua_examples;
 mod metrics;

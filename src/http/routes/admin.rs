@@ -18,7 +18,8 @@ use utoipa::ToSchema;
 use crate::db;
 use crate::domain::SaleId;
 use crate::http::AppState;
-use crate::http::error::{ApiError, ErrorBody};
+use crate::http::error::{ApiError, ErrorBody, is_redis_outage};
+use crate::orders::streams::WorkerReport;
 use crate::purchase::shards::MAX_SHARDS;
 use crate::purchase::{SaleSpec, SaleState, SeedOutcome};
 use crate::reconcile::{self, ReconcileReport};
@@ -267,12 +268,28 @@ fn status_of(sale: &SaleId, redis: SaleState, persisted: Option<i64>) -> SaleSta
 pub struct SalesOverview {
     /// The first sales by id, at most 100, each read as `GET /admin/sales/{sale_id}` reads it.
     pub sales: Vec<SaleStatus>,
+    /// Listed sales whose Redis state could not be read (a key of the wrong type): the others
+    /// are listed all the same.
+    #[serde(default)]
+    pub unreadable: Vec<UnreadableSale>,
+    /// This instance's worker: `ok`, or `degraded` with the order streams it skips (absent
+    /// with `--no-worker`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerReport>,
     /// How many sales are registered in all.
     pub sales_total: usize,
     pub limiter: LimiterRefusals,
     /// When this instance read the state (for rates between two samples).
     #[serde(with = "time::serde::rfc3339")]
     pub sampled_at: OffsetDateTime,
+}
+
+/// A sale `GET /admin/sales` could not read.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct UnreadableSale {
+    pub sale_id: String,
+    /// Redis's error.
+    pub error: String,
 }
 
 /// Requests to `/buy` this instance's rate limiter refused since it started (all sales; the
@@ -302,7 +319,19 @@ pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpRespo
     ids.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
     let sales_total = ids.len();
     ids.truncate(MAX_LISTED_SALES);
-    let redis = futures::future::try_join_all(ids.iter().map(|id| state.sales.sale_state(id))).await?;
+    // One sale's broken key (a wrong type) is reported, not a 500 for the whole list; an outage is a 503.
+    let mut redis = Vec::with_capacity(ids.len());
+    let mut unreadable = Vec::new();
+    for (id, read) in ids.iter().zip(futures::future::join_all(ids.iter().map(|id| state.sales.sale_state(id))).await) {
+        match read {
+            Ok(read) => redis.push(read),
+            Err(err) if is_redis_outage(&err) => return Err(err.into()),
+            Err(err) => {
+                unreadable.push(UnreadableSale { sale_id: id.to_string(), error: err.to_string() });
+                redis.push(None);
+            }
+        }
+    }
     let persisted = db::count_orders_by_sale(&state.pool, &ids).await.inspect_err(warn_without_persisted).ok();
     let sales = ids
         .iter()
@@ -312,10 +341,11 @@ pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpRespo
             Some(status_of(id, redis?, count))
         })
         .collect();
+    let worker = state.worker_health.as_ref().map(|h| h.report());
     let refusals = |decision| state.metrics.limiter_decisions.with_label_values(&[decision]).get();
     let limiter =
         LimiterRefusals { refused: refusals("refused"), refused_from_memory: refusals("refused_from_memory") };
-    Ok(HttpResponse::Ok().json(SalesOverview { sales, sales_total, limiter, sampled_at }))
+    Ok(HttpResponse::Ok().json(SalesOverview { sales, unreadable, worker, sales_total, limiter, sampled_at }))
 }
 
 /// Reports the differences between the sale's Redis buyers and its Postgres orders.

@@ -1,4 +1,5 @@
-//! `GET /healthz` (the process answers; no I/O) and `GET /readyz` (Redis and Postgres answer).
+//! `GET /healthz` (the process answers; no I/O) and `GET /readyz` (Redis and Postgres answer;
+//! with the report of this process's worker on its order streams).
 
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use utoipa::ToSchema;
 
 use crate::db;
 use crate::http::AppState;
+use crate::orders::streams::WorkerReport;
 
 /// How long readiness waits for each dependency.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -31,6 +33,10 @@ pub struct Readiness {
     pub redis: &'static str,
     /// `ok` or `down`.
     pub postgres: &'static str,
+    /// This process's worker (absent with `--no-worker`): `ok`, or `degraded` with the streams
+    /// it skips (a broken, missing or lost sale's). Still ready: the other sales sell and drain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerReport>,
 }
 
 #[utoipa::path(get, path = "/healthz", tag = "health",
@@ -40,7 +46,7 @@ pub async fn healthz() -> HttpResponse {
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "health", responses(
-    (status = 200, description = "Redis and Postgres answer", body = Readiness),
+    (status = 200, description = "Redis and Postgres answer (`worker.status` may still be `degraded`: some sales' orders are not drained)", body = Readiness),
     (status = 503, description = "`unavailable`: Redis or Postgres does not answer", body = Readiness),
 ))]
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
@@ -50,8 +56,15 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let redis_up = matches!(redis, Ok(Ok(())));
     let postgres_up = matches!(postgres, Ok(Ok(())));
     let word = |up: bool| if up { "ok" } else { "down" };
-    let mut body =
-        Readiness { status: None, error: None, message: None, redis: word(redis_up), postgres: word(postgres_up) };
+    let worker = state.worker_health.as_ref().map(|h| h.report());
+    let mut body = Readiness {
+        status: None,
+        error: None,
+        message: None,
+        redis: word(redis_up),
+        postgres: word(postgres_up),
+        worker,
+    };
     if redis_up && postgres_up {
         body.status = Some("ok");
         return HttpResponse::Ok().json(body);
