@@ -16,7 +16,7 @@ pub struct DatabaseConfig {
     pub statement_timeout: Duration,
 
     /// Idle time after which Postgres probes a connection with TCP keepalives (server side:
-    /// `tcp_keepalives_idle`, then 3 probes this far apart, at least 1s); Postgres then drops a
+    /// `tcp_keepalives_idle`, at least 1s, then 3 probes a third of it apart); Postgres then drops a
     /// connection whose client vanished. sqlx 0.8 cannot set client-side keepalives (sqlx
     /// #3540): the client side is bounded by SECKILL_WORKER_INSERT_TIMEOUT. `0s`: the server's default.
     #[arg(long = "database-keepalive", env = "SECKILL_DATABASE_KEEPALIVE", default_value = "30s",
