@@ -12,8 +12,10 @@ use crate::limiter::{Algorithm, DEFAULT_IPV6_PREFIX, Policy, RateLimit};
 use crate::telemetry::LogFormat;
 
 mod auth;
+mod durability;
 
 pub use auth::AuthConfig;
+pub use durability::{DurabilityConfig, MAX_CONFIRM_REPLICAS};
 
 /// The `seckill` command line.
 #[derive(Debug, Parser)]
@@ -170,6 +172,10 @@ pub struct Config {
     /// Who the buyer of POST /buy is.
     #[command(flatten)]
     pub auth: AuthConfig,
+
+    /// Whether a 201 waits for Redis replicas.
+    #[command(flatten)]
+    pub durability: DurabilityConfig,
 }
 
 impl Config {
@@ -191,12 +197,12 @@ impl Config {
     }
 
     /// The settings clap cannot check for a configuration built in code (the tests'): the admin
-    /// token's length.
+    /// token's length, the replicas' wait against the Redis timeout.
     pub fn validate(&self) -> Result<(), String> {
-        match &self.admin_token {
-            Some(token) => admin_token(token.expose_secret()).map(drop),
-            None => Ok(()),
+        if let Some(token) = &self.admin_token {
+            admin_token(token.expose_secret())?;
         }
+        self.durability.validate(self.redis_timeout)
     }
 
     /// The consumer name this process uses in the worker's consumer group.
