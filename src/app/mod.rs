@@ -212,3 +212,25 @@ pub fn shutdown_on_signals() -> CancellationToken {
     });
     token
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::Parser;
+
+    use super::*;
+    use crate::config::Cli;
+
+    #[tokio::test]
+    async fn confirmed_purchases_need_one_server_not_a_cluster() {
+        let config = |url: &str| {
+            Cli::try_parse_from(["seckill", "serve", "--confirm-replicas", "1", "--redis-url", url]).unwrap().config
+        };
+        let url = SecretString::from("redis://127.0.0.1:1".to_owned());
+        let sales = || Sales::new(Keyspace::new(connection::connect(&url, Duration::from_secs(1)).unwrap(), "t"));
+        let refused = confirmed(sales(), &config("redis+cluster://127.0.0.1:7000")).err().unwrap().to_string();
+        assert!(refused.contains("not a Redis Cluster"), "{refused}");
+        assert!(confirmed(sales(), &config("redis://127.0.0.1:1")).is_ok());
+    }
+}
