@@ -71,7 +71,7 @@ impl ConfirmPool {
                 })??
             }
         };
-        Ok(Dedicated { conn, pool: self, healthy: true, _permit: permit })
+        Ok(Dedicated { conn, pool: self, in_flight: false, broken: false, _permit: permit })
     }
 }
 
@@ -79,7 +79,10 @@ impl ConfirmPool {
 pub struct Dedicated<'a> {
     conn: MultiplexedConnection,
     pool: &'a ConfirmPool,
-    healthy: bool,
+    /// A command was sent and its answer not (yet) received.
+    in_flight: bool,
+    /// A command failed without an answer from Redis (a timeout, a broken connection).
+    broken: bool,
     _permit: SemaphorePermit<'a>,
 }
 
@@ -90,11 +93,13 @@ impl Dedicated<'_> {
         redis::cmd("WAIT").arg(replicas).arg(wait).query_async(self).await
     }
 
-    /// Marks the connection for dropping after a failure that was not Redis's answer (a
-    /// timeout, a broken connection): a command may still be running on it.
+    /// Keeps the connection for reuse only after an answer from Redis (a reply or a Redis
+    /// error); not after a timeout or a broken connection, nor when the caller gave up mid-command
+    /// (the request was dropped), since a command may still be running on it.
     fn note<T>(&mut self, result: RedisResult<T>) -> RedisResult<T> {
+        self.in_flight = false;
         if let Err(err) = &result {
-            self.healthy &= err.code().is_some();
+            self.broken |= err.code().is_none();
         }
         result
     }
@@ -102,7 +107,7 @@ impl Dedicated<'_> {
 
 impl Drop for Dedicated<'_> {
     fn drop(&mut self) {
-        if self.healthy {
+        if !self.in_flight && !self.broken {
             self.pool.idle.lock().unwrap_or_else(|e| e.into_inner()).push(self.conn.clone());
         }
     }
@@ -111,6 +116,7 @@ impl Drop for Dedicated<'_> {
 impl ConnectionLike for Dedicated<'_> {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
+            self.in_flight = true;
             let result = self.conn.req_packed_command(cmd).await;
             self.note(result)
         })
@@ -123,6 +129,7 @@ impl ConnectionLike for Dedicated<'_> {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
+            self.in_flight = true;
             let result = self.conn.req_packed_commands(pipeline, offset, count).await;
             self.note(result)
         })
