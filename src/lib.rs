@@ -18,9 +18,10 @@
 //!    - [`telemetry`]: logging to stderr, as text or JSON lines.
 //!    - [`metrics`]: the Prometheus registry of one process (its HTTP middleware is in `http`).
 //! 3. Storage access
-//!    - [`redis`]: one server or a cluster (`connection`), every key name (`keys`), the Lua
-//!      scripts (`lua`), an order stream's entry fields and consumer group (`order_stream`), and
-//!      `Keyspace`, one deployment's keys and the shared connection.
+//!    - [`redis`]: one server or a cluster (`connection`), the dedicated connections of purchases
+//!      that wait for replicas (`confirm`), every key name (`keys`), the Lua scripts (`lua`), an
+//!      order stream's entry fields and consumer group (`order_stream`), and `Keyspace`, one
+//!      deployment's keys and the shared connection.
 //!    - [`db`]: the Postgres pool and migrations, the `orders` and `sales` tables.
 //! 4. Limiting and selling
 //!    - [`identity`]: who is buying: the bearer JWT's verification (built once) and HS256 signing.

@@ -11,7 +11,7 @@ use actix_web::dev::Server;
 use actix_web::http::header::HeaderValue;
 use actix_web::{App, HttpServer};
 use anyhow::Context;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use tokio_util::sync::CancellationToken;
 
 use self::commands::connect_and_migrate;
@@ -27,7 +27,8 @@ use crate::purchase::Sales;
 use crate::purchase::board::SaleBoard;
 use crate::purchase::sold_out::{self, SoldOutFlags};
 use crate::redis::Keyspace;
-use crate::redis::connection;
+use crate::redis::confirm::ConfirmPool;
+use crate::redis::connection::{self, RedisTarget};
 
 pub use commands::{migrate, print_token, run_reconcile, run_worker};
 
@@ -67,7 +68,7 @@ impl Application {
         let events_channel = redis.events_channel();
         let sold_out = Arc::new(SoldOutFlags::default());
         let metrics = Arc::new(Metrics::new());
-        let sales = Sales::new(redis.clone());
+        let sales = confirmed(Sales::new(redis.clone()), config)?;
         let listener = TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
         let local_addr = listener.local_addr()?;
         let worker = if run_worker {
@@ -142,6 +143,34 @@ impl Application {
     }
 }
 
+/// The sales, whose purchases wait for `SECKILL_CONFIRM_REPLICAS` replicas if set. Refused on a
+/// Redis Cluster: a purchase and its `WAIT` must share one connection, which redis-rs's cluster
+/// client does not give, and each master has replicas of its own (docs/durability.md).
+fn confirmed(sales: Sales, config: &Config) -> anyhow::Result<Sales> {
+    let durability = &config.durability;
+    if !durability.enabled() {
+        return Ok(sales);
+    }
+    let url = match RedisTarget::parse(config.redis_url.expose_secret()).map_err(anyhow::Error::msg)? {
+        RedisTarget::Single(url) => url,
+        RedisTarget::Cluster(_) => anyhow::bail!(
+            "SECKILL_CONFIRM_REPLICAS={} needs one Redis server with replicas, not a Redis Cluster: a purchase and \
+             its WAIT must run on one connection, which the cluster client cannot promise (docs/durability.md)",
+            durability.confirm_replicas
+        ),
+    };
+    let pool = ConfirmPool::new(
+        &url,
+        durability.confirm_connections as usize,
+        config.redis_timeout,
+        durability.confirm_replicas,
+        durability.confirm_timeout,
+    )
+    .context("redis url")?;
+    tracing::info!(replicas = durability.confirm_replicas, wait = ?durability.confirm_timeout, "a 201 waits for Redis replicas");
+    Ok(sales.confirmed_by(Arc::new(pool)))
+}
+
 /// Postgres connections of the worker's own pool: one batch insert at a time, plus one spare.
 const WORKER_DATABASE_CONNECTIONS: u32 = 2;
 
@@ -190,4 +219,26 @@ pub fn shutdown_on_signals() -> CancellationToken {
         cancel.cancel();
     });
     token
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::Parser;
+
+    use super::*;
+    use crate::config::Cli;
+
+    #[tokio::test]
+    async fn confirmed_purchases_need_one_server_not_a_cluster() {
+        let config = |url: &str| {
+            Cli::try_parse_from(["seckill", "serve", "--confirm-replicas", "1", "--redis-url", url]).unwrap().config
+        };
+        let url = SecretString::from("redis://127.0.0.1:1".to_owned());
+        let sales = || Sales::new(Keyspace::new(connection::connect(&url, Duration::from_secs(1)).unwrap(), "t"));
+        let refused = confirmed(sales(), &config("redis+cluster://127.0.0.1:7000")).err().unwrap().to_string();
+        assert!(refused.contains("not a Redis Cluster"), "{refused}");
+        assert!(confirmed(sales(), &config("redis://127.0.0.1:1")).is_ok());
+    }
 }

@@ -13,9 +13,11 @@ use crate::telemetry::LogFormat;
 
 mod auth;
 mod database;
+mod durability;
 
 pub use auth::AuthConfig;
 pub use database::DatabaseConfig;
+pub use durability::{DurabilityConfig, MAX_CONFIRM_REPLICAS};
 
 /// The `seckill` command line.
 #[derive(Debug, Parser)]
@@ -178,6 +180,10 @@ pub struct Config {
     /// Postgres statement timeout, keepalives and the worker's insert deadline.
     #[command(flatten)]
     pub database: DatabaseConfig,
+
+    /// Whether a 201 waits for Redis replicas.
+    #[command(flatten)]
+    pub durability: DurabilityConfig,
 }
 
 impl Config {
@@ -199,13 +205,14 @@ impl Config {
     }
 
     /// The settings clap cannot check for a configuration built in code (the tests'): the admin
-    /// token's length, the insert deadline against the statement timeout.
+    /// token's length, the insert deadline against the statement timeout, the replicas' wait
+    /// against the Redis timeout.
     pub fn validate(&self) -> Result<(), String> {
         self.database.validate()?;
-        match &self.admin_token {
-            Some(token) => admin_token(token.expose_secret()).map(drop),
-            None => Ok(()),
+        if let Some(token) = &self.admin_token {
+            admin_token(token.expose_secret())?;
         }
+        self.durability.validate(self.redis_timeout)
     }
 
     /// The consumer name this process uses in the worker's consumer group: SECKILL_WORKER_CONSUMER,

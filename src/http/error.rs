@@ -92,6 +92,17 @@ pub enum ApiError {
         /// Whole seconds until a request can be admitted.
         retry_after_secs: u64,
     },
+    /// 503 `not_durable` (`SECKILL_CONFIRM_REPLICAS`): bought, with this order id, but fewer
+    /// replicas than asked acknowledged it in time. The purchase stands: a retry answers 409
+    /// `already_purchased` with the same order, `GET /sales/{id}/order` shows it.
+    #[error(
+        "the purchase is recorded but not yet confirmed on enough Redis replicas; it stands: ask \
+         GET /sales/{{sale_id}}/order, or retry and get 409 already_purchased with this order_id"
+    )]
+    NotDurable {
+        /// The order the purchase made.
+        order_id: Uuid,
+    },
     /// 503 `unavailable`: Redis or Postgres cannot be reached (the cause is logged, not shown).
     #[error("a service this request needs is unavailable; retry shortly")]
     Unavailable(#[source] anyhow::Error),
@@ -124,6 +135,7 @@ impl ApiError {
             Self::SaleStarted => "sale_started",
             Self::ShardsFixed { .. } => "shards_fixed",
             Self::RateLimited { .. } => "rate_limited",
+            Self::NotDurable { .. } => "not_durable",
             Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal",
         }
@@ -137,8 +149,8 @@ pub struct ErrorBody<'a> {
     pub error: &'a str,
     /// A sentence for humans.
     pub message: String,
-    /// `already_purchased` only: the order this buyer was given (absent for a buyer whose
-    /// receipt Redis does not hold).
+    /// `already_purchased`: the order this buyer was given (absent for a buyer whose receipt
+    /// Redis does not hold); `not_durable`: the order the purchase made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub order_id: Option<Uuid>,
     /// `already_purchased` only: `queued` (bought, not yet in Postgres) or `confirmed`.
@@ -167,7 +179,7 @@ impl ResponseError for ApiError {
             | Self::ShardsFixed { .. } => StatusCode::CONFLICT,
             Self::SoldOut => StatusCode::GONE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable(_) | Self::NotDurable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -195,7 +207,7 @@ impl ResponseError for ApiError {
                     HeaderValue::from_static("Bearer error=\"invalid_token\""),
                 ));
             }
-            Self::Unavailable(_) => {
+            Self::Unavailable(_) | Self::NotDurable { .. } => {
                 response.insert_header((header::RETRY_AFTER, 1));
             }
             _ => {}
@@ -204,10 +216,14 @@ impl ResponseError for ApiError {
             Self::AlreadyPurchased(receipt) => *receipt,
             _ => None,
         };
+        let order_id = match self {
+            Self::NotDurable { order_id } => Some(*order_id),
+            _ => receipt.map(|r| r.order_id),
+        };
         response.json(ErrorBody {
             error: self.code(),
             message: self.to_string(),
-            order_id: receipt.map(|r| r.order_id),
+            order_id,
             status: receipt.map(|r| r.status),
             created_at: receipt.map(|r| ms_to_time(r.created_at_ms)),
         })

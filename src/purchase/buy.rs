@@ -1,6 +1,7 @@
 //! The purchase: `lua/buy.lua` on one shard or, for a sharded sale ([`super::shards`]), on each
 //! shard in the user's visit order until one decides.
 
+use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
 use uuid::Uuid;
 
@@ -25,6 +26,12 @@ pub enum BuyOutcome {
     AlreadyPurchased(Option<Receipt>),
     /// Every shard answered sold out.
     SoldOut,
+    /// Bought, but fewer than `SECKILL_CONFIRM_REPLICAS` replicas acknowledged it in time (how
+    /// many did; 0 as well when the `WAIT` itself failed). The purchase stands.
+    NotDurable {
+        /// Replicas that acknowledged it.
+        replicas: u32,
+    },
 }
 
 /// One shard's answer to `lua/buy.lua`.
@@ -42,10 +49,38 @@ impl Sales {
     /// The layout is not read first: a sale this instance has not seen is assumed unsharded, and the
     /// script answers `wrong_shards` (writing nothing) if it is not; then the layout is read and
     /// the purchase asked again.
+    ///
+    /// With `SECKILL_CONFIRM_REPLICAS`, the purchase runs on a dedicated connection and, once
+    /// bought, `WAIT`s there for the replicas ([`crate::redis::confirm`]).
     pub async fn buy(&self, sale: &SaleId, user: &UserId, order_id: Uuid) -> RedisResult<BuyOutcome> {
+        let Some(pool) = &self.confirm else {
+            return self.buy_with(&mut self.redis.conn(), sale, user, order_id).await;
+        };
+        let mut conn = pool.get().await?;
+        let outcome = self.buy_with(&mut conn, sale, user, order_id).await?;
+        if outcome != BuyOutcome::Purchased {
+            return Ok(outcome);
+        }
+        match conn.wait_for_replicas().await {
+            Ok(replicas) if replicas >= pool.replicas => Ok(BuyOutcome::Purchased),
+            Ok(replicas) => Ok(BuyOutcome::NotDurable { replicas }),
+            Err(error) => {
+                tracing::warn!(%error, %order_id, "WAIT for replicas failed after a purchase");
+                Ok(BuyOutcome::NotDurable { replicas: 0 })
+            }
+        }
+    }
+
+    async fn buy_with(
+        &self,
+        con: &mut impl ConnectionLike,
+        sale: &SaleId,
+        user: &UserId,
+        order_id: Uuid,
+    ) -> RedisResult<BuyOutcome> {
         let cached = self.cached_layout(sale);
         let assumed = cached.clone().unwrap_or_default();
-        match self.buy_on(&assumed, sale, user, order_id).await? {
+        match self.buy_on(con, &assumed, sale, user, order_id).await? {
             // A kept layout leading nowhere: the sale's keys were lost and it was seeded anew.
             ShardReply::Decided(BuyOutcome::UnknownSale) if cached.is_some() => {}
             ShardReply::Decided(outcome) => return Ok(outcome),
@@ -54,19 +89,26 @@ impl Sales {
         let Some(layout) = self.read_layout(sale).await? else {
             return Ok(BuyOutcome::UnknownSale);
         };
-        match self.buy_on(&layout, sale, user, order_id).await? {
+        match self.buy_on(con, &layout, sale, user, order_id).await? {
             ShardReply::Decided(outcome) => Ok(outcome),
             ShardReply::WrongShards => Err(unexpected_reply("buy.lua", "wrong_shards after reading the layout")),
         }
     }
 
-    async fn buy_on(&self, layout: &Layout, sale: &SaleId, user: &UserId, order_id: Uuid) -> RedisResult<ShardReply> {
+    async fn buy_on(
+        &self,
+        con: &mut impl ConnectionLike,
+        layout: &Layout,
+        sale: &SaleId,
+        user: &UserId,
+        order_id: Uuid,
+    ) -> RedisResult<ShardReply> {
         let keys = layout.keys(self.redis.prefix(), sale);
         let order_id = order_id.to_string();
         for shard in layout.visit_order(user) {
             let mut call = lua::BUY.key(&keys[shard].all()[..]);
             call.arg(sale.as_str()).arg(user.as_str()).arg(&order_id).arg(layout.shards());
-            let reply: Value = lua::run(&call, &mut self.redis.conn()).await?;
+            let reply: Value = lua::run(&call, con).await?;
             let status = match reply {
                 Value::Array(words) => return Ok(ShardReply::Decided(already_purchased(&words)?)),
                 other => redis::from_redis_value::<String>(other)?,

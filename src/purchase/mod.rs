@@ -23,6 +23,7 @@ use redis::RedisResult;
 use self::shards::Layout;
 use crate::domain::SaleId;
 use crate::redis::Keyspace;
+use crate::redis::confirm::ConfirmPool;
 use crate::redis::keys::SaleKeys;
 use crate::redis::lua::unexpected_reply;
 
@@ -45,12 +46,20 @@ pub struct Sales {
     redis: Keyspace,
     /// Layouts of seeded sales by sale id, each kept until the time with it.
     layouts: Arc<RwLock<HashMap<Box<str>, KeptLayout>>>,
+    /// With `SECKILL_CONFIRM_REPLICAS`: the connections purchases run and wait for replicas on.
+    confirm: Option<Arc<ConfirmPool>>,
 }
 
 impl Sales {
     /// The sales under `redis`'s prefix.
     pub fn new(redis: Keyspace) -> Self {
-        Self { redis, layouts: Arc::default() }
+        Self { redis, layouts: Arc::default(), confirm: None }
+    }
+
+    /// The same sales, whose purchases wait for replicas on `pool`'s connections
+    /// ([`BuyOutcome::NotDurable`] when too few acknowledge in time).
+    pub fn confirmed_by(self, pool: Arc<ConfirmPool>) -> Self {
+        Self { confirm: Some(pool), ..self }
     }
 
     /// The keyspace the sales are in.

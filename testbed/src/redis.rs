@@ -149,6 +149,73 @@ impl Redis {
         self.pid().is_none_or(|pid| stop_pid(pid, Duration::from_secs(20)))
     }
 
+    /// Starts one more plain server (not a cluster node) in `dir`, with this one's program and
+    /// settings, on a free port: e.g. a private master for a test that kills it.
+    pub fn launch_sibling(&self, dir: &Path) -> Result<Redis> {
+        Redis::launch(&self.server, dir, None, &[])
+    }
+
+    /// Starts a new server in `dir` as a replica of this one ([`Redis::replicate`]) and waits
+    /// until it has synced. Its config file does not name the master: started again from it, it
+    /// is a master of its own.
+    pub fn launch_replica(&self, dir: &Path) -> Result<Redis> {
+        let replica = self.launch_sibling(dir)?;
+        if let Err(error) = replica.replicate(self) {
+            replica.stop();
+            return Err(error);
+        }
+        Ok(replica)
+    }
+
+    /// `REPLICAOF 127.0.0.1 <master's port>`; waits up to 30 s until the link is up and the
+    /// master counts it among its connected replicas.
+    pub fn replicate(&self, master: &Redis) -> Result<()> {
+        let _: String = self.query(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(master.port))?;
+        let linked = wait_until(Duration::from_secs(30), || {
+            let up = self.info_field("replication", "master_link_status").as_deref() == Some("up");
+            let listed = master.replication_info().contains(&format!("port={},state=online", self.port));
+            up && listed
+        });
+        if !linked {
+            bail!("redis {} did not sync with its master {}{}", self.port, master.port, self.log_tail());
+        }
+        Ok(())
+    }
+
+    /// Cuts this replica off its master without losing its data: `REPLICAOF` a closed port, so
+    /// it keeps what it has and retries in vain (until [`Redis::replicate`] or
+    /// [`Redis::promote`]).
+    pub fn cut_off(&self) -> Result<()> {
+        let dead_port = crate::process::free_port();
+        let _: String = self.query(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(dead_port))?;
+        Ok(())
+    }
+
+    /// `REPLICAOF NO ONE`: a replica becomes a master, with the data it has.
+    pub fn promote(&self) -> Result<()> {
+        let _: String = self.query(redis::cmd("REPLICAOF").arg("NO").arg("ONE"))?;
+        Ok(())
+    }
+
+    /// SIGKILL, as in a crash (no AOF rewrite, no goodbye to replicas); waits up to 10 s until it
+    /// is gone. Returns whether it was running.
+    pub fn kill(&self) -> bool {
+        let Some(pid) = self.pid() else { return false };
+        crate::process::signal_pid(pid, nix::sys::signal::Signal::SIGKILL);
+        crate::process::wait_pid_gone(pid, Duration::from_secs(10))
+    }
+
+    /// `INFO replication`'s text.
+    pub fn replication_info(&self) -> String {
+        self.query::<String>(redis::cmd("INFO").arg("replication")).unwrap_or_default()
+    }
+
+    /// One `field:value` line of `INFO section`, if the server answers and has it.
+    pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
+        let info = self.query::<String>(redis::cmd("INFO").arg(section)).ok()?;
+        info.lines().find_map(|line| line.strip_prefix(field)?.strip_prefix(':').map(|v| v.trim().to_owned()))
+    }
+
     /// The last lines of its log, for an error message.
     fn log_tail(&self) -> String {
         crate::log_tail(&self.log())

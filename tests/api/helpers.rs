@@ -38,6 +38,7 @@ pub async fn test_config() -> Config {
         shutdown_timeout: Duration::from_secs(5),
         auth: Default::default(),
         database: Default::default(),
+        durability: Default::default(),
     }
 }
 

@@ -14,5 +14,6 @@ mod crash;
 mod instances;
 mod logs;
 mod outages;
+mod replicas;
 mod reseed;
 mod stock_and_sigterm;

@@ -60,7 +60,7 @@ pub struct BuyResponse {
         (status = 415, description = "`unsupported_media_type`: not application/json", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this client (address or IPv6 network), or this buyer, is over its limit; or it asked about a sold-out sale too often", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
-        (status = 503, description = "`unavailable`: Redis is unreachable or the limiter could not decide", body = ErrorBody,
+        (status = 503, description = "`unavailable`: Redis is unreachable or the limiter could not decide; nothing is bought. `not_durable` (`SECKILL_CONFIRM_REPLICAS` only): bought under the body's `order_id`, but fewer Redis replicas than asked acknowledged it in time. The purchase stands and is stored like any other: ask `GET /sales/{sale_id}/order` (its `status` is `confirmed` once the order is in Postgres), or retry the buy and get 409 `already_purchased` with the same `order_id`", body = ErrorBody,
             headers(("Retry-After" = u64, description = "1"))),
     )
 )]
@@ -111,6 +111,10 @@ async fn purchase(
         BuyOutcome::Purchased => {
             Ok(HttpResponse::Created().json(BuyResponse { order_id, sale_id, user_id: user.as_str().to_owned() }))
         }
+        BuyOutcome::NotDurable { replicas } => {
+            tracing::warn!(%order_id, replicas, "purchase not confirmed by enough replicas: 503 not_durable");
+            Err(ApiError::NotDurable { order_id })
+        }
         BuyOutcome::UnknownSale => Err(ApiError::UnknownSale),
         BuyOutcome::NotStarted => Err(ApiError::SaleNotStarted),
         BuyOutcome::Ended => Err(ApiError::SaleEnded),
@@ -136,6 +140,7 @@ fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
         Err(ApiError::SaleEnded) => "ended",
         Err(ApiError::RateLimited { .. }) => "rate_limited",
         Err(ApiError::Unavailable(_)) => "unavailable",
+        Err(ApiError::NotDurable { .. }) => "not_durable",
         Err(ApiError::Unauthenticated) => "unauthenticated",
         Err(ApiError::InvalidToken(_)) => "invalid_token",
         Err(ApiError::UserMismatch) => "user_mismatch",
