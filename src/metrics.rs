@@ -10,7 +10,7 @@ use prometheus::{
 };
 
 /// Purchase outcomes, in the order of [`Metrics::purchase`]'s labels.
-pub const PURCHASE_OUTCOMES: [&str; 12] = [
+pub const PURCHASE_OUTCOMES: [&str; 13] = [
     "created",
     "already_purchased",
     "sold_out",
@@ -23,6 +23,7 @@ pub const PURCHASE_OUTCOMES: [&str; 12] = [
     "unauthenticated",
     "invalid_token",
     "user_mismatch",
+    "sale_retired",
 ];
 
 /// Limiter decisions, in the order of [`Metrics::limiter_decision`]'s labels.

@@ -1,6 +1,6 @@
 //! The composition root: builds the service from its configuration and runs it until told to
 //! stop ([`Application`]), with the ordered shutdown; the bodies of the other commands
-//! (`seckill worker`, `migrate`, `reconcile`, `token`) are in `commands`.
+//! (`seckill worker`, `migrate`, `reconcile`, `retire`, `token`) are in `commands`.
 
 mod commands;
 
@@ -25,19 +25,23 @@ use crate::metrics::Metrics;
 use crate::orders::worker::{Worker, WorkerSettings};
 use crate::purchase::Sales;
 use crate::purchase::board::SaleBoard;
-use crate::purchase::sold_out::{self, SoldOutFlags};
+use crate::purchase::retired::RetiredSales;
+use crate::purchase::sold_out::{self, SaleEvent, SoldOutFlags};
 use crate::redis::Keyspace;
 use crate::redis::connection;
+use crate::retire::Retirer;
+use crate::retire::janitor::Janitor;
 
-pub use commands::{migrate, print_token, run_reconcile, run_worker};
+pub use commands::{migrate, print_token, run_reconcile, run_retire, run_worker};
 
 /// A built service: the HTTP server bound to its port, the listener that keeps its sold-out flags
-/// fresh, and optionally the worker.
+/// and retired sales fresh, the retirement janitor, and optionally the worker.
 pub struct Application {
     server: Server,
     local_addr: SocketAddr,
     worker: Option<Worker>,
-    sold_out: Arc<SoldOutFlags>,
+    janitor: Janitor,
+    events: SaleEvents,
     redis_url: SecretString,
     events_channel: String,
 }
@@ -68,11 +72,22 @@ impl Application {
         let sold_out = Arc::new(SoldOutFlags::default());
         let metrics = Arc::new(Metrics::new());
         let sales = Sales::new(redis.clone());
+        let retired = RetiredSales::new(pool.clone());
+        let retirer = Retirer::new(sales.clone(), pool.clone(), metrics.clone(), config.worker_block);
+        let janitor = Janitor::new(
+            retirer.clone(),
+            config.retire.retire_after,
+            config.retire.retire_interval,
+            config.consumer_name(),
+        );
+        let events = SaleEvents { sold_out: sold_out.clone(), retired: retired.clone(), sales: sales.clone() };
         let state = AppState {
             sales: sales.clone(),
             board: SaleBoard::new(sales),
             redis,
             sold_out: sold_out.clone(),
+            retired,
+            retirer,
             pool: pool.clone(),
             limiter: Arc::new(Limiter::new(policy)),
             rate_limit_policy: HeaderValue::from_str(&policy.policy_field()).context("rate limit policy")?,
@@ -99,7 +114,7 @@ impl Application {
         .run();
         let worker = if run_worker { Some(build_worker(config, metrics)?) } else { None };
         tracing::info!(%local_addr, worker = run_worker, "listening");
-        Ok(Self { server, local_addr, worker, sold_out, redis_url: config.redis_url.clone(), events_channel })
+        Ok(Self { server, local_addr, worker, janitor, events, redis_url: config.redis_url.clone(), events_channel })
     }
 
     /// The address the server actually bound (useful with port 0).
@@ -115,9 +130,10 @@ impl Application {
         let worker_stop = CancellationToken::new();
         let worker = self.worker.map(|w| tokio::spawn(w.run(worker_stop.clone())));
         let events = tokio::spawn({
-            let (url, channel, flags, stop) = (self.redis_url, self.events_channel, self.sold_out, worker_stop.clone());
-            async move { sold_out::listen(url, channel, &flags, stop).await }
+            let (url, channel, events, stop) = (self.redis_url, self.events_channel, self.events, worker_stop.clone());
+            async move { sold_out::listen(url, channel, &|event| events.apply(event), stop).await }
         });
+        let janitor = tokio::spawn(self.janitor.run(worker_stop.clone()));
         let stopper = tokio::spawn({
             let shutdown = shutdown.clone();
             async move {
@@ -130,10 +146,32 @@ impl Application {
         worker_stop.cancel();
         stopper.await.context("stopping the http server")?;
         events.await.context("seed events listener")?;
+        janitor.await.context("retirement janitor")?;
         if let Some(worker) = worker {
             worker.await.context("worker task")?;
         }
         served
+    }
+}
+
+/// What an instance holds about sales, kept fresh by the events channel.
+struct SaleEvents {
+    sold_out: Arc<SoldOutFlags>,
+    retired: RetiredSales,
+    sales: Sales,
+}
+
+impl SaleEvents {
+    fn apply(&self, event: SaleEvent<'_>) {
+        match event {
+            SaleEvent::Seeded(sale) => self.sold_out.clear(sale),
+            SaleEvent::Retired(sale) => {
+                self.retired.mark(sale);
+                self.sold_out.clear(sale);
+                self.sales.forget_layout(sale);
+            }
+            SaleEvent::Missed => self.sold_out.clear_all(),
+        }
     }
 }
 

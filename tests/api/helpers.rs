@@ -37,6 +37,7 @@ pub async fn test_config() -> Config {
         worker_consumer: Some("test-worker".into()),
         shutdown_timeout: Duration::from_secs(5),
         auth: Default::default(),
+        retire: Default::default(),
     }
 }
 

@@ -21,6 +21,7 @@ mod openapi;
 mod rate_limit;
 mod reconcile;
 mod redis_loss;
+mod retire;
 mod sales_overview;
 mod script_cache;
 mod shards;

@@ -6,6 +6,7 @@
 mod common;
 
 mod harness;
+mod lifecycle;
 mod storm_client;
 
 mod bad_input;
@@ -15,4 +16,6 @@ mod instances;
 mod logs;
 mod outages;
 mod reseed;
+mod retire;
+mod soak;
 mod stock_and_sigterm;
