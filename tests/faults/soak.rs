@@ -32,7 +32,8 @@ async fn two_hundred_sales_created_sold_drained_and_retired_leave_nothing_behind
     wait_for_ready_streams(&deployment, &all, 1).await;
     let baseline_keys = deployment_keys(&deployment);
     let baseline_registries = registries(&deployment).await;
-    assert!(!baseline_keys.is_empty() && baseline_keys.iter().all(|k| k.contains(&live)), "{baseline_keys:?}");
+    let registry = seckill::redis::keys::sales_registry_key(&deployment.key_prefix);
+    assert!(baseline_keys.iter().all(|k| k.contains(&live) || *k == registry), "{baseline_keys:?}");
 
     let started = Instant::now();
     let (mut sales, mut orders, mut warm) = (vec![], BTreeSet::new(), vec![]);
