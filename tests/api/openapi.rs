@@ -48,6 +48,7 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
     }
     documented.sort();
     let expected = [
+        "DELETE /admin/sales/{sale_id}",
         "GET /",
         "GET /admin",
         "GET /admin/sales",
