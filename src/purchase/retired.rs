@@ -106,9 +106,4 @@ impl RetiredSales {
             }
         }
     }
-
-    /// Postgres lookups made (answers kept), for tests and diagnostics.
-    pub fn answers_kept(&self) -> u64 {
-        self.answers.entry_count()
-    }
 }
