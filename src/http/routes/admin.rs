@@ -186,11 +186,16 @@ pub async fn seed(
     let to_ms = |t: Option<OffsetDateTime>| t.map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64);
     let spec = SaleSpec { stock, starts_at_ms: to_ms(starts_at), ends_at_ms: to_ms(ends_at), shards };
 
+    // Checked first without a lock (a retired sale has orders Redis forgot: that is not what to
+    // say), then again under the row's lock, without holding a connection across other queries.
+    if db::sale_retired(&state.pool, sale.as_str()).await? == Some(true) {
+        return Err(ApiError::SeedRetired);
+    }
+    refuse_if_redis_forgot_orders(&state, &sale).await?;
     let mut tx = state.pool.begin().await?;
     if db::lock_retired(&mut tx, sale.as_str()).await? {
         return Err(ApiError::SeedRetired);
     }
-    refuse_if_redis_forgot_orders(&state, &sale).await?;
     db::upsert_sale(&mut tx, &sale, stock, starts_at, ends_at).await?;
     match state.sales.seed(&sale, spec).await? {
         SeedOutcome::Seeded => {
