@@ -36,6 +36,8 @@
 //!      orders from the streams into Postgres (`worker`), and one buyer's order (`lookup`).
 //! 6. Reconciliation
 //!    - [`reconcile`]: whether a sale's Redis buyers and Postgres orders agree, and the repair.
+//!    - [`retire`]: retiring a sale that is over (its Redis keys go, Postgres keeps its orders),
+//!      by hand or by the janitor.
 //! 7. HTTP
 //!    - [`http`]: the routes, `AppState`, the API error and its status codes, the middleware,
 //!      the client's address behind proxies.
@@ -55,4 +57,5 @@ pub mod orders;
 pub mod purchase;
 pub mod reconcile;
 pub mod redis;
+pub mod retire;
 pub mod telemetry;

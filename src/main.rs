@@ -24,6 +24,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Token { user, ttl } => app::print_token(&cli.config, &user, ttl)?,
         // Ctrl-C keeps its default meaning: an interrupted check or repair is simply run again.
         Command::Reconcile { sale_id, repair } => return Ok(app::run_reconcile(&cli.config, &sale_id, repair).await),
+        Command::Retire { sale_id } => return Ok(app::run_retire(&cli.config, &sale_id).await),
     }
     Ok(ExitCode::SUCCESS)
 }

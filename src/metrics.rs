@@ -10,7 +10,7 @@ use prometheus::{
 };
 
 /// Purchase outcomes, in the order of [`Metrics::purchase`]'s labels.
-pub const PURCHASE_OUTCOMES: [&str; 13] = [
+pub const PURCHASE_OUTCOMES: [&str; 14] = [
     "created",
     "already_purchased",
     "sold_out",
@@ -24,6 +24,7 @@ pub const PURCHASE_OUTCOMES: [&str; 13] = [
     "unauthenticated",
     "invalid_token",
     "user_mismatch",
+    "sale_retired",
 ];
 
 /// Limiter decisions, in the order of [`Metrics::limiter_decision`]'s labels.

@@ -166,6 +166,10 @@ async fn reseed_lost_sale(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result
     if sales.sale_state(sale).await?.is_some() {
         return Ok(false);
     }
+    // A retired sale has no second life, not even through a repair.
+    if db::sale_retired(pool, sale.as_str()).await? == Some(true) {
+        return Ok(false);
+    }
     let Some(row) = db::sale_row(pool, sale).await? else {
         return Ok(false);
     };

@@ -1,4 +1,4 @@
-//! The bodies of the commands other than `serve`: `seckill worker`, `migrate`, `reconcile` and `token`.
+//! The bodies of the commands other than `serve`: `seckill worker`, `migrate`, `reconcile`, `retire` and `token`.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -19,6 +19,7 @@ use crate::purchase::Sales;
 use crate::reconcile;
 use crate::redis::Keyspace;
 use crate::redis::connection;
+use crate::retire::{RetireOutcome, Retirer};
 
 /// The `seckill worker` command: the worker alone, until `shutdown` fires.
 pub async fn run_worker(config: &Config, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -40,7 +41,7 @@ pub(super) async fn connect_and_migrate(config: &Config) -> anyhow::Result<PgPoo
     Ok(pool)
 }
 
-/// Exit status of `seckill reconcile` when differences remain.
+/// Exit status of `seckill reconcile` when differences remain (and of `seckill retire` when refused).
 const EXIT_DIFFERENCES: u8 = 1;
 /// Exit status when the sale was never seeded (clap also exits 2 on an invalid id).
 const EXIT_UNKNOWN_SALE: u8 = 2;
@@ -81,6 +82,49 @@ pub async fn run_reconcile(config: &Config, sale: &SaleId, repair: bool) -> Exit
         }
         Err(err) => {
             eprintln!("seckill reconcile: {err:#}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
+
+/// Exit status of `seckill retire` when the sale was retired before.
+const EXIT_ALREADY_RETIRED: u8 = 4;
+
+/// The `seckill retire` command: retires the sale (`crate::retire`), prints the report (or the
+/// reasons it is refused) as pretty JSON on stdout, and exits 0 retired, 1 refused, 2 unknown
+/// sale, 3 Redis or Postgres failed, 4 already retired.
+pub async fn run_retire(config: &Config, sale: &SaleId) -> ExitCode {
+    let outcome: anyhow::Result<RetireOutcome> = async {
+        let pool = connect_and_migrate(config).await?;
+        let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
+        let sales = Sales::new(Keyspace::new(redis, config.key_prefix.clone()));
+        let retirer = Retirer::new(sales, pool, Arc::new(Metrics::new()), config.worker_block);
+        retirer.retire(sale).await.map_err(|err| anyhow::Error::new(err).context("retiring"))
+    }
+    .await;
+    let json = |value: serde_json::Value| println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+    match outcome {
+        Ok(RetireOutcome::Retired(report)) => {
+            json(serde_json::to_value(report).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Ok(RetireOutcome::Refused(reasons)) => {
+            json(serde_json::json!({"sale_id": sale.as_str(), "error": "not_retirable", "reasons": reasons}));
+            ExitCode::from(EXIT_DIFFERENCES)
+        }
+        Ok(RetireOutcome::UnknownSale) => {
+            eprintln!(
+                "seckill retire: unknown sale '{sale}': not seeded in Redis under key prefix '{}'",
+                config.key_prefix
+            );
+            ExitCode::from(EXIT_UNKNOWN_SALE)
+        }
+        Ok(RetireOutcome::AlreadyRetired) => {
+            eprintln!("seckill retire: sale '{sale}' was retired before");
+            ExitCode::from(EXIT_ALREADY_RETIRED)
+        }
+        Err(err) => {
+            eprintln!("seckill retire: {err:#}");
             ExitCode::from(EXIT_FAILED)
         }
     }

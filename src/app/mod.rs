@@ -1,6 +1,6 @@
 //! The composition root: builds the service from its configuration and runs it until told to
 //! stop ([`Application`]), with the ordered shutdown; the bodies of the other commands
-//! (`seckill worker`, `migrate`, `reconcile`, `token`) are in `commands`.
+//! (`seckill worker`, `migrate`, `reconcile`, `retire`, `token`) are in `commands`.
 
 mod commands;
 
@@ -25,20 +25,24 @@ use crate::metrics::Metrics;
 use crate::orders::worker::{Worker, WorkerSettings};
 use crate::purchase::Sales;
 use crate::purchase::board::SaleBoard;
-use crate::purchase::sold_out::{self, SoldOutFlags};
+use crate::purchase::retired::RetiredSales;
+use crate::purchase::sold_out::{self, SaleEvent, SoldOutFlags};
 use crate::redis::Keyspace;
 use crate::redis::confirm::ConfirmPool;
 use crate::redis::connection::{self, RedisTarget};
+use crate::retire::Retirer;
+use crate::retire::janitor::Janitor;
 
-pub use commands::{migrate, print_token, run_reconcile, run_worker};
+pub use commands::{migrate, print_token, run_reconcile, run_retire, run_worker};
 
 /// A built service: the HTTP server bound to its port, the listener that keeps its sold-out flags
-/// fresh, and optionally the worker.
+/// and retired sales fresh, the retirement janitor, and optionally the worker.
 pub struct Application {
     server: Server,
     local_addr: SocketAddr,
     worker: Option<Worker>,
-    sold_out: Arc<SoldOutFlags>,
+    janitor: Janitor,
+    events: SaleEvents,
     redis_url: SecretString,
     events_channel: String,
 }
@@ -76,11 +80,22 @@ impl Application {
         } else {
             None
         };
+        let retired = RetiredSales::new(pool.clone());
+        let retirer = Retirer::new(sales.clone(), pool.clone(), metrics.clone(), config.worker_block);
+        let janitor = Janitor::new(
+            retirer.clone(),
+            config.retire.retire_after,
+            config.retire.retire_interval,
+            config.consumer_name(&local_addr.port().to_string()),
+        );
+        let events = SaleEvents { sold_out: sold_out.clone(), retired: retired.clone(), sales: sales.clone() };
         let state = AppState {
             sales: sales.clone(),
             board: SaleBoard::new(sales),
             redis,
             sold_out: sold_out.clone(),
+            retired,
+            retirer,
             pool: pool.clone(),
             limiter: Arc::new(Limiter::new(policy)),
             rate_limit_policy: HeaderValue::from_str(&policy.policy_field()).context("rate limit policy")?,
@@ -105,7 +120,7 @@ impl Application {
         .shutdown_timeout(config.shutdown_timeout.as_secs())
         .run();
         tracing::info!(%local_addr, worker = run_worker, "listening");
-        Ok(Self { server, local_addr, worker, sold_out, redis_url: config.redis_url.clone(), events_channel })
+        Ok(Self { server, local_addr, worker, janitor, events, redis_url: config.redis_url.clone(), events_channel })
     }
 
     /// The address the server actually bound (useful with port 0).
@@ -121,9 +136,10 @@ impl Application {
         let worker_stop = CancellationToken::new();
         let worker = self.worker.map(|w| tokio::spawn(w.run(worker_stop.clone())));
         let events = tokio::spawn({
-            let (url, channel, flags, stop) = (self.redis_url, self.events_channel, self.sold_out, worker_stop.clone());
-            async move { sold_out::listen(url, channel, &flags, stop).await }
+            let (url, channel, events, stop) = (self.redis_url, self.events_channel, self.events, worker_stop.clone());
+            async move { sold_out::listen(url, channel, &|event| events.apply(event), stop).await }
         });
+        let janitor = tokio::spawn(self.janitor.run(worker_stop.clone()));
         let stopper = tokio::spawn({
             let shutdown = shutdown.clone();
             async move {
@@ -136,6 +152,7 @@ impl Application {
         worker_stop.cancel();
         stopper.await.context("stopping the http server")?;
         events.await.context("seed events listener")?;
+        janitor.await.context("retirement janitor")?;
         if let Some(worker) = worker {
             worker.await.context("worker task")?;
         }
@@ -169,6 +186,27 @@ fn confirmed(sales: Sales, config: &Config) -> anyhow::Result<Sales> {
     .context("redis url")?;
     tracing::info!(replicas = durability.confirm_replicas, wait = ?durability.confirm_timeout, "a 201 waits for Redis replicas");
     Ok(sales.confirmed_by(Arc::new(pool)))
+}
+
+/// What an instance holds about sales, kept fresh by the events channel.
+struct SaleEvents {
+    sold_out: Arc<SoldOutFlags>,
+    retired: RetiredSales,
+    sales: Sales,
+}
+
+impl SaleEvents {
+    fn apply(&self, event: SaleEvent<'_>) {
+        match event {
+            SaleEvent::Seeded(sale) => self.sold_out.clear(sale),
+            SaleEvent::Retired(sale) => {
+                self.retired.mark(sale);
+                self.sold_out.clear(sale);
+                self.sales.forget_layout(sale);
+            }
+            SaleEvent::Missed => self.sold_out.clear_all(),
+        }
+    }
 }
 
 /// Postgres connections of the worker's own pool: one batch insert at a time, plus one spare.

@@ -14,10 +14,12 @@ use crate::telemetry::LogFormat;
 mod auth;
 mod database;
 mod durability;
+mod retire;
 
 pub use auth::AuthConfig;
 pub use database::DatabaseConfig;
 pub use durability::{DurabilityConfig, MAX_CONFIRM_REPLICAS};
+pub use retire::RetireConfig;
 
 /// The `seckill` command line.
 #[derive(Debug, Parser)]
@@ -57,6 +59,18 @@ pub enum Command {
         /// their buyers were told) and restore a missing `sales` row from Redis.
         #[arg(long)]
         repair: bool,
+    },
+    /// Retire one sale: remove its Redis keys and registrations; Postgres keeps its orders and
+    /// its row, marked retired. Prints the report as JSON.
+    ///
+    /// Only a sale that has ended or sold out, whose queue has drained and that reconciles can be
+    /// retired; a retired sale answers 410 sale_retired and cannot be seeded again. Exit status:
+    /// 0 retired, 1 refused (the reasons are printed), 2 unknown sale or invalid id, 3 Redis or
+    /// Postgres failed, 4 already retired.
+    Retire {
+        /// The sale to retire.
+        #[arg(value_parser = SaleId::parse)]
+        sale_id: SaleId,
     },
     /// Print an HS256 token naming USER, signed with SECKILL_JWT_SECRET (with the configured
     /// user claim, issuer and audience), for `Authorization: Bearer` with SECKILL_AUTH=jwt.
@@ -184,6 +198,10 @@ pub struct Config {
     /// Whether a 201 waits for Redis replicas.
     #[command(flatten)]
     pub durability: DurabilityConfig,
+
+    /// When sales retire by themselves.
+    #[command(flatten)]
+    pub retire: RetireConfig,
 }
 
 impl Config {

@@ -1,7 +1,8 @@
 //! Everything the service asks of Postgres: the pool and the migrations (here), orders
-//! (`orders`), and the sale records (`sales`).
+//! (`orders`), the sale records (`sales`) and their retirement mark (`retired`).
 
 mod orders;
+mod retired;
 mod sales;
 
 use std::time::Duration;
@@ -16,6 +17,7 @@ use crate::config::DatabaseConfig;
 pub use orders::{
     InsertReport, count_orders, count_orders_by_sale, insert_orders, order_of, order_users, orders_of_users,
 };
+pub use retired::{last_activity, lock_retired, mark_retired, sale_retired, unmark_retired};
 pub use sales::{SaleRow, insert_sale_if_missing, sale_row, sales_row_stock, upsert_sale};
 
 /// The migrations in `migrations/`, compiled into the binary.

@@ -11,6 +11,15 @@ use uuid::Uuid;
 
 use crate::db::ms_to_time;
 use crate::purchase::{OrderStatus, Receipt};
+use crate::retire::Refusal;
+
+fn reasons_text(reasons: &[Refusal]) -> String {
+    let words: Vec<String> = reasons
+        .iter()
+        .map(|r| serde_json::to_value(r).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default())
+        .collect();
+    words.join(", ")
+}
 
 /// Every answer but a success: each variant has its status code, its stable `error` code
 /// ([`ApiError::code`]) and its message (the `#[error]` text).
@@ -86,6 +95,17 @@ pub enum ApiError {
         /// The sale's shard count.
         shards: u32,
     },
+    /// 410 `sale_retired`: the sale was retired (Postgres keeps its orders; `GET
+    /// /sales/{sale_id}/order` still answers a buyer).
+    #[error("the sale is over and was retired")]
+    SaleRetired,
+    /// 409 `sale_retired`: a seed of a retired sale (a retired sale has no second life; seed it
+    /// under another id).
+    #[error("the sale was retired; it cannot be seeded again (use another sale id)")]
+    SeedRetired,
+    /// 409 `not_retirable`, with every reason in `reasons`.
+    #[error("the sale cannot be retired yet: {}", reasons_text(.0))]
+    NotRetirable(Vec<Refusal>),
     /// 429 `rate_limited`, with `Retry-After` in whole seconds.
     #[error("too many requests from this client; retry after {retry_after_secs} s")]
     RateLimited {
@@ -134,6 +154,8 @@ impl ApiError {
             Self::SaleHasOrders { .. } => "sale_has_orders",
             Self::SaleStarted => "sale_started",
             Self::ShardsFixed { .. } => "shards_fixed",
+            Self::SaleRetired | Self::SeedRetired => "sale_retired",
+            Self::NotRetirable(_) => "not_retirable",
             Self::RateLimited { .. } => "rate_limited",
             Self::NotDurable { .. } => "not_durable",
             Self::Unavailable(_) => "unavailable",
@@ -160,6 +182,9 @@ pub struct ErrorBody<'a> {
     #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub created_at: Option<OffsetDateTime>,
+    /// `not_retirable` only: why the sale cannot be retired yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasons: Option<Vec<Refusal>>,
 }
 
 impl ResponseError for ApiError {
@@ -176,8 +201,10 @@ impl ResponseError for ApiError {
             | Self::SaleInProgress
             | Self::SaleHasOrders { .. }
             | Self::SaleStarted
-            | Self::ShardsFixed { .. } => StatusCode::CONFLICT,
-            Self::SoldOut => StatusCode::GONE,
+            | Self::ShardsFixed { .. }
+            | Self::SeedRetired
+            | Self::NotRetirable(_) => StatusCode::CONFLICT,
+            Self::SoldOut | Self::SaleRetired => StatusCode::GONE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) | Self::NotDurable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -226,6 +253,10 @@ impl ResponseError for ApiError {
             order_id,
             status: receipt.map(|r| r.status),
             created_at: receipt.map(|r| ms_to_time(r.created_at_ms)),
+            reasons: match self {
+                Self::NotRetirable(reasons) => Some(reasons.clone()),
+                _ => None,
+            },
         })
     }
 }
@@ -275,6 +306,16 @@ impl From<std::sync::Arc<redis::RedisError>> for ApiError {
 impl From<crate::orders::lookup::LookupError> for ApiError {
     fn from(err: crate::orders::lookup::LookupError) -> Self {
         use crate::orders::lookup::LookupError as E;
+        match err {
+            E::Redis(err) => err.into(),
+            E::Postgres(err) => err.into(),
+        }
+    }
+}
+
+impl From<crate::retire::RetireError> for ApiError {
+    fn from(err: crate::retire::RetireError) -> Self {
+        use crate::retire::RetireError as E;
         match err {
             E::Redis(err) => err.into(),
             E::Postgres(err) => err.into(),

@@ -26,8 +26,10 @@ use crate::metrics::Metrics;
 use crate::orders::streams::StreamHealth;
 use crate::purchase::Sales;
 use crate::purchase::board::SaleBoard;
+use crate::purchase::retired::RetiredSales;
 use crate::purchase::sold_out::SoldOutFlags;
 use crate::redis::Keyspace;
+use crate::retire::Retirer;
 
 /// What every handler can reach. Cheap to clone: the clients inside are shared handles.
 #[derive(Clone)]
@@ -40,6 +42,10 @@ pub struct AppState {
     pub board: SaleBoard,
     /// Sales this instance knows to be sold out (answered without Redis).
     pub sold_out: Arc<SoldOutFlags>,
+    /// Retired sales this instance knows of (410 `sale_retired`), and the bounded lookups.
+    pub retired: RetiredSales,
+    /// Retires sales (`DELETE /admin/sales/{sale_id}`).
+    pub retirer: Retirer,
     /// The Postgres pool (sale records, order counts, reconciliation, readiness).
     pub pool: PgPool,
     /// The rate limiter's policy and the clients it recently refused.

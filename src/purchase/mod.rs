@@ -3,13 +3,14 @@
 //! order to the sale's stream in one atomic step, and keeps the buyer's `receipt`) and reads their
 //! state (`reads`); a hot sale's
 //! stock can be split over shards (`shards`); once Redis said a sale is sold out, each instance
-//! answers that itself (`sold_out`).
+//! answers that itself (`sold_out`); a retired sale is answered from memory too (`retired`).
 
 pub mod board;
 mod buy;
 mod reads;
 pub mod receipt;
 mod restore;
+pub mod retired;
 mod seed;
 pub mod shards;
 pub mod sold_out;
@@ -35,6 +36,9 @@ pub use seed::{SaleSpec, SeedOutcome};
 
 /// How long [`Sales`] keeps a sale's layout before reading it again.
 pub const LAYOUT_TTL: Duration = Duration::from_secs(5);
+
+/// Most layouts one instance keeps at once.
+const MAX_KEPT_LAYOUTS: usize = 10_000;
 
 /// A layout and until when it is kept.
 type KeptLayout = (Instant, Arc<Layout>);
@@ -87,14 +91,22 @@ impl Sales {
             .query_async(&mut self.redis.conn())
             .await?;
         if stock_initial.is_none() {
-            self.forget_layout(sale);
+            self.forget_layout(sale.as_str());
             return Ok(None);
         }
         let layout =
             Layout::from_meta(shards, suffixes.as_deref()).map_err(|why| unexpected_reply("the sale's meta", &why))?;
         let layout = Arc::new(layout);
         let kept = (Instant::now() + LAYOUT_TTL, layout.clone());
-        self.layouts.write().unwrap_or_else(|e| e.into_inner()).insert(sale.as_str().into(), kept);
+        let mut layouts = self.layouts.write().unwrap_or_else(|e| e.into_inner());
+        if layouts.len() >= MAX_KEPT_LAYOUTS {
+            // Bounded: the lapsed ones go first (a year of sales leaves nothing behind).
+            let now = Instant::now();
+            layouts.retain(|_, (until, _)| now < *until);
+        }
+        if layouts.len() < MAX_KEPT_LAYOUTS {
+            layouts.insert(sale.as_str().into(), kept);
+        }
         Ok(Some(layout))
     }
 
@@ -104,8 +116,9 @@ impl Sales {
         layouts.get(sale.as_str()).filter(|(until, _)| Instant::now() < *until).map(|(_, layout)| layout.clone())
     }
 
-    fn forget_layout(&self, sale: &SaleId) {
-        self.layouts.write().unwrap_or_else(|e| e.into_inner()).remove(sale.as_str());
+    /// Drops the layout this instance keeps of the sale (it was lost or retired).
+    pub fn forget_layout(&self, sale: &str) {
+        self.layouts.write().unwrap_or_else(|e| e.into_inner()).remove(sale);
     }
 
     /// The keys of every shard of the sale (one set for an unsharded or unknown sale), from a

@@ -211,11 +211,41 @@ pub async fn load_buyers(flags: Arc<SoldOutFlags>, sales: Sales, sale: SaleId) {
 /// Pause before subscribing again after the subscription was lost.
 const RESUBSCRIBE_PAUSE: Duration = Duration::from_secs(1);
 
-/// Clears flags as seed events arrive on `channel`, until `shutdown`. Subscribes again after a
-/// failure, and clears every flag on each (re)subscription, since events sent while it was away
-/// are lost. On a cluster it subscribes on one seed node, the next one after each failure: a
-/// cluster delivers every PUBLISH to subscribers on all nodes.
-pub async fn listen(redis_url: SecretString, channel: String, flags: &SoldOutFlags, shutdown: CancellationToken) {
+/// Prefix of a retirement's message on the events channel: `retired:<sale id>` (a seed's message
+/// is the bare sale id, which never holds a `:`).
+pub const RETIRED_EVENT: &str = "retired:";
+
+/// One message of the deployment's events channel, as [`listen`] hands it on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaleEvent<'a> {
+    /// The sale was seeded: drop its sold-out flag.
+    Seeded(&'a str),
+    /// The sale was retired (`crate::retire`): drop everything held about it.
+    Retired(&'a str),
+    /// (Re)subscribed: events may have been missed, forget every flag.
+    Missed,
+}
+
+impl<'a> SaleEvent<'a> {
+    /// The event a message's payload carries.
+    pub fn parse(payload: &'a str) -> Self {
+        match payload.strip_prefix(RETIRED_EVENT) {
+            Some(sale) => Self::Retired(sale),
+            None => Self::Seeded(payload),
+        }
+    }
+}
+
+/// Hands each event arriving on `channel` to `on_event`, until `shutdown`. Subscribes again after
+/// a failure, and reports [`SaleEvent::Missed`] on each (re)subscription, since events sent while
+/// it was away are lost. On a cluster it subscribes on one seed node, the next one after each
+/// failure: a cluster delivers every PUBLISH to subscribers on all nodes.
+pub async fn listen(
+    redis_url: SecretString,
+    channel: String,
+    on_event: &(dyn Fn(SaleEvent<'_>) + Send + Sync),
+    shutdown: CancellationToken,
+) {
     let urls = match RedisTarget::parse(redis_url.expose_secret()) {
         Ok(target) => target.urls().to_vec(),
         Err(err) => return tracing::error!(error = %err, "no seed events: SECKILL_REDIS_URL is invalid"),
@@ -226,13 +256,13 @@ pub async fn listen(redis_url: SecretString, channel: String, flags: &SoldOutFla
         }
         let url = &urls[attempt % urls.len()];
         let result = tokio::select! {
-            result = subscribe_and_apply(url, &channel, flags) => result,
+            result = subscribe_and_apply(url, &channel, on_event) => result,
             _ = shutdown.cancelled() => return,
         };
         if let Err(err) = result {
             tracing::warn!(error = %err, "seed events subscription lost; subscribing again in 1 s");
         }
-        flags.clear_all();
+        on_event(SaleEvent::Missed);
         tokio::select! {
             _ = tokio::time::sleep(RESUBSCRIBE_PAUSE) => {}
             _ = shutdown.cancelled() => return,
@@ -240,16 +270,20 @@ pub async fn listen(redis_url: SecretString, channel: String, flags: &SoldOutFla
     }
 }
 
-async fn subscribe_and_apply(redis_url: &str, channel: &str, flags: &SoldOutFlags) -> redis::RedisResult<()> {
+async fn subscribe_and_apply(
+    redis_url: &str,
+    channel: &str,
+    on_event: &(dyn Fn(SaleEvent<'_>) + Send + Sync),
+) -> redis::RedisResult<()> {
     let client = redis::Client::open(redis_url)?;
     let connecting = tokio::time::timeout(Duration::from_secs(5), client.get_async_pubsub());
     let mut pubsub = connecting.await.map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
     pubsub.subscribe(channel).await?;
-    flags.clear_all();
+    on_event(SaleEvent::Missed);
     let mut messages = pubsub.on_message();
     while let Some(message) = messages.next().await {
-        let sale: String = message.get_payload()?;
-        flags.clear(&sale);
+        let payload: String = message.get_payload()?;
+        on_event(SaleEvent::parse(&payload));
     }
     Ok(())
 }
@@ -344,6 +378,12 @@ mod tests {
         std::thread::sleep(Duration::from_millis(120));
         assert_eq!(idle.held_buyers(), 0, "an idle flag is dropped with its copy");
         assert_eq!(idle.check(&sale("a"), &user("u")), None);
+    }
+
+    #[test]
+    fn events_tell_a_seed_from_a_retirement() {
+        assert_eq!(SaleEvent::parse("demo"), SaleEvent::Seeded("demo"));
+        assert_eq!(SaleEvent::parse("retired:demo"), SaleEvent::Retired("demo"));
     }
 
     #[test]

@@ -81,6 +81,12 @@ pub fn shards_registry_key(prefix: &str) -> String {
     format!("{prefix}:shards")
 }
 
+/// The janitor's lock (`crate::retire::janitor`): the instance that sets it (`SET NX PX`) runs
+/// the round; it lapses after one interval.
+pub fn retire_lock_key(prefix: &str) -> String {
+    format!("{prefix}:retire-lock")
+}
+
 /// The rate limiter's key for one client under one algorithm, by the algorithm's name
 /// (switching algorithms starts every client afresh instead of reading another algorithm's
 /// state). `client` is the client's limiting key: its IPv4 address, or its IPv6 network's first

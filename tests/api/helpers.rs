@@ -39,6 +39,7 @@ pub async fn test_config() -> Config {
         auth: Default::default(),
         database: Default::default(),
         durability: Default::default(),
+        retire: Default::default(),
     }
 }
 

@@ -48,6 +48,7 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
     }
     documented.sort();
     let expected = [
+        "DELETE /admin/sales/{sale_id}",
         "GET /",
         "GET /admin",
         "GET /admin/sales",
@@ -66,6 +67,9 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
     ];
     assert_eq!(documented, expected);
     // Every error body the document names is the one the service sends.
+    for schema in ["RetireReport", "Refusal"] {
+        assert!(doc["components"]["schemas"][schema].is_object(), "{schema} is in the document");
+    }
     let error_schema = &doc["components"]["schemas"]["ErrorBody"]["required"];
     assert_eq!(error_schema, &serde_json::json!(["error", "message"]));
 }

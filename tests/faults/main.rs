@@ -6,6 +6,7 @@
 mod common;
 
 mod harness;
+mod lifecycle;
 mod storm_client;
 
 mod bad_input;
@@ -16,4 +17,6 @@ mod logs;
 mod outages;
 mod replicas;
 mod reseed;
+mod retire;
+mod soak;
 mod stock_and_sigterm;

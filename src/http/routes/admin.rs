@@ -1,7 +1,8 @@
 //! `PUT /admin/sales/{sale_id}` seeds a sale; `GET /admin/sales/{sale_id}` reports its state and
 //! `GET /admin/sales` every sale's (what the live page polls);
 //! `GET /admin/sales/{sale_id}/reconcile` compares its Redis buyers with its Postgres orders and
-//! `POST` to the same path repairs what it can. All need
+//! `POST` to the same path repairs what it can (`DELETE /admin/sales/{sale_id}`, retiring, is in
+//! `retire`). All need
 //! `Authorization: Bearer <SECKILL_ADMIN_TOKEN>`.
 
 use std::future::{Ready, ready};
@@ -139,14 +140,16 @@ fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D:
     }
 }
 
-fn sale_from_path(path: &str) -> Result<SaleId, ApiError> {
+pub(super) fn sale_from_path(path: &str) -> Result<SaleId, ApiError> {
     SaleId::parse(path).map_err(ApiError::InvalidRequest)
 }
 
 /// Creates or re-seeds a sale. The Postgres record and the Redis seed succeed together: the
 /// Postgres transaction commits only after Redis accepted the seed. A sale with buyers is never
 /// re-seeded (409), so nobody's purchase is erased; nor is a sale with orders in Postgres that
-/// Redis lost (409 `sale_has_orders`: reconciliation's repair restores it with its buyers).
+/// Redis lost (409 `sale_has_orders`: reconciliation's repair restores it with its buyers), nor
+/// a retired sale (409 `sale_retired`: its row is locked in the transaction, so a retirement and
+/// a seed of one sale never interleave).
 #[utoipa::path(
     put,
     path = "/admin/sales/{sale_id}",
@@ -156,7 +159,7 @@ fn sale_from_path(path: &str) -> Result<SaleId, ApiError> {
     request_body = SeedRequest,
     responses(
         (status = 200, description = "Seeded; the sale's state", body = SaleStatus),
-        (status = 409, description = "`sale_in_progress`: the sale has buyers and cannot be re-seeded; `sale_has_orders`: Postgres holds orders of the sale that Redis lost (repair it with the reconcile route instead); `sale_started`: a sharded sale that has started cannot be re-seeded; `shards_fixed`: the sale exists with another shard count", body = ErrorBody),
+        (status = 409, description = "`sale_in_progress`: the sale has buyers and cannot be re-seeded; `sale_has_orders`: Postgres holds orders of the sale that Redis lost (repair it with the reconcile route instead); `sale_started`: a sharded sale that has started cannot be re-seeded; `shards_fixed`: the sale exists with another shard count; `sale_retired`: the sale was retired and has no second life (seed another sale id)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         AdminErrors,
@@ -184,8 +187,16 @@ pub async fn seed(
     let to_ms = |t: Option<OffsetDateTime>| t.map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64);
     let spec = SaleSpec { stock, starts_at_ms: to_ms(starts_at), ends_at_ms: to_ms(ends_at), shards };
 
+    // Checked first without a lock (a retired sale has orders Redis forgot: that is not what to
+    // say), then again under the row's lock, without holding a connection across other queries.
+    if db::sale_retired(&state.pool, sale.as_str()).await? == Some(true) {
+        return Err(ApiError::SeedRetired);
+    }
     refuse_if_redis_forgot_orders(&state, &sale).await?;
     let mut tx = state.pool.begin().await?;
+    if db::lock_retired(&mut tx, sale.as_str()).await? {
+        return Err(ApiError::SeedRetired);
+    }
     db::upsert_sale(&mut tx, &sale, stock, starts_at, ends_at).await?;
     match state.sales.seed(&sale, spec).await? {
         SeedOutcome::Seeded => {
@@ -226,6 +237,7 @@ async fn refuse_if_redis_forgot_orders(state: &AppState, sale: &SaleId) -> Resul
     responses(
         (status = 200, description = "The sale's state", body = SaleStatus),
         (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        (status = 410, description = "`sale_retired`", body = ErrorBody),
         AdminErrors,
     )
 )]
@@ -239,7 +251,9 @@ pub async fn status(
 }
 
 async fn sale_status(state: &AppState, sale: &SaleId) -> Result<SaleStatus, ApiError> {
-    let redis = state.sales.sale_state(sale).await?.ok_or(ApiError::UnknownSale)?;
+    let Some(redis) = state.sales.sale_state(sale).await? else {
+        return Err(if state.retired.check(sale).await { ApiError::SaleRetired } else { ApiError::UnknownSale });
+    };
     let persisted = db::count_orders(&state.pool, sale).await.inspect_err(warn_without_persisted).ok();
     Ok(status_of(sale, redis, persisted))
 }

@@ -55,7 +55,7 @@ pub struct BuyResponse {
         (status = 403, description = "`sale_not_started`, `sale_ended`, or `user_mismatch`: the body's user_id is not the token's buyer", body = ErrorBody),
         (status = 404, description = "`unknown_sale`", body = ErrorBody),
         (status = 409, description = "`already_purchased`: this user already bought in this sale. The body carries the order it was given (`order_id`, `status`: `queued` or `confirmed`, `created_at`), so a retry after a lost 201 learns its order", body = ErrorBody),
-        (status = 410, description = "`sold_out`", body = ErrorBody),
+        (status = 410, description = "`sold_out`; `sale_retired`: the sale is over and was retired (`GET /sales/{sale_id}/order` still answers its buyers)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 4 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: not application/json", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this client (address or IPv6 network), or this buyer, is over its limit; or it asked about a sold-out sale too often", body = ErrorBody,
@@ -79,7 +79,9 @@ pub async fn buy(req: HttpRequest, body: web::Json<BuyRequest>, state: web::Data
 /// limiters run before the purchase, so an abusive client costs one script call, not a purchase
 /// attempt: the client's address limit, then the buyer's; once refused, a client or buyer is
 /// answered 429 from memory until that limiter could admit it again. If a limiter cannot answer,
-/// the request is refused with 503 and nothing is bought (fail closed).
+/// the request is refused with 503 and nothing is bought (fail closed). A retired sale is
+/// answered 410 `sale_retired`, from memory once this instance knows it
+/// (`crate::purchase::retired`), held to the same in-process limit as a sold-out one.
 async fn purchase(
     req: &HttpRequest,
     BuyRequest { sale_id, user_id }: BuyRequest,
@@ -89,11 +91,12 @@ async fn purchase(
     let user = limits::buyer(req, state, user_id)?;
     let sale = SaleId::parse(&sale_id).map_err(ApiError::InvalidRequest)?;
     let client = state.client_key(req);
+    if state.retired.known(&sale) {
+        limit_answer_from_memory(state, client)?;
+        return Err(ApiError::SaleRetired);
+    }
     if let Some(flagged) = state.sold_out.check(&sale, &user) {
-        state.sold_out_limiter.check(client).map_err(|wait| {
-            state.metrics.limiter_decision("sold_out_refused");
-            limits::rate_limited(wait)
-        })?;
+        limit_answer_from_memory(state, client)?;
         return Err(match flagged {
             Flagged::SoldOut => ApiError::SoldOut,
             Flagged::AlreadyPurchased(receipt) => ApiError::AlreadyPurchased(receipt),
@@ -115,6 +118,7 @@ async fn purchase(
             tracing::warn!(%order_id, replicas, "purchase not confirmed by enough replicas: 503 not_durable");
             Err(ApiError::NotDurable { order_id })
         }
+        BuyOutcome::UnknownSale if state.retired.check(&sale).await => Err(ApiError::SaleRetired),
         BuyOutcome::UnknownSale => Err(ApiError::UnknownSale),
         BuyOutcome::NotStarted => Err(ApiError::SaleNotStarted),
         BuyOutcome::Ended => Err(ApiError::SaleEnded),
@@ -127,6 +131,14 @@ async fn purchase(
             Err(ApiError::SoldOut)
         }
     }
+}
+
+/// The in-process per-client limit on answers from memory (a sale known sold out or retired).
+fn limit_answer_from_memory(state: &AppState, client: std::net::IpAddr) -> Result<(), ApiError> {
+    state.sold_out_limiter.check(client).map_err(|wait| {
+        state.metrics.limiter_decision("sold_out_refused");
+        limits::rate_limited(wait)
+    })
 }
 
 /// The `outcome` label of `seckill_purchases_total`.
@@ -144,6 +156,7 @@ fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
         Err(ApiError::Unauthenticated) => "unauthenticated",
         Err(ApiError::InvalidToken(_)) => "invalid_token",
         Err(ApiError::UserMismatch) => "user_mismatch",
+        Err(ApiError::SaleRetired) => "sale_retired",
         Err(_) => "invalid_request",
     }
 }

@@ -1,4 +1,4 @@
-//! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `admin`,
+//! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `admin`, `retire`,
 //! `admin_page`, `buyer_page`, `health`, `openapi`; `limits` is what `buy` and `sales` share,
 //! `page` what the two HTML pages share), and here the routing itself, 404/405 and `GET /metrics`.
 
@@ -10,6 +10,7 @@ mod health;
 mod limits;
 mod openapi;
 mod page;
+mod retire;
 mod sales;
 
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -61,7 +62,8 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                 web::resource("/admin/sales/{sale_id}")
                     .route(web::put().to(admin::seed))
                     .route(web::get().to(admin::status))
-                    .default_service(allow("GET, PUT")),
+                    .route(web::delete().to(retire::retire))
+                    .default_service(allow("DELETE, GET, PUT")),
             )
             .service(
                 web::resource("/admin/sales/{sale_id}/reconcile")

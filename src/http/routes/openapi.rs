@@ -5,7 +5,7 @@ use actix_web::{HttpResponse, web};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, admin_page, buy, buyer_page, health, sales};
+use super::{admin, admin_page, buy, buyer_page, health, retire, sales};
 use crate::http::AppState;
 
 #[derive(OpenApi)]
@@ -21,6 +21,7 @@ use crate::http::AppState;
         admin::list,
         admin::seed,
         admin::status,
+        retire::retire,
         admin::reconcile_check,
         admin::reconcile_repair,
         health::healthz,
@@ -32,7 +33,7 @@ use crate::http::AppState;
     tags(
         (name = "purchase", description = "Buying"),
         (name = "buyer", description = "The buyer page: countdown, stock, Buy, the order's status"),
-        (name = "admin", description = "Seeding and inspecting sales (bearer token), and the live sale page"),
+        (name = "admin", description = "Seeding, inspecting and retiring sales (bearer token), and the live sale page"),
         (name = "health", description = "Liveness, readiness, metrics and this document"),
     )
 )]

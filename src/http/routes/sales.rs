@@ -98,6 +98,7 @@ impl PublicSale {
         (status = 304, description = "Unchanged since the `If-None-Match` validator"),
         (status = 400, description = "`invalid_request`: the sale id is malformed", body = ErrorBody),
         (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        (status = 410, description = "`sale_retired`: the sale is over and was retired", body = ErrorBody),
         (status = 503, description = "`unavailable`: Redis is unreachable", body = ErrorBody),
     )
 )]
@@ -107,7 +108,12 @@ pub async fn sale(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = SaleId::parse(&sale_id).map_err(ApiError::InvalidRequest)?;
-    let snapshot = state.board.snapshot(&sale).await?.ok_or(ApiError::UnknownSale)?;
+    if state.retired.known(&sale) {
+        return Err(ApiError::SaleRetired);
+    }
+    let Some(snapshot) = state.board.snapshot(&sale).await? else {
+        return Err(if state.retired.check(&sale).await { ApiError::SaleRetired } else { ApiError::UnknownSale });
+    };
     let body = PublicSale::of(&sale, &snapshot);
     let etag = body.etag();
     let unchanged = match req.get_header::<IfNoneMatch>() {
@@ -161,7 +167,7 @@ pub struct OrderView {
 /// Postgres) or `none`. Under `SECKILL_AUTH=jwt` the buyer is the token's, so nobody can read
 /// another buyer's order. Shares `POST /buy`'s rate limits (the same per-address and per-buyer
 /// quotas), so polling it spends the same budget as buying. A queued order costs one Redis read
-/// and no Postgres query.
+/// and no Postgres query. A retired sale's buyers still get their order (from Postgres).
 #[utoipa::path(
     get,
     path = "/sales/{sale_id}/order",
@@ -176,6 +182,7 @@ pub struct OrderView {
         (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)", body = ErrorBody),
         (status = 403, description = "`user_mismatch`: user_id is not the token's buyer", body = ErrorBody),
         (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        (status = 410, description = "`sale_retired`: the sale was retired and this user has no order in it (a buyer's order is still answered, from Postgres)", body = ErrorBody),
         (status = 429, description = "`rate_limited`", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
         (status = 503, description = "`unavailable`: Redis or Postgres is unreachable", body = ErrorBody,
@@ -204,6 +211,7 @@ async fn find_order(
     let user = limits::buyer(req, state, user_id)?;
     limits::check(state, state.client_key(req), &user, decided).await?;
     let view = match lookup::lookup(&state.sales, &state.pool, &sale, &user).await? {
+        Lookup::UnknownSale if state.retired.check(&sale).await => return Err(ApiError::SaleRetired),
         Lookup::UnknownSale => return Err(ApiError::UnknownSale),
         Lookup::NotBought => OrderView { status: OrderState::None, order_id: None, created_at: None },
         Lookup::Found { status, order_id, created_at } => {

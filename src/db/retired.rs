@@ -1,0 +1,50 @@
+//! Retired sales: the `sales.retired_at` mark (`crate::retire` sets it before it removes the
+//! sale's Redis keys; Postgres keeps the row and the orders).
+
+use sqlx::PgPool;
+use time::OffsetDateTime;
+
+/// Whether the sale's row is marked retired: `None` if the sale has no row.
+pub async fn sale_retired(pool: &PgPool, sale: &str) -> Result<Option<bool>, sqlx::Error> {
+    sqlx::query_scalar("select retired_at is not null from sales where sale_id = $1")
+        .bind(sale)
+        .fetch_optional(pool)
+        .await
+}
+
+/// Inside the admin seed's transaction: locks the sale's row (if any) until the transaction
+/// ends and says whether it is retired, so a seed and a retirement of one sale never interleave.
+pub async fn lock_retired(tx: &mut sqlx::PgConnection, sale: &str) -> Result<bool, sqlx::Error> {
+    let retired: Option<bool> =
+        sqlx::query_scalar("select retired_at is not null from sales where sale_id = $1 for update")
+            .bind(sale)
+            .fetch_optional(tx)
+            .await?;
+    Ok(retired == Some(true))
+}
+
+/// Marks the sale retired now; false if it has no row or is already retired.
+pub async fn mark_retired(pool: &PgPool, sale: &str) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query("update sales set retired_at = now() where sale_id = $1 and retired_at is null")
+        .bind(sale)
+        .execute(pool)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Takes the mark back (a retirement that found the sale busy after marking it).
+pub async fn unmark_retired(pool: &PgPool, sale: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("update sales set retired_at = null where sale_id = $1").bind(sale).execute(pool).await.map(drop)
+}
+
+/// The sale's last activity, for the janitor's grace period: its last order, else the last
+/// change of its row (a sale sold out at stock 0). `None` if it has neither.
+pub async fn last_activity(pool: &PgPool, sale: &str) -> Result<Option<OffsetDateTime>, sqlx::Error> {
+    sqlx::query_scalar(
+        "select coalesce((select max(created_at) from orders where sale_id = $1),
+                         (select updated_at from sales where sale_id = $1))",
+    )
+    .bind(sale)
+    .fetch_one(pool)
+    .await
+}

@@ -1,0 +1,43 @@
+//! `DELETE /admin/sales/{sale_id}`: retires a sale (admin bearer token, as every admin route).
+
+use actix_web::{HttpResponse, web};
+
+use super::admin::{Admin, AdminErrors, SalePath, sale_from_path};
+use crate::http::AppState;
+use crate::http::error::{ApiError, ErrorBody};
+use crate::retire::{RetireOutcome, RetireReport};
+
+/// Retires the sale (`crate::retire`): once it has ended or sold out, its queue has drained and it
+/// reconciles, its Redis keys and registrations go; Postgres keeps its orders and its row, marked
+/// retired. Takes about a second (the workers' grace) plus the removal, in steps.
+#[utoipa::path(
+    delete,
+    path = "/admin/sales/{sale_id}",
+    tag = "admin",
+    params(SalePath),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Retired; what was removed", body = RetireReport),
+        (status = 404, description = "`unknown_sale`: Redis does not know the sale (never seeded, or lost: repair it first)", body = ErrorBody),
+        (status = 409, description = "`not_retirable`: `reasons` lists why (`open`, `queued`, `pending`, `stock_unbalanced`, `missing_in_postgres`, `unknown_to_redis`, `sales_row`); nothing changed", body = ErrorBody),
+        (status = 410, description = "`sale_retired`: retired before", body = ErrorBody),
+        AdminErrors,
+    )
+)]
+pub async fn retire(
+    _admin: Admin,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = sale_from_path(&path)?;
+    match state.retirer.retire(&sale).await? {
+        RetireOutcome::Retired(report) => {
+            state.retired.mark(sale.as_str());
+            state.sold_out.clear(sale.as_str());
+            Ok(HttpResponse::Ok().json(report))
+        }
+        RetireOutcome::Refused(reasons) => Err(ApiError::NotRetirable(reasons)),
+        RetireOutcome::UnknownSale => Err(ApiError::UnknownSale),
+        RetireOutcome::AlreadyRetired => Err(ApiError::SaleRetired),
+    }
+}

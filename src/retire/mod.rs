@@ -1,0 +1,267 @@
+//! Retiring a sale: once it has ended (or sold out), its queue has drained and it reconciles,
+//! its Redis state goes away for good and Postgres keeps the orders and the `sales` row, marked
+//! retired (`sales.retired_at`). Nothing else of it is left: not its keys, not its registration,
+//! not the workers' reads of its streams, not the instances' caches, not its metric series.
+//!
+//! [`Retirer::retire`] checks with reconciliation's [`reconcile::check`] and refuses with every
+//! reason that applies ([`Refusal`]); then, in this order:
+//!
+//! 1. marks the `sales` row retired (the row lock orders it against a concurrent seed, which
+//!    refuses a retired sale), then checks again that the sale is neither open nor queued (else
+//!    takes the mark back and refuses);
+//! 2. removes the sale and its shards from the registries, so every worker drops their streams
+//!    at its next registry refresh, and publishes `retired:<id>` on the events channel, so every
+//!    instance answers 410 `sale_retired` from memory and frees what it held of the sale;
+//! 3. waits a grace ([`Retirer::grace`]: the worker's registry refresh, one blocking read, and a
+//!    margin), after which no worker reads the sale's streams any more;
+//! 4. removes the keys in steps ([`keys`]), never one command blocking Redis on a big set, and
+//!    removes them again should a lagging worker have recreated a stream meanwhile;
+//! 5. removes the sale's metric series from this process (each worker does so in its own
+//!    process when it drops the streams).
+//!
+//! The janitor ([`janitor`]) retires sales automatically after `SECKILL_RETIRE_AFTER`.
+
+pub mod janitor;
+pub mod keys;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+
+use crate::db;
+use crate::domain::SaleId;
+use crate::metrics::Metrics;
+use crate::purchase::sold_out::RETIRED_EVENT;
+use crate::purchase::{SaleState, Sales};
+use crate::reconcile;
+use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
+use crate::redis::order_stream::CONSUMER_GROUP;
+
+/// How often a worker reads the registry again (`crate::orders::worker`'s refresh period).
+pub const WORKER_REGISTRY_REFRESH: Duration = Duration::from_millis(500);
+
+/// Margin added to the grace, for the worker's step in progress.
+pub const GRACE_MARGIN: Duration = Duration::from_millis(250);
+
+/// Why a sale cannot be retired (several may apply).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    /// Not ended and not sold out: it can still sell.
+    Open,
+    /// Orders are still queued in its streams (not yet in Postgres).
+    Queued,
+    /// Its consumer group has orders read but not yet acknowledged.
+    Pending,
+    /// `stock_initial != stock_left + sold` in Redis.
+    StockUnbalanced,
+    /// Buyers with no order in Postgres nor queued (reconcile --repair re-enqueues them).
+    MissingInPostgres,
+    /// Postgres orders of users Redis does not know (reconcile --repair restores them).
+    UnknownToRedis,
+    /// No `sales` row in Postgres, or one with another `stock_initial`.
+    SalesRow,
+}
+
+/// What a retirement removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RetireReport {
+    pub sale_id: String,
+    /// Shards the sale had (1: unsharded).
+    pub shards: u32,
+    pub stock_initial: i64,
+    /// Buyers in Redis before the removal (as many orders as Postgres keeps).
+    pub sold: i64,
+    /// Orders of the sale in Postgres (kept).
+    pub persisted: i64,
+    /// Members removed from the buyer sets.
+    pub buyers_removed: u64,
+    /// Receipts removed.
+    pub receipts_removed: u64,
+    /// Redis keys removed.
+    pub keys_removed: u64,
+    /// How long the retirement waited for the workers to stop reading the sale's streams.
+    pub grace_ms: u64,
+}
+
+/// What [`Retirer::retire`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetireOutcome {
+    /// Retired; what was removed.
+    Retired(RetireReport),
+    /// Not retirable, for these reasons; nothing changed.
+    Refused(Vec<Refusal>),
+    /// Redis does not know the sale (never seeded, or lost: `reconcile --repair` restores it).
+    UnknownSale,
+    /// The sale was retired before.
+    AlreadyRetired,
+}
+
+/// A retirement could not read or write what it needed.
+#[derive(Debug, thiserror::Error)]
+pub enum RetireError {
+    /// A Redis call failed.
+    #[error("redis")]
+    Redis(#[from] redis::RedisError),
+    /// A Postgres call failed.
+    #[error("postgres")]
+    Postgres(#[from] sqlx::Error),
+}
+
+impl From<reconcile::ReconcileError> for RetireError {
+    fn from(err: reconcile::ReconcileError) -> Self {
+        match err {
+            reconcile::ReconcileError::Redis(err) => Self::Redis(err),
+            reconcile::ReconcileError::Postgres(err) => Self::Postgres(err),
+        }
+    }
+}
+
+/// Retires sales of one deployment.
+#[derive(Clone)]
+pub struct Retirer {
+    sales: Sales,
+    pool: PgPool,
+    metrics: Arc<Metrics>,
+    grace: Duration,
+}
+
+impl Retirer {
+    /// `worker_block` is the workers' `SECKILL_WORKER_BLOCK` (every instance's, as configured here).
+    pub fn new(sales: Sales, pool: PgPool, metrics: Arc<Metrics>, worker_block: Duration) -> Self {
+        Self { sales, pool, metrics, grace: Self::grace(worker_block) }
+    }
+
+    /// The wait between unregistering a sale and removing its keys: the worker's registry
+    /// refresh period, one blocking read and [`GRACE_MARGIN`].
+    pub fn grace(worker_block: Duration) -> Duration {
+        WORKER_REGISTRY_REFRESH + worker_block + GRACE_MARGIN
+    }
+
+    /// Retires the sale (module documentation).
+    pub async fn retire(&self, sale: &SaleId) -> Result<RetireOutcome, RetireError> {
+        if db::sale_retired(&self.pool, sale.as_str()).await? == Some(true) {
+            return Ok(RetireOutcome::AlreadyRetired);
+        }
+        let Some(report) = reconcile::check(&self.sales, &self.pool, sale).await? else {
+            return Ok(RetireOutcome::UnknownSale);
+        };
+        let Some(state) = self.sales.sale_state(sale).await? else {
+            return Ok(RetireOutcome::UnknownSale);
+        };
+        let shards = self.sales.all_shard_keys(sale).await?;
+        let mut refusals = self.busy(&state, &shards).await?;
+        let checks = [
+            (!report.stock_balanced, Refusal::StockUnbalanced),
+            (!report.missing_in_postgres.is_empty(), Refusal::MissingInPostgres),
+            (!report.unknown_to_redis.is_empty(), Refusal::UnknownToRedis),
+            (report.sales_row_stock != Some(report.stock_initial), Refusal::SalesRow),
+        ];
+        refusals.extend(checks.into_iter().filter(|(refused, _)| *refused).map(|(_, why)| why));
+        if !refusals.is_empty() {
+            return Ok(RetireOutcome::Refused(refusals));
+        }
+        if !db::mark_retired(&self.pool, sale.as_str()).await? {
+            return Ok(RetireOutcome::AlreadyRetired);
+        }
+        // A seed that committed before the mark may have reopened the sale.
+        let again = match self.sales.sale_state(sale).await {
+            Ok(Some(state)) => self.busy(&state, &shards).await,
+            Ok(None) => Ok(vec![]),
+            Err(err) => Err(err.into()),
+        };
+        match again {
+            Ok(refusals) if refusals.is_empty() => {}
+            other => {
+                db::unmark_retired(&self.pool, sale.as_str()).await?;
+                return Ok(RetireOutcome::Refused(other?));
+            }
+        }
+        self.unregister(sale, &shards).await?;
+        tokio::time::sleep(self.grace).await;
+        let mut con = self.sales.keyspace().conn();
+        let mut removed = keys::remove_all(&mut con, &shards).await?;
+        // A worker that had not yet dropped a stream may have recreated it (its group): once more.
+        let mut left = 0;
+        for keys in &shards {
+            left += keys::exists(&mut con, keys).await?;
+        }
+        if left > 0 {
+            tracing::warn!(sale_id = %sale, left, "keys of the retired sale came back; removing them again");
+            removed.keys += keys::remove_all(&mut con, &shards).await?.keys;
+        }
+        self.sales.forget_layout(sale.as_str());
+        self.metrics.forget_sale(sale.as_str());
+        let retired = RetireReport {
+            sale_id: sale.to_string(),
+            shards: state.shards,
+            stock_initial: state.stock_initial,
+            sold: state.sold,
+            persisted: report.persisted,
+            buyers_removed: removed.buyers,
+            receipts_removed: removed.receipts,
+            keys_removed: removed.keys,
+            grace_ms: self.grace.as_millis() as u64,
+        };
+        tracing::info!(sale_id = %sale, report = ?retired, "sale retired");
+        Ok(RetireOutcome::Retired(retired))
+    }
+
+    /// The reasons a sale is still in use: open (Redis clock), queued, pending.
+    async fn busy(&self, state: &SaleState, shards: &[SaleKeys]) -> Result<Vec<Refusal>, RetireError> {
+        let (secs, micros) = self.sales.keyspace().server_time().await?;
+        let now_ms = secs * 1000 + micros / 1000;
+        let ended = state.ends_at_ms.is_some_and(|end| now_ms >= end);
+        let mut refusals = vec![];
+        if !ended && state.stock_left > 0 {
+            refusals.push(Refusal::Open);
+        }
+        if state.queued > 0 {
+            refusals.push(Refusal::Queued);
+        }
+        let mut pending = 0;
+        for keys in shards {
+            pending += pending_count(&mut self.sales.keyspace().conn(), &keys.orders).await?;
+        }
+        if pending > 0 {
+            refusals.push(Refusal::Pending);
+        }
+        Ok(refusals)
+    }
+
+    /// Removes the sale and its shards from the registries, then announces the retirement.
+    async fn unregister(&self, sale: &SaleId, shards: &[SaleKeys]) -> Result<(), RetireError> {
+        let keyspace = self.sales.keyspace();
+        let mut con = keyspace.conn();
+        let _: i64 = con.srem(sales_registry_key(keyspace.prefix()), sale.as_str()).await?;
+        let layout = self.sales.read_layout(sale).await?.unwrap_or_default();
+        if layout.is_sharded() {
+            let members: Vec<String> = layout.suffixes().iter().map(|suffix| format!("{sale}:{suffix}")).collect();
+            let _: i64 = con.srem(shards_registry_key(keyspace.prefix()), members).await?;
+        }
+        debug_assert_eq!(shards.len(), layout.shards() as usize);
+        let event = format!("{RETIRED_EVENT}{sale}");
+        if let Err(err) = con.publish::<_, _, i64>(keyspace.events_channel(), event).await {
+            // The instances' caches then lapse by themselves (crate::purchase::retired).
+            tracing::warn!(sale_id = %sale, error = %err, "retirement event not published");
+        }
+        Ok(())
+    }
+}
+
+/// Entries of the stream's consumer group read but not acknowledged (0 without the group).
+async fn pending_count(con: &mut crate::redis::connection::SharedConnection, stream: &str) -> redis::RedisResult<u64> {
+    let reply: redis::RedisResult<redis::Value> =
+        redis::cmd("XPENDING").arg(stream).arg(CONSUMER_GROUP).query_async(con).await;
+    match reply {
+        Ok(redis::Value::Array(fields)) => {
+            Ok(fields.first().and_then(|n| redis::from_redis_value_ref(n).ok()).unwrap_or(0))
+        }
+        Ok(_) => Ok(0),
+        Err(err) if err.code() == Some("NOGROUP") => Ok(0),
+        Err(err) => Err(err),
+    }
+}

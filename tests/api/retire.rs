@@ -1,0 +1,208 @@
+//! Retiring a sale (issue 16, "nothing shrinks"): once it has ended or sold out, drained and
+//! reconciles, `DELETE /admin/sales/{id}` removes every Redis key and registration of it, and
+//! Postgres keeps its orders and its row (marked retired). A retired sale answers 410
+//! `sale_retired` (buy, status) on every instance, its buyers still find their orders, it cannot
+//! be seeded again, and the janitor retires sales by itself after `SECKILL_RETIRE_AFTER`.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use seckill::redis::keys::{sales_registry_key, shards_registry_key};
+use serde_json::{Value, json};
+
+use crate::common::scan_keys;
+use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, new_sale_id, spawn_app, spawn_app_with, spawn_instance_of};
+
+async fn retire(app: &TestApp, sale: &str) -> reqwest::Response {
+    let url = app.url(&format!("/admin/sales/{sale}"));
+    app.client.delete(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap()
+}
+
+/// The deployment's keys, limiter keys excepted.
+fn sale_keys_of(app: &TestApp) -> BTreeSet<String> {
+    let prefix = &app.config.key_prefix;
+    scan_keys(&format!("{prefix}:*")).into_iter().filter(|k| !k.contains(":ratelimit:")).collect()
+}
+
+fn keys_of_sale(keys: &BTreeSet<String>, sale: &str) -> usize {
+    keys.iter().filter(|k| k.contains(&format!("{{sale:{sale}"))).count()
+}
+
+async fn registry(app: &TestApp, key: String) -> BTreeSet<String> {
+    app.redis.clone().smembers(key).await.unwrap()
+}
+
+/// Sells the whole stock to `buyer-0..` and waits until Postgres has every order.
+async fn sell_out(app: &TestApp, sale: &str, stock: usize) -> Vec<String> {
+    let mut order_ids = vec![];
+    for i in 0..stock {
+        let response = app.buy(sale, &format!("buyer-{i}")).await;
+        assert_eq!(response.status(), 201);
+        let body: Value = response.json().await.unwrap();
+        order_ids.push(body["order_id"].as_str().unwrap().to_owned());
+    }
+    assert_error(app.buy(sale, "late").await, 410, "sold_out").await;
+    app.wait_for_drain(sale).await;
+    order_ids
+}
+
+async fn retired_at_set(app: &TestApp, sale: &str) -> bool {
+    sqlx::query_scalar("select retired_at is not null from sales where sale_id = $1")
+        .bind(sale)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retiring_a_drained_sale_removes_its_keys_and_registration_and_postgres_keeps_its_orders() {
+    let app = spawn_app().await;
+    let (sale, live) = (new_sale_id(), new_sale_id());
+    app.seed_stock(&sale, 3).await;
+    app.seed_stock(&live, 5).await;
+    let order_ids = sell_out(&app, &sale, 3).await;
+    let before = sale_keys_of(&app);
+    assert_eq!(keys_of_sale(&before, &sale), 5, "meta, stock, buyers, orders, receipts: {before:?}");
+
+    let response = retire(&app, &sale).await;
+    assert_eq!(response.status(), 200);
+    let report: Value = response.json().await.unwrap();
+    assert_eq!(
+        (&report["sold"], &report["persisted"], &report["buyers_removed"], &report["receipts_removed"]),
+        (&json!(3), &json!(3), &json!(3), &json!(3)),
+        "{report}"
+    );
+    assert_eq!(report["keys_removed"], 5, "{report}");
+
+    let after = sale_keys_of(&app);
+    assert_eq!(keys_of_sale(&after, &sale), 0, "no key of the retired sale is left: {after:?}");
+    assert_eq!(after, before.iter().filter(|k| !k.contains(&sale)).cloned().collect(), "the live sale's keys stay");
+    let sales = registry(&app, sales_registry_key(&app.config.key_prefix)).await;
+    assert!(!sales.contains(&sale) && sales.contains(&live), "{sales:?}");
+    assert_eq!(app.order_users(&sale).await.len(), 3, "Postgres keeps the orders");
+    assert!(retired_at_set(&app, &sale).await, "the row is marked retired");
+
+    // 410 to buyers and to the public status; a buyer still finds its order; no second life.
+    assert_error(app.buy(&sale, "newcomer").await, 410, "sale_retired").await;
+    assert_error(app.buy(&sale, "buyer-0").await, 410, "sale_retired").await;
+    assert_error(app.client.get(app.url(&format!("/sales/{sale}"))).send().await.unwrap(), 410, "sale_retired").await;
+    let order = app.client.get(app.url(&format!("/sales/{sale}/order?user_id=buyer-0"))).send().await.unwrap();
+    assert_eq!(order.status(), 200);
+    let order: Value = order.json().await.unwrap();
+    assert_eq!((order["status"].as_str(), order["order_id"].as_str()), (Some("confirmed"), Some(&*order_ids[0])));
+    let stranger = app.client.get(app.url(&format!("/sales/{sale}/order?user_id=stranger"))).send().await.unwrap();
+    assert_error(stranger, 410, "sale_retired").await;
+    assert_error(app.seed(&sale, json!({"stock": 3})).await, 409, "sale_retired").await;
+    let repair = app.client.post(app.url(&format!("/admin/sales/{sale}/reconcile"))).bearer_auth(ADMIN_TOKEN);
+    assert_eq!(repair.send().await.unwrap().status(), 404, "a repair does not bring it back either");
+    assert_eq!(keys_of_sale(&sale_keys_of(&app), &sale), 0);
+
+    // Retired twice: 410; unknown: 404; the live sale still sells.
+    assert_error(retire(&app, &sale).await, 410, "sale_retired").await;
+    assert_error(retire(&app, &new_sale_id()).await, 404, "unknown_sale").await;
+    assert_eq!(app.buy(&live, "buyer-0").await.status(), 201);
+
+    // The worker dropped the sale's stream and its metric series.
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        if !metrics.contains(&sale) {
+            break;
+        }
+        assert!(Instant::now() < until, "the retired sale's series stay in /metrics");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sale_still_open_or_with_queued_orders_is_refused_with_its_reasons() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let (open, queued) = (new_sale_id(), new_sale_id());
+    app.seed_stock(&open, 5).await;
+    app.seed_stock(&queued, 1).await;
+    assert_eq!(app.buy(&open, "a").await.status(), 201);
+    assert_eq!(app.buy(&queued, "a").await.status(), 201);
+
+    for (sale, reasons) in [(&open, json!(["open", "queued"])), (&queued, json!(["queued"]))] {
+        let response = retire(&app, sale).await;
+        assert_eq!(response.status(), 409);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!((&body["error"], &body["reasons"]), (&json!("not_retirable"), &reasons), "{body}");
+        assert!(!retired_at_set(&app, sale).await, "nothing changed");
+        assert_eq!(keys_of_sale(&sale_keys_of(&app), sale), 5);
+    }
+    assert_eq!(app.buy(&open, "b").await.status(), 201, "a refused sale keeps selling");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_instance_answers_410_promptly_after_a_retirement() {
+    let app = spawn_app().await;
+    let other = spawn_instance_of(&app).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 1).await;
+    assert_eq!(other.buy(&sale, "a").await.status(), 201);
+    assert_error(other.buy(&sale, "b").await, 410, "sold_out").await;
+    assert_eq!(other.client.get(other.url(&format!("/sales/{sale}"))).send().await.unwrap().status(), 200);
+    app.wait_for_drain(&sale).await;
+
+    assert_eq!(retire(&app, &sale).await.status(), 200);
+    let retired = Instant::now();
+    loop {
+        let buy = other.buy(&sale, "a").await.status();
+        let status = other.client.get(other.url(&format!("/sales/{sale}"))).send().await.unwrap().status();
+        if (buy.as_u16(), status.as_u16()) == (410, 410) {
+            assert_error(other.buy(&sale, "c").await, 410, "sale_retired").await;
+            break;
+        }
+        assert!(retired.elapsed() < Duration::from_millis(500), "the other instance still answers {buy}/{status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_janitor_retires_a_sale_after_its_grace_and_leaves_open_ones() {
+    let app = spawn_app_with(
+        |config| {
+            config.retire.retire_after = Duration::from_millis(300);
+            config.retire.retire_interval = Duration::from_millis(200);
+        },
+        true,
+    )
+    .await;
+    let (done, open) = (new_sale_id(), new_sale_id());
+    app.seed_stock(&done, 2).await;
+    app.seed_stock(&open, 5).await;
+    sell_out(&app, &done, 2).await;
+    let until = Instant::now() + Duration::from_secs(15);
+    while !retired_at_set(&app, &done).await || keys_of_sale(&sale_keys_of(&app), &done) > 0 {
+        assert!(Instant::now() < until, "the janitor did not retire the sold-out sale");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_error(app.buy(&done, "x").await, 410, "sale_retired").await;
+    assert!(!retired_at_set(&app, &open).await, "an open sale is not retired");
+    assert_eq!(app.buy(&open, "x").await.status(), 201);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_sale_retires_every_shard() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    let seeded = app.seed(&sale, json!({"stock": 6, "shards": 3})).await;
+    assert_eq!(seeded.status(), 200);
+    sell_out(&app, &sale, 6).await;
+    assert_eq!(keys_of_sale(&sale_keys_of(&app), &sale), 15);
+    let shards_key = shards_registry_key(&app.config.key_prefix);
+    assert_eq!(registry(&app, shards_key.clone()).await.len(), 2);
+
+    let response = retire(&app, &sale).await;
+    assert_eq!(response.status(), 200);
+    let report: Value = response.json().await.unwrap();
+    assert_eq!(
+        (&report["shards"], &report["keys_removed"], &report["buyers_removed"]),
+        (&json!(3), &json!(15), &json!(6))
+    );
+    assert_eq!(keys_of_sale(&sale_keys_of(&app), &sale), 0, "every shard's keys are gone");
+    assert!(registry(&app, shards_key).await.is_empty(), "the shards are unregistered");
+    assert_eq!(app.order_users(&sale).await.len(), 6);
+}
