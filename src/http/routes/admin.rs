@@ -1,8 +1,6 @@
 //! `PUT /admin/sales/{sale_id}` seeds a sale; `GET /admin/sales/{sale_id}` reports its state and
-//! `GET /admin/sales` every sale's (what the live page polls);
-//! `GET /admin/sales/{sale_id}/reconcile` compares its Redis buyers with its Postgres orders and
-//! `POST` to the same path repairs what it can (`DELETE /admin/sales/{sale_id}`, retiring, is in
-//! `retire`). All need
+//! `GET /admin/sales` every sale's (what the live page polls). Reconciling is in `reconcile`,
+//! retiring (`DELETE /admin/sales/{sale_id}`) in `retire`. All need
 //! `Authorization: Bearer <SECKILL_ADMIN_TOKEN>`.
 
 use std::future::{Ready, ready};
@@ -23,7 +21,6 @@ use crate::http::error::{ApiError, ErrorBody, is_redis_outage};
 use crate::orders::streams::WorkerReport;
 use crate::purchase::shards::MAX_SHARDS;
 use crate::purchase::{SaleSpec, SaleState, SeedOutcome};
-use crate::reconcile::{self, ReconcileReport};
 
 /// Largest stock one sale may hold (the buyer set grows to this many members).
 pub const MAX_STOCK: i64 = 10_000_000;
@@ -360,50 +357,4 @@ pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpRespo
     let limiter =
         LimiterRefusals { refused: refusals("refused"), refused_from_memory: refusals("refused_from_memory") };
     Ok(HttpResponse::Ok().json(SalesOverview { sales, unreadable, worker, sales_total, limiter, sampled_at }))
-}
-
-/// Reports the differences between the sale's Redis buyers and its Postgres orders.
-#[utoipa::path(
-    get,
-    path = "/admin/sales/{sale_id}/reconcile",
-    tag = "admin",
-    params(SalePath),
-    security(("bearer" = [])),
-    responses(
-        (status = 200, description = "The report", body = ReconcileReport),
-        (status = 404, description = "`unknown_sale`", body = ErrorBody),
-        AdminErrors,
-    )
-)]
-pub async fn reconcile_check(
-    _admin: Admin,
-    path: web::Path<String>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let sale = sale_from_path(&path)?;
-    let report = reconcile::check(&state.sales, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
-    Ok(HttpResponse::Ok().json(report))
-}
-
-/// Repairs what Redis can repair (missing orders, a missing `sales` row) and reports.
-#[utoipa::path(
-    post,
-    path = "/admin/sales/{sale_id}/reconcile",
-    tag = "admin",
-    params(SalePath),
-    security(("bearer" = [])),
-    responses(
-        (status = 200, description = "The report after the repair", body = ReconcileReport),
-        (status = 404, description = "`unknown_sale`", body = ErrorBody),
-        AdminErrors,
-    )
-)]
-pub async fn reconcile_repair(
-    _admin: Admin,
-    path: web::Path<String>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let sale = sale_from_path(&path)?;
-    let report = reconcile::repair(&state.sales, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
-    Ok(HttpResponse::Ok().json(report))
 }

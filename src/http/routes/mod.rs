@@ -10,6 +10,7 @@ mod health;
 mod limits;
 mod openapi;
 mod page;
+mod reconcile;
 mod retire;
 mod sales;
 
@@ -67,8 +68,8 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             )
             .service(
                 web::resource("/admin/sales/{sale_id}/reconcile")
-                    .route(web::get().to(admin::reconcile_check))
-                    .route(web::post().to(admin::reconcile_repair))
+                    .route(web::get().to(reconcile::reconcile_check))
+                    .route(web::post().to(reconcile::reconcile_repair))
                     .default_service(allow("GET, POST")),
             )
             .service(web::resource("/healthz").route(web::get().to(health::healthz)).default_service(allow("GET")))

@@ -5,7 +5,7 @@ use actix_web::{HttpResponse, web};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, admin_page, buy, buyer_page, health, retire, sales};
+use super::{admin, admin_page, buy, buyer_page, health, reconcile, retire, sales};
 use crate::http::AppState;
 
 #[derive(OpenApi)]
@@ -22,8 +22,8 @@ use crate::http::AppState;
         admin::seed,
         admin::status,
         retire::retire,
-        admin::reconcile_check,
-        admin::reconcile_repair,
+        reconcile::reconcile_check,
+        reconcile::reconcile_repair,
         health::healthz,
         health::readyz,
         super::metrics,

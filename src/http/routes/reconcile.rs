@@ -1,0 +1,55 @@
+//! `GET /admin/sales/{sale_id}/reconcile` compares the sale's Redis buyers with its Postgres
+//! orders; `POST` to the same path repairs what it can. Both need the admin token.
+
+use actix_web::{HttpResponse, web};
+
+use super::admin::{Admin, AdminErrors, SalePath, sale_from_path};
+use crate::http::AppState;
+use crate::http::error::{ApiError, ErrorBody};
+use crate::reconcile::{self, ReconcileReport};
+
+/// Reports the differences between the sale's Redis buyers and its Postgres orders.
+#[utoipa::path(
+    get,
+    path = "/admin/sales/{sale_id}/reconcile",
+    tag = "admin",
+    params(SalePath),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The report", body = ReconcileReport),
+        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        AdminErrors,
+    )
+)]
+pub async fn reconcile_check(
+    _admin: Admin,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = sale_from_path(&path)?;
+    let report = reconcile::check(&state.sales, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
+    Ok(HttpResponse::Ok().json(report))
+}
+
+/// Repairs what Redis can repair (missing orders, a missing `sales` row) and reports.
+#[utoipa::path(
+    post,
+    path = "/admin/sales/{sale_id}/reconcile",
+    tag = "admin",
+    params(SalePath),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The report after the repair", body = ReconcileReport),
+        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        AdminErrors,
+    )
+)]
+pub async fn reconcile_repair(
+    _admin: Admin,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = sale_from_path(&path)?;
+    let report = reconcile::repair(&state.sales, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
+    Ok(HttpResponse::Ok().json(report))
+}
