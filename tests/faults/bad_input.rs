@@ -268,7 +268,8 @@ fn cases(sale: &str) -> Vec<Case> {
             "invalid_request",
         ),
         admin("seed body not json", put.clone(), other_sale.clone(), good.clone(), "stock=5", 400, "invalid_request"),
-        admin("DELETE a sale", Method::DELETE, other_sale.clone(), good.clone(), "", 405, "method_not_allowed"),
+        admin("PATCH a sale", Method::PATCH, other_sale.clone(), good.clone(), "", 405, "method_not_allowed"),
+        admin("retire an unknown sale", Method::DELETE, other_sale.clone(), good.clone(), "", 404, "unknown_sale"),
         Case {
             headers: vec![("authorization", format!("Bearer {ADMIN_TOKEN}"))],
             ..admin("seed without content type", put, other_sale, None, seed, 415, "unsupported_media_type")
