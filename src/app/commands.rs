@@ -35,8 +35,12 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
 
 /// A lazily connected pool, after the pending migrations were applied with it.
 pub(super) async fn connect_and_migrate(config: &Config) -> anyhow::Result<PgPool> {
-    let pool = db::connect_with_timeouts(&config.database_url, config.database_max_connections, &config.database)
-        .context("database url")?;
+    let pool = db::connect_with_timeouts(
+        &config.database_url,
+        config.database_max_connections,
+        &config.database.session_parameters(),
+    )
+    .context("database url")?;
     db::migrate(&pool).await.context("applying migrations (is Postgres reachable?)")?;
     Ok(pool)
 }

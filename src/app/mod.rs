@@ -220,8 +220,12 @@ const WORKER_DATABASE_CONNECTIONS: u32 = 2;
 pub(crate) fn build_worker(config: &Config, role: &str, metrics: Arc<Metrics>) -> anyhow::Result<Worker> {
     let redis =
         connection::connect(&config.redis_url, config.worker_block + config.redis_timeout).context("redis url")?;
-    let pool = db::connect_with_timeouts(&config.database_url, WORKER_DATABASE_CONNECTIONS, &config.database)
-        .context("database url")?;
+    let pool = db::connect_with_timeouts(
+        &config.database_url,
+        WORKER_DATABASE_CONNECTIONS,
+        &config.database.session_parameters(),
+    )
+    .context("database url")?;
     let settings = WorkerSettings {
         key_prefix: config.key_prefix.clone(),
         consumer: config.consumer_name(role),

@@ -12,8 +12,6 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, Executor, PgPool};
 use time::OffsetDateTime;
 
-use crate::config::DatabaseConfig;
-
 pub use orders::{
     InsertReport, count_orders, count_orders_by_sale, insert_orders, order_of, order_users, orders_of_users,
 };
@@ -36,15 +34,16 @@ pub fn connect_lazy(url: &SecretString, max_connections: u32) -> Result<PgPool, 
         .connect_lazy(url.expose_secret())
 }
 
-/// [`connect_lazy`], each connection starting with the statement timeout and the server-side TCP
-/// keepalives of `timeouts` (set as startup parameters: no extra round trip).
+/// [`connect_lazy`], each connection starting with these run-time parameters (the statement
+/// timeout and server-side TCP keepalives of `DatabaseConfig::session_parameters`, set as startup
+/// parameters: no extra round trip).
 pub fn connect_with_timeouts(
     url: &SecretString,
     max_connections: u32,
-    timeouts: &DatabaseConfig,
+    session_parameters: &[(&str, String)],
 ) -> Result<PgPool, sqlx::Error> {
     let options: PgConnectOptions = url.expose_secret().parse()?;
-    let options = options.options(timeouts.session_parameters());
+    let options = options.options(session_parameters.iter().map(|(k, v)| (*k, v.as_str())));
     Ok(PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(ACQUIRE_TIMEOUT)

@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use crate::db::ms_to_time;
 use crate::purchase::{OrderStatus, Receipt};
+use crate::redis::connection::is_redis_outage;
 use crate::retire::Refusal;
 
 fn reasons_text(reasons: &[Refusal]) -> String {
@@ -331,17 +332,4 @@ impl From<crate::reconcile::ReconcileError> for ApiError {
             E::Postgres(err) => err.into(),
         }
     }
-}
-
-/// True when a Redis error means "Redis is not reachable right now" rather than a bug. On a
-/// cluster that includes MOVED/ASK/TRYAGAIN/CLUSTERDOWN still standing after the client's retries
-/// (a master is down or its slots are moving) and a node the client cannot reach.
-pub fn is_redis_outage(err: &redis::RedisError) -> bool {
-    err.is_io_error()
-        || err.is_timeout()
-        || err.is_connection_dropped()
-        || err.is_connection_refusal()
-        || err.is_cluster_error()
-        || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
-        || matches!(err.code(), Some("LOADING" | "MASTERDOWN" | "BUSY"))
 }

@@ -13,8 +13,8 @@ use redis::RedisResult;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::http::error::is_redis_outage;
 use crate::redis::connection::RedisConnection;
+use crate::redis::connection::is_redis_outage;
 use crate::redis::order_stream;
 
 /// What the worker last found of one order stream.

@@ -17,10 +17,11 @@ use utoipa::ToSchema;
 use crate::db;
 use crate::domain::SaleId;
 use crate::http::AppState;
-use crate::http::error::{ApiError, ErrorBody, is_redis_outage};
+use crate::http::error::{ApiError, ErrorBody};
 use crate::orders::streams::WorkerReport;
 use crate::purchase::shards::MAX_SHARDS;
 use crate::purchase::{SaleSpec, SaleState, SeedOutcome};
+use crate::redis::connection::is_redis_outage;
 
 /// Largest stock one sale may hold (the buyer set grows to this many members).
 pub const MAX_STOCK: i64 = 10_000_000;

@@ -27,11 +27,11 @@ use tokio_util::sync::CancellationToken;
 use super::streams::{StreamHealth, StreamState};
 use crate::db;
 use crate::domain::SaleId;
-use crate::http::error::is_redis_outage;
 use crate::metrics::Metrics;
 use crate::purchase::Sales;
 use crate::redis::Keyspace;
 use crate::redis::connection::RedisConnection;
+use crate::redis::connection::is_redis_outage;
 use crate::redis::lua;
 use crate::redis::order_stream::{self, CONSUMER_GROUP};
 

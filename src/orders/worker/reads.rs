@@ -13,7 +13,7 @@ use redis::streams::{
 
 use super::{CLUSTER_POLL, QUEUE_SAMPLE, Worker};
 use crate::domain::SaleId;
-use crate::http::error::is_redis_outage;
+use crate::redis::connection::is_redis_outage;
 use crate::redis::order_stream::CONSUMER_GROUP;
 
 /// Entries read, by stream.

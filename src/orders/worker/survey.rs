@@ -10,9 +10,9 @@ use anyhow::Context;
 
 use super::{SALES_REFRESH, SURVEY, Tracked, Worker};
 use crate::domain::SaleId;
-use crate::http::error::is_redis_outage;
 use crate::orders::queue;
 use crate::orders::streams::{self, Finding, StreamProblem, StreamState};
+use crate::redis::connection::is_redis_outage;
 use crate::redis::lua;
 use crate::redis::order_stream::CONSUMER_GROUP;
 
