@@ -206,11 +206,15 @@ impl ConnectionLike for RedisConnection {
     }
 }
 
-/// The connection the request path shares, with every command run by a task of the runtime
-/// that created it. actix-web serves each worker thread from a runtime of its own, and the
-/// connection manager spawns its connection's I/O task on the runtime of whichever call
-/// (re)connects: on a worker's runtime, that task would die when actix stops that worker at
-/// shutdown, breaking the connection for the requests the other workers are still finishing.
+/// The connection the request path shares, its I/O always owned by the runtime that created it.
+///
+/// actix-web serves each worker thread from a runtime of its own, and the connection manager
+/// spawns its connection's I/O task on the runtime of whichever call (re)connects: on a worker's
+/// runtime, that task would die when actix stops that worker at shutdown, breaking the connection
+/// for the requests the other workers are still finishing. So every command's future is polled
+/// with the home runtime entered ([`OnHome`]): whatever it spawns (the I/O task of a new
+/// connection, the cluster client's) is spawned there, while the command itself runs on the
+/// caller's task, with no hop to another task and back.
 #[derive(Clone)]
 pub struct SharedConnection {
     inner: RedisConnection,
@@ -218,7 +222,7 @@ pub struct SharedConnection {
 }
 
 impl SharedConnection {
-    /// Runs `conn`'s commands on the current Tokio runtime (which must outlive its users).
+    /// Spawns `conn`'s tasks on the current Tokio runtime (which must outlive its users).
     pub fn on_current_runtime(conn: RedisConnection) -> Self {
         Self { inner: conn, home: tokio::runtime::Handle::current() }
     }
@@ -227,21 +231,12 @@ impl SharedConnection {
     pub fn is_cluster(&self) -> bool {
         self.inner.is_cluster()
     }
-
-    async fn on_home<T: Send + 'static>(
-        &self,
-        call: impl Future<Output = RedisResult<T>> + Send + 'static,
-    ) -> RedisResult<T> {
-        self.home.spawn(call).await.unwrap_or_else(|joined| {
-            Err(redis::RedisError::from((redis::ErrorKind::Io, "redis call aborted", joined.to_string())))
-        })
-    }
 }
 
 impl ConnectionLike for SharedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let (mut conn, cmd) = (self.inner.clone(), cmd.clone());
-        Box::pin(self.on_home(async move { conn.req_packed_command(&cmd).await }))
+        let home = self.home.clone();
+        Box::pin(OnHome { home, call: self.inner.req_packed_command(cmd) })
     }
 
     fn req_packed_commands<'a>(
@@ -250,12 +245,30 @@ impl ConnectionLike for SharedConnection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        let (mut conn, pipeline) = (self.inner.clone(), pipeline.clone());
-        Box::pin(self.on_home(async move { conn.req_packed_commands(&pipeline, offset, count).await }))
+        let home = self.home.clone();
+        Box::pin(OnHome { home, call: self.inner.req_packed_commands(pipeline, offset, count) })
     }
 
     fn get_db(&self) -> i64 {
         self.inner.get_db()
+    }
+}
+
+/// A future polled with the `home` runtime entered: `tokio::spawn` (and any timer or socket
+/// created) inside `call` lands on `home`, whichever runtime polls it. The guard is taken and
+/// dropped within each poll, so guards always nest.
+struct OnHome<F> {
+    home: tokio::runtime::Handle,
+    call: F,
+}
+
+impl<F: Future + Unpin> Future for OnHome<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+        let this = &mut *self;
+        let _entered = this.home.enter();
+        std::pin::Pin::new(&mut this.call).poll(cx)
     }
 }
 
