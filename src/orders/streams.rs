@@ -101,6 +101,12 @@ pub async fn survey(con: &mut RedisConnection, stream: &str, meta: &str) -> Redi
         Finding::new(StreamState::Lost, why, true)
     };
     finding.group_restored = group_restored;
+    // Entries a consumer acknowledged but did not trim (it stopped in between) go now.
+    match order_stream::trim(con, stream).await {
+        Ok(_) => {}
+        Err(err) if is_redis_outage(&err) => return Err(err),
+        Err(err) => return Ok(Finding::new(StreamState::Unreadable, format!("trimming: {err}"), false)),
+    }
     Ok(finding)
 }
 

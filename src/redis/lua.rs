@@ -44,8 +44,8 @@ pub static SEED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(".
 /// `lua/restore.lua`: put buyers Postgres holds and Redis lost back, stock lowered to match.
 pub static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/restore.lua")));
 
-/// `lua/ack.lua`: XACK + XDEL of committed orders.
-pub static ACK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/ack.lua")));
+/// `lua/trim.lua`: XTRIM MINID of the entries the consumer group is done with.
+pub static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/trim.lua")));
 
 /// `lua/prune_consumers.lua`: XGROUP DELCONSUMER of consumers idle past the claim timeout with
 /// nothing pending.

@@ -9,6 +9,7 @@ use redis::aio::ConnectionLike;
 use redis::streams::StreamId;
 use uuid::Uuid;
 
+use super::lua;
 use crate::domain::{Order, SaleId, UserId};
 
 const ORDER_ID: &str = "order_id";
@@ -44,6 +45,20 @@ pub async fn restore_group(con: &mut impl ConnectionLike, stream: &str) -> Redis
         Err(err) if err.code() == Some("BUSYGROUP") => Ok(false),
         Err(err) => Err(err),
     }
+}
+
+/// Acknowledges the entries `ids` of `stream` (their orders are committed), then trims the
+/// entries the group is done with (`lua/trim.lua`). Returns how many were acknowledged.
+pub async fn acknowledge(con: &mut impl ConnectionLike, stream: &str, ids: &[&str]) -> RedisResult<i64> {
+    let acked: i64 = redis::cmd("XACK").arg(stream).arg(CONSUMER_GROUP).arg(ids).query_async(con).await?;
+    trim(con, stream).await?;
+    Ok(acked)
+}
+
+/// Deletes the entries of `stream` the group is done with (`lua/trim.lua`): delivered and
+/// acknowledged, none pending before them. Returns how many.
+pub async fn trim(con: &mut impl ConnectionLike, stream: &str) -> RedisResult<u64> {
+    lua::run(lua::TRIM.key(stream).arg(CONSUMER_GROUP), con).await
 }
 
 /// The fields of an entry, in the order they are written.

@@ -34,14 +34,12 @@ use sqlx::PgPool;
 use crate::db;
 use crate::domain::SaleId;
 use crate::metrics::Metrics;
+use crate::orders::worker::SALES_REFRESH;
 use crate::purchase::sold_out::RETIRED_EVENT;
 use crate::purchase::{SaleState, Sales};
 use crate::reconcile;
 use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
 use crate::redis::order_stream::CONSUMER_GROUP;
-
-/// How often a worker reads the registry again (`crate::orders::worker`'s refresh period).
-pub const WORKER_REGISTRY_REFRESH: Duration = Duration::from_millis(500);
 
 /// Margin added to the grace, for the worker's step in progress.
 pub const GRACE_MARGIN: Duration = Duration::from_millis(250);
@@ -138,7 +136,7 @@ impl Retirer {
     /// The wait between unregistering a sale and removing its keys: the worker's registry
     /// refresh period, one blocking read and [`GRACE_MARGIN`].
     pub fn grace(worker_block: Duration) -> Duration {
-        WORKER_REGISTRY_REFRESH + worker_block + GRACE_MARGIN
+        SALES_REFRESH + worker_block + GRACE_MARGIN
     }
 
     /// Retires the sale (module documentation).

@@ -8,6 +8,8 @@ use redis::streams::{StreamReadOptions, StreamReadReply};
 use seckill::db;
 use seckill::domain::{Order, SaleId, UserId};
 use seckill::orders::worker::StepOutcome;
+use seckill::redis::keys::SaleKeys;
+use seckill::redis::order_stream::{self, CONSUMER_GROUP};
 use uuid::Uuid;
 
 use crate::helpers::{TestApp, new_sale_id, spawn_app_with};
@@ -200,4 +202,34 @@ async fn orders_are_still_consumed_after_their_stream_lost_its_consumer_group() 
 
     let status = app.wait_for_drain(&sale).await;
     assert_eq!((status.sold, status.persisted), (2, Some(2)));
+}
+
+#[tokio::test]
+async fn acknowledged_entries_are_trimmed_but_never_one_pending_or_undelivered() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let (sale, _) = queued_sale(&app, 5).await;
+    let stream = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap()).orders;
+    let mut redis = app.redis.clone();
+    let read = |consumer: &'static str| {
+        let (mut redis, stream) = (redis.clone(), stream.clone());
+        async move {
+            let options = StreamReadOptions::default().group(CONSUMER_GROUP, consumer).count(2);
+            let reply: StreamReadReply = redis.xread_options(&[&stream], &[">"], &options).await.unwrap();
+            reply.keys[0].ids.iter().map(|e| e.id.clone()).collect::<Vec<String>>()
+        }
+    };
+    let (first, second) = (read("c1").await, read("c2").await);
+    fn ids(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+
+    assert_eq!(order_stream::acknowledge(&mut redis, &stream, &ids(&second)).await.unwrap(), 2);
+    let len: u64 = redis.xlen(&stream).await.unwrap();
+    assert_eq!(len, 5, "c1's entries are pending: nothing after them goes either");
+
+    assert_eq!(order_stream::acknowledge(&mut redis, &stream, &ids(&first)).await.unwrap(), 2);
+    let left: redis::streams::StreamRangeReply = redis.xrange_all(&stream).await.unwrap();
+    assert_eq!(left.ids.len(), 1, "the four acknowledged entries are gone");
+    assert!(left.ids[0].id > second[1], "what is left is the entry never delivered");
+    assert_eq!(order_stream::trim(&mut redis, &stream).await.unwrap(), 0, "nothing more to trim");
 }

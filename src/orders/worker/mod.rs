@@ -1,5 +1,5 @@
 //! The order worker: reads every sale's order stream with a consumer group, writes each batch to
-//! Postgres in one idempotent statement, and acknowledges (XACK + XDEL) only after the commit.
+//! Postgres in one idempotent statement, and acknowledges (XACK, then `lua/trim.lua`) only after the commit.
 //!
 //! Nothing is acknowledged early, so a crash at any point leaves the batch pending: this consumer
 //! re-reads its own pending entries when it restarts (or after an error), and any other consumer
@@ -32,11 +32,11 @@ use crate::purchase::Sales;
 use crate::redis::Keyspace;
 use crate::redis::connection::RedisConnection;
 use crate::redis::connection::is_redis_outage;
-use crate::redis::lua;
-use crate::redis::order_stream::{self, CONSUMER_GROUP};
+use crate::redis::order_stream;
 
-/// How often the worker re-reads the registry of sales.
-const SALES_REFRESH: Duration = Duration::from_millis(500);
+/// How often the worker re-reads the registry of sales (a retirement waits this long, among
+/// other things, before it deletes a sale's keys).
+pub const SALES_REFRESH: Duration = Duration::from_millis(500);
 /// How often the worker surveys every stream (and right after a stream failed).
 const SURVEY: Duration = Duration::from_secs(1);
 
@@ -264,7 +264,7 @@ impl Worker {
         // no-ops once it is readable again); the others are acknowledged all the same.
         for (stream, ids) in &batches {
             let ids: Vec<&str> = ids.iter().map(|e| e.id.as_str()).collect();
-            let acked = lua::run::<i64>(lua::ACK.key(stream).arg(CONSUMER_GROUP).arg(&ids), &mut self.redis).await;
+            let acked = order_stream::acknowledge(&mut self.redis, stream, &ids).await;
             match acked {
                 Ok(_) => {}
                 Err(err) if is_redis_outage(&err) => return Err(err).context("acknowledging orders"),
