@@ -25,9 +25,12 @@
 --                        commit), else "confirmed". Just {"already_purchased"} for a buyer
 --                        without a receipt (one restored from Postgres by hand, say).
 --   "sold_out"           stock <= 0
+--   an error (raised)    a key is damaged (the stock not an integer, the order stream or the
+--                        receipts key of another type): nothing is written
 --
 -- Invariants kept: the duplicate check comes before any write; stock is refused at <= 0 so it
--- never goes negative; SADD, DECR and XADD happen together or not at all, so every "ok" has its
+-- never goes negative; SADD, DECR and XADD happen together or not at all (every key is checked
+-- before the first write, since Redis does not roll a failed script back), so every "ok" has its
 -- order in the stream and a receipt, and stock_initial = stock + SCARD(buyers) always holds. The
 -- receipt lets a retry after a lost 201 learn its order id without touching Postgres. All keys share the
 -- sale's hash tag, so the script runs on Redis Cluster. Time comes from the Redis server, and is
@@ -39,8 +42,8 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'unknown_sale'
 end
-local stock = tonumber(redis.call('GET', KEYS[2]))
-if stock == nil then
+local stock_raw = redis.call('GET', KEYS[2])
+if not stock_raw then
   return 'unknown_sale'
 end
 
@@ -69,8 +72,19 @@ if redis.call('SISMEMBER', KEYS[3], ARGV[2]) == 1 then
   local queued = #redis.call('XRANGE', KEYS[4], entry, entry) > 0
   return {'already_purchased', order_id, created_at, queued and 'queued' or 'confirmed'}
 end
-if stock <= 0 then
+local stock = string.match(stock_raw, '^%-?%d+$') and tonumber(stock_raw)
+if stock and stock <= 0 then
   return 'sold_out'
+end
+
+-- Every write below must succeed once the first has (a script is not rolled back): a stock that
+-- DECR cannot take, or an order stream or receipts key of another type, fails the call first.
+local stream_type = redis.call('TYPE', KEYS[4])['ok']
+local receipts_type = redis.call('TYPE', KEYS[5])['ok']
+if not stock or (stream_type ~= 'stream' and stream_type ~= 'none')
+    or (receipts_type ~= 'hash' and receipts_type ~= 'none') then
+  error('seckill buy.lua: a key of the sale is damaged (stock ' .. stock_raw .. ', orders a '
+    .. stream_type .. ', receipts a ' .. receipts_type .. '): nothing written')
 end
 
 redis.call('SADD', KEYS[3], ARGV[2])

@@ -5,8 +5,10 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use redis::streams::{StreamReadOptions, StreamReadReply};
+use seckill::domain::SaleId;
 use seckill::orders::streams::StreamState;
 use seckill::orders::worker::{StepOutcome, Worker, WorkerSettings};
+use seckill::redis::keys::SaleKeys;
 use serde_json::Value;
 
 use crate::helpers::{ADMIN_TOKEN, TestApp, new_sale_id, spawn_app, spawn_app_with};
@@ -125,6 +127,14 @@ async fn a_stream_key_of_the_wrong_type_is_reported_unreadable_and_the_others_st
     let _: i64 = app.redis.clone().del(&stream).await.unwrap();
     let _: () = app.redis.clone().set(&stream, "not a stream").await.unwrap();
     assert_eq!(app.buy(&b, "later").await.status(), 201);
+    // A purchase in the damaged sale fails before writing anything (no buyer without an order).
+    let keys = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&a).unwrap());
+    let stock_before: i64 = app.redis.clone().get(&keys.stock).await.unwrap();
+    let refused = app.buy(&a, "into-the-damage").await;
+    assert!(refused.status().is_server_error(), "{}", refused.status());
+    let stock_after: i64 = app.redis.clone().get(&keys.stock).await.unwrap();
+    let buyer: bool = app.redis.clone().sismember(&keys.buyers, "into-the-damage").await.unwrap();
+    assert_eq!((stock_after, buyer), (stock_before, false), "nothing written");
 
     let status = app.wait_for_drain_within(&b, Duration::from_secs(5)).await;
     assert_eq!(status.persisted, Some(1), "b's order landed");
