@@ -24,8 +24,9 @@ async fn sigkill_mid_storm_with_jwt_loses_and_duplicates_nothing_after_restart()
 }
 
 async fn sigkill_mid_storm(jwt: bool) {
-    // The default consumer name (<host>-<pid>) changes with the process: the new process must
-    // claim what the dead one left pending.
+    // The new process gets a consumer name of its own (the default, <host>-<port>, would be the
+    // dead one's, whose pending entries it would then read as its own): it must claim what the
+    // dead one left pending.
     let mut env = vec![("SECKILL_WORKER_CLAIM_TIMEOUT", "1s")];
     if jwt {
         env.extend(JWT_ENV);
@@ -80,7 +81,7 @@ async fn sigkill_mid_storm(jwt: bool) {
     .unwrap();
     lock.rollback().await.unwrap();
 
-    let second = deployment.start().await;
+    let second = deployment.start_with(&[("SECKILL_WORKER_CONSUMER", "second-process")]).await;
     let late = Storm::new(&deployment.address, &sale, 1_500, 3_000).users_named("late").with_jwt(secret).run().await;
     assert!(late.interrupted.is_empty() && late.refused == 0, "{late:?}");
     report.merge(late);
