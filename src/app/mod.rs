@@ -99,6 +99,7 @@ impl Application {
             pool: pool.clone(),
             limiter: Arc::new(Limiter::new(policy)),
             rate_limit_policy: HeaderValue::from_str(&policy.policy_field()).context("rate limit policy")?,
+            rate_limit_scope: config.rate_limit_scope,
             buyer_limiter,
             sold_out_limiter: Arc::new(LocalLimiter::new(config.sold_out_rate_limit())),
             ipv6_prefix: config.ipv6_prefix,

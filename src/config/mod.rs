@@ -8,7 +8,7 @@ use ipnet::IpNet;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::domain::{SaleId, UserId};
-use crate::limiter::{Algorithm, DEFAULT_IPV6_PREFIX, Policy, RateLimit};
+use crate::limiter::{Algorithm, DEFAULT_IPV6_PREFIX, Policy, RateLimit, Scope};
 use crate::telemetry::LogFormat;
 
 mod auth;
@@ -139,6 +139,13 @@ pub struct Config {
     /// rate limit's REQUESTS.
     #[arg(long, env = "SECKILL_RATE_LIMIT_BURST", global = true)]
     pub rate_limit_burst: Option<u32>,
+
+    /// Where the rate limits count: `global` (one count per client, and per buyer, across every
+    /// sale) or `sale` (one count per client per sale). Either way the limits run in the
+    /// purchase's own Redis call on a single server; on a Redis Cluster only `sale` keeps them
+    /// there (their keys then share the sale's slot), `global` adds a call per limit.
+    #[arg(long, env = "SECKILL_RATE_LIMIT_SCOPE", value_enum, default_value_t = Scope::Global, global = true)]
+    pub rate_limit_scope: Scope,
 
     /// Log lines as text or as one JSON object per line (with the request id of its request).
     #[arg(long, env = "SECKILL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]

@@ -18,10 +18,9 @@ use secrecy::SecretString;
 use sqlx::PgPool;
 
 use self::client_ip::TrustedProxies;
-use crate::domain::UserId;
 use crate::identity::Verifier;
 use crate::limiter::local::LocalLimiter;
-use crate::limiter::{Limiter, client_key};
+use crate::limiter::{Limiter, Scope, client_key};
 use crate::metrics::Metrics;
 use crate::orders::streams::StreamHealth;
 use crate::purchase::Sales;
@@ -52,8 +51,10 @@ pub struct AppState {
     pub limiter: Arc<Limiter>,
     /// The `RateLimit-Policy` value every `/buy` answer carries: the policy's, formatted once.
     pub rate_limit_policy: HeaderValue,
+    /// Where the limits count (`SECKILL_RATE_LIMIT_SCOPE`).
+    pub rate_limit_scope: Scope,
     /// The per-buyer limiter and its `RateLimit-Policy` value, if a per-buyer limit is set.
-    pub buyer_limiter: Option<(Arc<Limiter<UserId>>, HeaderValue)>,
+    pub buyer_limiter: Option<(Arc<Limiter>, HeaderValue)>,
     /// The in-process limit on answers to a sale known sold out.
     pub sold_out_limiter: Arc<LocalLimiter>,
     /// IPv6 clients are limited by their network of this many bits.

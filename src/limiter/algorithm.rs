@@ -1,9 +1,11 @@
 //! The limiting algorithms. Adding one takes: a script `lua/<name>.lua` keeping the scripts'
-//! contract ([`crate::limiter`]), its entry in `crate::redis::lua`, a variant here (listed in
-//! [`Algorithm::ALL`], named in [`Algorithm::name`], its script in [`Algorithm::script`]), and its
-//! reference model in `tests/api/limiters/models.rs`. The tests run every algorithm in `ALL`.
+//! contract ([`crate::limiter`]), its source in `crate::redis::lua::limiters`, a variant here
+//! (listed in [`Algorithm::ALL`], named in [`Algorithm::name`], its source in
+//! [`Algorithm::source`]), and its reference model in `tests/api/limiters/models.rs`. The tests
+//! run every algorithm in `ALL`, alone and joined with the purchase (`lua/buy_limited.lua`).
 
 use std::fmt;
+use std::sync::LazyLock;
 
 use redis::Script;
 
@@ -45,17 +47,37 @@ impl Algorithm {
         matches!(self, Self::TokenBucket | Self::Gcra)
     }
 
-    /// Its script in `lua/`.
-    pub(super) fn script(self) -> &'static Script {
+    /// The source of its script in `lua/`.
+    fn source(self) -> &'static str {
         match self {
-            Self::SlidingLog => &lua::SLIDING_LOG,
-            Self::SlidingCounter => &lua::SLIDING_COUNTER,
-            Self::FixedWindow => &lua::FIXED_WINDOW,
-            Self::TokenBucket => &lua::TOKEN_BUCKET,
-            Self::Gcra => &lua::GCRA,
+            Self::SlidingLog => lua::limiters::SLIDING_LOG,
+            Self::SlidingCounter => lua::limiters::SLIDING_COUNTER,
+            Self::FixedWindow => lua::limiters::FIXED_WINDOW,
+            Self::TokenBucket => lua::limiters::TOKEN_BUCKET,
+            Self::Gcra => lua::limiters::GCRA,
         }
     }
+
+    /// Its script in `lua/`.
+    pub(super) fn script(self) -> &'static Script {
+        &SCRIPTS[self as usize].alone
+    }
+
+    /// `lua/buy_limited.lua` with this algorithm: its limits and the purchase in one call.
+    pub fn with_purchase(self) -> &'static Script {
+        &SCRIPTS[self as usize].with_purchase
+    }
 }
+
+/// Each algorithm's scripts, in the order of [`Algorithm::ALL`], built on first use.
+struct Scripts {
+    alone: Script,
+    with_purchase: Script,
+}
+
+static SCRIPTS: LazyLock<[Scripts; 5]> = LazyLock::new(|| {
+    Algorithm::ALL.map(|a| Scripts { alone: Script::new(a.source()), with_purchase: lua::buy_limited(a.source()) })
+});
 
 impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -72,6 +94,7 @@ mod tests {
     #[test]
     fn all_holds_every_algorithm_under_its_configuration_name() {
         assert_eq!(Algorithm::value_variants(), Algorithm::ALL);
+        assert!(Algorithm::ALL.iter().enumerate().all(|(i, a)| *a as usize == i), "ALL indexes SCRIPTS");
         for algorithm in Algorithm::ALL {
             let configured = algorithm.to_possible_value().expect("every variant is configurable");
             assert_eq!(configured.get_name(), algorithm.name());

@@ -2,8 +2,6 @@
 //! asking Redis again until the limiter could admit them.
 
 use std::collections::HashMap;
-use std::hash::Hash;
-use std::net::IpAddr;
 use std::sync::RwLock;
 use std::time::Instant;
 
@@ -13,13 +11,14 @@ use super::{Decision, Policy};
 /// the refused one is not remembered (Redis still decides).
 const MAX_REMEMBERED: usize = 100_000;
 
-/// The limiter one instance runs: its policy and whom it refused recently, by key `K` (the
-/// client's limiting address for the address limit, the `UserId` for the per-buyer limit).
+/// The limiter one instance runs: its policy and whom it refused recently, by the limiter key
+/// the refusal came from ([`super::Gate::key`]), which names the client (or buyer) and, under
+/// `SECKILL_RATE_LIMIT_SCOPE=sale`, the sale.
 #[derive(Debug)]
-pub struct Limiter<K = IpAddr> {
+pub struct Limiter {
     /// The policy every client is held to.
     pub policy: Policy,
-    refused: RwLock<HashMap<K, Refusal>>,
+    refused: RwLock<HashMap<String, Refusal>>,
     capacity: usize,
 }
 
@@ -30,7 +29,7 @@ struct Refusal {
     reset_at: Instant,
 }
 
-impl<K: Hash + Eq + Clone> Limiter<K> {
+impl Limiter {
     /// A limiter remembering up to 100,000 refusals.
     pub fn new(policy: Policy) -> Self {
         Self::with_capacity(policy, MAX_REMEMBERED)
@@ -42,7 +41,7 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
     }
 
     /// The refusal of `client` this instance still remembers, if it has not lapsed.
-    pub fn remembered(&self, client: &K) -> Option<Decision> {
+    pub fn remembered(&self, client: &str) -> Option<Decision> {
         let refusal = *self.refused.read().unwrap_or_else(|e| e.into_inner()).get(client)?;
         let now = Instant::now();
         let retry_after = refusal.retry_at.checked_duration_since(now).filter(|d| !d.is_zero())?;
@@ -53,7 +52,7 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
     /// Remembers Redis's refusal of `client`, counted from `asked`, taken before the script
     /// call was sent: Redis decided later, so `asked + retry_after` is never after the moment
     /// the client may be admitted again.
-    pub fn remember(&self, client: &K, asked: Instant, decision: &Decision) {
+    pub fn remember(&self, client: &str, asked: Instant, decision: &Decision) {
         let refusal = Refusal { retry_at: asked + decision.retry_after, reset_at: asked + decision.reset };
         let now = Instant::now();
         let mut refused = self.refused.write().unwrap_or_else(|e| e.into_inner());
@@ -63,7 +62,7 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
                 return;
             }
         }
-        refused.insert(client.clone(), refusal);
+        refused.insert(client.to_owned(), refusal);
     }
 }
 
@@ -81,22 +80,22 @@ mod tests {
     #[test]
     fn a_refused_client_is_remembered_until_its_retry_time_and_no_longer() {
         let limiter = Limiter::new(policy());
-        let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
-        assert_eq!(limiter.remembered(&a), None);
+        let (a, b) = ("p:ratelimit:sliding-log:{192.0.2.1}", "p:ratelimit:sliding-log:{192.0.2.2}");
+        assert_eq!(limiter.remembered(a), None);
         let refusal = Decision::from_reply((0, 0, 30_000, 50_000));
-        limiter.remember(&a, Instant::now(), &refusal);
-        let remembered = limiter.remembered(&a).expect("remembered");
+        limiter.remember(a, Instant::now(), &refusal);
+        let remembered = limiter.remembered(a).expect("remembered");
         assert!(remembered.retry_after <= Duration::from_millis(30) && !remembered.allowed);
         assert!(remembered.reset > remembered.retry_after);
-        assert_eq!(limiter.remembered(&b), None);
+        assert_eq!(limiter.remembered(b), None);
         std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(limiter.remembered(&a), None);
+        assert_eq!(limiter.remembered(a), None);
     }
 
     #[test]
     fn memory_is_bounded_and_lapsed_clients_make_room() {
         let limiter = Limiter::with_capacity(policy(), 3);
-        let ip = |i: u8| IpAddr::from([192, 0, 2, i]);
+        let ip = |i: u8| format!("p:ratelimit:sliding-log:{{192.0.2.{i}}}");
         let short = Decision::from_reply((0, 0, 20_000, 20_000));
         let long = Decision::from_reply((0, 0, 60_000_000, 60_000_000));
         for i in 0..3 {

@@ -13,6 +13,7 @@
 
 mod algorithm;
 mod client_key;
+mod gate;
 pub mod local;
 mod memory;
 
@@ -22,13 +23,12 @@ use std::time::Duration;
 use redis::{RedisResult, ScriptInvocation};
 use uuid::Uuid;
 
-use crate::domain::UserId;
 use crate::redis::Keyspace;
-use crate::redis::keys::{buyer_rate_limit_key, rate_limit_key};
-use crate::redis::lua;
+use crate::redis::keys::rate_limit_key;
 
 pub use algorithm::Algorithm;
 pub use client_key::{DEFAULT_IPV6_PREFIX, client_key};
+pub use gate::{Gate, Scope};
 pub use memory::Limiter;
 
 /// The name of the per-client-address quota policy, as both header fields carry it.
@@ -101,11 +101,18 @@ impl Policy {
     /// The script call for the client key `key`. `now_us` replaces Redis `TIME`: tests only.
     pub fn invocation(&self, key: &str, nonce: &str, now_us: Option<u64>) -> ScriptInvocation<'static> {
         let mut call = self.algorithm.script().key(key);
-        call.arg(self.limit).arg(self.window.as_millis() as u64).arg(self.burst).arg(nonce);
-        if let Some(now) = now_us {
-            call.arg(now);
-        }
+        self.push_args(&mut call, nonce, now_us);
         call
+    }
+
+    /// Appends the scripts' ARGV: limit, window_ms, burst, nonce, and `now_us` (tests only;
+    /// empty for Redis `TIME`). `lua/buy_limited.lua` takes the same five per limit.
+    pub fn push_args(&self, call: &mut ScriptInvocation<'_>, nonce: &str, now_us: Option<u64>) {
+        call.arg(self.limit).arg(self.window.as_millis() as u64).arg(self.burst).arg(nonce);
+        match now_us {
+            Some(now) => call.arg(now),
+            None => call.arg(""),
+        };
     }
 
     /// The same policy as the per-buyer limit: named `buyer` in the header fields.
@@ -113,21 +120,12 @@ impl Policy {
         Self { name: BUYER_POLICY_NAME, ..self }
     }
 
-    /// Runs the policy's script for `client` (its limiting key, see [`client_key`]) in `redis`:
-    /// admits and records the request, or refuses it (writing nothing).
+    /// Runs the policy's script for `client` (its limiting key, see [`client_key`]) in `redis`,
+    /// on its global key, in a call of its own: admits and records the request, or refuses it
+    /// (writing nothing). The routes go through [`Gate`]s.
     pub async fn check(&self, redis: &Keyspace, client: IpAddr) -> RedisResult<Decision> {
-        self.run(redis, &rate_limit_key(redis.prefix(), self.algorithm.name(), client)).await
-    }
-
-    /// Runs the policy's script for the buyer `user`, on the buyer's own key.
-    pub async fn check_buyer(&self, redis: &Keyspace, user: &UserId) -> RedisResult<Decision> {
-        self.run(redis, &buyer_rate_limit_key(redis.prefix(), self.algorithm.name(), user)).await
-    }
-
-    async fn run(&self, redis: &Keyspace, key: &str) -> RedisResult<Decision> {
-        let nonce = Uuid::now_v7().simple().to_string();
-        let reply = lua::run(&self.invocation(key, &nonce, None), &mut redis.conn()).await?;
-        Ok(Decision::from_reply(reply))
+        let key = rate_limit_key(redis.prefix(), self.algorithm.name(), client);
+        Gate { policy: self, key }.check(&mut redis.conn(), &Uuid::now_v7().simple().to_string()).await
     }
 
     /// The `RateLimit-Policy` field's value (draft-ietf-httpapi-ratelimit-headers), e.g.

@@ -1,5 +1,6 @@
 //! The purchase: `lua/buy.lua` on one shard or, for a sharded sale ([`super::shards`]), on each
-//! shard in the user's visit order until one decides.
+//! shard in the user's visit order until one decides. The request's rate limits ride in the
+//! first call (`lua/buy_limited.lua`) when their keys can share it.
 
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
@@ -8,7 +9,9 @@ use uuid::Uuid;
 use super::Sales;
 use super::receipt::{OrderStatus, Receipt};
 use crate::domain::{SaleId, UserId};
+use crate::limiter::{Decision, Gate};
 use crate::purchase::shards::Layout;
+use crate::redis::keys::{SaleKeys, hash_tag};
 use crate::redis::lua::{self, unexpected_reply};
 
 /// What the purchase decided.
@@ -34,11 +37,31 @@ pub enum BuyOutcome {
     },
 }
 
+/// A purchase's answer: each limit's decision, in the order of the gates given (up to the one that
+/// refused), and the outcome, `None` when a limit refused (then nothing was bought).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// The limits' decisions.
+    pub limits: Vec<Decision>,
+    /// What the purchase decided, if the limits admitted it.
+    pub outcome: Option<BuyOutcome>,
+}
+
 /// One shard's answer to `lua/buy.lua`.
 enum ShardReply {
     Decided(BuyOutcome),
     /// The shard records another shard count than the caller assumed.
     WrongShards,
+    /// A limit refused the request.
+    Limited,
+}
+
+/// The limits of one purchase, checked once, in the first call that can carry them.
+struct Limits<'g, 'p> {
+    gates: &'g [Gate<'p>],
+    decisions: Vec<Decision>,
+    /// The order id, as text: also the limits' nonce (unique per request).
+    order_id: String,
 }
 
 impl Sales {
@@ -50,25 +73,34 @@ impl Sales {
     /// script answers `wrong_shards` (writing nothing) if it is not; then the layout is read and
     /// the purchase asked again.
     ///
+    /// `gates` are the request's rate limits, checked first, in order, until one refuses. They
+    /// run inside the first purchase call (`lua/buy_limited.lua`: one round trip in all) when
+    /// their keys can share it: always on a single server, and on a Cluster when the keys carry
+    /// the shard's hash tag (`SECKILL_RATE_LIMIT_SCOPE=sale`); otherwise each runs in a call of
+    /// its own just before.
+    ///
     /// With `SECKILL_CONFIRM_REPLICAS`, the purchase runs on a dedicated connection and, once
     /// bought, `WAIT`s there for the replicas ([`crate::redis::confirm`]).
-    pub async fn buy(&self, sale: &SaleId, user: &UserId, order_id: Uuid) -> RedisResult<BuyOutcome> {
+    pub async fn buy(&self, sale: &SaleId, user: &UserId, order_id: Uuid, gates: &[Gate<'_>]) -> RedisResult<Verdict> {
+        let mut limits = Limits { gates, decisions: Vec::with_capacity(gates.len()), order_id: order_id.to_string() };
         let Some(pool) = &self.confirm else {
-            return self.buy_with(&mut self.redis.conn(), sale, user, order_id).await;
+            let outcome = self.buy_with(&mut self.redis.conn(), sale, user, &mut limits).await?;
+            return Ok(Verdict { limits: limits.decisions, outcome });
         };
         let mut conn = pool.get().await?;
-        let outcome = self.buy_with(&mut conn, sale, user, order_id).await?;
-        if outcome != BuyOutcome::Purchased {
-            return Ok(outcome);
-        }
-        match conn.wait_for_replicas().await {
-            Ok(replicas) if replicas >= pool.replicas => Ok(BuyOutcome::Purchased),
-            Ok(replicas) => Ok(BuyOutcome::NotDurable { replicas }),
-            Err(error) => {
-                tracing::warn!(%error, %order_id, "WAIT for replicas failed after a purchase");
-                Ok(BuyOutcome::NotDurable { replicas: 0 })
-            }
-        }
+        let outcome = self.buy_with(&mut conn, sale, user, &mut limits).await?;
+        let outcome = match outcome {
+            Some(BuyOutcome::Purchased) => Some(match conn.wait_for_replicas().await {
+                Ok(replicas) if replicas >= pool.replicas => BuyOutcome::Purchased,
+                Ok(replicas) => BuyOutcome::NotDurable { replicas },
+                Err(error) => {
+                    tracing::warn!(%error, %order_id, "WAIT for replicas failed after a purchase");
+                    BuyOutcome::NotDurable { replicas: 0 }
+                }
+            }),
+            other => other,
+        };
+        Ok(Verdict { limits: limits.decisions, outcome })
     }
 
     async fn buy_with(
@@ -76,21 +108,23 @@ impl Sales {
         con: &mut impl ConnectionLike,
         sale: &SaleId,
         user: &UserId,
-        order_id: Uuid,
-    ) -> RedisResult<BuyOutcome> {
+        limits: &mut Limits<'_, '_>,
+    ) -> RedisResult<Option<BuyOutcome>> {
         let cached = self.cached_layout(sale);
         let assumed = cached.clone().unwrap_or_default();
-        match self.buy_on(con, &assumed, sale, user, order_id).await? {
+        match self.buy_on(con, &assumed, sale, user, limits).await? {
+            ShardReply::Limited => return Ok(None),
             // A kept layout leading nowhere: the sale's keys were lost and it was seeded anew.
             ShardReply::Decided(BuyOutcome::UnknownSale) if cached.is_some() => {}
-            ShardReply::Decided(outcome) => return Ok(outcome),
+            ShardReply::Decided(outcome) => return Ok(Some(outcome)),
             ShardReply::WrongShards => {}
         }
         let Some(layout) = self.read_layout(sale).await? else {
-            return Ok(BuyOutcome::UnknownSale);
+            return Ok(Some(BuyOutcome::UnknownSale));
         };
-        match self.buy_on(con, &layout, sale, user, order_id).await? {
-            ShardReply::Decided(outcome) => Ok(outcome),
+        match self.buy_on(con, &layout, sale, user, limits).await? {
+            ShardReply::Limited => Ok(None),
+            ShardReply::Decided(outcome) => Ok(Some(outcome)),
             ShardReply::WrongShards => Err(unexpected_reply("buy.lua", "wrong_shards after reading the layout")),
         }
     }
@@ -101,14 +135,32 @@ impl Sales {
         layout: &Layout,
         sale: &SaleId,
         user: &UserId,
-        order_id: Uuid,
+        limits: &mut Limits<'_, '_>,
     ) -> RedisResult<ShardReply> {
         let keys = layout.keys(self.redis.prefix(), sale);
-        let order_id = order_id.to_string();
         for shard in layout.visit_order(user) {
-            let mut call = lua::BUY.key(&keys[shard].all()[..]);
-            call.arg(sale.as_str()).arg(user.as_str()).arg(&order_id).arg(layout.shards());
-            let reply: Value = lua::run(&call, con).await?;
+            let Some(gates) = self.gates_joining(con, &keys[shard], limits).await? else {
+                return Ok(ShardReply::Limited);
+            };
+            let mut call = match gates.first() {
+                None => lua::BUY.key(&keys[shard].all()[..]),
+                Some(gate) => gate.policy.algorithm.with_purchase().key(&keys[shard].all()[..]),
+            };
+            call.arg(sale.as_str()).arg(user.as_str()).arg(&limits.order_id).arg(layout.shards());
+            if !gates.is_empty() {
+                call.arg(gates.len());
+                for gate in gates {
+                    call.key(&gate.key);
+                    gate.policy.push_args(&mut call, &limits.order_id, None);
+                }
+            }
+            let mut reply: Value = lua::run(&call, con).await?;
+            if !gates.is_empty() {
+                match limited_reply(reply, gates.len(), &mut limits.decisions)? {
+                    Some(purchase) => reply = purchase,
+                    None => return Ok(ShardReply::Limited),
+                }
+            }
             let status = match reply {
                 Value::Array(words) => return Ok(ShardReply::Decided(already_purchased(&words)?)),
                 other => redis::from_redis_value::<String>(other)?,
@@ -125,6 +177,50 @@ impl Sales {
             return Ok(ShardReply::Decided(outcome));
         }
         Ok(ShardReply::Decided(BuyOutcome::SoldOut))
+    }
+
+    /// The gates still to check that join the call on `keys`: all of them (taken, so no later
+    /// call checks them again) when their keys share its slot or Redis is one server; else none,
+    /// after checking each in a call of its own. `None` when one of those refused.
+    async fn gates_joining<'g, 'p>(
+        &self,
+        con: &mut impl ConnectionLike,
+        keys: &SaleKeys,
+        limits: &mut Limits<'g, 'p>,
+    ) -> RedisResult<Option<&'g [Gate<'p>]>> {
+        let gates = std::mem::take(&mut limits.gates);
+        let cluster = self.redis.conn().is_cluster();
+        if !cluster || gates.iter().all(|gate| hash_tag(&gate.key) == hash_tag(&keys.meta)) {
+            return Ok(Some(gates));
+        }
+        for gate in gates {
+            let decision = gate.check(con, &limits.order_id).await?;
+            limits.decisions.push(decision);
+            if !decision.allowed {
+                return Ok(None);
+            }
+        }
+        Ok(Some(&[]))
+    }
+}
+
+/// Splits the `{client, buyer, purchase}` reply of `lua/buy_limited.lua` for `checked` limits:
+/// their decisions go to `decisions`; the purchase's reply is returned, `None` if a limit refused.
+fn limited_reply(reply: Value, checked: usize, decisions: &mut Vec<Decision>) -> RedisResult<Option<Value>> {
+    let mut parts = match reply {
+        Value::Array(parts) if parts.len() == 3 => parts,
+        other => return Err(unexpected_reply("buy_limited.lua", &format!("{other:?}"))),
+    };
+    let purchase = parts.pop().expect("three parts");
+    for decision in parts.iter().take(checked) {
+        if let Value::Int(0) = decision {
+            break; // not checked: the one before refused
+        }
+        decisions.push(Decision::from_reply(redis::from_redis_value_ref(decision)?));
+    }
+    match purchase {
+        Value::Int(0) => Ok(None),
+        purchase => Ok(Some(purchase)),
     }
 }
 

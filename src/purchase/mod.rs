@@ -28,7 +28,7 @@ use crate::redis::confirm::ConfirmPool;
 use crate::redis::keys::SaleKeys;
 use crate::redis::lua::unexpected_reply;
 
-pub use buy::BuyOutcome;
+pub use buy::{BuyOutcome, Verdict};
 pub use reads::SaleState;
 pub use receipt::{OrderStatus, Purchase, Receipt};
 pub use restore::{CommittedOrder, Restored};

@@ -101,6 +101,28 @@ pub fn buyer_rate_limit_key(prefix: &str, algorithm: &str, user: &UserId) -> Str
     format!("{prefix}:ratelimit:{algorithm}:user:{{{user}}}")
 }
 
+/// The rate limiter's key for one client under one algorithm, counted per sale
+/// (`SECKILL_RATE_LIMIT_SCOPE=sale`): in the sale's hash slot, so the limit can join the
+/// purchase's script on a Redis Cluster.
+pub fn sale_rate_limit_key(prefix: &str, sale: &SaleId, algorithm: &str, client: IpAddr) -> String {
+    format!("{prefix}:{{{}}}:ratelimit:{algorithm}:{client}", SaleKeys::tag(sale, None))
+}
+
+/// The per-buyer rate limiter's key for one buyer under one algorithm, counted per sale.
+pub fn sale_buyer_rate_limit_key(prefix: &str, sale: &SaleId, algorithm: &str, user: &UserId) -> String {
+    format!("{prefix}:{{{}}}:ratelimit:{algorithm}:user:{user}", SaleKeys::tag(sale, None))
+}
+
+/// The part of `key` that Redis Cluster hashes: the text between the first `{` and the next
+/// `}` if it is not empty, else the whole key. Keys with the same hash tag share a slot.
+pub fn hash_tag(key: &str) -> &str {
+    key.split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(tag, _)| tag)
+        .filter(|tag| !tag.is_empty())
+        .unwrap_or(key)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,5 +144,11 @@ mod tests {
         assert_eq!(rate_limit_key("p", "gcra", "::1".parse().unwrap()), "p:ratelimit:gcra:{::1}");
         let user = UserId::parse("alice").unwrap();
         assert_eq!(buyer_rate_limit_key("p", "gcra", &user), "p:ratelimit:gcra:user:{alice}");
+        let sale = SaleId::parse("demo").unwrap();
+        let per_sale = sale_rate_limit_key("p", &sale, "gcra", "::1".parse().unwrap());
+        assert_eq!(per_sale, "p:{sale:demo}:ratelimit:gcra:::1");
+        assert_eq!(hash_tag(&per_sale), hash_tag(&SaleKeys::new("p", &sale).meta));
+        assert_eq!(hash_tag(&sale_buyer_rate_limit_key("p", &sale, "gcra", &user)), "sale:demo");
+        assert_eq!((hash_tag("a{}b{c}"), hash_tag("plain"), hash_tag("x{y")), ("a{}b{c}", "plain", "x{y"));
     }
 }

@@ -35,8 +35,29 @@ pub fn unexpected_reply(script: &str, reply: &str) -> redis::RedisError {
     ))
 }
 
+/// `lua/buy.lua`'s source.
+const BUY_LUA: &str = include_str!("../../lua/buy.lua");
+
 /// `lua/buy.lua`: the atomic purchase (check, SADD, DECR, XADD).
-pub static BUY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/buy.lua")));
+pub static BUY: LazyLock<Script> = LazyLock::new(|| Script::new(BUY_LUA));
+
+/// `lua/buy_limited.lua` assembled with `limiter`, the source of one limiter script (one of
+/// [`limiters`]), and `lua/buy.lua`: the rate limits and the purchase in one call. Each part is
+/// put right after its marker line, as the file's `sed` example does.
+pub fn buy_limited(limiter: &str) -> Script {
+    let template = include_str!("../../lua/buy_limited.lua");
+    let mut source = String::with_capacity(template.len() + limiter.len() + BUY_LUA.len());
+    for line in template.lines() {
+        source.push_str(line);
+        source.push('\n');
+        match line {
+            "-- @limiter" => source.push_str(limiter),
+            "-- @buy" => source.push_str(BUY_LUA),
+            _ => {}
+        }
+    }
+    Script::new(&source)
+}
 
 /// `lua/seed.lua`: create or re-seed a sale unless it has buyers.
 pub static SEED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/seed.lua")));
@@ -52,18 +73,16 @@ pub static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(".
 pub static PRUNE_CONSUMERS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/prune_consumers.lua")));
 
-/// `lua/sliding_log.lua`: the sliding-window log limiter (sorted set).
-pub static SLIDING_LOG: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/sliding_log.lua")));
-
-/// `lua/sliding_counter.lua`: the sliding-window counter limiter (weighted previous window).
-pub static SLIDING_COUNTER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/sliding_counter.lua")));
-
-/// `lua/fixed_window.lua`: the fixed-window counter limiter.
-pub static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/fixed_window.lua")));
-
-/// `lua/token_bucket.lua`: the token-bucket limiter.
-pub static TOKEN_BUCKET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/token_bucket.lua")));
-
-/// `lua/gcra.lua`: the generic cell rate algorithm limiter.
-pub static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/gcra.lua")));
+/// The limiter scripts' sources, each `lua/<name>.lua` (the algorithm's name with underscores).
+pub mod limiters {
+    /// `lua/sliding_log.lua`: the sliding-window log (sorted set).
+    pub const SLIDING_LOG: &str = include_str!("../../lua/sliding_log.lua");
+    /// `lua/sliding_counter.lua`: the sliding-window counter (weighted previous window).
+    pub const SLIDING_COUNTER: &str = include_str!("../../lua/sliding_counter.lua");
+    /// `lua/fixed_window.lua`: the fixed-window counter.
+    pub const FIXED_WINDOW: &str = include_str!("../../lua/fixed_window.lua");
+    /// `lua/token_bucket.lua`: the token bucket.
+    pub const TOKEN_BUCKET: &str = include_str!("../../lua/token_bucket.lua");
+    /// `lua/gcra.lua`: the generic cell rate algorithm.
+    pub const GCRA: &str = include_str!("../../lua/gcra.lua");
+}

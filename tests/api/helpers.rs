@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use seckill::app::Application;
 use seckill::config::Config;
-use seckill::limiter::{Algorithm, RateLimit};
+use seckill::limiter::{Algorithm, RateLimit, Scope};
 use seckill::orders::worker::{Worker, WorkerSettings};
 use secrecy::{ExposeSecret, SecretString};
 use tokio_util::sync::CancellationToken;
@@ -26,6 +26,7 @@ pub async fn test_config() -> Config {
         sold_out_rate_limit: Some(RateLimit { limit: 100_000, window: Duration::from_secs(1) }),
         rate_limit_algorithm: Algorithm::SlidingLog,
         rate_limit_burst: None,
+        rate_limit_scope: Scope::Global,
         log_format: seckill::telemetry::LogFormat::Text,
         trusted_proxies: vec![],
         key_prefix: crate::common::new_key_prefix(),

@@ -32,6 +32,17 @@ fn example(file: &str) -> Vec<String> {
     args
 }
 
+/// Runs the `sed` line of `lua/<file>`'s example, which assembles the script the example runs.
+fn assemble(file: &str) {
+    let source = std::fs::read_to_string(format!("{}/lua/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let line = source
+        .lines()
+        .find_map(|l| l.trim_start_matches("--").trim().strip_prefix("sed ").map(|rest| format!("sed {rest}")))
+        .unwrap_or_else(|| panic!("lua/{file} has no sed line"));
+    let status = Command::new("sh").arg("-c").arg(&line).current_dir(env!("CARGO_MANIFEST_DIR")).status().unwrap();
+    assert!(status.success(), "{line}");
+}
+
 fn run(file: &str) -> String {
     let output = Command::new(&testbed().tools.redis_cli)
         .arg("-c") // on a cluster, follow MOVED to the node that owns the key
@@ -63,7 +74,7 @@ async fn every_lua_header_example_works_as_documented() {
     assert_eq!(again[0], "already_purchased", "{again:?}");
     assert_eq!(again[1], "0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69", "the receipt's order id: {again:?}");
     assert_eq!(again[3], "queued", "not acknowledged yet: {again:?}");
-    assert_eq!(run("ack.lua").trim(), "0");
+    assert_eq!(run("trim.lua").trim(), "0", "nothing delivered yet: nothing deleted");
     // Two consumers with nothing pending: the example's own name stays, the other goes.
     seckill::redis::order_stream::create_group(&mut redis, &keys[3]).await.unwrap();
     for consumer in ["host-8080", "gone-worker"] {
@@ -88,9 +99,16 @@ async fn every_lua_header_example_works_as_documented() {
         assert!((1..=2_000_000).contains(&reply[3]), "{limiter}: reset {} us", reply[3]);
     }
     let _: () = redis.del(&limiter_keys).await.unwrap();
+    let per_sale_key = "seckill:{sale:demo}:ratelimit:gcra:127.0.0.1";
+    let _: () = redis.del(per_sale_key).await.unwrap();
+    assemble("buy_limited.lua");
+    let reply: Vec<String> = run("buy_limited.lua").lines().map(str::to_owned).collect();
+    assert_eq!(reply[..3], ["1", "19", "0"], "the client's limit admitted, 19 left of 20: {reply:?}");
+    assert_eq!(reply[4..], ["0", "ok"], "no buyer limit asked; carol bought: {reply:?}");
+    let _: () = redis.del(per_sale_key).await.unwrap();
 
     let stock: i64 = redis.get(&keys[1]).await.unwrap();
     let queued: i64 = redis.xlen(&keys[3]).await.unwrap();
-    assert_eq!((stock, queued), (98, 1), "alice bought, bob was restored");
+    assert_eq!((stock, queued), (97, 2), "alice and carol bought, bob was restored");
     let _: () = redis.del(&keys).await.unwrap();
 }

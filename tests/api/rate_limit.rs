@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use seckill::limiter::{Algorithm, RateLimit};
-use seckill::redis::keys::rate_limit_key;
+use seckill::domain::SaleId;
+use seckill::limiter::{Algorithm, RateLimit, Scope};
+use seckill::redis::keys::{hash_tag, rate_limit_key, sale_rate_limit_key};
 
 use crate::helpers::{assert_error, new_sale_id, spawn_app_with};
 
@@ -135,4 +136,43 @@ async fn behind_a_trusted_proxy_the_forwarded_client_is_the_one_limited() {
     assert_eq!(first, [201, 201, 429]);
     // Another client behind the same proxy has its own quota.
     assert_eq!(buy_as("203.0.113.2", "b0".into()).await, 201);
+}
+
+#[tokio::test]
+async fn with_the_sale_scope_a_client_and_a_buyer_count_per_sale() {
+    let app = spawn_app_with(
+        |c| {
+            c.rate_limit = limit(2, 60_000);
+            c.user_rate_limit = Some(limit(1, 60_000));
+            c.rate_limit_scope = Scope::Sale;
+        },
+        false,
+    )
+    .await;
+    let (a, b) = (new_sale_id(), new_sale_id());
+    app.seed_stock(&a, 100).await;
+    app.seed_stock(&b, 100).await;
+    let status = |sale: &str, user: &str| {
+        let (app, sale, user) = (&app, sale.to_owned(), user.to_owned());
+        async move { app.buy(&sale, &user).await.status().as_u16() }
+    };
+
+    assert_eq!(status(&a, "u1").await, 201);
+    assert_eq!(status(&a, "u1").await, 429, "the buyer's one request for sale a is spent");
+    assert_eq!(status(&b, "u1").await, 201, "sale b counts the buyer apart");
+    assert_eq!(status(&a, "u2").await, 429, "the client's two requests for sale a are spent");
+    assert_eq!(status(&b, "u3").await, 201, "sale b counts the client apart, also after a refusal on a");
+    assert_eq!(status(&b, "u4").await, 429);
+
+    // The keys share the sale's hash slot, so on a Cluster too the limits ran with the purchase.
+    let key = sale_rate_limit_key(
+        &app.config.key_prefix,
+        &SaleId::parse(&a).unwrap(),
+        "sliding-log",
+        "127.0.0.1".parse().unwrap(),
+    );
+    assert_eq!(hash_tag(&key), format!("sale:{a}"));
+    let recorded: i64 = app.redis.clone().zcard(&key).await.unwrap();
+    assert_eq!(recorded, 2, "sale a's count holds the two admitted requests, not the refused ones");
+    assert_eq!((app.status(&a).await.sold, app.status(&b).await.sold), (1, 2));
 }

@@ -301,8 +301,8 @@ async fn a_kept_layout_that_leads_nowhere_is_read_again() {
     }
     for i in 0..10 {
         let user = UserId::parse(&format!("user-{i}")).unwrap();
-        let outcome = store.buy(&id, &user, Uuid::now_v7()).await.unwrap();
-        assert_eq!(outcome, seckill::purchase::BuyOutcome::Purchased, "{user}");
+        let verdict = store.buy(&id, &user, Uuid::now_v7(), &[]).await.unwrap();
+        assert_eq!(verdict.outcome, Some(seckill::purchase::BuyOutcome::Purchased), "{user}");
     }
     assert_eq!(*store.layout(&id).await.unwrap().unwrap(), Layout::new(vec![777]));
 }

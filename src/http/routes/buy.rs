@@ -1,5 +1,7 @@
 //! `POST /buy`: validate, rate-limit the client, then one atomic purchase in Redis.
 
+use std::time::Instant;
+
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -11,6 +13,7 @@ use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::purchase::sold_out::{self, Flagged};
 use crate::purchase::{BuyOutcome, Purchase};
+use crate::redis::connection::is_redis_outage;
 
 /// A purchase: one user, one sale. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -107,10 +110,21 @@ async fn purchase(
         });
     }
 
-    limits::check(state, client, &user, decided).await?;
-
-    let order_id = Uuid::now_v7();
-    match state.sales.buy(&sale, &user, order_id).await? {
+    let gates = limits::gates(state, client, &user, &sale, decided)?;
+    let (asked, order_id) = (Instant::now(), Uuid::now_v7());
+    let verdict = state.sales.buy(&sale, &user, order_id, &gates).await.map_err(|err| {
+        // The limits ran in the failed call, or were to: they could not decide (fail closed).
+        state.metrics.limiter_decision("error");
+        if is_redis_outage(&err) {
+            return ApiError::from(err);
+        }
+        ApiError::Unavailable(anyhow::Error::new(err).context("the purchase and its rate limits"))
+    })?;
+    limits::settle(state, &gates, asked, &verdict.limits, decided)?;
+    let Some(outcome) = verdict.outcome else {
+        return Err(ApiError::Unavailable(anyhow::anyhow!("the limits admitted the purchase but it did not run")));
+    };
+    match outcome {
         BuyOutcome::Purchased => {
             Ok(HttpResponse::Created().json(BuyResponse { order_id, sale_id, user_id: user.as_str().to_owned() }))
         }

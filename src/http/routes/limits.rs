@@ -1,6 +1,7 @@
 //! What `POST /buy` and `GET /sales/{id}/order` share before they touch a sale: who the buyer is
-//! ([`buyer`]), the rate limits ([`check`]: the client's address, then the buyer's) and the
-//! `RateLimit` headers that report them ([`set_headers`]).
+//! ([`buyer`]), the rate limits (the client's address, then the buyer's: [`gates`] for the
+//! purchase's own call and [`settle`] of its decisions, or [`check`] in calls of their own) and
+//! the `RateLimit` headers that report them ([`set_headers`]).
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -9,10 +10,12 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
 use anyhow::Context;
 
-use crate::domain::UserId;
+use uuid::Uuid;
+
+use crate::domain::{SaleId, UserId};
 use crate::http::error::ApiError;
 use crate::http::{AppState, bearer};
-use crate::limiter::{self, Decision};
+use crate::limiter::{self, Decision, Gate};
 
 /// `RateLimit-Policy`: the quota policy (draft-ietf-httpapi-ratelimit-headers).
 const POLICY_HEADER: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -48,19 +51,95 @@ pub fn buyer(req: &HttpRequest, state: &AppState, claimed: Option<String>) -> Re
     }
 }
 
-/// The client's address limit, then the buyer's (if one is set); `decided` says which to report.
-/// Once refused, a client or buyer is answered 429 from memory until that limiter could admit it
-/// again. If a limiter cannot answer, the request is refused with 503 (fail closed).
+/// The request's limits for a purchase to check in its own call ([`crate::purchase::Sales::buy`]):
+/// the client's address limit, then the buyer's (if one is set), counted as
+/// `SECKILL_RATE_LIMIT_SCOPE` says. A limit that refused this client (or buyer) lately, on the
+/// same key, answers 429 from memory instead, until it could admit it again.
+pub fn gates<'s>(
+    state: &'s AppState,
+    client: IpAddr,
+    user: &UserId,
+    sale: &SaleId,
+    decided: &mut Option<Decided>,
+) -> Result<Vec<Gate<'s>>, ApiError> {
+    let (metrics, scope, prefix) = (&state.metrics, state.rate_limit_scope, state.redis.prefix());
+    let address = scope.client_gate(&state.limiter.policy, prefix, sale, client);
+    if let Some(refusal) = state.limiter.remembered(&address.key) {
+        metrics.limiter_decision("refused_from_memory");
+        *decided = Some((Limit::Address, refusal));
+        return Err(rate_limited(refusal.retry_after));
+    }
+    let mut gates = vec![address];
+    if let Some((buyers, _)) = &state.buyer_limiter {
+        let buyer = scope.buyer_gate(&buyers.policy, prefix, sale, user);
+        if let Some(refusal) = buyers.remembered(&buyer.key) {
+            metrics.limiter_decision("buyer_refused_from_memory");
+            *decided = Some((Limit::Buyer, refusal));
+            return Err(rate_limited(refusal.retry_after));
+        }
+        gates.push(buyer);
+    }
+    Ok(gates)
+}
+
+/// The decisions of the [`gates`] (as many as were checked, in order), asked at `asked`: a
+/// refusal answers 429 and is remembered; `decided` says which limit to report.
+pub fn settle(
+    state: &AppState,
+    gates: &[Gate<'_>],
+    asked: Instant,
+    decisions: &[Decision],
+    decided: &mut Option<Decided>,
+) -> Result<(), ApiError> {
+    let metrics = &state.metrics;
+    if let (Some(decision), Some(gate)) = (decisions.first(), gates.first()) {
+        *decided = Some((Limit::Address, *decision));
+        if !decision.allowed {
+            metrics.limiter_decision("refused");
+            state.limiter.remember(&gate.key, asked, decision);
+            return Err(rate_limited(decision.retry_after));
+        }
+    }
+    if let (Some(decision), Some(gate), Some((buyers, _))) = (decisions.get(1), gates.get(1), &state.buyer_limiter) {
+        if !decision.allowed {
+            metrics.limiter_decision("buyer_refused");
+            *decided = Some((Limit::Buyer, *decision));
+            buyers.remember(&gate.key, asked, decision);
+            return Err(rate_limited(decision.retry_after));
+        }
+        // The fields describe the limit closer to refusing.
+        if decided.is_none_or(|(_, address)| decision.remaining < address.remaining) {
+            *decided = Some((Limit::Buyer, *decision));
+        }
+    }
+    metrics.limiter_decision("allowed");
+    Ok(())
+}
+
+/// The client's address limit, then the buyer's, each in a call of its own (for a route that
+/// buys nothing): [`gates`], checked one by one, then [`settle`]d. If a limit cannot answer, the
+/// request is refused with 503 (fail closed).
 pub async fn check(
     state: &AppState,
     client: IpAddr,
     user: &UserId,
+    sale: &SaleId,
     decided: &mut Option<Decided>,
 ) -> Result<(), ApiError> {
-    limit_address(state, client, decided).await?;
-    limit_buyer(state, user, decided).await?;
-    state.metrics.limiter_decision("allowed");
-    Ok(())
+    let gates = gates(state, client, user, sale, decided)?;
+    let (asked, nonce) = (Instant::now(), Uuid::now_v7().simple().to_string());
+    let mut decisions = Vec::with_capacity(gates.len());
+    for gate in &gates {
+        let decision = gate.check(&mut state.redis.conn(), &nonce).await.context("rate limiter").map_err(|err| {
+            state.metrics.limiter_decision("error");
+            ApiError::Unavailable(err)
+        })?;
+        decisions.push(decision);
+        if !decision.allowed {
+            break;
+        }
+    }
+    settle(state, &gates, asked, &decisions, decided)
 }
 
 /// The answer to a rate-limited route: the outcome or its error, with the `RateLimit` headers
@@ -90,56 +169,6 @@ fn set_headers(state: &AppState, decided: Option<Decided>, response: &mut HttpRe
     if let Some(field) = field {
         headers.insert(STATE_HEADER, HeaderValue::from_str(&field).expect("ASCII header value"));
     }
-}
-
-/// The client's address limit: from memory if it was refused lately, else from Redis.
-async fn limit_address(state: &AppState, client: IpAddr, decided: &mut Option<Decided>) -> Result<(), ApiError> {
-    let metrics = &state.metrics;
-    if let Some(refusal) = state.limiter.remembered(&client) {
-        metrics.limiter_decision("refused_from_memory");
-        *decided = Some((Limit::Address, refusal));
-        return Err(rate_limited(refusal.retry_after));
-    }
-    let asked = Instant::now();
-    let verdict = state.limiter.policy.check(&state.redis, client).await.context("rate limiter").map_err(|err| {
-        metrics.limiter_decision("error");
-        ApiError::Unavailable(err)
-    })?;
-    *decided = Some((Limit::Address, verdict));
-    if !verdict.allowed {
-        metrics.limiter_decision("refused");
-        state.limiter.remember(&client, asked, &verdict);
-        return Err(rate_limited(verdict.retry_after));
-    }
-    Ok(())
-}
-
-/// The buyer's limit, if one is set, after the address limit admitted the request: a refusal
-/// answers 429 with the buyer's fields; an admission takes over the fields if the buyer has
-/// fewer requests left than the address.
-async fn limit_buyer(state: &AppState, user: &UserId, decided: &mut Option<Decided>) -> Result<(), ApiError> {
-    let Some((buyers, _)) = &state.buyer_limiter else { return Ok(()) };
-    let metrics = &state.metrics;
-    if let Some(refusal) = buyers.remembered(user) {
-        metrics.limiter_decision("buyer_refused_from_memory");
-        *decided = Some((Limit::Buyer, refusal));
-        return Err(rate_limited(refusal.retry_after));
-    }
-    let asked = Instant::now();
-    let verdict = buyers.policy.check_buyer(&state.redis, user).await.context("per-buyer limiter").map_err(|err| {
-        metrics.limiter_decision("error");
-        ApiError::Unavailable(err)
-    })?;
-    if !verdict.allowed {
-        metrics.limiter_decision("buyer_refused");
-        *decided = Some((Limit::Buyer, verdict));
-        buyers.remember(user, asked, &verdict);
-        return Err(rate_limited(verdict.retry_after));
-    }
-    if decided.is_none_or(|(_, address)| verdict.remaining < address.remaining) {
-        *decided = Some((Limit::Buyer, verdict));
-    }
-    Ok(())
 }
 
 /// 429 with `Retry-After` in whole seconds, rounded up (at least 1).

@@ -209,7 +209,7 @@ async fn find_order(
 ) -> Result<HttpResponse, ApiError> {
     let sale = SaleId::parse(sale_id).map_err(ApiError::InvalidRequest)?;
     let user = limits::buyer(req, state, user_id)?;
-    limits::check(state, state.client_key(req), &user, decided).await?;
+    limits::check(state, state.client_key(req), &user, &sale, decided).await?;
     let view = match lookup::lookup(&state.sales, &state.pool, &sale, &user).await? {
         Lookup::UnknownSale if state.retired.check(&sale).await => return Err(ApiError::SaleRetired),
         Lookup::UnknownSale => return Err(ApiError::UnknownSale),

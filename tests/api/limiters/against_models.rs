@@ -1,11 +1,17 @@
 //! Property tests: each limiter script and its reference model see the same requests at the same
-//! (simulated) times and must give the same decision, field by field, every time.
+//! (simulated) times and must give the same decision, field by field, every time. Each script is
+//! run in both its forms: alone (`lua/<algorithm>.lua`) and joined with the purchase
+//! (`lua/buy_limited.lua`, here before a purchase of a sale that does not exist, so the purchase
+//! answers `unknown_sale` whenever the limit admits and is not reached when it refuses).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use seckill::limiter::{Algorithm, Policy, RateLimit};
+use redis::Value;
+use seckill::domain::SaleId;
+use seckill::limiter::{Algorithm, Gate, Policy, RateLimit};
+use seckill::redis::keys::SaleKeys;
 
 use super::models::{Model, Reply};
 
@@ -50,23 +56,50 @@ fn one_scenario_each() -> Vec<impl Strategy<Value = Scenario>> {
     Algorithm::ALL.into_iter().map(scenario).collect()
 }
 
-/// Runs the scenario through the script (on a fresh key) and through the model; compares.
-fn check(scenario: &Scenario) -> Result<(), TestCaseError> {
+/// The two ways a limiter script runs.
+#[derive(Debug, Clone, Copy)]
+enum Form {
+    Alone,
+    WithPurchase,
+}
+
+/// Runs the scenario through the script in `form` (on a fresh key) and through the model;
+/// compares.
+fn check(scenario: &Scenario, form: Form) -> Result<(), TestCaseError> {
     static CASE: AtomicU64 = AtomicU64::new(0);
     let case = CASE.fetch_add(1, Ordering::Relaxed);
-    let key = format!("{}:prop:{}:{{{case}}}", prefix(), scenario.policy.algorithm);
+    let sale = SaleId::parse(&format!("prop-{case}")).expect("a valid sale id");
+    let sale_keys = SaleKeys::new(prefix(), &sale);
+    let key = format!("{}:{{sale:prop-{case}}}:ratelimit:{}", prefix(), scenario.policy.algorithm);
+    let gate = Gate { policy: &scenario.policy, key: key.clone() };
     let mut redis = connection();
     let mut model = Model::new(&scenario.policy);
     for (i, &now) in scenario.times.iter().enumerate() {
         let nonce = format!("n{i}");
-        let script: Reply =
-            scenario.policy.invocation(&key, &nonce, Some(now)).invoke(&mut *redis).expect("script runs");
+        let script: Reply = match form {
+            Form::Alone => {
+                scenario.policy.invocation(&key, &nonce, Some(now)).invoke(&mut *redis).expect("script runs")
+            }
+            Form::WithPurchase => {
+                let mut call = scenario.policy.algorithm.with_purchase().key(&sale_keys.all()[..]);
+                call.arg(sale.as_str()).arg("prop-user").arg(&nonce).arg(1).arg(1).key(&key);
+                gate.policy.push_args(&mut call, &nonce, Some(now));
+                let (decision, buyer, purchase): (Value, Value, Value) = call.invoke(&mut *redis).expect("script runs");
+                let decision: Reply = redis::from_redis_value(decision).expect("a decision");
+                prop_assert_eq!(buyer, Value::Int(0), "no buyer limit asked");
+                let expected_purchase =
+                    if decision.0 == 1 { Value::BulkString(b"unknown_sale".to_vec()) } else { Value::Int(0) };
+                prop_assert_eq!(purchase, expected_purchase, "the purchase runs exactly when admitted");
+                decision
+            }
+        };
         let expected = model.decide(now);
         prop_assert_eq!(
             script,
             expected,
-            "{}: request {} at {} (us since start {})",
+            "{} ({:?}): request {} at {} (us since start {})",
             scenario.policy.algorithm,
+            form,
             i,
             now,
             now - scenario.times[0]
@@ -92,7 +125,8 @@ proptest! {
     #[test]
     fn every_limiter_script_matches_its_model(scenarios in one_scenario_each()) {
         for s in &scenarios {
-            check(s)?;
+            check(s, Form::Alone)?;
+            check(s, Form::WithPurchase)?;
         }
     }
 }

@@ -1,0 +1,72 @@
+//! One request's limits as the purchase runs them: where a limit counts ([`Scope`]) and the limit
+//! for one key ([`Gate`]), checked in the purchase's own call (`lua/buy_limited.lua`) when its
+//! key can share it, else in a call of its own.
+
+use std::net::IpAddr;
+
+use redis::RedisResult;
+use redis::aio::ConnectionLike;
+
+use super::{Decision, Policy};
+use crate::domain::{SaleId, UserId};
+use crate::redis::keys::{buyer_rate_limit_key, rate_limit_key, sale_buyer_rate_limit_key, sale_rate_limit_key};
+use crate::redis::lua;
+
+/// Where the limits count a client's (or buyer's) requests: `SECKILL_RATE_LIMIT_SCOPE`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scope {
+    /// One count per client across every sale. The limits join the purchase's call on a single
+    /// Redis server; on a Cluster each is a call of its own (its key has its own slot).
+    #[default]
+    Global,
+    /// One count per client per sale. The keys share the sale's hash tag, so the limits join the
+    /// purchase's call everywhere (on a sharded sale's shard 0; a shard's own slot differs).
+    Sale,
+}
+
+impl Scope {
+    /// The name in configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Global => "global",
+            Self::Sale => "sale",
+        }
+    }
+
+    /// `policy`'s limit on `client` (its limiting address) for a request to `sale`.
+    pub fn client_gate<'p>(self, policy: &'p Policy, prefix: &str, sale: &SaleId, client: IpAddr) -> Gate<'p> {
+        let algorithm = policy.algorithm.name();
+        let key = match self {
+            Self::Global => rate_limit_key(prefix, algorithm, client),
+            Self::Sale => sale_rate_limit_key(prefix, sale, algorithm, client),
+        };
+        Gate { policy, key }
+    }
+
+    /// `policy`'s limit on the buyer `user` for a request to `sale`.
+    pub fn buyer_gate<'p>(self, policy: &'p Policy, prefix: &str, sale: &SaleId, user: &UserId) -> Gate<'p> {
+        let algorithm = policy.algorithm.name();
+        let key = match self {
+            Self::Global => buyer_rate_limit_key(prefix, algorithm, user),
+            Self::Sale => sale_buyer_rate_limit_key(prefix, sale, algorithm, user),
+        };
+        Gate { policy, key }
+    }
+}
+
+/// One limit on one key, for one request.
+#[derive(Debug, Clone)]
+pub struct Gate<'p> {
+    /// The policy.
+    pub policy: &'p Policy,
+    /// The key it counts under.
+    pub key: String,
+}
+
+impl Gate<'_> {
+    /// Checks the limit in a call of its own (the limiter's script alone).
+    pub async fn check(&self, con: &mut impl ConnectionLike, nonce: &str) -> RedisResult<Decision> {
+        let reply = lua::run(&self.policy.invocation(&self.key, nonce, None), con).await?;
+        Ok(Decision::from_reply(reply))
+    }
+}
