@@ -9,6 +9,9 @@
 -- MODE buy      POST /buy {"sale_id":"SALE_ID","user_id":"USER_PREFIX-<counter>-<thread>"}: every
 --               request a new user, unique across wrk threads (thread number in the id) and
 --               across runs on the same sale (pick a new USER_PREFIX per run)
+-- MODE buy-sales POST /buy {"sale_id":"SALE_PREFIX-<k>","user_id":"USER_PREFIX-<counter>-<thread>"}: as buy,
+--               but spread over SALES sales: args SALE_PREFIX SALES USER_PREFIX THREADS; request n of
+--               thread t goes to sale k = ((n - 1) * THREADS + t - 1) % SALES, so the sales take turns
 -- MODE buy-jwt  POST /buy {"sale_id":"SALE_ID"} with Authorization: Bearer <token>, for a service with
 --               SECKILL_AUTH=jwt: args SALE_ID TOKENS_FILE THREADS; the file holds one pre-signed token
 --               per line, each a distinct user (wrk cannot sign); thread t sends tokens t, t+THREADS, ...
@@ -39,6 +42,7 @@ local cached = nil
 local tokens = nil
 local nthreads = 1
 local users = 0
+local sales = 0
 local responses = 0
 statuses = {} -- global: read by done() through thread:get("statuses")
 bodies = { sampled = 0, order_id = 0 } -- global: repeat mode's sampled bodies, and how many had an order_id
@@ -54,6 +58,14 @@ function init(args)
   if mode == "buy" then
     sale = assert(args[2], "buy needs SALE_ID")
     prefix = args[3] or "u"
+    wrk.method = "POST"
+    wrk.path = "/buy"
+    wrk.headers["Content-Type"] = "application/json"
+  elseif mode == "buy-sales" then
+    sale = assert(args[2], "buy-sales needs SALE_PREFIX")
+    sales = assert(tonumber(args[3]), "buy-sales needs SALES")
+    prefix = assert(args[4], "buy-sales needs USER_PREFIX")
+    nthreads = tonumber(args[5]) or 1
     wrk.method = "POST"
     wrk.path = "/buy"
     wrk.headers["Content-Type"] = "application/json"
@@ -103,6 +115,10 @@ function request()
   if users > 0 then
     return wrk.format(nil, nil, nil,
       string.format('{"sale_id":"%s","user_id":"%s-%d"}', sale, prefix, ((counter - 1) * nthreads + tid - 1) % users))
+  end
+  if sales > 0 then
+    return wrk.format(nil, nil, nil, string.format('{"sale_id":"%s-%d","user_id":"%s-%d-%d"}',
+      sale, ((counter - 1) * nthreads + tid - 1) % sales, prefix, counter, tid))
   end
   return wrk.format(nil, nil, nil,
     string.format('{"sale_id":"%s","user_id":"%s-%d-%d"}', sale, prefix, counter, tid))

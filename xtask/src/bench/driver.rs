@@ -267,6 +267,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     crate::steps::handle_signals()?;
     need_tools(&[("wrk", "wrk"), ("redis-benchmark", "redis-tools")])?;
+    super::rows_flat::raise_nofile(args.flat_connections)?;
+    // A partial run has files of its own: it never replaces the full table.
+    let stem = if args.only.is_some() { "bench-flat" } else { "bench" };
     let raw = raw_dir("bench")?;
     let results_dir = args.results_dir.clone().unwrap_or_else(|| testbed::workspace_root().join("load-tests/results"));
     let services = Services::start(&Options { cluster: false, browser: false })?;
@@ -292,14 +295,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let rep = report::build(&bench.results, utc_now());
     std::fs::create_dir_all(&results_dir)?;
-    std::fs::write(results_dir.join("bench.json"), serde_json::to_string_pretty(&rep)? + "\n")?;
-    std::fs::write(results_dir.join("bench.md"), render::markdown(&rep))?;
-    println!(
-        "{}\n\nwritten: {}/bench.json {}/bench.md",
-        render::text(&rep),
-        results_dir.display(),
-        results_dir.display()
-    );
+    std::fs::write(results_dir.join(format!("{stem}.json")), serde_json::to_string_pretty(&rep)? + "\n")?;
+    std::fs::write(results_dir.join(format!("{stem}.md")), render::markdown(&rep))?;
+    let dir = results_dir.display();
+    println!("{}\n\nwritten: {dir}/{stem}.json {dir}/{stem}.md", render::text(&rep));
     let consistent = bench.results.checks.iter().all(|(_, rc, _)| *rc == 0);
     if !consistent || bench.args.keep_raw {
         eprintln!("bench: raw outputs and logs kept in {}", raw.display());

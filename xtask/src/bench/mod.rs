@@ -14,7 +14,10 @@
 //! EVALSHA buy.lua (redis-benchmark), the worker drain of its orders, the queue lag of the
 //! in-stock run; and per limiter algorithm (`seckill::limiter::Algorithm::ALL`) three EVALSHA
 //! rows of its script and two /buy rows through an app running it. Then `seckill reconcile` for
-//! every sale used.
+//! every sale used. Last, the flatness rows (`rows_flat`): the in-stock purchase on one sale, then
+//! on a sale whose buyer set holds 10 million synthetic members, over 100 sales at once and over
+//! 10,000 connections, and the first again (drift), each as a ratio to the first (`--only flat`
+//! runs just those).
 //!
 //! Exit status 0 when every sale is consistent (missed targets, 5xx and log warnings are listed
 //! as problems in the report); 1 when an invariant fails; an error when a step could not run.
@@ -22,13 +25,16 @@
 //! # Layout
 //! - `cpu`, `measure`: CPU accounting from /proc, and bounded, measured generator runs.
 //! - `wrk`, `queue`: the generators' outputs; the queue-lag sampler and the drain.
-//! - `driver`, `rows`, `rows_redis`, `rows_storms`: the servers, apps and the order of the rows.
+//! - `driver`, `rows`, `rows_redis`, `rows_storms`, `rows_flat`: the servers, apps and the order
+//!   of the rows.
 //! - `http`: the driver's own few requests (purchases before a row, checks after one).
-//! - `model`, `report`, `algs`, `lag`, `storms`, `logs`, `render`: the report and its tables.
+//! - `model`, `report`, `algs`, `lag`, `storms`, `flat`, `logs`, `render`: the report and its
+//!   tables.
 
 mod algs;
 pub(crate) mod cpu;
 pub(crate) mod driver;
+mod flat;
 pub(crate) mod http;
 mod lag;
 mod logs;
@@ -38,6 +44,7 @@ mod queue;
 mod render;
 mod report;
 mod rows;
+mod rows_flat;
 mod rows_redis;
 mod rows_storms;
 mod storms;
@@ -49,6 +56,14 @@ use std::process::ExitCode;
 use seckill::limiter::Algorithm;
 
 pub(crate) use model::group;
+
+/// A subset of the rows (`--only`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Only {
+    /// The flatness rows and their single-sale reference (`rows_flat`), written to
+    /// `bench-flat.json` and `bench-flat.md` so a partial run never replaces the full table.
+    Flat,
+}
 
 /// The build of the seckill binary that runs (`--profile`).
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -69,10 +84,25 @@ impl From<Profile> for testbed::Profile {
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// A smoke run of every row (< 2 minutes after the build): 2 s per HTTP row, 1 s per
-    /// algorithm row, 20,000 drain orders, 10,000 limiter calls (explicit options still win).
+    /// A smoke run of every row (about 2 minutes after the build): 2 s per HTTP row, 1 s per
+    /// algorithm row, 20,000 drain orders, 10,000 limiter calls, 1,000,000 synthetic buyers in
+    /// the flatness row (explicit options still win).
     #[arg(long)]
     pub quick: bool,
+    /// Run only these rows (the report then holds just them).
+    #[arg(long, value_enum)]
+    pub only: Option<Only>,
+    /// Synthetic buyers in the buyer set of the flatness row's sale before it runs
+    /// [default: 10000000; --quick: 1000000].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=50_000_000))]
+    pub flat_buyers: Option<u64>,
+    /// Sales open and bought at once in the many-sales flatness row.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(2..=10_000))]
+    pub flat_sales: u32,
+    /// wrk connections (-c) of the many-connections flatness row (the soft open files limit is
+    /// raised to the hard one for it).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=60_000))]
+    pub flat_connections: u32,
     /// Seconds per main HTTP row (wrk -d) [default: 6; --quick: 2].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=120))]
     pub duration: Option<u64>,
@@ -143,6 +173,10 @@ impl Args {
 
     pub fn limiter_requests(&self) -> u64 {
         self.pick(self.limiter_requests, 100_000, 10_000)
+    }
+
+    pub fn flat_buyers(&self) -> u64 {
+        self.pick(self.flat_buyers, 10_000_000, 1_000_000)
     }
 
     pub fn algorithms(&self) -> Vec<Algorithm> {

@@ -1,6 +1,7 @@
 //! The report as a terminal table and as `bench.md` (the same rows and columns as before the port to Rust).
 
 use super::algs::{Algorithm, REDIS_KINDS};
+use super::flat;
 use super::model::{Row, fmt_ms, fmt_rate, fmt_us, fmt2, percent};
 use super::report::Report;
 
@@ -64,7 +65,7 @@ fn figure(row: &Row) -> String {
     }
 }
 
-fn main_status(row: &Row) -> String {
+pub(super) fn main_status(row: &Row) -> String {
     let Some(statuses) = row.statuses.as_ref().filter(|s| !s.is_empty()) else { return "-".into() };
     let total: u64 = statuses.values().sum();
     let (code, n) = statuses.iter().max_by_key(|(_, n)| **n).expect("not empty");
@@ -188,7 +189,10 @@ fn detail(r: &Row) -> String {
 fn invariant_text(c: &serde_json::Value) -> (String, bool, String) {
     let rep = &c["report"];
     let f = |k: &str| rep.get(k).map_or("?".to_string(), |v| v.to_string());
-    let n = |k: &str| rep.get(k).and_then(|v| v.as_array()).map_or(0, Vec::len);
+    let n = |k: &str| {
+        let counted = rep.get(format!("{k}_count")).and_then(|v| v.as_i64());
+        counted.unwrap_or_else(|| rep.get(k).and_then(|v| v.as_array()).map_or(0, |a| a.len() as i64))
+    };
     let sale = c["sale"].as_str().unwrap_or("?").to_string();
     let text = format!(
         "stock_initial {}, stock_left {}, buyers {}, persisted {}, queued {}, missing_in_postgres {}, unknown_to_redis {}",
@@ -200,6 +204,10 @@ fn invariant_text(c: &serde_json::Value) -> (String, bool, String) {
         n("missing_in_postgres"),
         n("unknown_to_redis")
     );
+    let text = match rep.get("note").and_then(|v| v.as_str()) {
+        Some(note) => format!("{text}; {note}"),
+        None => text,
+    };
     (sale, c["consistent"].as_bool().unwrap_or(false), text)
 }
 
@@ -220,7 +228,17 @@ pub fn text(r: &Report) -> String {
         CPU_TEXT.replace('`', ""),
         String::new(),
     ];
-    lines.extend(text_table(&HEAD, r.rows.iter().map(table_cells).collect(), &[0, TARGET_COL]));
+    if !r.rows.is_empty() {
+        lines.extend(text_table(&HEAD, r.rows.iter().map(table_cells).collect(), &[0, TARGET_COL]));
+    }
+    if !r.flat.is_empty() {
+        lines.extend([
+            String::new(),
+            format!("how cost grows with the work: {}", flat::intro(r).replace('`', "")),
+            String::new(),
+        ]);
+        lines.extend(text_table(&flat::HEAD, flat::table(r), &[0, flat::TARGET_COL]));
+    }
     if !r.algorithms.is_empty() {
         lines.extend([
             String::new(),
@@ -233,7 +251,11 @@ pub fn text(r: &Report) -> String {
     }
     lines.extend([String::new(), "details:".into()]);
     lines.extend(
-        r.rows.iter().filter(|row| !detail(row).is_empty()).map(|row| format!("  {}: {}", row.scenario, detail(row))),
+        r.rows
+            .iter()
+            .chain(&r.flat)
+            .filter(|row| !detail(row).is_empty())
+            .map(|row| format!("  {}: {}", row.scenario, detail(row))),
     );
     lines.extend([String::new(), "invariants (seckill reconcile, after the queue drained):".into()]);
     for c in &r.invariants {
@@ -277,7 +299,19 @@ pub fn markdown(r: &Report) -> String {
         format!("- {CPU_TEXT}"),
         String::new(),
     ];
-    out.extend(md_table(&HEAD, r.rows.iter().map(table_cells).collect(), &[0, TARGET_COL]));
+    if !r.rows.is_empty() {
+        out.extend(md_table(&HEAD, r.rows.iter().map(table_cells).collect(), &[0, TARGET_COL]));
+    }
+    if !r.flat.is_empty() {
+        out.extend([
+            String::new(),
+            "## How cost grows with the work".into(),
+            String::new(),
+            flat::intro(r),
+            String::new(),
+        ]);
+        out.extend(md_table(&flat::HEAD, flat::table(r), &[0, flat::TARGET_COL]));
+    }
     if !r.algorithms.is_empty() {
         out.extend([
             String::new(),
@@ -294,6 +328,7 @@ pub fn markdown(r: &Report) -> String {
     out.extend(
         r.rows
             .iter()
+            .chain(&r.flat)
             .filter(|row| !detail(row).is_empty())
             .map(|row| format!("- **{}**: {}", row.scenario, detail(row))),
     );

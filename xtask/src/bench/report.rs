@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::algs::{Algorithm, algorithms};
+use super::algs::Algorithm;
 use super::logs::{LogInfo, scan_logs};
 use super::measure::Run;
 use super::model::{CpuCols, Results, Row, cost_text, fmt_ms, fmt2, group, status_text};
@@ -21,6 +21,9 @@ pub struct Report {
     pub healthz_rate: Option<f64>,
     pub rows: Vec<Row>,
     pub algorithms: Vec<Algorithm>,
+    /// The flatness rows (`flat`): the single-sale reference first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub flat: Vec<Row>,
     pub invariants: Vec<Value>,
     pub logs: BTreeMap<String, LogInfo>,
     pub notes: Vec<String>,
@@ -265,20 +268,25 @@ pub fn build(r: &Results, generated_at: String) -> Report {
     let ceiling = healthz_runs.iter().map(|(_, o)| o.rate()).max_by(f64::total_cmp);
     let mut b = Builder { r, ceiling, problems: vec![] };
     let mut rows = vec![];
-    b.main_http_rows(&mut rows, &healthz_runs);
-    b.paced_rows(&mut rows);
-    // Sold out and rate limited after the paced rows, as the table reads.
-    let (tail, head): (Vec<Row>, Vec<Row>) =
-        rows.into_iter().partition(|row| row.key == "http-buy-soldout" || row.key == "http-buy-limited");
-    rows = head.into_iter().chain(tail).collect();
-    super::storms::rows(&mut b, &mut rows);
-    if let Some(row) = b.redis_row("redis-buy", "Redis buy.lua, distinct users") {
-        rows.push(row);
-    }
-    let algorithms = algorithms(&mut b);
     let logs = scan_logs(&r.raw);
-    super::lag::drain_row(&mut b, &mut rows, logs.get("worker.log").and_then(|l| l.worker_stats.clone()));
-    super::lag::queue_row(&mut b, &mut rows);
+    let mut algorithms = vec![];
+    // `--only flat`: just the flatness table.
+    if r.meta("setting.only").is_none() {
+        b.main_http_rows(&mut rows, &healthz_runs);
+        b.paced_rows(&mut rows);
+        // Sold out and rate limited after the paced rows, as the table reads.
+        let (tail, head): (Vec<Row>, Vec<Row>) =
+            rows.into_iter().partition(|row| row.key == "http-buy-soldout" || row.key == "http-buy-limited");
+        rows = head.into_iter().chain(tail).collect();
+        super::storms::rows(&mut b, &mut rows);
+        if let Some(row) = b.redis_row("redis-buy", "Redis buy.lua, distinct users") {
+            rows.push(row);
+        }
+        algorithms = super::algs::algorithms(&mut b);
+        super::lag::drain_row(&mut b, &mut rows, logs.get("worker.log").and_then(|l| l.worker_stats.clone()));
+        super::lag::queue_row(&mut b, &mut rows);
+    }
+    let flat = super::flat::rows(&mut b);
 
     let mut checks: Vec<_> = r.checks.iter().collect();
     checks.sort_by(|a, b| a.0.cmp(&b.0));
@@ -309,7 +317,8 @@ pub fn build(r: &Results, generated_at: String) -> Report {
             b.problems.push(format!("{name}: worker stats {ws:?}"));
         }
     }
-    let notes = notes(&rows, &algorithms, &healthz_runs, ceiling);
+    let all: Vec<Row> = rows.iter().chain(&flat).cloned().collect();
+    let notes = notes(&all, &algorithms, &healthz_runs, ceiling);
     let prefixed =
         |p: &str| r.meta.iter().filter_map(|(k, v)| k.strip_prefix(p).map(|k| (k.to_string(), v.clone()))).collect();
     Report {
@@ -319,6 +328,7 @@ pub fn build(r: &Results, generated_at: String) -> Report {
         healthz_rate: ceiling,
         rows,
         algorithms,
+        flat,
         invariants,
         logs,
         notes,

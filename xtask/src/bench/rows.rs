@@ -1,6 +1,6 @@
 //! The rows of a bench run, in order: the main HTTP rows, the polling and repeat storms
-//! (`rows_storms`), the rate-limited row, each limiter algorithm's HTTP rows, then the Redis
-//! ceilings and the worker drain.
+//! (`rows_storms`), the rate-limited row, each limiter algorithm's HTTP rows, the Redis
+//! ceilings and the worker drain, then the flatness rows (`rows_flat`).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
@@ -21,12 +21,15 @@ use super::wrk::Mode;
 pub(super) const HIGH_RATE_LIMIT: &str = "100000/1s";
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-fn keys(b: &Bench, sale: &str) -> SaleKeys {
+pub(super) fn keys(b: &Bench, sale: &str) -> SaleKeys {
     SaleKeys::new(&b.args.key_prefix, &SaleId::parse(sale).expect("a valid sale id"))
 }
 
 pub fn all(b: &mut Bench) -> anyhow::Result<()> {
     settings(b);
+    if b.args.only == Some(super::Only::Flat) {
+        return super::rows_flat::flat_rows(b);
+    }
     let peak = main_rows(b)?;
     jwt_row(b, peak)?;
     super::rows_storms::storm_rows(b)?;
@@ -34,7 +37,8 @@ pub fn all(b: &mut Bench) -> anyhow::Result<()> {
     for alg in b.args.algorithms() {
         algorithm_rows(b, alg)?;
     }
-    redis_rows_and_drain(b)
+    redis_rows_and_drain(b)?;
+    super::rows_flat::flat_rows(b)
 }
 
 fn settings(b: &mut Bench) {
@@ -53,7 +57,7 @@ fn settings(b: &mut Bench) {
         profile = a.profile,
     );
     let versions = format!("{}; {}; {}", version("wrk", 2), version("redis-server", 3), version("psql", 3));
-    let (duration_alg, limited) = (a.duration_alg(), a.limited_rate_limit.clone());
+    let (duration_alg, limited, only) = (a.duration_alg(), a.limited_rate_limit.clone(), a.only);
     let r = &mut b.results;
     r.set("machine.nproc", nproc);
     r.set("machine.cpu", cpu);
@@ -61,8 +65,12 @@ fn settings(b: &mut Bench) {
     r.set("machine.versions", versions);
     r.set("machine.loadavg", load);
     r.set("machine.busy_before", format!("{:.2}", wait_quiet(Duration::ZERO, 0.3).0));
+    if let Some(only) = only {
+        r.set("setting.only", format!("{only:?}").to_lowercase());
+    }
     r.set("setting.duration", format!("{duration} s"));
     r.set("setting.duration_alg", format!("{duration_alg} s"));
+    r.set("setting.duration_flat", format!("{} s", duration.max(super::rows_flat::MIN_SECONDS)));
     r.set("setting.high_rate_limit", HIGH_RATE_LIMIT);
     r.set("setting.limited_rate_limit", limited);
     r.set("setting.generator", generator);

@@ -16,6 +16,9 @@ pub enum Mode<'a> {
     Sale { sale: &'a str },
     /// POST /buy on `sale`, every request a new user `<prefix>-<counter>-<thread>`.
     Buy { sale: &'a str, prefix: &'a str },
+    /// POST /buy spread over the sales `<sales>-0` .. `<sales>-<count - 1>` (taking turns), every
+    /// request a new user `<prefix>-<counter>-<thread>`.
+    BuySales { sales: &'a str, count: u32, prefix: &'a str },
     /// POST /buy on `sale` (`SECKILL_AUTH=jwt`), every request with the next bearer token of
     /// `tokens` (one per line, each a distinct user; wrk cannot sign).
     BuyJwt { sale: &'a str, tokens: &'a Path },
@@ -50,6 +53,9 @@ impl Wrk<'_> {
             Mode::Healthz => cmd.arg("healthz"),
             Mode::Sale { sale } => cmd.args(["sale", sale]),
             Mode::Buy { sale, prefix } => cmd.args(["buy", sale, prefix]),
+            Mode::BuySales { sales, count, prefix } => {
+                cmd.args(["buy-sales", sales, &count.to_string(), prefix, &self.threads.to_string()])
+            }
             Mode::BuyJwt { sale, tokens } => cmd.args(["buy-jwt", sale]).arg(tokens).arg(self.threads.to_string()),
             Mode::Repeat { sale, prefix, users } => {
                 cmd.args(["repeat", sale, prefix, &users.to_string(), &self.threads.to_string()])
