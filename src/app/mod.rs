@@ -73,7 +73,7 @@ impl Application {
         let sold_out = Arc::new(SoldOutFlags::default());
         let metrics = Arc::new(Metrics::new());
         let sales = confirmed(Sales::new(redis.clone()), config)?;
-        let listener = TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
+        let listener = bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
         let local_addr = listener.local_addr()?;
         let worker = if run_worker {
             Some(build_worker(config, &local_addr.port().to_string(), metrics.clone())?)
@@ -262,6 +262,22 @@ pub fn shutdown_on_signals() -> CancellationToken {
         cancel.cancel();
     });
     token
+}
+
+/// Connections the kernel queues for `accept` (capped by `net.core.somaxconn`): actix-web's own
+/// default. `std`'s `TcpListener::bind` asks for 128, which a flash crowd opening thousands of
+/// connections at once overflows (SYN cookies, retransmitted SYNs, seconds of connect latency).
+const LISTEN_BACKLOG: i32 = 2048;
+
+/// A listening socket on `addr` with [`LISTEN_BACKLOG`] and `SO_REUSEADDR` (a restart may bind
+/// while the old process's connections are in TIME_WAIT), as actix-web's own `bind` makes it.
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket.into())
 }
 
 #[cfg(test)]
