@@ -84,7 +84,7 @@ impl Sales {
     pub async fn buy(&self, sale: &SaleId, user: &UserId, order_id: Uuid, gates: &[Gate<'_>]) -> RedisResult<Verdict> {
         let mut limits = Limits { gates, decisions: Vec::with_capacity(gates.len()), order_id: order_id.to_string() };
         let Some(pool) = &self.confirm else {
-            let outcome = self.buy_with(&mut self.redis.conn(), sale, user, &mut limits).await?;
+            let outcome = self.buy_with(&mut self.redis.purchase_conn().await, sale, user, &mut limits).await?;
             return Ok(Verdict { limits: limits.decisions, outcome });
         };
         let mut conn = pool.get().await?;

@@ -15,7 +15,7 @@ pub mod order_stream;
 
 use redis::RedisResult;
 
-use self::connection::{RedisConnection, SharedConnection};
+use self::connection::{PurchaseConnection, RedisConnection, SharedConnection};
 use self::keys::{SaleKeys, events_channel};
 use crate::domain::SaleId;
 
@@ -42,6 +42,11 @@ impl Keyspace {
     /// A handle on the shared connection, to run commands with.
     pub fn conn(&self) -> SharedConnection {
         self.conn.clone()
+    }
+
+    /// The connection a purchase runs on ([`SharedConnection::for_purchase`]).
+    pub async fn purchase_conn(&self) -> PurchaseConnection {
+        self.conn.for_purchase().await
     }
 
     /// The prefix every key of the deployment starts with.
