@@ -2,6 +2,8 @@
 //! shard in the user's visit order until one decides. The request's rate limits ride in the
 //! first call (`lua/buy_limited.lua`) when their keys can share it.
 
+use std::time::Duration;
+
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
 use uuid::Uuid;
@@ -64,6 +66,19 @@ struct Limits<'g, 'p> {
     order_id: String,
 }
 
+/// Purchases one instance has on Redis at once. A command's response timeout
+/// (`SECKILL_REDIS_TIMEOUT`) runs from when it is queued on the connection, so without a bound a
+/// crowd of connections (10,000 in the benchmark) queued more purchases on Redis than it answers
+/// in that time: they failed with a 503 though Redis was well, and might still have been bought.
+/// Waiting for a turn before the command is queued keeps that wait out of the timeout; 256 in
+/// flight is a few milliseconds of Redis's work.
+pub const IN_FLIGHT_PURCHASES: usize = 256;
+
+/// How long a purchase waits for a turn before it fails (503, never sent): long enough for any
+/// queue a healthy Redis works through, short enough that a hung one does not hold requests
+/// forever.
+pub const TURN_WAIT: Duration = Duration::from_secs(10);
+
 impl Sales {
     /// Buys through `lua/buy.lua`: one atomic decision per shard, and on success the order is in
     /// that shard's stream. An unsharded sale costs one call. A sharded sale is tried shard by
@@ -81,7 +96,14 @@ impl Sales {
     ///
     /// With `SECKILL_CONFIRM_REPLICAS`, the purchase runs on a dedicated connection and, once
     /// bought, `WAIT`s there for the replicas ([`crate::redis::confirm`]).
+    ///
+    /// At most [`IN_FLIGHT_PURCHASES`] purchases of this instance are on Redis at once; the others
+    /// wait for a turn here, up to [`TURN_WAIT`], then fail as a timeout without being sent.
     pub async fn buy(&self, sale: &SaleId, user: &UserId, order_id: Uuid, gates: &[Gate<'_>]) -> RedisResult<Verdict> {
+        let _turn = match tokio::time::timeout(TURN_WAIT, self.turns.acquire()).await {
+            Ok(Ok(turn)) => turn,
+            _ => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no turn for the purchase").into()),
+        };
         let mut limits = Limits { gates, decisions: Vec::with_capacity(gates.len()), order_id: order_id.to_string() };
         let Some(pool) = &self.confirm else {
             let outcome = self.buy_with(&mut self.redis.purchase_conn().await, sale, user, &mut limits).await?;

@@ -52,12 +52,15 @@ pub struct Sales {
     layouts: Arc<RwLock<HashMap<Box<str>, KeptLayout>>>,
     /// With `SECKILL_CONFIRM_REPLICAS`: the connections purchases run and wait for replicas on.
     confirm: Option<Arc<ConfirmPool>>,
+    /// Turns for purchases on Redis, [`buy::IN_FLIGHT_PURCHASES`] at once.
+    turns: Arc<tokio::sync::Semaphore>,
 }
 
 impl Sales {
     /// The sales under `redis`'s prefix.
     pub fn new(redis: Keyspace) -> Self {
-        Self { redis, layouts: Arc::default(), confirm: None }
+        let turns = Arc::new(tokio::sync::Semaphore::new(buy::IN_FLIGHT_PURCHASES));
+        Self { redis, layouts: Arc::default(), confirm: None, turns }
     }
 
     /// The same sales, whose purchases wait for replicas on `pool`'s connections
