@@ -21,7 +21,7 @@
 --   {"already_purchased", order id, created_at_ms, "queued"|"confirmed"}
 --                        the user is already in the buyer set: the order it was given, and
 --                        "queued" while that order's entry is still in the stream (not yet
---                        committed to Postgres: the worker deletes an entry only after its
+--                        committed to Postgres: the worker trims an entry only after its
 --                        commit), else "confirmed". Just {"already_purchased"} for a buyer
 --                        without a receipt (one restored from Postgres by hand, say).
 --   "sold_out"           stock <= 0
