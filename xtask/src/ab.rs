@@ -8,6 +8,10 @@
 //! run of a pair gained 3-7 % in either order), after both queues have drained. It prints one
 //! line per run, each build's median req/s and app CPU µs per purchase with B / A, and B / A
 //! paired within each round (median and range), which the drift between rounds disturbs less.
+//!
+//! `--rate-limited`: the same with SECKILL_RATE_LIMIT=10/1s, so almost every request is refused
+//! (429, answered from the instance's memory): the path that should cost what `/healthz` does.
+//! The figures are then per request.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -50,6 +54,9 @@ pub struct Args {
     /// Which build profile the revisions are built with.
     #[arg(long, value_enum, default_value_t = Profile::Release)]
     profile: Profile,
+    /// Measure the rate-limited path instead (SECKILL_RATE_LIMIT=10/1s: nearly every request 429).
+    #[arg(long)]
+    rate_limited: bool,
 }
 
 /// `git archive REV` into a temp dir, `cargo build` there with target/ab as the target dir,
@@ -122,7 +129,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let services = Services::start(&Options::default())?;
     let start = |bin: &Path, name: &str| {
         let prefix = format!("ab-{name}");
-        let env = [("SECKILL_KEY_PREFIX", prefix.as_str()), ("SECKILL_RATE_LIMIT", "1000000/1s"), ("RUST_LOG", "warn")];
+        let limit = if args.rate_limited { "10/1s" } else { "1000000/1s" };
+        let env = [("SECKILL_KEY_PREFIX", prefix.as_str()), ("SECKILL_RATE_LIMIT", limit), ("RUST_LOG", "warn")];
         let app = App::start(&services, bin, &env)?;
         app.seed(&prefix, 10_000_000, None)?;
         anyhow::Ok(app)
@@ -175,26 +183,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(code) = crate::steps::interrupted() {
         return Ok(code);
     }
-    summary(&samples, &labels)?;
+    summary(&samples, &labels, args.rate_limited)?;
     let _ = std::fs::remove_dir_all(&raw);
     Ok(ExitCode::SUCCESS)
 }
 
-fn summary(samples: &[Sample], labels: &[String]) -> anyhow::Result<()> {
+fn summary(samples: &[Sample], labels: &[String], rate_limited: bool) -> anyhow::Result<()> {
+    let per = if rate_limited { "request" } else { "purchase" };
     let mut med = vec![];
     for (i, name) in ["a", "b"].iter().enumerate() {
         let mine: Vec<&Sample> = samples.iter().filter(|s| s.build == i).collect();
-        ensure!(mine.iter().all(|s| s.created == s.requests), "{name}: not every request bought");
+        ensure!(rate_limited || mine.iter().all(|s| s.created == s.requests), "{name}: not every request bought");
         let m = (median(mine.iter().map(|s| s.rate).collect()), median(mine.iter().map(|s| s.app_us).collect()));
-        println!(
-            "{name} = {}: median {} req/s, {:.1} µs app CPU per purchase",
-            labels[i],
-            crate::bench::group(m.0),
-            m.1
-        );
+        println!("{name} = {}: median {} req/s, {:.1} µs app CPU per {per}", labels[i], crate::bench::group(m.0), m.1);
         med.push(m);
     }
-    println!("b / a: {:.3} × req/s, {:.3} × app CPU per purchase", med[1].0 / med[0].0, med[1].1 / med[0].1);
+    println!("b / a: {:.3} × req/s, {:.3} × app CPU per {per}", med[1].0 / med[0].0, med[1].1 / med[0].1);
     // Paired: b / a within each round (its two runs are seconds apart, so drift between rounds
     // cancels out), then the median and the range over rounds.
     let rounds: std::collections::BTreeSet<u32> = samples.iter().map(|s| s.round).collect();
@@ -207,7 +211,7 @@ fn summary(samples: &[Sample], labels: &[String]) -> anyhow::Result<()> {
     rps.sort_by(f64::total_cmp);
     cpu.sort_by(f64::total_cmp);
     println!(
-        "paired b / a over {} rounds: median {:.3} × req/s ({:.2}–{:.2}), median {:.3} × app CPU per purchase ({:.2}–{:.2})",
+        "paired b / a over {} rounds: median {:.3} × req/s ({:.2}–{:.2}), median {:.3} × app CPU per {per} ({:.2}–{:.2})",
         rps.len(),
         median(rps.clone()),
         rps[0],
