@@ -18,7 +18,8 @@
 //!    - [`telemetry`]: logging to stderr, as text or JSON lines.
 //!    - [`metrics`]: the Prometheus registry of one process (its HTTP middleware is in `http`).
 //! 3. Storage access
-//!    - [`redis`]: one server or a cluster (`connection`), the dedicated connections of purchases
+//!    - [`redis`]: one server or a cluster (`connection`; the shared and per-HTTP-worker connections in
+//!      `connection::shared`), the dedicated connections of purchases
 //!      that wait for replicas (`confirm`), every key name (`keys`), the Lua scripts (`lua`), an
 //!      order stream's entry fields and consumer group (`order_stream`), and `Keyspace`, one
 //!      deployment's keys and the shared connection.

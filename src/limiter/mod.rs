@@ -1,8 +1,8 @@
 //! The rate limiters in front of `POST /buy`: five algorithms ([`Algorithm`]), one Lua script
 //! each (`lua/<algorithm>.lua`), one contract, and the IETF `RateLimit` header fields. One
 //! policy holds each client (its address, an IPv6 address grouped by network: [`client_key`]),
-//! another, if set, each buyer ([`Policy::check_buyer`]); [`local`] limits the answers given from
-//! memory to a sale known sold out.
+//! another, if set, each buyer ([`Scope::buyer_gate`]); each [`Gate`] checks one key; [`local`]
+//! limits the answers given from memory to a sale known sold out.
 //!
 //! Every script takes `KEYS[1]` = the client's (or buyer's) key and `ARGV` = limit, window_ms, burst, nonce
 //! (and, in tests only, the time), and answers `{allowed, remaining, retry_after_us, reset_us}`

@@ -97,8 +97,8 @@ impl Sales {
     /// With `SECKILL_CONFIRM_REPLICAS`, the purchase runs on a dedicated connection and, once
     /// bought, `WAIT`s there for the replicas ([`crate::redis::confirm`]).
     ///
-    /// At most [`IN_FLIGHT_PURCHASES`] purchases of this instance are on Redis at once; the others
-    /// wait for a turn here, up to [`TURN_WAIT`], then fail as a timeout without being sent.
+    /// At most `IN_FLIGHT_PURCHASES` purchases of this instance are on Redis at once; the others
+    /// wait for a turn here, up to `TURN_WAIT`, then fail as a timeout without being sent.
     pub async fn buy(&self, sale: &SaleId, user: &UserId, order_id: Uuid, gates: &[Gate<'_>]) -> RedisResult<Verdict> {
         let _turn = match tokio::time::timeout(TURN_WAIT, self.turns.acquire()).await {
             Ok(Ok(turn)) => turn,

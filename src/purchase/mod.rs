@@ -52,7 +52,7 @@ pub struct Sales {
     layouts: Arc<RwLock<HashMap<Box<str>, KeptLayout>>>,
     /// With `SECKILL_CONFIRM_REPLICAS`: the connections purchases run and wait for replicas on.
     confirm: Option<Arc<ConfirmPool>>,
-    /// Turns for purchases on Redis, [`buy::IN_FLIGHT_PURCHASES`] at once.
+    /// Turns for purchases on Redis, `IN_FLIGHT_PURCHASES` (`buy.rs`) at once.
     turns: Arc<tokio::sync::Semaphore>,
 }
 
