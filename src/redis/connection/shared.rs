@@ -53,16 +53,31 @@ impl SharedConnection {
     /// threads (about 0.87 x the app's CPU per purchase, measured). Only that worker's requests
     /// use it, so it lives as long as they need it. Otherwise it is the shared connection.
     pub async fn for_purchase(&self) -> PurchaseConnection {
-        let Some(source) = &self.local else { return PurchaseConnection::Shared(Box::new(self.clone())) };
-        match tokio::runtime::Handle::try_current() {
-            Ok(current) if current.id() != self.home.id() => {}
-            _ => return PurchaseConnection::Shared(Box::new(self.clone())),
+        let on_a_worker = tokio::runtime::Handle::try_current().is_ok_and(|current| current.id() != self.home.id());
+        match self.local.as_ref().filter(|_| on_a_worker).and_then(|source| source.thread_connection()) {
+            Some((mut manager, idle)) => {
+                probe_if(idle, &mut manager).await;
+                PurchaseConnection::Local(manager)
+            }
+            None => PurchaseConnection::Shared(Box::new(self.clone())),
         }
-        let Some((mut manager, idle)) = source.thread_connection() else {
-            return PurchaseConnection::Shared(Box::new(self.clone()));
-        };
-        probe_if(idle, &mut manager).await;
-        PurchaseConnection::Local(manager)
+    }
+
+    /// `call` on the inner connection, after the idle probe, polled with the home runtime
+    /// entered ([`OnHome`]).
+    fn on_home<'a, T: 'a>(
+        &'a mut self,
+        call: impl AsyncFnOnce(&mut RedisConnection) -> RedisResult<T> + 'a,
+    ) -> OnHome<impl Future<Output = RedisResult<T>> + Unpin + 'a> {
+        let idle = self.last_used.idle();
+        let inner = &mut self.inner;
+        OnHome {
+            home: self.home.clone(),
+            call: Box::pin(async move {
+                probe_if(idle, inner).await;
+                call(inner).await
+            }),
+        }
     }
 
     /// Whether the connection is a cluster's.
@@ -73,16 +88,7 @@ impl SharedConnection {
 
 impl ConnectionLike for SharedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let home = self.home.clone();
-        let idle = self.last_used.idle();
-        let inner = &mut self.inner;
-        Box::pin(OnHome {
-            home,
-            call: Box::pin(async move {
-                probe_if(idle, inner).await;
-                inner.req_packed_command(cmd).await
-            }),
-        })
+        Box::pin(self.on_home(async move |con| con.req_packed_command(cmd).await))
     }
 
     fn req_packed_commands<'a>(
@@ -91,16 +97,7 @@ impl ConnectionLike for SharedConnection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        let home = self.home.clone();
-        let idle = self.last_used.idle();
-        let inner = &mut self.inner;
-        Box::pin(OnHome {
-            home,
-            call: Box::pin(async move {
-                probe_if(idle, inner).await;
-                inner.req_packed_commands(pipeline, offset, count).await
-            }),
-        })
+        Box::pin(self.on_home(async move |con| con.req_packed_commands(pipeline, offset, count).await))
     }
 
     fn get_db(&self) -> i64 {
