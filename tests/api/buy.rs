@@ -188,3 +188,46 @@ async fn purchases_and_limiting_survive_a_script_cache_flush() {
     let status = app.assert_invariants(&sale, &BTreeSet::new()).await;
     assert_eq!(status.sold, 2);
 }
+
+/// `buy.lua` writes nothing when a key it would write is damaged: the receipts key of another
+/// type (the order entry it had just added is deleted again) or a stock DECR could not take.
+#[tokio::test]
+async fn a_purchase_into_a_damaged_receipts_key_or_stock_writes_nothing() {
+    use redis::AsyncCommands;
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 10).await;
+    assert_eq!(app.buy(&sale, "before").await.status(), 201);
+    let keys = app.store.keyspace().sale_keys(&seckill::domain::SaleId::parse(&sale).unwrap());
+    let mut redis = app.redis.clone();
+    let receipts: std::collections::HashMap<String, String> = redis.hgetall(&keys.receipts).await.unwrap();
+
+    let _: () = redis.set(&keys.receipts, "not a hash").await.unwrap();
+    let refused = app.buy(&sale, "into-damaged-receipts").await;
+    assert!(refused.status().is_server_error(), "{}", refused.status());
+    let _: i64 = redis.del(&keys.receipts).await.unwrap();
+    let _: () = redis.hset_multiple(&keys.receipts, &receipts.into_iter().collect::<Vec<_>>()).await.unwrap();
+
+    for damaged in ["009", "9.5", "1234567890123456789"] {
+        let _: () = redis.set(&keys.stock, damaged).await.unwrap();
+        let refused = app.buy(&sale, "into-damaged-stock").await;
+        assert!(refused.status().is_server_error(), "stock {damaged}: {}", refused.status());
+        let stock: String = redis.get(&keys.stock).await.unwrap();
+        assert_eq!(stock, damaged, "the stock is left as it was");
+    }
+    let _: () = redis.set(&keys.stock, 9).await.unwrap();
+
+    assert_eq!(app.buy(&sale, "after").await.status(), 201);
+    app.wait_for_drain(&sale).await;
+    let buyers: BTreeSet<String> = redis.smembers(&keys.buyers).await.unwrap();
+    let ordered: Vec<String> = sqlx::query_scalar("select user_id from orders where sale_id = $1")
+        .bind(&sale)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    let ordered: BTreeSet<String> = ordered.into_iter().collect();
+    let expected: BTreeSet<String> = ["before", "after"].map(String::from).into();
+    assert_eq!((buyers, ordered), (expected.clone(), expected), "no buyer, entry or order of the refused");
+    let stock: i64 = redis.get(&keys.stock).await.unwrap();
+    assert_eq!(stock, 8);
+}
