@@ -1,4 +1,4 @@
-//! The per-client limiter in front of POST /buy (default algorithm: sliding log); what differs
+//! The per-client limiter in front of POST /buy (the tests' algorithm: sliding log, see helpers); what differs
 //! between the algorithms is in `limiters`.
 
 use std::time::Duration;
