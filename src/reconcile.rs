@@ -119,7 +119,7 @@ pub async fn check(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option
 /// ([`queue::requeue`]); only a buyer without a receipt gets a new id (UUID v7) and the time of
 /// the repair. Repeating a repair is harmless: re-enqueued orders are queued and restored buyers
 /// are buyers, so the next check reports neither; should two repairs race, the worker keeps the
-/// first order of a user (`unique (sale_id, user_id)`) and drops the other as a conflict.
+/// first order of a user (primary key `(sale_id, user_id)`) and drops the other as a conflict.
 pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option<ReconcileReport>, ReconcileError> {
     let sale_restored = reseed_lost_sale(sales, pool, sale).await?;
     let Some((mut report, state)) = inspect(sales, pool, sale).await? else {

@@ -22,7 +22,8 @@ pub struct InsertReport {
 }
 
 /// Inserts a batch of orders in one statement (idempotent: redeliveries are no-ops), then sorts
-/// the entries that were not inserted into redeliveries and (sale, user) conflicts.
+/// the entries that were not inserted into redeliveries (their (sale, user) row holds their order
+/// id) and conflicts (it holds another).
 pub async fn insert_orders(pool: &PgPool, orders: &[Order]) -> Result<InsertReport, sqlx::Error> {
     if orders.is_empty() {
         return Ok(InsertReport::default());
@@ -46,22 +47,31 @@ pub async fn insert_orders(pool: &PgPool, orders: &[Order]) -> Result<InsertRepo
     .await?;
 
     let inserted: HashSet<Uuid> = inserted.into_iter().collect();
-    let missing: Vec<Uuid> = ids.iter().copied().filter(|id| !inserted.contains(id)).collect();
+    let missing: Vec<&Order> = orders.iter().filter(|o| !inserted.contains(&o.order_id)).collect();
     if missing.is_empty() {
         return Ok(InsertReport { inserted: inserted.len(), ..Default::default() });
     }
-    let stored: HashSet<Uuid> = sqlx::query_scalar("select order_id from orders where order_id = any($1)")
-        .bind(&missing)
-        .fetch_all(pool)
-        .await?
-        .into_iter()
-        .collect();
-    let conflicts =
-        orders.iter().filter(|o| !inserted.contains(&o.order_id) && !stored.contains(&o.order_id)).cloned().collect();
-    Ok(InsertReport { inserted: inserted.len(), already_stored: stored.len(), conflicts })
+    // The rows that kept them out, by key: the same order id is a redelivery, another a conflict.
+    let stored: HashSet<Uuid> = sqlx::query_scalar(
+        "select o.order_id from orders o
+         join unnest($1::text[], $2::text[]) as m (sale_id, user_id) using (sale_id, user_id)",
+    )
+    .bind(missing.iter().map(|o| o.sale_id.as_str()).collect::<Vec<_>>())
+    .bind(missing.iter().map(|o| o.user_id.as_str()).collect::<Vec<_>>())
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .collect();
+    let (already, conflicts): (Vec<&Order>, Vec<&Order>) =
+        missing.into_iter().partition(|o| stored.contains(&o.order_id));
+    Ok(InsertReport {
+        inserted: inserted.len(),
+        already_stored: already.len(),
+        conflicts: conflicts.into_iter().cloned().collect(),
+    })
 }
 
-/// The users with an order in the sale (one each: `unique (sale_id, user_id)`).
+/// The users with an order in the sale (one each: the primary key `(sale_id, user_id)`).
 pub async fn order_users(pool: &PgPool, sale: &SaleId) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar("select user_id from orders where sale_id = $1").bind(sale.as_str()).fetch_all(pool).await
 }
