@@ -122,6 +122,13 @@ impl Postgres {
         self.pid().is_none_or(|pid| stop_pid_with(pid, Signal::SIGINT, Duration::from_secs(60)))
     }
 
+    /// Creates database `name` (a plain identifier) and returns its URL.
+    pub fn create_database(&self, tools: &Toolbox, name: &str) -> Result<String> {
+        anyhow::ensure!(name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "database name {name:?}");
+        self.psql(tools, &format!("create database {name}"))?;
+        Ok(self.database_url(name))
+    }
+
     /// Runs one SQL statement on the maintenance database with psql.
     fn psql(&self, tools: &Toolbox, sql: &str) -> Result<()> {
         let mut psql = Command::new(&tools.psql);

@@ -2,12 +2,13 @@
 //! runs so that the shared machine's drift hits both alike.
 //!
 //! Both builds serve their own sale (`serve`, worker in the process, SECKILL_RATE_LIMIT=1000000/1s,
-//! key prefixes ab-a and ab-b, 10,000,000 items each) on one throwaway Redis and Postgres. Then
-//! `--rounds` times wrk (`load-tests/lib/wrk-bench.lua`, every request a new user) runs
-//! `--duration` seconds against each, A first in odd rounds and B first in even ones (the second
-//! run of a pair gained 3-7 % in either order), after both queues have drained. It prints one
-//! line per run, each build's median req/s and app CPU µs per purchase with B / A, and B / A
-//! paired within each round (median and range), which the drift between rounds disturbs less.
+//! key prefixes ab-a and ab-b, 10,000,000 items each) on one throwaway Redis and Postgres, each
+//! build with a database of its own. Then `--rounds` times wrk (`load-tests/lib/wrk-bench.lua`,
+//! every request a new user) runs `--duration` seconds against each, A first in odd rounds and B
+//! first in even ones (the second run of a pair gained 3-7 % in either order), after both queues
+//! have drained. It prints one line per run, each build's median req/s and app, Redis and
+//! Postgres CPU µs per purchase with B / A, and B / A paired within each round (median and
+//! range), which the drift between rounds disturbs less.
 //!
 //! `--rate-limited`: the same with SECKILL_RATE_LIMIT=10/1s, so almost every request is refused
 //! (429, answered from the instance's memory): the path that should cost what `/healthz` does.
@@ -87,12 +88,17 @@ fn build_rev(rev: &str, name: &str, profile: Profile, raw: &Path) -> anyhow::Res
     Ok(binary)
 }
 
-/// One run: which build, round, req/s, app CPU µs per request, 201s, requests.
+/// What each run's CPU is split into: the app, then the Redis and Postgres both builds share
+/// (only the build under load uses them; its queue drains within the run's first milliseconds
+/// after it ends, which the run's seconds dwarf).
+const PARTS: [&str; 3] = ["app", "Redis", "Postgres"];
+
+/// One run: which build, round, req/s, CPU µs per request of each of `PARTS`, 201s, requests.
 struct Sample {
     build: usize,
     round: u32,
     rate: f64,
-    app_us: f64,
+    cpu_us: [f64; 3],
     created: u64,
     requests: u64,
 }
@@ -130,7 +136,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let start = |bin: &Path, name: &str| {
         let prefix = format!("ab-{name}");
         let limit = if args.rate_limited { "10/1s" } else { "1000000/1s" };
-        let env = [("SECKILL_KEY_PREFIX", prefix.as_str()), ("SECKILL_RATE_LIMIT", limit), ("RUST_LOG", "warn")];
+        // A database each: the builds may differ in their migrations.
+        let database = services.postgres.create_database(&services.tools, &format!("ab_{name}"))?;
+        let env = [
+            ("SECKILL_KEY_PREFIX", prefix.as_str()),
+            ("SECKILL_RATE_LIMIT", limit),
+            ("SECKILL_DATABASE_URL", database.as_str()),
+            ("RUST_LOG", "warn"),
+        ];
         let app = App::start(&services, bin, &env)?;
         app.seed(&prefix, 10_000_000, None)?;
         anyhow::Ok(app)
@@ -153,7 +166,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 mode,
                 rate: None,
             };
-            let watch = [Watch::process("seckill", apps[i].pid())];
+            let mut watch = vec![Watch::process("seckill", apps[i].pid())];
+            watch.extend(services.redis.pid().map(|p| Watch::process("redis", p)));
+            watch.extend(services.postgres.pid().map(|p| Watch::tree("postgres", p)));
             let run = measure::run(
                 &format!("ab-{name}-{round}"),
                 w.command(&repo),
@@ -162,18 +177,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &raw,
             )?;
             let out = WrkOut::parse(&run.stdout).context("no BENCH_WRK line in wrk's output")?;
-            let app_cpu = run.usage.get("seckill").unwrap_or(0.0);
+            let per_request = |label| run.usage.get(label).unwrap_or(0.0) / out.requests.max(1) as f64 * 1e6;
             let s = Sample {
                 build: i,
                 round,
                 rate: out.rate(),
-                app_us: app_cpu / out.requests.max(1) as f64 * 1e6,
+                cpu_us: ["seckill", "redis", "postgres"].map(per_request),
                 created: out.status("201"),
                 requests: out.requests,
             };
             eprintln!(
-                "ab: round {round} {name}: {:.0} req/s, app {:.1} µs/req, 201 {} of {}",
-                s.rate, s.app_us, s.created, s.requests
+                "ab: round {round} {name}: {:.0} req/s, app / Redis / Postgres {:.1} / {:.1} / {:.1} µs/req, 201 {} of {}",
+                s.rate, s.cpu_us[0], s.cpu_us[1], s.cpu_us[2], s.created, s.requests
             );
             samples.push(s);
         }
@@ -194,31 +209,36 @@ fn summary(samples: &[Sample], labels: &[String], rate_limited: bool) -> anyhow:
     for (i, name) in ["a", "b"].iter().enumerate() {
         let mine: Vec<&Sample> = samples.iter().filter(|s| s.build == i).collect();
         ensure!(rate_limited || mine.iter().all(|s| s.created == s.requests), "{name}: not every request bought");
-        let m = (median(mine.iter().map(|s| s.rate).collect()), median(mine.iter().map(|s| s.app_us).collect()));
-        println!("{name} = {}: median {} req/s, {:.1} µs app CPU per {per}", labels[i], crate::bench::group(m.0), m.1);
-        med.push(m);
+        let rate = median(mine.iter().map(|s| s.rate).collect());
+        let cpu = [0, 1, 2].map(|k| median(mine.iter().map(|s| s.cpu_us[k]).collect()));
+        println!(
+            "{name} = {}: median {} req/s, app / Redis / Postgres {:.1} / {:.1} / {:.1} µs CPU per {per}",
+            labels[i],
+            crate::bench::group(rate),
+            cpu[0],
+            cpu[1],
+            cpu[2]
+        );
+        med.push((rate, cpu));
     }
-    println!("b / a: {:.3} × req/s, {:.3} × app CPU per {per}", med[1].0 / med[0].0, med[1].1 / med[0].1);
+    println!("b / a: {:.3} × req/s, {:.3} × app CPU per {per}", med[1].0 / med[0].0, med[1].1[0] / med[0].1[0]);
     // Paired: b / a within each round (its two runs are seconds apart, so drift between rounds
     // cancels out), then the median and the range over rounds.
     let rounds: std::collections::BTreeSet<u32> = samples.iter().map(|s| s.round).collect();
-    let pair = |r: u32, f: fn(&Sample) -> f64| {
-        let get = |b| samples.iter().find(|s| s.round == r && s.build == b).map(f).unwrap_or(f64::NAN);
-        get(1) / get(0)
+    let paired = |f: &dyn Fn(&Sample) -> f64| {
+        let mut ratios: Vec<f64> = rounds
+            .iter()
+            .map(|r| {
+                let get = |b| samples.iter().find(|s| s.round == *r && s.build == b).map(f).unwrap_or(f64::NAN);
+                get(1) / get(0)
+            })
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        format!("{:.3} ({:.2}–{:.2})", median(ratios.clone()), ratios[0], ratios[ratios.len() - 1])
     };
-    let mut rps: Vec<f64> = rounds.iter().map(|r| pair(*r, |s| s.rate)).collect();
-    let mut cpu: Vec<f64> = rounds.iter().map(|r| pair(*r, |s| s.app_us)).collect();
-    rps.sort_by(f64::total_cmp);
-    cpu.sort_by(f64::total_cmp);
-    println!(
-        "paired b / a over {} rounds: median {:.3} × req/s ({:.2}–{:.2}), median {:.3} × app CPU per {per} ({:.2}–{:.2})",
-        rps.len(),
-        median(rps.clone()),
-        rps[0],
-        rps[rps.len() - 1],
-        median(cpu.clone()),
-        cpu[0],
-        cpu[cpu.len() - 1]
-    );
+    println!("paired b / a over {} rounds, median (range): {} × req/s", rounds.len(), paired(&|s| s.rate));
+    for (k, part) in PARTS.iter().enumerate() {
+        println!("  {} × {part} CPU per {per}", paired(&|s| s.cpu_us[k]));
+    }
     Ok(())
 }
