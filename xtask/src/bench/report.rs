@@ -175,9 +175,10 @@ impl Builder<'_> {
                     &out,
                 );
                 row.detail = format!(
-                    "scheduled {}/s = 80% of the in-stock peak, over {} connections; {}{note}",
+                    "scheduled {}/s = 80% of the in-stock peak, over {} connections; Redis forked {} times during the row (AOF rewrites); {}{note}",
                     group(target_rate),
                     self.r.meta("paced.connections").unwrap_or("?"),
+                    self.r.meta("paced.redis_forks").unwrap_or("?"),
                     status_text(&out.statuses)
                 );
                 row.path_ok = Some(path_ok);

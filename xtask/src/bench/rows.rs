@@ -6,6 +6,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
 use std::time::Duration;
 
+use anyhow::Context;
 use seckill::domain::SaleId;
 use seckill::limiter::Algorithm;
 use seckill::redis::keys::{SaleKeys, rate_limit_key};
@@ -87,6 +88,13 @@ pub(super) fn warm_up(b: &mut Bench, app: &testbed::App, name: &str) -> anyhow::
     Ok(())
 }
 
+/// Redis's `total_forks` so far (`INFO stats`).
+fn redis_forks(b: &Bench) -> anyhow::Result<u64> {
+    let info: String = b.redis(redis::cmd("INFO").arg("stats"))?;
+    let line = info.lines().find_map(|l| l.strip_prefix("total_forks:")).context("no total_forks in INFO stats")?;
+    Ok(line.trim().parse()?)
+}
+
 /// Healthz, in stock (with the queue sampler), paced 80% and light, sold out, healthz again; the
 /// in-stock rate.
 fn main_rows(b: &mut Bench) -> anyhow::Result<f64> {
@@ -117,7 +125,11 @@ fn main_rows(b: &mut Bench) -> anyhow::Result<f64> {
     b.results.set("paced.connections", b.args.paced_connections);
     eprintln!("==> paced run at 80% of the in-stock peak ({peak:.0} req/s): {paced} req/s");
     let pc = b.args.paced_connections;
+    // Redis forks for its AOF rewrites (every 100 % of growth past 64 MB, the defaults): a fork
+    // stalls Redis and its child competes for the cores, which shows in the tail.
+    let forks_before = redis_forks(b)?;
     b.wrk("http-buy-instock-paced", &app, d, pc, Mode::Buy { sale: "bench-instock", prefix: "p" }, Some(paced.max(1)))?;
+    b.results.set("paced.redis_forks", redis_forks(b)? - forks_before);
     let light = b.args.light_rate;
     b.results.set("light.target_rate", light);
     b.results.set("light.connections", c);
