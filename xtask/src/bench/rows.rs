@@ -126,7 +126,7 @@ fn main_rows(b: &mut Bench) -> anyhow::Result<f64> {
     eprintln!("==> paced run at 80% of the in-stock peak ({peak:.0} req/s): {paced} req/s");
     let pc = b.args.paced_connections;
     // Redis forks for its AOF rewrites (every 100 % of growth past 64 MB, the defaults): a fork
-    // stalls Redis and its child competes for the cores, which shows in the tail.
+    // pauses Redis and its child competes for the cores, so the row says how many it met.
     let forks_before = redis_forks(b)?;
     b.wrk("http-buy-instock-paced", &app, d, pc, Mode::Buy { sale: "bench-instock", prefix: "p" }, Some(paced.max(1)))?;
     b.results.set("paced.redis_forks", redis_forks(b)? - forks_before);
