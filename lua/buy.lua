@@ -85,9 +85,10 @@ end
 -- fail: XADD (the orders key of another type: nothing written yet), then HSET (the receipts key
 -- of another type: the entry just added is deleted again). SADD cannot fail (SISMEMBER above
 -- took the key), nor can DECR (the stock checked above).
+local created_at = string.format('%d', now_ms)
 local entry = redis.call('XADD', KEYS[4], '*',
-  'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', tostring(now_ms))
-local receipt = redis.pcall('HSET', KEYS[5], ARGV[2], ARGV[3] .. ' ' .. now_ms .. ' ' .. entry)
+  'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at)
+local receipt = redis.pcall('HSET', KEYS[5], ARGV[2], ARGV[3] .. ' ' .. created_at .. ' ' .. entry)
 if type(receipt) == 'table' and receipt.err then
   redis.call('XDEL', KEYS[4], entry)
   error('seckill buy.lua: the receipts key of the sale is damaged (' .. receipt.err .. '): nothing written')
