@@ -88,10 +88,10 @@ fn build_rev(rev: &str, name: &str, profile: Profile, raw: &Path) -> anyhow::Res
     Ok(binary)
 }
 
-/// What each run's CPU is split into: the app, then the Redis and Postgres both builds share
+/// What each run's CPU is split into, by watch label and name: the app, then the Redis and Postgres both builds share
 /// (only the build under load uses them; its queue drains within the run's first milliseconds
 /// after it ends, which the run's seconds dwarf).
-const PARTS: [&str; 3] = ["app", "Redis", "Postgres"];
+const PARTS: [(&str, &str); 3] = [("seckill", "app"), ("redis", "Redis"), ("postgres", "Postgres")];
 
 /// One run: which build, round, req/s, CPU µs per request of each of `PARTS`, 201s, requests.
 struct Sample {
@@ -182,7 +182,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 build: i,
                 round,
                 rate: out.rate(),
-                cpu_us: ["seckill", "redis", "postgres"].map(per_request),
+                cpu_us: PARTS.map(|(label, _)| per_request(label)),
                 created: out.status("201"),
                 requests: out.requests,
             };
@@ -237,7 +237,7 @@ fn summary(samples: &[Sample], labels: &[String], rate_limited: bool) -> anyhow:
         format!("{:.3} ({:.2}–{:.2})", median(ratios.clone()), ratios[0], ratios[ratios.len() - 1])
     };
     println!("paired b / a over {} rounds, median (range): {} × req/s", rounds.len(), paired(&|s| s.rate));
-    for (k, part) in PARTS.iter().enumerate() {
+    for (k, (_, part)) in PARTS.iter().enumerate() {
         println!("  {} × {part} CPU per {per}", paired(&|s| s.cpu_us[k]));
     }
     Ok(())

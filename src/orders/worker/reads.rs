@@ -164,9 +164,9 @@ struct GroupRead(Batches);
 
 impl FromRedisValue for GroupRead {
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
-        type Entries = Vec<(String, Option<Vec<(String, Value)>>)>;
-        let streams: Vec<(String, Entries)> = redis::from_redis_value(v)?;
-        let entry = |(id, fields): (String, Option<Vec<(String, Value)>>)| StreamId {
+        type Entry = (String, Option<Vec<(String, Value)>>);
+        let streams: Vec<(String, Vec<Entry>)> = redis::from_redis_value(v)?;
+        let entry = |(id, fields): Entry| StreamId {
             id,
             map: fields.unwrap_or_default().into_iter().collect(),
             ..StreamId::default()
