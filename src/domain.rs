@@ -3,6 +3,7 @@
 use std::fmt;
 
 use serde::Serialize;
+use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 use uuid::Uuid;
 
 /// A sale id: 1–64 characters of `[A-Za-z0-9_-]`. No braces, so it can sit inside a hash tag.
@@ -10,7 +11,9 @@ use uuid::Uuid;
 #[serde(transparent)]
 pub struct SaleId(String);
 
-/// A user id: 1–128 printable characters (no control characters).
+/// A user id: 1–128 printable characters: no control or Unicode format characters (zero-width,
+/// bidi controls, ...), no leading or trailing whitespace, so that `alice`, `alice\u{200b}` and
+/// `alice ` cannot be three buyers.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(transparent)]
 pub struct UserId(String);
@@ -41,8 +44,22 @@ impl UserId {
     /// The longest user id, in characters.
     pub const MAX_CHARS: usize = 128;
 
-    /// Validates `raw`, or says what is wrong with it.
+    /// Validates `raw` (from a request, a token or the command line), or says what is wrong.
     pub fn parse(raw: &str) -> Result<Self, String> {
+        let stored = Self::stored(raw)?;
+        if raw.chars().any(|c| c.general_category() == GeneralCategory::Format) {
+            return Err("user_id must not contain invisible format characters (zero-width, bidi controls)".into());
+        }
+        if raw.starts_with(char::is_whitespace) || raw.ends_with(char::is_whitespace) {
+            return Err("user_id must not start or end with whitespace".into());
+        }
+        Ok(stored)
+    }
+
+    /// A user id read back from Redis or Postgres: only the bounds and the control characters
+    /// are checked, as they were when older versions accepted it (a buyer stored before the
+    /// format rule stays readable, so its order is still copied, shown and reconciled).
+    pub fn stored(raw: &str) -> Result<Self, String> {
         let count = raw.chars().count();
         let valid = (1..=Self::MAX_CHARS).contains(&count) && !raw.chars().any(char::is_control);
         if valid {
@@ -104,6 +121,20 @@ mod tests {
         }
         for bad in ["", "a\nb", "tab\t", "nul\0", &"x".repeat(129)] {
             assert!(UserId::parse(bad).is_err(), "{bad:?}");
+            assert!(UserId::stored(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn look_alike_user_ids_are_refused_at_the_edge_but_readable_when_stored() {
+        // Zero-width space, word joiner, BOM, soft hyphen, RTL override, LTR mark: category Cf.
+        let look_alikes =
+            ["alice\u{200b}", "al\u{2060}ice", "\u{feff}alice", "ali\u{ad}ce", "\u{202e}ecila", "alice\u{200e}"];
+        for raw in look_alikes.into_iter().chain([" alice", "alice ", "alice\u{a0}", "\u{3000}alice"]) {
+            let refused = UserId::parse(raw).unwrap_err();
+            assert!(refused.contains("format characters") || refused.contains("whitespace"), "{raw:?}: {refused}");
+            assert_eq!(UserId::stored(raw).unwrap().as_str(), raw, "stored before the rule: still readable");
+        }
+        assert!(UserId::parse("alice smith").is_ok(), "inner spaces stay allowed");
     }
 }

@@ -186,7 +186,7 @@ async fn reseed_lost_sale(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result
 }
 
 fn valid_user(sale: &SaleId, user: &str) -> Option<UserId> {
-    UserId::parse(user)
+    UserId::stored(user)
         .inspect_err(|why| tracing::warn!(sale_id = %sale, user_id = user, why, "invalid user id: not repaired"))
         .ok()
 }

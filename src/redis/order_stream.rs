@@ -79,7 +79,7 @@ pub fn decode(entry: &StreamId) -> Result<Order, &'static str> {
     let field = |name: &str| entry.get::<String>(name);
     let order_id = field(ORDER_ID).and_then(|s| Uuid::parse_str(&s).ok()).ok_or(ORDER_ID)?;
     let sale_id = field(SALE_ID).and_then(|s| SaleId::parse(&s).ok()).ok_or(SALE_ID)?;
-    let user_id = field(USER_ID).and_then(|s| UserId::parse(&s).ok()).ok_or(USER_ID)?;
+    let user_id = field(USER_ID).and_then(|s| UserId::stored(&s).ok()).ok_or(USER_ID)?;
     let created_at_ms = field(CREATED_AT_MS).and_then(|s| s.parse().ok()).ok_or(CREATED_AT_MS)?;
     Ok(Order { order_id, sale_id, user_id, created_at_ms })
 }
