@@ -144,6 +144,12 @@ pub fn print_token(config: &Config, user: &UserId, ttl: Duration) -> anyhow::Res
         "SECKILL_JWT_SECRET must be at least {} bytes",
         identity::MIN_SECRET_BYTES
     );
+    anyhow::ensure!(
+        ttl <= auth.jwt_max_lifetime,
+        "--ttl {} is longer than SECKILL_JWT_MAX_LIFETIME ({}): the service would refuse the token",
+        humantime::format_duration(ttl),
+        humantime::format_duration(auth.jwt_max_lifetime)
+    );
     let token = identity::sign_hs256(
         secret,
         user,

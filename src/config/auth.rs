@@ -38,13 +38,19 @@ pub struct AuthConfig {
     #[arg(long, env = "SECKILL_JWT_ISSUER", global = true)]
     pub jwt_issuer: Option<String>,
 
-    /// When set, tokens must carry this `aud`.
+    /// When set, tokens must carry this `aud`. Unset, a token that names any audience is refused
+    /// (it was issued for another application), and the service warns at start-up.
     #[arg(long, env = "SECKILL_JWT_AUDIENCE", global = true)]
     pub jwt_audience: Option<String>,
 
-    /// Clock skew allowed on a token's `exp` and `nbf`.
+    /// Clock skew allowed on a token's `exp`, `nbf` and `iat`.
     #[arg(long, env = "SECKILL_JWT_LEEWAY", default_value = "30s", value_parser = duration, global = true)]
     pub jwt_leeway: Duration,
+
+    /// The longest validity a token may have (`exp - iat`, and `exp - now`); longer ones are
+    /// refused. Also the longest `seckill token --ttl`.
+    #[arg(long, env = "SECKILL_JWT_MAX_LIFETIME", default_value = "1d", value_parser = duration, global = true)]
+    pub jwt_max_lifetime: Duration,
 }
 
 impl Default for AuthConfig {
@@ -59,6 +65,7 @@ impl Default for AuthConfig {
             jwt_issuer: None,
             jwt_audience: None,
             jwt_leeway: Duration::from_secs(30),
+            jwt_max_lifetime: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -90,6 +97,7 @@ impl AuthConfig {
             issuer: self.jwt_issuer.clone(),
             audience: self.jwt_audience.clone(),
             leeway: self.jwt_leeway,
+            max_lifetime: self.jwt_max_lifetime,
         })
         .map(Some)
     }

@@ -6,7 +6,11 @@
 //! Only the configured algorithm is accepted: a token whose header names another (`none`, HS256
 //! against a public key, RS256 against a secret, ...) is refused. `exp` is required; `nbf`, and
 //! `iss` and `aud` when an issuer or audience is configured, are checked too, with a leeway for
-//! clock skew. Verification is `jsonwebtoken`'s, with its pure-Rust crypto backend.
+//! clock skew. A token that names an audience is refused when none is configured (RFC 7519
+//! §4.1.3: it was issued for some other application). A token valid for longer than the maximum
+//! lifetime (`exp - iat`, and `exp - now`) is refused, and so is any header with `crit` (RFC 7515
+//! §4.1.11: no extension is understood here). Verification is `jsonwebtoken`'s, with its
+//! pure-Rust crypto backend.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -77,10 +81,12 @@ pub struct JwtSettings {
     pub user_claim: String,
     /// When set, tokens must carry this `iss`.
     pub issuer: Option<String>,
-    /// When set, tokens must carry this `aud` (one of theirs); unset, `aud` is not looked at.
+    /// When set, tokens must carry this `aud` (one of theirs); unset, tokens must carry none.
     pub audience: Option<String>,
-    /// Clock skew allowed on `exp` and `nbf`.
+    /// Clock skew allowed on `exp`, `nbf` and `iat`.
     pub leeway: Duration,
+    /// The longest validity accepted: `exp - iat`, and `exp - now`.
+    pub max_lifetime: Duration,
 }
 
 /// Why a token was refused: a short sentence for the client (nothing secret in it).
@@ -93,6 +99,8 @@ pub struct Verifier {
     key: DecodingKey,
     validation: Validation,
     user_claim: String,
+    max_lifetime: u64,
+    leeway: u64,
 }
 
 impl Verifier {
@@ -121,18 +129,25 @@ impl Verifier {
             validation.set_issuer(&[issuer]);
             required.push("iss");
         }
-        match &settings.audience {
-            Some(audience) => {
-                validation.set_audience(&[audience]);
-                required.push("aud");
-            }
-            None => validation.validate_aud = false,
+        // Without an audience configured, validate_aud stays on: a token naming one is refused.
+        if let Some(audience) = &settings.audience {
+            validation.set_audience(&[audience]);
+            required.push("aud");
         }
         validation.set_required_spec_claims(&required);
         if settings.user_claim.is_empty() {
             return Err("the user claim name must not be empty".into());
         }
-        Ok(Self { key, validation, user_claim: settings.user_claim })
+        if settings.max_lifetime.is_zero() {
+            return Err("the maximum token lifetime must be positive".into());
+        }
+        Ok(Self {
+            key,
+            validation,
+            user_claim: settings.user_claim,
+            max_lifetime: settings.max_lifetime.as_secs(),
+            leeway: settings.leeway.as_secs(),
+        })
     }
 
     /// The buyer the token names, if its signature, algorithm and time and issuer/audience
@@ -140,12 +155,36 @@ impl Verifier {
     pub fn verify(&self, token: &str) -> Result<UserId, InvalidToken> {
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, &self.key, &self.validation)
             .map_err(|err| InvalidToken(reason(err.kind())))?;
+        if data.header.crit.is_some() {
+            return Err(InvalidToken("the token's header has critical extensions (crit), none of which is understood"));
+        }
+        self.check_lifetime(&data.claims)?;
         let user = match data.claims.get(&self.user_claim) {
             Some(Value::String(user)) => user,
             Some(_) => return Err(InvalidToken("the token's user claim is not a string")),
             None => return Err(InvalidToken("the token has no user claim")),
         };
         UserId::parse(user).map_err(|_| InvalidToken("the token's user claim is not a valid user_id"))
+    }
+}
+
+impl Verifier {
+    /// `exp` (already checked present and unexpired) at most the maximum lifetime after `iat`
+    /// and after now; `iat`, when present, a number and not in the future beyond the leeway.
+    fn check_lifetime(&self, claims: &Map<String, Value>) -> Result<(), InvalidToken> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let exp = claims.get("exp").and_then(Value::as_u64).ok_or(InvalidToken("a claim of the token is malformed"))?;
+        let issued = match claims.get("iat") {
+            None => now,
+            Some(iat) => iat.as_u64().ok_or(InvalidToken("the token's iat is not a number of seconds"))?,
+        };
+        if issued > now + self.leeway {
+            return Err(InvalidToken("the token was issued in the future (iat)"));
+        }
+        if exp.saturating_sub(issued.min(now)) > self.max_lifetime {
+            return Err(InvalidToken("the token's lifetime (exp - iat) is longer than this service accepts"));
+        }
+        Ok(())
     }
 }
 
@@ -175,7 +214,7 @@ fn reason(kind: &ErrorKind) -> &'static str {
         ErrorKind::ExpiredSignature => "the token has expired",
         ErrorKind::ImmatureSignature => "the token is not valid yet (nbf)",
         ErrorKind::InvalidIssuer => "the token's issuer is not the one accepted",
-        ErrorKind::InvalidAudience => "the token's audience is not the one accepted",
+        ErrorKind::InvalidAudience => "the token's audience (aud) is not this service's",
         ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName | ErrorKind::MissingAlgorithm => {
             "the token's algorithm is not the one accepted"
         }

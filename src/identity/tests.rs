@@ -13,6 +13,7 @@ fn settings(key: JwtKey) -> JwtSettings {
         issuer: None,
         audience: None,
         leeway: Duration::from_secs(30),
+        max_lifetime: Duration::from_secs(24 * 3600),
     }
 }
 
@@ -98,4 +99,57 @@ fn a_configured_issuer_and_audience_must_be_in_the_token() {
     }
     let wrong_claim = sign_hs256(&secret(), &user, "sub", ttl, Some("shop"), Some("seckill")).unwrap();
     assert_eq!(verifier.verify(&wrong_claim), Err(InvalidToken("the token has no user claim")));
+}
+
+#[test]
+fn a_token_for_another_audience_is_refused_when_none_is_configured() {
+    let verifier = Verifier::new(settings(JwtKey::Secret(secret()))).unwrap();
+    let user = UserId::parse("alice").unwrap();
+    let ttl = Duration::from_secs(60);
+    for aud in ["other", "seckill"] {
+        let token = sign_hs256(&secret(), &user, "sub", ttl, None, Some(aud)).unwrap();
+        assert_eq!(verifier.verify(&token), Err(InvalidToken("the token's audience (aud) is not this service's")));
+    }
+    let listed = hs256(json!({"sub": "a", "exp": now() + 60, "aud": ["x", "y"]}), SECRET);
+    assert!(verifier.verify(&listed).is_err(), "a list of audiences too");
+    assert!(verifier.verify(&sign_hs256(&secret(), &user, "sub", ttl, None, None).unwrap()).is_ok());
+}
+
+#[test]
+fn a_token_valid_for_longer_than_the_maximum_lifetime_is_refused() {
+    let verifier = Verifier::new(settings(JwtKey::Secret(secret()))).unwrap();
+    let refused = |claims: serde_json::Value| verifier.verify(&hs256(claims, SECRET)).err().map(|e| e.0);
+    let day = 24 * 3600;
+    let too_long = Some("the token's lifetime (exp - iat) is longer than this service accepts");
+    assert_eq!(refused(json!({"sub": "a", "exp": 253_402_300_799_u64})), too_long, "exp in 9999, no iat");
+    assert_eq!(refused(json!({"sub": "a", "iat": now(), "exp": now() + day + 1})), too_long);
+    assert_eq!(refused(json!({"sub": "a", "iat": now() - 3600, "exp": now() + day - 1800})), too_long, "exp - iat");
+    let future = refused(json!({"sub": "a", "iat": now() + 3600, "exp": now() + 7200}));
+    assert_eq!(future, Some("the token was issued in the future (iat)"), "iat moved up to shorten exp - iat");
+    assert!(refused(json!({"sub": "a", "iat": "yesterday", "exp": now() + 60})).is_some());
+    assert_eq!(refused(json!({"sub": "a", "iat": now(), "exp": now() + day})), None, "exactly the maximum");
+    assert_eq!(refused(json!({"sub": "a", "exp": now() + day - 5})), None, "no iat: exp - now");
+}
+
+#[test]
+fn a_token_with_critical_header_extensions_is_refused() {
+    let verifier = Verifier::new(settings(JwtKey::Secret(secret()))).unwrap();
+    let key = EncodingKey::from_secret(SECRET.as_bytes());
+    let mut header = Header::new(Algorithm::HS256);
+    header.crit = Some(vec!["exp".into()]);
+    let token = jsonwebtoken::encode(&header, &json!({"sub": "a", "exp": now() + 60}), &key).unwrap();
+    let refused = verifier.verify(&token).unwrap_err().0;
+    assert!(refused.contains("crit"), "{refused}");
+    header.crit = Some(vec![]);
+    let empty = jsonwebtoken::encode(&header, &json!({"sub": "a", "exp": now() + 60}), &key).unwrap();
+    assert!(verifier.verify(&empty).is_err(), "an empty crit list is invalid too (RFC 7515 §4.1.11)");
+}
+
+#[test]
+fn look_alike_subjects_are_refused() {
+    let verifier = Verifier::new(settings(JwtKey::Secret(secret()))).unwrap();
+    for sub in ["alice\u{200b}", "alice ", "\u{202e}ecila"] {
+        let refused = verifier.verify(&hs256(json!({"sub": sub, "exp": now() + 60}), SECRET)).unwrap_err().0;
+        assert!(refused.contains("valid user_id"), "{sub:?}: {refused}");
+    }
 }

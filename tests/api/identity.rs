@@ -73,6 +73,54 @@ async fn assert_unchanged(app: &TestApp, sale: &str) {
     assert_eq!(queued, 0, "the stream holds orders");
 }
 
+/// Issue 25: with only `SECKILL_JWT_SECRET` set (no issuer, no audience), tokens issued for
+/// another audience, valid for years, with critical header extensions or naming a look-alike
+/// buyer are refused, each with a 401 whose message names the reason; a plain token still buys.
+#[tokio::test]
+async fn with_only_a_secret_the_defaults_refuse_what_another_service_or_a_year_long_token_would_pass() {
+    let app = spawn_app_with(
+        |config| {
+            config.auth.mode = AuthMode::Jwt;
+            config.auth.jwt_secret = Some(SecretString::from(SECRET));
+        },
+        false,
+    )
+    .await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, STOCK).await;
+    let key = EncodingKey::from_secret(SECRET.as_bytes());
+    let mut crit = Header::new(Algorithm::HS256);
+    crit.crit = Some(vec!["exp".into()]);
+    let plain = |extra: Value| {
+        let mut claims = json!({"sub": "mallory", "exp": now() + 600});
+        claims.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        sign(Algorithm::HS256, &key, &claims)
+    };
+    let cases = [
+        ("another audience", plain(json!({"aud": "other"})), "audience"),
+        ("exp in 9999", plain(json!({"exp": 253_402_300_799_u64})), "lifetime"),
+        ("two days", plain(json!({"iat": now(), "exp": now() + 2 * 86_400})), "lifetime"),
+        (
+            "crit header",
+            jsonwebtoken::encode(&crit, &json!({"sub": "mallory", "exp": now() + 600}), &key).unwrap(),
+            "crit",
+        ),
+        ("zero-width sub", plain(json!({"sub": "mallory\u{200b}"})), "user_id"),
+        ("trailing space sub", plain(json!({"sub": "mallory "})), "user_id"),
+    ];
+    for (name, token, reason) in cases {
+        let response = buy_with(&app, Some(&format!("Bearer {token}")), json!({"sale_id": sale})).await;
+        assert_eq!(response.status(), 401, "{name}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"], "invalid_token", "{name}: {body}");
+        assert!(body["message"].as_str().unwrap().contains(reason), "{name}: {body}");
+    }
+    assert_unchanged(&app, &sale).await;
+    let fine =
+        buy_with(&app, Some(&format!("Bearer {}", plain(json!({"iat": now()})))), json!({"sale_id": sale})).await;
+    assert_eq!(fine.status(), 201, "a token for no audience, valid for minutes, still buys");
+}
+
 #[tokio::test]
 async fn a_valid_token_buys_as_its_subject_with_or_without_user_id() {
     let app = jwt_app().await;
