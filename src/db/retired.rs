@@ -37,6 +37,12 @@ pub async fn unmark_retired(pool: &PgPool, sale: &str) -> Result<(), sqlx::Error
     sqlx::query("update sales set retired_at = null where sale_id = $1").bind(sale).execute(pool).await.map(drop)
 }
 
+/// When the sale was last seeded (its row's last change), `None` if it has no row: the janitor
+/// never retires a sale sooner than its grace after that.
+pub async fn last_seeded(pool: &PgPool, sale: &str) -> Result<Option<OffsetDateTime>, sqlx::Error> {
+    sqlx::query_scalar("select updated_at from sales where sale_id = $1").bind(sale).fetch_optional(pool).await
+}
+
 /// The sale's last activity, for the janitor's grace period: its last order, else the last
 /// change of its row (a sale sold out at stock 0). `None` if it has neither.
 pub async fn last_activity(pool: &PgPool, sale: &str) -> Result<Option<OffsetDateTime>, sqlx::Error> {

@@ -1,7 +1,7 @@
 //! Automatic retirement: every `SECKILL_RETIRE_INTERVAL`, one instance of the deployment (the one
 //! that takes the Redis lock, `SET NX PX`) retires every registered sale that ended or sold out
-//! more than `SECKILL_RETIRE_AFTER` ago. A sold-out sale's time is its last order's (else its
-//! row's last change); an ended one's, its end. Sales that are not retirable yet (queued orders,
+//! more than `SECKILL_RETIRE_AFTER` ago, and was last seeded more than that ago too. A sold-out
+//! sale's time is its last order's (else its row's last change); an ended one's, its end. Sales that are not retirable yet (queued orders,
 //! differences to reconcile) are tried again at the next round.
 
 use std::time::Duration;
@@ -97,22 +97,50 @@ impl Janitor {
         }
     }
 
-    /// Ended or sold out more than `after` ago.
+    /// Whether the sale is [`due`]: what it takes from Redis and Postgres.
     async fn is_due(&self, sale: &SaleId) -> Result<bool, RetireError> {
         let Some(state) = self.retirer.sales.sale_state(sale).await? else {
             return Ok(false);
         };
+        let pool = &self.retirer.pool;
+        let seeded = db::last_seeded(pool, sale.as_str()).await?;
+        let sold_out = if state.stock_left > 0 { None } else { db::last_activity(pool, sale.as_str()).await? };
+        let ends = state.ends_at_ms.map(db::ms_to_time);
+        Ok(due(OffsetDateTime::now_utc(), self.after, seeded, ends, sold_out))
+    }
+}
+
+/// A sale is due for retirement `after` it ended (`ends`) or sold out (`sold_out`: its last
+/// order, else its row's last change), and never sooner than `after` its last seed (`seeded`):
+/// a sale seeded with a mistaken schedule is not retired before an operator could notice and
+/// seed it again.
+fn due(
+    now: OffsetDateTime,
+    after: Duration,
+    seeded: Option<OffsetDateTime>,
+    ends: Option<OffsetDateTime>,
+    sold_out: Option<OffsetDateTime>,
+) -> bool {
+    let after = time::Duration::try_from(after).unwrap_or(time::Duration::MAX);
+    let passed = |at: Option<OffsetDateTime>| at.is_some_and(|at| at.checked_add(after).is_some_and(|due| due <= now));
+    (seeded.is_none() || passed(seeded)) && (passed(ends) || passed(sold_out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sale_is_due_after_its_end_or_sell_out_and_never_sooner_than_after_its_seed() {
         let now = OffsetDateTime::now_utc();
-        let after = time::Duration::try_from(self.after).unwrap_or(time::Duration::MAX);
-        if let Some(end) = state.ends_at_ms.map(db::ms_to_time)
-            && end.checked_add(after).is_some_and(|due| due <= now)
-        {
-            return Ok(true);
-        }
-        if state.stock_left > 0 {
-            return Ok(false);
-        }
-        let last = db::last_activity(&self.retirer.pool, sale.as_str()).await?;
-        Ok(last.is_some_and(|last| last.checked_add(after).is_some_and(|due| due <= now)))
+        let after = Duration::from_secs(3600);
+        let ago = |minutes: i64| Some(now - time::Duration::minutes(minutes));
+        assert!(due(now, after, ago(300), ago(120), None), "ended two hours ago");
+        assert!(due(now, after, ago(300), None, ago(61)), "sold out 61 minutes ago");
+        assert!(!due(now, after, ago(300), ago(59), None), "ended within the grace");
+        assert!(!due(now, after, ago(300), None, None), "neither ended nor sold out");
+        assert!(!due(now, after, ago(10), ago(120), ago(120)), "re-seeded ten minutes ago: its grace runs again");
+        assert!(due(now, after, None, ago(120), None), "a sale without a row: by its end alone");
+        assert!(!due(now, Duration::MAX, ago(300), ago(120), None), "an endless grace never passes");
     }
 }

@@ -87,13 +87,14 @@ async fn a_sale_outside_its_window_is_403_and_sells_nothing() {
     let past = new_sale_id();
     let seeded = app.seed(&future, json!({"stock": 3, "starts_at": rfc3339(now + TimeDelta::hours(1))})).await;
     assert_eq!(seeded.status(), 200);
+    let ended_at = now + TimeDelta::milliseconds(500);
     let seeded = app
-        .seed(
-            &past,
-            json!({"stock": 3, "starts_at": rfc3339(now - TimeDelta::hours(2)), "ends_at": rfc3339(now - TimeDelta::hours(1))}),
-        )
+        .seed(&past, json!({"stock": 3, "starts_at": rfc3339(now - TimeDelta::hours(2)), "ends_at": rfc3339(ended_at)}))
         .await;
     assert_eq!(seeded.status(), 200);
+    let already_ended = json!({"stock": 3, "starts_at": rfc3339(now - TimeDelta::hours(2)), "ends_at": rfc3339(now - TimeDelta::hours(1))});
+    assert_error(app.seed(&new_sale_id(), already_ended).await, 400, "invalid_request").await;
+    tokio::time::sleep((ended_at - OffsetDateTime::now_utc()).try_into().unwrap_or_default()).await;
 
     assert_error(app.buy(&future, "alice").await, 403, "sale_not_started").await;
     assert_error(app.buy(&past, "alice").await, 403, "sale_ended").await;

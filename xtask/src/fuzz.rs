@@ -37,10 +37,9 @@ pub fn run(services: &Services, deadline: Instant) -> Result<()> {
     app.seed("fuzz-sharded", 1_000_000, Some(3))?;
     app.seed("fuzz-sold-out", 0, None)?;
     app.put_sale("fuzz-not-started", &json!({"stock": 100, "starts_at": "2999-01-01T00:00:00Z"}))?;
-    app.put_sale(
-        "fuzz-ended",
-        &json!({"stock": 100, "starts_at": "2000-01-01T00:00:00Z", "ends_at": "2000-01-02T00:00:00Z"}),
-    )?;
+    // A seed that has already ended is refused, so this one ends a moment after it is seeded.
+    let ends_at = humantime::format_rfc3339_millis(std::time::SystemTime::now() + Duration::from_secs(1)).to_string();
+    app.put_sale("fuzz-ended", &json!({"stock": 100, "starts_at": "2000-01-01T00:00:00Z", "ends_at": ends_at}))?;
 
     let mut st = Command::new("st");
     st.arg("run")

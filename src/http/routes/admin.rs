@@ -96,8 +96,11 @@ pub struct SeedRequest {
     #[schema(minimum = 0, maximum = 10_000_000)]
     #[serde(deserialize_with = "integral")]
     stock: i64,
+    /// When the sale opens (RFC 3339); unset: at once.
     #[serde(default, with = "time::serde::rfc3339::option")]
     starts_at: Option<OffsetDateTime>,
+    /// When the sale ends (RFC 3339), after `starts_at` and in the future (a sale that has
+    /// ended before it is seeded is refused: the janitor would retire it); unset: never.
     #[serde(default, with = "time::serde::rfc3339::option")]
     ends_at: Option<OffsetDateTime>,
     /// Shards to split the stock over, 1 to 16 (docs/stock-sharding.md): more than one lets one
@@ -181,6 +184,11 @@ pub async fn seed(
         && start >= end
     {
         return Err(ApiError::InvalidRequest("starts_at must be before ends_at".into()));
+    }
+    // A sale that has ended before it is seeded is a typo; seeded, the janitor would retire it
+    // and burn its id.
+    if ends_at.is_some_and(|end| end <= OffsetDateTime::now_utc()) {
+        return Err(ApiError::InvalidRequest("ends_at must be in the future".into()));
     }
     let to_ms = |t: Option<OffsetDateTime>| t.map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64);
     let spec = SaleSpec { stock, starts_at_ms: to_ms(starts_at), ends_at_ms: to_ms(ends_at), shards };
