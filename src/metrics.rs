@@ -66,6 +66,9 @@ pub struct Metrics {
     pub worker_orders: IntCounterVec,
     /// Failed Redis or Postgres calls, by `dependency` and by `source` (`http`, `worker`).
     pub dependency_errors: IntCounterVec,
+    /// Connections the edge closed, by `reason`: `too_many_connections`, `header_too_large`,
+    /// `length_required`, `request_timeout` (`crate::http::edge`).
+    pub edge_refusals: IntCounterVec,
     /// The purchase and limiter counters of every label, resolved once: looking a labelled
     /// child up per request (a hash and a shared lock) was a measurable cost on the hot path.
     purchase_counters: Vec<IntCounter>,
@@ -149,6 +152,11 @@ impl Metrics {
                 "seckill_dependency_errors_total",
                 "Failed Redis or Postgres calls",
                 &["dependency", "source"],
+            ),
+            edge_refusals: counter(
+                "seckill_edge_refusals_total",
+                "Connections closed by the edge, with their answer, by reason",
+                &["reason"],
             ),
             registry,
         }

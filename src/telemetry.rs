@@ -3,11 +3,19 @@
 //!
 //! Every HTTP request runs in a span with a `request_id` (`crate::http::middleware`), which text
 //! lines show in their span prefix and JSON lines in their `span` object; the id is also sent back
-//! in the `x-request-id` header. Nothing is logged per successful request at the default level.
+//! in the `x-request-id` header. Nothing is logged per successful request at the default level,
+//! and what a client can make the HTTP stack log (a malformed request) is a WARN line at most once
+//! a second.
 
 use std::io::IsTerminal;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use tracing_subscriber::EnvFilter;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use tracing::Level;
+use tracing_subscriber::filter::{FilterExt, filter_fn};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 /// How log lines are written (`SECKILL_LOG_FORMAT`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -19,12 +27,67 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global subscriber (once; later calls are ignored, which tests rely on).
+/// Installs the global subscriber (once; later calls are ignored, which tests rely on): the log
+/// lines, filtered by `RUST_LOG`, except the HTTP stack's own connection errors, which go
+/// through [`ConnectionErrors`].
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
-        LogFormat::Json => builder.json().with_current_span(true).with_span_list(false).try_init(),
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Text => lines.with_ansi(std::io::stderr().is_terminal()).boxed(),
+        LogFormat::Json => lines.json().with_current_span(true).with_span_list(false).boxed(),
     };
+    let subscriber = tracing_subscriber::registry()
+        .with(lines.with_filter(filter.and(filter_fn(|meta| !is_connection_error(meta)))))
+        .with(ConnectionErrors::new().with_filter(filter_fn(is_connection_error)));
+    let _ = tracing::subscriber::set_global_default(subscriber);
+}
+
+/// The most connection errors logged per second; the rest are counted, and the count goes with
+/// the next line logged.
+const CONNECTION_ERRORS_PER_SECOND: u32 = 1;
+
+/// actix-http's warnings and errors: each is about one connection (a malformed request, a client
+/// gone mid-request), which any client can cause at will.
+fn is_connection_error(meta: &tracing::Metadata<'_>) -> bool {
+    meta.target().starts_with("actix_http") && *meta.level() <= Level::WARN
+}
+
+/// Logs actix-http's connection errors again as WARN lines of `seckill::http`, at most
+/// [`CONNECTION_ERRORS_PER_SECOND`], so a flood of bad requests cannot flood the log (actix-http
+/// logs each at ERROR).
+struct ConnectionErrors {
+    lines: DefaultDirectRateLimiter,
+    suppressed: AtomicU64,
+}
+
+impl ConnectionErrors {
+    fn new() -> Self {
+        let quota = Quota::per_second(NonZeroU32::new(CONNECTION_ERRORS_PER_SECOND).expect("positive"));
+        Self { lines: RateLimiter::direct(quota), suppressed: AtomicU64::new(0) }
+    }
+}
+
+impl<S: tracing::Subscriber> Layer<S> for ConnectionErrors {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        if self.lines.check().is_err() {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
+        tracing::warn!(target: "seckill::http", suppressed, "client connection: {}", message.0);
+    }
+}
+
+/// An event's `message` field.
+struct Message(String);
+
+impl tracing::field::Visit for Message {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
 }

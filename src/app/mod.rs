@@ -3,13 +3,13 @@
 //! (`seckill worker`, `migrate`, `reconcile`, `retire`, `token`) are in `commands`.
 
 mod commands;
+mod server;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
 use actix_web::dev::Server;
 use actix_web::http::header::HeaderValue;
-use actix_web::{App, HttpServer};
 use anyhow::Context;
 use secrecy::{ExposeSecret, SecretString};
 use tokio_util::sync::CancellationToken;
@@ -17,8 +17,9 @@ use tokio_util::sync::CancellationToken;
 use self::commands::connect_and_migrate;
 use crate::config::Config;
 use crate::db;
+use crate::http::AppState;
 use crate::http::client_ip::TrustedProxies;
-use crate::http::{AppState, middleware, routes};
+use crate::http::edge::Edge;
 use crate::limiter::Limiter;
 use crate::limiter::local::LocalLimiter;
 use crate::metrics::Metrics;
@@ -40,6 +41,7 @@ pub use commands::{migrate, print_token, run_reconcile, run_retire, run_worker};
 pub struct Application {
     server: Server,
     local_addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     worker: Option<Worker>,
     janitor: Janitor,
     events: SaleEvents,
@@ -62,6 +64,11 @@ impl Application {
         let verifier = config.auth.verifier().map_err(anyhow::Error::msg).context("SECKILL_AUTH")?;
         if verifier.is_none() {
             tracing::warn!("SECKILL_AUTH=none: POST /buy trusts the body's user_id (for a trusted gateway only)");
+        } else if config.auth.jwt_audience.is_none() {
+            tracing::warn!(
+                "SECKILL_JWT_AUDIENCE is not set: tokens that name no audience are accepted, so any token your \
+                 identity provider signs without one buys here; set it to this service's audience"
+            );
         }
         let pool = connect_and_migrate(config).await?;
         let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
@@ -75,6 +82,11 @@ impl Application {
         let sales = confirmed(Sales::new(redis.clone()), config)?;
         let listener = bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
         let local_addr = listener.local_addr()?;
+        let metrics_listener = match config.edge.metrics_listen {
+            Some(addr) => Some(bind(addr).with_context(|| format!("binding the metrics listener {addr}"))?),
+            None => None,
+        };
+        let metrics_addr = metrics_listener.as_ref().map(TcpListener::local_addr).transpose()?;
         let worker = if run_worker {
             Some(build_worker(config, &local_addr.port().to_string(), metrics.clone())?)
         } else {
@@ -109,24 +121,30 @@ impl Application {
             verifier: verifier.map(Arc::new),
             worker_health: worker.as_ref().map(Worker::health),
         };
-        let server = HttpServer::new(move || {
-            App::new()
-                .wrap_fn(middleware::record_http)
-                .wrap_fn(middleware::send_request_id)
-                .wrap(tracing_actix_web::TracingLogger::<middleware::RequestSpan>::new())
-                .configure(routes::configure(state.clone()))
+        let edge = Edge::new(config.edge.settings(), config.ipv6_prefix, state.proxies.clone(), &metrics);
+        let listeners = server::Listeners { public: listener, metrics: metrics_listener };
+        let server = server::build(listeners, state, edge, config.shutdown_timeout)?;
+        tracing::info!(%local_addr, metrics = ?metrics_addr, worker = run_worker, "listening");
+        Ok(Self {
+            server,
+            local_addr,
+            metrics_addr,
+            worker,
+            janitor,
+            events,
+            redis_url: config.redis_url.clone(),
+            events_channel,
         })
-        .listen(listener)?
-        .disable_signals()
-        .shutdown_timeout(config.shutdown_timeout.as_secs())
-        .run();
-        tracing::info!(%local_addr, worker = run_worker, "listening");
-        Ok(Self { server, local_addr, worker, janitor, events, redis_url: config.redis_url.clone(), events_channel })
     }
 
     /// The address the server actually bound (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The address of the metrics listener, if `SECKILL_METRICS_LISTEN` set one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Serves until `shutdown` fires (or the server fails): then stops accepting and lets

@@ -14,11 +14,13 @@ use crate::telemetry::LogFormat;
 mod auth;
 mod database;
 mod durability;
+mod edge;
 mod retire;
 
 pub use auth::AuthConfig;
 pub use database::DatabaseConfig;
 pub use durability::{DurabilityConfig, MAX_CONFIRM_REPLICAS};
+pub use edge::EdgeConfig;
 pub use retire::RetireConfig;
 
 /// The `seckill` command line.
@@ -104,7 +106,7 @@ pub struct Config {
 
     /// Bearer token for the /admin routes and the live page at /admin, at least 32 bytes (the
     /// service refuses to start with a shorter one). Unset: they answer 403.
-    #[arg(long, env = "SECKILL_ADMIN_TOKEN", value_parser = admin_token, hide_env_values = true, global = true)]
+    #[arg(long, env = "SECKILL_ADMIN_TOKEN", value_parser = secret, hide_env_values = true, global = true)]
     pub admin_token: Option<SecretString>,
 
     /// Per-client-IP limit on POST /buy, as REQUESTS/WINDOW (e.g. 20/1s, 100/500ms): REQUESTS
@@ -130,7 +132,7 @@ pub struct Config {
     #[arg(long, env = "SECKILL_SOLD_OUT_RATE_LIMIT", value_parser = rate_limit, global = true)]
     pub sold_out_rate_limit: Option<RateLimit>,
 
-    /// How the rate limit is enforced (README: "Rate limiting" compares them). Default gcra: one
+    /// How the rate limit is enforced (docs/rate-limiting.md compares them). Default gcra: one
     /// small key per client whatever the limit, and the fewest Redis commands per request.
     #[arg(long, env = "SECKILL_RATE_LIMIT_ALGORITHM", value_enum, default_value_t = Algorithm::Gcra,
           global = true)]
@@ -210,6 +212,10 @@ pub struct Config {
     /// When sales retire by themselves.
     #[command(flatten)]
     pub retire: RetireConfig,
+
+    /// What a connection may hold before a request reaches a handler; the metrics listener.
+    #[command(flatten)]
+    pub edge: EdgeConfig,
 }
 
 impl Config {
@@ -269,6 +275,8 @@ fn rate_limit(s: &str) -> Result<RateLimit, String> {
     Ok(RateLimit { limit, window })
 }
 
+/// A secret setting. It never fails: clap's error would print the value it refuses, so secrets
+/// are checked by [`Config::validate`] (or where they are used), whose errors never name them.
 fn secret(s: &str) -> Result<SecretString, String> {
     Ok(SecretString::from(s.to_owned()))
 }
@@ -276,14 +284,14 @@ fn secret(s: &str) -> Result<SecretString, String> {
 /// Shortest admin token accepted, in bytes.
 pub const MIN_ADMIN_TOKEN_BYTES: usize = 32;
 
-fn admin_token(s: &str) -> Result<SecretString, String> {
+fn admin_token(s: &str) -> Result<(), String> {
     if s.len() < MIN_ADMIN_TOKEN_BYTES {
         return Err(format!(
-            "the admin token must be at least {MIN_ADMIN_TOKEN_BYTES} bytes, got {} (e.g. `openssl rand -hex 32`)",
+            "SECKILL_ADMIN_TOKEN must be at least {MIN_ADMIN_TOKEN_BYTES} bytes, got {} (e.g. `openssl rand -hex 32`)",
             s.len()
         ));
     }
-    Ok(SecretString::from(s.to_owned()))
+    Ok(())
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -355,10 +363,11 @@ mod tests {
     }
 
     #[test]
-    fn an_admin_token_under_32_bytes_is_refused_at_start() {
+    fn an_admin_token_under_32_bytes_is_refused_at_start_without_being_shown() {
         let parse = |token: &str| Cli::try_parse_from(["seckill", "migrate", "--admin-token", token]);
-        let short = parse(&"x".repeat(31)).unwrap_err().to_string();
+        let short = parse("secret-but-31-bytes-long-abcdef").unwrap().config.validate().unwrap_err();
         assert!(short.contains("at least 32 bytes"), "{short}");
+        assert!(!short.contains("secret-but"), "the refused token is not printed: {short}");
         let cli = parse(&"x".repeat(32)).unwrap();
         assert!(cli.config.validate().is_ok());
         let mut config = cli.config;

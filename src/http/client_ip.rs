@@ -21,7 +21,8 @@ impl TrustedProxies {
         Self(nets)
     }
 
-    fn trusts(&self, ip: IpAddr) -> bool {
+    /// Whether `ip` is one of the trusted proxies.
+    pub fn trusts(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
         self.0.iter().any(|net| net.contains(&ip))
     }
@@ -61,7 +62,8 @@ impl TrustedProxies {
 }
 
 /// IPv4-mapped IPv6 addresses (::ffff:a.b.c.d) count as the IPv4 address.
-fn canonical(ip: IpAddr) -> IpAddr {
+/// An IPv4-mapped IPv6 address as the IPv4 address it is; any other as it is.
+pub fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,

@@ -5,11 +5,12 @@ use std::collections::BTreeSet;
 use futures::future::join_all;
 use uuid::Uuid;
 
-use crate::helpers::{new_sale_id, spawn_app};
+use crate::helpers::{new_sale_id, spawn_app_with};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_buyers_get_exactly_the_stock_and_postgres_holds_exactly_those_orders() {
-    let app = spawn_app().await;
+    // 400 buyers at once from one address: no per-client connection cap here.
+    let app = spawn_app_with(|config| config.edge.max_connections_per_client = 0, true).await;
     let sale = new_sale_id();
     let stock = 50;
     let buyers = 400;

@@ -41,12 +41,15 @@ pub async fn test_config() -> Config {
         database: Default::default(),
         durability: Default::default(),
         retire: Default::default(),
+        edge: Default::default(),
     }
 }
 
 /// A running service under test; it derefs to a `Probe` of itself.
 pub struct TestApp {
     pub probe: Probe,
+    /// `http://<SECKILL_METRICS_LISTEN>`, when the config sets a metrics listener.
+    pub metrics_address: Option<String>,
     pub config: Config,
     pub shutdown: CancellationToken,
     pub server: tokio::task::JoinHandle<anyhow::Result<()>>,
@@ -89,10 +92,11 @@ pub async fn spawn_instance_of(app: &TestApp) -> TestApp {
 async fn spawn_app_on(config: Config, run_worker: bool) -> TestApp {
     let app = Application::build(&config, run_worker).await.expect("build app");
     let address = format!("http://{}", app.local_addr());
+    let metrics_address = app.metrics_addr().map(|addr| format!("http://{addr}"));
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(app.run_until_stopped(shutdown.clone()));
     let probe = Probe::new(address, config.database_url.expose_secret(), &config.key_prefix);
-    TestApp { probe, config, shutdown, server }
+    TestApp { probe, metrics_address, config, shutdown, server }
 }
 
 impl TestApp {

@@ -41,6 +41,10 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
                 assert_eq!(status, 405, "{method} {path} answers {status} but is not documented");
                 let mut methods: Vec<String> =
                     METHODS.iter().filter(|m| operations[**m].is_object()).map(|m| m.to_uppercase()).collect();
+                // HEAD is answered wherever GET is (RFC 9110 §9.3.2), documented or not.
+                if methods.iter().any(|m| m == "GET") {
+                    methods.push("HEAD".into());
+                }
                 methods.sort();
                 assert_eq!(allow, Some(methods.join(", ")), "{method} {path}: Allow lists the documented methods");
             }

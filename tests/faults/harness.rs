@@ -108,11 +108,24 @@ impl Deployment {
         self.start_process(free_port(), env).await
     }
 
+    /// Starts `seckill serve` on the deployment's port, able to open at most `nofile` files
+    /// (sockets included), with `env` on top of the deployment's settings.
+    pub async fn start_with_nofile(&mut self, nofile: u64, env: &[(&str, &str)]) -> Seckill {
+        let mut command = Command::new("prlimit");
+        command.arg(format!("--nofile={nofile}:{nofile}")).arg(env!("CARGO_BIN_EXE_seckill"));
+        self.start_command(command, self.port, env).await
+    }
+
     async fn start_process(&mut self, port: u16, env: &[(&str, &str)]) -> Seckill {
+        self.start_command(Command::new(env!("CARGO_BIN_EXE_seckill")), port, env).await
+    }
+
+    /// Runs `command` (the binary, or a wrapper that execs it in its own process) with `serve`.
+    async fn start_command(&mut self, mut command: Command, port: u16, env: &[(&str, &str)]) -> Seckill {
         self.starts += 1;
         let address = format!("http://127.0.0.1:{port}");
         let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-{}.log", self.key_prefix, self.starts));
-        let child = Command::new(env!("CARGO_BIN_EXE_seckill"))
+        let child = command
             .arg("serve")
             .envs(self.process_env())
             .env("SECKILL_LISTEN", format!("127.0.0.1:{port}"))

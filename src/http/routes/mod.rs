@@ -14,7 +14,7 @@ mod reconcile;
 mod retire;
 mod sales;
 
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, guard, web};
 
 use super::AppState;
 use super::error::ApiError;
@@ -25,8 +25,19 @@ pub use openapi::ApiDoc;
 /// Largest request body accepted; larger ones answer 413.
 pub const MAX_BODY_BYTES: usize = 4 * 1024;
 
-/// Registers every route on an actix `App`.
-pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
+/// Which routes a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// Every route (no separate metrics listener).
+    All,
+    /// The API and pages, without `/metrics` and `/readyz` (they are on the metrics listener).
+    Public,
+    /// `/metrics`, `/readyz` and `/healthz` only (`SECKILL_METRICS_LISTEN`).
+    Operations,
+}
+
+/// Registers the routes `listener` serves on an actix `App`.
+pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
         let json = web::JsonConfig::default()
             .limit(MAX_BODY_BYTES)
@@ -36,50 +47,55 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             web::PathConfig::default().error_handler(|err, _req| ApiError::InvalidRequest(err.to_string()).into());
         let query =
             web::QueryConfig::default().error_handler(|err, _req| ApiError::InvalidRequest(err.to_string()).into());
-        cfg.app_data(web::Data::new(state))
-            .app_data(json)
-            .app_data(path)
-            .app_data(query)
-            .service(web::resource("/metrics").route(web::get().to(metrics)).default_service(allow("GET")))
-            .service(
-                web::resource("/openapi.json")
-                    .route(web::get().to(openapi::openapi_json))
-                    .default_service(allow("GET")),
-            )
-            .service(web::resource("/buy").route(web::post().to(buy::buy)).default_service(allow("POST")))
-            .service(web::resource("/sales/{sale_id}").route(web::get().to(sales::sale)).default_service(allow("GET")))
-            .service(
-                web::resource("/sales/{sale_id}/order")
-                    .route(web::get().to(sales::order))
-                    .default_service(allow("GET")),
-            )
-            .service(web::resource("/").route(web::get().to(buyer_page::home)).default_service(allow("GET")))
-            .service(
-                web::resource("/sale/{sale_id}").route(web::get().to(buyer_page::sale)).default_service(allow("GET")),
-            )
-            .service(web::resource("/admin").route(web::get().to(admin_page::page)).default_service(allow("GET")))
-            .service(web::resource("/admin/sales").route(web::get().to(admin::list)).default_service(allow("GET")))
-            .service(
-                web::resource("/admin/sales/{sale_id}")
-                    .route(web::put().to(admin::seed))
-                    .route(web::get().to(admin::status))
-                    .route(web::delete().to(retire::retire))
-                    .default_service(allow("DELETE, GET, PUT")),
-            )
-            .service(
-                web::resource("/admin/sales/{sale_id}/reconcile")
-                    .route(web::get().to(reconcile::reconcile_check))
-                    .route(web::post().to(reconcile::reconcile_repair))
-                    .default_service(allow("GET, POST")),
-            )
-            .service(web::resource("/healthz").route(web::get().to(health::healthz)).default_service(allow("GET")))
-            .service(web::resource("/readyz").route(web::get().to(health::readyz)).default_service(allow("GET")))
-            .default_service(web::to(not_found));
+        cfg.app_data(web::Data::new(state)).app_data(json).app_data(path).app_data(query);
+        if listener != Listener::Public {
+            cfg.service(web::resource("/metrics").route(read().to(metrics)).default_service(allow("GET, HEAD")))
+                .service(web::resource("/readyz").route(read().to(health::readyz)).default_service(allow("GET, HEAD")));
+        }
+        cfg.service(web::resource("/healthz").route(read().to(health::healthz)).default_service(allow("GET, HEAD")));
+        if listener == Listener::Operations {
+            cfg.default_service(web::to(not_found));
+            return;
+        }
+        cfg.service(
+            web::resource("/openapi.json").route(read().to(openapi::openapi_json)).default_service(allow("GET, HEAD")),
+        )
+        .service(web::resource("/buy").route(web::post().to(buy::buy)).default_service(allow("POST")))
+        .service(web::resource("/sales/{sale_id}").route(read().to(sales::sale)).default_service(allow("GET, HEAD")))
+        .service(
+            web::resource("/sales/{sale_id}/order").route(read().to(sales::order)).default_service(allow("GET, HEAD")),
+        )
+        .service(web::resource("/").route(read().to(buyer_page::home)).default_service(allow("GET, HEAD")))
+        .service(
+            web::resource("/sale/{sale_id}").route(read().to(buyer_page::sale)).default_service(allow("GET, HEAD")),
+        )
+        .service(web::resource("/admin").route(read().to(admin_page::page)).default_service(allow("GET, HEAD")))
+        .service(web::resource("/admin/sales").route(read().to(admin::list)).default_service(allow("GET, HEAD")))
+        .service(
+            web::resource("/admin/sales/{sale_id}")
+                .route(web::put().to(admin::seed))
+                .route(read().to(admin::status))
+                .route(web::delete().to(retire::retire))
+                .default_service(allow("DELETE, GET, HEAD, PUT")),
+        )
+        .service(
+            web::resource("/admin/sales/{sale_id}/reconcile")
+                .route(read().to(reconcile::reconcile_check))
+                .route(web::post().to(reconcile::reconcile_repair))
+                .default_service(allow("GET, HEAD, POST")),
+        )
+        .default_service(web::to(not_found));
     }
 }
 
 async fn not_found(_req: HttpRequest) -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound)
+}
+
+/// A route for `GET` and `HEAD` alike (RFC 9110 §9.3.2: HEAD is GET without the body, which
+/// actix-http leaves out of the answer).
+fn read() -> actix_web::Route {
+    web::route().guard(guard::Any(guard::Get()).or(guard::Head()))
 }
 
 /// A resource's answer to any other method: 405 with `Allow: <methods>` (RFC 9110).

@@ -1,4 +1,8 @@
-//! Malformed requests: each gets a 4xx with the JSON error body, and none changes any state.
+//! Malformed requests: each gets a 4xx with the JSON error body, and none changes any state;
+//! the hostile edge cases (slow bodies, large heads, log floods) in `edge`; secrets in `secrets`.
+
+mod edge;
+mod secrets;
 
 use redis::AsyncCommands;
 use reqwest::Method;
@@ -99,6 +103,17 @@ fn cases(sale: &str) -> Vec<Case> {
         buy("user newline", with_user(r"a\nb"), 400, "invalid_request"),
         buy("user tab", with_user(r"a\tb"), 400, "invalid_request"),
         buy("user delete", with_user(r"a\u007fb"), 400, "invalid_request"),
+        // Look-alikes of a real buyer (issue 25): invisible format characters, edge whitespace.
+        buy("user zero-width space", with_user(r"mallory\u200b"), 400, "invalid_request"),
+        buy("user trailing space", with_user("mallory "), 400, "invalid_request"),
+        buy("user leading no-break space", with_user(r"\u00a0mallory"), 400, "invalid_request"),
+        buy("user RTL override", with_user(r"\u202eyrollam"), 400, "invalid_request"),
+        buy("user word joiner", with_user(r"mal\u2060lory"), 400, "invalid_request"),
+        Case {
+            method: Method::GET,
+            path: format!("/sales/{sale}/order?user_id=mallory%E2%80%8B"),
+            ..buy("order of a zero-width look-alike", "", 400, "invalid_request")
+        },
         buy("empty sale", with_sale(""), 400, "invalid_request"),
         buy("sale too long", with_sale(&"s".repeat(65)), 400, "invalid_request"),
         buy("sale with braces", with_sale("{sale}x"), 400, "invalid_request"),
@@ -254,6 +269,15 @@ fn cases(sale: &str) -> Vec<Case> {
             other_sale.clone(),
             good.clone(),
             r#"{"stock":5,"starts_at":"2030-01-02T00:00:00Z","ends_at":"2030-01-01T00:00:00Z"}"#,
+            400,
+            "invalid_request",
+        ),
+        admin(
+            "ends in the past",
+            put.clone(),
+            other_sale.clone(),
+            good.clone(),
+            r#"{"stock":5,"ends_at":"1900-01-01T00:00:00Z"}"#,
             400,
             "invalid_request",
         ),

@@ -1,0 +1,95 @@
+//! The HTTP server of `seckill serve`: actix-web's `App` on an `actix-server` server assembled
+//! as `actix_web::HttpServer` assembles it, with one difference: every accepted stream passes
+//! the edge first (`crate::http::edge`: connections per client, head size, read deadline), which
+//! `HttpServer` has no hook for. The optional metrics listener (`SECKILL_METRICS_LISTEN`) is a
+//! second listener of the same server (same workers), with only the operations routes.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_http::error::DispatchError;
+use actix_http::{HttpService, KeepAlive, Protocol};
+use actix_server::{Server, ServerBuilder};
+use actix_service::{IntoServiceFactory, ServiceFactoryExt, fn_service, map_config};
+use actix_web::App;
+use actix_web::dev::AppConfig;
+use actix_web::rt::net::TcpStream;
+
+use crate::http::edge::Edge;
+use crate::http::routes::{self, Listener};
+use crate::http::{AppState, middleware};
+
+/// How long a connection may stay idle between requests (actix-web's default).
+const KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// How long the first request's head may take to arrive once connected (actix-web's default).
+const FIRST_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a closing connection may take to be shut down (actix-web's default).
+const DISCONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The bound listeners and what they serve.
+pub struct Listeners {
+    /// `SECKILL_LISTEN`: the API and the pages (and the operations routes without `metrics`).
+    pub public: TcpListener,
+    /// `SECKILL_METRICS_LISTEN`, if set: `/metrics`, `/readyz`, `/healthz` only.
+    pub metrics: Option<TcpListener>,
+}
+
+/// The server over `listeners`, not yet running: stopped by its handle (no signal handling of
+/// its own), letting in-flight requests finish for up to `shutdown_timeout`.
+pub fn build(
+    listeners: Listeners,
+    state: AppState,
+    edge: Arc<Edge>,
+    shutdown_timeout: Duration,
+) -> std::io::Result<Server> {
+    let builder = Server::build().disable_signals().shutdown_timeout(shutdown_timeout.as_secs());
+    let public = if listeners.metrics.is_some() { Listener::Public } else { Listener::All };
+    let mut builder = listen(builder, "seckill-api", listeners.public, state.clone(), edge.clone(), public)?;
+    if let Some(metrics) = listeners.metrics {
+        builder = listen(builder, "seckill-metrics", metrics, state, edge, Listener::Operations)?;
+    }
+    Ok(builder.run())
+}
+
+/// Adds `listener` to `builder`, serving the routes of `routes` behind the edge.
+fn listen(
+    builder: ServerBuilder,
+    name: &str,
+    listener: TcpListener,
+    state: AppState,
+    edge: Arc<Edge>,
+    routes: Listener,
+) -> std::io::Result<ServerBuilder> {
+    let local: SocketAddr = listener.local_addr()?;
+    let signal = builder.graceful_shutdown_signal();
+    builder.listen(name, listener, move || {
+        let (state, edge, signal) = (state.clone(), edge.clone(), signal.clone());
+        let app = App::new()
+            .wrap_fn(middleware::record_http)
+            .wrap_fn(middleware::send_request_id)
+            .wrap(tracing_actix_web::TracingLogger::<middleware::RequestSpan>::new())
+            .configure(routes::configure(state, routes))
+            .into_factory()
+            .map_err(|err| err.error_response());
+        let http = HttpService::build()
+            .graceful_shutdown_signal(move || {
+                let signal = signal.clone();
+                async move { signal.notified().await }
+            })
+            .keep_alive(KeepAlive::Timeout(KEEP_ALIVE))
+            .client_request_timeout(FIRST_HEAD_TIMEOUT)
+            .client_disconnect_timeout(DISCONNECT_TIMEOUT)
+            .local_addr(local)
+            // The default AppConfig: its host and address serve only URL generation, unused here.
+            .finish(map_config(app, |_| AppConfig::default()));
+        fn_service(move |io: TcpStream| {
+            let edge = edge.clone();
+            async move {
+                let peer = io.peer_addr().ok();
+                Ok::<_, DispatchError>((edge.accept(io, peer), Protocol::Http1, peer))
+            }
+        })
+        .and_then(http)
+    })
+}

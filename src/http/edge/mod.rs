@@ -1,0 +1,167 @@
+//! The edge: what a connection may hold before a request reaches a handler. Each accepted TCP
+//! stream is admitted against its client's open connections (`connections`) and wrapped in an
+//! [`EdgeStream`] that bounds each request's head size and read time (`stream`). A refusal is a
+//! JSON answer like every other error, then the connection is closed, and it is counted in
+//! `seckill_edge_refusals_total{reason}`.
+//!
+//! What the edge cannot do alone: a crowd of millions of addresses, or a flood that fills the
+//! listen backlog, needs a proxy or a load balancer in front (docs/operations.md).
+
+mod connections;
+mod stream;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::IntCounter;
+
+pub use self::connections::{ClientConnections, ConnectionSlot};
+pub use self::stream::EdgeStream;
+use crate::http::client_ip::TrustedProxies;
+use crate::metrics::Metrics;
+
+/// The edge's bounds (`SECKILL_REQUEST_READ_TIMEOUT`, `SECKILL_MAX_HEAD_BYTES`,
+/// `SECKILL_MAX_CONNECTIONS_PER_CLIENT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EdgeSettings {
+    /// The longest a request's head, and then its body, may take to arrive once begun.
+    pub read_timeout: Duration,
+    /// The largest request head (request line and headers), in bytes.
+    pub max_head_bytes: usize,
+    /// Open connections per client key (0: no limit).
+    pub max_connections_per_client: u32,
+}
+
+/// Why the edge closed a connection, with the answer the client gets first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// 503 `too_many_connections`: the client holds its maximum of open connections.
+    TooManyConnections,
+    /// 431 `header_too_large`: the request head is over the maximum.
+    HeadTooLarge,
+    /// 411 `length_required`: a chunked body (bodies here need a `Content-Length`).
+    LengthRequired,
+    /// 408 `request_timeout`: the head or the body stopped arriving.
+    ReadTimeout,
+}
+
+impl Refusal {
+    /// Every refusal, in the order of [`Edge`]'s answers and counters.
+    pub const ALL: [Refusal; 4] =
+        [Self::TooManyConnections, Self::HeadTooLarge, Self::LengthRequired, Self::ReadTimeout];
+
+    /// The `reason` label and the JSON `error` code.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::TooManyConnections => "too_many_connections",
+            Self::HeadTooLarge => "header_too_large",
+            Self::LengthRequired => "length_required",
+            Self::ReadTimeout => "request_timeout",
+        }
+    }
+
+    fn status_line(self) -> &'static str {
+        match self {
+            Self::TooManyConnections => "503 Service Unavailable",
+            Self::HeadTooLarge => "431 Request Header Fields Too Large",
+            Self::LengthRequired => "411 Length Required",
+            Self::ReadTimeout => "408 Request Timeout",
+        }
+    }
+
+    fn message(self, settings: &EdgeSettings) -> String {
+        match self {
+            Self::TooManyConnections => {
+                format!("this client already holds {} open connections; reuse one", settings.max_connections_per_client)
+            }
+            Self::HeadTooLarge => format!("the request head is over {} bytes", settings.max_head_bytes),
+            Self::LengthRequired => "a request body needs a Content-Length (no chunked bodies)".into(),
+            Self::ReadTimeout => {
+                format!("the request did not arrive within {} ms", settings.read_timeout.as_millis())
+            }
+        }
+    }
+
+    /// The whole HTTP/1.1 answer: the JSON error body, `Connection: close`.
+    fn answer(self, settings: &EdgeSettings) -> Box<[u8]> {
+        let body = serde_json::json!({"error": self.code(), "message": self.message(settings)}).to_string();
+        let retry = if self == Self::TooManyConnections { "retry-after: 1\r\n" } else { "" };
+        format!(
+            "HTTP/1.1 {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{retry}connection: close\r\n\r\n{body}",
+            self.status_line(),
+            body.len()
+        )
+        .into_bytes()
+        .into_boxed_slice()
+    }
+}
+
+/// The edge of one server: its bounds, the clients' open connections, the refusals' answers
+/// (formatted once) and counters.
+pub struct Edge {
+    settings: EdgeSettings,
+    connections: Arc<ClientConnections>,
+    answers: Vec<Box<[u8]>>,
+    refused: Vec<IntCounter>,
+}
+
+impl Edge {
+    /// The edge for `settings`; clients keyed as the rate limiter keys them.
+    pub fn new(settings: EdgeSettings, ipv6_prefix: u8, proxies: TrustedProxies, metrics: &Metrics) -> Arc<Self> {
+        Arc::new(Self {
+            settings,
+            connections: ClientConnections::new(settings.max_connections_per_client, ipv6_prefix, proxies),
+            answers: Refusal::ALL.iter().map(|r| r.answer(&settings)).collect(),
+            refused: Refusal::ALL.iter().map(|r| metrics.edge_refusals.with_label_values(&[r.code()])).collect(),
+        })
+    }
+
+    /// A newly accepted stream from `peer`: admitted, or set to answer 503 and close.
+    pub fn accept<S>(self: &Arc<Self>, io: S, peer: Option<SocketAddr>) -> EdgeStream<S> {
+        let admitted = match peer {
+            Some(peer) => self.connections.admit(peer.ip()),
+            None => Ok(None),
+        };
+        match admitted {
+            Ok(slot) => EdgeStream::new(io, self.clone(), slot, None),
+            Err(()) => EdgeStream::new(io, self.clone(), None, Some(Refusal::TooManyConnections)),
+        }
+    }
+
+    /// Clients holding at least one counted connection.
+    pub fn clients(&self) -> usize {
+        self.connections.clients()
+    }
+
+    fn index(refusal: Refusal) -> usize {
+        Refusal::ALL.iter().position(|r| *r == refusal).expect("every refusal is listed")
+    }
+
+    fn answer(&self, refusal: Refusal) -> &[u8] {
+        &self.answers[Self::index(refusal)]
+    }
+
+    fn count(&self, refusal: Refusal) {
+        self.refused[Self::index(refusal)].inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_answer_is_http_with_a_json_error_of_its_exact_length() {
+        let settings =
+            EdgeSettings { read_timeout: Duration::from_secs(5), max_head_bytes: 8192, max_connections_per_client: 64 };
+        for refusal in Refusal::ALL {
+            let answer = String::from_utf8(refusal.answer(&settings).into_vec()).unwrap();
+            let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+            assert!(head.contains(&format!("content-length: {}\r\n", body.len())), "{answer}");
+            assert!(head.ends_with("connection: close"), "{answer}");
+            let json: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert_eq!(json["error"], refusal.code());
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! A hostile crowd at the edge (issue 25): slow bodies, unfinished large heads and floods of
+//! malformed requests, against the real binary. Each gets a clear answer, the connection is
+//! closed, and the service goes on serving everyone else.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::time::Instant;
+
+use crate::common::new_sale_id;
+use crate::harness::{Deployment, Seckill};
+
+/// A connection to the service from `source` (any 127.0.0.0/8 address is this host's), so one
+/// test can play several clients.
+async fn connect_from(source: Ipv4Addr, port: u16) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(source.into(), 0)).unwrap();
+    socket.connect(SocketAddr::from(([127, 0, 0, 1], port))).await.unwrap()
+}
+
+/// What the service writes on `stream` until it closes it, and when it closed it; `None` if it
+/// has not closed it within `limit`.
+async fn answer_and_close(stream: &mut TcpStream, limit: Duration) -> Option<(String, Duration)> {
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(limit, async {
+        let mut chunk = [0; 4096];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            }
+        }
+    });
+    read.await.ok()?;
+    Some((String::from_utf8_lossy(&answer).into_owned(), started.elapsed()))
+}
+
+/// The status code and JSON `error` of a raw HTTP answer.
+fn status_and_code(answer: &str) -> (u16, String) {
+    let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    let code =
+        serde_json::from_str::<serde_json::Value>(body).ok().and_then(|v| v["error"].as_str().map(str::to_owned));
+    (status, code.unwrap_or_default())
+}
+
+/// `name{reason="..."}` of the service's /metrics.
+async fn refusals(deployment: &Deployment, reason: &str) -> u64 {
+    let metrics = deployment.client.get(deployment.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let series = format!("seckill_edge_refusals_total{{reason=\"{reason}\"}} ");
+    metrics.lines().find_map(|l| l.strip_prefix(&series)).map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// A field of /proc/PID/status, in kB.
+fn proc_status_kb(service: &Seckill, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", service.pid())).unwrap();
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Issue 25: "a body that never finishes holds its connection forever". The release of every
+/// such connection, not the client's patience, is what this checks: the service may open 512
+/// files, one address opens 1,000 connections that each send a head and part of a body, then
+/// nothing. The connections over the per-client cap are answered 503 at once; the others 408 at
+/// the read deadline. Meanwhile `/healthz` and a purchase from another address answer.
+#[tokio::test]
+async fn a_thousand_slow_bodies_hold_nothing_and_healthz_keeps_answering() {
+    let mut deployment = Deployment::new(&[]).await;
+    let settings = [("SECKILL_MAX_CONNECTIONS_PER_CLIENT", "100"), ("SECKILL_REQUEST_READ_TIMEOUT", "3s")];
+    let _service = deployment.start_with_nofile(512, &settings).await;
+    let sale = new_sale_id();
+    deployment.seed_stock(&sale, 5).await;
+    let head = format!(
+        "POST /buy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 60\r\n\r\n{{\"sale_id\":\"{sale}\","
+    );
+
+    let attacker = Ipv4Addr::new(127, 0, 0, 2);
+    let attack = Instant::now();
+    let mut slow = Vec::new();
+    for _ in 0..1000 {
+        let mut stream = connect_from(attacker, deployment.port).await;
+        // A refused connection may be closed before its request is written.
+        let _ = stream.write_all(head.as_bytes()).await;
+        slow.push(stream);
+    }
+    // Until the first deadline, the cap alone decides which connections are held.
+    assert!(attack.elapsed() < Duration::from_millis(2500), "the 1,000 connections took {:?}", attack.elapsed());
+    for _ in 0..10 {
+        let health = deployment.client.get(deployment.url("/healthz")).timeout(Duration::from_secs(2)).send().await;
+        assert_eq!(health.map(|r| r.status().as_u16()).ok(), Some(200), "/healthz while the slow bodies are held");
+    }
+    let bought = deployment.buy(&sale, "alice").await;
+    assert_eq!(bought.status(), 201, "a purchase while the slow bodies are held");
+    let order: serde_json::Value = bought.json().await.unwrap();
+    assert!(attack.elapsed() < Duration::from_secs(3), "checked before the deadline: {:?}", attack.elapsed());
+
+    let reading = attack.elapsed();
+    let answers = join_all(slow.iter_mut().map(|s| answer_and_close(s, Duration::from_secs(15)))).await;
+    let (mut too_many, mut timed_out) = (0, 0);
+    for answer in answers {
+        let (text, after) = answer.expect("every slow connection is closed by the service");
+        match status_and_code(&text) {
+            (503, code) if code == "too_many_connections" => too_many += 1,
+            (408, code) if code == "request_timeout" => {
+                let closed = reading + after;
+                assert!(closed >= Duration::from_millis(2900), "closed before the deadline: {closed:?}");
+                timed_out += 1;
+            }
+            other => panic!("unexpected answer {other:?}: {text:?}"),
+        }
+    }
+    assert_eq!((too_many, timed_out), (900, 100), "100 held until the deadline, the rest refused at once");
+    assert_eq!(refusals(&deployment, "too_many_connections").await, 900);
+    assert_eq!(refusals(&deployment, "request_timeout").await, 100);
+    let confirmed = [order["order_id"].as_str().unwrap().parse().unwrap()].into();
+    deployment.assert_invariants(&sale, &confirmed).await;
+    eprintln!("figures slow-bodies: connections=1000 refused_at_once={too_many} closed_at_deadline={timed_out}");
+}
+
+/// Issue 25: "unfinished large heads cost memory" (about 128 KiB each while actix-http waits
+/// for the head's end). 1,000 connections from 8 addresses each send 100 KB of one header and
+/// stop: each is answered 431 once it passes the head limit (8 KiB) and closed, and the
+/// process's peak memory grows by far less than the 100 MB they would otherwise pin.
+#[tokio::test]
+async fn unfinished_large_heads_are_cut_at_the_head_limit() {
+    let mut deployment = Deployment::new(&[]).await;
+    let service = deployment.start().await;
+    let before = proc_status_kb(&service, "VmRSS:");
+    let mut head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nCookie: ".to_vec();
+    head.resize(100 * 1024, b'a');
+
+    let mut streams = Vec::new();
+    for i in 0..1000u32 {
+        let mut stream = connect_from(Ipv4Addr::new(127, 0, 1, (i % 8) as u8 + 1), deployment.port).await;
+        // The service closes the connection past 8 KiB: the rest of the write may fail.
+        let _ = tokio::time::timeout(Duration::from_millis(200), stream.write_all(&head)).await;
+        streams.push(stream);
+    }
+    let answers = join_all(streams.iter_mut().map(|s| answer_and_close(s, Duration::from_secs(10)))).await;
+    for answer in answers {
+        let (text, _) = answer.expect("every connection with an oversized head is closed");
+        assert_eq!(status_and_code(&text), (431, "header_too_large".to_owned()), "{text:?}");
+    }
+    let peak = proc_status_kb(&service, "VmHWM:");
+    assert!(peak < before + 40 * 1024, "peak RSS {peak} kB from {before} kB: unfinished heads were buffered");
+    assert_eq!(refusals(&deployment, "header_too_large").await, 1000);
+    let chunked =
+        raw_exchange(&deployment, b"POST /buy HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n").await;
+    assert_eq!(status_and_code(&chunked), (411, "length_required".to_owned()), "{chunked:?}");
+    eprintln!("figures large-heads: connections=1000 rss_before_kb={before} peak_kb={peak}");
+}
+
+/// Writes `request` on a new connection and returns the whole answer.
+async fn raw_exchange(deployment: &Deployment, request: &[u8]) -> String {
+    let mut stream = connect_from(Ipv4Addr::LOCALHOST, deployment.port).await;
+    stream.write_all(request).await.unwrap();
+    answer_and_close(&mut stream, Duration::from_secs(10)).await.expect("closed").0
+}
+
+/// Issue 25: "every malformed request is logged at ERROR by actix". 300 unparsable requests and
+/// 300 truncated JSON bodies: no ERROR line, and the WARN lines about them at most one a second.
+#[tokio::test]
+async fn a_flood_of_malformed_requests_does_not_flood_the_log() {
+    let mut deployment = Deployment::new(&[]).await;
+    let service = deployment.start().await;
+    let started = Instant::now();
+    for _ in 0..300 {
+        let answer = raw_exchange(&deployment, b"GARBAGE \x01\x02\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{answer:?}");
+        let truncated = deployment
+            .client
+            .post(deployment.url("/buy"))
+            .header("content-type", "application/json")
+            .body(r#"{"sale_id":"x","#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(truncated.status(), 400);
+    }
+    let seconds = started.elapsed().as_secs();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(service.log_lines(" ERROR "), 0, "log:\n{}", service.log_text());
+    let warnings = service.log_lines("client connection");
+    assert!(warnings >= 1, "the malformed requests are still reported");
+    assert!(warnings as u64 <= seconds + 2, "{warnings} lines in {seconds} s; log:\n{}", service.log_text());
+}
