@@ -2,7 +2,7 @@
 """Checks what docker-compose.yml mounts and what its services must agree on.
 
 Run by scripts/lint-compose.sh from the repository root, after `docker-compose config`:
-- deploy/prometheus.yml scrapes the app's /metrics on app:8080;
+- deploy/prometheus.yml scrapes the app's /metrics on its metrics listener (SECKILL_METRICS_LISTEN);
 - Grafana (deploy/grafana): the image is pinned, the datasource is the compose Prometheus, the
   dashboard provider reads where compose mounts the dashboards, and every dashboard query uses
   only metrics the service exports (string literals in src/);
@@ -42,8 +42,12 @@ def check_prometheus():
     if job is None:
         return errors.append("deploy/prometheus.yml: no 'seckill' scrape job")
     targets = [t for s in job["static_configs"] for t in s["targets"]]
-    if job.get("metrics_path") != "/metrics" or targets != ["app:8080"]:
-        errors.append(f"deploy/prometheus.yml: expected /metrics on app:8080, got {job.get('metrics_path')} {targets}")
+    listen = str(((services.get("app") or {}).get("environment") or {}).get("SECKILL_METRICS_LISTEN", ""))
+    if not listen:
+        return errors.append("docker-compose.yml: app has no SECKILL_METRICS_LISTEN: /metrics would be on the public port")
+    expected = f"app:{listen.rsplit(':', 1)[-1]}"
+    if job.get("metrics_path") != "/metrics" or targets != [expected]:
+        errors.append(f"deploy/prometheus.yml: expected /metrics on {expected}, got {job.get('metrics_path')} {targets}")
 
 
 def check_grafana():
@@ -150,6 +154,27 @@ def check_proxy():
         errors.append(f"{conf}: must set X-Forwarded-For to $remote_addr (replace, never append a client's chain)")
     if "proxy_add_x_forwarded_for" in text:
         errors.append(f"{conf}: $proxy_add_x_forwarded_for keeps the client's own X-Forwarded-For")
+    check_public_server(conf, text, proxy)
+
+
+def check_public_server(conf, text, proxy):
+    """The server block that listens on the published public port answers /admin, /metrics and
+    /readyz itself and forwards nothing else of the operator's; any other port is loopback-only."""
+    servers = re.findall(r"^server\s*\{(.*?)^\}", text, re.S | re.M)
+    public_ports = [str(p).split(":")[-1] for p in proxy.get("ports", []) if str(p).count(":") == 1]
+    for block in servers:
+        ports = re.findall(r"^\s*listen\s+(?:\[::\]:)?(\d+)", block, re.M)
+        if not set(ports) & set(public_ports):
+            continue
+        for path, pattern in [("/admin", r"location\s+\^~\s+/admin\s*\{[^}]*return\s+404"),
+                              ("/metrics", r"location\s+=\s+/metrics\s*\{[^}]*return\s+404"),
+                              ("/readyz", r"location\s+=\s+/readyz\s*\{[^}]*return\s+404")]:
+            if not re.search(pattern, block):
+                errors.append(f"{conf}: the public server (port {', '.join(ports)}) must answer {path} with 404, not forward it")
+    for published in proxy.get("ports", []):
+        parts = str(published).split(":")
+        if len(parts) == 3 and parts[0] not in ("127.0.0.1", "[::1]"):
+            errors.append(f"docker-compose.yml: proxy port {published} is not loopback-only")
 
 
 for part, check in [("deploy/prometheus.yml", check_prometheus), ("deploy/grafana", check_grafana), ("edge proxy", check_proxy)]:

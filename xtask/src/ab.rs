@@ -12,7 +12,8 @@
 //!
 //! `--rate-limited`: the same with SECKILL_RATE_LIMIT=10/1s, so almost every request is refused
 //! (429, answered from the instance's memory): the path that should cost what `/healthz` does.
-//! The figures are then per request.
+//! `--sold-out`: the sales are seeded with no stock, so every request is answered 410 (from the
+//! instance's sold-out flag after the first). The figures of both are per request.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -58,6 +59,9 @@ pub struct Args {
     /// Measure the rate-limited path instead (SECKILL_RATE_LIMIT=10/1s: nearly every request 429).
     #[arg(long)]
     rate_limited: bool,
+    /// Measure the sold-out path instead (stock 0: every request 410).
+    #[arg(long, conflicts_with = "rate_limited")]
+    sold_out: bool,
 }
 
 /// `git archive REV` into a temp dir, `cargo build` there with target/ab as the target dir,
@@ -145,7 +149,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ("RUST_LOG", "warn"),
         ];
         let app = App::start(&services, bin, &env)?;
-        app.seed(&prefix, 10_000_000, None)?;
+        app.seed(&prefix, if args.sold_out { 0 } else { 10_000_000 }, None)?;
         anyhow::Ok(app)
     };
     let apps = [start(&bins[0], "a")?, start(&bins[1], "b")?];
@@ -198,17 +202,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(code) = crate::steps::interrupted() {
         return Ok(code);
     }
-    summary(&samples, &labels, args.rate_limited)?;
+    summary(&samples, &labels, args.rate_limited || args.sold_out)?;
     let _ = std::fs::remove_dir_all(&raw);
     Ok(ExitCode::SUCCESS)
 }
 
-fn summary(samples: &[Sample], labels: &[String], rate_limited: bool) -> anyhow::Result<()> {
-    let per = if rate_limited { "request" } else { "purchase" };
+/// `refusals`: the runs measured a path that buys nothing (rate limited, sold out).
+fn summary(samples: &[Sample], labels: &[String], refusals: bool) -> anyhow::Result<()> {
+    let per = if refusals { "request" } else { "purchase" };
     let mut med = vec![];
     for (i, name) in ["a", "b"].iter().enumerate() {
         let mine: Vec<&Sample> = samples.iter().filter(|s| s.build == i).collect();
-        ensure!(rate_limited || mine.iter().all(|s| s.created == s.requests), "{name}: not every request bought");
+        ensure!(refusals || mine.iter().all(|s| s.created == s.requests), "{name}: not every request bought");
         let rate = median(mine.iter().map(|s| s.rate).collect());
         let cpu = [0, 1, 2].map(|k| median(mine.iter().map(|s| s.cpu_us[k]).collect()));
         println!(

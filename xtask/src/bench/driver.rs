@@ -261,6 +261,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "SECKILL_RATE_LIMIT_ALGORITHM",
         "SECKILL_RATE_LIMIT_BURST",
         "SECKILL_TRUSTED_PROXIES",
+        "SECKILL_MAX_CONNECTIONS_PER_CLIENT",
     ] {
         // SAFETY: no other thread runs yet (the signal thread starts below).
         unsafe { std::env::remove_var(var) };

@@ -77,8 +77,12 @@ impl Load {
         Ok(Self { services, binary, results, failures: 0, name })
     }
 
+    /// The app under load. The generator plays the whole crowd from one loopback address, so
+    /// the per-client connection cap is off (the caller's `env` can set it again).
     pub fn app(&self, env: &[(&str, &str)]) -> anyhow::Result<App> {
-        App::start(&self.services, &self.binary, env)
+        let env: Vec<(&str, &str)> =
+            [("SECKILL_MAX_CONNECTIONS_PER_CLIENT", "0")].into_iter().chain(env.iter().copied()).collect();
+        App::start(&self.services, &self.binary, &env)
     }
 
     pub fn log(&self, msg: &str) {
