@@ -47,7 +47,8 @@ impl UserId {
     /// Validates `raw` (from a request, a token or the command line), or says what is wrong.
     pub fn parse(raw: &str) -> Result<Self, String> {
         let stored = Self::stored(raw)?;
-        if raw.chars().any(|c| c.general_category() == GeneralCategory::Format) {
+        // No ASCII character is a format character: the lookup is for the others only.
+        if !raw.is_ascii() && raw.chars().any(|c| c.general_category() == GeneralCategory::Format) {
             return Err("user_id must not contain invisible format characters (zero-width, bidi controls)".into());
         }
         if raw.starts_with(char::is_whitespace) || raw.ends_with(char::is_whitespace) {

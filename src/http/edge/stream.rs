@@ -10,6 +10,7 @@
 //! one parse of it; the deadline's timer is armed only when a read waits mid-request.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -129,55 +130,93 @@ impl<S> EdgeStream<S> {
                     }
                 }
                 Framing::Head => {
-                    let (before, from) = (self.head.len(), self.head.len().saturating_sub(3));
+                    // The usual case: a whole head in what was just read, parsed where it lies.
+                    if self.head.is_empty() {
+                        match parse(data)? {
+                            Parsed::Complete(length, _) if length > max_head => return Err(Refusal::HeadTooLarge),
+                            Parsed::Complete(length, next) => {
+                                data = &data[length..];
+                                self.start(next);
+                                continue;
+                            }
+                            Parsed::Invalid => {
+                                self.framing = Framing::Opaque;
+                                return Ok(());
+                            }
+                            Parsed::Partial => {}
+                        }
+                    }
+                    // A head over several reads: kept (up to the limit and one byte), parsed again
+                    // only when a line has ended, so a head sent a byte at a time costs a parse a line.
+                    let before = self.head.len();
                     let taken = data.len().min(max_head + 1 - before);
                     self.head.extend_from_slice(&data[..taken]);
-                    let Some(at) = self.head[from..].windows(4).position(|w| w == b"\r\n\r\n") else {
-                        if self.head.len() > max_head {
-                            return Err(Refusal::HeadTooLarge);
+                    let line_ended = before > 0 && data[..taken].contains(&b'\n');
+                    let parsed = if line_ended { parse(&self.head)? } else { Parsed::Partial };
+                    match parsed {
+                        Parsed::Partial if self.head.len() > max_head => return Err(Refusal::HeadTooLarge),
+                        Parsed::Partial => return Ok(()),
+                        Parsed::Invalid => {
+                            self.framing = Framing::Opaque;
+                            return Ok(());
                         }
-                        return Ok(());
-                    };
-                    let end = from + at + 4;
-                    data = &data[end - before..];
-                    self.framing = framing_after(&self.head[..end])?;
-                    self.head.clear();
-                    if self.head.capacity() > KEPT_HEAD_CAPACITY {
-                        self.head = Vec::new();
-                    }
-                    if self.framing == Framing::Head {
-                        self.armed = false;
+                        Parsed::Complete(length, _) if length > max_head => return Err(Refusal::HeadTooLarge),
+                        Parsed::Complete(length, next) => {
+                            data = &data[length - before..];
+                            self.head.clear();
+                            if self.head.capacity() > KEPT_HEAD_CAPACITY {
+                                self.head = Vec::new();
+                            }
+                            self.start(next);
+                        }
                     }
                 }
             }
         }
         Ok(())
     }
+
+    /// A head has ended: its body, if any, comes next.
+    fn start(&mut self, next: Framing) {
+        self.framing = next;
+        if next == Framing::Head {
+            self.armed = false;
+        }
+    }
 }
 
-/// What follows a complete head: its body's length, if any.
-fn framing_after(head: &[u8]) -> Result<Framing, Refusal> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut request = httparse::Request::new(&mut headers);
-    match request.parse(head) {
-        Ok(httparse::Status::Complete(_)) => {}
-        // Only empty lines (allowed between requests): still waiting for a head.
-        Ok(httparse::Status::Partial) => return Ok(Framing::Head),
-        Err(_) => return Ok(Framing::Opaque),
-    }
-    let mut length = 0;
+/// What the bytes of a head so far say.
+enum Parsed {
+    /// The head is not complete yet (or is only empty lines so far).
+    Partial,
+    /// A head `httparse` refuses: actix-http answers it and closes.
+    Invalid,
+    /// The head is this long, and what follows it.
+    Complete(usize, Framing),
+}
+
+/// Parses the head at the start of `bytes`.
+fn parse(bytes: &[u8]) -> Result<Parsed, Refusal> {
+    let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut []);
+    let length = match request.parse_with_uninit_headers(bytes, &mut headers) {
+        Ok(httparse::Status::Complete(length)) => length,
+        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+        Err(_) => return Ok(Parsed::Invalid),
+    };
+    let mut body = 0;
     for header in request.headers.iter() {
         if header.name.eq_ignore_ascii_case("transfer-encoding") {
             return Err(Refusal::LengthRequired);
         }
         if header.name.eq_ignore_ascii_case("content-length") {
             match std::str::from_utf8(header.value).ok().and_then(|v| v.trim().parse::<u64>().ok()) {
-                Some(n) => length = n,
-                None => return Ok(Framing::Opaque),
+                Some(n) => body = n,
+                None => return Ok(Parsed::Invalid),
             }
         }
     }
-    Ok(if length == 0 { Framing::Head } else { Framing::Body(length) })
+    Ok(Parsed::Complete(length, if body == 0 { Framing::Head } else { Framing::Body(body) }))
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> EdgeStream<S> {
