@@ -196,8 +196,9 @@ function tooFastOptions() {
   const { limit, windowSecs } = parseRateLimit(RATE_LIMIT);
   const secs = durationSecs(TOO_FAST_DURATION);
   // A sliding window admits at most `limit` requests in any window: over `secs` seconds, at most
-  // limit * (windows + 1) (the +1 covers the window that straddles the end). gcra (the default)
-  // and token-bucket with the default burst (= limit) admit at most burst + limit * windows: the same.
+  // limit * (windows + 1) (the +1 covers the window that straddles the end); sliding-log (the
+  // default) admits exactly that. gcra and token-bucket with the default burst (= limit) admit at
+  // most burst + limit * windows: the same.
   const maxAdmitted = Math.floor(limit * (Math.ceil(secs / windowSecs) + 1));
   const sent = TOO_FAST_RPS * secs;
   const thresholds = {

@@ -132,9 +132,9 @@ pub struct Config {
     #[arg(long, env = "SECKILL_SOLD_OUT_RATE_LIMIT", value_parser = rate_limit, global = true)]
     pub sold_out_rate_limit: Option<RateLimit>,
 
-    /// How the rate limit is enforced (docs/rate-limiting.md compares them). Default gcra: one
-    /// small key per client whatever the limit, and the fewest Redis commands per request.
-    #[arg(long, env = "SECKILL_RATE_LIMIT_ALGORITHM", value_enum, default_value_t = Algorithm::Gcra,
+    /// How the rate limit is enforced (docs/rate-limiting.md compares them). Default
+    /// sliding-log: a true sliding window, never more than REQUESTS in any WINDOW.
+    #[arg(long, env = "SECKILL_RATE_LIMIT_ALGORITHM", value_enum, default_value_t = Algorithm::SlidingLog,
           global = true)]
     pub rate_limit_algorithm: Algorithm,
 
@@ -355,7 +355,7 @@ mod tests {
             (Algorithm::Gcra, 10, Duration::from_secs(2), 3)
         );
         let default = parse(&[]).unwrap().config.rate_limit_policy().unwrap();
-        assert_eq!((default.algorithm, default.burst), (Algorithm::Gcra, 20));
+        assert_eq!((default.algorithm, default.limit), (Algorithm::SlidingLog, 20), "a sliding window by default");
         assert!(parse(&["--rate-limit-algorithm", "leaky"]).is_err());
         let burst_without_bucket =
             parse(&["--rate-limit-algorithm", "sliding-log", "--rate-limit-burst", "3"]).unwrap();

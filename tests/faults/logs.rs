@@ -23,9 +23,9 @@ async fn json_log_lines_carry_the_request_id_and_purchases_log_nothing() {
     let after_purchases: Vec<String> = service.log_text().lines().skip(quiet).map(str::to_owned).collect();
     assert!(after_purchases.is_empty(), "lines logged for successful purchases: {after_purchases:?}");
 
-    // A request that logs a warning: its limiter key (the default algorithm's, gcra: a string) holds
-    // the wrong type, so the limiter fails.
-    let key = rate_limit_key(&deployment.key_prefix, Algorithm::Gcra.name(), "127.0.0.1".parse().unwrap());
+    // A request that logs a warning: its limiter key (the default algorithm's, sliding-log: a
+    // sorted set) holds the wrong type, so the limiter fails.
+    let key = rate_limit_key(&deployment.key_prefix, Algorithm::SlidingLog.name(), "127.0.0.1".parse().unwrap());
     let _: () = deployment.redis.clone().hset(&key, "not", "a string").await.unwrap();
     let refused = deployment.buy(&sale, "u-refused").await;
     assert_eq!(refused.status(), 503);

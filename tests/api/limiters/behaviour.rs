@@ -1,5 +1,5 @@
-//! What sets the algorithms apart at the edges: the fixed window's burst, requests in one
-//! microsecond, and memory after a crowd of clients.
+//! What sets the algorithms apart at the edges: the fixed window's burst, the most any true
+//! sliding window holds, requests in one microsecond, and memory after a crowd of clients.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -44,6 +44,35 @@ async fn only_the_fixed_window_admits_twice_its_limit_across_a_window_edge() {
     }
     let expected = HashMap::from(Algorithm::ALL.map(|a| (a, if a == Algorithm::FixedWindow { 10 } else { 5 })));
     assert_eq!(admitted, expected, "requests admitted within 2 ms around the edge, limit 5 per second");
+}
+
+/// Why the default is the sliding log (issue 25): a client that spends its limit at the end of
+/// one window and then keeps asking gets almost twice the limit into one true window (any span of
+/// WINDOW) from every algorithm but the log, which holds every such window to the limit.
+#[tokio::test]
+async fn only_the_sliding_log_holds_every_true_window_to_the_limit() {
+    let con = connection().await;
+    let prefix = crate::common::new_key_prefix();
+    let start: u64 = 1_800_000_000_000_000; // a multiple of the 1 s window
+    let mut most = HashMap::new();
+    for algorithm in Algorithm::ALL {
+        let policy = policy(algorithm, 20, Duration::from_secs(1));
+        let key = format!("{prefix}:true-window:{algorithm}:{{c}}");
+        // 20 requests in the last millisecond of a window, then one every 5 ms for a window.
+        let times = (0..20).map(|i| start + 999_000 + i).chain((0..200).map(|i| start + 1_000_000 + i * 5_000));
+        let mut admitted = vec![];
+        for (i, now) in times.enumerate() {
+            if request(&con, &policy, &key, now, &i.to_string()).await.0 == 1 {
+                admitted.push(now);
+            }
+        }
+        let in_window = |end: u64| admitted.iter().filter(|&&t| t + 1_000_000 > end && t <= end).count();
+        most.insert(algorithm, admitted.iter().map(|&end| in_window(end)).max().unwrap_or(0));
+    }
+    assert_eq!(most[&Algorithm::SlidingLog], 20, "the log: never more than the limit in any window");
+    for algorithm in Algorithm::ALL.into_iter().filter(|a| *a != Algorithm::SlidingLog) {
+        assert!(most[&algorithm] >= 35, "{algorithm}: {} in one window (expected close to 2 × 20)", most[&algorithm]);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

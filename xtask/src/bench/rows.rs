@@ -52,7 +52,7 @@ fn settings(b: &mut Bench) {
         a.threads, a.connections
     );
     let app = format!(
-        "main rows: the default limiter algorithm (gcra), SECKILL_RATE_LIMIT={HIGH_RATE_LIMIT} except the rate-limited row ({lim}); per-algorithm rows: SECKILL_RATE_LIMIT_ALGORITHM=<algorithm>, SECKILL_RATE_LIMIT={HIGH_RATE_LIMIT} (in stock) or {lim} (rate limited), burst the default (= REQUESTS); SECKILL_WORKER_BATCH={batch}; SECKILL_KEY_PREFIX={prefix}; RUST_LOG=info,sqlx=warn; Redis appendonly yes + appendfsync everysec; Postgres fsync=off (throwaway servers of the testbed crate); {profile:?} build",
+        "main rows: the default limiter algorithm (sliding-log), SECKILL_RATE_LIMIT={HIGH_RATE_LIMIT} except the rate-limited row ({lim}); per-algorithm rows: SECKILL_RATE_LIMIT_ALGORITHM=<algorithm>, SECKILL_RATE_LIMIT={HIGH_RATE_LIMIT} (in stock) or {lim} (rate limited), burst the default (= REQUESTS); SECKILL_WORKER_BATCH={batch}; SECKILL_KEY_PREFIX={prefix}; RUST_LOG=info,sqlx=warn; Redis appendonly yes + appendfsync everysec; Postgres fsync=off (throwaway servers of the testbed crate); {profile:?} build",
         lim = a.limited_rate_limit,
         prefix = a.key_prefix,
         profile = a.profile,
@@ -116,7 +116,7 @@ fn main_rows(b: &mut Bench) -> anyhow::Result<f64> {
     b.results.set(
         "http-buy-instock.detail",
         format!(
-            "stock 10,000,000, worker in the app; limiter (gcra, {HIGH_RATE_LIMIT}) admits every request (one hot key)"
+            "stock 10,000,000, worker in the app; limiter (sliding-log, the default, {HIGH_RATE_LIMIT}) admits every request (one hot key)"
         ),
     );
 
@@ -206,7 +206,7 @@ fn limited_row(b: &mut Bench) -> anyhow::Result<()> {
     b.results.set(
         "http-buy-limited.detail",
         format!(
-            "app with SECKILL_RATE_LIMIT={limit} (default algorithm, gcra), all requests from 127.0.0.1; sale in stock"
+            "app with SECKILL_RATE_LIMIT={limit} (default algorithm, sliding-log), all requests from 127.0.0.1; sale in stock"
         ),
     );
     b.check(&app, "bench-limited")?;
