@@ -26,7 +26,13 @@ async fn json_log_lines_carry_the_request_id_and_purchases_log_nothing() {
     // A request that logs a warning: its limiter key (the default algorithm's, sliding-log: a
     // sorted set) holds the wrong type, so the limiter fails.
     let key = rate_limit_key(&deployment.key_prefix, Algorithm::SlidingLog.name(), "127.0.0.1".parse().unwrap());
-    let _: () = deployment.redis.clone().hset(&key, "not", "a string").await.unwrap();
+    // (The purchases above left it a sorted set: replaced by a hash.)
+    let _: () = redis::pipe()
+        .del(&key)
+        .hset(&key, "not", "a sorted set")
+        .query_async(&mut deployment.redis.clone())
+        .await
+        .unwrap();
     let refused = deployment.buy(&sale, "u-refused").await;
     assert_eq!(refused.status(), 503);
     let request_id = refused.headers()["x-request-id"].to_str().unwrap().to_owned();
