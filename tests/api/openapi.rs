@@ -108,3 +108,32 @@ async fn buy_documents_the_bearer_jwt_its_refusals_and_an_optional_user_id() {
     let required = &doc["components"]["schemas"]["BuyRequest"]["required"];
     assert_eq!(required, &serde_json::json!(["sale_id", "user_id"]), "SECKILL_AUTH=none needs user_id");
 }
+
+/// The document's `user_id` pattern says what `UserId::parse` accepts, character by character,
+/// for every character of the Basic Multilingual Plane at the start, inside and at the end of an
+/// id (the fuzz generates what the pattern allows and expects it accepted). Format characters
+/// beyond that plane are refused too; an ECMA-262 pattern without the `u` flag cannot name them.
+#[tokio::test]
+async fn the_user_id_pattern_is_the_servers_rule() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let doc: Value = app.client.get(app.url("/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let body = doc["components"]["schemas"]["BuyRequest"]["properties"]["user_id"]["pattern"].as_str().unwrap();
+    let params = doc["paths"]["/sales/{sale_id}/order"]["get"]["parameters"].as_array().unwrap();
+    let query = params.iter().find(|p| p["name"] == "user_id").unwrap()["schema"]["pattern"].as_str().unwrap();
+    assert_eq!(body, query, "the body and the query name the buyer alike");
+    let pattern = regex::Regex::new(body).unwrap();
+    let mut checked = 0;
+    for c in (0..=0xFFFF_u32).filter_map(char::from_u32) {
+        for id in [format!("{c}"), format!("{c}a"), format!("a{c}"), format!("a{c}a")] {
+            let accepted = seckill::domain::UserId::parse(&id).is_ok();
+            assert_eq!(
+                pattern.is_match(&id),
+                accepted,
+                "{id:?} (U+{:04X}): the pattern and the server disagree",
+                c as u32
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 4 * (0x10000 - 0x800), "every character but the surrogates");
+}

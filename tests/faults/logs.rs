@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use redis::AsyncCommands;
 use seckill::limiter::Algorithm;
 use seckill::redis::keys::rate_limit_key;
 

@@ -22,10 +22,17 @@ pub struct BuyRequest {
     /// 1-64 characters of `[A-Za-z0-9_-]`.
     #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
     sale_id: String,
-    /// 1-128 printable characters (no control characters). Required with `SECKILL_AUTH=none`
+    /// 1-128 printable characters: no control or format characters (zero-width, bidi controls;
+    /// the pattern lists those of the Basic Multilingual Plane, the few beyond it are refused
+    /// too), no whitespace at either end. Required with `SECKILL_AUTH=none`
     /// (this document then lists it as required); with `jwt` it may be left out, the buyer is the
     /// token's, and a `user_id` other than it is refused (403 `user_mismatch`).
-    #[schema(nullable = false, min_length = 1, max_length = 128, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
+    #[schema(
+        nullable = false,
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u180E\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u2064\\u2066-\\u206F\\uFEFF\\uFFF9-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]([^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u180E\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u2064\\u2066-\\u206F\\uFEFF\\uFFF9-\\uFFFB]*[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u180E\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u2064\\u2066-\\u206F\\uFEFF\\uFFF9-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000])?$"
+    )]
     #[serde(default)]
     user_id: Option<String>,
 }
