@@ -41,10 +41,12 @@
 //!      by hand or by the janitor.
 //! 7. HTTP
 //!    - [`http`]: the routes, `AppState`, the API error and its status codes, the middleware,
-//!      the client's address behind proxies.
+//!      the client's address behind proxies, the edge (`edge`: what a connection may hold before
+//!      a handler runs).
 //! 8. Application
 //!    - [`config`]: the command line and every setting, with its default.
-//!    - [`app`]: builds and runs the service with its ordered shutdown; the other commands.
+//!    - [`app`]: builds and runs the service with its ordered shutdown (the server assembled
+//!      behind the edge in `server`); the other commands.
 
 pub mod app;
 pub mod config;
