@@ -137,3 +137,26 @@ async fn the_user_id_pattern_is_the_servers_rule() {
     }
     assert_eq!(checked, 4 * (0x10000 - 0x800), "every character but the surrogates");
 }
+
+/// The fuzz's hooks (`scripts/schemathesis_hooks.py`) drop generated ids holding a format
+/// character beyond the Basic Multilingual Plane, which the pattern cannot name: their table must
+/// be exactly the characters beyond that plane the server refuses.
+#[test]
+fn the_fuzz_hooks_know_the_format_characters_beyond_the_bmp() {
+    let hooks = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/schemathesis_hooks.py")).unwrap();
+    let pair = regex::Regex::new(r"\(0x([0-9A-F]+), 0x([0-9A-F]+)\)").unwrap();
+    let listed: Vec<(u32, u32)> = pair
+        .captures_iter(&hooks)
+        .map(|c| (u32::from_str_radix(&c[1], 16).unwrap(), u32::from_str_radix(&c[2], 16).unwrap()))
+        .collect();
+    let mut refused: Vec<(u32, u32)> = vec![];
+    for c in (0x10000..=0x10FFFF_u32).filter_map(char::from_u32) {
+        if seckill::domain::UserId::parse(&format!("a{c}a")).is_err() {
+            match refused.last_mut() {
+                Some((_, hi)) if *hi + 1 == c as u32 => *hi = c as u32,
+                _ => refused.push((c as u32, c as u32)),
+            }
+        }
+    }
+    assert_eq!(listed, refused, "FORMAT_BEYOND_BMP in scripts/schemathesis_hooks.py");
+}
