@@ -1,6 +1,7 @@
 //! The edge: what a connection may hold before a request reaches a handler. Each accepted TCP
 //! stream is admitted against its client's open connections (`connections`) and wrapped in an
-//! [`EdgeStream`] that bounds each request's head size and read time (`stream`). A refusal is a
+//! [`EdgeStream`] that bounds each request's head size and read time (`stream`), following the
+//! requests' heads and bodies as they arrive (`framing`). A refusal is a
 //! JSON answer like every other error, then the connection is closed, and it is counted in
 //! `seckill_edge_refusals_total{reason}`.
 //!
@@ -8,6 +9,7 @@
 //! listen backlog, needs a proxy or a load balancer in front (docs/operations.md).
 
 mod connections;
+mod framing;
 mod stream;
 
 use std::net::SocketAddr;
