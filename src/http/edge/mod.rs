@@ -131,11 +131,6 @@ impl Edge {
         }
     }
 
-    /// Clients holding at least one counted connection.
-    pub fn clients(&self) -> usize {
-        self.connections.clients()
-    }
-
     fn index(refusal: Refusal) -> usize {
         Refusal::ALL.iter().position(|r| *r == refusal).expect("every refusal is listed")
     }
