@@ -1,6 +1,7 @@
 -- buy.lua: decide one purchase atomically and enqueue its order in the same call.
 --
--- KEYS[1]  sale meta hash     seckill:{sale:<id>}:meta    (stock_initial, starts_at_ms, ends_at_ms, shards)
+-- KEYS[1]  sale meta hash     seckill:{sale:<id>}:meta    (stock_initial, starts_at_ms, ends_at_ms, shards,
+--                             payment_window_ms)
 -- KEYS[2]  stock counter      seckill:{sale:<id>}:stock
 -- KEYS[3]  buyer set          seckill:{sale:<id>}:buyers
 -- KEYS[4]  order stream       seckill:{sale:<id>}:orders
@@ -11,8 +12,12 @@
 -- ARGV[4]  shards             how many shards the caller believes the sale has (1: unsharded;
 --                             docs/stock-sharding.md). KEYS are then those of one shard.
 --
--- Returns one status string, except for "already_purchased":
+-- Returns one status string, except for "already_purchased" and "reserved":
 --   "ok"                 user added, stock decremented, order appended to the stream, receipt kept
+--   {"reserved", pay_by_ms}
+--                        the same, in a sale with a payment window (meta payment_window_ms): the
+--                        order is a reservation to be paid by pay_by_ms = Redis time + the window,
+--                        which its entry carries too (src/reservations/)
 --   "unknown_sale"       no meta (no stock_initial in it) or no stock key: the sale was never seeded
 --   "wrong_shards"       the meta records another shard count than ARGV[4]: nothing is written,
 --                        the caller reads the sale's layout and asks again
@@ -33,7 +38,9 @@
 -- never goes negative; XADD, HSET, SADD and DECR happen together or not at all (Redis does not
 -- roll a failed script back, so the writes are ordered such that only the first two can fail,
 -- and a failed HSET deletes the entry the XADD just added), so every "ok" has its order in the
--- stream and a receipt, and stock_initial = stock + SCARD(buyers) always holds. The
+-- stream and a receipt, and stock_initial = stock + SCARD(buyers) - SCARD(released) always
+-- holds (the released set is lua/release.lua's: units given back by cancelled or expired
+-- reservations; a released buyer stays a buyer and cannot buy again in the sale). The
 -- receipt lets a retry after a lost 201 learn its order id without touching Postgres. All keys share the
 -- sale's hash tag, so the script runs on Redis Cluster. Time comes from the Redis server, and is
 -- checked before the stock: a shard answers "sold_out" only once it has started.
@@ -41,7 +48,7 @@
 -- Example (after seed.lua below has created the sale):
 --   redis-cli --eval lua/buy.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' , demo alice 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1
 
-local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'shards')
+local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'shards', 'payment_window_ms')
 local stock_raw = meta[1] and redis.call('GET', KEYS[2])
 if not stock_raw then
   return 'unknown_sale'
@@ -86,8 +93,17 @@ end
 -- of another type: the entry just added is deleted again). SADD cannot fail (SISMEMBER above
 -- took the key), nor can DECR (the stock checked above).
 local created_at = string.format('%d', now_ms)
-local entry = redis.call('XADD', KEYS[4], '*',
-  'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at)
+local window = tonumber(meta[5])
+local pay_by
+local entry
+if window then
+  pay_by = string.format('%d', now_ms + window)
+  entry = redis.call('XADD', KEYS[4], '*',
+    'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at, 'pay_by_ms', pay_by)
+else
+  entry = redis.call('XADD', KEYS[4], '*',
+    'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at)
+end
 local receipt = redis.pcall('HSET', KEYS[5], ARGV[2], ARGV[3] .. ' ' .. created_at .. ' ' .. entry)
 if type(receipt) == 'table' and receipt.err then
   redis.call('XDEL', KEYS[4], entry)
@@ -95,4 +111,7 @@ if type(receipt) == 'table' and receipt.err then
 end
 redis.call('SADD', KEYS[3], ARGV[2])
 redis.call('DECR', KEYS[2])
+if pay_by then
+  return {'reserved', pay_by}
+end
 return 'ok'

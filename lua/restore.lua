@@ -4,8 +4,10 @@
 -- KEYS[1]  stock counter      seckill:{sale:<id>}:stock
 -- KEYS[2]  buyer set          seckill:{sale:<id>}:buyers
 -- KEYS[3]  receipts hash      seckill:{sale:<id>}:receipts  (user id -> "<order id> <created_at_ms> <stream entry id>")
--- ARGV     triples: user id, order id, created_at_ms (Unix milliseconds), of orders committed to
---          Postgres; as many triples as fit one call (the caller sends them in pages)
+-- KEYS[4]  released set       seckill:{sale:<id>}:released  (lua/release.lua)
+-- ARGV     quadruples: user id, order id, created_at_ms (Unix milliseconds), released ("1" for
+--          an order Postgres holds as cancelled or expired, else "0"), of orders committed to
+--          Postgres; as many as fit one call (the caller sends them in pages)
 --
 -- Returns {restored, overdrawn}:
 --   restored   users added to the buyer set (users already in it are left alone: idempotent)
@@ -15,12 +17,14 @@
 --
 -- Invariants kept: a restored buyer is refused a second purchase (SISMEMBER in buy.lua) and is
 -- told its Postgres order on a repeat: the receipt names entry "0-0", older than any stream
--- entry, so buy.lua reads it as confirmed. Each restored buyer takes one item of stock, so
--- stock_initial = stock + SCARD(buyers) holds across the loss and the restore. The stock key must
+-- entry, so buy.lua reads it as confirmed. Each restored buyer of a live order takes one item of
+-- stock; a released order's buyer takes none and its order joins the released set, so a release
+-- still owed for it finds the gate closed and does not add the unit a second time. So
+-- stock_initial = stock + SCARD(buyers) - SCARD(released) holds across the loss and the restore. The stock key must
 -- exist (the sale is seeded): a missing stock key is refused with an error, nothing is written.
 --
 -- Example:
---   redis-cli --eval lua/restore.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:receipts' , bob 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a70 1732363200000
+--   redis-cli --eval lua/restore.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:released' , bob 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a70 1732363200000 0
 
 local stock = tonumber(redis.call('GET', KEYS[1]))
 if not stock then
@@ -28,15 +32,21 @@ if not stock then
 end
 
 local restored = 0
-for i = 1, #ARGV, 3 do
+local taken = 0
+for i = 1, #ARGV, 4 do
   local user = ARGV[i]
   if redis.call('SADD', KEYS[2], user) == 1 then
     redis.call('HSET', KEYS[3], user, ARGV[i + 1] .. ' ' .. ARGV[i + 2] .. ' 0-0')
     restored = restored + 1
+    if ARGV[i + 3] == '1' then
+      redis.call('SADD', KEYS[4], ARGV[i + 1])
+    else
+      taken = taken + 1
+    end
   end
 end
 
-local left = stock - restored
+local left = stock - taken
 local overdrawn = 0
 if left < 0 then
   overdrawn = -left

@@ -11,6 +11,8 @@
 -- ARGV[5]  shard suffixes     on shard 0 of a sharded sale (the sale's own keys): the other
 --                             shards' suffixes, comma-separated, for every instance to read; else ""
 -- ARGV[6]  re-seed            "1" when the sale exists already, else "0"
+-- ARGV[7]  payment window     milliseconds a reservation has to be paid (buy.lua, release.lua),
+--                             or "" for none: orders are final at once
 --
 -- Returns one status string:
 --   "ok"                 seeded
@@ -27,7 +29,7 @@
 -- (src/redis/order_stream.rs).
 --
 -- Example:
---   redis-cli --eval lua/seed.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' , 100 '' '' 1 '' 0
+--   redis-cli --eval lua/seed.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' , 100 '' '' 1 '' 0 ''
 
 if redis.call('SCARD', KEYS[3]) > 0 then
   return 'sale_in_progress'
@@ -54,6 +56,9 @@ if ARGV[3] ~= '' then
 end
 if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'shard_suffixes', ARGV[5])
+end
+if ARGV[7] ~= '' then
+  redis.call('HSET', KEYS[1], 'payment_window_ms', ARGV[7])
 end
 redis.call('SET', KEYS[2], stock)
 return 'ok'

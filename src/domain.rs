@@ -99,11 +99,61 @@ pub struct Order {
     pub user_id: UserId,
     /// Redis server time of the purchase, Unix milliseconds.
     pub created_at_ms: i64,
+    /// In a sale with a payment window, the reservation's deadline (Redis time, Unix
+    /// milliseconds); `None`: the order is final at once.
+    pub pay_by_ms: Option<i64>,
+}
+
+/// Where an order stands, as Postgres (the authority) holds it. An order of a sale without a
+/// payment window is `Confirmed` at once; with one it is `Reserved` until exactly one of `Paid`,
+/// `Cancelled` or `Expired` (each a compare-and-set from `Reserved`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Standing {
+    Confirmed,
+    Reserved,
+    Paid,
+    Cancelled,
+    Expired,
+}
+
+impl Standing {
+    /// The name Postgres and the API use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Confirmed => "confirmed",
+            Self::Reserved => "reserved",
+            Self::Paid => "paid",
+            Self::Cancelled => "cancelled",
+            Self::Expired => "expired",
+        }
+    }
+
+    /// Parses a stored status.
+    pub fn parse(word: &str) -> Option<Self> {
+        [Self::Confirmed, Self::Reserved, Self::Paid, Self::Cancelled, Self::Expired]
+            .into_iter()
+            .find(|s| s.as_str() == word)
+    }
+
+    /// Whether the order gave its unit back (cancelled or expired).
+    pub fn released(self) -> bool {
+        matches!(self, Self::Cancelled | Self::Expired)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn standings_round_trip_through_their_names() {
+        for s in [Standing::Confirmed, Standing::Reserved, Standing::Paid, Standing::Cancelled, Standing::Expired] {
+            assert_eq!(Standing::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(Standing::parse("queued"), None);
+        assert!(Standing::Expired.released() && !Standing::Paid.released());
+    }
 
     #[test]
     fn sale_ids_are_tag_safe() {

@@ -35,6 +35,9 @@
 //! 5. Orders
 //!    - [`orders`]: the queue's reads and re-enqueues (`queue`), the worker that copies the
 //!      orders from the streams into Postgres (`worker`), and one buyer's order (`lookup`).
+//!    - [`reservations`]: payment windows: a reservation's transitions in Postgres (`store`),
+//!      the release of its unit (`lua/release.lua`), the sweeper that expires them on time and
+//!      re-drives owed releases (`sweeper`), the payment events' signature (`signature`).
 //! 6. Reconciliation
 //!    - [`reconcile`]: whether a sale's Redis buyers and Postgres orders agree, and the repair.
 //!    - [`retire`]: retiring a sale that is over (its Redis keys go, Postgres keeps its orders),
@@ -60,5 +63,6 @@ pub mod orders;
 pub mod purchase;
 pub mod reconcile;
 pub mod redis;
+pub mod reservations;
 pub mod retire;
 pub mod telemetry;

@@ -22,6 +22,9 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Worker => app::run_worker(&cli.config, app::shutdown_on_signals()).await?,
         Command::Migrate => app::migrate(&cli.config).await?,
         Command::Token { user, ttl } => app::print_token(&cli.config, &user, ttl)?,
+        Command::Pay { sale, order, url, event_id } => {
+            return Ok(app::send_payment(&cli.config, &sale, order, &url, event_id).await);
+        }
         // Ctrl-C keeps its default meaning: an interrupted check or repair is simply run again.
         Command::Reconcile { sale_id, repair } => return Ok(app::run_reconcile(&cli.config, &sale_id, repair).await),
         Command::Retire { sale_id } => return Ok(app::run_retire(&cli.config, &sale_id).await),

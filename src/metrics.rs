@@ -69,6 +69,16 @@ pub struct Metrics {
     /// Connections the edge closed, by `reason`: `too_many_connections`, `header_too_large`,
     /// `length_required`, `request_timeout` (`crate::http::edge`).
     pub edge_refusals: IntCounterVec,
+    /// Reservations that left `reserved`, by `outcome`: `paid`, `cancelled`, `expired`
+    /// (`crate::reservations`).
+    pub reservations: IntCounterVec,
+    /// Payment events that arrived after their order had expired or been cancelled
+    /// (`outcome="late"`), or for an order already paid (`outcome="duplicate"`): to refund.
+    pub late_payments: IntCounterVec,
+    /// Units cancelled or expired reservations gave back to their sale's stock.
+    pub units_released: IntCounter,
+    /// Seconds from a reservation's deadline to its expiry in Postgres.
+    pub expiry_lag_seconds: Histogram,
     /// The purchase and limiter counters of every label, resolved once: looking a labelled
     /// child up per request (a hash and a shared lock) was a measurable cost on the hot path.
     purchase_counters: Vec<IntCounter>,
@@ -157,6 +167,19 @@ impl Metrics {
                 "seckill_edge_refusals_total",
                 "Connections closed by the edge, with their answer, by reason",
                 &["reason"],
+            ),
+            reservations: counter("seckill_reservations_total", "Reservations resolved, by outcome", &["outcome"]),
+            late_payments: counter("seckill_late_payments_total", "Payments to refund, by outcome", &["outcome"]),
+            units_released: {
+                let metric = IntCounter::new("seckill_units_released_total", "Units released reservations gave back")
+                    .expect("valid metric");
+                registry.register(Box::new(metric.clone())).expect("unique metric");
+                metric
+            },
+            expiry_lag_seconds: histogram(
+                "seckill_expiry_lag_seconds",
+                "From a reservation's deadline to its expiry",
+                vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0],
             ),
             registry,
         }

@@ -28,8 +28,10 @@
 //! [`repair`] makes Redis whole again from what Postgres remembers. A sale Redis lost entirely is
 //! seeded again from its `sales` row; buyers Postgres has and Redis lost (`unknown_to_redis`) go
 //! back into the buyer set with their receipts, the stock lowered by as many
-//! (`lua/restore.lua`), so nobody buys twice and `stock_initial = stock_left + sold` holds across
-//! the loss; missing orders are re-enqueued; a missing `sales` row is restored. It deletes
+//! (`lua/restore.lua`), so nobody buys twice and `stock_initial = stock_left + sold - released`
+//! holds across the loss; the units of cancelled or expired orders are released again (each
+//! returns at most once: `lua/release.lua`'s gate); missing orders are re-enqueued; a missing
+//! `sales` row is restored. It deletes
 //! nothing.
 
 use std::collections::HashSet;
@@ -41,6 +43,7 @@ use crate::db;
 use crate::domain::{SaleId, UserId};
 use crate::orders::queue;
 use crate::purchase::{CommittedOrder, SaleSpec, SaleState, Sales, SeedOutcome};
+use crate::reservations::{self, ReservationError};
 
 /// What reconciling one sale found (and, after [`repair`], did).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -51,11 +54,19 @@ pub struct ReconcileReport {
     pub stock_left: i64,
     /// Users in the buyer set, read atomically with `stock_left`.
     pub buyers: i64,
+    /// Orders whose unit went back into the stock (cancelled or expired reservations), read
+    /// atomically with `stock_left`.
+    #[serde(default)]
+    pub released: i64,
+    /// Cancelled or expired orders in Postgres whose unit is not yet back (the sweeper
+    /// re-drives them; the repair releases them at once).
+    #[serde(default)]
+    pub releases_owed: i64,
     /// Orders of the sale in Postgres.
     pub persisted: i64,
     /// Orders in the sale's stream, not yet committed to Postgres.
     pub queued: i64,
-    /// `stock_initial == stock_left + buyers && stock_left >= 0`.
+    /// `stock_initial == stock_left + buyers - released && stock_left >= 0`.
     pub stock_balanced: bool,
     /// `stock_initial` of the Postgres `sales` row; `None` if the row is missing.
     pub sales_row_stock: Option<i64>,
@@ -77,6 +88,10 @@ pub struct ReconcileReport {
     /// than its `stock_initial` (it was re-seeded with less stock than Postgres has orders).
     #[serde(default)]
     pub overdrawn: u64,
+    /// Units the repair gave back for cancelled or expired orders Redis had not released (each
+    /// at most once: `lua/release.lua`).
+    #[serde(default)]
+    pub units_released: u64,
     /// Stock balanced, `sales` row present with the same `stock_initial`, both lists empty.
     pub consistent: bool,
 }
@@ -106,6 +121,17 @@ pub enum ReconcileError {
     Postgres(#[from] sqlx::Error),
 }
 
+impl From<ReservationError> for ReconcileError {
+    /// A release fails only on Redis or Postgres (it names no order a caller chose).
+    fn from(err: ReservationError) -> Self {
+        match err {
+            ReservationError::Redis(err) => Self::Redis(err),
+            ReservationError::Postgres(err) => Self::Postgres(err),
+            other => Self::Postgres(sqlx::Error::Protocol(other.to_string())),
+        }
+    }
+}
+
 /// Compares the sale's Redis buyers with its Postgres orders, in the read order described in the
 /// module documentation. `None` if the sale was never seeded in Redis.
 pub async fn check(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option<ReconcileReport>, ReconcileError> {
@@ -129,21 +155,33 @@ pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Optio
     let lost = db::orders_of_users(pool, sale, &report.unknown_to_redis).await?;
     let lost: Vec<CommittedOrder> = lost
         .into_iter()
-        .filter_map(|(user, order_id, created_at)| {
-            let created_at_ms = (created_at.unix_timestamp_nanos() / 1_000_000) as i64;
-            Some(CommittedOrder { user_id: valid_user(sale, &user)?, order_id, created_at_ms })
+        .filter_map(|order| {
+            let created_at_ms = (order.created_at.unix_timestamp_nanos() / 1_000_000) as i64;
+            Some(CommittedOrder {
+                user_id: valid_user(sale, &order.user_id)?,
+                order_id: order.order_id,
+                created_at_ms,
+                released: order.standing.released(),
+            })
         })
         .collect();
     let restored = sales.restore_buyers(sale, &lost).await?;
     (report.buyers_restored, report.overdrawn) = (restored.buyers, restored.overdrawn);
+    report.units_released = reservations::release_all(sales, pool, sale).await?;
     let users: Vec<UserId> = report.missing_in_postgres.iter().filter_map(|user| valid_user(sale, user)).collect();
     let orders = queue::requeue(sales, sale, &users).await?;
     report.reenqueued = orders.len();
     if report.sales_row_stock.is_none() {
         let at = |ms: Option<i64>| ms.map(db::ms_to_time);
-        report.sales_row_restored =
-            db::insert_sale_if_missing(pool, sale, state.stock_initial, at(state.starts_at_ms), at(state.ends_at_ms))
-                .await?;
+        report.sales_row_restored = db::insert_sale_if_missing(
+            pool,
+            sale,
+            state.stock_initial,
+            at(state.starts_at_ms),
+            at(state.ends_at_ms),
+            state.payment_window_ms,
+        )
+        .await?;
     }
     tracing::info!(
         sale_id = %sale,
@@ -179,6 +217,7 @@ async fn reseed_lost_sale(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result
         starts_at_ms: ms(row.starts_at),
         ends_at_ms: ms(row.ends_at),
         shards: None,
+        payment_window_ms: row.payment_window_ms,
     };
     let outcome = sales.seed(sale, spec).await?;
     tracing::warn!(sale_id = %sale, ?outcome, "sale lost by Redis seeded again from its Postgres row");
@@ -208,7 +247,8 @@ async fn inspect(
     let unknown_to_redis = sorted(persisted.iter().filter(|u| !buyers_after.contains(*u)).cloned());
     let sales_row_stock = db::sales_row_stock(pool, sale).await?;
 
-    let stock_balanced = state.stock_initial == state.stock_left + state.sold && state.stock_left >= 0;
+    let stock_balanced = state.stock_initial == state.stock_left + state.sold - state.released && state.stock_left >= 0;
+    let releases_owed = reservations::store::tally(pool, sale).await?.releases_owed;
     let consistent = stock_balanced
         && sales_row_stock == Some(state.stock_initial)
         && missing_in_postgres.is_empty()
@@ -218,6 +258,8 @@ async fn inspect(
         stock_initial: state.stock_initial,
         stock_left: state.stock_left,
         buyers: state.sold,
+        released: state.released,
+        releases_owed,
         persisted: persisted.len() as i64,
         queued: state.queued,
         stock_balanced,
@@ -229,6 +271,7 @@ async fn inspect(
         sale_restored: false,
         buyers_restored: 0,
         overdrawn: 0,
+        units_released: 0,
         consistent,
     };
     Ok(Some((report, state)))

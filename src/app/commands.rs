@@ -19,12 +19,18 @@ use crate::purchase::Sales;
 use crate::reconcile;
 use crate::redis::Keyspace;
 use crate::redis::connection;
+use crate::reservations::Reservations;
 use crate::retire::{RetireOutcome, Retirer};
 
 /// The `seckill worker` command: the worker alone, until `shutdown` fires.
 pub async fn run_worker(config: &Config, shutdown: CancellationToken) -> anyhow::Result<()> {
-    connect_and_migrate(config).await?;
-    build_worker(config, "worker", Arc::new(Metrics::new()))?.run(shutdown).await;
+    let pool = connect_and_migrate(config).await?;
+    let metrics = Arc::new(Metrics::new());
+    let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
+    let sales = Sales::new(Keyspace::new(redis, config.key_prefix.clone()));
+    let sweeper = tokio::spawn(Reservations::new(sales, pool, metrics.clone()).sweep(shutdown.clone()));
+    build_worker(config, "worker", metrics)?.run(shutdown).await;
+    sweeper.await.context("reservation sweeper")?;
     Ok(())
 }
 
@@ -161,4 +167,52 @@ pub fn print_token(config: &Config, user: &UserId, ttl: Duration) -> anyhow::Res
     .map_err(anyhow::Error::msg)?;
     println!("{token}");
     Ok(())
+}
+
+/// The `seckill pay` command: signs an `order.paid` event for `order` with
+/// SECKILL_PAYMENT_SECRET, posts it to `url`'s `/payments/events`, prints the answer.
+pub async fn send_payment(
+    config: &Config,
+    sale: &SaleId,
+    order: uuid::Uuid,
+    url: &str,
+    event_id: Option<String>,
+) -> ExitCode {
+    let Some(secret) = &config.payments.payment_secret else {
+        eprintln!("seckill pay: SECKILL_PAYMENT_SECRET is not set");
+        return ExitCode::from(EXIT_DIFFERENCES);
+    };
+    let id = event_id.unwrap_or_else(|| format!("evt_{}", uuid::Uuid::now_v7().simple()));
+    let body =
+        serde_json::json!({"id": id, "type": "order.paid", "sale_id": sale.as_str(), "order_id": order}).to_string();
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let signature = crate::reservations::signature::sign(body.as_bytes(), secret.expose_secret().as_bytes(), now);
+    let endpoint = format!("{}/payments/events", url.trim_end_matches('/'));
+    let sent = reqwest::Client::new()
+        .post(&endpoint)
+        .header("content-type", "application/json")
+        .header(crate::reservations::signature::HEADER, signature)
+        .body(body)
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await;
+    let response = match sent {
+        Ok(response) => response,
+        Err(err) => {
+            eprintln!("seckill pay: {endpoint}: {err}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    println!("{text}");
+    let paid = status.is_success()
+        && serde_json::from_str::<serde_json::Value>(&text)
+            .is_ok_and(|v| v["status"] == "paid" && v["late_payment"] == false);
+    if paid {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("seckill pay: event {id}: HTTP {status}");
+        ExitCode::from(EXIT_DIFFERENCES)
+    }
 }

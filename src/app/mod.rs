@@ -1,6 +1,6 @@
 //! The composition root: builds the service from its configuration and runs it until told to
 //! stop ([`Application`]), with the ordered shutdown; the bodies of the other commands
-//! (`seckill worker`, `migrate`, `reconcile`, `retire`, `token`) are in `commands`.
+//! (`seckill worker`, `migrate`, `reconcile`, `retire`, `token`, `pay`) are in `commands`.
 
 mod commands;
 mod server;
@@ -31,18 +31,22 @@ use crate::purchase::sold_out::{self, SaleEvent, SoldOutFlags};
 use crate::redis::Keyspace;
 use crate::redis::confirm::ConfirmPool;
 use crate::redis::connection::{self, RedisTarget};
+use crate::reservations::Reservations;
 use crate::retire::Retirer;
 use crate::retire::janitor::Janitor;
 
-pub use commands::{migrate, print_token, run_reconcile, run_retire, run_worker};
+pub use commands::{migrate, print_token, run_reconcile, run_retire, run_worker, send_payment};
 
 /// A built service: the HTTP server bound to its port, the listener that keeps its sold-out flags
-/// and retired sales fresh, the retirement janitor, and optionally the worker.
+/// and retired sales fresh, the retirement janitor, and optionally the worker with the
+/// reservations' sweeper.
 pub struct Application {
     server: Server,
     local_addr: SocketAddr,
     metrics_addr: Option<SocketAddr>,
     worker: Option<Worker>,
+    /// The reservations' sweeper, run with the worker.
+    sweeper: Option<Reservations>,
     janitor: Janitor,
     events: SaleEvents,
     redis_url: SecretString,
@@ -101,6 +105,9 @@ impl Application {
             config.consumer_name(&local_addr.port().to_string()),
         );
         let events = SaleEvents { sold_out: sold_out.clone(), retired: retired.clone(), sales: sales.clone() };
+        let reservations = Reservations::new(sales.clone(), pool.clone(), metrics.clone());
+        // The sweeper runs where the worker runs: the processes that write orders to Postgres.
+        let sweeper = run_worker.then(|| reservations.clone());
         let state = AppState {
             sales: sales.clone(),
             board: SaleBoard::new(sales),
@@ -120,6 +127,9 @@ impl Application {
             admin_token: config.admin_token.clone(),
             verifier: verifier.map(Arc::new),
             worker_health: worker.as_ref().map(Worker::health),
+            reservations,
+            payment_secret: config.payments.payment_secret.clone(),
+            default_payment_window: config.payments.payment_window,
         };
         let edge = Edge::new(config.edge.settings(), config.ipv6_prefix, state.proxies.clone(), &metrics);
         let listeners = server::Listeners { public: listener, metrics: metrics_listener };
@@ -130,6 +140,7 @@ impl Application {
             local_addr,
             metrics_addr,
             worker,
+            sweeper,
             janitor,
             events,
             redis_url: config.redis_url.clone(),
@@ -159,6 +170,7 @@ impl Application {
             async move { sold_out::listen(url, channel, &|event| events.apply(event), stop).await }
         });
         let janitor = tokio::spawn(self.janitor.run(worker_stop.clone()));
+        let sweeper = self.sweeper.map(|s| tokio::spawn(s.sweep(worker_stop.clone())));
         let stopper = tokio::spawn({
             let shutdown = shutdown.clone();
             async move {
@@ -172,6 +184,9 @@ impl Application {
         stopper.await.context("stopping the http server")?;
         events.await.context("seed events listener")?;
         janitor.await.context("retirement janitor")?;
+        if let Some(sweeper) = sweeper {
+            sweeper.await.context("reservation sweeper")?;
+        }
         if let Some(worker) = worker {
             worker.await.context("worker task")?;
         }

@@ -15,12 +15,14 @@ mod auth;
 mod database;
 mod durability;
 mod edge;
+mod payments;
 mod retire;
 
 pub use auth::AuthConfig;
 pub use database::DatabaseConfig;
 pub use durability::{DurabilityConfig, MAX_CONFIRM_REPLICAS};
 pub use edge::EdgeConfig;
+pub use payments::PaymentConfig;
 pub use retire::RetireConfig;
 
 /// The `seckill` command line.
@@ -83,6 +85,24 @@ pub enum Command {
         /// How long the token is valid.
         #[arg(long, default_value = "1h", value_parser = duration)]
         ttl: Duration,
+    },
+    /// Send a signed `order.paid` event for one order to a running service's POST
+    /// /payments/events (signed with SECKILL_PAYMENT_SECRET, as the shop's payment system would),
+    /// and print its answer. Exit status: 0 paid, 1 answered otherwise (a late payment, an error),
+    /// 3 the service could not be reached.
+    Pay {
+        /// The order's sale.
+        #[arg(long, value_parser = SaleId::parse)]
+        sale: SaleId,
+        /// The order (the order_id of its 201).
+        #[arg(long)]
+        order: uuid::Uuid,
+        /// The service's base URL (plain HTTP).
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// The event's id (default: a new UUID): send the same id again to replay an event.
+        #[arg(long)]
+        event_id: Option<String>,
     },
 }
 
@@ -216,6 +236,10 @@ pub struct Config {
     /// What a connection may hold before a request reaches a handler; the metrics listener.
     #[command(flatten)]
     pub edge: EdgeConfig,
+
+    /// Reservations: the default payment window and the payment events' secret.
+    #[command(flatten)]
+    pub payments: PaymentConfig,
 }
 
 impl Config {
@@ -241,6 +265,7 @@ impl Config {
     /// against the Redis timeout.
     pub fn validate(&self) -> Result<(), String> {
         self.database.validate()?;
+        self.payments.validate()?;
         if let Some(token) = &self.admin_token {
             admin_token(token.expose_secret())?;
         }

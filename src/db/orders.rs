@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::ms_to_time;
-use crate::domain::{Order, SaleId, UserId};
+use crate::domain::{Order, SaleId, Standing, UserId};
 
 /// What one batch insert did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -32,10 +32,15 @@ pub async fn insert_orders(pool: &PgPool, orders: &[Order]) -> Result<InsertRepo
     let sales: Vec<&str> = orders.iter().map(|o| o.sale_id.as_str()).collect();
     let users: Vec<&str> = orders.iter().map(|o| o.user_id.as_str()).collect();
     let times: Vec<OffsetDateTime> = orders.iter().map(|o| ms_to_time(o.created_at_ms)).collect();
+    // A reservation (a sale with a payment window) is 'reserved' until its deadline; any other
+    // order is 'confirmed', final at once.
+    let pay_by: Vec<Option<OffsetDateTime>> = orders.iter().map(|o| o.pay_by_ms.map(ms_to_time)).collect();
 
     let inserted: Vec<Uuid> = sqlx::query_scalar(
-        "insert into orders (order_id, sale_id, user_id, created_at)
-         select * from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[])
+        "insert into orders (order_id, sale_id, user_id, created_at, pay_by, status)
+         select o.*, case when o.pay_by is null then 'confirmed' else 'reserved' end
+         from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[])
+              as o (order_id, sale_id, user_id, created_at, pay_by)
          on conflict do nothing
          returning order_id",
     )
@@ -43,6 +48,7 @@ pub async fn insert_orders(pool: &PgPool, orders: &[Order]) -> Result<InsertRepo
     .bind(&sales)
     .bind(&users)
     .bind(&times)
+    .bind(&pay_by)
     .fetch_all(pool)
     .await?;
 
@@ -92,28 +98,45 @@ pub async fn count_orders_by_sale(pool: &PgPool, sales: &[SaleId]) -> Result<Has
     Ok(rows.into_iter().collect())
 }
 
-/// The user's order in the sale, if Postgres has it: its id and time.
-pub async fn order_of(
-    pool: &PgPool,
-    sale: &SaleId,
-    user: &UserId,
-) -> Result<Option<(Uuid, OffsetDateTime)>, sqlx::Error> {
-    sqlx::query_as("select order_id, created_at from orders where sale_id = $1 and user_id = $2")
-        .bind(sale.as_str())
-        .bind(user.as_str())
-        .fetch_optional(pool)
-        .await
+/// One order as Postgres holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredOrder {
+    pub order_id: Uuid,
+    pub user_id: String,
+    /// Redis time of the purchase.
+    pub created_at: OffsetDateTime,
+    pub standing: Standing,
+    /// A reservation's deadline (a sale with a payment window).
+    pub pay_by: Option<OffsetDateTime>,
 }
 
-/// The orders of the given users in the sale: user id, order id, and Redis time of the purchase.
-pub async fn orders_of_users(
-    pool: &PgPool,
-    sale: &SaleId,
-    users: &[String],
-) -> Result<Vec<(String, Uuid, OffsetDateTime)>, sqlx::Error> {
-    sqlx::query_as("select user_id, order_id, created_at from orders where sale_id = $1 and user_id = any($2)")
-        .bind(sale.as_str())
-        .bind(users)
-        .fetch_all(pool)
-        .await
+type OrderTuple = (Uuid, String, OffsetDateTime, String, Option<OffsetDateTime>);
+
+fn stored((order_id, user_id, created_at, status, pay_by): OrderTuple) -> Result<StoredOrder, sqlx::Error> {
+    let standing = Standing::parse(&status).ok_or_else(|| sqlx::Error::Decode(format!("status {status:?}").into()))?;
+    Ok(StoredOrder { order_id, user_id, created_at, standing, pay_by })
+}
+
+/// The user's order in the sale, if Postgres has it.
+pub async fn order_of(pool: &PgPool, sale: &SaleId, user: &UserId) -> Result<Option<StoredOrder>, sqlx::Error> {
+    let row: Option<OrderTuple> = sqlx::query_as(
+        "select order_id, user_id, created_at, status, pay_by from orders where sale_id = $1 and user_id = $2",
+    )
+    .bind(sale.as_str())
+    .bind(user.as_str())
+    .fetch_optional(pool)
+    .await?;
+    row.map(stored).transpose()
+}
+
+/// The orders of the given users in the sale.
+pub async fn orders_of_users(pool: &PgPool, sale: &SaleId, users: &[String]) -> Result<Vec<StoredOrder>, sqlx::Error> {
+    let rows: Vec<OrderTuple> = sqlx::query_as(
+        "select order_id, user_id, created_at, status, pay_by from orders where sale_id = $1 and user_id = any($2)",
+    )
+    .bind(sale.as_str())
+    .bind(users)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(stored).collect()
 }

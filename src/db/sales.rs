@@ -12,17 +12,19 @@ pub async fn upsert_sale(
     stock: i64,
     starts_at: Option<OffsetDateTime>,
     ends_at: Option<OffsetDateTime>,
+    payment_window_ms: Option<i64>,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "insert into sales (sale_id, stock_initial, starts_at, ends_at) values ($1, $2, $3, $4)
+        "insert into sales (sale_id, stock_initial, starts_at, ends_at, payment_window_ms) values ($1, $2, $3, $4, $5)
          on conflict (sale_id) do update
          set stock_initial = excluded.stock_initial, starts_at = excluded.starts_at,
-             ends_at = excluded.ends_at, updated_at = now()",
+             ends_at = excluded.ends_at, payment_window_ms = excluded.payment_window_ms, updated_at = now()",
     )
     .bind(sale.as_str())
     .bind(stock)
     .bind(starts_at)
     .bind(ends_at)
+    .bind(payment_window_ms)
     .execute(tx)
     .await
     .map(drop)
@@ -36,15 +38,17 @@ pub async fn insert_sale_if_missing(
     stock: i64,
     starts_at: Option<OffsetDateTime>,
     ends_at: Option<OffsetDateTime>,
+    payment_window_ms: Option<i64>,
 ) -> Result<bool, sqlx::Error> {
     let done = sqlx::query(
-        "insert into sales (sale_id, stock_initial, starts_at, ends_at) values ($1, $2, $3, $4)
+        "insert into sales (sale_id, stock_initial, starts_at, ends_at, payment_window_ms) values ($1, $2, $3, $4, $5)
          on conflict (sale_id) do nothing",
     )
     .bind(sale.as_str())
     .bind(stock)
     .bind(starts_at)
     .bind(ends_at)
+    .bind(payment_window_ms)
     .execute(pool)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -64,11 +68,13 @@ pub struct SaleRow {
     pub stock_initial: i64,
     pub starts_at: Option<OffsetDateTime>,
     pub ends_at: Option<OffsetDateTime>,
+    /// Milliseconds a reservation has to be paid; `None`: orders are final at once.
+    pub payment_window_ms: Option<i64>,
 }
 
 /// The sale's `sales` row, if it has one.
 pub async fn sale_row(pool: &PgPool, sale: &SaleId) -> Result<Option<SaleRow>, sqlx::Error> {
-    sqlx::query_as("select stock_initial, starts_at, ends_at from sales where sale_id = $1")
+    sqlx::query_as("select stock_initial, starts_at, ends_at, payment_window_ms from sales where sale_id = $1")
         .bind(sale.as_str())
         .fetch_optional(pool)
         .await

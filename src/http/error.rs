@@ -107,6 +107,25 @@ pub enum ApiError {
     /// 409 `not_retirable`, with every reason in `reasons`.
     #[error("the sale cannot be retired yet: {}", reasons_text(.0))]
     NotRetirable(Vec<Refusal>),
+    /// 401 `invalid_signature`: a payment event's `Seckill-Signature` is missing, malformed,
+    /// stale or wrong.
+    #[error("the payment event's signature is refused: {0}")]
+    InvalidSignature(crate::reservations::signature::SignatureError),
+    /// 404 `unknown_order`: a payment event names no order of the sale.
+    #[error("no order of this sale has that id")]
+    UnknownOrder,
+    /// 404 `no_order`: the buyer has no order in the sale (nothing to cancel).
+    #[error("this buyer has no order in this sale")]
+    NoOrder,
+    /// 409 `not_reserved`: the order is not (or no longer) a reservation that can be cancelled.
+    #[error("the order is not a reservation that can be cancelled: {}", crate::reservations::Reservations::describe(*.0))]
+    NotReserved(crate::domain::Standing),
+    /// 409 `event_reused`: a payment event id was used before for another order.
+    #[error("this event id was used before for another order")]
+    EventReused,
+    /// 503 `payments_disabled`: no `SECKILL_PAYMENT_SECRET` is configured.
+    #[error("payment events are disabled: no SECKILL_PAYMENT_SECRET is configured")]
+    PaymentsDisabled,
     /// 429 `rate_limited`, with `Retry-After` in whole seconds.
     #[error("too many requests from this client; retry after {retry_after_secs} s")]
     RateLimited {
@@ -158,6 +177,12 @@ impl ApiError {
             Self::SaleRetired | Self::SeedRetired => "sale_retired",
             Self::NotRetirable(_) => "not_retirable",
             Self::RateLimited { .. } => "rate_limited",
+            Self::InvalidSignature(_) => "invalid_signature",
+            Self::UnknownOrder => "unknown_order",
+            Self::NoOrder => "no_order",
+            Self::NotReserved(_) => "not_reserved",
+            Self::EventReused => "event_reused",
+            Self::PaymentsDisabled => "payments_disabled",
             Self::NotDurable { .. } => "not_durable",
             Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal",
@@ -194,9 +219,11 @@ impl ResponseError for ApiError {
             Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::NotFound | Self::UnknownSale => StatusCode::NOT_FOUND,
+            Self::NotFound | Self::UnknownSale | Self::UnknownOrder | Self::NoOrder => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            Self::Unauthorized | Self::Unauthenticated | Self::InvalidToken(_) => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized | Self::Unauthenticated | Self::InvalidToken(_) | Self::InvalidSignature(_) => {
+                StatusCode::UNAUTHORIZED
+            }
             Self::AdminDisabled | Self::UserMismatch | Self::SaleNotStarted | Self::SaleEnded => StatusCode::FORBIDDEN,
             Self::AlreadyPurchased(_)
             | Self::SaleInProgress
@@ -204,10 +231,12 @@ impl ResponseError for ApiError {
             | Self::SaleStarted
             | Self::ShardsFixed { .. }
             | Self::SeedRetired
-            | Self::NotRetirable(_) => StatusCode::CONFLICT,
+            | Self::NotRetirable(_)
+            | Self::NotReserved(_)
+            | Self::EventReused => StatusCode::CONFLICT,
             Self::SoldOut | Self::SaleRetired => StatusCode::GONE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Self::Unavailable(_) | Self::NotDurable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable(_) | Self::NotDurable { .. } | Self::PaymentsDisabled => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -318,6 +347,18 @@ impl From<crate::retire::RetireError> for ApiError {
     fn from(err: crate::retire::RetireError) -> Self {
         use crate::retire::RetireError as E;
         match err {
+            E::Redis(err) => err.into(),
+            E::Postgres(err) => err.into(),
+        }
+    }
+}
+
+impl From<crate::reservations::ReservationError> for ApiError {
+    fn from(err: crate::reservations::ReservationError) -> Self {
+        use crate::reservations::ReservationError as E;
+        match err {
+            E::UnknownOrder => Self::UnknownOrder,
+            E::EventReused => Self::EventReused,
             E::Redis(err) => err.into(),
             E::Postgres(err) => err.into(),
         }

@@ -30,6 +30,7 @@ use crate::purchase::board::SaleBoard;
 use crate::purchase::retired::RetiredSales;
 use crate::purchase::sold_out::SoldOutFlags;
 use crate::redis::Keyspace;
+use crate::reservations::Reservations;
 use crate::retire::Retirer;
 
 /// What every handler can reach. Cheap to clone: the clients inside are shared handles.
@@ -71,6 +72,12 @@ pub struct AppState {
     pub verifier: Option<Arc<Verifier>>,
     /// The report of this process's worker on its streams; `None` without a worker (`--no-worker`).
     pub worker_health: Option<Arc<StreamHealth>>,
+    /// Reservations: payments, cancels, their counts.
+    pub reservations: Reservations,
+    /// `SECKILL_PAYMENT_SECRET`: the key of the payment events' signatures (`None`: refused).
+    pub payment_secret: Option<SecretString>,
+    /// `SECKILL_PAYMENT_WINDOW`: the window of sales seeded without one.
+    pub default_payment_window: Option<std::time::Duration>,
 }
 
 impl AppState {

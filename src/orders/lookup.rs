@@ -5,8 +5,18 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::db;
-use crate::domain::{SaleId, UserId};
+use crate::domain::{SaleId, Standing, UserId};
 use crate::purchase::{OrderStatus, Purchase, Sales};
+
+/// Where a found order is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// Bought, still in the sale's stream (a reservation too, in a sale with a payment window,
+    /// once stored).
+    Queued,
+    /// In Postgres, standing so.
+    Stored(Standing),
+}
 
 /// A buyer's order, as [`lookup`] found it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,7 +27,13 @@ pub enum Lookup {
     NotBought,
     /// The user's order; its id and time are unknown only for a buyer without a receipt whose
     /// order Postgres does not hold yet (one bought before receipts were kept).
-    Found { status: OrderStatus, order_id: Option<Uuid>, created_at: Option<OffsetDateTime> },
+    Found {
+        place: Place,
+        order_id: Option<Uuid>,
+        created_at: Option<OffsetDateTime>,
+        /// A reservation's deadline (stored orders of a sale with a payment window).
+        pay_by: Option<OffsetDateTime>,
+    },
 }
 
 /// Why a lookup failed.
@@ -31,28 +47,33 @@ pub enum LookupError {
 
 /// Finds `user`'s order in `sale`. Redis answers first: an order whose entry is still in the
 /// stream is `queued`, and Postgres is not asked. Otherwise Postgres has the last word: its row
-/// is the order, `confirmed`. A buyer Postgres does not know yet (the worker lags, or the order
+/// is the order, standing as it says (`confirmed`, or a reservation's state). A buyer Postgres does not know yet (the worker lags, or the order
 /// is being re-enqueued) is still `queued`; a sale Redis lost answers from Postgres alone.
 pub async fn lookup(sales: &Sales, pool: &sqlx::PgPool, sale: &SaleId, user: &UserId) -> Result<Lookup, LookupError> {
     let in_redis = sales.purchase_of(sale, user).await?;
     if let Purchase::Bought(Some(receipt)) = in_redis
         && receipt.status == OrderStatus::Queued
     {
-        return Ok(found(receipt.order_id, db::ms_to_time(receipt.created_at_ms), OrderStatus::Queued));
+        return Ok(queued(receipt.order_id, db::ms_to_time(receipt.created_at_ms)));
     }
-    if let Some((order_id, created_at)) = db::order_of(pool, sale, user).await? {
-        return Ok(found(order_id, created_at, OrderStatus::Confirmed));
+    if let Some(order) = db::order_of(pool, sale, user).await? {
+        return Ok(Lookup::Found {
+            place: Place::Stored(order.standing),
+            order_id: Some(order.order_id),
+            created_at: Some(order.created_at),
+            pay_by: order.pay_by,
+        });
     }
     Ok(match in_redis {
-        Purchase::Bought(Some(receipt)) => {
-            found(receipt.order_id, db::ms_to_time(receipt.created_at_ms), OrderStatus::Queued)
+        Purchase::Bought(Some(receipt)) => queued(receipt.order_id, db::ms_to_time(receipt.created_at_ms)),
+        Purchase::Bought(None) => {
+            Lookup::Found { place: Place::Queued, order_id: None, created_at: None, pay_by: None }
         }
-        Purchase::Bought(None) => Lookup::Found { status: OrderStatus::Queued, order_id: None, created_at: None },
         Purchase::NotBought => Lookup::NotBought,
         Purchase::UnknownSale => Lookup::UnknownSale,
     })
 }
 
-fn found(order_id: Uuid, created_at: OffsetDateTime, status: OrderStatus) -> Lookup {
-    Lookup::Found { status, order_id: Some(order_id), created_at: Some(created_at) }
+fn queued(order_id: Uuid, created_at: OffsetDateTime) -> Lookup {
+    Lookup::Found { place: Place::Queued, order_id: Some(order_id), created_at: Some(created_at), pay_by: None }
 }

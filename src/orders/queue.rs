@@ -52,6 +52,26 @@ pub async fn queued_users(sales: &Sales, sale: &SaleId) -> RedisResult<HashSet<S
     Ok(users)
 }
 
+/// The first order still queued in the sale's streams that `wanted` accepts, read with XRANGE
+/// in pages (a stream holds only the orders not yet committed, so this reads the backlog at
+/// most). Entries that are no order are skipped.
+pub async fn find_queued(sales: &Sales, sale: &SaleId, wanted: impl Fn(&Order) -> bool) -> RedisResult<Option<Order>> {
+    for keys in sales.all_shard_keys(sale).await? {
+        let mut start = "-".to_owned();
+        loop {
+            let page: StreamRangeReply = sales.keyspace().conn().xrange_count(&keys.orders, &start, "+", PAGE).await?;
+            if let Some(order) = page.ids.iter().filter_map(|entry| order_stream::decode(entry).ok()).find(&wanted) {
+                return Ok(Some(order));
+            }
+            match page.ids.last() {
+                Some(last) if page.ids.len() == PAGE => start = format!("({}", last.id),
+                _ => break,
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// Appends `orders` to their sales' streams (shard 0's) as `lua/buy.lua` does ([`order_stream`]),
 /// pipelined in steps. Each sale is first (re-)added to the registry, so a worker reads its
 /// stream.
@@ -75,10 +95,14 @@ pub async fn enqueue(keyspace: &Keyspace, orders: &[Order]) -> RedisResult<()> {
 /// them. A buyer whose receipt Redis holds gets back the order id and time it was told (its 201
 /// stays true), in its receipt's shard, and the receipt is pointed at the new entry so it reads
 /// `queued` again; a buyer without one gets a new order id (UUID v7), the time of the repair, and
-/// shard 0's stream. Not atomic: should it stop half-way, a repeated repair finishes the job, and
+/// shard 0's stream. In a sale with a payment window each is a reservation again (deadline:
+/// its time plus the window). Not atomic: should it stop half-way, a repeated repair finishes the job, and
 /// the worker keeps the first of two orders of one user.
 pub async fn requeue(sales: &Sales, sale: &SaleId, users: &[UserId]) -> RedisResult<Vec<Order>> {
     let shards = sales.all_shard_keys(sale).await?;
+    // In a sale with a payment window a re-enqueued order is a reservation again, its deadline
+    // counted from its time (one already past expires as soon as it is stored).
+    let window = sales.sale_state(sale).await?.and_then(|state| state.payment_window_ms);
     let now_ms = (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64;
     let mut placed: Vec<(usize, Order, bool)> = Vec::with_capacity(users.len());
     for chunk in users.chunks(PAGE) {
@@ -100,7 +124,8 @@ pub async fn requeue(sales: &Sales, sale: &SaleId, users: &[UserId]) -> RedisRes
                 Some((shard, r)) => (shard, r.order_id, r.created_at_ms),
                 None => (0, Uuid::now_v7(), now_ms),
             };
-            let order = Order { order_id, sale_id: sale.clone(), user_id: user.clone(), created_at_ms };
+            let pay_by_ms = window.map(|window| created_at_ms + window);
+            let order = Order { order_id, sale_id: sale.clone(), user_id: user.clone(), created_at_ms, pay_by_ms };
             placed.push((shard, order, found.is_some()));
         }
     }

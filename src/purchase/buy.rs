@@ -19,8 +19,9 @@ use crate::redis::lua::{self, unexpected_reply};
 /// What the purchase decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BuyOutcome {
-    /// Bought: stock decremented, the order in the shard's stream.
-    Purchased,
+    /// Bought: stock decremented, the order in the shard's stream. In a sale with a payment
+    /// window the order is a reservation, to be paid by `pay_by_ms` (Redis time, Unix ms).
+    Purchased { pay_by_ms: Option<i64> },
     /// The sale was never seeded.
     UnknownSale,
     /// Before the sale's start (Redis time).
@@ -112,8 +113,8 @@ impl Sales {
         let mut conn = pool.get().await?;
         let outcome = self.buy_with(&mut conn, sale, user, &mut limits).await?;
         let outcome = match outcome {
-            Some(BuyOutcome::Purchased) => Some(match conn.wait_for_replicas().await {
-                Ok(replicas) if replicas >= pool.replicas => BuyOutcome::Purchased,
+            Some(BuyOutcome::Purchased { pay_by_ms }) => Some(match conn.wait_for_replicas().await {
+                Ok(replicas) if replicas >= pool.replicas => BuyOutcome::Purchased { pay_by_ms },
                 Ok(replicas) => BuyOutcome::NotDurable { replicas },
                 Err(error) => {
                     tracing::warn!(%error, %order_id, "WAIT for replicas failed after a purchase");
@@ -184,13 +185,13 @@ impl Sales {
                 }
             }
             let status = match reply {
-                Value::Array(words) => return Ok(ShardReply::Decided(already_purchased(&words)?)),
+                Value::Array(words) => return Ok(ShardReply::Decided(array_reply(&words)?)),
                 other => redis::from_redis_value::<String>(other)?,
             };
             let outcome = match status.as_str() {
                 "sold_out" => continue,
                 "wrong_shards" => return Ok(ShardReply::WrongShards),
-                "ok" => BuyOutcome::Purchased,
+                "ok" => BuyOutcome::Purchased { pay_by_ms: None },
                 "unknown_sale" => BuyOutcome::UnknownSale,
                 "not_started" => BuyOutcome::NotStarted,
                 "ended" => BuyOutcome::Ended,
@@ -246,12 +247,14 @@ fn limited_reply(reply: Value, checked: usize, decisions: &mut Vec<Decision>) ->
     }
 }
 
-/// The `{"already_purchased", order id, created_at_ms, status}` reply of `lua/buy.lua` (or just
-/// `{"already_purchased"}` for a buyer without a receipt).
-fn already_purchased(words: &[Value]) -> RedisResult<BuyOutcome> {
+/// The array replies of `lua/buy.lua`: `{"reserved", pay_by_ms}`, and
+/// `{"already_purchased", order id, created_at_ms, status}` (or just `{"already_purchased"}` for
+/// a buyer without a receipt).
+fn array_reply(words: &[Value]) -> RedisResult<BuyOutcome> {
     let words: Vec<String> = words.iter().map(redis::from_redis_value_ref).collect::<Result<_, _>>()?;
     let bad = || unexpected_reply("buy.lua", &words.join(" "));
     match words.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["reserved", pay_by_ms] => Ok(BuyOutcome::Purchased { pay_by_ms: Some(pay_by_ms.parse().map_err(|_| bad())?) }),
         ["already_purchased"] => Ok(BuyOutcome::AlreadyPurchased(None)),
         ["already_purchased", order_id, created_at_ms, status] => Ok(BuyOutcome::AlreadyPurchased(Some(Receipt {
             order_id: Uuid::parse_str(order_id).map_err(|_| bad())?,

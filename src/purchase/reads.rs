@@ -22,6 +22,9 @@ pub struct SaleState {
     pub stock_left: i64,
     /// Buyers in the buyer set(s).
     pub sold: i64,
+    /// Orders whose unit went back into the stock (cancelled or expired reservations):
+    /// `stock_initial = stock_left + sold - released`.
+    pub released: i64,
     /// Confirmed orders still in the stream(s) (not yet committed to Postgres).
     pub queued: i64,
     /// The start, Unix milliseconds (`None`: open from the seed).
@@ -30,6 +33,8 @@ pub struct SaleState {
     pub ends_at_ms: Option<i64>,
     /// Shards the stock is split over (1: unsharded).
     pub shards: u32,
+    /// Milliseconds a reservation has to be paid; `None`: orders are final at once.
+    pub payment_window_ms: Option<i64>,
 }
 
 /// One shard's figures and its meta's layout fields, read in one MULTI.
@@ -37,17 +42,19 @@ struct ShardRead {
     stock_initial: Option<i64>,
     stock_left: Option<i64>,
     sold: i64,
+    released: i64,
     queued: i64,
     starts_at_ms: Option<i64>,
     ends_at_ms: Option<i64>,
     shards: Option<i64>,
     suffixes: Option<String>,
+    payment_window_ms: Option<i64>,
 }
 
 impl Sales {
     /// Reads the sale's state: each shard in one MULTI (its keys share a slot), shard 0 first,
     /// since it says where the others are. `None` if never seeded. Each shard keeps
-    /// `stock_initial = stock_left + sold` at the moment it is read, so the sums keep it too,
+    /// `stock_initial = stock_left + sold - released` at the moment it is read, so the sums keep it too,
     /// even though the shards are read at slightly different moments.
     pub async fn sale_state(&self, sale: &SaleId) -> RedisResult<Option<SaleState>> {
         let home = self.read_shard(&self.redis.sale_keys(sale)).await?;
@@ -60,10 +67,12 @@ impl Sales {
             stock_initial,
             stock_left,
             sold: home.sold,
+            released: home.released,
             queued: home.queued,
             starts_at_ms: home.starts_at_ms,
             ends_at_ms: home.ends_at_ms,
             shards: layout.shards(),
+            payment_window_ms: home.payment_window_ms,
         };
         let others = layout.keys(self.redis.prefix(), sale).split_off(1);
         for (keys, shard) in others.iter().zip(try_join_all(others.iter().map(|k| self.read_shard(k))).await?) {
@@ -73,29 +82,43 @@ impl Sales {
             state.stock_initial += initial;
             state.stock_left += left;
             state.sold += shard.sold;
+            state.released += shard.released;
             state.queued += shard.queued;
         }
         Ok(Some(state))
     }
 
     async fn read_shard(&self, keys: &SaleKeys) -> RedisResult<ShardRead> {
-        type Meta = (Option<i64>, Option<i64>, Option<i64>, Option<i64>, Option<String>);
-        let ((stock_initial, starts_at_ms, ends_at_ms, shards, suffixes), stock_left, sold, queued): (
-            Meta,
-            Option<i64>,
-            i64,
-            i64,
-        ) = redis::pipe()
+        type Meta = (Option<i64>, Option<i64>, Option<i64>, Option<i64>, Option<String>, Option<i64>);
+        let (
+            (stock_initial, starts_at_ms, ends_at_ms, shards, suffixes, payment_window_ms),
+            stock_left,
+            sold,
+            released,
+            queued,
+        ): (Meta, Option<i64>, i64, i64, i64) = redis::pipe()
             .atomic()
             .cmd("HMGET")
             .arg(&keys.meta)
-            .arg(&["stock_initial", "starts_at_ms", "ends_at_ms", "shards", "shard_suffixes"])
+            .arg(&["stock_initial", "starts_at_ms", "ends_at_ms", "shards", "shard_suffixes", "payment_window_ms"])
             .get(&keys.stock)
             .scard(&keys.buyers)
+            .scard(&keys.released)
             .xlen(&keys.orders)
             .query_async(&mut self.redis.conn())
             .await?;
-        Ok(ShardRead { stock_initial, stock_left, sold, queued, starts_at_ms, ends_at_ms, shards, suffixes })
+        Ok(ShardRead {
+            stock_initial,
+            stock_left,
+            sold,
+            released,
+            queued,
+            starts_at_ms,
+            ends_at_ms,
+            shards,
+            suffixes,
+            payment_window_ms,
+        })
     }
 
     /// Every registered sale.

@@ -37,6 +37,10 @@ pub struct SaleSpec {
     pub ends_at_ms: Option<i64>,
     /// Shards to split the stock over; `None` keeps the sale's (1 for a new sale).
     pub shards: Option<u32>,
+    /// Milliseconds a reservation has to be paid (`crate::reservations`); `None`: orders are
+    /// final at once. Not with shards: the caller refuses the two together (a shard never gets
+    /// stock back, docs/stock-sharding.md, which released units would break).
+    pub payment_window_ms: Option<i64>,
 }
 
 impl Sales {
@@ -104,7 +108,8 @@ impl Sales {
             .arg(opt(spec.ends_at_ms))
             .arg(layout.shards())
             .arg(suffixes)
-            .arg(if reseed { "1" } else { "0" });
+            .arg(if reseed { "1" } else { "0" })
+            .arg(opt(spec.payment_window_ms));
         lua::run(&call, &mut self.redis.conn()).await
     }
 

@@ -19,6 +19,9 @@ pub struct SaleKeys {
     /// Hash: each buyer's receipt, `"<order id> <created_at_ms> <stream entry id>"`
     /// ([`crate::purchase::Receipt`]).
     pub receipts: String,
+    /// Set: order ids of cancelled or expired reservations whose unit went back into the stock
+    /// (`lua/release.lua`'s gate: each unit returns once).
+    pub released: String,
 }
 
 impl SaleKeys {
@@ -49,6 +52,7 @@ impl SaleKeys {
             buyers: format!("{base}:buyers"),
             orders: format!("{base}:orders"),
             receipts: format!("{base}:receipts"),
+            released: format!("{base}:released"),
         }
     }
 
@@ -131,7 +135,7 @@ mod tests {
     fn sale_keys_share_one_hash_tag() {
         let keys = SaleKeys::new("seckill", &SaleId::parse("demo").unwrap());
         assert_eq!(keys.meta, "seckill:{sale:demo}:meta");
-        for key in keys.all() {
+        for key in keys.all().into_iter().chain([keys.released.as_str()]) {
             assert!(key.contains("{sale:demo}"), "{key}");
             assert_eq!(key.matches('{').count(), 1, "{key}");
         }

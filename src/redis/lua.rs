@@ -65,6 +65,9 @@ pub static SEED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(".
 /// `lua/restore.lua`: put buyers Postgres holds and Redis lost back, stock lowered to match.
 pub static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/restore.lua")));
 
+/// `lua/release.lua`: give cancelled or expired reservations' units back, each once.
+pub static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/release.lua")));
+
 /// `lua/trim.lua`: XTRIM MINID of the entries the consumer group is done with.
 pub static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/trim.lua")));
 

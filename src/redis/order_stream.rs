@@ -1,8 +1,9 @@
 //! A sale's order stream, in one place: an entry's field names, [`encode`] (for the re-enqueues
 //! of reconciliation) and [`decode`] (for the worker); and the consumer group the workers read it
 //! with ([`CONSUMER_GROUP`], created only by [`create_group`]). The purchase itself appends its
-//! entries in `lua/buy.lua`, which cannot import these names: a test checks that its XADD writes
-//! exactly [`FIELDS`], and that no other script writes to a stream.
+//! entries in `lua/buy.lua`, which cannot import these names: a test checks that its XADDs write
+//! exactly [`FIELDS`] (then [`PAY_BY_MS`] in a sale with a payment window), and that no other
+//! script writes to a stream.
 
 use redis::RedisResult;
 use redis::aio::ConnectionLike;
@@ -17,6 +18,8 @@ const SALE_ID: &str = "sale_id";
 const USER_ID: &str = "user_id";
 /// Redis server time of the purchase, Unix milliseconds.
 const CREATED_AT_MS: &str = "created_at_ms";
+/// A reservation's deadline, Unix milliseconds (Redis time): only in a sale with a payment window.
+pub const PAY_BY_MS: &str = "pay_by_ms";
 
 /// The consumer group every worker of every instance reads the order streams with.
 pub const CONSUMER_GROUP: &str = "seckill-workers";
@@ -65,13 +68,17 @@ pub async fn trim(con: &mut impl ConnectionLike, stream: &str) -> RedisResult<u6
 pub const FIELDS: [&str; 4] = [ORDER_ID, SALE_ID, USER_ID, CREATED_AT_MS];
 
 /// The entry of `order`, as XADD takes its fields.
-pub fn encode(order: &Order) -> [(&'static str, String); 4] {
-    [
+pub fn encode(order: &Order) -> Vec<(&'static str, String)> {
+    let mut fields = vec![
         (ORDER_ID, order.order_id.to_string()),
         (SALE_ID, order.sale_id.to_string()),
         (USER_ID, order.user_id.to_string()),
         (CREATED_AT_MS, order.created_at_ms.to_string()),
-    ]
+    ];
+    if let Some(pay_by_ms) = order.pay_by_ms {
+        fields.push((PAY_BY_MS, pay_by_ms.to_string()));
+    }
+    fields
 }
 
 /// The order of one entry; when a field is missing or invalid, that field's name.
@@ -81,7 +88,11 @@ pub fn decode(entry: &StreamId) -> Result<Order, &'static str> {
     let sale_id = field(SALE_ID).and_then(|s| SaleId::parse(&s).ok()).ok_or(SALE_ID)?;
     let user_id = field(USER_ID).and_then(|s| UserId::stored(&s).ok()).ok_or(USER_ID)?;
     let created_at_ms = field(CREATED_AT_MS).and_then(|s| s.parse().ok()).ok_or(CREATED_AT_MS)?;
-    Ok(Order { order_id, sale_id, user_id, created_at_ms })
+    let pay_by_ms = match field(PAY_BY_MS) {
+        None => None,
+        Some(raw) => Some(raw.parse().map_err(|_| PAY_BY_MS)?),
+    };
+    Ok(Order { order_id, sale_id, user_id, created_at_ms, pay_by_ms })
 }
 
 /// The user of an entry (`None` if it has no `user_id` field).
@@ -102,19 +113,25 @@ mod tests {
     #[test]
     fn buy_lua_appends_exactly_these_fields_and_no_other_script_appends() {
         let code = lua_code("buy.lua");
-        let [_, call] = code.split("redis.call('XADD',").collect::<Vec<_>>()[..] else {
-            panic!("buy.lua has one XADD: {code}");
-        };
-        // The call's arguments up to its closing parenthesis: key, '*', then field, value, ...
-        let mut depth = 0;
-        let end = call.find(|c| {
-            depth += i32::from(c == '(') - i32::from(c == ')');
-            depth < 0
-        });
-        let args: Vec<&str> = call[..end.expect("the XADD call is closed")].split(',').map(str::trim).collect();
-        assert_eq!(args[1], "'*'", "{args:?}");
-        let fields: Vec<&str> = args[2..].iter().step_by(2).map(|f| f.trim_matches('\'')).collect();
-        assert_eq!(fields, FIELDS, "buy.lua's XADD writes other fields than redis::order_stream");
+        let calls: Vec<&str> = code.split("redis.call('XADD',").skip(1).collect();
+        let mut written = Vec::new();
+        for call in &calls {
+            // The call's arguments up to its closing parenthesis: key, '*', then field, value, ...
+            let mut depth = 0;
+            let end = call.find(|c| {
+                depth += i32::from(c == '(') - i32::from(c == ')');
+                depth < 0
+            });
+            let args: Vec<&str> = call[..end.expect("the XADD call is closed")].split(',').map(str::trim).collect();
+            assert_eq!(args[1], "'*'", "{args:?}");
+            written.push(args[2..].iter().step_by(2).map(|f| f.trim_matches('\'')).collect::<Vec<_>>());
+        }
+        let with_window: Vec<&str> = FIELDS.iter().copied().chain([PAY_BY_MS]).collect();
+        assert_eq!(
+            written,
+            [with_window, FIELDS.to_vec()],
+            "buy.lua's XADDs write other fields than redis::order_stream"
+        );
 
         for script in std::fs::read_dir(format!("{}/lua", env!("CARGO_MANIFEST_DIR"))).unwrap() {
             let file = script.unwrap().file_name().into_string().unwrap();
@@ -131,12 +148,15 @@ mod tests {
             sale_id: SaleId::parse("s").unwrap(),
             user_id: UserId::parse("u").unwrap(),
             created_at_ms: 1_700_000_000_000,
+            pay_by_ms: None,
         };
         let entry = |fields: &[(&str, String)]| StreamId {
             map: fields.iter().map(|(k, v)| (k.to_string(), redis::Value::BulkString(v.clone().into()))).collect(),
             ..StreamId::default()
         };
         assert_eq!(decode(&entry(&encode(&order))), Ok(order.clone()));
+        let reserved = Order { pay_by_ms: Some(1_700_000_900_000), ..order.clone() };
+        assert_eq!(decode(&entry(&encode(&reserved))), Ok(reserved.clone()));
         assert_eq!(user(&entry(&encode(&order))).as_deref(), Some("u"));
         let mut bad = encode(&order);
         bad[2].1 = String::new();

@@ -1,5 +1,5 @@
 //! Removing a retired sale's Redis keys in steps: no command may block Redis on a big key. A
-//! buyer set is emptied by `SPOP <key> 1000` until it is gone, a receipts hash by `HSCAN` +
+//! buyer set (and a released set) is emptied by `SPOP <key> 1000` until it is gone, a receipts hash by `HSCAN` +
 //! `HDEL` of each page; the small keys (stock, the drained stream) by `DEL`; the meta last, since
 //! shard 0's meta is what says where the other shards are. Every command names one key, so on a
 //! Redis Cluster each goes to that key's own slot.
@@ -17,7 +17,9 @@ pub struct Removed {
     pub buyers: u64,
     /// Fields deleted from the receipts hashes.
     pub receipts: u64,
-    /// Keys that existed and are gone (each shard's five at most).
+    /// Members popped from the released sets.
+    pub released: u64,
+    /// Keys that existed and are gone (each shard's six at most).
     pub keys: u64,
 }
 
@@ -28,6 +30,7 @@ pub async fn remove_all(con: &mut SharedConnection, shards: &[SaleKeys]) -> Redi
         removed.keys += exists(con, keys).await?;
         removed.buyers += drain_set(con, &keys.buyers).await?;
         removed.receipts += drain_hash(con, &keys.receipts).await?;
+        removed.released += drain_set(con, &keys.released).await?;
         for key in [&keys.stock, &keys.orders, &keys.meta] {
             let _: i64 = redis::cmd("DEL").arg(key).query_async(con).await?;
         }
@@ -39,7 +42,7 @@ pub async fn remove_all(con: &mut SharedConnection, shards: &[SaleKeys]) -> Redi
 /// by one works on any client).
 pub async fn exists(con: &mut SharedConnection, keys: &SaleKeys) -> RedisResult<u64> {
     let mut count = 0;
-    for key in keys.all() {
+    for key in keys.all().into_iter().chain([keys.released.as_str()]) {
         let n: u64 = redis::cmd("EXISTS").arg(key).query_async(con).await?;
         count += n;
     }

@@ -1,4 +1,5 @@
-//! Retiring a sale: once it has ended (or sold out), its queue has drained and it reconciles,
+//! Retiring a sale: once it has ended (or sold out), its queue has drained, no reservation is
+//! open and it reconciles,
 //! its Redis state goes away for good and Postgres keeps the orders and the `sales` row, marked
 //! retired (`sales.retired_at`). Nothing else of it is left: not its keys, not its registration,
 //! not the workers' reads of its streams, not the instances' caches, not its metric series.
@@ -40,6 +41,7 @@ use crate::purchase::{SaleState, Sales};
 use crate::reconcile;
 use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
 use crate::redis::order_stream::CONSUMER_GROUP;
+use crate::reservations;
 
 /// Margin added to the grace, for the worker's step in progress.
 pub const GRACE_MARGIN: Duration = Duration::from_millis(250);
@@ -54,8 +56,11 @@ pub enum Refusal {
     Queued,
     /// Its consumer group has orders read but not yet acknowledged.
     Pending,
-    /// `stock_initial != stock_left + sold` in Redis.
+    /// `stock_initial != stock_left + sold - released` in Redis.
     StockUnbalanced,
+    /// Reservations are still open (not yet paid, cancelled or expired), or a released unit is
+    /// not yet back in the stock: the sale's stock can still change.
+    Reserved,
     /// Buyers with no order in Postgres nor queued (reconcile --repair re-enqueues them).
     MissingInPostgres,
     /// Postgres orders of users Redis does not know (reconcile --repair restores them).
@@ -157,6 +162,10 @@ impl Retirer {
             (!report.missing_in_postgres.is_empty(), Refusal::MissingInPostgres),
             (!report.unknown_to_redis.is_empty(), Refusal::UnknownToRedis),
             (report.sales_row_stock != Some(report.stock_initial), Refusal::SalesRow),
+            (
+                report.releases_owed > 0 || reservations::store::tally(&self.pool, sale).await?.reserved > 0,
+                Refusal::Reserved,
+            ),
         ];
         refusals.extend(checks.into_iter().filter(|(refused, _)| *refused).map(|(_, why)| why));
         if !refusals.is_empty() {

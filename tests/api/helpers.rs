@@ -42,6 +42,10 @@ pub async fn test_config() -> Config {
         durability: Default::default(),
         retire: Default::default(),
         edge: Default::default(),
+        payments: seckill::config::PaymentConfig {
+            payment_window: None,
+            payment_secret: Some(SecretString::from(crate::common::PAYMENT_SECRET)),
+        },
     }
 }
 

@@ -288,3 +288,27 @@ async fn under_jwt_a_buyer_reads_only_its_own_order() {
     let bob: Value = order("", Some(format!("Bearer {}", token("bob")))).await.unwrap().json().await.unwrap();
     assert_eq!(bob, json!({"status": "none"}), "bob sees his own (no) order, never alice's");
 }
+
+#[tokio::test]
+async fn under_jwt_a_buyer_cancels_only_its_own_reservation() {
+    let app = jwt_app().await;
+    let sale = new_sale_id();
+    let seeded = app.seed(&sale, json!({"stock": STOCK, "payment_window": "1m"})).await;
+    assert_eq!(seeded.status(), 200);
+    let alice = format!("Bearer {}", token("alice"));
+    assert_eq!(buy_with(&app, Some(&alice), json!({"sale_id": sale})).await.status(), 201);
+    let cancel = |query: &'static str, authorization: Option<String>| {
+        let mut request = app.client.delete(app.url(&format!("/sales/{sale}/order{query}")));
+        if let Some(value) = authorization {
+            request = request.header("authorization", value);
+        }
+        request.send()
+    };
+    let bob = format!("Bearer {}", token("bob"));
+    assert_error(cancel("?user_id=alice", Some(bob.clone())).await.unwrap(), 403, "user_mismatch").await;
+    assert_error(cancel("", Some(bob)).await.unwrap(), 404, "no_order").await;
+    assert_error(cancel("?user_id=alice", None).await.unwrap(), 401, "unauthenticated").await;
+    let own = cancel("", Some(alice)).await.unwrap();
+    assert_eq!(own.status(), 200);
+    assert_eq!(own.json::<Value>().await.unwrap()["status"], "cancelled");
+}

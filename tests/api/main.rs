@@ -22,6 +22,7 @@ mod openapi;
 mod rate_limit;
 mod reconcile;
 mod redis_loss;
+mod reservations;
 mod retire;
 mod sales_overview;
 mod script_cache;

@@ -75,6 +75,8 @@ async fn a_consistent_sale_is_reported_consistent() {
         stock_initial: 10,
         stock_left: 6,
         buyers: 4,
+        released: 0,
+        releases_owed: 0,
         persisted: 4,
         queued: 0,
         stock_balanced: true,
@@ -86,6 +88,7 @@ async fn a_consistent_sale_is_reported_consistent() {
         sale_restored: false,
         buyers_restored: 0,
         overdrawn: 0,
+        units_released: 0,
         consistent: true,
     };
     assert_eq!(report, expected);
@@ -212,6 +215,7 @@ async fn big_buyer_sets_and_queues_are_read_page_by_page() {
             sale_id: sale_id.clone(),
             user_id: UserId::parse(u).unwrap(),
             created_at_ms: 1,
+            pay_by_ms: None,
         })
         .collect();
     queue::enqueue(app.store.keyspace(), &orders).await.unwrap();

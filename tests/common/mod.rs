@@ -21,6 +21,8 @@ use uuid::Uuid;
 
 /// At least 32 bytes, as the service requires.
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
+/// The payment events' secret of the test services.
+pub const PAYMENT_SECRET: &str = "test-payment-secret-0123456789abcdef";
 
 /// The servers of this test run: `cargo xtask test` names their handle file in `SECKILL_TESTBED`.
 pub fn testbed() -> &'static Services {
@@ -241,6 +243,127 @@ impl Probe {
         status
     }
 
+    /// Sends a payment event for `order_id`, signed with [`PAYMENT_SECRET`].
+    pub async fn pay(&self, sale_id: &str, order_id: &str, event_id: &str) -> reqwest::Response {
+        let body = json!({"id": event_id, "type": "order.paid", "sale_id": sale_id, "order_id": order_id}).to_string();
+        self.payment_event(body, None).await
+    }
+
+    /// Posts `body` to `/payments/events`, signed with [`PAYMENT_SECRET`] at `at` (Unix
+    /// seconds; default now).
+    pub async fn payment_event(&self, body: String, at: Option<i64>) -> reqwest::Response {
+        let at = at.unwrap_or_else(|| time::OffsetDateTime::now_utc().unix_timestamp());
+        let signature = seckill::reservations::signature::sign(body.as_bytes(), PAYMENT_SECRET.as_bytes(), at);
+        self.client
+            .post(self.url("/payments/events"))
+            .header("content-type", "application/json")
+            .header("Seckill-Signature", signature)
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `DELETE /sales/{sale_id}/order` for `user_id` (under `SECKILL_AUTH=none`).
+    pub async fn cancel(&self, sale_id: &str, user_id: &str) -> reqwest::Response {
+        self.client
+            .delete(self.url(&format!("/sales/{sale_id}/order")))
+            .query(&[("user_id", user_id)])
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// The sale's orders in Postgres by status, and how many releases are still owed.
+    pub async fn standings(&self, sale_id: &str) -> Standings {
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+            "select status, count(*), count(*) filter (where status in ('cancelled', 'expired') and restocked_at is null)
+             from orders where sale_id = $1 group by status",
+        )
+        .bind(sale_id)
+        .fetch_all(&self.pool)
+        .await
+        .unwrap();
+        let mut standings = Standings::default();
+        for (status, count, owed) in rows {
+            standings.owed += owed;
+            match status.as_str() {
+                "confirmed" => standings.confirmed = count,
+                "reserved" => standings.reserved = count,
+                "paid" => standings.paid = count,
+                "cancelled" => standings.cancelled = count,
+                "expired" => standings.expired = count,
+                other => panic!("status {other}"),
+            }
+        }
+        standings
+    }
+
+    /// Waits (up to `limit`) until the queue has drained, no reservation is open and no
+    /// release is owed, then checks the reservations' promises: stock_initial = stock_left +
+    /// reserved + paid + confirmed in Postgres and = stock_left + sold - released in Redis,
+    /// stock_left >= 0 and never above stock_initial, every released order in the released set
+    /// once, the buyers and the orders the same users.
+    pub async fn assert_settled(&self, sale_id: &str, limit: Duration) -> (SaleStatus, Standings) {
+        self.settle(sale_id, limit, false).await
+    }
+
+    /// [`Probe::assert_settled`], with reservations still open.
+    pub async fn assert_released(&self, sale_id: &str, limit: Duration) -> (SaleStatus, Standings) {
+        self.settle(sale_id, limit, true).await
+    }
+
+    async fn settle(&self, sale_id: &str, limit: Duration, open: bool) -> (SaleStatus, Standings) {
+        let until = tokio::time::Instant::now() + limit;
+        let (status, standings) = loop {
+            // Postgres, Redis, Postgres again: the figures agree only if no transition happened
+            // in between (each one changes Postgres before Redis).
+            let before = self.standings(sale_id).await;
+            let status = self.status(sale_id).await;
+            let standings = self.standings(sale_id).await;
+            let drained = before == standings && status.queued == 0 && status.persisted == Some(status.sold);
+            if drained && (open || standings.reserved == 0) && standings.owed == 0 {
+                break (status, standings);
+            }
+            assert!(tokio::time::Instant::now() < until, "not settled: {status:?} {standings:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        self.assert_balanced(sale_id, &status, &standings).await;
+        (status, standings)
+    }
+
+    /// The promises of [`Probe::assert_settled`] on a settled sale's figures.
+    pub async fn assert_balanced(&self, sale_id: &str, status: &SaleStatus, standings: &Standings) {
+        let live = standings.reserved + standings.paid + standings.confirmed;
+        assert_eq!(status.stock_initial, status.stock_left + live, "Postgres accounting: {status:?} {standings:?}");
+        assert_eq!(
+            status.stock_initial,
+            status.stock_left + status.sold - status.released,
+            "Redis accounting: {status:?}"
+        );
+        assert!(status.stock_left >= 0 && status.stock_left <= status.stock_initial, "stock out of bounds: {status:?}");
+        assert_eq!(
+            status.released,
+            standings.cancelled + standings.expired,
+            "each release once: {status:?} {standings:?}"
+        );
+        let released = self.store.keyspace().sale_keys(&SaleId::parse(sale_id).unwrap()).released;
+        let gate: BTreeSet<String> = redis::AsyncCommands::smembers(&mut self.redis.clone(), &released).await.unwrap();
+        let stored: BTreeSet<String> = sqlx::query_scalar::<_, Uuid>(
+            "select order_id from orders where sale_id = $1 and status in ('cancelled', 'expired')",
+        )
+        .bind(sale_id)
+        .fetch_all(&self.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|id| id.to_string())
+        .collect();
+        assert_eq!(gate, stored, "the released set holds exactly the released orders");
+        let users: BTreeSet<String> = self.order_users(sale_id).await.into_iter().map(|(u, _)| u).collect();
+        assert_eq!(self.buyers(sale_id).await, users, "Redis buyers and Postgres orders differ");
+    }
+
     /// The Redis buyer set of the sale.
     pub async fn buyers(&self, sale_id: &str) -> BTreeSet<String> {
         self.store.scan_buyers(&SaleId::parse(sale_id).unwrap()).await.unwrap().into_iter().collect()
@@ -250,6 +373,17 @@ impl Probe {
     pub fn orders_stream(&self, sale_id: &str) -> (String, &'static str) {
         (self.store.keyspace().sale_keys(&SaleId::parse(sale_id).unwrap()).orders, CONSUMER_GROUP)
     }
+}
+
+/// A sale's orders in Postgres by status, and the releases still owed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Standings {
+    pub confirmed: i64,
+    pub reserved: i64,
+    pub paid: i64,
+    pub cancelled: i64,
+    pub expired: i64,
+    pub owed: i64,
 }
 
 /// Reads an error body and checks its shape: `{"error": code, "message": non-empty}`.

@@ -17,6 +17,7 @@ mod logs;
 mod outages;
 mod replicas;
 mod reseed;
+mod reservations;
 mod retire;
 mod soak;
 mod stock_and_sigterm;

@@ -22,6 +22,8 @@ use crate::orders::streams::WorkerReport;
 use crate::purchase::shards::MAX_SHARDS;
 use crate::purchase::{SaleSpec, SaleState, SeedOutcome};
 use crate::redis::connection::is_redis_outage;
+use crate::reservations;
+use crate::reservations::store::{self, LatePayment, Tally};
 
 /// Largest stock one sale may hold (the buyer set grows to this many members).
 pub const MAX_STOCK: i64 = 10_000_000;
@@ -109,6 +111,13 @@ pub struct SeedRequest {
     #[schema(minimum = 1, maximum = 16)]
     #[serde(default)]
     shards: Option<u32>,
+    /// How long a win may wait for its payment (a duration, 1s to 7d: `"15m"`, `"3s"`): each
+    /// order is then a reservation, paid by its deadline or its unit goes back to the sale
+    /// (docs/reservations.md). Unset: `SECKILL_PAYMENT_WINDOW`, and without it orders are final
+    /// at once. Not with more than one shard.
+    #[serde(default)]
+    #[schema(example = "15m")]
+    payment_window: Option<String>,
 }
 
 /// A sale's state: `sold` and `queued` from Redis, then `persisted` from Postgres (`null` while
@@ -128,6 +137,29 @@ pub struct SaleStatus {
     pub starts_at: Option<OffsetDateTime>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub ends_at: Option<OffsetDateTime>,
+    /// The payment window in milliseconds; `null`: orders are final at once.
+    #[serde(default)]
+    pub payment_window_ms: Option<i64>,
+    /// Orders whose unit went back to the stock (cancelled or expired): `stock_initial =
+    /// stock_left + sold - released` (Redis).
+    #[serde(default)]
+    pub released: i64,
+    /// Orders by standing in Postgres (`null` while Postgres is unreachable): reservations open.
+    #[serde(default)]
+    pub reserved: Option<i64>,
+    /// Reservations paid in time.
+    #[serde(default)]
+    pub paid: Option<i64>,
+    /// Reservations the buyer gave back.
+    #[serde(default)]
+    pub cancelled: Option<i64>,
+    /// Reservations not paid by their deadline.
+    #[serde(default)]
+    pub expired: Option<i64>,
+    /// Payments to refund: arrived after their order expired or was cancelled, or paid an order
+    /// twice (`GET /admin/late-payments` lists them).
+    #[serde(default)]
+    pub late_payments: Option<i64>,
 }
 
 /// An integer, also when written with a zero fraction (`2326.0`): JSON Schema's `integer`
@@ -173,7 +205,7 @@ pub async fn seed(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = sale_from_path(&path)?;
-    let SeedRequest { stock, starts_at, ends_at, shards } = body.into_inner();
+    let SeedRequest { stock, starts_at, ends_at, shards, payment_window } = body.into_inner();
     if !(0..=MAX_STOCK).contains(&stock) {
         return Err(ApiError::InvalidRequest(format!("stock must be between 0 and {MAX_STOCK}")));
     }
@@ -190,8 +222,24 @@ pub async fn seed(
     if ends_at.is_some_and(|end| end <= OffsetDateTime::now_utc()) {
         return Err(ApiError::InvalidRequest("ends_at must be in the future".into()));
     }
+    let asked_window = match payment_window.as_deref() {
+        Some(raw) => Some(
+            reservations::payment_window(raw).map_err(|e| ApiError::InvalidRequest(format!("payment_window: {e}")))?,
+        ),
+        None => None,
+    };
+    // A shard never gets stock back (docs/stock-sharding.md), which a window's releases would
+    // break: a sharded sale has no window, and asking for both is refused.
+    let sharded = shards.unwrap_or(1) > 1
+        || (shards.is_none() && state.sales.layout(&sale).await?.is_some_and(|layout| layout.is_sharded()));
+    if sharded && asked_window.is_some() {
+        return Err(ApiError::InvalidRequest("payment_window cannot be used with more than one shard".into()));
+    }
+    let window = if sharded { None } else { asked_window.or(state.default_payment_window) };
+    let payment_window_ms = window.map(|w| w.as_millis() as i64);
     let to_ms = |t: Option<OffsetDateTime>| t.map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64);
-    let spec = SaleSpec { stock, starts_at_ms: to_ms(starts_at), ends_at_ms: to_ms(ends_at), shards };
+    let spec =
+        SaleSpec { stock, starts_at_ms: to_ms(starts_at), ends_at_ms: to_ms(ends_at), shards, payment_window_ms };
 
     // Checked first without a lock (a retired sale has orders Redis forgot: that is not what to
     // say), then again under the row's lock, without holding a connection across other queries.
@@ -203,7 +251,7 @@ pub async fn seed(
     if db::lock_retired(&mut tx, sale.as_str()).await? {
         return Err(ApiError::SeedRetired);
     }
-    db::upsert_sale(&mut tx, &sale, stock, starts_at, ends_at).await?;
+    db::upsert_sale(&mut tx, &sale, stock, starts_at, ends_at, payment_window_ms).await?;
     match state.sales.seed(&sale, spec).await? {
         SeedOutcome::Seeded => {
             state.sold_out.clear(sale.as_str());
@@ -213,7 +261,7 @@ pub async fn seed(
         SeedOutcome::Started => return Err(ApiError::SaleStarted),
         SeedOutcome::ShardsFixed { shards } => return Err(ApiError::ShardsFixed { shards }),
     }
-    tracing::info!(sale_id = %sale, stock, shards, "sale seeded");
+    tracing::info!(sale_id = %sale, stock, shards, payment_window_ms, "sale seeded");
     let status = sale_status(&state, &sale).await?;
     Ok(HttpResponse::Ok().json(status))
 }
@@ -261,15 +309,26 @@ async fn sale_status(state: &AppState, sale: &SaleId) -> Result<SaleStatus, ApiE
         return Err(if state.retired.check(sale).await { ApiError::SaleRetired } else { ApiError::UnknownSale });
     };
     let persisted = db::count_orders(&state.pool, sale).await.inspect_err(warn_without_persisted).ok();
-    Ok(status_of(sale, redis, persisted))
+    let tally = state.reservations.tally(sale).await.inspect_err(warn_without_persisted).ok();
+    Ok(status_of(sale, redis, persisted, tally))
 }
 
 fn warn_without_persisted(err: &sqlx::Error) {
     tracing::warn!(error = %err, "sale status without the persisted count");
 }
 
-fn status_of(sale: &SaleId, redis: SaleState, persisted: Option<i64>) -> SaleStatus {
-    let SaleState { stock_initial, stock_left, sold, queued, starts_at_ms, ends_at_ms, shards } = redis;
+fn status_of(sale: &SaleId, redis: SaleState, persisted: Option<i64>, tally: Option<Tally>) -> SaleStatus {
+    let SaleState {
+        stock_initial,
+        stock_left,
+        sold,
+        released,
+        queued,
+        starts_at_ms,
+        ends_at_ms,
+        shards,
+        payment_window_ms,
+    } = redis;
     SaleStatus {
         sale_id: sale.to_string(),
         stock_initial,
@@ -280,6 +339,13 @@ fn status_of(sale: &SaleId, redis: SaleState, persisted: Option<i64>) -> SaleSta
         shards,
         starts_at: starts_at_ms.map(db::ms_to_time),
         ends_at: ends_at_ms.map(db::ms_to_time),
+        payment_window_ms,
+        released,
+        reserved: tally.map(|t| t.reserved),
+        paid: tally.map(|t| t.paid),
+        cancelled: tally.map(|t| t.cancelled),
+        expired: tally.map(|t| t.expired),
+        late_payments: tally.map(|t| t.late_payments),
     }
 }
 
@@ -353,12 +419,14 @@ pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpRespo
         }
     }
     let persisted = db::count_orders_by_sale(&state.pool, &ids).await.inspect_err(warn_without_persisted).ok();
+    let tallies = store::tally_by_sale(&state.pool, &ids).await.inspect_err(warn_without_persisted).ok();
     let sales = ids
         .iter()
         .zip(redis)
         .filter_map(|(id, redis)| {
             let count = persisted.as_ref().map(|counts| counts.get(id.as_str()).copied().unwrap_or(0));
-            Some(status_of(id, redis?, count))
+            let tally = tallies.as_ref().map(|t| t.get(id.as_str()).copied().unwrap_or_default());
+            Some(status_of(id, redis?, count, tally))
         })
         .collect();
     let worker = state.worker_health.as_ref().map(|h| h.report());
@@ -366,4 +434,41 @@ pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpRespo
     let limiter =
         LimiterRefusals { refused: refusals("refused"), refused_from_memory: refusals("refused_from_memory") };
     Ok(HttpResponse::Ok().json(SalesOverview { sales, unreadable, worker, sales_total, limiter, sampled_at }))
+}
+
+/// Most late payments one answer lists.
+pub const MAX_LISTED_LATE_PAYMENTS: i64 = 1000;
+
+/// Which sale's payments to refund.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct LatePaymentsQuery {
+    /// Only this sale's (1-64 characters of `[A-Za-z0-9_-]`); unset: every sale's.
+    #[param(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
+    sale_id: Option<String>,
+}
+
+/// The payments to refund, oldest first (at most 1,000): events that arrived after their order
+/// expired or was cancelled (`late`), or paid an order already paid (`duplicate`). Also those of
+/// retired sales: a late payment may arrive after the sale is over.
+#[utoipa::path(
+    get,
+    path = "/admin/late-payments",
+    tag = "admin",
+    params(LatePaymentsQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The payments to refund", body = Vec<LatePayment>),
+        AdminErrors,
+    )
+)]
+pub async fn late_payments(
+    _admin: Admin,
+    query: web::Query<LatePaymentsQuery>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = query.into_inner().sale_id.map(|id| sale_from_path(&id)).transpose()?;
+    let listed = store::late_payments(&state.pool, sale.as_ref(), MAX_LISTED_LATE_PAYMENTS).await?;
+    Ok(HttpResponse::Ok().json(listed))
 }

@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::limits::{self, Decided};
-use crate::domain::SaleId;
+use crate::domain::{SaleId, Standing};
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::purchase::sold_out::{self, Flagged};
@@ -43,6 +43,15 @@ pub struct BuyResponse {
     pub order_id: Uuid,
     pub sale_id: String,
     pub user_id: String,
+    /// `reserved`, in a sale with a payment window only: the order must be paid by `pay_by`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "reserved")]
+    pub status: Option<Standing>,
+    /// In a sale with a payment window only: the reservation's deadline (the Redis server's
+    /// clock); unpaid by then, the unit goes back to the sale.
+    #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub pay_by: Option<time::OffsetDateTime>,
 }
 
 /// Every answer carries `RateLimit-Policy`, and `RateLimit` whenever the limiter decided (a
@@ -56,7 +65,7 @@ pub struct BuyResponse {
     request_body = BuyRequest,
     security((), ("bearer_jwt" = [])),
     responses(
-        (status = 201, description = "Bought: the order is queued and will be in Postgres under this id", body = BuyResponse,
+        (status = 201, description = "Bought: the order is queued and will be in Postgres under this id; in a sale with a payment window it is a reservation (`status`: `reserved`), to be paid by `pay_by`", body = BuyResponse,
             headers(("RateLimit-Policy" = String, description = "The quota policy, e.g. `\"buy\";q=20;w=1`"),
                     ("RateLimit" = String, description = "Remaining quota and seconds to reset, e.g. `\"buy\";r=19;t=1`"))),
         (status = 400, description = "`invalid_request`: bad JSON, missing, extra or mistyped fields, ids out of bounds", body = ErrorBody),
@@ -132,9 +141,13 @@ async fn purchase(
         return Err(ApiError::Unavailable(anyhow::anyhow!("the limits admitted the purchase but it did not run")));
     };
     match outcome {
-        BuyOutcome::Purchased => {
-            Ok(HttpResponse::Created().json(BuyResponse { order_id, sale_id, user_id: user.as_str().to_owned() }))
-        }
+        BuyOutcome::Purchased { pay_by_ms } => Ok(HttpResponse::Created().json(BuyResponse {
+            order_id,
+            sale_id,
+            user_id: user.as_str().to_owned(),
+            status: pay_by_ms.map(|_| Standing::Reserved),
+            pay_by: pay_by_ms.map(crate::db::ms_to_time),
+        })),
         BuyOutcome::NotDurable { replicas } => {
             tracing::warn!(%order_id, replicas, "purchase not confirmed by enough replicas: 503 not_durable");
             Err(ApiError::NotDurable { order_id })

@@ -1,5 +1,5 @@
-//! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `admin`, `retire`,
-//! `admin_page`, `buyer_page`, `health`, `openapi`; `limits` is what `buy` and `sales` share,
+//! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `payments`,
+//! `admin`, `retire`, `admin_page`, `buyer_page`, `health`, `openapi`; `limits` is what `buy` and `sales` share,
 //! `page` what the two HTML pages share), and here the routing itself, 404/405 and `GET /metrics`.
 
 mod admin;
@@ -10,6 +10,7 @@ mod health;
 mod limits;
 mod openapi;
 mod page;
+mod payments;
 mod reconcile;
 mod retire;
 mod sales;
@@ -63,7 +64,13 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
         .service(web::resource("/buy").route(web::post().to(buy::buy)).default_service(allow("POST")))
         .service(web::resource("/sales/{sale_id}").route(read().to(sales::sale)).default_service(allow("GET, HEAD")))
         .service(
-            web::resource("/sales/{sale_id}/order").route(read().to(sales::order)).default_service(allow("GET, HEAD")),
+            web::resource("/sales/{sale_id}/order")
+                .route(read().to(sales::order))
+                .route(web::delete().to(sales::cancel))
+                .default_service(allow("DELETE, GET, HEAD")),
+        )
+        .service(
+            web::resource("/payments/events").route(web::post().to(payments::event)).default_service(allow("POST")),
         )
         .service(web::resource("/").route(read().to(buyer_page::home)).default_service(allow("GET, HEAD")))
         .service(
@@ -77,6 +84,11 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
                 .route(read().to(admin::status))
                 .route(web::delete().to(retire::retire))
                 .default_service(allow("DELETE, GET, HEAD, PUT")),
+        )
+        .service(
+            web::resource("/admin/late-payments")
+                .route(read().to(admin::late_payments))
+                .default_service(allow("GET, HEAD")),
         )
         .service(
             web::resource("/admin/sales/{sale_id}/reconcile")

@@ -5,7 +5,7 @@ use actix_web::{HttpResponse, web};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, admin_page, buy, buyer_page, health, reconcile, retire, sales};
+use super::{admin, admin_page, buy, buyer_page, health, payments, reconcile, retire, sales};
 use crate::http::AppState;
 
 #[derive(OpenApi)]
@@ -15,12 +15,15 @@ use crate::http::AppState;
         buy::buy,
         sales::sale,
         sales::order,
+        sales::cancel,
+        payments::event,
         buyer_page::home,
         buyer_page::sale,
         admin_page::page,
         admin::list,
         admin::seed,
         admin::status,
+        admin::late_payments,
         retire::retire,
         reconcile::reconcile_check,
         reconcile::reconcile_repair,
@@ -32,6 +35,7 @@ use crate::http::AppState;
     modifiers(&BearerAuth),
     tags(
         (name = "purchase", description = "Buying"),
+        (name = "payments", description = "The shop's payment system: signed payment events that settle reservations"),
         (name = "buyer", description = "The buyer page: countdown, stock, Buy, the order's status"),
         (name = "admin", description = "Seeding, inspecting and retiring sales (bearer token), and the live sale page"),
         (name = "health", description = "Liveness, readiness, metrics and this document"),
@@ -66,7 +70,7 @@ impl Modify for BearerAuth {
 }
 
 /// `GET /openapi.json`: this document, for this service's `SECKILL_AUTH`: with `none` the body's
-/// (and the order query's) `user_id` names the buyer, so the document requires it; with `jwt` it
+/// (and the order routes' query's) `user_id` names the buyer, so the document requires it; with `jwt` it
 /// is optional.
 #[utoipa::path(get, path = "/openapi.json", tag = "health",
     responses((status = 200, description = "The OpenAPI document", content_type = "application/json")))]
@@ -77,10 +81,12 @@ pub async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
     {
         required.push("user_id".into());
     }
-    if state.verifier.is_none()
-        && let Some(params) = doc["paths"]["/sales/{sale_id}/order"]["get"]["parameters"].as_array_mut()
-    {
-        params.iter_mut().filter(|p| p["name"] == "user_id").for_each(|p| p["required"] = true.into());
+    for method in ["get", "delete"] {
+        if state.verifier.is_none()
+            && let Some(params) = doc["paths"]["/sales/{sale_id}/order"][method]["parameters"].as_array_mut()
+        {
+            params.iter_mut().filter(|p| p["name"] == "user_id").for_each(|p| p["required"] = true.into());
+        }
     }
     HttpResponse::Ok().json(doc)
 }

@@ -12,12 +12,13 @@ use uuid::Uuid;
 
 use super::limits;
 use crate::db::ms_to_time;
-use crate::domain::SaleId;
+use crate::domain::Standing;
+use crate::domain::{SaleId, UserId};
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::orders::lookup::{self, Lookup};
-use crate::purchase::OrderStatus;
+use crate::orders::lookup::{self, Lookup, Place};
 use crate::purchase::board::Snapshot;
+use crate::reservations::store::Cancel;
 
 /// Where a sale stands, on the Redis server's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, ToSchema)]
@@ -149,10 +150,31 @@ pub struct OrderQuery {
 pub enum OrderState {
     /// No purchase by this buyer in this sale.
     None,
-    /// Bought; not yet in Postgres.
+    /// Bought; not yet in Postgres (in a sale with a payment window: `reserved` once stored).
     Queued,
-    /// In Postgres.
+    /// In Postgres, final (a sale without a payment window).
     Confirmed,
+    /// A reservation, to be paid by `pay_by`.
+    Reserved,
+    /// Paid in time.
+    Paid,
+    /// Given back by the buyer; the unit went back to the sale.
+    Cancelled,
+    /// Not paid by `pay_by`; the unit went back to the sale.
+    Expired,
+}
+
+impl From<Place> for OrderState {
+    fn from(place: Place) -> Self {
+        match place {
+            Place::Queued => Self::Queued,
+            Place::Stored(Standing::Confirmed) => Self::Confirmed,
+            Place::Stored(Standing::Reserved) => Self::Reserved,
+            Place::Stored(Standing::Paid) => Self::Paid,
+            Place::Stored(Standing::Cancelled) => Self::Cancelled,
+            Place::Stored(Standing::Expired) => Self::Expired,
+        }
+    }
 }
 
 /// The caller's order in a sale.
@@ -166,10 +188,15 @@ pub struct OrderView {
     #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub created_at: Option<OffsetDateTime>,
+    /// A reservation's deadline (in a sale with a payment window, once stored): pay before it.
+    #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub pay_by: Option<OffsetDateTime>,
 }
 
 /// The caller's own order: `queued` (bought, in Redis, on its way to Postgres), `confirmed` (in
-/// Postgres) or `none`. Under `SECKILL_AUTH=jwt` the buyer is the token's, so nobody can read
+/// Postgres), in a sale with a payment window `reserved` (with `pay_by`), `paid`, `cancelled` or
+/// `expired`, or `none`. Under `SECKILL_AUTH=jwt` the buyer is the token's, so nobody can read
 /// another buyer's order. Shares `POST /buy`'s rate limits (the same per-address and per-buyer
 /// quotas), so polling it spends the same budget as buying. A queued order costs one Redis read
 /// and no Postgres query. A retired sale's buyers still get their order (from Postgres).
@@ -212,20 +239,88 @@ async fn find_order(
     state: &AppState,
     decided: &mut Option<limits::Decided>,
 ) -> Result<HttpResponse, ApiError> {
-    let sale = SaleId::parse(sale_id).map_err(ApiError::InvalidRequest)?;
-    let user = limits::buyer(req, state, user_id)?;
-    limits::check(state, state.client_key(req), &user, &sale, decided).await?;
+    let (sale, user) = buyer_in_sale(req, sale_id, user_id, state, decided).await?;
     let view = match lookup::lookup(&state.sales, &state.pool, &sale, &user).await? {
         Lookup::UnknownSale if state.retired.check(&sale).await => return Err(ApiError::SaleRetired),
         Lookup::UnknownSale => return Err(ApiError::UnknownSale),
-        Lookup::NotBought => OrderView { status: OrderState::None, order_id: None, created_at: None },
-        Lookup::Found { status, order_id, created_at } => {
-            let status = match status {
-                OrderStatus::Queued => OrderState::Queued,
-                OrderStatus::Confirmed => OrderState::Confirmed,
-            };
-            OrderView { status, order_id, created_at }
+        Lookup::NotBought => OrderView { status: OrderState::None, order_id: None, created_at: None, pay_by: None },
+        Lookup::Found { place, order_id, created_at, pay_by } => {
+            OrderView { status: place.into(), order_id, created_at, pay_by }
         }
     };
     Ok(HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(view))
+}
+
+/// The cancel's answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Cancelled {
+    /// `cancelled`.
+    #[schema(value_type = String, example = "cancelled")]
+    pub status: Standing,
+    pub order_id: Uuid,
+}
+
+/// The caller gives its reservation back before its deadline: the order becomes `cancelled` and
+/// its unit goes back to the sale (for another buyer). The buyer as for `GET …/order`; shares
+/// `POST /buy`'s rate limits. The buyer cannot buy again in this sale.
+#[utoipa::path(
+    delete,
+    path = "/sales/{sale_id}/order",
+    tag = "purchase",
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), OrderQuery),
+    security((), ("bearer_jwt" = [])),
+    responses(
+        (status = 200, description = "Cancelled; the unit is back in the sale", body = Cancelled),
+        (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under `SECKILL_AUTH=none`", body = ErrorBody),
+        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)", body = ErrorBody),
+        (status = 403, description = "`user_mismatch`: user_id is not the token's buyer", body = ErrorBody),
+        (status = 404, description = "`no_order`: this buyer has no order in this sale", body = ErrorBody),
+        (status = 409, description = "`not_reserved`: the order is no longer a reservation (paid, cancelled, expired, past its deadline) or the sale has no payment window", body = ErrorBody),
+        (status = 429, description = "`rate_limited`", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
+        (status = 503, description = "`unavailable`: Redis or Postgres is unreachable", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "1"))),
+    )
+)]
+pub async fn cancel(
+    req: HttpRequest,
+    sale_id: web::Path<String>,
+    query: web::Query<OrderQuery>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let mut decided = None;
+    let outcome = cancel_order(&req, &sale_id, query.into_inner(), &state, &mut decided).await;
+    limits::respond(&state, decided, outcome)
+}
+
+async fn cancel_order(
+    req: &HttpRequest,
+    sale_id: &str,
+    OrderQuery { user_id }: OrderQuery,
+    state: &AppState,
+    decided: &mut Option<limits::Decided>,
+) -> Result<HttpResponse, ApiError> {
+    let (sale, user) = buyer_in_sale(req, sale_id, user_id, state, decided).await?;
+    match state.reservations.cancel(&sale, &user).await? {
+        Cancel::Cancelled(order_id) => Ok(HttpResponse::Ok()
+            .insert_header((header::CACHE_CONTROL, "no-store"))
+            .json(Cancelled { status: Standing::Cancelled, order_id })),
+        Cancel::Not(standing) => Err(ApiError::NotReserved(standing)),
+        Cancel::Missing => Err(ApiError::NoOrder),
+    }
+}
+
+/// The sale and the buyer an order route names (the token's under jwt, else the query's
+/// `user_id`), once the request passed `POST /buy`'s rate limits, which these routes share.
+async fn buyer_in_sale(
+    req: &HttpRequest,
+    sale_id: &str,
+    user_id: Option<String>,
+    state: &AppState,
+    decided: &mut Option<limits::Decided>,
+) -> Result<(SaleId, UserId), ApiError> {
+    let sale = SaleId::parse(sale_id).map_err(ApiError::InvalidRequest)?;
+    let user = limits::buyer(req, state, user_id)?;
+    limits::check(state, state.client_key(req), &user, &sale, decided).await?;
+    Ok((sale, user))
 }

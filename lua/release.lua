@@ -1,0 +1,41 @@
+-- release.lua: give the units of cancelled or expired reservations back to a sale's stock,
+-- each exactly once.
+--
+-- KEYS[1]  stock counter      seckill:{sale:<id>}:stock
+-- KEYS[2]  released set       seckill:{sale:<id>}:released  (order ids whose unit went back)
+-- ARGV     order ids          of orders Postgres moved from 'reserved' to 'cancelled' or 'expired'
+--                             (src/reservations/store.rs); as many as fit one call
+--
+-- Returns {released, stock_before}:
+--   released      how many of ARGV were not released before: the stock rose by as many
+--   stock_before  the stock before this call (the caller announces a sale that was sold out and
+--                 now has stock again, so every instance drops its sold-out flag)
+-- Or "unknown_sale" when the stock key is missing (Redis lost the sale, or it was retired):
+-- nothing is written; the release stays owed in Postgres until reconciliation restores the sale.
+--
+-- Invariants kept: the released set is the gate. SADD answers 1 only to the first call that
+-- names an order, and only then does the stock rise, so a release repeated by a second sweeper,
+-- by the re-drive after a crash, or by a retry after a lost reply returns its unit once. The
+-- buyer stays in the buyer set (one order per user per sale; buy.lua answers already_purchased),
+-- so stock_initial = stock + SCARD(buyers) - SCARD(released) holds before and after. Both keys
+-- share the sale's hash tag, so the script runs on Redis Cluster.
+--
+-- Example:
+--   redis-cli --eval lua/release.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:released' , 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69
+
+local stock_raw = redis.call('GET', KEYS[1])
+if not stock_raw then
+  return 'unknown_sale'
+end
+local stock = tonumber(stock_raw)
+if not stock or stock ~= math.floor(stock) then
+  error('seckill release.lua: the stock of the sale is damaged (' .. stock_raw .. '): nothing written')
+end
+local released = 0
+for i = 1, #ARGV do
+  released = released + redis.call('SADD', KEYS[2], ARGV[i])
+end
+if released > 0 then
+  redis.call('INCRBY', KEYS[1], released)
+end
+return {released, stock}

@@ -1,0 +1,108 @@
+//! `POST /payments/events`: the shop's payment system tells seckill an order is paid. The body
+//! is signed (`crate::reservations::signature`); the signature is checked on the raw bytes before
+//! anything is parsed.
+
+use actix_web::http::header::{self, ContentType};
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use secrecy::ExposeSecret;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::MAX_BODY_BYTES;
+use crate::domain::{SaleId, Standing};
+use crate::http::AppState;
+use crate::http::error::{ApiError, ErrorBody};
+use crate::reservations::signature::{self, HEADER};
+use crate::reservations::store::PaymentOutcome;
+
+/// The only event type seckill takes.
+pub const ORDER_PAID: &str = "order.paid";
+
+/// A payment event. Unknown fields are refused.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PaymentEvent {
+    /// The event's id, unique per event (1-128 characters, no control characters): the same id
+    /// again is answered as the first time and changes nothing.
+    #[schema(min_length = 1, max_length = 128, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]+$")]
+    id: String,
+    /// `order.paid`.
+    #[serde(rename = "type")]
+    #[schema(rename = "type", pattern = "^order\\.paid$")]
+    kind: String,
+    /// The order's sale.
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
+    sale_id: String,
+    /// The order (the `order_id` of its 201).
+    order_id: Uuid,
+}
+
+/// Where the order stands after the event.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PaymentResult {
+    pub order_id: Uuid,
+    /// `paid`; or, for a late payment, where the order stood (`expired`, `cancelled`).
+    #[schema(value_type = String, example = "paid")]
+    pub status: Standing,
+    /// The payment arrived after the order had expired or been cancelled, or the order was
+    /// already paid by another event: it did not pay for the unit, refund it
+    /// (`GET /admin/late-payments` lists them).
+    pub late_payment: bool,
+}
+
+/// Applies a signed payment event. A reservation paid before its deadline becomes `paid`; after
+/// it (or after a cancel) the order stays expired or cancelled and the payment is a late one, to
+/// refund. An order the worker has not stored yet is taken from the queue first.
+#[utoipa::path(
+    post,
+    path = "/payments/events",
+    tag = "payments",
+    request_body = PaymentEvent,
+    params(("Seckill-Signature" = String, Header, description = "`t=<unix seconds>,v1=<hex HMAC-SHA256 of \"<t>.<raw body>\" keyed by SECKILL_PAYMENT_SECRET>`; several `v1=` allowed (secret rotation); 300 s tolerance")),
+    responses(
+        (status = 200, description = "Applied (or the same event again: the same answer, nothing changed)", body = PaymentResult),
+        (status = 400, description = "`invalid_request`: not JSON, missing, extra or mistyped fields, another event type", body = ErrorBody),
+        (status = 401, description = "`invalid_signature`: no, a malformed, a stale or a wrong `Seckill-Signature`", body = ErrorBody),
+        (status = 404, description = "`unknown_order`: no order of the sale with that id (or the sale has no payment window)", body = ErrorBody),
+        (status = 409, description = "`event_reused`: the event id was used before for another order", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: body over 4 KiB", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: not application/json", body = ErrorBody),
+        (status = 503, description = "`payments_disabled`: no SECKILL_PAYMENT_SECRET; `unavailable`: Redis or Postgres is unreachable", body = ErrorBody),
+    )
+)]
+pub async fn event(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let secret = state.payment_secret.as_ref().ok_or(ApiError::PaymentsDisabled)?;
+    let json = req.mime_type().ok().flatten().is_some_and(|m| m.essence_str() == ContentType::json().0.essence_str());
+    if !json {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let body = payload
+        .to_bytes_limited(MAX_BODY_BYTES)
+        .await
+        .map_err(|_| ApiError::PayloadTooLarge(MAX_BODY_BYTES))?
+        .map_err(|e| ApiError::InvalidRequest(format!("unreadable request body: {e}")))?;
+    let presented = req.headers().get(HEADER).map(|v| v.to_str().unwrap_or_default());
+    let now = OffsetDateTime::now_utc().unix_timestamp();
+    signature::verify(presented, &body, secret.expose_secret().as_bytes(), now).map_err(ApiError::InvalidSignature)?;
+    let event: PaymentEvent =
+        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(format!("invalid JSON body: {e}")))?;
+    if event.kind != ORDER_PAID {
+        return Err(ApiError::InvalidRequest(format!("type must be {ORDER_PAID:?}")));
+    }
+    if event.id.is_empty() || event.id.chars().count() > 128 || event.id.chars().any(char::is_control) {
+        return Err(ApiError::InvalidRequest("id must be 1-128 printable characters".into()));
+    }
+    let sale = SaleId::parse(&event.sale_id).map_err(ApiError::InvalidRequest)?;
+    let settled = state.reservations.pay(&event.id, &sale, event.order_id).await?;
+    Ok(HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(PaymentResult {
+        order_id: settled.order_id,
+        status: settled.standing,
+        late_payment: settled.outcome != PaymentOutcome::Paid,
+    }))
+}

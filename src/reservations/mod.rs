@@ -1,0 +1,254 @@
+//! Payment windows: in a sale seeded with one, a win is a reservation that must be paid by its
+//! deadline, or its unit goes back to the crowd (docs/reservations.md has the picture).
+//!
+//! ```text
+//!            POST /buy (lua/buy.lua: stock - 1, entry with pay_by_ms)
+//!                 │
+//!                 ▼  worker inserts the row
+//!            ┌──────────┐  payment event before pay_by ┌──────┐
+//!            │ reserved │ ───────────────────────────► │ paid │
+//!            └──────────┘                              └──────┘
+//!   DELETE …/order │    │ pay_by passed (sweeper, or the late event itself)
+//!                  ▼    ▼
+//!           ┌───────────┐ ┌─────────┐   restocked_at null: release owed (the outbox)
+//!           │ cancelled │ │ expired │ ──► lua/release.lua: SADD released (the gate), stock + 1
+//!           └───────────┘ └─────────┘     ──► restocked_at = now()
+//! ```
+//!
+//! Postgres is the authority: each transition is one compare-and-set from `reserved`
+//! ([`store`]). A cancelled or expired order's unit returns through `lua/release.lua`, whose
+//! released set admits each order id once, so the release may be repeated (the [`sweeper`]'s
+//! re-drive of the outbox after a crash, two sweepers, a lost reply) and still returns one unit.
+//! A payment after the deadline never revives the order: it is stored as a late payment, to
+//! refund. A buyer whose reservation was cancelled or expired stays in the buyer set: one order
+//! per user per sale, so a scalper cannot hold a unit forever by buying it again as it expires.
+//! The payment events' signature is in [`signature`].
+
+pub mod signature;
+pub mod store;
+pub mod sweeper;
+
+use std::sync::Arc;
+
+use redis::{AsyncCommands, RedisResult};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use self::store::{Cancel, PaymentError, Settled};
+use crate::db;
+use crate::domain::{SaleId, Standing, UserId};
+use crate::metrics::Metrics;
+use crate::orders::queue;
+use crate::purchase::Sales;
+use crate::redis::lua::{self, unexpected_reply};
+
+/// Longest payment window a sale may have.
+pub const MAX_PAYMENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// Parses a payment window (`"15m"`, `"3s"`): at least 1 s (a deadline closer than the sweeper's
+/// tick is no window), at most [`MAX_PAYMENT_WINDOW`].
+pub fn payment_window(s: &str) -> Result<std::time::Duration, String> {
+    let window = humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration like 15m or 3s: {e}"))?;
+    if window < std::time::Duration::from_secs(1) || window > MAX_PAYMENT_WINDOW {
+        return Err(format!("a payment window must be between 1s and 7d, got {s:?}"));
+    }
+    Ok(window)
+}
+
+/// Order ids released per script call.
+const RELEASE_PAGE: usize = 500;
+
+/// Why a reservation's step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReservationError {
+    /// No order of the sale with that id, in Postgres or in the queue.
+    #[error("no such order")]
+    UnknownOrder,
+    /// A payment event id was used before for another order.
+    #[error("the event id was used for another order")]
+    EventReused,
+    #[error(transparent)]
+    Redis(#[from] redis::RedisError),
+    #[error(transparent)]
+    Postgres(#[from] sqlx::Error),
+}
+
+impl From<PaymentError> for ReservationError {
+    fn from(err: PaymentError) -> Self {
+        match err {
+            PaymentError::UnknownOrder => Self::UnknownOrder,
+            PaymentError::EventReused => Self::EventReused,
+            PaymentError::Postgres(err) => Self::Postgres(err),
+        }
+    }
+}
+
+/// Gives the units of `orders` (cancelled or expired orders of `sale`) back to its stock, each
+/// once (`lua/release.lua`), then records them restocked. A sale that was sold out is announced
+/// on the events channel, so every instance drops its sold-out flag. Returns the units that went
+/// back (0 for orders released before). A sale Redis does not know keeps its releases owed.
+pub async fn release(sales: &Sales, pool: &PgPool, sale: &str, orders: &[Uuid]) -> Result<u64, ReservationError> {
+    let Ok(sale_id) = SaleId::parse(sale) else {
+        tracing::error!(sale_id = sale, "an order row names an invalid sale id: its release stays owed");
+        return Ok(0);
+    };
+    let keys = sales.keyspace().sale_keys(&sale_id);
+    let mut released = 0;
+    let mut reopened = false;
+    for page in orders.chunks(RELEASE_PAGE) {
+        let mut call = lua::RELEASE.key(&keys.stock);
+        call.key(&keys.released);
+        for order in page {
+            call.arg(order.to_string());
+        }
+        let reply: redis::Value = lua::run(&call, &mut sales.keyspace().conn()).await?;
+        let (units, stock_before): (u64, i64) = match reply {
+            redis::Value::Array(_) => redis::from_redis_value(reply).map_err(redis::RedisError::from)?,
+            other => {
+                let word: String = redis::from_redis_value(other).map_err(redis::RedisError::from)?;
+                if word == "unknown_sale" {
+                    tracing::warn!(
+                        sale_id = sale,
+                        "release owed to a sale Redis does not know (reconcile restores it)"
+                    );
+                    return Ok(released);
+                }
+                return Err(unexpected_reply("release.lua", &word).into());
+            }
+        };
+        released += units;
+        reopened |= units > 0 && stock_before <= 0;
+        store::mark_restocked(pool, sale, page).await?;
+    }
+    if reopened {
+        announce_restock(sales, &sale_id).await;
+    }
+    Ok(released)
+}
+
+/// Releases every cancelled or expired order of the sale again (reconciliation's repair: the
+/// gate returns only the units Redis has not had back). Returns the units that went back.
+pub async fn release_all(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<u64, ReservationError> {
+    let orders = store::released_orders(pool, sale).await?;
+    release(sales, pool, sale.as_str(), &orders).await
+}
+
+/// Every instance drops its sold-out flag for the sale (the seed's event: the sale id). Should
+/// the publish fail, the flags lapse by themselves within their time to live.
+async fn announce_restock(sales: &Sales, sale: &SaleId) {
+    let keyspace = sales.keyspace();
+    let published: RedisResult<i64> = keyspace.conn().publish(keyspace.events_channel(), sale.as_str()).await;
+    if let Err(err) = published {
+        tracing::warn!(sale_id = %sale, error = %err, "restock not announced; sold-out flags lapse by themselves");
+    }
+}
+
+/// The reservations of one deployment: Postgres for their fate, Redis for their units.
+#[derive(Clone)]
+pub struct Reservations {
+    sales: Sales,
+    pool: PgPool,
+    metrics: Arc<Metrics>,
+}
+
+impl Reservations {
+    pub fn new(sales: Sales, pool: PgPool, metrics: Arc<Metrics>) -> Self {
+        Self { sales, pool, metrics }
+    }
+
+    /// Applies a payment event (`store::pay`). An order still in the queue is stored from its
+    /// stream entry first, so an event that overtakes the worker is not lost. A reservation the
+    /// event found past its deadline is expired here and its unit released.
+    ///
+    /// Postgres is asked again after the queue even when the queue no longer holds the order:
+    /// the worker commits a batch and only then removes its entries, so an order missed in
+    /// Postgres and then in the queue was committed in between.
+    pub async fn pay(&self, event_id: &str, sale: &SaleId, order_id: Uuid) -> Result<Settled, ReservationError> {
+        let settled = match store::pay(&self.pool, event_id, sale, order_id).await {
+            Err(PaymentError::UnknownOrder) => {
+                self.store_queued(sale, |o| o.order_id == order_id).await?;
+                store::pay(&self.pool, event_id, sale, order_id).await?
+            }
+            settled => settled?,
+        };
+        if settled.expired_now {
+            self.metrics.reservations.with_label_values(&["expired"]).inc();
+            self.release_now(sale.as_str(), &[order_id]).await;
+        }
+        if !settled.repeat {
+            match settled.outcome {
+                store::PaymentOutcome::Paid => self.metrics.reservations.with_label_values(&["paid"]).inc(),
+                outcome => {
+                    self.metrics.late_payments.with_label_values(&[outcome.as_str()]).inc();
+                    let status = settled.standing.as_str();
+                    tracing::warn!(sale_id = %sale, %order_id, event_id, outcome = outcome.as_str(), status, "payment to refund");
+                }
+            }
+        }
+        Ok(settled)
+    }
+
+    /// The buyer gives the reservation back: `reserved` → `cancelled` and its unit released. An
+    /// order still in the queue is stored from its stream entry first; Postgres is asked again
+    /// after the queue in any case, as for [`Reservations::pay`].
+    pub async fn cancel(&self, sale: &SaleId, user: &UserId) -> Result<Cancel, ReservationError> {
+        let cancelled = match store::cancel(&self.pool, sale, user).await? {
+            Cancel::Missing => {
+                self.store_queued(sale, |o| o.user_id == *user).await?;
+                store::cancel(&self.pool, sale, user).await?
+            }
+            other => other,
+        };
+        if let Cancel::Cancelled(order_id) = cancelled {
+            self.metrics.reservations.with_label_values(&["cancelled"]).inc();
+            self.release_now(sale.as_str(), &[order_id]).await;
+        }
+        Ok(cancelled)
+    }
+
+    /// Releases at once what a transition just freed; a failure leaves the release owed, for
+    /// the sweeper's re-drive.
+    async fn release_now(&self, sale: &str, orders: &[Uuid]) {
+        if let Err(err) = self.release(sale, orders).await {
+            tracing::warn!(sale_id = sale, error = %err, "release owed: the sweeper retries it");
+        }
+    }
+
+    /// Gives the units of `orders` back ([`release`]) and counts them.
+    pub async fn release(&self, sale: &str, orders: &[Uuid]) -> Result<u64, ReservationError> {
+        let released = release(&self.sales, &self.pool, sale, orders).await?;
+        self.metrics.units_released.inc_by(released);
+        Ok(released)
+    }
+
+    /// Stores the first queued order of `sale` matching `wanted` that is a reservation, as the
+    /// worker would (idempotent: the worker's own insert of it later is a redelivery). True if
+    /// one was found.
+    async fn store_queued(
+        &self,
+        sale: &SaleId,
+        wanted: impl Fn(&crate::domain::Order) -> bool,
+    ) -> Result<bool, ReservationError> {
+        let Some(order) = queue::find_queued(&self.sales, sale, |o| o.pay_by_ms.is_some() && wanted(o)).await? else {
+            return Ok(false);
+        };
+        db::insert_orders(&self.pool, &[order]).await?;
+        Ok(true)
+    }
+
+    /// The sale's orders by standing and its payments to refund.
+    pub async fn tally(&self, sale: &SaleId) -> Result<store::Tally, sqlx::Error> {
+        store::tally(&self.pool, sale).await
+    }
+
+    /// Whether the order stands where an answer can say so (for the HTTP layer's 409 text).
+    pub fn describe(standing: Standing) -> &'static str {
+        match standing {
+            Standing::Confirmed => "the order is final: the sale has no payment window",
+            Standing::Reserved => "the reservation's deadline has passed; it is expiring",
+            Standing::Paid => "the order is paid",
+            Standing::Cancelled => "the reservation was cancelled",
+            Standing::Expired => "the reservation expired",
+        }
+    }
+}

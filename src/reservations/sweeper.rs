@@ -1,0 +1,105 @@
+//! The sweeper: expires reservations on time and re-drives the releases still owed. Every
+//! instance that runs a worker runs one; they share the work through Postgres (`for update skip
+//! locked`), and a release repeated by two of them still returns one unit (`lua/release.lua`).
+//!
+//! Expiry is on time without polling minutes apart: the sweeper sleeps until the earliest open
+//! deadline, [`TICK`] at most (a reservation made meanwhile may be due sooner), and expires in
+//! batches of [`BATCH`] until none is due. Each look is a read of the partial index on open
+//! reservations; nothing is written (or locked) unless one is due, so a deployment without
+//! payment windows pays one index read per tick. The outbox, orders cancelled or expired whose unit is
+//! not yet back (the releaser died or Redis failed), is re-driven every [`REDRIVE_EVERY`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::Reservations;
+use super::store::{self, Owed};
+
+/// Longest sleep between two looks for due reservations.
+pub const TICK: Duration = Duration::from_millis(100);
+/// Reservations expired per statement.
+const BATCH: i64 = 1000;
+/// How often the outbox of owed releases is re-driven.
+pub const REDRIVE_EVERY: Duration = Duration::from_secs(1);
+/// A release is re-driven once it has been owed this long (the transition that owes it releases
+/// it itself right after its commit).
+const REDRIVE_GRACE_SECS: f64 = 2.0;
+/// Pause after a failed round.
+const BACKOFF: Duration = Duration::from_secs(1);
+
+impl Reservations {
+    /// Runs the sweeper until `stop`.
+    pub async fn sweep(self, stop: CancellationToken) {
+        let mut next_redrive = tokio::time::Instant::now();
+        loop {
+            let pause = match self.sweep_once(tokio::time::Instant::now() >= next_redrive).await {
+                Ok(pause) => pause,
+                Err(err) => {
+                    self.metrics.dependency_error(&err, "sweeper");
+                    tracing::warn!(error = %err, "reservation sweep failed; again in 1 s");
+                    BACKOFF
+                }
+            };
+            if tokio::time::Instant::now() >= next_redrive {
+                next_redrive = tokio::time::Instant::now() + REDRIVE_EVERY;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.cancelled() => return,
+            }
+        }
+    }
+
+    /// One round: expires every due reservation (releasing their units), re-drives the owed
+    /// releases if `redrive`; returns how long to sleep before the next round.
+    pub async fn sweep_once(&self, redrive: bool) -> anyhow::Result<Duration> {
+        while let Some((_, true)) = store::next_deadline(&self.pool).await? {
+            let expired = store::expire_due(&self.pool, BATCH).await?;
+            let full = expired.len() as i64 == BATCH;
+            let mut owed = Vec::with_capacity(expired.len());
+            for (order, lag) in expired {
+                self.metrics.expiry_lag_seconds.observe(lag.max(0.0));
+                owed.push(order);
+            }
+            self.metrics.reservations.with_label_values(&["expired"]).inc_by(owed.len() as u64);
+            self.release_by_sale(owed).await;
+            if !full {
+                break;
+            }
+        }
+        if redrive {
+            let owed = store::owed_releases(&self.pool, REDRIVE_GRACE_SECS, BATCH).await?;
+            if !owed.is_empty() {
+                tracing::info!(orders = owed.len(), "re-driving owed releases");
+            }
+            self.release_by_sale(owed).await;
+        }
+        let pause = match store::next_deadline(&self.pool).await? {
+            // Not below 10 ms: a due row another sweeper holds must not spin this one.
+            Some((deadline, _)) => until(deadline).clamp(Duration::from_millis(10), TICK),
+            None => TICK,
+        };
+        Ok(pause)
+    }
+
+    /// Releases `owed`, one sale at a time; a sale whose release fails keeps it owed.
+    async fn release_by_sale(&self, owed: Vec<Owed>) {
+        let mut by_sale: HashMap<String, Vec<Uuid>> = HashMap::new();
+        for Owed { sale_id, order_id } in owed {
+            by_sale.entry(sale_id).or_default().push(order_id);
+        }
+        for (sale, orders) in by_sale {
+            self.release_now(&sale, &orders).await;
+        }
+    }
+}
+
+/// Time from now to `deadline` (zero if it has passed).
+fn until(deadline: OffsetDateTime) -> Duration {
+    let left = deadline - OffsetDateTime::now_utc();
+    Duration::try_from(left).unwrap_or(Duration::ZERO)
+}
