@@ -1,7 +1,8 @@
 //! The buyer page (`GET /sale/{sale_id}`, `GET /`) in headless Chromium: the countdown on the
 //! server's clock, Buy enabled only while the sale is open, the order followed from "queued" to
 //! "confirmed", a second buy that shows the same order, sold out; and the token taken from the URL
-//! fragment. Screenshots: `target/tmp/buyer-page-{countdown,confirmed,already-bought,sold-out}.png`.
+//! fragment; a reservation's deadline, its cancel and its payment. Screenshots:
+//! `target/tmp/buyer-page-{countdown,confirmed,already-bought,sold-out,reserved,cancelled,paid}.png`.
 
 use std::time::Duration;
 
@@ -247,5 +248,49 @@ async fn a_token_in_the_url_fragment_names_the_buyer_and_stays_in_the_tab_only()
     assert_eq!(refused.order_id, None);
     assert_eq!(browser.run(&storage, vec![]).await[1], json!(null), "an emptied field forgets the token");
     assert_eq!(app.order_users(&sale).await, [("alice".into(), 1)]);
+    browser.client.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_reservation_counts_down_to_its_deadline_and_can_be_cancelled_or_paid() {
+    let app = spawn_app_with(|_| {}, true).await;
+    let browser = Browser::start().await;
+    let sale = new_sale_id();
+    let seeded = app.seed(&sale, json!({"stock": 1, "payment_window": "10m"})).await;
+    assert_eq!(seeded.status(), 200);
+    browser.client.goto(&app.url(&format!("/sale/{sale}"))).await.unwrap();
+    browser.shows("the open sale", |s| s.buy_enabled).await;
+
+    // alice's win is a reservation: the deadline counts down, Cancel is offered.
+    browser.fill("user-id", "alice").await;
+    browser.click("buy").await;
+    let reserved = browser.shows("alice's reservation", |s| s.order_status.as_deref() == Some("reserved")).await;
+    app.wait_for_drain(&sale).await;
+    assert_eq!(reserved.order_id.clone().unwrap(), stored_order(&app, &sale, "alice").await);
+    let left = browser.text("pay-by-left").await;
+    let secs: Vec<u64> = left.split(':').map(|p| p.parse().unwrap()).collect();
+    let secs = secs.iter().fold(0, |total, part| total * 60 + part);
+    assert!((590..=601).contains(&secs), "a 10-minute window shows {left} left (rounded up)");
+    assert!(browser.visible("cancel").await && browser.visible("pay-by").await);
+    browser.shows("sold out", |s| s.state == "Sold out").await;
+    browser.screenshot("buyer-page-reserved.png").await;
+
+    // Cancelled: the unit is back for the next buyer; the deadline and the button are gone.
+    browser.click("cancel").await;
+    let cancelled = browser.shows("the cancel", |s| s.order_status.as_deref() == Some("cancelled")).await;
+    assert_eq!(cancelled.message, "Cancelled: the unit went back to the sale.");
+    assert!(!browser.visible("cancel").await && !browser.visible("pay-by").await);
+    browser.shows("the unit back", |s| s.stock_left == "1" && s.state == "Open").await;
+    browser.screenshot("buyer-page-cancelled.png").await;
+
+    // bob reserves it and the shop's payment arrives: the page shows it paid.
+    browser.fill("user-id", "bob").await;
+    browser.click("buy").await;
+    let bobs = browser.shows("bob's reservation", |s| s.order_status.as_deref() == Some("reserved")).await;
+    let paid = app.pay(&sale, &bobs.order_id.unwrap(), "evt-bob").await;
+    assert_eq!(paid.status(), 200);
+    browser.shows("bob's order paid", |s| s.order_status.as_deref() == Some("paid")).await;
+    assert!(!browser.visible("cancel").await);
+    browser.screenshot("buyer-page-paid.png").await;
     browser.client.close().await.unwrap();
 }

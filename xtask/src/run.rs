@@ -2,7 +2,8 @@
 //! with a demo sale seeded; prints where everything is, then streams the service's log until
 //! Ctrl-C (or SIGTERM), which stops the service, then the servers. The service runs with
 //! `SECKILL_AUTH=jwt` and a fresh random HS256 secret; a token for `alice` is printed with the
-//! curl example. `SECKILL_*` settings in the environment reach the service (e.g.
+//! curl example. The demo sale has a payment window: the `seckill pay` line for alice's order is
+//! printed too (with the fresh `SECKILL_PAYMENT_SECRET`). `SECKILL_*` settings in the environment reach the service (e.g.
 //! `SECKILL_RATE_LIMIT=100000/1s cargo xtask run`).
 
 use std::io::Write;
@@ -21,6 +22,10 @@ pub struct Args {}
 /// How long after launch the demo sale opens, so its buyer page shows a countdown first.
 const DEMO_OPENS_IN: Duration = Duration::from_secs(60);
 
+/// The demo sale's payment window: a win is a reservation, paid within it (`seckill pay`, printed)
+/// or its unit goes back to the sale.
+const DEMO_PAYMENT_WINDOW: &str = "3m";
+
 /// Runs the task; the exit code is the task's result.
 pub fn run(_args: Args) -> Result<ExitCode> {
     steps::handle_signals()?;
@@ -35,16 +40,25 @@ pub fn run(_args: Args) -> Result<ExitCode> {
 
     let services = Services::start(&Options::default())?; // the app runs against the single node
     let secret: String = (0..64).map(|_| fastrand::alphanumeric()).collect();
-    let auth = [("SECKILL_AUTH", "jwt"), ("SECKILL_JWT_SECRET", secret.as_str())];
+    let payment_secret: String = (0..64).map(|_| fastrand::alphanumeric()).collect();
+    let auth = [
+        ("SECKILL_AUTH", "jwt"),
+        ("SECKILL_JWT_SECRET", secret.as_str()),
+        ("SECKILL_PAYMENT_SECRET", payment_secret.as_str()),
+    ];
     let mut app = App::start(&services, &Profile::Release.binary(), &auth)?;
     let alice = token(&app, "alice")?;
     // From here on the service's log streams to the terminal.
     let mut log = std::fs::File::open(&app.log).context("opening the service's log")?;
     let mut stdout = std::io::stdout();
     std::io::copy(&mut log, &mut stdout)?;
-    println!("==> seeding demo sale (stock 100, opens {DEMO_OPENS_IN:?} from now: the buyer page counts down)");
+    println!(
+        "==> seeding demo sale (stock 100, opens {DEMO_OPENS_IN:?} from now: the buyer page counts down; \
+         payment window {DEMO_PAYMENT_WINDOW})"
+    );
     let starts_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + DEMO_OPENS_IN);
-    let demo = serde_json::json!({"stock": 100, "starts_at": starts_at.to_string()});
+    let demo =
+        serde_json::json!({"stock": 100, "starts_at": starts_at.to_string(), "payment_window": DEMO_PAYMENT_WINDOW});
     app.put_sale("demo", &demo).context("seeding the demo sale")?;
     std::io::copy(&mut log, &mut stdout)?;
     print_info(&services, &app, &alice);
@@ -105,6 +119,12 @@ Another user's token:
 Public sale status (countdown on the server's clock) and alice's order:
   curl -s {url}/sales/demo
   curl -s -H "Authorization: Bearer {alice}" {url}/sales/demo/order
+A win is a reservation ({window} to pay, else the unit goes back). Pay for alice's order, as the
+shop's payment system would (a signed order.paid event):
+  ORDER=$(curl -s -H "Authorization: Bearer {alice}" {url}/sales/demo/order | sed -n 's/.*"order_id":"\([^"]*\)".*/\1/p')
+  SECKILL_PAYMENT_SECRET={payment_secret} {binary} pay --sale demo --order "$ORDER" --url {url}
+Or give it back (the unit returns to the sale):
+  curl -s -X DELETE -H "Authorization: Bearer {alice}" {url}/sales/demo/order
 Sale status (admin):
   curl -s -H "Authorization: Bearer {token}" {url}/admin/sales/demo
 Check the promises (drained queue, Redis buyers = Postgres orders):
@@ -113,6 +133,9 @@ Orders:
   psql {database} -c 'select * from orders'
 "#,
         pid = app.pid(),
+        window = DEMO_PAYMENT_WINDOW,
+        payment_secret =
+            app.env.iter().find(|(k, _)| k == "SECKILL_PAYMENT_SECRET").map(|(_, v)| v.as_str()).unwrap_or_default(),
         env = app
             .env
             .iter()
