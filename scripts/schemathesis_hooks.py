@@ -9,6 +9,12 @@ positive_data_acceptance check. FORMAT_BEYOND_BMP is the server's table (the Rus
 unicode-properties); tests/api/openapi.rs checks that it still is.
 """
 
+import hashlib
+import hmac
+import json
+import os
+import time
+
 import schemathesis
 
 FORMAT_BEYOND_BMP = [
@@ -35,3 +41,26 @@ def filter_body(context, body):
 @schemathesis.hook
 def filter_query(context, query):
     return not _names_format_beyond_bmp(query)
+
+
+# POST /payments/events is signed (Seckill-Signature: HMAC-SHA256 of "<t>.<raw body>"): the fuzz
+# signs each generated event with the fuzz service's secret (SECKILL_PAYMENT_SECRET, which
+# xtask/src/fuzz.rs gives both), so the fuzzer reaches the event's handling, not only the 401: the
+# generated header's value is replaced by a valid signature (a case without the header keeps
+# testing its absence). The body is serialized as the requests transport serializes it
+# (json.dumps, default separators).
+@schemathesis.hook
+def before_call(context, case, kwargs):
+    secret = os.environ.get("SECKILL_PAYMENT_SECRET")
+    if not secret or case.operation.path != "/payments/events" or case.method.upper() != "POST":
+        return
+    # A case without the header tests its absence (401): left unsigned.
+    if "Seckill-Signature" not in (case.headers or {}):
+        return
+    try:
+        raw = json.dumps(case.body).encode()
+    except (TypeError, ValueError):
+        return
+    at = str(int(time.time()))
+    signature = hmac.new(secret.encode(), at.encode() + b"." + raw, hashlib.sha256).hexdigest()
+    case.headers = {**(case.headers or {}), "Seckill-Signature": f"t={at},v1={signature}"}

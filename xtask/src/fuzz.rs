@@ -19,6 +19,8 @@ use crate::steps;
 
 /// The schemathesis release the checks are pinned to.
 const SCHEMATHESIS_VERSION: &str = "4.32.5";
+/// The fuzz service's payment events secret, which the hooks sign with.
+const PAYMENT_SECRET: &str = "fuzz-payment-secret-of-at-least-32-bytes";
 /// The most one schemathesis run may take.
 const LIMIT: Duration = Duration::from_secs(300);
 
@@ -31,9 +33,15 @@ pub fn run(services: &Services, deadline: Instant) -> Result<()> {
     ensure!(status.success(), "cargo {}: {status}", Profile::Debug.cargo_args().join(" "));
 
     let prefix = format!("fuzz-{}", std::process::id());
-    let env = [("SECKILL_KEY_PREFIX", prefix.as_str()), ("SECKILL_RATE_LIMIT", "1000000/1s"), ("RUST_LOG", "warn")];
+    let env = [
+        ("SECKILL_KEY_PREFIX", prefix.as_str()),
+        ("SECKILL_RATE_LIMIT", "1000000/1s"),
+        ("SECKILL_PAYMENT_SECRET", PAYMENT_SECRET),
+        ("RUST_LOG", "warn"),
+    ];
     let app = App::start(services, &Profile::Debug.binary(), &env)?;
     app.seed("fuzz-open", 1_000_000, None)?;
+    app.put_sale("fuzz-reserved", &json!({"stock": 1_000_000, "payment_window": "1h"}))?;
     app.seed("fuzz-sharded", 1_000_000, Some(3))?;
     app.seed("fuzz-sold-out", 0, None)?;
     app.put_sale("fuzz-not-started", &json!({"stock": 100, "starts_at": "2999-01-01T00:00:00Z"}))?;
@@ -47,6 +55,7 @@ pub fn run(services: &Services, deadline: Instant) -> Result<()> {
         .args(["--checks", "all", "--max-examples", "60", "--seed", "1", "--request-timeout", "5"])
         .arg("-H")
         .arg(format!("Authorization: Bearer {}", app.admin_token))
+        .env("SECKILL_PAYMENT_SECRET", PAYMENT_SECRET) // the hooks sign payment events with it
         .current_dir(&root); // schemathesis.toml
     let status = steps::run(&mut st, deadline.min(Instant::now() + LIMIT))?;
     ensure!(status.success(), "schemathesis: {status}");
