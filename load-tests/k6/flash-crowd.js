@@ -12,8 +12,16 @@
 //                        buyer page disables its button); a share (RETRY_RATIO) sends the purchase
 //                        again at once, like a double click, and must get 409 with the same
 //                        order id;
-//                    (c) after a 201 or 409 polls GET /sales/{id}/order at once and then about
-//                        once a second (at most ORDER_POLLS times) until it is `confirmed`.
+//                    (c) with a payment window (PAYMENT_WINDOW_MS > 0: the 201 says `reserved`,
+//                        with `pay_by`), a buyer then (at once, or up to THINK_MS later) pays
+//                        (share PAY_RATIO: a signed
+//                        `order.paid` event to POST /payments/events), cancels (share
+//                        CANCEL_RATIO: DELETE /sales/{id}/order) or does nothing (the reservation
+//                        expires at pay_by and the unit goes back to the stock);
+//                    (d) after a 201 or 409 polls GET /sales/{id}/order at once and then about
+//                        once a second (at most ORDER_POLLS times) until it is stored: `confirmed`
+//                        without a window; with one, not `queued`, and then it must stand as the
+//                        buyer left it (`paid`, `cancelled`, else `reserved` or `expired`).
 //                  Meant to run with `--local-ips 127.0.0.2-127.0.0.250`, so the crowd comes from
 //                  ~250 client addresses and stays under the per-IP limit (which /buy and the
 //                  order route share).
@@ -30,10 +38,11 @@
 // the body's / the query's user_id names the buyer.
 //
 // Every response is checked for its class and its shape; every request and check is tagged with
-// its step (`status`, `buy`, `order`), and the thresholds hold per step. Each 201's order is
-// printed to the console as `order SALE USER ORDER_ID` (the driver sends the console to a file
-// with --console-output and checks every one of those orders in Postgres and through the order
-// route afterwards). k6 exits 99 when a threshold fails.
+// its step (`status`, `buy`, `pay`, `cancel`, `order`), and the thresholds hold per step. Each
+// 201's order is printed to the console as `order SALE USER ORDER_ID`, each payment the service
+// accepted as `paid SALE ORDER_ID` and each cancel as `cancelled SALE ORDER_ID` (the driver sends
+// the console to a file with --console-output and checks every one of those orders in Postgres
+// and through the order route afterwards). k6 exits 99 when a threshold fails.
 
 import http from 'k6/http';
 import crypto from 'k6/crypto';
@@ -98,6 +107,22 @@ const STATUS_P95_MS = envInt('STATUS_P95_MS', 100);
 const BUY_P95_MS = envInt('BUY_P95_MS', 250);
 const ORDER_P95_MS = envInt('ORDER_P95_MS', 250);
 const CONFIRM_P95_MS = envInt('CONFIRM_P95_MS', 3000);
+// Reservations: the flash sales' payment window (0: none, orders are final at once), and what the
+// buyers do with a reservation. PAYMENT_SECRET is the service's SECKILL_PAYMENT_SECRET.
+const PAYMENT_WINDOW_MS = envInt('PAYMENT_WINDOW_MS', 0);
+const WINDOW = PAYMENT_WINDOW_MS > 0;
+const PAY_RATIO = Math.min(1, envFloat('PAY_RATIO', 0.5));
+const CANCEL_RATIO = Math.min(1 - PAY_RATIO, envFloat('CANCEL_RATIO', 0.2));
+const PAYMENT_SECRET = __ENV.PAYMENT_SECRET || '';
+if (MODE === 'crowd' && WINDOW && PAY_RATIO > 0 && PAYMENT_SECRET.length < 32) {
+  throw new Error('PAY_RATIO > 0 with a payment window needs PAYMENT_SECRET (at least 32 bytes)');
+}
+// A buyer pays or cancels a random 0..THINK_MS ms after its 201 (0: at once, often before the
+// worker stored the order: the service then stores it from the queue first).
+const THINK_MS = envInt('THINK_MS', 0);
+if (WINDOW && THINK_MS >= PAYMENT_WINDOW_MS) throw new Error('THINK_MS must be shorter than the payment window');
+const PAY_P95_MS = envInt('PAY_P95_MS', 250);
+const CANCEL_P95_MS = envInt('CANCEL_P95_MS', 250);
 
 // too fast
 const TOO_FAST_SALE = __ENV.TOO_FAST_SALE || 'limiter';
@@ -138,7 +163,22 @@ const orderPolls = new Counter('order_polls');
 const orderRateLimited = new Rate('order_rate_limited');
 const ordersConfirmed = new Counter('orders_confirmed');
 const ordersUnconfirmed = new Counter('orders_unconfirmed'); // not confirmed within ORDER_POLLS
-const timeToConfirmed = new Trend('time_to_confirmed', true); // the 201 -> the poll saying confirmed
+const timeToConfirmed = new Trend('time_to_confirmed', true); // the 201 -> the poll saying confirmed (stored)
+// With a payment window: what the order polls found once the order was stored.
+const ordersReserved = new Counter('orders_seen_reserved');
+const ordersPaid = new Counter('orders_seen_paid');
+const ordersCancelled = new Counter('orders_seen_cancelled');
+const ordersExpired = new Counter('orders_seen_expired');
+// Step (c): what the buyers did with their reservations.
+const reservations = new Counter('reservations'); // 201s that said `reserved`
+const payments = new Counter('payment_events'); // events sent
+const paymentsPaid = new Counter('payments_paid'); // answered 200 paid, not late
+const paymentsLate = new Counter('payments_late'); // answered 200 with late_payment: true
+const cancels = new Counter('cancel_requests'); // DELETE /sales/{id}/order sent (429s retried included)
+const cancelsDone = new Counter('cancels_done'); // answered 200 cancelled
+const cancelsRefused = new Counter('cancels_refused'); // answered 409 not_reserved
+const cancelRateLimited = new Counter('cancel_rate_limited'); // answered 429 (waited out, then again)
+const leftToExpire = new Counter('left_to_expire'); // reservations the buyer did nothing with
 
 // ---- options -----------------------------------------------------------------------------------
 
@@ -176,6 +216,15 @@ function crowdOptions() {
       'http_req_duration{step:status}': [`p(95)<${STATUS_P95_MS}`],
       'http_req_duration{step:buy}': [`p(95)<${BUY_P95_MS}`],
       'http_req_duration{step:order}': [`p(95)<${ORDER_P95_MS}`],
+      // (c) With a payment window: the payments and the cancels, their checks and latency.
+      ...(WINDOW
+        ? {
+            'checks{step:pay}': ['rate>0.99'],
+            'checks{step:cancel}': ['rate>0.99'],
+            'http_req_duration{step:pay}': [`p(95)<${PAY_P95_MS}`],
+            'http_req_duration{step:cancel}': [`p(95)<${CANCEL_P95_MS}`],
+          }
+        : {}),
       // (a) Nobody waited in vain (and, for sales seeded ahead, there was a countdown).
       wait_timed_out: ['count==0'],
       ...(STARTS_AT_MS > 0 ? { sale_polls_upcoming: ['count>0'] } : {}),
@@ -184,7 +233,7 @@ function crowdOptions() {
       rate_limited: ['rate<0.01'],
       // Every user who bought and asked again was told 409, with the same order id.
       retry_after_201_is_409: ['rate==1'],
-      // (c) Every buyer saw its order confirmed, soon.
+      // (d) Every buyer saw its order confirmed (with a payment window: stored), soon.
       order_rate_limited: ['rate<0.01'],
       orders_unconfirmed: ['count==0'],
       time_to_confirmed: [`p(95)<${CONFIRM_P95_MS}`],
@@ -266,7 +315,7 @@ function isError(body, code) {
   );
 }
 
-// A bought order as the 409 and the order route describe it: its id, queued or confirmed, when.
+// A bought order as the 409 describes it: its id, queued or confirmed, when.
 function isOrder(body) {
   return (
     body !== null &&
@@ -276,6 +325,18 @@ function isOrder(body) {
   );
 }
 
+// Where a stored order of a sale with a payment window stands (the order route).
+const WINDOW_STATES = ['reserved', 'paid', 'cancelled', 'expired'];
+
+// A bought order as the order route describes it: its id, when, and `queued`; then `confirmed`
+// without a payment window, or with one a reservation's state and its `pay_by`.
+function isOrderView(body) {
+  if (body === null || !UUID.test(String(body.order_id)) || Number.isNaN(Date.parse(body.created_at))) return false;
+  if (body.status === 'queued') return true;
+  if (!WINDOW) return body.status === 'confirmed';
+  return WINDOW_STATES.includes(body.status) && !Number.isNaN(Date.parse(body.pay_by));
+}
+
 // The IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers), as seckill sends them.
 const RATELIMIT_POLICY = /^"buy";q=\d+;w=\d+$/;
 const RATELIMIT_STATE = /^"buy";r=\d+;t=\d+$/;
@@ -283,6 +344,8 @@ const RATELIMIT_STATE = /^"buy";r=\d+;t=\d+$/;
 const STEP_BUY = { step: 'buy' };
 const STEP_STATUS = { step: 'status' };
 const STEP_ORDER = { step: 'order' };
+const STEP_PAY = { step: 'pay' };
+const STEP_CANCEL = { step: 'cancel' };
 
 // Anything but the expected statuses of a step: counted, failed, logged.
 function unexpected(res, step, what) {
@@ -304,8 +367,19 @@ function check429(res, body, step) {
   );
 }
 
-// One answer to POST /buy; returns its JSON body.
-function record(res, sale, user) {
+// A 201's body names a reservation due one payment window after `sentAt` (when the purchase was
+// sent), give or take a second.
+function isReservation(body, sentAt) {
+  const payBy = Date.parse(body.pay_by);
+  return (
+    body.status === 'reserved' &&
+    payBy >= sentAt + PAYMENT_WINDOW_MS - 1000 &&
+    payBy <= Date.now() + PAYMENT_WINDOW_MS + 1000
+  );
+}
+
+// One answer to POST /buy, sent at `sentAt` (ms); returns its JSON body.
+function record(res, sale, user, sentAt) {
   const body = jsonBody(res);
   rateLimited.add(res.status === 429);
   switch (res.status) {
@@ -319,10 +393,18 @@ function record(res, sale, user) {
             body !== null && UUID.test(String(body.order_id)) && body.sale_id === sale && body.user_id === user,
           '201 has RateLimit-Policy and RateLimit': (r) =>
             RATELIMIT_POLICY.test(r.headers['Ratelimit-Policy'] || '') && RATELIMIT_STATE.test(r.headers['Ratelimit'] || ''),
+          // With a window: `reserved`, pay_by = the purchase's time + the window (one clock here);
+          // without one (and on the too-fast run's sale, which has none): neither field.
+          '201 is reserved with pay_by = now + the window (neither without a window)': () =>
+            body !== null &&
+            (WINDOW && MODE === 'crowd'
+              ? isReservation(body, sentAt)
+              : body.status === undefined && body.pay_by === undefined),
         },
         STEP_BUY,
       );
       if (body !== null) console.log(`order ${sale} ${user} ${body.order_id}`);
+      if (body !== null && body.status === 'reserved') reservations.add(1);
       break;
     case 409:
       status409.add(1);
@@ -456,23 +538,40 @@ function waitForStart(sale) {
 
 // ---- (c) the order: GET /sales/{id}/order ---------------------------------------------------------
 
-function getOrder(sale, user) {
+// GET or DELETE /sales/{id}/order as the buyer: `?user_id=` under AUTH=none, its token under jwt.
+function ownOrder(method, sale, user, tags) {
   const headers = {};
   let query = `?user_id=${encodeURIComponent(user)}`;
   if (AUTH === 'jwt') {
     headers.Authorization = `Bearer ${token(user)}`;
     query = '';
   }
-  return http.get(`${BASE_URL}/sales/${sale}/order${query}`, {
+  return http.request(method, `${BASE_URL}/sales/${sale}/order${query}`, null, {
     headers,
     timeout: REQUEST_TIMEOUT,
-    tags: { name: 'GET /sales/{id}/order', step: 'order' },
+    tags,
   });
 }
 
-// Polls the buyer's order at once, then about once a second, until it is confirmed: always with
-// the order id the purchase answered, never `none`. `boughtAt` is when the purchase answered.
-function awaitConfirmed(sale, user, orderId, boughtAt) {
+function getOrder(sale, user) {
+  return ownOrder('GET', sale, user, { name: 'GET /sales/{id}/order', step: 'order' });
+}
+
+// What the order route must say once the order is stored, after the buyer's `decision`.
+function expectedStates(decision) {
+  if (!WINDOW) return ['confirmed'];
+  if (decision === 'pay') return ['paid'];
+  if (decision === 'cancel') return ['cancelled'];
+  if (decision === 'expire') return ['reserved', 'expired'];
+  return WINDOW_STATES; // no decision (its 201 was not seen), or its payment or cancel failed
+}
+
+// Polls the buyer's order at once, then about once a second, until it is stored (`confirmed`
+// without a payment window; with one, anything but `queued`): always with the order id the
+// purchase answered, never `none`, and stored as the buyer's decision left it. `boughtAt` is when
+// the purchase answered.
+function awaitConfirmed(sale, user, orderId, boughtAt, decision) {
+  const expected = expectedStates(decision);
   for (let poll = 0; poll < ORDER_POLLS; poll++) {
     if (poll > 0) sleep((ORDER_POLL_MS / 1000) * (0.9 + 0.2 * Math.random()));
     const res = getOrder(sale, user);
@@ -488,23 +587,148 @@ function awaitConfirmed(sale, user, orderId, boughtAt) {
       unexpected(res, STEP_ORDER, `GET /sales/${sale}/order ${user}`);
       continue;
     }
+    const stored = isOrderView(body) && body.order_id === orderId && body.status !== 'queued';
     check(
       res,
       {
-        "order is the buyer's (queued or confirmed, the purchase's order_id)": (r) =>
-          isJson(r) && isOrder(body) && body.order_id === orderId,
+        "order is the buyer's (queued, then confirmed or a reservation's state; the purchase's order_id)": (r) =>
+          isJson(r) && isOrderView(body) && body.order_id === orderId,
         'order has Cache-Control no-store': (r) => r.headers['Cache-Control'] === 'no-store',
       },
       STEP_ORDER,
     );
-    if (body !== null && body.status === 'confirmed') {
+    if (stored) {
+      const ok = check(
+        res,
+        { 'order stands as the buyer left it (paid, cancelled, else reserved or expired)': () => expected.includes(body.status) },
+        STEP_ORDER,
+      );
+      if (!ok) console.warn(`${sale}/${user}: order ${orderId} is ${body.status}, expected ${expected.join(' or ')}`);
+      if (body.status === 'reserved') ordersReserved.add(1);
+      else if (body.status === 'paid') ordersPaid.add(1);
+      else if (body.status === 'cancelled') ordersCancelled.add(1);
+      else if (body.status === 'expired') ordersExpired.add(1);
       ordersConfirmed.add(1);
       timeToConfirmed.add(Date.now() - boughtAt);
       return;
     }
   }
   ordersUnconfirmed.add(1);
-  console.warn(`${sale}/${user}: order ${orderId} not confirmed after ${ORDER_POLLS} polls`);
+  console.warn(`${sale}/${user}: order ${orderId} not ${WINDOW ? 'stored' : 'confirmed'} after ${ORDER_POLLS} polls`);
+}
+
+// ---- (c) the reservation: pay, cancel or let it expire -------------------------------------------
+
+// The shop's payment system: a signed `order.paid` event for the order (HMAC-SHA256 of
+// "<t>.<raw body>" keyed by PAYMENT_SECRET, as the service's SECKILL_PAYMENT_SECRET). A payment the
+// service took in time is printed as `paid SALE ORDER_ID`.
+function pay(sale, user, orderId) {
+  const body = JSON.stringify({ id: `pay-${user}`, type: 'order.paid', sale_id: sale, order_id: orderId });
+  const t = Math.floor(Date.now() / 1000);
+  const signature = `t=${t},v1=${crypto.hmac('sha256', PAYMENT_SECRET, `${t}.${body}`, 'hex')}`;
+  payments.add(1);
+  const res = http.post(`${BASE_URL}/payments/events`, body, {
+    headers: { 'Content-Type': 'application/json', 'Seckill-Signature': signature },
+    timeout: REQUEST_TIMEOUT,
+    tags: { name: 'POST /payments/events', step: 'pay' },
+  });
+  if (res.status !== 200) {
+    unexpected(res, STEP_PAY, `POST /payments/events ${sale}/${user} ${orderId}`);
+    return false;
+  }
+  const answer = jsonBody(res);
+  const late = answer !== null && answer.late_payment === true;
+  if (late) paymentsLate.add(1);
+  const ok = check(
+    res,
+    {
+      'pay 200 is {"order_id", "status", "late_payment"} for the order': (r) =>
+        isJson(r) &&
+        answer !== null &&
+        answer.order_id === orderId &&
+        ['paid', 'expired', 'cancelled'].includes(answer.status) &&
+        typeof answer.late_payment === 'boolean' &&
+        Object.keys(answer).length === 3,
+      'pay before the deadline is paid, not late': () => answer !== null && answer.status === 'paid' && !late,
+    },
+    STEP_PAY,
+  );
+  if (answer !== null && answer.status === 'paid' && !late) {
+    paymentsPaid.add(1);
+    console.log(`paid ${sale} ${orderId}`);
+    return true;
+  }
+  if (!ok) console.warn(`payment of ${sale}/${user} ${orderId} answered ${String(res.body).slice(0, 200)}`);
+  return false;
+}
+
+// The buyer gives its reservation back (a 429 is waited out, then it asks again: at most 3 times).
+// A cancel the service took is printed as `cancelled SALE ORDER_ID`.
+function cancel(sale, user, orderId) {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    cancels.add(1);
+    const res = ownOrder('DELETE', sale, user, { name: 'DELETE /sales/{id}/order', step: 'cancel' });
+    const body = jsonBody(res);
+    if (res.status === 429) {
+      cancelRateLimited.add(1);
+      check429(res, body, STEP_CANCEL);
+      sleep(Number(res.headers['Retry-After']) || 1);
+      continue;
+    }
+    if (res.status === 409) {
+      cancelsRefused.add(1);
+      check(
+        res,
+        {
+          '409 is {"error":"not_reserved","message"}': (r) => isJson(r) && isError(body, 'not_reserved'),
+          'cancel before the deadline is 200 cancelled': () => false,
+        },
+        STEP_CANCEL,
+      );
+      console.warn(`cancel of ${sale}/${user} ${orderId} refused: ${String(res.body).slice(0, 200)}`);
+      return false;
+    }
+    if (res.status !== 200) {
+      unexpected(res, STEP_CANCEL, `DELETE /sales/${sale}/order ${user}`);
+      return false;
+    }
+    const ok = check(
+      res,
+      {
+        'cancel 200 is {"status":"cancelled","order_id"} with the order': (r) =>
+          isJson(r) &&
+          body !== null &&
+          body.status === 'cancelled' &&
+          body.order_id === orderId &&
+          Object.keys(body).length === 2,
+      },
+      STEP_CANCEL,
+    );
+    if (ok) {
+      cancelsDone.add(1);
+      console.log(`cancelled ${sale} ${orderId}`);
+    } else {
+      console.warn(`cancel of ${sale}/${user} ${orderId} answered ${String(res.body).slice(0, 200)}`);
+    }
+    return ok;
+  }
+  console.warn(`cancel of ${sale}/${user} ${orderId}: rate limited 3 times`);
+  return false;
+}
+
+// What the buyer of a fresh reservation does, 0..THINK_MS ms (at random) after its 201: `pay`
+// (PAY_RATIO), `cancel` (CANCEL_RATIO) or `expire` (nothing). Returns what the service took:
+// 'pay', 'cancel' or 'expire', or null when the payment or the cancel failed (counted as such
+// already; the order may then stand anywhere).
+function decide(sale, user, orderId) {
+  const r = Math.random();
+  if (r >= PAY_RATIO + CANCEL_RATIO) {
+    leftToExpire.add(1);
+    return 'expire';
+  }
+  if (THINK_MS > 0) sleep((THINK_MS / 1000) * Math.random());
+  if (r < PAY_RATIO) return pay(sale, user, orderId) ? 'pay' : null;
+  return cancel(sale, user, orderId) ? 'cancel' : null;
 }
 
 // ---- the scenarios -----------------------------------------------------------------------------
@@ -515,13 +739,17 @@ function crowdUser(sale, user) {
     if (state === 'sold_out') sawSoldOut.add(1);
     return;
   }
+  const sentAt = Date.now();
   const first = buy(sale, user);
   const boughtAt = Date.now();
-  const body = record(first, sale, user);
+  const body = record(first, sale, user, sentAt);
   let orderId = (first.status === 201 || first.status === 409) && body !== null ? body.order_id : null;
+  // The 201 that made the order (the first answer, or the repeat's when the first made none).
+  let created = first.status === 201 ? body : null;
   if (Math.random() < RETRY_RATIO) {
+    const againAt = Date.now();
     const again = buy(sale, user);
-    const repeat = record(again, sale, user);
+    const repeat = record(again, sale, user, againAt);
     if (first.status === 201) {
       const same = again.status === 409 && repeat !== null && repeat.order_id === orderId;
       retryAfterBuy.add(same);
@@ -529,16 +757,24 @@ function crowdUser(sale, user) {
       if (!ok) console.warn(`buyer ${sale}/${user} asked again and got ${again.status}: ${String(again.body).slice(0, 200)}`);
     } else if (orderId === null && (again.status === 201 || again.status === 409) && repeat !== null) {
       orderId = repeat.order_id;
+      if (again.status === 201) created = repeat;
     }
   }
-  if (orderId) awaitConfirmed(sale, user, orderId, boughtAt);
+  // A reservation: pay it, give it back or let it expire. The decision is known only for an order
+  // whose 201 was seen (so was its `order` line): the driver checks it afterwards.
+  let decision = null;
+  if (created !== null && created.status === 'reserved' && created.order_id === orderId) {
+    decision = decide(sale, user, orderId);
+  }
+  if (orderId) awaitConfirmed(sale, user, orderId, boughtAt, decision);
 }
 
 export default function () {
   const n = exec.scenario.iterationInTest; // unique per iteration across all VUs of this scenario
   if (MODE === 'too_fast') {
     const user = `tf-${RUN_ID}-${n}`;
-    record(buy(TOO_FAST_SALE, user), TOO_FAST_SALE, user);
+    const sentAt = Date.now();
+    record(buy(TOO_FAST_SALE, user), TOO_FAST_SALE, user, sentAt);
     return;
   }
   crowdUser(`${SALE_PREFIX}-${1 + Math.floor(Math.random() * SALES)}`, `u-${RUN_ID}-${n}`);
@@ -586,9 +822,26 @@ function stepLines(data) {
     `               waited for the start ${trend(data, 'wait_for_open')};` +
       ` left at sold_out ${count(data, 'saw_sold_out')}, timed out ${count(data, 'wait_timed_out')}`,
     `  (b) buy      ${trend(data, 'http_req_duration{step:buy}')}`,
-    `  (c) order    ${count(data, 'order_polls')} polls  ${trend(data, 'http_req_duration{step:order}')};` +
-      ` confirmed ${count(data, 'orders_confirmed')}, not confirmed ${count(data, 'orders_unconfirmed')};` +
-      ` 201 -> confirmed ${trend(data, 'time_to_confirmed')}`,
+    ...(WINDOW
+      ? [
+          `  (c) reserved ${count(data, 'reservations')}: paid ${count(data, 'payments_paid')}` +
+            ` (of ${count(data, 'payment_events')} events, late ${count(data, 'payments_late')}),` +
+            ` cancelled ${count(data, 'cancels_done')} (refused ${count(data, 'cancels_refused')},` +
+            ` 429 ${count(data, 'cancel_rate_limited')}), left to expire ${count(data, 'left_to_expire')}`,
+          `               pay ${trend(data, 'http_req_duration{step:pay}')}`,
+          `               cancel ${trend(data, 'http_req_duration{step:cancel}')}`,
+        ]
+      : []),
+    `  (d) order    ${count(data, 'order_polls')} polls  ${trend(data, 'http_req_duration{step:order}')};` +
+      ` ${WINDOW ? 'stored' : 'confirmed'} ${count(data, 'orders_confirmed')},` +
+      ` not ${WINDOW ? 'stored' : 'confirmed'} ${count(data, 'orders_unconfirmed')};` +
+      ` 201 -> ${WINDOW ? 'stored' : 'confirmed'} ${trend(data, 'time_to_confirmed')}`,
+    ...(WINDOW
+      ? [
+          `               stored as: reserved ${count(data, 'orders_seen_reserved')}, paid ${count(data, 'orders_seen_paid')},` +
+            ` cancelled ${count(data, 'orders_seen_cancelled')}, expired ${count(data, 'orders_seen_expired')}`,
+        ]
+      : []),
   ];
 }
 

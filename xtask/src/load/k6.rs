@@ -2,16 +2,20 @@
 //! `MODE=too_fast` from 127.0.0.1 only (one address far over the limit: 429s). Two invocations,
 //! as `--local-ips` applies to every VU of a process. The flash sales are seeded to open
 //! `--countdown` after seeding, so the crowd polls their status first; its buyers then poll
-//! their orders. Afterwards the invariants per sale, and every 201's order (k6 prints them to
-//! its console file) in Postgres and confirmed by `GET /sales/{id}/order`.
+//! their orders. With `--payment-window` (5 s by default) every win is a reservation: k6 pays for
+//! a share (`--pay-ratio`, a signed payment event), cancels a share (`--cancel-ratio`) and lets the
+//! rest expire; the driver waits until none is open and checks that every unit ended with exactly
+//! one paying buyer or back in the stock. Afterwards the invariants per sale, and every 201's
+//! order (k6 prints them to its console file, and the payments and cancels) in Postgres and on
+//! `GET /sales/{id}/order`, with the status its buyer left it in.
 
 use std::process::Command;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use secrecy::SecretString;
 use serde_json::json;
 
-use super::{Load, orders, secs};
+use super::{Load, orders, reservations, secs};
 use crate::bench::driver::rfc3339;
 
 #[derive(clap::Args, Debug)]
@@ -39,6 +43,21 @@ pub struct Args {
     /// Share of users who send their purchase twice.
     #[arg(long, default_value_t = 0.1)]
     retry_ratio: f64,
+    /// The flash sales' payment window (1s to 7d, e.g. 5s, 2m): every win is a reservation, paid,
+    /// cancelled or left to expire, and the unit of an unpaid one goes back to the crowd. `off`:
+    /// no window, every order is final at once (`confirmed`).
+    #[arg(long, default_value = "5s")]
+    payment_window: String,
+    /// With a window: share of the buyers who pay (a signed payment event after the 201).
+    #[arg(long, default_value_t = 0.5)]
+    pay_ratio: f64,
+    /// With a window: share of the buyers who cancel their reservation (the rest let it expire).
+    #[arg(long, default_value_t = 0.2)]
+    cancel_ratio: f64,
+    /// With a window: a buyer pays or cancels a random 0..N ms after its 201 (0: at once, often
+    /// before the worker has stored the order).
+    #[arg(long, default_value_t = 0)]
+    think_ms: u32,
     /// The http_req_duration p99 threshold, ms.
     #[arg(long, default_value_t = 250)]
     p99_ms: u32,
@@ -67,7 +86,21 @@ pub struct Args {
     verify_orders: usize,
 }
 
+impl Args {
+    /// The payment window in milliseconds; `None` for `off`.
+    fn window_ms(&self) -> anyhow::Result<Option<u64>> {
+        if ["off", "none", "0"].contains(&self.payment_window.as_str()) {
+            return Ok(None);
+        }
+        let window = humantime::parse_duration(&self.payment_window)
+            .map_err(|e| anyhow::anyhow!("--payment-window {}: {e} (use e.g. 5s, 2m or off)", self.payment_window))?;
+        Ok(Some(window.as_millis() as u64))
+    }
+}
+
 const TOO_FAST_SALE: &str = "limiter";
+/// How long after the load the reservations may take to settle, beyond the window.
+const SETTLE_SLACK: Duration = Duration::from_secs(30);
 /// The limit of the app that checks the orders afterwards: every check comes from 127.0.0.1.
 const OPEN_LIMIT: &str = "100000/1s";
 
@@ -109,7 +142,7 @@ fn run_k6(
         load.log(&format!("k6 {mode} failed (exit {rc}; 99 = thresholds crossed)"));
     }
     let console = load.results.join(format!("{name}-console.log"));
-    let (_, warnings) = orders::read(&console)?;
+    let warnings = orders::read(&console)?.other;
     for line in warnings.iter().take(20) {
         load.log(&format!("k6 {mode}: {line}"));
     }
@@ -133,23 +166,56 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
             std::fs::remove_file(entry.path())?;
         }
     }
+    let window_ms = a.window_ms()?;
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&a.pay_ratio)
+            && (0.0..=1.0).contains(&a.cancel_ratio)
+            && a.pay_ratio + a.cancel_ratio <= 1.0,
+        "--pay-ratio and --cancel-ratio must be shares from 0 to 1 that add up to at most 1"
+    );
+    anyhow::ensure!(
+        window_ms.is_none_or(|ms| u64::from(a.think_ms) < ms),
+        "--think-ms must be shorter than the payment window"
+    );
     let secret: String = (0..64).map(|_| fastrand::alphanumeric()).collect();
-    let app =
-        load.app(&[("SECKILL_RATE_LIMIT", &a.rate_limit), ("SECKILL_AUTH", &a.auth), ("SECKILL_JWT_SECRET", &secret)])?;
+    let payment_secret: String = (0..64).map(|_| fastrand::alphanumeric()).collect();
+    // The app's settings, with this rate limit.
+    let settings = |limit: &str| -> Vec<(&'static str, String)> {
+        vec![
+            ("SECKILL_RATE_LIMIT", limit.to_string()),
+            ("SECKILL_AUTH", a.auth.clone()),
+            ("SECKILL_JWT_SECRET", secret.clone()),
+            ("SECKILL_PAYMENT_SECRET", payment_secret.clone()),
+        ]
+    };
+    let env = settings(&a.rate_limit);
+    let app = load.app(&env.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>())?;
     // On whole seconds, at least --countdown ahead.
     let starts = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis().div_ceil(1000) as u64 + secs(&a.countdown)?;
-    for i in 1..=a.sales {
-        app.put_sale(&format!("flash-{i}"), &json!({"stock": a.stock, "starts_at": rfc3339(starts as i64)}))?;
+    let flash: Vec<String> = (1..=a.sales).map(|i| format!("flash-{i}")).collect();
+    for sale in &flash {
+        let mut body = json!({"stock": a.stock, "starts_at": rfc3339(starts as i64)});
+        if window_ms.is_some() {
+            body["payment_window"] = json!(a.payment_window);
+        }
+        app.put_sale(sale, &body)?;
     }
     app.seed(TOO_FAST_SALE, a.limiter_stock, None)?;
     load.log(&format!(
-        "seeded flash-1..flash-{} ({} each, opening at {}) and {TOO_FAST_SALE} ({}, open)",
+        "seeded flash-1..flash-{} ({} each, opening at {}, {}) and {TOO_FAST_SALE} ({}, open, no payment window)",
         a.sales,
         a.stock,
         rfc3339(starts as i64),
+        match window_ms {
+            Some(_) => format!(
+                "payment window {}: {} paid, {} cancelled, the rest left to expire",
+                a.payment_window, a.pay_ratio, a.cancel_ratio
+            ),
+            None => "no payment window".into(),
+        },
         a.limiter_stock
     ));
-    // k6 signs with the app's secret (a throwaway, made for this run: the logged command shows it).
+    // k6 signs with the app's secrets (throwaways, made for this run: the logged command shows them).
     let auth: Vec<String> = if a.auth == "jwt" { vec!["-e".into(), format!("JWT_SECRET={secret}")] } else { vec![] };
     let run_id = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs().to_string();
 
@@ -166,6 +232,11 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
                 ("RAMP", a.ramp.clone()),
                 ("HOLD", a.hold.clone()),
                 ("RETRY_RATIO", a.retry_ratio.to_string()),
+                ("PAYMENT_WINDOW_MS", window_ms.unwrap_or(0).to_string()),
+                ("PAY_RATIO", a.pay_ratio.to_string()),
+                ("CANCEL_RATIO", a.cancel_ratio.to_string()),
+                ("THINK_MS", a.think_ms.to_string()),
+                ("PAYMENT_SECRET", payment_secret.clone()),
             ]
             .into_iter()
             .flat_map(|(k, v)| ["-e".to_string(), format!("{k}={v}")]),
@@ -191,23 +262,38 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
     let limit = secs(&a.too_fast_duration)? + 60;
     load.failures += u32::from(run_k6(&load, a, &app.url, &run_id, "too_fast", limit, &too_fast)? != 0);
 
+    // Every reservation paid, cancelled or expired (the last ones fall due a window after the
+    // crowd's last purchase), the queues drained and the units released.
+    if let Some(ms) = window_ms {
+        reservations::wait_settled(&load, &app, &flash, Duration::from_millis(ms) + SETTLE_SLACK);
+    }
     let mut crowd_orders = 0;
-    for i in 1..=a.sales {
-        crowd_orders += load.check_sale(&app, &format!("flash-{i}"))?;
+    for sale in &flash {
+        crowd_orders += load.check_sale(&app, sale)?;
     }
     load.expect_created("crowd (k6)", created(&load, "k6"), crowd_orders);
     let orders = load.check_sale(&app, TOO_FAST_SALE)?;
     load.expect_created("too_fast (k6)", created(&load, "k6-too-fast"), orders);
+    let crowd = orders::read(&load.results.join("k6-console.log"))?;
+    if let Some(ms) = window_ms {
+        let mut totals = reservations::Totals::default();
+        for sale in &flash {
+            reservations::check(&mut load, &app, sale, ms, &crowd, &mut totals)?;
+        }
+        reservations::print_totals(flash.len(), &totals);
+    }
     drop(app);
 
     // Each order on its own, through an app with the same settings but an open limit.
-    let checker =
-        load.app(&[("SECKILL_RATE_LIMIT", OPEN_LIMIT), ("SECKILL_AUTH", &a.auth), ("SECKILL_JWT_SECRET", &secret)])?;
+    let env = settings(OPEN_LIMIT);
+    let checker = load.app(&env.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>())?;
     let secret = (a.auth == "jwt").then(|| SecretString::from(secret.clone()));
-    for (run, name) in [("crowd (k6)", "k6"), ("too_fast (k6)", "k6-too-fast")] {
-        let (seen, _) = orders::read(&load.results.join(format!("{name}-console.log")))?;
+    let too_fast = orders::read(&load.results.join("k6-too-fast-console.log"))?;
+    for (run, name, console, windowed) in
+        [("crowd (k6)", "k6", &crowd, window_ms.is_some()), ("too_fast (k6)", "k6-too-fast", &too_fast, false)]
+    {
         let expected = created(&load, name);
-        orders::verify(&mut load, run, &seen, expected, &checker, secret.as_ref(), a.verify_orders)?;
+        orders::verify(&mut load, run, console, windowed, expected, &checker, secret.as_ref(), a.verify_orders)?;
     }
     Ok(load)
 }

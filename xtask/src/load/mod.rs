@@ -7,6 +7,7 @@
 mod k6;
 mod oha;
 mod orders;
+mod reservations;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
@@ -101,7 +102,8 @@ impl Load {
     }
 
     /// One invariant line for the sale; returns its Postgres orders (counts a failure when the
-    /// promises do not hold).
+    /// promises do not hold). A sale with a payment window counts the units of its cancelled and
+    /// expired orders back (`released`): `stock_initial = stock_left + sold - released`.
     pub fn check_sale(&mut self, app: &App, sale: &str) -> anyhow::Result<i64> {
         let (rc, stdout, report) = reconcile(app, sale)?;
         let Some(r) = report else {
@@ -112,15 +114,23 @@ impl Load {
         let n = |k: &str| r[k].as_i64().unwrap_or(-1);
         let v = |ok: bool| if ok { "ok" } else { "BROKEN" };
         let (initial, left, buyers, persisted) = (n("stock_initial"), n("stock_left"), n("buyers"), n("persisted"));
+        let released = r["released"].as_i64().unwrap_or(0);
+        let minus = if released != 0 { format!(" - released {released}") } else { String::new() };
         println!(
-            "invariant {sale}: stock_initial {initial} = stock_left {left} + sold {buyers} [{}], stock_left >= 0 [{}], buyers {buyers} = Postgres orders {persisted} [{}], queued {}, consistent {}",
-            v(initial == left + buyers),
+            "invariant {sale}: stock_initial {initial} = stock_left {left} + sold {buyers}{minus} [{}], stock_left >= 0 [{}], buyers {buyers} = Postgres orders {persisted} [{}], queued {}, consistent {}",
+            v(initial == left + buyers - released),
             v(left >= 0),
             v(buyers == persisted),
             r["queued"],
             r["consistent"]
         );
-        if rc != 0 || r["consistent"] != true || left < 0 || buyers != persisted || r["queued"] != 0 {
+        if rc != 0
+            || r["consistent"] != true
+            || initial != left + buyers - released
+            || left < 0
+            || buyers != persisted
+            || r["queued"] != 0
+        {
             self.log(&format!("{sale}: invariant failed; report: {}", stdout.trim()));
             self.failures += 1;
         }
