@@ -3,8 +3,8 @@
 //! locked`), and a release repeated by two of them still returns one unit (`lua/release.lua`).
 //!
 //! Expiry is on time without polling minutes apart: the sweeper sleeps until the earliest open
-//! deadline, [`TICK`] at most (a reservation made meanwhile may be due sooner), and expires in
-//! batches of [`BATCH`] until none is due. Each look is a read of the partial index on open
+//! deadline, [`TICK`] (the shortest window) at most, since a reservation made meanwhile is due
+//! no sooner than a window after it, and expires in batches of [`BATCH`] until none is due. Each look is a read of the partial index on open
 //! reservations; nothing is written (or locked) unless one is due, so a deployment without
 //! payment windows pays one index read per tick. The outbox, orders cancelled or expired whose unit is
 //! not yet back (the releaser died or Redis failed), is re-driven every [`REDRIVE_EVERY`].
@@ -19,8 +19,10 @@ use uuid::Uuid;
 use super::Reservations;
 use super::store::{self, Owed};
 
-/// Longest sleep between two looks for due reservations.
-pub const TICK: Duration = Duration::from_millis(100);
+/// Longest sleep between two looks for due reservations: the shortest payment window
+/// (`super::payment_window`), so a reservation made just after a look is seen before it is due,
+/// and the sweeper then sleeps until its deadline exactly.
+pub const TICK: Duration = Duration::from_secs(1);
 /// Reservations expired per statement.
 const BATCH: i64 = 1000;
 /// How often the outbox of owed releases is re-driven.

@@ -392,9 +392,14 @@ async fn payments_against_the_deadline_each_end_in_exactly_one_state() {
     let reservations: Vec<(String, OffsetDateTime)> = futures::stream::iter(0..ORDERS)
         .map(|i| {
             let (app, sale) = (app.clone(), sale.clone());
-            async move { reserve(&app, &sale, &format!("payer-{i}")).await }
+            async move {
+                // One purchase every 4 ms: the deadlines, hence the events, spread over 4 s
+                // instead of one burst the (debug) server would answer late.
+                tokio::time::sleep(Duration::from_millis(4 * i as u64)).await;
+                reserve(&app, &sale, &format!("payer-{i}")).await
+            }
         })
-        .buffer_unordered(64)
+        .buffer_unordered(ORDERS as usize)
         .collect()
         .await;
     let answers: Vec<(String, Value)> =
