@@ -1,6 +1,7 @@
 //! The live sale page (`GET /admin`) in a real browser: headless Chromium driven through
-//! chromedriver (WebDriver, `fantoccini`) during a small storm. Screenshots are written to
-//! `target/tmp/admin-page-{live,alert}.png` (cargo's `CARGO_TARGET_TMPDIR`).
+//! chromedriver (WebDriver, `fantoccini`) during a small storm, and a sale with a payment window.
+//! Screenshots are written to `target/tmp/admin-page-{live,alert,reservations}.png` (cargo's
+//! `CARGO_TARGET_TMPDIR`).
 
 use std::time::Duration;
 
@@ -222,5 +223,38 @@ async fn the_live_page_follows_a_storm_matches_the_status_endpoint_and_raises_a_
     assert!(browser.visible("login").await);
     assert_eq!(browser.run(&format!("return sessionStorage.getItem('{TOKEN_KEY}')"), vec![]).await, json!(null));
     assert!(alert_shot.exists());
+    browser.client.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_sale_with_a_payment_window_shows_its_reservations_and_released_units_add_up() {
+    let app = spawn_app_with(|_| {}, true).await;
+    let sale = new_sale_id();
+    assert_eq!(app.seed(&sale, json!({"stock": 3, "payment_window": "10m"})).await.status(), 200);
+    for user in ["alice", "bob"] {
+        assert_eq!(app.buy(&sale, user).await.status(), 201);
+    }
+    assert_eq!(app.cancel(&sale, "alice").await.status(), 200);
+    app.wait_for_drain(&sale).await;
+    let browser = Browser::start().await;
+    browser.client.goto(&app.url("/admin")).await.unwrap();
+    browser.log_in(ADMIN_TOKEN).await;
+    let card = browser.wait_for("the sale's card", async |b| b.sale(&sale).await.filter(|s| s.stock_left == "2")).await;
+    assert_eq!((card.sold.as_str(), card.stock_initial.as_str()), ("2", "3"));
+    assert!(card.alerts.is_empty(), "2 left + 2 sold − 1 released = 3: no alert, got {:?}", card.alerts);
+    let text = |field: &'static str| {
+        let script = format!(
+            "return [...document.querySelectorAll('.sale')].find((c) => c.dataset.saleId === arguments[0])\
+             .querySelector('[data-field=\"{field}\"]').innerText"
+        );
+        let browser = &browser;
+        let sale = sale.clone();
+        async move { browser.run(&script, vec![json!(sale)]).await }
+    };
+    assert_eq!(
+        (text("reserved").await, text("paid").await, text("released").await, text("late_payments").await),
+        (json!("1"), json!("0"), json!("1"), json!("0"))
+    );
+    browser.screenshot("admin-page-reservations.png").await;
     browser.client.close().await.unwrap();
 }
