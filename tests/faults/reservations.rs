@@ -28,7 +28,17 @@ async fn sold_out_sale(deployment: &Deployment, stock: usize, window: &str) -> S
 /// coming back twice (without it the stock would end at twice the stock).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_between_a_release_and_its_record_returns_each_unit_once() {
-    let mut deployment = Deployment::new(&[("SECKILL_PAYMENT_SECRET", PAYMENT_SECRET)]).await;
+    sigkill_between_a_release_and_its_record(&common::redis_url()).await;
+}
+
+/// The same on the Redis Cluster: the release script and its gate in the sale's slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_between_a_release_and_its_record_returns_each_unit_once_on_the_cluster() {
+    sigkill_between_a_release_and_its_record(&common::cluster().url()).await;
+}
+
+async fn sigkill_between_a_release_and_its_record(redis_url: &str) {
+    let mut deployment = Deployment::on_redis(redis_url, &[("SECKILL_PAYMENT_SECRET", PAYMENT_SECRET)]).await;
     let mut first = deployment.start().await;
     let stock = 500;
     let sale = sold_out_sale(&deployment, stock, "2s").await;
@@ -73,7 +83,7 @@ async fn sigkill_between_a_release_and_its_record_returns_each_unit_once() {
     let (status, standings) = deployment.assert_settled(&sale, Duration::from_secs(30)).await;
     assert_eq!((status.stock_left, standings.expired), (stock as i64, stock as i64), "{status:?}");
     eprintln!(
-        "figures sigkill-mid-release: reservations={stock} units_back_at_kill={} owed_at_kill={} stock_after={}",
+        "figures sigkill-mid-release ({redis_url}): reservations={stock} units_back_at_kill={} owed_at_kill={} stock_after={}",
         before_kill.stock_left, owed.owed, status.stock_left
     );
 }
