@@ -62,6 +62,11 @@ pub struct ReconcileReport {
     /// re-drives them; the repair releases them at once).
     #[serde(default)]
     pub releases_owed: i64,
+    /// Orders Postgres records as given back (`restocked_at` set) beyond those in the released
+    /// set: releases Redis lost (a restart within its fsync interval, a failover), their units
+    /// missing from the stock. Postgres is read first, so a release in flight is never counted.
+    #[serde(default)]
+    pub releases_lost: i64,
     /// Orders of the sale in Postgres.
     pub persisted: i64,
     /// Orders in the sale's stream, not yet committed to Postgres.
@@ -92,7 +97,8 @@ pub struct ReconcileReport {
     /// at most once: `lua/release.lua`).
     #[serde(default)]
     pub units_released: u64,
-    /// Stock balanced, `sales` row present with the same `stock_initial`, both lists empty.
+    /// Stock balanced, `sales` row present with the same `stock_initial`, both lists empty, no
+    /// release lost.
     pub consistent: bool,
 }
 
@@ -107,6 +113,7 @@ impl ReconcileReport {
             && self.buyers_restored == self.unknown_to_redis.len() as u64
             && self.overdrawn == 0
             && self.reenqueued == self.missing_in_postgres.len()
+            && self.units_released >= self.releases_lost as u64
     }
 }
 
@@ -235,6 +242,8 @@ async fn inspect(
     pool: &PgPool,
     sale: &SaleId,
 ) -> Result<Option<(ReconcileReport, SaleState)>, ReconcileError> {
+    // Before Redis: a release records `restocked_at` only after its script ran.
+    let restocked = reservations::store::restocked_count(pool, sale).await?;
     let Some(state) = sales.sale_state(sale).await? else {
         return Ok(None);
     };
@@ -249,10 +258,12 @@ async fn inspect(
 
     let stock_balanced = state.stock_initial == state.stock_left + state.sold - state.released && state.stock_left >= 0;
     let releases_owed = reservations::store::tally(pool, sale).await?.releases_owed;
+    let releases_lost = (restocked - state.released).max(0);
     let consistent = stock_balanced
         && sales_row_stock == Some(state.stock_initial)
         && missing_in_postgres.is_empty()
-        && unknown_to_redis.is_empty();
+        && unknown_to_redis.is_empty()
+        && releases_lost == 0;
     let report = ReconcileReport {
         sale_id: sale.to_string(),
         stock_initial: state.stock_initial,
@@ -260,6 +271,7 @@ async fn inspect(
         buyers: state.sold,
         released: state.released,
         releases_owed,
+        releases_lost,
         persisted: persisted.len() as i64,
         queued: state.queued,
         stock_balanced,

@@ -72,6 +72,14 @@ pub async fn released_orders(pool: &PgPool, sale: &SaleId) -> Result<Vec<Uuid>, 
         .await
 }
 
+/// How many of the sale's orders are recorded as given back (`restocked_at` set).
+pub async fn restocked_count(pool: &PgPool, sale: &SaleId) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("select count(*) from orders where sale_id = $1 and restocked_at is not null")
+        .bind(sale.as_str())
+        .fetch_one(pool)
+        .await
+}
+
 /// Records that the units of `orders` (of `sale`) are back in the stock.
 pub async fn mark_restocked(pool: &PgPool, sale: &str, orders: &[Uuid]) -> Result<u64, sqlx::Error> {
     let done = sqlx::query(

@@ -158,7 +158,7 @@ impl Retirer {
         let shards = self.sales.all_shard_keys(sale).await?;
         let mut refusals = self.busy(&state, &shards).await?;
         let checks = [
-            (!report.stock_balanced, Refusal::StockUnbalanced),
+            (!report.stock_balanced || report.releases_lost > 0, Refusal::StockUnbalanced),
             (!report.missing_in_postgres.is_empty(), Refusal::MissingInPostgres),
             (!report.unknown_to_redis.is_empty(), Refusal::UnknownToRedis),
             (report.sales_row_stock != Some(report.stock_initial), Refusal::SalesRow),

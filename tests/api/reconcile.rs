@@ -77,6 +77,7 @@ async fn a_consistent_sale_is_reported_consistent() {
         buyers: 4,
         released: 0,
         releases_owed: 0,
+        releases_lost: 0,
         persisted: 4,
         queued: 0,
         stock_balanced: true,
