@@ -73,7 +73,7 @@ pub struct BuyResponse {
             headers(("WWW-Authenticate" = String, description = "`Bearer`, or `Bearer error=\"invalid_token\"`"))),
         (status = 403, description = "`sale_not_started`, `sale_ended`, or `user_mismatch`: the body's user_id is not the token's buyer", body = ErrorBody),
         (status = 404, description = "`unknown_sale`", body = ErrorBody),
-        (status = 409, description = "`already_purchased`: this user already bought in this sale. The body carries the order it was given (`order_id`, `status`: `queued` or `confirmed`, `created_at`), so a retry after a lost 201 learns its order", body = ErrorBody),
+        (status = 409, description = "`already_purchased`: this user already bought in this sale. The body carries the order it was given (`order_id`, `status`: `queued` or `confirmed`, where the order is on its way to Postgres, `created_at`), so a retry after a lost 201 learns its order. In a sale with a payment window a cancelled or expired buyer cannot buy again either, and `confirmed` then says only that the order is stored: `GET /sales/{sale_id}/order` has its payment state", body = ErrorBody),
         (status = 410, description = "`sold_out`; `sale_retired`: the sale is over and was retired (`GET /sales/{sale_id}/order` still answers its buyers)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 4 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: not application/json", body = ErrorBody),
