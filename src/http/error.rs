@@ -22,6 +22,18 @@ fn reasons_text(reasons: &[Refusal]) -> String {
     words.join(", ")
 }
 
+/// Why an order cannot be cancelled, for 409 `not_reserved`.
+fn not_reserved_text(standing: crate::domain::Standing) -> &'static str {
+    use crate::domain::Standing;
+    match standing {
+        Standing::Confirmed => "the order is final: the sale has no payment window",
+        Standing::Reserved => "the reservation's deadline has passed; it is expiring",
+        Standing::Paid => "the order is paid",
+        Standing::Cancelled => "the reservation was cancelled",
+        Standing::Expired => "the reservation expired",
+    }
+}
+
 /// Every answer but a success: each variant has its status code, its stable `error` code
 /// ([`ApiError::code`]) and its message (the `#[error]` text).
 #[derive(Debug, thiserror::Error)]
@@ -118,7 +130,7 @@ pub enum ApiError {
     #[error("this buyer has no order in this sale")]
     NoOrder,
     /// 409 `not_reserved`: the order is not (or no longer) a reservation that can be cancelled.
-    #[error("the order is not a reservation that can be cancelled: {}", crate::reservations::Reservations::describe(*.0))]
+    #[error("the order is not a reservation that can be cancelled: {}", not_reserved_text(*.0))]
     NotReserved(crate::domain::Standing),
     /// 409 `event_reused`: a payment event id was used before for another order.
     #[error("this event id was used before for another order")]

@@ -36,7 +36,7 @@ use uuid::Uuid;
 
 use self::store::{Cancel, PaymentError, Settled};
 use crate::db;
-use crate::domain::{SaleId, Standing, UserId};
+use crate::domain::{SaleId, UserId};
 use crate::metrics::Metrics;
 use crate::orders::queue;
 use crate::purchase::Sales;
@@ -222,33 +222,21 @@ impl Reservations {
     }
 
     /// Stores the first queued order of `sale` matching `wanted` that is a reservation, as the
-    /// worker would (idempotent: the worker's own insert of it later is a redelivery). True if
-    /// one was found.
+    /// worker would (idempotent: the worker's own insert of it later is a redelivery), if there
+    /// is one.
     async fn store_queued(
         &self,
         sale: &SaleId,
         wanted: impl Fn(&crate::domain::Order) -> bool,
-    ) -> Result<bool, ReservationError> {
-        let Some(order) = queue::find_queued(&self.sales, sale, |o| o.pay_by_ms.is_some() && wanted(o)).await? else {
-            return Ok(false);
-        };
-        db::insert_orders(&self.pool, &[order]).await?;
-        Ok(true)
+    ) -> Result<(), ReservationError> {
+        if let Some(order) = queue::find_queued(&self.sales, sale, |o| o.pay_by_ms.is_some() && wanted(o)).await? {
+            db::insert_orders(&self.pool, &[order]).await?;
+        }
+        Ok(())
     }
 
     /// The sale's orders by standing and its payments to refund.
     pub async fn tally(&self, sale: &SaleId) -> Result<store::Tally, sqlx::Error> {
         store::tally(&self.pool, sale).await
-    }
-
-    /// Whether the order stands where an answer can say so (for the HTTP layer's 409 text).
-    pub fn describe(standing: Standing) -> &'static str {
-        match standing {
-            Standing::Confirmed => "the order is final: the sale has no payment window",
-            Standing::Reserved => "the reservation's deadline has passed; it is expiring",
-            Standing::Paid => "the order is paid",
-            Standing::Cancelled => "the reservation was cancelled",
-            Standing::Expired => "the reservation expired",
-        }
     }
 }

@@ -38,7 +38,11 @@ impl Reservations {
     pub async fn sweep(self, stop: CancellationToken) {
         let mut next_redrive = tokio::time::Instant::now();
         loop {
-            let pause = match self.sweep_once(tokio::time::Instant::now() >= next_redrive).await {
+            let redrive = tokio::time::Instant::now() >= next_redrive;
+            if redrive {
+                next_redrive = tokio::time::Instant::now() + REDRIVE_EVERY;
+            }
+            let pause = match self.sweep_once(redrive).await {
                 Ok(pause) => pause,
                 Err(err) => {
                     self.metrics.dependency_error(&err, "sweeper");
@@ -46,9 +50,6 @@ impl Reservations {
                     BACKOFF
                 }
             };
-            if tokio::time::Instant::now() >= next_redrive {
-                next_redrive = tokio::time::Instant::now() + REDRIVE_EVERY;
-            }
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
                 _ = stop.cancelled() => return,

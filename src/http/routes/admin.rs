@@ -1,6 +1,7 @@
-//! `PUT /admin/sales/{sale_id}` seeds a sale; `GET /admin/sales/{sale_id}` reports its state and
-//! `GET /admin/sales` every sale's (what the live page polls). Reconciling is in `reconcile`,
-//! retiring (`DELETE /admin/sales/{sale_id}`) in `retire`. All need
+//! The admin token (`Admin`); `GET /admin/sales/{sale_id}` reports a sale's state and
+//! `GET /admin/sales` every sale's (what the live page polls). Seeding is in `seed`,
+//! reconciling in `reconcile`, retiring (`DELETE /admin/sales/{sale_id}`) in `retire`, the
+//! payments to refund in `payments`. All need
 //! `Authorization: Bearer <SECKILL_ADMIN_TOKEN>`.
 
 use std::future::{Ready, ready};
@@ -19,14 +20,9 @@ use crate::domain::SaleId;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::orders::streams::WorkerReport;
-use crate::purchase::shards::MAX_SHARDS;
-use crate::purchase::{SaleSpec, SaleState, SeedOutcome};
+use crate::purchase::SaleState;
 use crate::redis::connection::is_redis_outage;
-use crate::reservations;
-use crate::reservations::store::{self, LatePayment, Tally};
-
-/// Largest stock one sale may hold (the buyer set grows to this many members).
-pub const MAX_STOCK: i64 = 10_000_000;
+use crate::reservations::store::{self, Tally};
 
 /// Most sales `GET /admin/sales` lists (the first by sale id).
 pub const MAX_LISTED_SALES: usize = 100;
@@ -90,36 +86,6 @@ pub enum AdminErrors {
     Unavailable(ErrorBody<'static>),
 }
 
-/// A sale to create or re-seed. Unknown fields are refused.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SeedRequest {
-    /// Items for sale, 0 to 10,000,000.
-    #[schema(minimum = 0, maximum = 10_000_000)]
-    #[serde(deserialize_with = "integral")]
-    stock: i64,
-    /// When the sale opens (RFC 3339); unset: at once.
-    #[serde(default, with = "time::serde::rfc3339::option")]
-    starts_at: Option<OffsetDateTime>,
-    /// When the sale ends (RFC 3339), after `starts_at` and in the future (a sale that has
-    /// ended before it is seeded is refused: the janitor would retire it); unset: never.
-    #[serde(default, with = "time::serde::rfc3339::option")]
-    ends_at: Option<OffsetDateTime>,
-    /// Shards to split the stock over, 1 to 16 (docs/stock-sharding.md): more than one lets one
-    /// hot sale use several Redis Cluster masters. Fixed by the sale's first seed: omit it (or
-    /// repeat it) when re-seeding. Default 1.
-    #[schema(minimum = 1, maximum = 16)]
-    #[serde(default)]
-    shards: Option<u32>,
-    /// How long a win may wait for its payment (a duration, 1s to 7d: `"15m"`, `"3s"`): each
-    /// order is then a reservation, paid by its deadline or its unit goes back to the sale
-    /// (docs/reservations.md). Unset: `SECKILL_PAYMENT_WINDOW`, and without it orders are final
-    /// at once. Not with more than one shard.
-    #[serde(default)]
-    #[schema(example = "15m")]
-    payment_window: Option<String>,
-}
-
 /// A sale's state: `sold` and `queued` from Redis, then `persisted` from Postgres (`null` while
 /// Postgres is unreachable). Postgres is read after Redis, and an order leaves the queue only
 /// after its commit, so `sold - queued <= persisted` unless confirmed orders were lost.
@@ -162,123 +128,8 @@ pub struct SaleStatus {
     pub late_payments: Option<i64>,
 }
 
-/// An integer, also when written with a zero fraction (`2326.0`): JSON Schema's `integer`
-/// allows that, so a client generated from the document may send it.
-fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
-    let number = serde_json::Number::deserialize(deserializer)?;
-    match (number.as_i64(), number.as_f64()) {
-        (Some(n), _) => Ok(n),
-        (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(f as i64),
-        _ => Err(serde::de::Error::custom(format!("expected an integer, got {number}"))),
-    }
-}
-
 pub(super) fn sale_from_path(path: &str) -> Result<SaleId, ApiError> {
     SaleId::parse(path).map_err(ApiError::InvalidRequest)
-}
-
-/// Creates or re-seeds a sale. The Postgres record and the Redis seed succeed together: the
-/// Postgres transaction commits only after Redis accepted the seed. A sale with buyers is never
-/// re-seeded (409), so nobody's purchase is erased; nor is a sale with orders in Postgres that
-/// Redis lost (409 `sale_has_orders`: reconciliation's repair restores it with its buyers), nor
-/// a retired sale (409 `sale_retired`: its row is locked in the transaction, so a retirement and
-/// a seed of one sale never interleave).
-#[utoipa::path(
-    put,
-    path = "/admin/sales/{sale_id}",
-    tag = "admin",
-    params(SalePath),
-    security(("bearer" = [])),
-    request_body = SeedRequest,
-    responses(
-        (status = 200, description = "Seeded; the sale's state", body = SaleStatus),
-        (status = 409, description = "`sale_in_progress`: the sale has buyers and cannot be re-seeded; `sale_has_orders`: Postgres holds orders of the sale that Redis lost (repair it with the reconcile route instead); `sale_started`: a sharded sale that has started cannot be re-seeded; `shards_fixed`: the sale exists with another shard count; `sale_retired`: the sale was retired and has no second life (seed another sale id)", body = ErrorBody),
-        (status = 413, description = "`payload_too_large`", body = ErrorBody),
-        (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
-        AdminErrors,
-    )
-)]
-pub async fn seed(
-    _admin: Admin,
-    path: web::Path<String>,
-    body: web::Json<SeedRequest>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let sale = sale_from_path(&path)?;
-    let SeedRequest { stock, starts_at, ends_at, shards, payment_window } = body.into_inner();
-    if !(0..=MAX_STOCK).contains(&stock) {
-        return Err(ApiError::InvalidRequest(format!("stock must be between 0 and {MAX_STOCK}")));
-    }
-    if shards.is_some_and(|k| !(1..=MAX_SHARDS).contains(&k)) {
-        return Err(ApiError::InvalidRequest(format!("shards must be between 1 and {MAX_SHARDS}")));
-    }
-    if let (Some(start), Some(end)) = (starts_at, ends_at)
-        && start >= end
-    {
-        return Err(ApiError::InvalidRequest("starts_at must be before ends_at".into()));
-    }
-    // A sale that has ended before it is seeded is a typo; seeded, the janitor would retire it
-    // and burn its id.
-    if ends_at.is_some_and(|end| end <= OffsetDateTime::now_utc()) {
-        return Err(ApiError::InvalidRequest("ends_at must be in the future".into()));
-    }
-    let asked_window = match payment_window.as_deref() {
-        Some(raw) => Some(
-            reservations::payment_window(raw).map_err(|e| ApiError::InvalidRequest(format!("payment_window: {e}")))?,
-        ),
-        None => None,
-    };
-    // A shard never gets stock back (docs/stock-sharding.md), which a window's releases would
-    // break: a sharded sale has no window, and asking for both is refused.
-    let sharded = shards.unwrap_or(1) > 1
-        || (shards.is_none() && state.sales.layout(&sale).await?.is_some_and(|layout| layout.is_sharded()));
-    if sharded && asked_window.is_some() {
-        return Err(ApiError::InvalidRequest("payment_window cannot be used with more than one shard".into()));
-    }
-    let window = if sharded { None } else { asked_window.or(state.default_payment_window) };
-    let payment_window_ms = window.map(|w| w.as_millis() as i64);
-    let to_ms = |t: Option<OffsetDateTime>| t.map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64);
-    let spec =
-        SaleSpec { stock, starts_at_ms: to_ms(starts_at), ends_at_ms: to_ms(ends_at), shards, payment_window_ms };
-
-    // Checked first without a lock (a retired sale has orders Redis forgot: that is not what to
-    // say), then again under the row's lock, without holding a connection across other queries.
-    if db::sale_retired(&state.pool, sale.as_str()).await? == Some(true) {
-        return Err(ApiError::SeedRetired);
-    }
-    refuse_if_redis_forgot_orders(&state, &sale).await?;
-    let mut tx = state.pool.begin().await?;
-    if db::lock_retired(&mut tx, sale.as_str()).await? {
-        return Err(ApiError::SeedRetired);
-    }
-    db::upsert_sale(&mut tx, &sale, stock, starts_at, ends_at, payment_window_ms).await?;
-    match state.sales.seed(&sale, spec).await? {
-        SeedOutcome::Seeded => {
-            state.sold_out.clear(sale.as_str());
-            tx.commit().await?
-        }
-        SeedOutcome::InProgress => return Err(ApiError::SaleInProgress),
-        SeedOutcome::Started => return Err(ApiError::SaleStarted),
-        SeedOutcome::ShardsFixed { shards } => return Err(ApiError::ShardsFixed { shards }),
-    }
-    tracing::info!(sale_id = %sale, stock, shards, payment_window_ms, "sale seeded");
-    let status = sale_status(&state, &sale).await?;
-    Ok(HttpResponse::Ok().json(status))
-}
-
-/// A seed must not start a second life over the orders Postgres holds: if the sale has orders
-/// there, it is refused, as `sale_in_progress` while Redis still knows buyers of it, else as
-/// `sale_has_orders` (Redis lost them; a seed would let them buy again and oversell). No buyer
-/// can appear in between: orders come only from buyers.
-async fn refuse_if_redis_forgot_orders(state: &AppState, sale: &SaleId) -> Result<(), ApiError> {
-    let orders = db::count_orders(&state.pool, sale).await?;
-    if orders == 0 {
-        return Ok(());
-    }
-    match state.sales.sale_state(sale).await? {
-        Some(redis) if redis.sold > 0 => Err(ApiError::SaleInProgress),
-        _ => Err(ApiError::SaleHasOrders { orders }),
-    }
 }
 
 /// The sale's state: `sold` and `queued` from Redis, `persisted` from Postgres.
@@ -304,7 +155,7 @@ pub async fn status(
     Ok(HttpResponse::Ok().json(sale_status(&state, &sale).await?))
 }
 
-async fn sale_status(state: &AppState, sale: &SaleId) -> Result<SaleStatus, ApiError> {
+pub(super) async fn sale_status(state: &AppState, sale: &SaleId) -> Result<SaleStatus, ApiError> {
     let Some(redis) = state.sales.sale_state(sale).await? else {
         return Err(if state.retired.check(sale).await { ApiError::SaleRetired } else { ApiError::UnknownSale });
     };
@@ -434,41 +285,4 @@ pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpRespo
     let limiter =
         LimiterRefusals { refused: refusals("refused"), refused_from_memory: refusals("refused_from_memory") };
     Ok(HttpResponse::Ok().json(SalesOverview { sales, unreadable, worker, sales_total, limiter, sampled_at }))
-}
-
-/// Most late payments one answer lists.
-pub const MAX_LISTED_LATE_PAYMENTS: i64 = 1000;
-
-/// Which sale's payments to refund.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct LatePaymentsQuery {
-    /// Only this sale's (1-64 characters of `[A-Za-z0-9_-]`); unset: every sale's.
-    #[param(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
-    sale_id: Option<String>,
-}
-
-/// The payments to refund, oldest first (at most 1,000): events that arrived after their order
-/// expired or was cancelled (`late`), or paid an order already paid (`duplicate`). Also those of
-/// retired sales: a late payment may arrive after the sale is over.
-#[utoipa::path(
-    get,
-    path = "/admin/late-payments",
-    tag = "admin",
-    params(LatePaymentsQuery),
-    security(("bearer" = [])),
-    responses(
-        (status = 200, description = "The payments to refund", body = Vec<LatePayment>),
-        AdminErrors,
-    )
-)]
-pub async fn late_payments(
-    _admin: Admin,
-    query: web::Query<LatePaymentsQuery>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let sale = query.into_inner().sale_id.map(|id| sale_from_path(&id)).transpose()?;
-    let listed = store::late_payments(&state.pool, sale.as_ref(), MAX_LISTED_LATE_PAYMENTS).await?;
-    Ok(HttpResponse::Ok().json(listed))
 }

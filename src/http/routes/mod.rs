@@ -1,5 +1,5 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `payments`,
-//! `admin`, `retire`, `admin_page`, `buyer_page`, `health`, `openapi`; `limits` is what `buy` and `sales` share,
+//! `admin`, `seed`, `retire`, `admin_page`, `buyer_page`, `health`, `openapi`; `limits` is what `buy` and `sales` share,
 //! `page` what the two HTML pages share), and here the routing itself, 404/405 and `GET /metrics`.
 
 mod admin;
@@ -14,6 +14,7 @@ mod payments;
 mod reconcile;
 mod retire;
 mod sales;
+mod seed;
 
 use actix_web::{HttpRequest, HttpResponse, guard, web};
 
@@ -80,14 +81,14 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
         .service(web::resource("/admin/sales").route(read().to(admin::list)).default_service(allow("GET, HEAD")))
         .service(
             web::resource("/admin/sales/{sale_id}")
-                .route(web::put().to(admin::seed))
+                .route(web::put().to(seed::seed))
                 .route(read().to(admin::status))
                 .route(web::delete().to(retire::retire))
                 .default_service(allow("DELETE, GET, HEAD, PUT")),
         )
         .service(
             web::resource("/admin/late-payments")
-                .route(read().to(admin::late_payments))
+                .route(read().to(payments::late_payments))
                 .default_service(allow("GET, HEAD")),
         )
         .service(

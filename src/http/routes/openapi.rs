@@ -5,7 +5,7 @@ use actix_web::{HttpResponse, web};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, admin_page, buy, buyer_page, health, payments, reconcile, retire, sales};
+use super::{admin, admin_page, buy, buyer_page, health, payments, reconcile, retire, sales, seed};
 use crate::http::AppState;
 
 #[derive(OpenApi)]
@@ -21,9 +21,9 @@ use crate::http::AppState;
         buyer_page::sale,
         admin_page::page,
         admin::list,
-        admin::seed,
+        seed::seed,
         admin::status,
-        admin::late_payments,
+        payments::late_payments,
         retire::retire,
         reconcile::reconcile_check,
         reconcile::reconcile_repair,

@@ -1,6 +1,6 @@
 //! `POST /payments/events`: the shop's payment system tells seckill an order is paid. The body
 //! is signed (`crate::reservations::signature`); the signature is checked on the raw bytes before
-//! anything is parsed.
+//! anything is parsed. And `GET /admin/late-payments`, the payments to refund (admin token).
 
 use actix_web::http::header::{self, ContentType};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
@@ -11,11 +11,12 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::MAX_BODY_BYTES;
+use super::admin::{Admin, AdminErrors, sale_from_path};
 use crate::domain::{SaleId, Standing};
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::reservations::signature::{self, HEADER};
-use crate::reservations::store::PaymentOutcome;
+use crate::reservations::store::{self, LatePayment, PaymentOutcome};
 
 /// The only event type seckill takes.
 pub const ORDER_PAID: &str = "order.paid";
@@ -105,4 +106,41 @@ pub async fn event(
         status: settled.standing,
         late_payment: settled.outcome != PaymentOutcome::Paid,
     }))
+}
+
+/// Most late payments one answer lists.
+pub const MAX_LISTED_LATE_PAYMENTS: i64 = 1000;
+
+/// Which sale's payments to refund.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct LatePaymentsQuery {
+    /// Only this sale's (1-64 characters of `[A-Za-z0-9_-]`); unset: every sale's.
+    #[param(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
+    sale_id: Option<String>,
+}
+
+/// The payments to refund, oldest first (at most 1,000): events that arrived after their order
+/// expired or was cancelled (`late`), or paid an order already paid (`duplicate`). Also those of
+/// retired sales: a late payment may arrive after the sale is over.
+#[utoipa::path(
+    get,
+    path = "/admin/late-payments",
+    tag = "admin",
+    params(LatePaymentsQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The payments to refund", body = Vec<LatePayment>),
+        AdminErrors,
+    )
+)]
+pub async fn late_payments(
+    _admin: Admin,
+    query: web::Query<LatePaymentsQuery>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = query.into_inner().sale_id.map(|id| sale_from_path(&id)).transpose()?;
+    let listed = store::late_payments(&state.pool, sale.as_ref(), MAX_LISTED_LATE_PAYMENTS).await?;
+    Ok(HttpResponse::Ok().json(listed))
 }

@@ -1,0 +1,80 @@
+//! What `seckill` runs: its subcommands and their own arguments (the settings they share are
+//! [`super::Config`]).
+
+use std::time::Duration;
+
+use clap::Subcommand;
+
+use super::duration;
+use crate::domain::{SaleId, UserId};
+
+/// What to run.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Apply migrations, then run the HTTP API and (unless --no-worker) the order worker.
+    Serve {
+        /// Do not run the order worker in this process (run `seckill worker` elsewhere).
+        #[arg(long, env = "SECKILL_NO_WORKER")]
+        no_worker: bool,
+    },
+    /// Run only the order worker: Redis stream -> Postgres.
+    Worker,
+    /// Apply the database migrations and exit.
+    Migrate,
+    /// Compare one sale's Redis buyers with its Postgres orders; print the report as JSON.
+    ///
+    /// Reports buyers with no order in Postgres or the stream (missing_in_postgres), Postgres
+    /// orders of users Redis does not know (unknown_to_redis), unbalanced stock and a missing or
+    /// different `sales` row. Exit status: 0 consistent (with --repair: nothing left to fix),
+    /// 1 differences remain, 2 unknown sale or invalid id, 3 Redis or Postgres failed.
+    Reconcile {
+        /// The sale to reconcile.
+        #[arg(value_parser = SaleId::parse)]
+        sale_id: SaleId,
+        /// Also repair: seed a sale Redis lost from its `sales` row, put buyers Postgres has and
+        /// Redis lost back (stock lowered to match), re-enqueue missing orders (under the ids
+        /// their buyers were told) and restore a missing `sales` row from Redis.
+        #[arg(long)]
+        repair: bool,
+    },
+    /// Retire one sale: remove its Redis keys and registrations; Postgres keeps its orders and
+    /// its row, marked retired. Prints the report as JSON.
+    ///
+    /// Only a sale that has ended or sold out, whose queue has drained and that reconciles can be
+    /// retired; a retired sale answers 410 sale_retired and cannot be seeded again. Exit status:
+    /// 0 retired, 1 refused (the reasons are printed), 2 unknown sale or invalid id, 3 Redis or
+    /// Postgres failed, 4 already retired.
+    Retire {
+        /// The sale to retire.
+        #[arg(value_parser = SaleId::parse)]
+        sale_id: SaleId,
+    },
+    /// Print an HS256 token naming USER, signed with SECKILL_JWT_SECRET (with the configured
+    /// user claim, issuer and audience), for `Authorization: Bearer` with SECKILL_AUTH=jwt.
+    Token {
+        /// The buyer the token names (a valid user_id).
+        #[arg(long, value_parser = UserId::parse)]
+        user: UserId,
+        /// How long the token is valid.
+        #[arg(long, default_value = "1h", value_parser = duration)]
+        ttl: Duration,
+    },
+    /// Send a signed `order.paid` event for one order to a running service's POST
+    /// /payments/events (signed with SECKILL_PAYMENT_SECRET, as the shop's payment system would),
+    /// and print its answer. Exit status: 0 paid, 1 answered otherwise (a late payment, an error),
+    /// 3 the service could not be reached.
+    Pay {
+        /// The order's sale.
+        #[arg(long, value_parser = SaleId::parse)]
+        sale: SaleId,
+        /// The order (the order_id of its 201).
+        #[arg(long)]
+        order: uuid::Uuid,
+        /// The service's base URL (plain HTTP).
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// The event's id (default: a new UUID): send the same id again to replay an event.
+        #[arg(long)]
+        event_id: Option<String>,
+    },
+}
