@@ -6,11 +6,15 @@
 -- KEYS[3]  buyer set          seckill:{sale:<id>}:buyers
 -- KEYS[4]  order stream       seckill:{sale:<id>}:orders
 -- KEYS[5]  receipts hash      seckill:{sale:<id>}:receipts  (user id -> "<order id> <created_at_ms> <stream entry id>")
+-- KEYS[6]  queue's buyers     seckill:{sale:<id>}:queue:bought  (a queued sale's: user id -> place; lua/admit.lua
+--                             counts the admitted places that were used)
 -- ARGV[1]  sale id            (copied into the order; the app validated it)
 -- ARGV[2]  user id            (kept as a string: never tonumber'd)
 -- ARGV[3]  order id           (UUID v7 made by the app)
 -- ARGV[4]  shards             how many shards the caller believes the sale has (1: unsharded;
 --                             docs/stock-sharding.md). KEYS are then those of one shard.
+-- ARGV[5]  place              in a queued sale (meta queue_rate): the buyer's place in line, from the
+--                             admission token the app verified (src/admission/); "" without one
 --
 -- Returns one status string, except for "already_purchased" and "reserved":
 --   "ok"                 user added, stock decremented, order appended to the stream, receipt kept
@@ -21,6 +25,8 @@
 --   "unknown_sale"       no meta (no stock_initial in it) or no stock key: the sale was never seeded
 --   "wrong_shards"       the meta records another shard count than ARGV[4]: nothing is written,
 --                        the caller reads the sale's layout and asks again
+--   "not_admitted"       a queued sale, and no place given: the caller has no admission token (before or
+--                        after the start)
 --   "not_started"        Redis TIME is before starts_at_ms
 --   "ended"              Redis TIME is at or after ends_at_ms
 --   {"already_purchased", order id, created_at_ms, "queued"|"confirmed"}
@@ -38,7 +44,7 @@
 -- never goes negative; XADD, HSET, SADD and DECR happen together or not at all (Redis does not
 -- roll a failed script back, so the writes are ordered such that only the first two can fail,
 -- and a failed HSET deletes the entry the XADD just added), so every "ok" has its order in the
--- stream and a receipt, and stock_initial = stock + SCARD(buyers) - SCARD(released) always
+-- stream and a receipt (and, in a queued sale, its place in KEYS[6]), and stock_initial = stock + SCARD(buyers) - SCARD(released) always
 -- holds (the released set is lua/release.lua's: units given back by cancelled or expired
 -- reservations; a released buyer stays a buyer and cannot buy again in the sale). The
 -- receipt lets a retry after a lost 201 learn its order id without touching Postgres. All keys share the
@@ -46,15 +52,22 @@
 -- checked before the stock: a shard answers "sold_out" only once it has started.
 --
 -- Example (after seed.lua below has created the sale):
---   redis-cli --eval lua/buy.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' , demo alice 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1
+--   redis-cli --eval lua/buy.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:queue:bought' , demo alice 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1 ''
 
-local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'shards', 'payment_window_ms')
+local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'shards', 'payment_window_ms',
+  'queue_rate')
 local stock_raw = meta[1] and redis.call('GET', KEYS[2])
 if not stock_raw then
   return 'unknown_sale'
 end
 if (tonumber(meta[4]) or 1) ~= tonumber(ARGV[4]) then
   return 'wrong_shards'
+end
+
+-- A queued sale refuses anyone without a place first, before or after its start alike.
+local place = meta[6] and tonumber(ARGV[5])
+if meta[6] and not place then
+  return 'not_admitted'
 end
 
 local t = redis.call('TIME')
@@ -88,9 +101,10 @@ if stock <= 0 then
   return 'sold_out'
 end
 
--- A script is not rolled back, so the writes go in the order in which only the first two can
+-- A script is not rolled back, so the writes go in the order in which only the first three can
 -- fail: XADD (the orders key of another type: nothing written yet), then HSET (the receipts key
--- of another type: the entry just added is deleted again). SADD cannot fail (SISMEMBER above
+-- of another type: the entry just added is deleted again), then a queued sale's ZADD (the
+-- entry and the receipt deleted again). SADD cannot fail (SISMEMBER above
 -- took the key), nor can DECR (the stock checked above).
 local created_at = string.format('%d', now_ms)
 local window = tonumber(meta[5])
@@ -108,6 +122,14 @@ local receipt = redis.pcall('HSET', KEYS[5], ARGV[2], ARGV[3] .. ' ' .. created_
 if type(receipt) == 'table' and receipt.err then
   redis.call('XDEL', KEYS[4], entry)
   error('seckill buy.lua: the receipts key of the sale is damaged (' .. receipt.err .. '): nothing written')
+end
+if place then
+  local used = redis.pcall('ZADD', KEYS[6], place, ARGV[2])
+  if type(used) == 'table' and used.err then
+    redis.call('XDEL', KEYS[4], entry)
+    redis.call('HDEL', KEYS[5], ARGV[2])
+    error('seckill buy.lua: the queue\'s buyers key of the sale is damaged (' .. used.err .. '): nothing written')
+  end
 end
 redis.call('SADD', KEYS[3], ARGV[2])
 redis.call('DECR', KEYS[2])

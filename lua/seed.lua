@@ -4,6 +4,7 @@
 -- KEYS[1]  sale meta hash     seckill:{sale:<id>}:meta    (of a shard k >= 1: {sale:<id>:<suffix>})
 -- KEYS[2]  stock counter      seckill:{sale:<id>}:stock
 -- KEYS[3]  buyer set          seckill:{sale:<id>}:buyers
+-- KEYS[4]  queue state        seckill:{sale:<id>}:queue:state (a queued sale's: its shuffle seed, lua/admit.lua's state)
 -- ARGV[1]  stock              (integer >= 0; the app validated its bounds)
 -- ARGV[2]  starts_at_ms       (Unix epoch milliseconds, or "" for "open now")
 -- ARGV[3]  ends_at_ms         (Unix epoch milliseconds, or "" for "never ends")
@@ -13,6 +14,12 @@
 -- ARGV[6]  re-seed            "1" when the sale exists already, else "0"
 -- ARGV[7]  payment window     milliseconds a reservation has to be paid (buy.lua, release.lua),
 --                             or "" for none: orders are final at once
+-- ARGV[8]  queue opens at     a queued sale (src/admission/): when its pre-queue opens, Unix ms, before
+--                             starts_at_ms; "" for a sale without a waiting room (ARGV[9..11] then "")
+-- ARGV[9]  queue rate         buyers admitted per second
+-- ARGV[10] admission ttl      milliseconds an admitted buyer has to buy
+-- ARGV[11] shuffle seed       64 hex digits the app drew at random; kept if the queue has one already
+--                             (a re-seed before the start must not reshuffle the pre-queue)
 --
 -- Returns one status string:
 --   "ok"                 seeded
@@ -21,7 +28,8 @@
 --                        started (Redis TIME at or after its starts_at_ms, or none); nothing is changed
 --
 -- Invariants kept: a re-seed never resets stock under existing buyers, so stock_initial =
--- stock + SCARD(buyers) holds across re-seeds. A started shard of a sharded sale is never
+-- stock + SCARD(buyers) holds across re-seeds. A queued sale's seed is drawn once: its SHA-256 is
+-- public from the first seed on, so it never changes (HSETNX). A started shard of a sharded sale is never
 -- re-seeded: it may have answered "sold_out", and a user who then fell over to another shard
 -- could buy a second time if its stock rose again (docs/stock-sharding.md). The order stream is
 -- not touched: its consumer group is created by the caller before the seed (and again by the
@@ -29,7 +37,7 @@
 -- (src/redis/order_stream.rs).
 --
 -- Example:
---   redis-cli --eval lua/seed.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' , 100 '' '' 1 '' 0 ''
+--   redis-cli --eval lua/seed.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:queue:state' , 100 '' '' 1 '' 0 '' '' '' '' ''
 
 if redis.call('SCARD', KEYS[3]) > 0 then
   return 'sale_in_progress'
@@ -59,6 +67,10 @@ if ARGV[5] ~= '' then
 end
 if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[1], 'payment_window_ms', ARGV[7])
+end
+if ARGV[8] ~= '' then
+  redis.call('HSET', KEYS[1], 'queue_opens_at_ms', ARGV[8], 'queue_rate', ARGV[9], 'queue_ttl_ms', ARGV[10])
+  redis.call('HSETNX', KEYS[4], 'seed', ARGV[11])
 end
 redis.call('SET', KEYS[2], stock)
 return 'ok'

@@ -142,6 +142,20 @@ impl Standing {
     }
 }
 
+/// A queued sale's waiting room, as an admin seeds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueSpec {
+    /// When the pre-queue opens, Unix milliseconds (before the sale's start).
+    pub opens_at_ms: i64,
+    /// Buyers admitted per second.
+    pub rate: u32,
+    /// Milliseconds an admitted buyer has to buy.
+    pub ttl_ms: i64,
+    /// The shuffle seed, drawn at random (`crate::admission::draw_seed`); a sale that has one
+    /// keeps it (Redis and Postgres alike).
+    pub seed: [u8; 32],
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -225,6 +225,8 @@ async fn reseed_lost_sale(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result
         ends_at_ms: ms(row.ends_at),
         shards: None,
         payment_window_ms: row.payment_window_ms,
+        // A queued sale comes back queued, with its seed: a repair never opens it to everyone.
+        queue: row.queue,
     };
     let outcome = sales.seed(sale, spec).await?;
     tracing::warn!(sale_id = %sale, ?outcome, "sale lost by Redis seeded again from its Postgres row");

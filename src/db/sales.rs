@@ -3,9 +3,10 @@
 use sqlx::PgPool;
 use time::OffsetDateTime;
 
-use crate::domain::SaleId;
+use crate::domain::{QueueSpec, SaleId};
 
-/// Records the sale's configuration (inside the admin seed's transaction).
+/// Records the sale's configuration (inside the admin seed's transaction). A queued sale's
+/// shuffle seed, once recorded, is kept (as Redis keeps it).
 pub async fn upsert_sale(
     tx: &mut sqlx::PgConnection,
     sale: &SaleId,
@@ -13,18 +14,28 @@ pub async fn upsert_sale(
     starts_at: Option<OffsetDateTime>,
     ends_at: Option<OffsetDateTime>,
     payment_window_ms: Option<i64>,
+    queue: Option<&QueueSpec>,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "insert into sales (sale_id, stock_initial, starts_at, ends_at, payment_window_ms) values ($1, $2, $3, $4, $5)
+        "insert into sales (sale_id, stock_initial, starts_at, ends_at, payment_window_ms,
+                            queue_opens_at, queue_rate, queue_ttl_ms, queue_seed)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
          on conflict (sale_id) do update
          set stock_initial = excluded.stock_initial, starts_at = excluded.starts_at,
-             ends_at = excluded.ends_at, payment_window_ms = excluded.payment_window_ms, updated_at = now()",
+             ends_at = excluded.ends_at, payment_window_ms = excluded.payment_window_ms,
+             queue_opens_at = excluded.queue_opens_at, queue_rate = excluded.queue_rate,
+             queue_ttl_ms = excluded.queue_ttl_ms, queue_seed = coalesce(sales.queue_seed, excluded.queue_seed),
+             updated_at = now()",
     )
     .bind(sale.as_str())
     .bind(stock)
     .bind(starts_at)
     .bind(ends_at)
     .bind(payment_window_ms)
+    .bind(queue.map(|q| crate::db::ms_to_time(q.opens_at_ms)))
+    .bind(queue.map(|q| q.rate as i32))
+    .bind(queue.map(|q| q.ttl_ms))
+    .bind(queue.map(|q| q.seed.to_vec()))
     .execute(tx)
     .await
     .map(drop)
@@ -63,19 +74,46 @@ pub async fn sales_row_stock(pool: &PgPool, sale: &SaleId) -> Result<Option<i64>
 }
 
 /// A sale's record, as the admin last seeded it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SaleRow {
     pub stock_initial: i64,
     pub starts_at: Option<OffsetDateTime>,
     pub ends_at: Option<OffsetDateTime>,
     /// Milliseconds a reservation has to be paid; `None`: orders are final at once.
     pub payment_window_ms: Option<i64>,
+    /// A queued sale's waiting room.
+    pub queue: Option<QueueSpec>,
 }
 
 /// The sale's `sales` row, if it has one.
 pub async fn sale_row(pool: &PgPool, sale: &SaleId) -> Result<Option<SaleRow>, sqlx::Error> {
-    sqlx::query_as("select stock_initial, starts_at, ends_at, payment_window_ms from sales where sale_id = $1")
-        .bind(sale.as_str())
-        .fetch_optional(pool)
-        .await
+    type Row = (
+        i64,
+        Option<OffsetDateTime>,
+        Option<OffsetDateTime>,
+        Option<i64>,
+        Option<OffsetDateTime>,
+        Option<i32>,
+        Option<i64>,
+        Option<Vec<u8>>,
+    );
+    let row: Option<Row> = sqlx::query_as(
+        "select stock_initial, starts_at, ends_at, payment_window_ms, queue_opens_at, queue_rate, queue_ttl_ms, queue_seed
+         from sales where sale_id = $1",
+    )
+    .bind(sale.as_str())
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(stock_initial, starts_at, ends_at, payment_window_ms, opens_at, rate, ttl_ms, seed)| {
+        let queue = match (opens_at, rate, ttl_ms, seed.and_then(|s| <[u8; 32]>::try_from(s).ok())) {
+            (Some(opens_at), Some(rate), Some(ttl_ms), Some(seed)) => Some(QueueSpec {
+                opens_at_ms: (opens_at.unix_timestamp_nanos() / 1_000_000) as i64,
+                rate: rate.max(1) as u32,
+                ttl_ms,
+                seed,
+            }),
+            _ => None,
+        };
+        SaleRow { stock_initial, starts_at, ends_at, payment_window_ms, queue }
+    }))
 }

@@ -32,6 +32,8 @@ pub enum BuyOutcome {
     AlreadyPurchased(Option<Receipt>),
     /// Every shard answered sold out.
     SoldOut,
+    /// A queued sale (`crate::admission`), and no place was given: the buyer was not admitted.
+    NotAdmitted,
     /// Bought, but fewer than `SECKILL_CONFIRM_REPLICAS` replicas acknowledged it in time (how
     /// many did; 0 as well when the `WAIT` itself failed). The purchase stands.
     NotDurable {
@@ -65,6 +67,8 @@ struct Limits<'g, 'p> {
     decisions: Vec<Decision>,
     /// The order id, as text: also the limits' nonce (unique per request).
     order_id: String,
+    /// The buyer's place in a queued sale's line, from its admission token, as text ("": none).
+    place: String,
 }
 
 /// Purchases one instance has on Redis at once. A command's response timeout
@@ -100,12 +104,28 @@ impl Sales {
     ///
     /// At most `IN_FLIGHT_PURCHASES` purchases of this instance are on Redis at once; the others
     /// wait for a turn here, up to `TURN_WAIT`, then fail as a timeout without being sent.
-    pub async fn buy(&self, sale: &SaleId, user: &UserId, order_id: Uuid, gates: &[Gate<'_>]) -> RedisResult<Verdict> {
+    ///
+    /// `place` is the buyer's place in a queued sale's line, from the admission token the caller
+    /// verified (`crate::admission`); a queued sale refuses a purchase without one
+    /// ([`BuyOutcome::NotAdmitted`]).
+    pub async fn buy(
+        &self,
+        sale: &SaleId,
+        user: &UserId,
+        order_id: Uuid,
+        place: Option<u64>,
+        gates: &[Gate<'_>],
+    ) -> RedisResult<Verdict> {
         let _turn = match tokio::time::timeout(TURN_WAIT, self.turns.acquire()).await {
             Ok(Ok(turn)) => turn,
             _ => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no turn for the purchase").into()),
         };
-        let mut limits = Limits { gates, decisions: Vec::with_capacity(gates.len()), order_id: order_id.to_string() };
+        let mut limits = Limits {
+            gates,
+            decisions: Vec::with_capacity(gates.len()),
+            order_id: order_id.to_string(),
+            place: place.map(|p| p.to_string()).unwrap_or_default(),
+        };
         let Some(pool) = &self.confirm else {
             let outcome = self.buy_with(&mut self.redis.purchase_conn().await, sale, user, &mut limits).await?;
             return Ok(Verdict { limits: limits.decisions, outcome });
@@ -169,7 +189,7 @@ impl Sales {
                 None => lua::BUY.key(&keys[shard].all()[..]),
                 Some(gate) => gate.policy.algorithm.with_purchase().key(&keys[shard].all()[..]),
             };
-            call.arg(sale.as_str()).arg(user.as_str()).arg(&limits.order_id).arg(layout.shards());
+            call.arg(sale.as_str()).arg(user.as_str()).arg(&limits.order_id).arg(layout.shards()).arg(&limits.place);
             if !gates.is_empty() {
                 call.arg(gates.len());
                 for gate in gates {
@@ -195,6 +215,7 @@ impl Sales {
                 "unknown_sale" => BuyOutcome::UnknownSale,
                 "not_started" => BuyOutcome::NotStarted,
                 "ended" => BuyOutcome::Ended,
+                "not_admitted" => BuyOutcome::NotAdmitted,
                 other => return Err(unexpected_reply("buy.lua", other)),
             };
             return Ok(ShardReply::Decided(outcome));

@@ -29,7 +29,7 @@ use crate::redis::keys::SaleKeys;
 use crate::redis::lua::unexpected_reply;
 
 pub use buy::{BuyOutcome, Verdict};
-pub use reads::SaleState;
+pub use reads::{QueueState, SaleState};
 pub use receipt::{OrderStatus, Purchase, Receipt};
 pub use restore::{CommittedOrder, Restored};
 pub use seed::{SaleSpec, SeedOutcome};

@@ -35,6 +35,19 @@ pub struct SaleState {
     pub shards: u32,
     /// Milliseconds a reservation has to be paid; `None`: orders are final at once.
     pub payment_window_ms: Option<i64>,
+    /// A queued sale's waiting room (`crate::admission`).
+    pub queue: Option<QueueState>,
+}
+
+/// A queued sale's waiting room, as its meta and state hold it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueState {
+    /// When the pre-queue opened (opens), Unix ms.
+    pub opens_at_ms: i64,
+    /// Buyers admitted per second.
+    pub rate: u32,
+    /// The shuffle seed, 64 hex digits (secret until the start: only its SHA-256 is shown before).
+    pub seed: String,
 }
 
 /// One shard's figures and its meta's layout fields, read in one MULTI.
@@ -49,6 +62,7 @@ struct ShardRead {
     shards: Option<i64>,
     suffixes: Option<String>,
     payment_window_ms: Option<i64>,
+    queue: Option<QueueState>,
 }
 
 impl Sales {
@@ -73,6 +87,7 @@ impl Sales {
             ends_at_ms: home.ends_at_ms,
             shards: layout.shards(),
             payment_window_ms: home.payment_window_ms,
+            queue: home.queue,
         };
         let others = layout.keys(self.redis.prefix(), sale).split_off(1);
         for (keys, shard) in others.iter().zip(try_join_all(others.iter().map(|k| self.read_shard(k))).await?) {
@@ -89,18 +104,30 @@ impl Sales {
     }
 
     async fn read_shard(&self, keys: &SaleKeys) -> RedisResult<ShardRead> {
-        type Meta = (Option<i64>, Option<i64>, Option<i64>, Option<i64>, Option<String>, Option<i64>);
+        type Meta =
+            (Option<i64>, Option<i64>, Option<i64>, Option<i64>, Option<String>, Option<i64>, Option<i64>, Option<u32>);
         let (
-            (stock_initial, starts_at_ms, ends_at_ms, shards, suffixes, payment_window_ms),
+            (stock_initial, starts_at_ms, ends_at_ms, shards, suffixes, payment_window_ms, opens_at_ms, rate),
+            seed,
             stock_left,
             sold,
             released,
             queued,
-        ): (Meta, Option<i64>, i64, i64, i64) = redis::pipe()
+        ): (Meta, Option<String>, Option<i64>, i64, i64, i64) = redis::pipe()
             .atomic()
             .cmd("HMGET")
             .arg(&keys.meta)
-            .arg(&["stock_initial", "starts_at_ms", "ends_at_ms", "shards", "shard_suffixes", "payment_window_ms"])
+            .arg(&[
+                "stock_initial",
+                "starts_at_ms",
+                "ends_at_ms",
+                "shards",
+                "shard_suffixes",
+                "payment_window_ms",
+                "queue_opens_at_ms",
+                "queue_rate",
+            ])
+            .hget(&keys.queue.state, "seed")
             .get(&keys.stock)
             .scard(&keys.buyers)
             .scard(&keys.released)
@@ -118,6 +145,10 @@ impl Sales {
             shards,
             suffixes,
             payment_window_ms,
+            queue: match (opens_at_ms, rate, seed) {
+                (Some(opens_at_ms), Some(rate), Some(seed)) => Some(QueueState { opens_at_ms, rate, seed }),
+                _ => None,
+            },
         })
     }
 

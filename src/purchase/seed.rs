@@ -3,7 +3,7 @@
 use redis::{AsyncCommands, RedisResult};
 
 use super::Sales;
-use crate::domain::SaleId;
+use crate::domain::{QueueSpec, SaleId};
 use crate::purchase::shards::{self, Layout};
 use crate::redis::connection;
 use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
@@ -41,6 +41,9 @@ pub struct SaleSpec {
     /// final at once. Not with shards: the caller refuses the two together (a shard never gets
     /// stock back, docs/stock-sharding.md, which released units would break).
     pub payment_window_ms: Option<i64>,
+    /// A waiting room in front of the sale (`crate::admission`); `None`: anyone may buy from
+    /// the start. Not with shards (the caller refuses the two together).
+    pub queue: Option<QueueSpec>,
 }
 
 impl Sales {
@@ -110,6 +113,10 @@ impl Sales {
             .arg(suffixes)
             .arg(if reseed { "1" } else { "0" })
             .arg(opt(spec.payment_window_ms));
+        match &spec.queue {
+            Some(queue) => call.arg(queue.opens_at_ms).arg(queue.rate).arg(queue.ttl_ms).arg(hex::encode(queue.seed)),
+            None => call.arg("").arg("").arg("").arg(""),
+        };
         lua::run(&call, &mut self.redis.conn()).await
     }
 

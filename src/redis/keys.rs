@@ -22,6 +22,25 @@ pub struct SaleKeys {
     /// Set: order ids of cancelled or expired reservations whose unit went back into the stock
     /// (`lua/release.lua`'s gate: each unit returns once).
     pub released: String,
+    /// The waiting room of a queued sale (`crate::admission`), all in the sale's slot: the
+    /// pre-queue, the later arrivals, the admitted buyers who bought, the admissions' times and
+    /// the queue's state ([`QueueKeys`]).
+    pub queue: QueueKeys,
+}
+
+/// A queued sale's waiting room (`lua/queue_join.lua`, `lua/admit.lua`).
+#[derive(Debug, Clone)]
+pub struct QueueKeys {
+    /// Sorted set: buyer -> shuffle score, the pre-queue (a place is its rank after the start).
+    pub prequeue: String,
+    /// Hash: buyer -> place, those who joined after the start.
+    pub late: String,
+    /// Sorted set: buyer -> place, the admitted buyers who bought (`lua/buy.lua`).
+    pub bought: String,
+    /// Sorted set: `"<upto>:<time_ms>"` scored by upto, when places were admitted.
+    pub admits: String,
+    /// Hash: the shuffle seed and the admission's progress.
+    pub state: String,
 }
 
 impl SaleKeys {
@@ -53,17 +72,42 @@ impl SaleKeys {
             orders: format!("{base}:orders"),
             receipts: format!("{base}:receipts"),
             released: format!("{base}:released"),
+            queue: QueueKeys {
+                prequeue: format!("{base}:queue"),
+                late: format!("{base}:queue:late"),
+                bought: format!("{base}:queue:bought"),
+                admits: format!("{base}:queue:admits"),
+                state: format!("{base}:queue:state"),
+            },
         }
     }
 
-    /// The five keys, as KEYS[1..5] of buy.lua.
-    pub fn all(&self) -> [&str; 5] {
-        [&self.meta, &self.stock, &self.buyers, &self.orders, &self.receipts]
+    /// The six keys, as KEYS[1..6] of buy.lua.
+    pub fn all(&self) -> [&str; 6] {
+        [&self.meta, &self.stock, &self.buyers, &self.orders, &self.receipts, &self.queue.bought]
     }
 
-    /// The sale's state without its order stream, as KEYS[1..3] of seed.lua.
-    pub fn state(&self) -> [&str; 3] {
-        [&self.meta, &self.stock, &self.buyers]
+    /// The sale's state without its order stream, as KEYS[1..4] of seed.lua.
+    pub fn state(&self) -> [&str; 4] {
+        [&self.meta, &self.stock, &self.buyers, &self.queue.state]
+    }
+
+    /// KEYS[1..4] of queue_join.lua.
+    pub fn joining(&self) -> [&str; 4] {
+        [&self.meta, &self.queue.prequeue, &self.queue.late, &self.queue.state]
+    }
+
+    /// KEYS[1..7] of admit.lua.
+    pub fn admitting(&self) -> [&str; 7] {
+        let q = &self.queue;
+        [&self.meta, &self.stock, &q.prequeue, &q.late, &q.bought, &q.admits, &q.state]
+    }
+
+    /// Every key of the sale in its slot, for its removal and tests.
+    pub fn every(&self) -> [&str; 11] {
+        let q = &self.queue;
+        let [meta, stock, buyers, orders, receipts, bought] = self.all();
+        [meta, stock, buyers, orders, receipts, &self.released, bought, &q.prequeue, &q.late, &q.admits, &q.state]
     }
 }
 
@@ -135,7 +179,7 @@ mod tests {
     fn sale_keys_share_one_hash_tag() {
         let keys = SaleKeys::new("seckill", &SaleId::parse("demo").unwrap());
         assert_eq!(keys.meta, "seckill:{sale:demo}:meta");
-        for key in keys.all().into_iter().chain([keys.released.as_str()]) {
+        for key in keys.every() {
             assert!(key.contains("{sale:demo}"), "{key}");
             assert_eq!(key.matches('{').count(), 1, "{key}");
         }

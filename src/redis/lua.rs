@@ -68,6 +68,12 @@ pub static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!
 /// `lua/release.lua`: give cancelled or expired reservations' units back, each once.
 pub static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/release.lua")));
 
+/// `lua/queue_join.lua`: join a queued sale's waiting room, or ask for one's place in it.
+pub static QUEUE_JOIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/queue_join.lua")));
+
+/// `lua/admit.lua`: move a queued sale's admission on and read how far it got.
+pub static ADMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/admit.lua")));
+
 /// `lua/trim.lua`: XTRIM MINID of the entries the consumer group is done with.
 pub static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/trim.lua")));
 

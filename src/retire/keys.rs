@@ -1,5 +1,6 @@
 //! Removing a retired sale's Redis keys in steps: no command may block Redis on a big key. A
-//! buyer set (and a released set) is emptied by `SPOP <key> 1000` until it is gone, a receipts hash by `HSCAN` +
+//! buyer set (and a released set) is emptied by `SPOP <key> 1000` until it is gone, a waiting
+//! room's sorted sets by `ZPOPMIN <key> 1000`, a receipts hash (and the later arrivals) by `HSCAN` +
 //! `HDEL` of each page; the small keys (stock, the drained stream) by `DEL`; the meta last, since
 //! shard 0's meta is what says where the other shards are. Every command names one key, so on a
 //! Redis Cluster each goes to that key's own slot.
@@ -19,7 +20,9 @@ pub struct Removed {
     pub receipts: u64,
     /// Members popped from the released sets.
     pub released: u64,
-    /// Keys that existed and are gone (each shard's six at most).
+    /// Members popped from a queued sale's waiting room (pre-queue, later arrivals, its buyers).
+    pub queued: u64,
+    /// Keys that existed and are gone (each shard's eleven at most).
     pub keys: u64,
 }
 
@@ -31,7 +34,11 @@ pub async fn remove_all(con: &mut SharedConnection, shards: &[SaleKeys]) -> Redi
         removed.buyers += drain_set(con, &keys.buyers).await?;
         removed.receipts += drain_hash(con, &keys.receipts).await?;
         removed.released += drain_set(con, &keys.released).await?;
-        for key in [&keys.stock, &keys.orders, &keys.meta] {
+        let queue = &keys.queue;
+        removed.queued += drain_sorted_set(con, &queue.prequeue).await?;
+        removed.queued += drain_hash(con, &queue.late).await?;
+        removed.queued += drain_sorted_set(con, &queue.bought).await?;
+        for key in [&queue.admits, &queue.state, &keys.stock, &keys.orders, &keys.meta] {
             let _: i64 = redis::cmd("DEL").arg(key).query_async(con).await?;
         }
     }
@@ -42,7 +49,7 @@ pub async fn remove_all(con: &mut SharedConnection, shards: &[SaleKeys]) -> Redi
 /// by one works on any client).
 pub async fn exists(con: &mut SharedConnection, keys: &SaleKeys) -> RedisResult<u64> {
     let mut count = 0;
-    for key in keys.all().into_iter().chain([keys.released.as_str()]) {
+    for key in keys.every() {
         let n: u64 = redis::cmd("EXISTS").arg(key).query_async(con).await?;
         count += n;
     }
@@ -54,6 +61,18 @@ async fn drain_set(con: &mut SharedConnection, key: &str) -> RedisResult<u64> {
     let mut popped = 0;
     loop {
         let page: Vec<String> = redis::cmd("SPOP").arg(key).arg(PAGE).query_async(con).await?;
+        popped += page.len() as u64;
+        if page.len() < PAGE {
+            return Ok(popped);
+        }
+    }
+}
+
+/// Pops the sorted set's members [`PAGE`] at a time until it is empty.
+async fn drain_sorted_set(con: &mut SharedConnection, key: &str) -> RedisResult<u64> {
+    let mut popped = 0;
+    loop {
+        let page: Vec<(String, f64)> = redis::cmd("ZPOPMIN").arg(key).arg(PAGE).query_async(con).await?;
         popped += page.len() as u64;
         if page.len() < PAGE {
             return Ok(popped);

@@ -61,7 +61,8 @@ async fn every_lua_header_example_works_as_documented() {
     // The examples use the default "seckill" prefix and sale "demo": start from a clean slate.
     let mut redis =
         seckill::redis::connection::connect(&redis_url().into(), std::time::Duration::from_secs(5)).unwrap();
-    let keys = ["meta", "stock", "buyers", "orders", "receipts"].map(|k| format!("seckill:{{sale:demo}}:{k}"));
+    let keys = ["meta", "stock", "buyers", "orders", "receipts", "queue:state", "queue", "queue:late", "queue:admits"]
+        .map(|k| format!("seckill:{{sale:demo}}:{k}"));
     let _: () = redis.del(&keys).await.unwrap();
     // Each limiter's script is lua/<its name, with underscores>.lua; its example is client 127.0.0.1.
     let limiters = Algorithm::ALL.map(|a| format!("{}.lua", a.name().replace('-', "_")));
@@ -110,5 +111,22 @@ async fn every_lua_header_example_works_as_documented() {
     let stock: i64 = redis.get(&keys[1]).await.unwrap();
     let queued: i64 = redis.xlen(&keys[3]).await.unwrap();
     assert_eq!((stock, queued), (97, 2), "alice and carol bought, bob was restored");
+
+    // The waiting room's scripts, on the demo sale made a queued one that has started.
+    let _: () = redis
+        .hset_multiple(
+            &keys[0],
+            &[("starts_at_ms", "0"), ("queue_opens_at_ms", "0"), ("queue_rate", "10"), ("queue_ttl_ms", "60000")],
+        )
+        .await
+        .unwrap();
+    let _: () = redis.hset(&keys[5], "seed", "00".repeat(32)).await.unwrap();
+    assert_eq!(run("queue_join.lua").split_whitespace().collect::<Vec<_>>(), ["placed", "1"], "alice is first in line");
+    assert_eq!(run("queue_join.lua").split_whitespace().collect::<Vec<_>>(), ["placed", "1"], "and stays so");
+    let admitted: Vec<i64> = run("admit.lua").split_whitespace().map(|n| n.parse().unwrap()).collect();
+    assert_eq!(admitted[1..5], [1, 0, 1, 97], "upto 1 (alice), none lapsed, one place, 97 left: {admitted:?}");
+    assert_eq!(admitted[9], 1, "alice's admission is listed: {admitted:?}");
+    let buy = run("buy.lua");
+    assert_eq!(buy.trim(), "not_admitted", "a queued sale wants a place");
     let _: () = redis.del(&keys).await.unwrap();
 }

@@ -295,13 +295,13 @@ async fn a_kept_layout_that_leads_nowhere_is_read_again() {
     let prefix = &app.config.key_prefix;
     for (keys, suffixes) in [(SaleKeys::of_shard(prefix, &id, 777), ""), (SaleKeys::new(prefix, &id), "777")] {
         let mut call = seckill::redis::lua::SEED.key(&keys.state()[..]);
-        call.arg(5).arg("").arg("").arg(2).arg(suffixes).arg("0").arg("");
+        call.arg(5).arg("").arg("").arg(2).arg(suffixes).arg("0").arg("").arg("").arg("").arg("").arg("");
         let reply: String = seckill::redis::lua::run(&call, &mut app.redis.clone()).await.unwrap();
         assert_eq!(reply, "ok");
     }
     for i in 0..10 {
         let user = UserId::parse(&format!("user-{i}")).unwrap();
-        let verdict = store.buy(&id, &user, Uuid::now_v7(), &[]).await.unwrap();
+        let verdict = store.buy(&id, &user, Uuid::now_v7(), None, &[]).await.unwrap();
         assert_eq!(verdict.outcome, Some(seckill::purchase::BuyOutcome::Purchased { pay_by_ms: None }), "{user}");
     }
     assert_eq!(*store.layout(&id).await.unwrap().unwrap(), Layout::new(vec![777]));

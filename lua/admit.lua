@@ -1,0 +1,98 @@
+-- admit.lua: move a queued sale's admission on, and read how far it got (src/admission/).
+--
+-- KEYS[1]  sale meta hash     seckill:{sale:<id>}:meta          (starts_at_ms, ends_at_ms, queue_rate,
+--                                                                queue_ttl_ms)
+-- KEYS[2]  stock counter      seckill:{sale:<id>}:stock
+-- KEYS[3]  pre-queue          seckill:{sale:<id>}:queue         (sorted set: buyer -> shuffle score)
+-- KEYS[4]  late arrivals      seckill:{sale:<id>}:queue:late    (hash: buyer -> place)
+-- KEYS[5]  admitted buyers    seckill:{sale:<id>}:queue:bought  (sorted set: buyer -> place, by buy.lua)
+-- KEYS[6]  admissions         seckill:{sale:<id>}:queue:admits  (sorted set: "<upto>:<time_ms>" scored
+--                                                                by upto: places 1..upto were admitted by then)
+-- KEYS[7]  queue state        seckill:{sale:<id>}:queue:state   (hash: upto, tick_ms, lapsed, frozen)
+-- ARGV[1]  factor             admitted buyers whose window is open and who have not bought may be at
+--                             most ceil(stock left * factor)
+-- ARGV[2]  tick_ms            admission moves at most once per tick, whoever asks
+--
+-- Returns {now_ms, upto, lapsed, places, stock_left, starts_at_ms, ends_at_ms (-1: none), rate,
+--          queue_ttl_ms, {upto_1, time_1, upto_2, time_2, ...}}:
+--   upto         places 1..upto are admitted (0 before the start)
+--   lapsed       places 1..lapsed were admitted more than queue_ttl_ms ago: their windows are closed
+--   places       places handed out so far (pre-queue + late arrivals)
+--   the list     when each place in lapsed+1..upto was admitted: place p at the time of the first
+--                pair with upto_i >= p (its admission token expires queue_ttl_ms after)
+-- or "not_queued" (no queue_rate), "unknown_sale" (no meta).
+--
+-- Admission moves (from the start, at most once per tick) by rate * elapsed places, never past
+-- the places handed out, and never so far that the admitted, unexpired, unused places exceed
+-- ceil(stock left * factor): none while the sale is sold out, again when units come back. A capped
+-- or idle tick keeps no credit, so a crowd arriving after a quiet spell is not let in at once.
+-- Windows older than queue_ttl_ms are dropped from the list (at most 1000 per call) into lapsed.
+--
+-- Example:
+--   redis-cli --eval lua/admit.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:queue' 'seckill:{sale:demo}:queue:late' 'seckill:{sale:demo}:queue:bought' 'seckill:{sale:demo}:queue:admits' 'seckill:{sale:demo}:queue:state' , 2 200
+
+local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'queue_rate', 'queue_ttl_ms')
+if not meta[1] then
+  return 'unknown_sale'
+end
+if not meta[4] then
+  return 'not_queued'
+end
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local starts_at, rate, ttl = tonumber(meta[2]), tonumber(meta[4]), tonumber(meta[5])
+local factor, tick_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+local stock = tonumber(redis.call('GET', KEYS[2])) or 0
+local places = redis.call('ZCARD', KEYS[3]) + redis.call('HLEN', KEYS[4])
+local state = redis.call('HMGET', KEYS[7], 'upto', 'tick_ms', 'lapsed', 'frozen')
+local upto = tonumber(state[1]) or 0
+local tick = tonumber(state[2]) or starts_at
+local lapsed = tonumber(state[3]) or 0
+local ended = meta[3] and now_ms >= tonumber(meta[3])
+
+if now_ms >= starts_at and not ended then
+  if not state[4] then
+    redis.call('HSET', KEYS[7], 'frozen', 1)
+  end
+  -- Windows that closed: their places lapse.
+  local cutoff = now_ms - ttl
+  for _ = 1, 1000 do
+    local first = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
+    if #first == 0 then
+      break
+    end
+    local admitted_at = tonumber(string.match(first[1], ':(%d+)$'))
+    if admitted_at > cutoff then
+      break
+    end
+    lapsed = tonumber(first[2])
+    redis.call('ZREM', KEYS[6], first[1])
+  end
+  if now_ms - tick >= tick_ms then
+    local admitted = math.floor(upto)
+    local room = 0
+    if stock > 0 then
+      local unused = admitted - lapsed - redis.call('ZCOUNT', KEYS[5], '(' .. lapsed, admitted)
+      room = math.ceil(stock * factor) - unused
+    end
+    local next = math.min(upto + rate * (now_ms - tick) / 1000, places, admitted + math.max(room, 0))
+    if next < upto then
+      next = upto
+    end
+    if math.floor(next) > admitted then
+      redis.call('ZADD', KEYS[6], math.floor(next), string.format('%d:%d', math.floor(next), now_ms))
+    end
+    upto = next
+    redis.call('HSET', KEYS[7], 'upto', string.format('%.3f', upto), 'tick_ms', now_ms, 'lapsed', lapsed)
+  elseif lapsed ~= (tonumber(state[3]) or 0) then
+    redis.call('HSET', KEYS[7], 'lapsed', lapsed)
+  end
+end
+
+local list = redis.call('ZRANGE', KEYS[6], 0, -1, 'WITHSCORES')
+local pairs_out = {}
+for i = 1, #list, 2 do
+  pairs_out[#pairs_out + 1] = tonumber(list[i + 1])
+  pairs_out[#pairs_out + 1] = tonumber(string.match(list[i], ':(%d+)$'))
+end
+return {now_ms, math.floor(upto), lapsed, places, stock, starts_at, tonumber(meta[3]) or -1, rate, ttl, pairs_out}

@@ -1,0 +1,84 @@
+-- queue_join.lua: join a queued sale's waiting room, or ask for one's place in it (src/admission/).
+--
+-- KEYS[1]  sale meta hash     seckill:{sale:<id>}:meta         (starts_at_ms, ends_at_ms, queue_opens_at_ms,
+--                                                               queue_rate: a queued sale has it)
+-- KEYS[2]  pre-queue          seckill:{sale:<id>}:queue        (sorted set: buyer -> shuffle score)
+-- KEYS[3]  late arrivals      seckill:{sale:<id>}:queue:late   (hash: buyer -> place, in arrival order)
+-- KEYS[4]  queue state        seckill:{sale:<id>}:queue:state  (hash: seed, frozen, upto, tick_ms, lapsed)
+-- ARGV[1]  buyer              (user id, as the app validated it: no control characters)
+-- ARGV[2]  "join" | "ask"     ask never writes
+--
+-- Returns:
+--   {"prequeue"}         the buyer is in the pre-queue (before starts_at: nobody has a place yet)
+--   {"placed", place}    the buyer's place in line, 1 = first: a pre-queue buyer's is the rank of
+--                        its shuffle score, a later buyer's its arrival order after all of them
+--   "not_in_queue"       ask only: the buyer never joined
+--   "queue_not_open"     join before queue_opens_at_ms
+--   "ended"              at or after ends_at_ms
+--   "not_queued"         the sale has no waiting room
+--   "unknown_sale"       no meta
+--
+-- The shuffle: a pre-queue buyer's score is the first 52 bits (13 hex digits) of
+-- SHA-1(seed .. "\0" .. buyer), an integer a double holds exactly; at the start the line is the
+-- pre-queue by ascending score (equal scores, never seen in practice, by buyer id). The seed is
+-- random, drawn by the app at the first seed, its SHA-256 public before the start and the seed
+-- itself after (GET /sales/{id}), so anyone can recompute a score (docs/waiting-room.md).
+--
+-- Invariants kept: one place per buyer (ZADD NX; HGET before HSET, in one atomic call); the
+-- pre-queue is frozen from the first call on or after the start ("frozen", so a clock stepping
+-- back cannot add to it), which keeps every pre-queue place (ZRANK) fixed; late places are
+-- ZCARD + HLEN + 1, so they follow every pre-queue place and each other in arrival order.
+--
+-- Example (after seeding a queued sale "demo"):
+--   redis-cli --eval lua/queue_join.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:queue' 'seckill:{sale:demo}:queue:late' 'seckill:{sale:demo}:queue:state' , alice join
+
+local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'queue_opens_at_ms', 'queue_rate')
+if not meta[1] then
+  return 'unknown_sale'
+end
+if not meta[5] then
+  return 'not_queued'
+end
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if meta[3] and now_ms >= tonumber(meta[3]) then
+  return 'ended'
+end
+local state = redis.call('HMGET', KEYS[4], 'seed', 'frozen')
+local buyer, join = ARGV[1], ARGV[2] == 'join'
+
+if now_ms < tonumber(meta[2]) and not state[2] then
+  if redis.call('ZSCORE', KEYS[2], buyer) then
+    return {'prequeue'}
+  end
+  if not join then
+    return 'not_in_queue'
+  end
+  if now_ms < tonumber(meta[4]) then
+    return 'queue_not_open'
+  end
+  if not state[1] then
+    error('seckill queue_join.lua: the queue state has no seed: re-seed the sale')
+  end
+  local score = tonumber(string.sub(redis.sha1hex(state[1] .. '\0' .. buyer), 1, 13), 16)
+  redis.call('ZADD', KEYS[2], 'NX', score, buyer)
+  return {'prequeue'}
+end
+
+local rank = redis.call('ZRANK', KEYS[2], buyer)
+if rank then
+  return {'placed', rank + 1}
+end
+local late = redis.call('HGET', KEYS[3], buyer)
+if late then
+  return {'placed', tonumber(late)}
+end
+if not join then
+  return 'not_in_queue'
+end
+local place = redis.call('ZCARD', KEYS[2]) + redis.call('HLEN', KEYS[3]) + 1
+redis.call('HSET', KEYS[3], buyer, place)
+if not state[2] then
+  redis.call('HSET', KEYS[4], 'frozen', 1)
+end
+return {'placed', place}
