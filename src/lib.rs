@@ -35,6 +35,8 @@
 //! 5. Orders
 //!    - [`orders`]: the queue's reads and re-enqueues (`queue`), the worker that copies the
 //!      orders from the streams into Postgres (`worker`), and one buyer's order (`lookup`).
+//!    - [`admission`]: waiting rooms: a queued sale's line (`lua/queue_join.lua`, `lua/admit.lua`),
+//!      where a buyer stands in it (`line`), its signed tickets and admission tokens (`token`).
 //!    - [`reservations`]: payment windows: a reservation's transitions in Postgres (`store`),
 //!      the release of its unit (`lua/release.lua`), the sweeper that expires them on time and
 //!      re-drives owed releases (`sweeper`), the payment events' signature (`signature`).
@@ -51,6 +53,7 @@
 //!    - [`app`]: builds and runs the service with its ordered shutdown (the server assembled
 //!      behind the edge in `server`); the other commands.
 
+pub mod admission;
 pub mod app;
 pub mod config;
 pub mod db;

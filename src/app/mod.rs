@@ -15,6 +15,7 @@ use secrecy::{ExposeSecret, SecretString};
 use tokio_util::sync::CancellationToken;
 
 use self::commands::connect_and_migrate;
+use crate::admission::Admission;
 use crate::config::Config;
 use crate::db;
 use crate::http::AppState;
@@ -108,6 +109,7 @@ impl Application {
         let reservations = Reservations::new(sales.clone(), pool.clone(), metrics.clone());
         // The sweeper runs where the worker runs: the processes that write orders to Postgres.
         let sweeper = run_worker.then(|| reservations.clone());
+        let admission = Admission::new(redis.clone(), config.admission.key(config.admin_token.as_ref()).as_deref());
         let state = AppState {
             sales: sales.clone(),
             board: SaleBoard::new(sales),
@@ -130,6 +132,8 @@ impl Application {
             reservations,
             payment_secret: config.payments.payment_secret.clone(),
             default_payment_window: config.payments.payment_window,
+            admission,
+            admission_ttl: config.admission.admission_ttl,
         };
         let edge = Edge::new(config.edge.settings(), config.ipv6_prefix, state.proxies.clone(), &metrics);
         let listeners = server::Listeners { public: listener, metrics: metrics_listener };

@@ -10,6 +10,7 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::limiter::{Algorithm, DEFAULT_IPV6_PREFIX, Policy, RateLimit, Scope};
 use crate::telemetry::LogFormat;
 
+mod admission;
 mod auth;
 mod command;
 mod database;
@@ -18,6 +19,7 @@ mod edge;
 mod payments;
 mod retire;
 
+pub use admission::AdmissionConfig;
 pub use auth::AuthConfig;
 pub use command::Command;
 pub use database::DatabaseConfig;
@@ -170,6 +172,10 @@ pub struct Config {
     /// Reservations: the default payment window and the payment events' secret.
     #[command(flatten)]
     pub payments: PaymentConfig,
+
+    /// Waiting rooms: how long an admission lasts, the key of their tokens.
+    #[command(flatten)]
+    pub admission: AdmissionConfig,
 }
 
 impl Config {
@@ -196,6 +202,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), String> {
         self.database.validate()?;
         self.payments.validate()?;
+        self.admission.validate()?;
         if let Some(token) = &self.admin_token {
             admin_token(token.expose_secret())?;
         }

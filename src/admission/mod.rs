@@ -1,0 +1,248 @@
+//! Waiting rooms: a queued sale admits its buyers in a fair order at a set rate, and only an
+//! admitted buyer can buy (docs/waiting-room.md has the picture).
+//!
+//! ```text
+//!  opens_at        starts_at: the pre-queue is frozen; places by shuffle score, then arrivals
+//!     │  pre-queue      │  line: 1 2 3 … N │ N+1 N+2 … (joined after the start, in order)
+//!     ▼  (no places)    ▼       ▲ admission moves at `rate`/s, at most ceil(stock × FACTOR)
+//!  POST …/queue ──► lua/queue_join.lua   unused open admissions (lua/admit.lua)
+//!                                     │
+//!  GET …/queue (ticket) ──► this instance's read of the line (≤ 1 per TICK) ──► admission token
+//!  POST /buy + Seckill-Admission ──► checked here, in-process ──► lua/buy.lua (place recorded)
+//! ```
+//!
+//! Everything in Redis is in the sale's slot (`crate::redis::keys::QueueKeys`). The place a buyer
+//! holds never changes: a pre-queue buyer's is the rank of its shuffle score (`lua/queue_join.lua`,
+//! auditable from the seed the sale publishes), a later buyer's its arrival. The signed strings
+//! are in [`token`]; where a buyer stands, worked out from one read of the line, in [`line`].
+
+pub mod line;
+pub mod token;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use moka::future::Cache;
+use redis::{RedisResult, Value};
+use sha2::{Digest, Sha256};
+
+use self::line::{Line, Stand, Standing};
+use self::token::{Refused, Signer};
+use crate::domain::{SaleId, UserId};
+use crate::redis::Keyspace;
+use crate::redis::lua::{self, unexpected_reply};
+
+/// How often one instance reads a polled sale's line (and admission may move), at most.
+pub const TICK: Duration = Duration::from_millis(200);
+
+/// Admitted buyers who have not bought and whose window is open are at most
+/// `ceil(stock left × FACTOR)`: enough that buyers who drop out do not leave stock unsold for a
+/// window's length, few enough that a crowd is not let in to find the sale sold out.
+pub const FACTOR: f64 = 2.0;
+
+/// Most sales whose line (and whose being queued) one instance keeps.
+const MAX_SALES: u64 = 10_000;
+
+/// How long this instance remembers that a sale is queued (a re-seed can add or drop a queue;
+/// until then a buy without a token is refused in-process, after it by `lua/buy.lua`).
+const QUEUED_MEMORY: Duration = Duration::from_secs(60);
+
+/// Highest admission rate a sale may have, buyers per second.
+pub const MAX_RATE: u32 = 100_000;
+
+/// A line read failed; shared by every request that waited for it.
+pub type LineError = Arc<redis::RedisError>;
+
+/// Why a join or a poll has no standing to give.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("the sale has no waiting room")]
+    NotQueued,
+    #[error("no such sale")]
+    UnknownSale,
+    #[error("the waiting room is not open yet")]
+    NotOpen,
+    #[error("the buyer has not joined the waiting room")]
+    NotInQueue,
+    #[error("the sale has ended")]
+    Ended,
+    #[error("no admission key: set SECKILL_ADMISSION_SECRET or SECKILL_ADMIN_TOKEN")]
+    Disabled,
+    #[error(transparent)]
+    Redis(#[from] LineError),
+}
+
+impl From<redis::RedisError> for QueueError {
+    fn from(err: redis::RedisError) -> Self {
+        Self::Redis(Arc::new(err))
+    }
+}
+
+/// A buyer's standing with what it carries: the ticket for the next poll, the token once admitted.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub standing: Standing,
+    /// The ticket to send with the next poll.
+    pub ticket: String,
+    /// The admission token, once admitted.
+    pub admission: Option<String>,
+}
+
+/// The waiting rooms of one instance: their lines as last read, and the admission key.
+#[derive(Clone)]
+pub struct Admission {
+    redis: Keyspace,
+    signer: Option<Signer>,
+    /// Sale id -> its line, read at most once per [`TICK`] (concurrent askers wait for the one
+    /// read); `None`: the sale is not queued (or not seeded).
+    lines: Cache<Box<str>, Option<Arc<Line>>>,
+    /// Sales known to be queued.
+    queued: moka::sync::Cache<Box<str>, ()>,
+}
+
+impl Admission {
+    /// The waiting rooms under `redis`'s prefix, signing with `key` (`None`: queued sales cannot
+    /// be joined, and nobody can buy in them).
+    pub fn new(redis: Keyspace, key: Option<&[u8]>) -> Self {
+        Self {
+            redis,
+            signer: key.map(Signer::new),
+            lines: Cache::builder().max_capacity(MAX_SALES).time_to_live(TICK).build(),
+            queued: moka::sync::Cache::builder().max_capacity(MAX_SALES).time_to_live(QUEUED_MEMORY).build(),
+        }
+    }
+
+    /// Joins `buyer` to the sale's waiting room (again: the same place) and tells its standing.
+    pub async fn join(&self, sale: &SaleId, buyer: &UserId) -> Result<Answer, QueueError> {
+        let signer = self.signer.as_ref().ok_or(QueueError::Disabled)?;
+        let place = self.place(sale, buyer, "join").await?;
+        let line = self.line(sale).await?;
+        Ok(self.answer(signer, &line, sale, buyer, place))
+    }
+
+    /// The standing of `buyer` from its `ticket` alone (no Redis call beyond the instance's read
+    /// of the line), or `None` when the ticket cannot tell: none, not the buyer's, or a
+    /// pre-queue ticket after the start ([`Admission::ask`] then looks the place up).
+    pub async fn from_ticket(&self, sale: &SaleId, buyer: &UserId, ticket: &str) -> Result<Option<Answer>, QueueError> {
+        let signer = self.signer.as_ref().ok_or(QueueError::Disabled)?;
+        let Some(place) = signer.place_of(ticket, sale, buyer) else { return Ok(None) };
+        let line = self.line(sale).await?;
+        let place = match place {
+            0 if line.started() => return Ok(None),
+            0 => None,
+            place => Some(place),
+        };
+        Ok(Some(self.answer(signer, &line, sale, buyer, place)))
+    }
+
+    /// The standing of `buyer`, its place looked up in Redis.
+    pub async fn ask(&self, sale: &SaleId, buyer: &UserId) -> Result<Answer, QueueError> {
+        let signer = self.signer.as_ref().ok_or(QueueError::Disabled)?;
+        let line = self.line(sale).await?;
+        let place = self.place(sale, buyer, "ask").await?;
+        Ok(self.answer(signer, &line, sale, buyer, place))
+    }
+
+    /// The place an admission token (`Seckill-Admission`) gives `buyer` in `sale`, checked
+    /// in-process: `Ok(None)` for a sale this instance does not know to be queued and no token
+    /// (`lua/buy.lua` then refuses it if the sale is queued).
+    pub fn admitted(&self, sale: &SaleId, buyer: &UserId, token: Option<&str>) -> Result<Option<u64>, Refused> {
+        let Some(token) = token else {
+            return if self.queued.contains_key(sale.as_str()) { Err(Refused::Missing) } else { Ok(None) };
+        };
+        let signer = self.signer.as_ref().ok_or(Refused::Forged)?;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        signer.admitted(token, sale, buyer, now_ms).map(Some)
+    }
+
+    /// Remembers that `sale` is queued (`lua/buy.lua` said so).
+    pub fn learn_queued(&self, sale: &SaleId) {
+        self.queued.insert(sale.as_str().into(), ());
+    }
+
+    /// The sale's line, read at most once per [`TICK`] by this instance.
+    pub async fn line(&self, sale: &SaleId) -> Result<Arc<Line>, QueueError> {
+        let line = self.lines.try_get_with(sale.as_str().into(), self.read_line(sale)).await?;
+        let line = line.ok_or(QueueError::NotQueued)?;
+        self.learn_queued(sale);
+        Ok(line)
+    }
+
+    /// `lua/admit.lua`; `None` for a sale that is not queued or not seeded.
+    async fn read_line(&self, sale: &SaleId) -> RedisResult<Option<Arc<Line>>> {
+        let keys = self.redis.sale_keys(sale);
+        let mut call = lua::ADMIT.key(&keys.admitting()[..]);
+        call.arg(FACTOR).arg(TICK.as_millis() as u64);
+        let reply: Value = lua::run(&call, &mut self.redis.conn()).await?;
+        match reply {
+            Value::Array(_) => Ok(Some(Arc::new(Line::from_reply(reply)?))),
+            other => match text(&other)?.as_str() {
+                "not_queued" | "unknown_sale" => Ok(None),
+                word => Err(unexpected_reply("admit.lua", word)),
+            },
+        }
+    }
+
+    /// `lua/queue_join.lua`: the buyer's place (`None`: in the pre-queue).
+    async fn place(&self, sale: &SaleId, buyer: &UserId, mode: &str) -> Result<Option<u64>, QueueError> {
+        let keys = self.redis.sale_keys(sale);
+        let mut call = lua::QUEUE_JOIN.key(&keys.joining()[..]);
+        call.arg(buyer.as_str()).arg(mode);
+        let reply: Value = lua::run(&call, &mut self.redis.conn()).await?;
+        match &reply {
+            Value::Array(parts) => match (parts.first().map(text).transpose()?.as_deref(), parts.get(1)) {
+                (Some("prequeue"), None) => Ok(None),
+                (Some("placed"), Some(place)) => {
+                    Ok(Some(redis::from_redis_value_ref(place).map_err(redis::RedisError::from)?))
+                }
+                _ => Err(unexpected_reply("queue_join.lua", &format!("{reply:?}")).into()),
+            },
+            other => Err(match text(other)?.as_str() {
+                "not_in_queue" => QueueError::NotInQueue,
+                "queue_not_open" => QueueError::NotOpen,
+                "ended" => QueueError::Ended,
+                "not_queued" => QueueError::NotQueued,
+                "unknown_sale" => QueueError::UnknownSale,
+                word => unexpected_reply("queue_join.lua", word).into(),
+            }),
+        }
+    }
+
+    fn answer(&self, signer: &Signer, line: &Line, sale: &SaleId, buyer: &UserId, place: Option<u64>) -> Answer {
+        let standing = line.standing(place, spread(sale, buyer));
+        let admission = match standing.stand {
+            Stand::Admitted { expires_ms } => {
+                Some(signer.admission(sale, buyer, place.unwrap_or(0), expires_ms.max(0) as u64))
+            }
+            _ => None,
+        };
+        Answer { standing, ticket: signer.ticket(sale, buyer, place.unwrap_or(0)), admission }
+    }
+}
+
+/// A script's status word.
+fn text(value: &Value) -> RedisResult<String> {
+    Ok(redis::from_redis_value_ref(value)?)
+}
+
+/// The buyer's own share of a second, the same on every instance (pre-queue buyers come back
+/// at the start spread over one second).
+fn spread(sale: &SaleId, buyer: &UserId) -> f64 {
+    let digest = Sha256::new().chain_update(sale.as_str()).chain_update([0]).chain_update(buyer.as_str()).finalize();
+    f64::from(u16::from_be_bytes([digest[0], digest[1]])) / 65_536.0
+}
+
+/// A new shuffle seed: 32 random bytes (Redis holds them as 64 hex digits).
+pub fn draw_seed() -> [u8; 32] {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).expect("the operating system's random source");
+    seed
+}
+
+/// The seed's public commitment: SHA-256 of its 64 hex digits, in hex
+/// (`printf %s <seed> | sha256sum`).
+pub fn commitment(seed: &str) -> String {
+    hex::encode(Sha256::digest(seed.as_bytes()))
+}
