@@ -10,7 +10,7 @@ use prometheus::{
 };
 
 /// Purchase outcomes, in the order of [`Metrics::purchase`]'s labels.
-pub const PURCHASE_OUTCOMES: [&str; 14] = [
+pub const PURCHASE_OUTCOMES: [&str; 15] = [
     "created",
     "already_purchased",
     "sold_out",
@@ -25,6 +25,7 @@ pub const PURCHASE_OUTCOMES: [&str; 14] = [
     "invalid_token",
     "user_mismatch",
     "sale_retired",
+    "not_admitted",
 ];
 
 /// Limiter decisions, in the order of [`Metrics::limiter_decision`]'s labels.
@@ -72,6 +73,9 @@ pub struct Metrics {
     /// Reservations that left `reserved`, by `outcome`: `paid`, `cancelled`, `expired`
     /// (`crate::reservations`).
     pub reservations: IntCounterVec,
+    /// Waiting-room requests (`crate::admission`), by `kind` (`join`, `ask`) and `outcome`
+    /// (`answered`, or the error code).
+    pub queue_requests: IntCounterVec,
     /// Payment events that arrived after their order had expired or been cancelled
     /// (`outcome="late"`), or for an order already paid (`outcome="duplicate"`): to refund.
     pub late_payments: IntCounterVec,
@@ -169,6 +173,11 @@ impl Metrics {
                 &["reason"],
             ),
             reservations: counter("seckill_reservations_total", "Reservations resolved, by outcome", &["outcome"]),
+            queue_requests: counter(
+                "seckill_queue_requests_total",
+                "Waiting-room joins and asks, by outcome",
+                &["kind", "outcome"],
+            ),
             late_payments: counter("seckill_late_payments_total", "Payments to refund, by outcome", &["outcome"]),
             units_released: {
                 let metric = IntCounter::new("seckill_units_released_total", "Units released reservations gave back")
@@ -190,6 +199,11 @@ impl Metrics {
         if let Some(i) = PURCHASE_OUTCOMES.iter().position(|o| *o == outcome) {
             self.purchase_counters[i].inc();
         }
+    }
+
+    /// Counts a waiting-room request.
+    pub fn queue_request(&self, kind: &str, outcome: &str) {
+        self.queue_requests.with_label_values(&[kind, outcome]).inc();
     }
 
     /// Counts a limiter decision, one of [`LIMITER_DECISIONS`].

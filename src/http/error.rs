@@ -135,6 +135,21 @@ pub enum ApiError {
     /// 409 `event_reused`: a payment event id was used before for another order.
     #[error("this event id was used before for another order")]
     EventReused,
+    /// 403 `not_admitted`: a queued sale, and no valid admission token of this buyer for it.
+    #[error("not admitted: {0}")]
+    NotAdmitted(crate::admission::token::Refused),
+    /// 403 `queue_not_open`: the sale's waiting room opens later (`GET /sales/{id}` says when).
+    #[error("the waiting room of this sale is not open yet")]
+    QueueNotOpen,
+    /// 404 `not_in_queue`: the buyer has not joined the sale's waiting room.
+    #[error("this buyer has not joined the waiting room of this sale (POST /sales/{{sale_id}}/queue)")]
+    NotInQueue,
+    /// 409 `not_queued`: the sale has no waiting room (buy at once).
+    #[error("this sale has no waiting room: buy with POST /buy")]
+    NotQueued,
+    /// 503 `admission_disabled`: neither `SECKILL_ADMISSION_SECRET` nor `SECKILL_ADMIN_TOKEN` is set.
+    #[error("waiting rooms are disabled: set SECKILL_ADMISSION_SECRET (or SECKILL_ADMIN_TOKEN)")]
+    AdmissionDisabled,
     /// 503 `payments_disabled`: no `SECKILL_PAYMENT_SECRET` is configured.
     #[error("payment events are disabled: no SECKILL_PAYMENT_SECRET is configured")]
     PaymentsDisabled,
@@ -195,6 +210,11 @@ impl ApiError {
             Self::NotReserved(_) => "not_reserved",
             Self::EventReused => "event_reused",
             Self::PaymentsDisabled => "payments_disabled",
+            Self::NotAdmitted(_) => "not_admitted",
+            Self::QueueNotOpen => "queue_not_open",
+            Self::NotInQueue => "not_in_queue",
+            Self::NotQueued => "not_queued",
+            Self::AdmissionDisabled => "admission_disabled",
             Self::NotDurable { .. } => "not_durable",
             Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal",
@@ -232,12 +252,19 @@ impl ResponseError for ApiError {
             Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::NotFound | Self::UnknownSale | Self::UnknownOrder | Self::NoOrder => StatusCode::NOT_FOUND,
+            Self::NotFound | Self::UnknownSale | Self::UnknownOrder | Self::NoOrder | Self::NotInQueue => {
+                StatusCode::NOT_FOUND
+            }
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized | Self::Unauthenticated | Self::InvalidToken(_) | Self::InvalidSignature(_) => {
                 StatusCode::UNAUTHORIZED
             }
-            Self::AdminDisabled | Self::UserMismatch | Self::SaleNotStarted | Self::SaleEnded => StatusCode::FORBIDDEN,
+            Self::AdminDisabled
+            | Self::UserMismatch
+            | Self::SaleNotStarted
+            | Self::SaleEnded
+            | Self::NotAdmitted(_)
+            | Self::QueueNotOpen => StatusCode::FORBIDDEN,
             Self::AlreadyPurchased(_)
             | Self::SaleInProgress
             | Self::SaleHasOrders { .. }
@@ -246,10 +273,13 @@ impl ResponseError for ApiError {
             | Self::SeedRetired
             | Self::NotRetirable(_)
             | Self::NotReserved(_)
+            | Self::NotQueued
             | Self::EventReused => StatusCode::CONFLICT,
             Self::SoldOut | Self::SaleRetired => StatusCode::GONE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Self::Unavailable(_) | Self::NotDurable { .. } | Self::PaymentsDisabled => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable(_) | Self::NotDurable { .. } | Self::PaymentsDisabled | Self::AdmissionDisabled => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -343,6 +373,21 @@ impl From<std::sync::Arc<redis::RedisError>> for ApiError {
         let outage = is_redis_outage(&err);
         let cause = anyhow::Error::new(err).context("redis");
         if outage { Self::Unavailable(cause) } else { Self::Internal(cause) }
+    }
+}
+
+impl From<crate::admission::QueueError> for ApiError {
+    fn from(err: crate::admission::QueueError) -> Self {
+        use crate::admission::QueueError as E;
+        match err {
+            E::NotQueued => Self::NotQueued,
+            E::UnknownSale => Self::UnknownSale,
+            E::NotOpen => Self::QueueNotOpen,
+            E::NotInQueue => Self::NotInQueue,
+            E::Ended => Self::SaleEnded,
+            E::Disabled => Self::AdmissionDisabled,
+            E::Redis(err) => Self::from(err),
+        }
     }
 }
 

@@ -20,6 +20,7 @@ use secrecy::SecretString;
 use sqlx::PgPool;
 
 use self::client_ip::TrustedProxies;
+use crate::admission::Admission;
 use crate::identity::Verifier;
 use crate::limiter::local::LocalLimiter;
 use crate::limiter::{Limiter, Scope, client_key};
@@ -78,6 +79,10 @@ pub struct AppState {
     pub payment_secret: Option<SecretString>,
     /// `SECKILL_PAYMENT_WINDOW`: the window of sales seeded without one.
     pub default_payment_window: Option<std::time::Duration>,
+    /// The waiting rooms of queued sales: their lines, the admission tokens `/buy` checks.
+    pub admission: Admission,
+    /// `SECKILL_ADMISSION_TTL`: how long an admission lasts, for sales seeded from now on.
+    pub admission_ttl: std::time::Duration,
 }
 
 impl AppState {

@@ -46,6 +46,7 @@ pub async fn test_config() -> Config {
             payment_window: None,
             payment_secret: Some(SecretString::from(crate::common::PAYMENT_SECRET)),
         },
+        admission: Default::default(),
     }
 }
 

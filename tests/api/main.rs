@@ -4,6 +4,7 @@
 mod common;
 
 mod admin;
+mod admission;
 mod browser;
 mod buy;
 mod buyer_page;

@@ -126,6 +126,9 @@ pub struct SaleStatus {
     /// twice (`GET /admin/late-payments` lists them).
     #[serde(default)]
     pub late_payments: Option<i64>,
+    /// A queued sale's admission rate, buyers per second (`null`: no waiting room).
+    #[serde(default)]
+    pub queue_rate: Option<u32>,
 }
 
 pub(super) fn sale_from_path(path: &str) -> Result<SaleId, ApiError> {
@@ -179,6 +182,7 @@ fn status_of(sale: &SaleId, redis: SaleState, persisted: Option<i64>, tally: Opt
         ends_at_ms,
         shards,
         payment_window_ms,
+        queue,
     } = redis;
     SaleStatus {
         sale_id: sale.to_string(),
@@ -197,6 +201,7 @@ fn status_of(sale: &SaleId, redis: SaleState, persisted: Option<i64>, tally: Opt
         cancelled: tally.map(|t| t.cancelled),
         expired: tally.map(|t| t.expired),
         late_payments: tally.map(|t| t.late_payments),
+        queue_rate: queue.map(|q| q.rate),
     }
 }
 

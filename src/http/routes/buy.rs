@@ -8,7 +8,8 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::limits::{self, Decided};
-use crate::domain::{SaleId, Standing};
+use crate::admission::token::{ADMISSION_HEADER, Refused};
+use crate::domain::{SaleId, Standing, UserId};
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::purchase::sold_out::{self, Flagged};
@@ -63,6 +64,7 @@ pub struct BuyResponse {
     path = "/buy",
     tag = "purchase",
     request_body = BuyRequest,
+    params(("Seckill-Admission" = Option<String>, Header, description = "A queued sale only: the buyer's admission token, from `GET /sales/{sale_id}/queue` once admitted (`<place>.<expires_ms>.<hex>`)")),
     security((), ("bearer_jwt" = [])),
     responses(
         (status = 201, description = "Bought: the order is queued and will be in Postgres under this id; in a sale with a payment window it is a reservation (`status`: `reserved`), to be paid by `pay_by`", body = BuyResponse,
@@ -71,7 +73,7 @@ pub struct BuyResponse {
         (status = 400, description = "`invalid_request`: bad JSON, missing, extra or mistyped fields, ids out of bounds", body = ErrorBody),
         (status = 401, description = "`unauthenticated`: no or a malformed `Authorization: Bearer` header; `invalid_token`: the token is refused (signature, algorithm, expired, not yet valid, issuer, audience, user claim). `SECKILL_AUTH=jwt` only", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`, or `Bearer error=\"invalid_token\"`"))),
-        (status = 403, description = "`sale_not_started`, `sale_ended`, or `user_mismatch`: the body's user_id is not the token's buyer", body = ErrorBody),
+        (status = 403, description = "`sale_not_started`, `sale_ended`, or `user_mismatch`: the body's user_id is not the token's buyer; `not_admitted`: the sale has a waiting room and the request carries no valid `Seckill-Admission` token of this buyer for this sale (missing, malformed, forged, another buyer's or sale's, or expired); nothing is bought", body = ErrorBody),
         (status = 404, description = "`unknown_sale`", body = ErrorBody),
         (status = 409, description = "`already_purchased`: this user already bought in this sale. The body carries the order it was given (`order_id`, `status`: `queued` or `confirmed`, where the order is on its way to Postgres, `created_at`), so a retry after a lost 201 learns its order. In a sale with a payment window a cancelled or expired buyer cannot buy again either, and `confirmed` then says only that the order is stored: `GET /sales/{sale_id}/order` has its payment state", body = ErrorBody),
         (status = 410, description = "`sold_out`; `sale_retired`: the sale is over and was retired (`GET /sales/{sale_id}/order` still answers its buyers)", body = ErrorBody),
@@ -114,6 +116,7 @@ async fn purchase(
         limit_answer_from_memory(state, client)?;
         return Err(ApiError::SaleRetired);
     }
+    let place = admitted_place(req, state, &sale, &user)?;
     if let Some(flagged) = state.sold_out.check(&sale, &user) {
         limit_answer_from_memory(state, client)?;
         return Err(match flagged {
@@ -128,7 +131,7 @@ async fn purchase(
 
     let gates = limits::gates(state, client, &user, &sale, decided)?;
     let (asked, order_id) = (Instant::now(), Uuid::now_v7());
-    let verdict = state.sales.buy(&sale, &user, order_id, &gates).await.map_err(|err| {
+    let verdict = state.sales.buy(&sale, &user, order_id, place, &gates).await.map_err(|err| {
         // The limits ran in the failed call, or were to: they could not decide (fail closed).
         state.metrics.limiter_decision("error");
         if is_redis_outage(&err) {
@@ -157,6 +160,10 @@ async fn purchase(
         BuyOutcome::NotStarted => Err(ApiError::SaleNotStarted),
         BuyOutcome::Ended => Err(ApiError::SaleEnded),
         BuyOutcome::AlreadyPurchased(receipt) => Err(ApiError::AlreadyPurchased(receipt)),
+        BuyOutcome::NotAdmitted => {
+            state.admission.learn_queued(&sale);
+            Err(ApiError::NotAdmitted(Refused::Missing))
+        }
         BuyOutcome::SoldOut => {
             if state.sold_out.set(&sale) {
                 state.board.invalidate(&sale).await;
@@ -165,6 +172,18 @@ async fn purchase(
             Err(ApiError::SoldOut)
         }
     }
+}
+
+/// The buyer's place from its `Seckill-Admission` token, checked in-process (no Redis call):
+/// `None` without a token for a sale this instance does not know to be queued (`lua/buy.lua`
+/// then refuses it if it is). A token that is present is always checked: a forged, expired or
+/// misdirected one is refused whatever the sale.
+fn admitted_place(req: &HttpRequest, state: &AppState, sale: &SaleId, user: &UserId) -> Result<Option<u64>, ApiError> {
+    let token = match req.headers().get(ADMISSION_HEADER) {
+        None => None,
+        Some(value) => Some(value.to_str().map_err(|_| ApiError::NotAdmitted(Refused::Malformed))?),
+    };
+    state.admission.admitted(sale, user, token).map_err(ApiError::NotAdmitted)
 }
 
 /// The in-process per-client limit on answers from memory (a sale known sold out or retired).
@@ -191,6 +210,7 @@ fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
         Err(ApiError::InvalidToken(_)) => "invalid_token",
         Err(ApiError::UserMismatch) => "user_mismatch",
         Err(ApiError::SaleRetired) => "sale_retired",
+        Err(ApiError::NotAdmitted(_)) => "not_admitted",
         Err(_) => "invalid_request",
     }
 }

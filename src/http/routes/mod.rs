@@ -1,4 +1,4 @@
-//! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `payments`,
+//! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `payments`,
 //! `admin`, `seed`, `retire`, `admin_page`, `buyer_page`, `health`, `openapi`; `limits` is what `buy` and `sales` share,
 //! `page` what the two HTML pages share), and here the routing itself, 404/405 and `GET /metrics`.
 
@@ -11,6 +11,7 @@ mod limits;
 mod openapi;
 mod page;
 mod payments;
+mod queue;
 mod reconcile;
 mod retire;
 mod sales;
@@ -69,6 +70,12 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
                 .route(read().to(sales::order))
                 .route(web::delete().to(sales::cancel))
                 .default_service(allow("DELETE, GET, HEAD")),
+        )
+        .service(
+            web::resource("/sales/{sale_id}/queue")
+                .route(read().to(queue::standing))
+                .route(web::post().to(queue::join))
+                .default_service(allow("GET, HEAD, POST")),
         )
         .service(
             web::resource("/payments/events").route(web::post().to(payments::event)).default_service(allow("POST")),

@@ -5,7 +5,7 @@ use actix_web::{HttpResponse, web};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, admin_page, buy, buyer_page, health, payments, reconcile, retire, sales, seed};
+use super::{admin, admin_page, buy, buyer_page, health, payments, queue, reconcile, retire, sales, seed};
 use crate::http::AppState;
 
 #[derive(OpenApi)]
@@ -16,6 +16,8 @@ use crate::http::AppState;
         sales::sale,
         sales::order,
         sales::cancel,
+        queue::join,
+        queue::standing,
         payments::event,
         buyer_page::home,
         buyer_page::sale,
@@ -35,6 +37,7 @@ use crate::http::AppState;
     modifiers(&BearerAuth),
     tags(
         (name = "purchase", description = "Buying"),
+        (name = "waiting room", description = "A queued sale's line: join before the start, poll your place, buy once admitted"),
         (name = "payments", description = "The shop's payment system: signed payment events that settle reservations"),
         (name = "buyer", description = "The buyer page: countdown, stock, Buy, the order's status"),
         (name = "admin", description = "Seeding, inspecting and retiring sales (bearer token), and the live sale page"),

@@ -11,6 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::limits;
+use crate::admission;
 use crate::db::ms_to_time;
 use crate::domain::Standing;
 use crate::domain::{SaleId, UserId};
@@ -52,6 +53,26 @@ pub struct PublicSale {
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     pub server_time: OffsetDateTime,
+    /// A queued sale's waiting room (`POST /sales/{sale_id}/queue`); absent for a sale without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<PublicQueue>,
+}
+
+/// A queued sale's waiting room, and what lets anyone check its shuffle (docs/waiting-room.md).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PublicQueue {
+    /// When the pre-queue opened (or opens).
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub opens_at: OffsetDateTime,
+    /// Buyers admitted per second.
+    pub rate: u32,
+    /// SHA-256 of the shuffle seed's 64 hex digits, public from the seed on.
+    pub seed_sha256: String,
+    /// The shuffle seed, from `starts_at` on: a pre-queue buyer's place is the rank of the first
+    /// 13 hex digits of SHA-1(seed ‖ 0x00 ‖ user id) among the pre-queue's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<String>,
 }
 
 impl PublicSale {
@@ -72,6 +93,12 @@ impl PublicSale {
             stock_initial: state.stock_initial,
             stock_left: state.stock_left.max(0),
             server_time: ms_to_time(now),
+            queue: state.queue.as_ref().map(|queue| PublicQueue {
+                opens_at: ms_to_time(queue.opens_at_ms),
+                rate: queue.rate,
+                seed_sha256: admission::commitment(&queue.seed),
+                seed: state.starts_at_ms.is_some_and(|start| now >= start).then(|| queue.seed.clone()),
+            }),
         }
     }
 
@@ -80,6 +107,9 @@ impl PublicSale {
         let mut hasher = fnv::FnvHasher::default();
         (&self.sale_id, self.state, self.starts_at, self.ends_at, self.stock_initial, self.stock_left)
             .hash(&mut hasher);
+        if let Some(queue) = &self.queue {
+            (queue.opens_at, queue.rate, &queue.seed_sha256, &queue.seed).hash(&mut hasher);
+        }
         EntityTag::new_weak(format!("{:016x}", hasher.finish()))
     }
 }
@@ -141,7 +171,7 @@ pub struct OrderQuery {
         max_length = 128,
         pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u180E\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u2064\\u2066-\\u206F\\uFEFF\\uFFF9-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]([^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u180E\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u2064\\u2066-\\u206F\\uFEFF\\uFFF9-\\uFFFB]*[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u180E\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u2064\\u2066-\\u206F\\uFEFF\\uFFF9-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000])?$"
     )]
-    user_id: Option<String>,
+    pub(super) user_id: Option<String>,
 }
 
 /// Where the caller's order is.

@@ -7,8 +7,9 @@ use time::OffsetDateTime;
 use utoipa::ToSchema;
 
 use super::admin::{Admin, AdminErrors, SalePath, SaleStatus, sale_from_path, sale_status};
+use crate::admission::{self, MAX_RATE};
 use crate::db;
-use crate::domain::SaleId;
+use crate::domain::{QueueSpec, SaleId};
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::purchase::shards::MAX_SHARDS;
@@ -46,6 +47,26 @@ pub struct SeedRequest {
     #[serde(default)]
     #[schema(example = "15m")]
     payment_window: Option<String>,
+    /// A waiting room in front of the sale (docs/waiting-room.md): buyers join from `opens_at`,
+    /// are put in a shuffled order at `starts_at` (later ones behind, in arrival order), and
+    /// only admitted buyers can buy. Needs `starts_at`; not with more than one shard. A re-seed
+    /// keeps the sale's shuffle seed. Unset: anyone may buy from the start.
+    #[serde(default)]
+    queue: Option<QueueRequest>,
+}
+
+/// A sale's waiting room. Unknown fields are refused.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueueRequest {
+    /// When buyers can start joining (RFC 3339), before `starts_at`.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    opens_at: OffsetDateTime,
+    /// Buyers admitted per second, 1 to 100,000: what the shop can serve. Admission also stops
+    /// while the admitted buyers who have not bought could take twice the stock left.
+    #[schema(minimum = 1, maximum = 100_000)]
+    rate: u32,
 }
 
 /// An integer, also when written with a zero fraction (`2326.0`): JSON Schema's `integer`
@@ -87,7 +108,7 @@ pub async fn seed(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = sale_from_path(&path)?;
-    let SeedRequest { stock, starts_at, ends_at, shards, payment_window } = body.into_inner();
+    let SeedRequest { stock, starts_at, ends_at, shards, payment_window, queue } = body.into_inner();
     if !(0..=MAX_STOCK).contains(&stock) {
         return Err(ApiError::InvalidRequest(format!("stock must be between 0 and {MAX_STOCK}")));
     }
@@ -119,9 +140,37 @@ pub async fn seed(
     }
     let window = if sharded { None } else { asked_window.or(state.default_payment_window) };
     let payment_window_ms = window.map(|w| w.as_millis() as i64);
-    let to_ms = |t: Option<OffsetDateTime>| t.map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64);
-    let spec =
-        SaleSpec { stock, starts_at_ms: to_ms(starts_at), ends_at_ms: to_ms(ends_at), shards, payment_window_ms };
+    let to_ms = |t: OffsetDateTime| (t.unix_timestamp_nanos() / 1_000_000) as i64;
+    let queue = match queue {
+        None => None,
+        Some(QueueRequest { opens_at, rate }) => {
+            // A queued sale's purchases arrive at its rate: it never needs shards, and a shard's
+            // purchases would not see the line, which lives in the sale's own slot.
+            if sharded {
+                return Err(ApiError::InvalidRequest("queue cannot be used with more than one shard".into()));
+            }
+            if !(1..=MAX_RATE).contains(&rate) {
+                return Err(ApiError::InvalidRequest(format!("queue.rate must be between 1 and {MAX_RATE}")));
+            }
+            if starts_at.is_none_or(|start| opens_at >= start) {
+                return Err(ApiError::InvalidRequest("a queue needs starts_at, after queue.opens_at".into()));
+            }
+            Some(QueueSpec {
+                opens_at_ms: to_ms(opens_at),
+                rate,
+                ttl_ms: state.admission_ttl.as_millis() as i64,
+                seed: admission::draw_seed(),
+            })
+        }
+    };
+    let spec = SaleSpec {
+        stock,
+        starts_at_ms: starts_at.map(to_ms),
+        ends_at_ms: ends_at.map(to_ms),
+        shards,
+        payment_window_ms,
+        queue,
+    };
 
     // Checked first without a lock (a retired sale has orders Redis forgot: that is not what to
     // say), then again under the row's lock, without holding a connection across other queries.
@@ -133,7 +182,7 @@ pub async fn seed(
     if db::lock_retired(&mut tx, sale.as_str()).await? {
         return Err(ApiError::SeedRetired);
     }
-    db::upsert_sale(&mut tx, &sale, stock, starts_at, ends_at, payment_window_ms).await?;
+    db::upsert_sale(&mut tx, &sale, stock, starts_at, ends_at, payment_window_ms, queue.as_ref()).await?;
     match state.sales.seed(&sale, spec).await? {
         SeedOutcome::Seeded => {
             state.sold_out.clear(sale.as_str());
@@ -143,7 +192,7 @@ pub async fn seed(
         SeedOutcome::Started => return Err(ApiError::SaleStarted),
         SeedOutcome::ShardsFixed { shards } => return Err(ApiError::ShardsFixed { shards }),
     }
-    tracing::info!(sale_id = %sale, stock, shards, payment_window_ms, "sale seeded");
+    tracing::info!(sale_id = %sale, stock, shards, payment_window_ms, queue_rate = queue.map(|q| q.rate), "sale seeded");
     let status = sale_status(&state, &sale).await?;
     Ok(HttpResponse::Ok().json(status))
 }

@@ -1,0 +1,218 @@
+//! A queued sale's waiting room (`crate::admission`): `POST /sales/{sale_id}/queue` joins,
+//! `GET /sales/{sale_id}/queue` asks where the buyer stands; both hand out the ticket for the
+//! next poll and, once admitted, the admission token `POST /buy` wants.
+
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use utoipa::{IntoParams, ToSchema};
+
+use super::limits;
+use super::sales::OrderQuery;
+use crate::admission::Answer;
+use crate::admission::line::Stand;
+use crate::db::ms_to_time;
+use crate::domain::SaleId;
+use crate::http::AppState;
+use crate::http::error::{ApiError, ErrorBody};
+
+/// Where the buyer stands.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueState {
+    /// Joined before the start: places are drawn at `starts_at`.
+    Prequeue,
+    /// In line, not yet admitted.
+    Waiting,
+    /// Admitted: `admission` lets this buyer buy until `admission_expires_at`.
+    Admitted,
+    /// Not admitted, and the sale has no stock left; admission resumes if units come back.
+    SoldOut,
+    /// The sale has ended, or the buyer's admission lapsed unused (there is no second one).
+    Closed,
+}
+
+/// A buyer's standing in a queued sale's line.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QueueView {
+    pub state: QueueState,
+    /// The buyer's place in line, 1 = first (`null` in the pre-queue); it never changes.
+    pub position: Option<u64>,
+    /// Buyers before this one not yet admitted (`null` in the pre-queue).
+    pub ahead: Option<u64>,
+    /// Seconds to admission at the sale's rate, if admission does not pause (`null` in the
+    /// pre-queue, 0 once admitted).
+    pub wait_s: Option<u64>,
+    /// When to ask again, in seconds.
+    pub refresh_after_s: f64,
+    /// The Redis server's clock now.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub server_time: OffsetDateTime,
+    /// Send it back as `ticket` with the next `GET`: that poll is answered without Redis.
+    pub ticket: String,
+    /// Once admitted: the `Seckill-Admission` header of `POST /buy`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admission: Option<String>,
+    /// Once admitted: until when `admission` is valid.
+    #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub admission_expires_at: Option<OffsetDateTime>,
+}
+
+impl From<Answer> for QueueView {
+    fn from(Answer { standing, ticket, admission }: Answer) -> Self {
+        let (state, expires) = match standing.stand {
+            Stand::Prequeue => (QueueState::Prequeue, None),
+            Stand::Waiting => (QueueState::Waiting, None),
+            Stand::Admitted { expires_ms } => (QueueState::Admitted, Some(ms_to_time(expires_ms))),
+            Stand::SoldOut => (QueueState::SoldOut, None),
+            Stand::Closed => (QueueState::Closed, None),
+        };
+        Self {
+            state,
+            position: standing.position,
+            ahead: standing.ahead,
+            wait_s: standing.wait_s,
+            refresh_after_s: (standing.refresh_after_s * 1000.0).round() / 1000.0,
+            server_time: ms_to_time(standing.server_time_ms),
+            ticket,
+            admission,
+            admission_expires_at: expires,
+        }
+    }
+}
+
+/// Whose standing, and the ticket of the last answer.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct QueueQuery {
+    /// The buyer, as for `GET /sales/{sale_id}/order`: required with `SECKILL_AUTH=none`; with
+    /// `jwt` the token's, and another user is refused (403 `user_mismatch`).
+    #[param(min_length = 1, max_length = 128)]
+    user_id: Option<String>,
+    /// The `ticket` of the buyer's last answer: with it the answer comes from this instance's
+    /// view of the line, without Redis and without the rate limits.
+    #[param(max_length = 128)]
+    ticket: Option<String>,
+}
+
+/// Joins the sale's waiting room: from `queue.opens_at` to `starts_at` the pre-queue (no
+/// places yet; at the start they are drawn by the published seed), after it the end of the
+/// line. Joining again, from any tab, device or instance, keeps the buyer's one place. The buyer
+/// as for `GET …/order`; shares `POST /buy`'s rate limits.
+#[utoipa::path(
+    post,
+    path = "/sales/{sale_id}/queue",
+    tag = "waiting room",
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), OrderQuery),
+    security((), ("bearer_jwt" = [])),
+    responses(
+        (status = 200, description = "In the waiting room: where the buyer stands", body = QueueView),
+        (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under `SECKILL_AUTH=none`", body = ErrorBody),
+        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)", body = ErrorBody),
+        (status = 403, description = "`queue_not_open`: before `queue.opens_at`; `sale_ended`; `user_mismatch`", body = ErrorBody),
+        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        (status = 409, description = "`not_queued`: the sale has no waiting room (buy at once)", body = ErrorBody),
+        (status = 410, description = "`sale_retired`", body = ErrorBody),
+        (status = 429, description = "`rate_limited`", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
+        (status = 503, description = "`unavailable`: Redis is unreachable; `admission_disabled`: no admission key is configured", body = ErrorBody),
+    )
+)]
+pub async fn join(
+    req: HttpRequest,
+    sale_id: web::Path<String>,
+    query: web::Query<OrderQuery>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let mut decided = None;
+    let outcome = async {
+        let sale = queued_sale(&state, &sale_id).await?;
+        let user = limits::buyer(&req, &state, query.into_inner().user_id)?;
+        limits::check(&state, state.client_key(&req), &user, &sale, &mut decided).await?;
+        let answer = state.admission.join(&sale, &user).await?;
+        Ok(answer_of(answer))
+    }
+    .await;
+    state.metrics.queue_request("join", outcome_label(&outcome));
+    limits::respond(&state, decided, outcome)
+}
+
+/// Where the buyer stands in the sale's line. With the last answer's `ticket` the answer comes
+/// from this instance's view of the line (read from Redis at most every 200 ms, whatever the
+/// number of pollers) and skips the rate limits; without one, or with a pre-queue ticket after
+/// the start, the place is looked up in Redis under `POST /buy`'s rate limits. Poll after
+/// `refresh_after_s`.
+#[utoipa::path(
+    get,
+    path = "/sales/{sale_id}/queue",
+    tag = "waiting room",
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), QueueQuery),
+    security((), ("bearer_jwt" = [])),
+    responses(
+        (status = 200, description = "Where the buyer stands", body = QueueView),
+        (status = 400, description = "`invalid_request`", body = ErrorBody),
+        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)", body = ErrorBody),
+        (status = 403, description = "`user_mismatch`; `sale_ended`", body = ErrorBody),
+        (status = 404, description = "`unknown_sale`; `not_in_queue`: the buyer never joined", body = ErrorBody),
+        (status = 409, description = "`not_queued`: the sale has no waiting room", body = ErrorBody),
+        (status = 410, description = "`sale_retired`", body = ErrorBody),
+        (status = 429, description = "`rate_limited` (lookups without a ticket only)", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
+        (status = 503, description = "`unavailable`; `admission_disabled`", body = ErrorBody),
+    )
+)]
+pub async fn standing(
+    req: HttpRequest,
+    sale_id: web::Path<String>,
+    query: web::Query<QueueQuery>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let mut decided = None;
+    let QueueQuery { user_id, ticket } = query.into_inner();
+    let outcome = async {
+        let sale = queued_sale(&state, &sale_id).await?;
+        let user = limits::buyer(&req, &state, user_id)?;
+        if let Some(ticket) = ticket
+            && let Some(answer) = state.admission.from_ticket(&sale, &user, &ticket).await?
+        {
+            return Ok(answer_of(answer));
+        }
+        limits::check(&state, state.client_key(&req), &user, &sale, &mut decided).await?;
+        Ok(answer_of(state.admission.ask(&sale, &user).await?))
+    }
+    .await;
+    state.metrics.queue_request("ask", outcome_label(&outcome));
+    limits::respond(&state, decided, outcome)
+}
+
+/// The sale, once this instance's snapshot of it (no Redis call for a made-up id) says it has
+/// a waiting room.
+async fn queued_sale(state: &AppState, sale_id: &str) -> Result<SaleId, ApiError> {
+    let sale = SaleId::parse(sale_id).map_err(ApiError::InvalidRequest)?;
+    if state.retired.known(&sale) {
+        return Err(ApiError::SaleRetired);
+    }
+    let Some(snapshot) = state.board.snapshot(&sale).await? else {
+        return Err(if state.retired.check(&sale).await { ApiError::SaleRetired } else { ApiError::UnknownSale });
+    };
+    if snapshot.state.queue.is_none() {
+        return Err(ApiError::NotQueued);
+    }
+    Ok(sale)
+}
+
+fn answer_of(answer: Answer) -> HttpResponse {
+    HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(QueueView::from(answer))
+}
+
+/// The `outcome` label of `seckill_queue_requests_total`: the state answered, or the error code.
+fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
+    match outcome {
+        Ok(_) => "answered",
+        Err(err) => err.code(),
+    }
+}

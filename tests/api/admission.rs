@@ -1,0 +1,432 @@
+//! Waiting rooms: a queued sale's pre-queue is shuffled at the start, later buyers queue in
+//! arrival order, buyers are admitted in place order, and only an admitted buyer, with its own
+//! token, buys (issue 27).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::AsyncCommands;
+use seckill::admission::token::Signer;
+use seckill::domain::{SaleId, UserId};
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use tokio::time::Instant;
+
+use crate::common::{ADMIN_TOKEN, Probe};
+use crate::helpers::{assert_error, new_sale_id, spawn_app, spawn_app_with, spawn_instance_of};
+
+fn at(offset: time::Duration) -> String {
+    (OffsetDateTime::now_utc() + offset).format(&Rfc3339).unwrap()
+}
+
+/// Seeds a queued sale whose pre-queue is open now and which starts in `starts_in`.
+async fn seed_queued(app: &Probe, stock: i64, starts_in: time::Duration, rate: u32) -> String {
+    let sale = new_sale_id();
+    let body = json!({"stock": stock, "starts_at": at(starts_in), "queue": {"opens_at": at(-time::Duration::SECOND), "rate": rate}});
+    let response = app.seed(&sale, body).await;
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    sale
+}
+
+async fn join(app: &Probe, sale: &str, user: &str) -> Value {
+    let url = app.url(&format!("/sales/{sale}/queue"));
+    let response = app.client.post(url).query(&[("user_id", user)]).send().await.unwrap();
+    assert_eq!(response.status(), 200, "{user} joins: {}", response.text().await.unwrap());
+    response.json().await.unwrap()
+}
+
+async fn poll(app: &Probe, sale: &str, user: &str, ticket: Option<&str>) -> reqwest::Response {
+    let mut query = vec![("user_id", user)];
+    query.extend(ticket.map(|t| ("ticket", t)));
+    app.client.get(app.url(&format!("/sales/{sale}/queue"))).query(&query).send().await.unwrap()
+}
+
+async fn standing(app: &Probe, sale: &str, user: &str, ticket: Option<&str>) -> Value {
+    let response = poll(app, sale, user, ticket).await;
+    assert_eq!(response.status(), 200, "{user} polls");
+    response.json().await.unwrap()
+}
+
+async fn buy_with(app: &Probe, sale: &str, user: &str, token: Option<&str>) -> reqwest::Response {
+    let mut request = app.client.post(app.url("/buy")).json(&json!({"sale_id": sale, "user_id": user}));
+    if let Some(token) = token {
+        request = request.header("Seckill-Admission", token);
+    }
+    request.send().await.unwrap()
+}
+
+/// Polls (with its ticket) until `user` reads `state`, for at most `limit`.
+async fn until_state(app: &Probe, sale: &str, user: &str, state: &str, limit: Duration) -> Value {
+    let until = Instant::now() + limit;
+    let mut ticket = None::<String>;
+    loop {
+        let answer = standing(app, sale, user, ticket.as_deref()).await;
+        if answer["state"] == state {
+            return answer;
+        }
+        assert!(Instant::now() < until, "{user} never became {state}: {answer}");
+        ticket = answer["ticket"].as_str().map(str::to_owned);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the sale has started (on the server's clock, as the public status tells it).
+async fn until_started(app: &Probe, sale: &str) -> Value {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let public: Value =
+            app.client.get(app.url(&format!("/sales/{sale}"))).send().await.unwrap().json().await.unwrap();
+        if public["state"] != "upcoming" {
+            return public;
+        }
+        assert!(Instant::now() < until, "the sale never started: {public}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Spearman's rank correlation of two permutations of 1..=n.
+fn spearman(pairs: &[(u64, u64)]) -> f64 {
+    let n = pairs.len() as f64;
+    let d2: f64 = pairs.iter().map(|&(a, b)| (a as f64 - b as f64).powi(2)).sum();
+    1.0 - 6.0 * d2 / (n * (n * n - 1.0))
+}
+
+/// The test deployment's admission key (derived from the admin token, as the service does).
+fn signer() -> Signer {
+    let key = seckill::config::AdmissionConfig::default().key(Some(&SecretString::from(ADMIN_TOKEN))).unwrap();
+    Signer::new(&key)
+}
+
+#[tokio::test]
+async fn the_pre_queue_is_shuffled_fairly_and_later_arrivals_queue_in_arrival_order() {
+    const EARLY: usize = 2_000;
+    const LATE: usize = 500;
+    let app = spawn_app().await;
+    // 250 a second: the 2,500 are let in over 10 s, and the polls watch it happen.
+    let sale = seed_queued(&app, 10_000, time::Duration::seconds(12), 250).await;
+    let before: Value = app.client.get(app.url(&format!("/sales/{sale}"))).send().await.unwrap().json().await.unwrap();
+    let commitment = before["queue"]["seed_sha256"].as_str().unwrap().to_owned();
+    assert!(before["queue"]["seed"].is_null(), "the seed stays secret before the start: {before}");
+
+    // Joins in a known order (at most 16 in flight), spread over the pre-queue's window.
+    let early: Vec<String> = (0..EARLY).map(|i| format!("early-{i:04}")).collect();
+    let answers: Vec<Value> =
+        futures::stream::iter(early.iter().map(|user| join(&app, &sale, user))).buffered(16).collect().await;
+    for answer in &answers {
+        assert_eq!(answer["state"], "prequeue", "{answer}");
+        assert!(answer["position"].is_null() && answer["ahead"].is_null() && answer["wait_s"].is_null(), "{answer}");
+    }
+    let public = until_started(&app, &sale).await;
+    let seed = public["queue"]["seed"].as_str().expect("the seed is public after the start").to_owned();
+    assert_eq!(hex::encode(Sha256::digest(seed.as_bytes())), commitment, "the seed is the one committed to");
+
+    // Each pre-queue ticket is exchanged once for a place (a Redis lookup), then polls carry it.
+    let places: Vec<Value> = futures::stream::iter(
+        early.iter().zip(&answers).map(|(user, answer)| standing(&app, &sale, user, answer["ticket"].as_str())),
+    )
+    .buffered(32)
+    .collect()
+    .await;
+    let positions: Vec<u64> = places.iter().map(|p| p["position"].as_u64().expect("a place")).collect();
+    assert_eq!(positions.iter().copied().collect::<BTreeSet<_>>(), (1..=EARLY as u64).collect(), "a permutation");
+    let rho = spearman(&positions.iter().enumerate().map(|(i, &p)| (i as u64 + 1, p)).collect::<Vec<_>>());
+    println!("join order against place: Spearman rho = {rho:.4} over {EARLY} buyers");
+    assert!(rho.abs() < 0.1, "arriving early must give no edge: rho = {rho}");
+
+    // Anyone can recompute the shuffle from the seed: places by SHA-1(seed ‖ 0 ‖ id), first 52 bits.
+    let score = |user: &str| {
+        let digest = <sha1::Sha1 as sha1::Digest>::digest([seed.as_bytes(), b"\0", user.as_bytes()].concat());
+        u64::from_str_radix(&hex::encode(digest)[..13], 16).unwrap()
+    };
+    let mut by_score: Vec<&String> = early.iter().collect();
+    by_score.sort_by_key(|user| (score(user), (*user).clone()));
+    for (rank, user) in by_score.iter().enumerate() {
+        let i = early.iter().position(|u| u == *user).unwrap();
+        assert_eq!(positions[i], rank as u64 + 1, "{user}'s place is the rank of its score");
+    }
+
+    // Later buyers, one after the other: behind everyone, in their order.
+    let mut line: Vec<(u64, String, String)> = early
+        .iter()
+        .zip(&places)
+        .map(|(user, p)| (p["position"].as_u64().unwrap(), user.clone(), p["ticket"].as_str().unwrap().to_owned()))
+        .collect();
+    for i in 0..LATE {
+        let user = format!("late-{i:03}");
+        let answer = join(&app, &sale, &user).await;
+        assert_eq!(answer["position"], (EARLY + i + 1) as u64, "{answer}");
+        line.push(((EARLY + i + 1) as u64, user, answer["ticket"].as_str().unwrap().to_owned()));
+    }
+
+    // Admission moves in place order. Polled one at a time from the back of the line to the
+    // front, a buyer seen admitted means every buyer before it, asked later (admission never
+    // goes back), must be admitted too.
+    line.sort_by_key(|entry| std::cmp::Reverse(entry.0));
+    let until = Instant::now() + Duration::from_secs(60);
+    let mut looks = 0;
+    loop {
+        let mut admitted_from = None;
+        let mut waiting = 0;
+        for (place, user, ticket) in &mut line {
+            let answer = standing(&app, &sale, user, Some(ticket)).await;
+            assert_eq!(answer["position"], *place, "{user}: {answer}");
+            *ticket = answer["ticket"].as_str().unwrap().to_owned();
+            match answer["state"].as_str().unwrap() {
+                "admitted" => {
+                    admitted_from.get_or_insert(*place);
+                }
+                "waiting" => {
+                    assert!(admitted_from.is_none(), "{place} waits after {admitted_from:?} was admitted");
+                    waiting += 1;
+                }
+                other => panic!("{user}: {other}: {answer}"),
+            }
+        }
+        looks += 1;
+        println!("look {looks}: {waiting} of {} waiting", line.len());
+        if waiting == 0 {
+            break;
+        }
+        assert!(Instant::now() < until, "admission stalled with {waiting} waiting");
+    }
+    assert!(looks >= 3, "admission was seen moving, not only done: {looks} looks");
+}
+
+/// 1,000 parallel joins of one buyer, each from its own address (10.`tag`.x.y).
+async fn joins(app: &Probe, sale: &str, tag: u8) -> Vec<reqwest::Response> {
+    futures::stream::iter((0..1_000u32).map(|i| {
+        let request = app
+            .client
+            .post(app.url(&format!("/sales/{sale}/queue")))
+            .query(&[("user_id", "bot")])
+            .header("X-Forwarded-For", format!("10.{tag}.{}.{}", i / 250, i % 250));
+        async move { request.send().await.unwrap() }
+    }))
+    .buffer_unordered(100)
+    .collect()
+    .await
+}
+
+#[tokio::test]
+async fn a_bot_joining_a_thousand_times_from_many_addresses_holds_one_place() {
+    let app = spawn_app_with(|c| c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()], true).await;
+    let sale = seed_queued(&app, 10, time::Duration::seconds(3), 100).await;
+    for response in joins(&app, &sale, 1).await {
+        assert_eq!(response.status(), 200);
+    }
+    let keys = app.store.keyspace().sale_keys(&SaleId::parse(&sale).unwrap());
+    let held: u64 = app.redis.clone().zcard(&keys.queue.prequeue).await.unwrap();
+    assert_eq!(held, 1, "one pre-queue entry for 1,000 joins");
+    join(&app, &sale, "human").await;
+    until_started(&app, &sale).await;
+    let mut positions = BTreeSet::new();
+    for response in joins(&app, &sale, 2).await {
+        assert_eq!(response.status(), 200);
+        positions.insert(response.json::<Value>().await.unwrap()["position"].as_u64().unwrap());
+    }
+    assert_eq!(positions.len(), 1, "the same place every time: {positions:?}");
+    let late: u64 = app.redis.clone().hlen(&keys.queue.late).await.unwrap();
+    assert_eq!(late, 0, "the bot's later joins added nobody");
+}
+
+#[tokio::test]
+async fn a_bot_that_skips_the_queue_buys_nothing() {
+    let app = spawn_app().await;
+    let sale = seed_queued(&app, 5, time::Duration::seconds(2), 1_000).await;
+    join(&app, &sale, "alice").await;
+    until_started(&app, &sale).await;
+    // A second instance has never seen the sale: the script refuses the bot there.
+    let cold = spawn_instance_of(&app).await;
+    let forged = "1.99999999999999.00";
+    let attempts = futures::stream::iter((0..300).map(|i| {
+        let (target, token) = match i % 3 {
+            0 => (&*app, None),
+            1 => (&*cold, None),
+            _ => (&*app, Some(forged)),
+        };
+        buy_with(target, &sale, "bot", token)
+    }))
+    .buffer_unordered(50)
+    .collect::<Vec<_>>()
+    .await;
+    for response in attempts {
+        assert_error(response, 403, "not_admitted").await;
+    }
+    assert_error(buy_with(&cold, &sale, "bot", None).await, 403, "not_admitted").await;
+    let admitted = until_state(&app, &sale, "alice", "admitted", Duration::from_secs(10)).await;
+    let token = admitted["admission"].as_str().unwrap();
+    assert_eq!(buy_with(&app, &sale, "alice", Some(token)).await.status(), 201, "the admitted buyer buys");
+    assert_error(buy_with(&cold, &sale, "alice", Some(token)).await, 409, "already_purchased").await;
+    let status = app.wait_for_drain(&sale).await;
+    assert_eq!((status.sold, status.stock_left, status.persisted), (1, 4, Some(1)), "only alice bought");
+    assert_eq!(app.buyers(&sale).await, BTreeSet::from(["alice".to_owned()]));
+    let confirmed = app.order_ids(&sale).await;
+    app.assert_invariants(&sale, &confirmed).await;
+}
+
+#[tokio::test]
+async fn an_admission_token_is_bound_to_its_buyer_its_sale_and_its_time() {
+    let app = spawn_app().await;
+    let sale = seed_queued(&app, 10, time::Duration::seconds(2), 1_000).await;
+    let other_sale = seed_queued(&app, 10, time::Duration::seconds(2), 1_000).await;
+    for user in ["alice", "bob"] {
+        join(&app, &sale, user).await;
+    }
+    join(&app, &other_sale, "alice").await;
+    until_started(&app, &sale).await;
+    let alice = until_state(&app, &sale, "alice", "admitted", Duration::from_secs(10)).await;
+    let token = alice["admission"].as_str().unwrap().to_owned();
+    let elsewhere = until_state(&app, &other_sale, "alice", "admitted", Duration::from_secs(10)).await;
+    let expires = OffsetDateTime::parse(alice["admission_expires_at"].as_str().unwrap(), &Rfc3339).unwrap();
+    assert!(expires > OffsetDateTime::now_utc() + time::Duration::seconds(50), "the default 60 s: {alice}");
+
+    let mut flipped = token.clone().into_bytes();
+    let last = flipped.last_mut().unwrap();
+    *last = if *last == b'0' { b'1' } else { b'0' };
+    let flipped = String::from_utf8(flipped).unwrap();
+    let (sale_id, alice_id) = (SaleId::parse(&sale).unwrap(), UserId::parse("alice").unwrap());
+    let place = alice["position"].as_u64().unwrap();
+    let past = (OffsetDateTime::now_utc().unix_timestamp() as u64 - 1) * 1000;
+    let expired = signer().admission(&sale_id, &alice_id, place, past);
+    for (what, user, token) in [
+        ("forged", "alice", flipped.as_str()),
+        ("malformed", "alice", "not-a-token"),
+        ("another buyer's", "bob", token.as_str()),
+        ("another sale's", "alice", elsewhere["admission"].as_str().unwrap()),
+        ("expired", "alice", expired.as_str()),
+    ] {
+        let response = buy_with(&app, &sale, user, Some(token)).await;
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"], "not_admitted", "{what}: {body}");
+    }
+    assert_eq!(app.status(&sale).await.sold, 0, "none of them bought");
+    assert_eq!(buy_with(&app, &sale, "alice", Some(&token)).await.status(), 201, "her own token buys");
+    // A ticket is no admission token, nor the other way round.
+    let ticket = alice["ticket"].as_str().unwrap();
+    let body: Value = buy_with(&app, &sale, "bob", Some(ticket)).await.json().await.unwrap();
+    assert_eq!(body["error"], "not_admitted", "{body}");
+}
+
+#[tokio::test]
+async fn admission_waits_for_stock_and_an_unused_admission_lapses_for_good() {
+    let app = spawn_app_with(|c| c.admission.admission_ttl = Duration::from_secs(5), true).await;
+    // One unit: at most ceil(1 × 2) = 2 admitted buyers who have not bought.
+    let sale = new_sale_id();
+    let body = json!({"stock": 1, "starts_at": at(time::Duration::seconds(2)), "payment_window": "1m",
+                      "queue": {"opens_at": at(-time::Duration::SECOND), "rate": 1000}});
+    assert_eq!(app.seed(&sale, body).await.status(), 200);
+    until_started(&app, &sale).await;
+    let users = ["p1", "p2", "p3", "p4"];
+    for (i, user) in users.iter().enumerate() {
+        assert_eq!(join(&app, &sale, user).await["position"], i as u64 + 1);
+    }
+    let first = until_state(&app, &sale, "p1", "admitted", Duration::from_secs(10)).await;
+    until_state(&app, &sale, "p2", "admitted", Duration::from_secs(10)).await;
+    // Well past the rate's time for four, p3 still waits: two unused admissions cover the one unit.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(standing(&app, &sale, "p3", None).await["state"], "waiting");
+
+    let token = first["admission"].as_str().unwrap();
+    assert_eq!(buy_with(&app, &sale, "p1", Some(token)).await.status(), 201);
+    let sold_out = until_state(&app, &sale, "p3", "sold_out", Duration::from_secs(10)).await;
+    assert_eq!(sold_out["position"], 3, "{sold_out}");
+    // p1 gives the unit back: admission resumes.
+    let cancel = app.cancel(&sale, "p1").await;
+    assert_eq!(cancel.status(), 200, "{}", cancel.text().await.unwrap());
+    until_state(&app, &sale, "p3", "admitted", Duration::from_secs(10)).await;
+
+    // p2 lets its admission lapse: closed, no second token, its old one refused; p4 moves up.
+    let p2 = until_state(&app, &sale, "p2", "closed", Duration::from_secs(15)).await;
+    assert!(p2.get("admission").is_none(), "{p2}");
+    assert_eq!(p2["position"], 2, "{p2}");
+    let lapsed = join(&app, &sale, "p2").await;
+    assert_eq!((lapsed["state"].as_str(), lapsed.get("admission")), (Some("closed"), None), "joining again: {lapsed}");
+    until_state(&app, &sale, "p4", "admitted", Duration::from_secs(15)).await;
+    let status = app.wait_for_drain(&sale).await;
+    assert_eq!((status.stock_initial, status.stock_left, status.sold, status.released), (1, 1, 1, 1));
+}
+
+#[tokio::test]
+async fn the_waiting_room_refuses_what_it_cannot_serve() {
+    let app = spawn_app().await;
+    let open = new_sale_id();
+    app.seed_stock(&open, 1).await;
+    let sale = new_sale_id();
+    let starts = at(time::Duration::minutes(10));
+    for (body, why) in [
+        (json!({"stock": 1, "queue": {"opens_at": at(time::Duration::ZERO), "rate": 5}}), "no starts_at"),
+        (
+            json!({"stock": 1, "starts_at": starts, "queue": {"opens_at": at(time::Duration::minutes(11)), "rate": 5}}),
+            "opens after the start",
+        ),
+        (
+            json!({"stock": 1, "starts_at": starts, "queue": {"opens_at": at(time::Duration::ZERO), "rate": 0}}),
+            "rate 0",
+        ),
+        (
+            json!({"stock": 1, "starts_at": starts, "shards": 2, "queue": {"opens_at": at(time::Duration::ZERO), "rate": 5}}),
+            "shards",
+        ),
+        (
+            json!({"stock": 1, "starts_at": starts, "queue": {"opens_at": at(time::Duration::ZERO), "rate": 5, "extra": 1}}),
+            "unknown field",
+        ),
+    ] {
+        let response = app.seed(&sale, body).await;
+        assert_eq!(response.status(), 400, "{why}: {}", response.text().await.unwrap());
+    }
+    let later =
+        json!({"stock": 1, "starts_at": starts, "queue": {"opens_at": at(time::Duration::minutes(5)), "rate": 5}});
+    assert_eq!(app.seed(&sale, later).await.status(), 200);
+    let url = app.url(&format!("/sales/{sale}/queue"));
+    let early = app.client.post(&url).query(&[("user_id", "alice")]).send().await.unwrap();
+    assert_error(early, 403, "queue_not_open").await;
+    assert_error(poll(&app, &sale, "alice", None).await, 404, "not_in_queue").await;
+    assert_error(poll(&app, &sale, "alice", Some("0.00")).await, 404, "not_in_queue").await;
+    assert_error(buy_with(&app, &sale, "alice", None).await, 403, "not_admitted").await;
+    let cold = spawn_instance_of(&app).await;
+    assert_error(buy_with(&cold, &sale, "alice", None).await, 403, "not_admitted").await;
+
+    let response =
+        app.client.post(app.url(&format!("/sales/{open}/queue"))).query(&[("user_id", "a")]).send().await.unwrap();
+    assert_error(response, 409, "not_queued").await;
+    assert_error(poll(&app, "no-such-sale", "alice", None).await, 404, "unknown_sale").await;
+    assert_eq!(app.buy(&open, "a").await.status(), 201, "a sale without a queue sells as before");
+}
+
+#[tokio::test]
+async fn a_queued_sale_lost_by_redis_comes_back_queued() {
+    let app = spawn_app().await;
+    let sale = seed_queued(&app, 3, time::Duration::seconds(1), 100).await;
+    let keys = app.store.keyspace().sale_keys(&SaleId::parse(&sale).unwrap());
+    let seed_before: String = app.redis.clone().hget(&keys.queue.state, "seed").await.unwrap();
+    until_started(&app, &sale).await;
+    let mut redis = app.redis.clone();
+    for key in keys.every() {
+        let _: () = redis.del(key).await.unwrap();
+    }
+    let response = app
+        .client
+        .post(app.url(&format!("/admin/sales/{sale}/reconcile")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    let seed_after: String = redis.hget(&keys.queue.state, "seed").await.unwrap();
+    assert_eq!(seed_after, seed_before, "the published seed comes back with the sale");
+    let mut refused = None;
+    for _ in 0..50 {
+        let response = app.buy(&sale, "bot").await;
+        if response.status() != 404 {
+            refused = Some(response);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_error(refused.expect("the sale is back"), 403, "not_admitted").await;
+}
