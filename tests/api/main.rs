@@ -30,4 +30,5 @@ mod script_cache;
 mod shards;
 mod shutdown;
 mod sold_out;
+mod waiting_room_page;
 mod worker;

@@ -1,0 +1,137 @@
+//! The buyer page of a queued sale in headless Chromium (issue 27): the countdown to the
+//! waiting room, the pre-queue, the place drawn at the start, a later buyer's place at the end of
+//! the line with the people ahead and the wait, Buy lit only on the buyer's turn, and the order.
+//! Screenshots: `target/tmp/waiting-room-{prequeue,position,admitted,bought}.png`.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::chromium::Browser;
+use crate::helpers::{assert_error, new_sale_id, spawn_app_with};
+
+/// Buyers who join the pre-queue through the API, besides the page's.
+const RIVALS: u64 = 12;
+/// Buyers let in per second: slow enough for a later buyer to wait a few seconds in view.
+const RATE: u64 = 2;
+
+/// What the page's waiting room shows; `None` for an element that is hidden.
+#[derive(Debug, Deserialize)]
+struct Room {
+    countdown_label: Option<String>,
+    queue_state: Option<String>,
+    position: Option<String>,
+    ahead: Option<String>,
+    wait: Option<String>,
+    note: Option<String>,
+    join_enabled: Option<bool>,
+    buy: String,
+    buy_enabled: bool,
+    order_status: Option<String>,
+}
+
+impl Browser {
+    async fn room(&self) -> Room {
+        let script = r#"
+            const $ = (id) => document.getElementById(id);
+            const shown = (id) => $(id).checkVisibility() ? $(id).innerText : null;
+            return {
+                countdown_label: shown("countdown-label"), queue_state: shown("queue-state"),
+                position: shown("queue-position"), ahead: shown("queue-ahead"), wait: shown("queue-wait"),
+                note: shown("queue-note"), join_enabled: $("join").checkVisibility() ? !$("join").disabled : null,
+                buy: $("buy").innerText, buy_enabled: !$("buy").disabled, order_status: shown("order-status"),
+            };"#;
+        serde_json::from_value(self.run(script, vec![]).await).unwrap()
+    }
+
+    async fn room_shows(&self, what: &str, check: impl Fn(&Room) -> bool) -> Room {
+        self.wait_for(what, async |b| Some(b.room().await).filter(|r| check(r))).await
+    }
+}
+
+fn at(offset: time::Duration) -> String {
+    (OffsetDateTime::now_utc() + offset).format(&Rfc3339).unwrap()
+}
+
+#[tokio::test]
+async fn the_page_is_a_waiting_room_from_the_pre_queue_to_the_order() {
+    let app = spawn_app_with(|_| {}, true).await;
+    let browser = Browser::start().await;
+    let sale = new_sale_id();
+    let queue = json!({"opens_at": at(time::Duration::seconds(3)), "rate": RATE});
+    let body = json!({"stock": 50, "starts_at": at(time::Duration::seconds(14)), "queue": queue});
+    assert_eq!(app.seed(&sale, body).await.status(), 200);
+    browser.client.goto(&app.url(&format!("/sale/{sale}"))).await.unwrap();
+    browser.fill("user-id", "alice").await;
+
+    // Before the room opens: its countdown, Join and Buy disabled.
+    let closed = browser.room_shows("the room's countdown", |r| r.join_enabled.is_some()).await;
+    assert_eq!(closed.countdown_label.as_deref(), Some("Waiting room opens in"), "{closed:?}");
+    assert_eq!((closed.join_enabled, closed.buy_enabled), (Some(false), false), "{closed:?}");
+
+    // The room opens: alice joins the pre-queue; twelve rivals join through the API.
+    browser.room_shows("Join enabled", |r| r.join_enabled == Some(true)).await;
+    browser.click("join").await;
+    let prequeue =
+        browser.room_shows("alice in the pre-queue", |r| r.queue_state.as_deref() == Some("Pre-queue")).await;
+    assert_eq!(
+        (prequeue.position.as_deref(), prequeue.join_enabled),
+        (None, None),
+        "no place before the draw: {prequeue:?}"
+    );
+    assert_eq!(prequeue.countdown_label.as_deref(), Some("Starts in"));
+    assert!(!prequeue.buy_enabled && prequeue.note.unwrap().contains("drawn at random"));
+    for i in 0..RIVALS {
+        let url = app.url(&format!("/sales/{sale}/queue"));
+        let joined = app.client.post(url).query(&[("user_id", format!("rival-{i}"))]).send().await.unwrap();
+        assert_eq!(joined.status(), 200);
+    }
+    browser.screenshot("waiting-room-prequeue.png").await;
+
+    // The start: alice's place is drawn, the one the API gives her.
+    let placed = browser.room_shows("alice's place", |r| r.position.is_some()).await;
+    let asked: Value = app
+        .client
+        .get(app.url(&format!("/sales/{sale}/queue")))
+        .query(&[("user_id", "alice")])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(placed.position, Some(format!("#{}", asked["position"])), "{asked}");
+
+    // bob joins after the start: the end of the line, behind all thirteen, and waits his turn.
+    browser.fill("user-id", "bob").await;
+    let fresh = browser.room_shows("bob without a place", |r| r.join_enabled.is_some()).await;
+    assert_eq!((fresh.buy.as_str(), fresh.buy_enabled), ("Join the waiting room first", false));
+    assert_error(
+        app.client.post(app.url("/buy")).json(&json!({"sale_id": sale, "user_id": "bob"})).send().await.unwrap(),
+        403,
+        "not_admitted",
+    )
+    .await;
+    browser.click("join").await;
+    let waiting = browser.room_shows("bob in line", |r| r.queue_state.as_deref() == Some("In line")).await;
+    assert_eq!(waiting.position.as_deref(), Some(&*format!("#{}", RIVALS + 2)), "{waiting:?}");
+    let ahead: u64 = waiting.ahead.as_deref().unwrap().parse().unwrap();
+    assert!((1..=RIVALS + 1).contains(&ahead), "{waiting:?}");
+    assert!(waiting.wait.as_deref().unwrap().starts_with("~00:00:"), "{waiting:?}");
+    assert_eq!((waiting.buy.as_str(), waiting.buy_enabled), ("Wait for your turn", false));
+    browser.screenshot("waiting-room-position.png").await;
+
+    // His turn: Buy lights up with the time left, and buys.
+    let turn = browser.room_shows("bob's turn", |r| r.buy_enabled).await;
+    assert_eq!((turn.queue_state.as_deref(), turn.ahead.as_deref()), (Some("Your turn"), Some("0")), "{turn:?}");
+    assert!(turn.note.unwrap().starts_with("Your turn: buy within 00:"));
+    browser.screenshot("waiting-room-admitted.png").await;
+    browser.click("buy").await;
+    let bought = browser.room_shows("bob's order", |r| r.order_status.as_deref() == Some("confirmed")).await;
+    assert_eq!(bought.queue_state, None, "the room gives way to the order: {bought:?}");
+    browser.screenshot("waiting-room-bought.png").await;
+    app.wait_for_drain(&sale).await;
+    assert_eq!(app.order_users(&sale).await, [("bob".into(), 1)]);
+    browser.client.close().await.unwrap();
+}
