@@ -19,7 +19,8 @@
 -- ARGV[9]  queue rate         buyers admitted per second
 -- ARGV[10] admission ttl      milliseconds an admitted buyer has to buy
 -- ARGV[11] shuffle seed       64 hex digits the app drew at random; kept if the queue has one already
---                             (a re-seed before the start must not reshuffle the pre-queue)
+--                             (a re-seed before the start must not reshuffle the pre-queue); the
+--                             seed kept is copied to the meta hash (queue_seed), where the app reads it
 --
 -- Returns one status string:
 --   "ok"                 seeded
@@ -71,6 +72,7 @@ end
 if ARGV[8] ~= '' then
   redis.call('HSET', KEYS[1], 'queue_opens_at_ms', ARGV[8], 'queue_rate', ARGV[9], 'queue_ttl_ms', ARGV[10])
   redis.call('HSETNX', KEYS[4], 'seed', ARGV[11])
+  redis.call('HSET', KEYS[1], 'queue_seed', redis.call('HGET', KEYS[4], 'seed'))
 end
 redis.call('SET', KEYS[2], stock)
 return 'ok'

@@ -104,16 +104,24 @@ impl Sales {
     }
 
     async fn read_shard(&self, keys: &SaleKeys) -> RedisResult<ShardRead> {
-        type Meta =
-            (Option<i64>, Option<i64>, Option<i64>, Option<i64>, Option<String>, Option<i64>, Option<i64>, Option<u32>);
+        type Meta = (
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<String>,
+            Option<i64>,
+            Option<i64>,
+            Option<u32>,
+            Option<String>,
+        );
         let (
-            (stock_initial, starts_at_ms, ends_at_ms, shards, suffixes, payment_window_ms, opens_at_ms, rate),
-            seed,
+            (stock_initial, starts_at_ms, ends_at_ms, shards, suffixes, payment_window_ms, opens_at_ms, rate, seed),
             stock_left,
             sold,
             released,
             queued,
-        ): (Meta, Option<String>, Option<i64>, i64, i64, i64) = redis::pipe()
+        ): (Meta, Option<i64>, i64, i64, i64) = redis::pipe()
             .atomic()
             .cmd("HMGET")
             .arg(&keys.meta)
@@ -126,8 +134,8 @@ impl Sales {
                 "payment_window_ms",
                 "queue_opens_at_ms",
                 "queue_rate",
+                "queue_seed",
             ])
-            .hget(&keys.queue.state, "seed")
             .get(&keys.stock)
             .scard(&keys.buyers)
             .scard(&keys.released)

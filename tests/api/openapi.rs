@@ -67,9 +67,11 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
         "GET /sale/{sale_id}",
         "GET /sales/{sale_id}",
         "GET /sales/{sale_id}/order",
+        "GET /sales/{sale_id}/queue",
         "POST /admin/sales/{sale_id}/reconcile",
         "POST /buy",
         "POST /payments/events",
+        "POST /sales/{sale_id}/queue",
         "PUT /admin/sales/{sale_id}",
     ];
     assert_eq!(documented, expected);
