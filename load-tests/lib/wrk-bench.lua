@@ -19,6 +19,11 @@
 -- MODE repeat   POST /buy {"sale_id":"SALE_ID","user_id":"USER_PREFIX-<i>"} cycling over i = 0 .. USERS-1:
 --               args SALE_ID USER_PREFIX USERS THREADS; buyers who bought beforehand, so every answer
 --               is a 409 already_purchased; every 16th response's body is looked at for an order_id
+-- MODE queue-join POST /sales/SALE_ID/queue?user_id=USER_PREFIX-<counter>-<thread> (no body): every
+--               request a new buyer joining a queued sale's waiting room
+-- MODE queue-poll GET /sales/SALE_ID/queue?user_id=<user>&ticket=<ticket>: args SALE_ID TICKETS_FILE
+--               THREADS; the file holds "<user> <ticket>" lines (the driver joined them); thread t
+--               cycles over lines t, t+THREADS, ... (the ticket poll a waiting crowd sends)
 --
 -- Pacing (optional): BENCH_RATE=<total requests/s> and BENCH_THREADS=<wrk -t> in the environment
 -- define delay(): each thread hands out send times on a fixed schedule of BENCH_RATE/BENCH_THREADS
@@ -40,6 +45,7 @@ local prefix = "u"
 local counter = 0
 local cached = nil
 local tokens = nil
+local polls = nil
 local nthreads = 1
 local users = 0
 local sales = 0
@@ -89,6 +95,21 @@ function init(args)
     wrk.method = "POST"
     wrk.path = "/buy"
     wrk.headers["Content-Type"] = "application/json"
+  elseif mode == "queue-join" then
+    sale = assert(args[2], "queue-join needs SALE_ID")
+    prefix = args[3] or "j"
+    wrk.method = "POST"
+  elseif mode == "queue-poll" then
+    sale = assert(args[2], "queue-poll needs SALE_ID")
+    nthreads = tonumber(args[4]) or 1
+    polls = {}
+    local tickets_file = assert(args[3], "queue-poll needs TICKETS_FILE")
+    for line in io.lines(tickets_file) do
+      local user, ticket = line:match("^(%S+) (%S+)$")
+      polls[#polls + 1] = string.format("/sales/%s/queue?user_id=%s&ticket=%s", sale, user, ticket)
+    end
+    assert(#polls > 0, "no tickets in " .. tickets_file)
+    wrk.method = "GET"
   elseif mode == "healthz" then
     wrk.method = "GET"
     wrk.path = "/healthz"
@@ -107,6 +128,12 @@ function request()
     return cached
   end
   counter = counter + 1
+  if mode == "queue-join" then
+    return wrk.format(nil, string.format("/sales/%s/queue?user_id=%s-%d-%d", sale, prefix, counter, tid))
+  end
+  if polls then
+    return wrk.format(nil, polls[((counter - 1) * nthreads + tid - 1) % #polls + 1])
+  end
   if tokens then
     local token = tokens[((counter - 1) * nthreads + tid - 1) % #tokens + 1]
     return wrk.format(nil, nil, { ["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. token },

@@ -3,6 +3,8 @@
 //! the line with the people ahead and the wait, Buy lit only on the buyer's turn, and the order.
 //! Screenshots: `target/tmp/waiting-room-{prequeue,position,admitted,bought}.png`.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -11,10 +13,14 @@ use time::format_description::well_known::Rfc3339;
 use crate::chromium::Browser;
 use crate::helpers::{assert_error, new_sale_id, spawn_app_with};
 
-/// Buyers who join the pre-queue through the API, besides the page's.
-const RIVALS: u64 = 12;
-/// Buyers let in per second: slow enough for a later buyer to wait a few seconds in view.
-const RATE: u64 = 2;
+/// Buyers who join the pre-queue through the API, besides the page's: admission takes
+/// (RIVALS + 1) / RATE = 15 s to reach them all, so bob, who joins a few seconds after the start,
+/// waits in line however slow the machine (admission never passes the places handed out).
+const RIVALS: u64 = 59;
+/// Buyers let in per second.
+const RATE: u64 = 4;
+/// How long bob may wait for his turn: his whole line at RATE, and a margin.
+const TURN_DEADLINE: Duration = Duration::from_secs(40);
 
 /// What the page's waiting room shows; `None` for an element that is hidden.
 #[derive(Debug, Deserialize)]
@@ -70,7 +76,7 @@ async fn the_page_is_a_waiting_room_from_the_pre_queue_to_the_order() {
     assert_eq!(closed.countdown_label.as_deref(), Some("Waiting room opens in"), "{closed:?}");
     assert_eq!((closed.join_enabled, closed.buy_enabled), (Some(false), false), "{closed:?}");
 
-    // The room opens: alice joins the pre-queue; twelve rivals join through the API.
+    // The room opens: alice joins the pre-queue; 59 rivals join through the API.
     browser.room_shows("Join enabled", |r| r.join_enabled == Some(true)).await;
     browser.click("join").await;
     let prequeue =
@@ -103,7 +109,7 @@ async fn the_page_is_a_waiting_room_from_the_pre_queue_to_the_order() {
         .unwrap();
     assert_eq!(placed.position, Some(format!("#{}", asked["position"])), "{asked}");
 
-    // bob joins after the start: the end of the line, behind all thirteen, and waits his turn.
+    // bob joins after the start: the end of the line, behind all sixty, and waits his turn.
     browser.fill("user-id", "bob").await;
     let fresh = browser.room_shows("bob without a place", |r| r.join_enabled.is_some()).await;
     assert_eq!((fresh.buy.as_str(), fresh.buy_enabled), ("Join the waiting room first", false));
@@ -123,7 +129,15 @@ async fn the_page_is_a_waiting_room_from_the_pre_queue_to_the_order() {
     browser.screenshot("waiting-room-position.png").await;
 
     // His turn: Buy lights up with the time left, and buys.
-    let turn = browser.room_shows("bob's turn", |r| r.buy_enabled).await;
+    let until = tokio::time::Instant::now() + TURN_DEADLINE;
+    let turn = loop {
+        let room = browser.room().await;
+        if room.buy_enabled {
+            break room;
+        }
+        assert!(tokio::time::Instant::now() < until, "bob's turn never came: {room:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert_eq!((turn.queue_state.as_deref(), turn.ahead.as_deref()), (Some("Your turn"), Some("0")), "{turn:?}");
     assert!(turn.note.unwrap().starts_with("Your turn: buy within 00:"));
     browser.screenshot("waiting-room-admitted.png").await;

@@ -48,6 +48,10 @@ pub fn run(services: &Services, deadline: Instant) -> Result<()> {
     // A seed that has already ended is refused, so this one ends a moment after it is seeded.
     let ends_at = humantime::format_rfc3339_millis(std::time::SystemTime::now() + Duration::from_secs(1)).to_string();
     app.put_sale("fuzz-ended", &json!({"stock": 100, "starts_at": "2000-01-01T00:00:00Z", "ends_at": ends_at}))?;
+    // A waiting room open since 2000 and started: a join gets a place; a purchase without an
+    // admission is refused (403 not_admitted).
+    let queue = json!({"opens_at": "2000-01-01T00:00:00Z", "rate": 1000});
+    app.put_sale("fuzz-queued", &json!({"stock": 1_000_000, "starts_at": "2000-01-01T00:00:01Z", "queue": queue}))?;
 
     let mut st = Command::new("st");
     st.arg("run")

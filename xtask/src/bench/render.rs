@@ -59,7 +59,10 @@ fn figure(row: &Row) -> String {
     if row.key == "queue-lag" {
         return row.extra_f64("lag_ms").map_or("-".into(), |ms| format!("{} ms", fmt_rate(Some(ms))));
     }
-    match row.extra_f64("redis_cmds_per_s").filter(|_| row.key == "http-sale-poll") {
+    match row
+        .extra_f64("redis_cmds_per_s")
+        .filter(|_| ["http-sale-poll", "http-queue-join", "http-queue-poll"].contains(&row.key.as_str()))
+    {
         Some(per_s) => format!("{} {} (Redis {per_s:.0} commands/s)", fmt_rate(row.rate), row.unit),
         None => format!("{} {}", fmt_rate(row.rate), row.unit),
     }

@@ -1,10 +1,12 @@
-//! The two storm rows of the report: the polling storm on `GET /sales/{id}` (its req/s and the
-//! Redis commands per second meanwhile) and the repeat storm (its req/s, app CPU per request,
-//! and whether its 409s carried the buyers' order ids).
+//! The storm rows of the report: the polling storm on `GET /sales/{id}` (its req/s and the
+//! Redis commands per second meanwhile), the repeat storm (its req/s, app CPU per request,
+//! and whether its 409s carried the buyers' order ids), and a queued sale's waiting room: the
+//! join storm, the ticket polling storm (Redis commands per second, whatever the rate) and the
+//! Redis calls of a purchase with an admission against one on a sale without a queue.
 
 use super::model::{Row, group, status_text, us_per_request};
 use super::report::Builder;
-use super::rows_storms::{REASKED, REPEAT_BUYERS, RedisCalls};
+use super::rows_storms::{COMPARED_BUYS, POLLERS, REASKED, REPEAT_BUYERS, RedisCalls};
 
 /// The polling storm's bound on Redis, whatever the request rate. Per second: at most 5 reads of
 /// the registry (SMEMBERS) and 5 snapshots of the sale (MULTI, HMGET, GET, SCARD, XLEN, EXEC and a
@@ -15,6 +17,59 @@ const POLL_REDIS_MAX: f64 = 100.0;
 pub fn rows(b: &mut Builder, rows: &mut Vec<Row>) {
     rows.extend(poll_row(b));
     rows.extend(repeat_row(b));
+    rows.extend(join_row(b));
+    rows.extend(ticket_row(b));
+    rows.extend(queued_buy_row(b));
+}
+
+fn join_row(b: &mut Builder) -> Option<Row> {
+    let (mut row, _) = storm_row(b, "http-queue-join", "POST /sales/{id}/queue join storm (queued sale)", "200")?;
+    row.target = "200 with a place".into();
+    row.met = row.path_ok;
+    Some(row)
+}
+
+fn ticket_row(b: &mut Builder) -> Option<Row> {
+    let label = format!("GET /sales/{{id}}/queue ticket polling storm ({POLLERS} buyers)");
+    let (mut row, _) = storm_row(b, "http-queue-poll", &label, "200")?;
+    let per_s = row.extra_f64("redis_cmds_per_s");
+    row.target = format!("Redis ≤ {POLL_REDIS_MAX:.0} commands/s");
+    row.met = Some(row.path_ok == Some(true) && per_s.is_some_and(|r| r <= POLL_REDIS_MAX));
+    Some(row)
+}
+
+/// Purchases with an admission on the queued sale against purchases on a sale without a queue:
+/// the same script calls (EVALSHA) per purchase, so the admission adds no round trip.
+fn queued_buy_row(b: &mut Builder) -> Option<Row> {
+    let label = "POST /buy with an admission: Redis calls per purchase";
+    let Some(text) = b.r.meta("queue-buy.calls") else {
+        b.problems.push(format!("{label}: no result"));
+        return None;
+    };
+    let calls: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    let n = calls["purchases"].as_f64().unwrap_or(0.0).max(1.0);
+    let per = |side: &str, command: Option<&str>| -> f64 {
+        let by = calls[side].as_object().cloned().unwrap_or_default();
+        by.iter().filter(|(c, _)| command.is_none_or(|w| c.as_str() == w)).filter_map(|(_, v)| v.as_f64()).sum::<f64>()
+            / n
+    };
+    let (queued, plain) = (per("queued", Some("evalsha")), per("plain", Some("evalsha")));
+    let (queued_all, plain_all) = (per("queued", None), per("plain", None));
+    let mut row = Row {
+        key: "queue-buy-calls".into(),
+        scenario: label.into(),
+        unit: "EVALSHA/purchase",
+        rate: Some(queued),
+        detail: format!(
+            "{COMPARED_BUYS} purchases one at a time from the driver, each with its Seckill-Admission on the queued sale, then {COMPARED_BUYS} on a sale without a queue: EVALSHA per purchase {queued:.2} against {plain:.2}; every Redis command per purchase (a script's own included: the admitted place recorded) {queued_all:.2} against {plain_all:.2}"
+        ),
+        target: "no extra round trip".into(),
+        met: Some(queued > 0.0 && queued <= plain),
+        ..Default::default()
+    };
+    row.extra("queued_calls", &calls["queued"]);
+    row.extra("plain_calls", &calls["plain"]);
+    Some(row)
 }
 
 /// The Redis commands of a row, as text: "Redis executed 114 commands … = 54.0/s, one per 2,174

@@ -25,6 +25,10 @@ pub enum Mode<'a> {
     /// POST /buy on `sale` cycling over the users `<prefix>-0` .. `<prefix>-<users - 1>`, who
     /// bought beforehand: every answer a 409; a sample of the bodies is checked for an order id.
     Repeat { sale: &'a str, prefix: &'a str, users: u32 },
+    /// POST /sales/{sale}/queue, every request a new buyer `<prefix>-<counter>-<thread>` joining.
+    QueueJoin { sale: &'a str, prefix: &'a str },
+    /// GET /sales/{sale}/queue with a ticket, cycling over `tickets` ("<user> <ticket>" lines).
+    QueuePoll { sale: &'a str, tickets: &'a Path },
 }
 
 /// One wrk invocation.
@@ -59,6 +63,10 @@ impl Wrk<'_> {
             Mode::BuyJwt { sale, tokens } => cmd.args(["buy-jwt", sale]).arg(tokens).arg(self.threads.to_string()),
             Mode::Repeat { sale, prefix, users } => {
                 cmd.args(["repeat", sale, prefix, &users.to_string(), &self.threads.to_string()])
+            }
+            Mode::QueueJoin { sale, prefix } => cmd.args(["queue-join", sale, prefix]),
+            Mode::QueuePoll { sale, tickets } => {
+                cmd.args(["queue-poll", sale]).arg(tickets).arg(self.threads.to_string())
             }
         };
         if let Some(rate) = self.rate {

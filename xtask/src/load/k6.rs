@@ -115,6 +115,28 @@ fn run_k6(
     extra: &[String],
 ) -> anyhow::Result<i32> {
     let name = if mode == "crowd" { "k6".to_string() } else { format!("k6-{}", mode.replace('_', "-")) };
+    let env = [
+        ("MODE", mode.to_string()),
+        ("BASE_URL", url.to_string()),
+        ("RUN_ID", run_id.to_string()),
+        ("SECKILL_RATE_LIMIT", a.rate_limit.clone()),
+        ("P99_MS", a.p99_ms.to_string()),
+        ("AUTH", a.auth.clone()),
+    ];
+    run_script(load, &name, "flash-crowd.js", &env, extra, limit)
+}
+
+/// One bounded k6 run of `load-tests/k6/<script>` with `-e` settings `env`, its summary, console
+/// and HTML report under the results as `<name>-…`; its exit code (99 = thresholds failed). The
+/// console's lines other than orders, payments, cancels and admissions are logged (20 at most).
+pub fn run_script(
+    load: &Load,
+    name: &str,
+    script: &str,
+    env: &[(&str, String)],
+    extra: &[String],
+    limit: u64,
+) -> anyhow::Result<i32> {
     let mut cmd = Command::new("k6");
     // Web dashboard: no HTTP server (port -1), only the HTML report written at the end.
     cmd.env("K6_WEB_DASHBOARD", "true")
@@ -125,35 +147,28 @@ fn run_k6(
         .args(["run", "--quiet", "--no-usage-report", "--log-format", "raw", "--console-output"])
         .arg(load.results.join(format!("{name}-console.log")))
         .args(extra);
-    for (k, v) in [
-        ("MODE", mode),
-        ("BASE_URL", url),
-        ("RUN_ID", run_id),
-        ("SECKILL_RATE_LIMIT", &a.rate_limit),
-        ("P99_MS", &a.p99_ms.to_string()),
-        ("AUTH", &a.auth),
-    ] {
+    for (k, v) in env {
         cmd.arg("-e").arg(format!("{k}={v}"));
     }
     cmd.arg("-e").arg(format!("SUMMARY_JSON={}", load.results.join(format!("{name}-summary.json")).display()));
-    cmd.arg(testbed::workspace_root().join("load-tests/k6/flash-crowd.js"));
+    cmd.arg(testbed::workspace_root().join("load-tests/k6").join(script));
     let rc = load.run_bounded(cmd, limit)?;
     if rc != 0 {
-        load.log(&format!("k6 {mode} failed (exit {rc}; 99 = thresholds crossed)"));
+        load.log(&format!("k6 {name} failed (exit {rc}; 99 = thresholds crossed)"));
     }
     let console = load.results.join(format!("{name}-console.log"));
     let warnings = orders::read(&console)?.other;
     for line in warnings.iter().take(20) {
-        load.log(&format!("k6 {mode}: {line}"));
+        load.log(&format!("k6 {name}: {line}"));
     }
     if warnings.len() > 20 {
-        load.log(&format!("k6 {mode}: {} more lines in {}", warnings.len() - 20, console.display()));
+        load.log(&format!("k6 {name}: {} more lines in {}", warnings.len() - 20, console.display()));
     }
     Ok(rc)
 }
 
 /// The 201s a k6 run counted, from its summary.
-fn created(load: &Load, name: &str) -> i64 {
+pub fn created(load: &Load, name: &str) -> i64 {
     let text = std::fs::read_to_string(load.results.join(format!("{name}-summary.json"))).unwrap_or_default();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
     v["metrics"]["status_201_created"]["values"]["count"].as_i64().unwrap_or(0)

@@ -1,4 +1,5 @@
-//! `cargo xtask load k6|oha`: the flash crowd (k6, `load-tests/k6/flash-crowd.js`) and the four
+//! `cargo xtask load k6|k6-queue|oha`: the flash crowd (k6, `load-tests/k6/flash-crowd.js`), a
+//! queued sale's crowd (k6, `load-tests/k6/waiting-room.js`) and the four
 //! single-path oha runs, each against its own throwaway stack, then the invariants per sale
 //! (`seckill reconcile`, and the 201s the generator saw = the orders in Postgres). Every
 //! generator run is bounded in time (and count) and only talks to 127.0.0.0/8. Exit status 1
@@ -7,6 +8,7 @@
 mod k6;
 mod oha;
 mod orders;
+mod queued;
 mod reservations;
 
 use std::path::PathBuf;
@@ -35,6 +37,9 @@ pub struct Args {
 enum Tool {
     /// A flash crowd from ~250 loopback addresses, then one address that is too fast (k6).
     K6(k6::Args),
+    /// A queued sale: a crowd joins its waiting room, polls and buys once admitted; bots that
+    /// skip the line buy nothing (k6).
+    K6Queue(queued::Args),
     /// In stock, sold out, /healthz and rate limited, one oha run each.
     Oha(oha::Args),
 }
@@ -161,6 +166,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::steps::handle_signals()?;
     let load = match &args.tool {
         Tool::K6(k) => Load::start("load k6", &args, "k6").and_then(|load| k6::run(k, load)),
+        Tool::K6Queue(q) => Load::start("load k6-queue", &args, "k6").and_then(|load| queued::run(q, load)),
         Tool::Oha(o) => Load::start("load oha", &args, "oha").and_then(|load| oha::run(o, load)),
     };
     match (crate::steps::interrupted(), load) {

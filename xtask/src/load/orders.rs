@@ -26,12 +26,13 @@ pub struct Created {
 }
 
 /// What a k6 console file says: the 201s, the reservations paid and cancelled (sale, order id),
-/// and its other lines (k6's warnings).
+/// the buyers a waiting room admitted (sale, user), and its other lines (k6's warnings).
 #[derive(Debug, Default)]
 pub struct Console {
     pub created: Vec<Created>,
     pub paid: HashSet<(String, String)>,
     pub cancelled: HashSet<(String, String)>,
+    pub admitted: HashSet<(String, String)>,
     pub other: Vec<String>,
 }
 
@@ -50,8 +51,8 @@ impl Console {
     }
 }
 
-/// Reads a k6 console file: its `order SALE USER ORDER_ID`, `paid SALE ORDER_ID` and
-/// `cancelled SALE ORDER_ID` lines, and the rest.
+/// Reads a k6 console file: its `order SALE USER ORDER_ID`, `paid SALE ORDER_ID`,
+/// `cancelled SALE ORDER_ID` and `admitted SALE USER PLACE` lines, and the rest.
 pub fn read(path: &Path) -> anyhow::Result<Console> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut console = Console::default();
@@ -66,6 +67,9 @@ pub fn read(path: &Path) -> anyhow::Result<Console> {
             ["cancelled", sale, order_id] => {
                 console.cancelled.insert((sale.into(), order_id.into()));
             }
+            ["admitted", sale, user, _place] => {
+                console.admitted.insert((sale.into(), user.into()));
+            }
             _ => console.other.push(line.to_string()),
         }
     }
@@ -73,7 +77,7 @@ pub fn read(path: &Path) -> anyhow::Result<Console> {
 }
 
 /// Postgres's orders of `sales`: (sale, user) → (order id, status).
-fn postgres_orders(load: &Load, sales: &[&str]) -> anyhow::Result<HashMap<(String, String), (String, String)>> {
+pub fn postgres_orders(load: &Load, sales: &[&str]) -> anyhow::Result<HashMap<(String, String), (String, String)>> {
     let list: Vec<String> = sales.iter().map(|s| format!("'{s}'")).collect();
     let sql = format!("select sale_id, user_id, order_id, status from orders where sale_id in ({})", list.join(", "));
     let rows = psql(&load.services, &sql)?;
