@@ -56,6 +56,9 @@ fn met_text(met: Option<bool>) -> &'static str {
 }
 
 fn figure(row: &Row) -> String {
+    if row.key == "queue-buy-calls" {
+        return row.rate.map_or("-".into(), |calls| format!("{calls:.2} {}", row.unit));
+    }
     if row.key == "queue-lag" {
         return row.extra_f64("lag_ms").map_or("-".into(), |ms| format!("{} ms", fmt_rate(Some(ms))));
     }
