@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //! - `test`: the one test command (fmt, clippy, layer check, cargo test on throwaway servers,
-//!   the API fuzz, the compose lint, the api tests again on a Redis Cluster).
+//!   the API fuzz, the compose lint, the k8s lint, the api tests again on a Redis Cluster).
 //! - `run`: the service on throwaway servers with a demo sale, until Ctrl-C.
 //! - `bench/`: the benchmark driver and its report (JSON + Markdown).
 //! - `ab`: paired A/B rounds of two builds on in-stock `/buy`.

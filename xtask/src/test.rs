@@ -1,7 +1,7 @@
 //! `cargo xtask test`: the one test command (what CI runs). On throwaway servers from `testbed`
 //! (a Redis, Postgres and a 3-master Redis Cluster): fmt check, clippy, `cargo test --workspace`,
-//! the API fuzz (schemathesis, see `fuzz`), the compose lint, then the api integration tests once
-//! more against the Redis Cluster. Every step runs and is reported; the task fails at the end if
+//! the API fuzz (schemathesis, see `fuzz`), the compose lint, the Kubernetes manifests' lint
+//! (`scripts/lint-k8s.sh`), then the api integration tests once more against the Redis Cluster. Every step runs and is reported; the task fails at the end if
 //! any failed. Nothing is printed after a passing run's last `cargo test`: its summary stays the
 //! closing output.
 
@@ -28,7 +28,7 @@ pub struct Args {
     #[arg(long, conflicts_with = "no_cluster")]
     against_cluster: bool,
     /// Extra arguments for the first `cargo test` only (e.g. `--test api buy`); with them the
-    /// fuzz, compose lint and cluster steps do not run.
+    /// fuzz, compose lint, k8s lint and cluster steps do not run.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     cargo_test_args: Vec<String>,
 }
@@ -97,6 +97,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             crate::fuzz::run(&services, deadline)
         });
         report.command("compose lint", &mut Command::new(root.join("scripts/lint-compose.sh")));
+        report.command("k8s lint", &mut Command::new(root.join("scripts/lint-k8s.sh")));
         if services.cluster.is_some() {
             let handle = services.handle_file(Target::Cluster)?;
             let mut test = cargo();

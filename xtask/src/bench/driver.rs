@@ -125,8 +125,22 @@ impl Bench {
         App::start(&self.services, &self.binary, &all)
     }
 
-    /// Stops the app and keeps its log with the raw outputs.
-    pub fn stop_app(&self, mut app: App) {
+    /// Stops the app and keeps its log with the raw outputs; its peak resident memory (VmHWM)
+    /// goes into `setting.app_peak_memory`, one entry per app in the order they ran.
+    pub fn stop_app(&mut self, mut app: App) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", app.pid())).unwrap_or_default();
+        let kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+        if let (Some(kib), Some(name)) = (kib, app.log.file_stem()) {
+            let entry = format!("{} {} MiB", name.to_string_lossy(), kib.div_ceil(1024));
+            let all = match self.results.meta("setting.app_peak_memory") {
+                Some(before) => format!("{before}, {entry}"),
+                None => entry,
+            };
+            self.results.set("setting.app_peak_memory", all);
+        }
         app.stop();
         if let Some(name) = app.log.file_name() {
             let _ = std::fs::copy(&app.log, self.raw().join(name));

@@ -302,6 +302,10 @@ pub fn markdown(r: &Report) -> String {
             s("redis_generator")
         ),
         format!("- settings: {}", s("app")),
+        format!(
+            "- app peak resident memory (VmHWM) of each app in the order they ran (seckill-1: the main rows; the last: the flatness rows, 10,000 connections among them): {}",
+            s("app_peak_memory")
+        ),
         format!("- {CPU_TEXT}"),
         String::new(),
     ];

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Validate deploy/k8s offline: every manifest of a Kubernetes kind against the Kubernetes 1.34
+# schemas in strict mode (kubernetes-validate from PyPI, pinned, in a venv under target/), then
+# scripts/lint_k8s.py: the manifests agree with the binary (`seckill serve/worker --help`, the
+# routes) and with each other, and its self-test breaks them in memory to prove it notices.
+# Kinds of operators (CloudNativePG's Cluster, the Redis operator's RedisCluster, KEDA's
+# ScaledObject) have no schema here: kubernetes-validate warns, lint_k8s.py checks the fields
+# seckill depends on.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root"
+
+KUBERNETES_VALIDATE=1.34.1
+venv="target/lint-k8s-venv"
+if [ ! -x "$venv/bin/kubernetes-validate" ] || ! "$venv/bin/kubernetes-validate" --version | grep -q "$KUBERNETES_VALIDATE"; then
+    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+        if [ "$(id -u)" -eq 0 ]; then
+            export DEBIAN_FRONTEND=noninteractive
+            apt-get update
+            apt-get install -y --no-install-recommends python3-venv
+            rm -rf "$venv"
+            python3 -m venv "$venv"
+        else
+            echo "error: python3 -m venv failed; install python3-venv (apt-get install python3-venv) or rerun as root" >&2
+            exit 1
+        fi
+    fi
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE"
+fi
+
+mapfile -t manifests < <(find deploy/k8s -name '*.yaml' | sort)
+"$venv/bin/kubernetes-validate" --strict --kubernetes-version 1.34.0 "${manifests[@]}"
+
+cargo build --quiet --locked --bin seckill
+"$venv/bin/python" scripts/lint_k8s.py target/debug/seckill --self-test
