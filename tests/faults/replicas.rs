@@ -99,6 +99,9 @@ async fn confirmed_201s_survive_a_master_kill_and_reach_postgres_from_the_promot
     let pair = Pair::launch();
     let mut deployment = Deployment::on_redis(&pair.master.url(), &[("SECKILL_CONFIRM_REPLICAS", "1"), HELD]).await;
     let (mut first, sale) = deployment.start_with_sale(100).await;
+    // The replica's first sync (a fork and a transfer) can outlast SECKILL_CONFIRM_TIMEOUT on a
+    // loaded machine: the burst starts with the replica linked and caught up.
+    pair.wait_synced();
 
     let started = Instant::now();
     let answers = burst(&first.address, &sale, "a", 20).await;
