@@ -15,6 +15,8 @@
 --                             docs/stock-sharding.md). KEYS are then those of one shard.
 -- ARGV[5]  place              in a queued sale (meta queue_rate): the buyer's place in line, from the
 --                             admission token the app verified (src/admission/); "" without one
+-- ARGV[6]  traceparent        the W3C trace context of the purchase, carried in its entry to the
+--                             worker's span (src/telemetry/traces.rs); "" when traces are off
 --
 -- Returns one status string, except for "already_purchased" and "reserved":
 --   "ok"                 user added, stock decremented, order appended to the stream, receipt kept
@@ -109,15 +111,17 @@ end
 local created_at = string.format('%d', now_ms)
 local window = tonumber(meta[5])
 local pay_by
-local entry
+local fields = {'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at}
 if window then
   pay_by = string.format('%d', now_ms + window)
-  entry = redis.call('XADD', KEYS[4], '*',
-    'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at, 'pay_by_ms', pay_by)
-else
-  entry = redis.call('XADD', KEYS[4], '*',
-    'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at)
+  table.insert(fields, 'pay_by_ms')
+  table.insert(fields, pay_by)
 end
+if ARGV[6] and ARGV[6] ~= '' then
+  table.insert(fields, 'traceparent')
+  table.insert(fields, ARGV[6])
+end
+local entry = redis.call('XADD', KEYS[4], '*', unpack(fields))
 local receipt = redis.pcall('HSET', KEYS[5], ARGV[2], ARGV[3] .. ' ' .. created_at .. ' ' .. entry)
 if type(receipt) == 'table' and receipt.err then
   redis.call('XDEL', KEYS[4], entry)

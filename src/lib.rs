@@ -15,7 +15,8 @@
 //! 1. Domain
 //!    - [`domain`]: the validated ids (`SaleId`, `UserId`) and the `Order` a purchase makes.
 //! 2. Observability
-//!    - [`telemetry`]: logging to stderr, as text or JSON lines.
+//!    - [`telemetry`]: logging to stderr, as text or JSON lines; OpenTelemetry traces over OTLP
+//!      when an endpoint is configured (`traces`).
 //!    - [`metrics`]: the Prometheus registry of one process (its HTTP middleware is in `http`).
 //! 3. Storage access
 //!    - [`redis`]: one server or a cluster (`connection`; the shared and per-HTTP-worker connections in

@@ -10,10 +10,16 @@ use seckill::telemetry;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<ExitCode> {
+fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
-    telemetry::init(cli.config.log_format);
+    // Outside the runtime: the trace exporter's client blocks, and its flush at exit too.
+    let telemetry = telemetry::init(cli.config.log_format);
+    let code = tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(cli));
+    drop(telemetry);
+    code
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve { no_worker } => {
             let shutdown = app::shutdown_on_signals();

@@ -2,11 +2,13 @@
 //! from Postgres once it is committed.
 
 use time::OffsetDateTime;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::db;
 use crate::domain::{SaleId, Standing, UserId};
 use crate::purchase::{OrderStatus, Purchase, Sales};
+use crate::telemetry::traces;
 
 /// Where a found order is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,13 +52,13 @@ pub enum LookupError {
 /// is the order, standing as it says (`confirmed`, or a reservation's state). A buyer Postgres does not know yet (the worker lags, or the order
 /// is being re-enqueued) is still `queued`; a sale Redis lost answers from Postgres alone.
 pub async fn lookup(sales: &Sales, pool: &sqlx::PgPool, sale: &SaleId, user: &UserId) -> Result<Lookup, LookupError> {
-    let in_redis = sales.purchase_of(sale, user).await?;
+    let in_redis = sales.purchase_of(sale, user).instrument(client_span("redis", "read receipt")).await?;
     if let Purchase::Bought(Some(receipt)) = in_redis
         && receipt.status == OrderStatus::Queued
     {
         return Ok(queued(receipt.order_id, db::ms_to_time(receipt.created_at_ms)));
     }
-    if let Some(order) = db::order_of(pool, sale, user).await? {
+    if let Some(order) = db::order_of(pool, sale, user).instrument(client_span("postgresql", "SELECT orders")).await? {
         return Ok(Lookup::Found {
             place: Place::Stored(order.standing),
             order_id: Some(order.order_id),
@@ -76,4 +78,17 @@ pub async fn lookup(sales: &Sales, pool: &sqlx::PgPool, sale: &SaleId, user: &Us
 
 fn queued(order_id: Uuid, created_at: OffsetDateTime) -> Lookup {
     Lookup::Found { place: Place::Queued, order_id: Some(order_id), created_at: Some(created_at), pay_by: None }
+}
+
+/// A client span of the lookup's reads when traces are on (`crate::telemetry::traces`).
+fn client_span(system: &'static str, operation: &'static str) -> tracing::Span {
+    match traces::on() {
+        true => tracing::info_span!(
+            "order.lookup",
+            otel.kind = "client",
+            db.system.name = system,
+            db.operation.name = operation
+        ),
+        false => tracing::Span::none(),
+    }
 }

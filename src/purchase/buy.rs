@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::Sales;
@@ -15,6 +16,7 @@ use crate::limiter::{Decision, Gate};
 use crate::purchase::shards::Layout;
 use crate::redis::keys::{SaleKeys, hash_tag};
 use crate::redis::lua::{self, unexpected_reply};
+use crate::telemetry::traces;
 
 /// What the purchase decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +42,23 @@ pub enum BuyOutcome {
         /// Replicas that acknowledged it.
         replicas: u32,
     },
+}
+
+impl BuyOutcome {
+    /// The outcome's name, as the purchase script says it (a trace's `seckill.outcome`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Purchased { pay_by_ms: None } => "ok",
+            Self::Purchased { pay_by_ms: Some(_) } => "reserved",
+            Self::UnknownSale => "unknown_sale",
+            Self::NotStarted => "not_started",
+            Self::Ended => "ended",
+            Self::AlreadyPurchased(_) => "already_purchased",
+            Self::SoldOut => "sold_out",
+            Self::NotAdmitted => "not_admitted",
+            Self::NotDurable { .. } => "not_durable",
+        }
+    }
 }
 
 /// A purchase's answer: each limit's decision, in the order of the gates given (up to the one that
@@ -69,6 +88,8 @@ struct Limits<'g, 'p> {
     order_id: String,
     /// The buyer's place in a queued sale's line, from its admission token, as text ("": none).
     place: String,
+    /// The purchase's trace context for its stream entry ("": traces are off).
+    traceparent: String,
 }
 
 /// Purchases one instance has on Redis at once. A command's response timeout
@@ -116,6 +137,37 @@ impl Sales {
         place: Option<u64>,
         gates: &[Gate<'_>],
     ) -> RedisResult<Verdict> {
+        if !traces::on() {
+            return self.buy_once(sale, user, order_id, place, gates, String::new()).await;
+        }
+        let span = tracing::info_span!(
+            "redis.buy",
+            otel.kind = "client",
+            db.system.name = "redis",
+            db.operation.name = "EVALSHA buy.lua",
+            seckill.sale_id = %sale,
+            seckill.outcome = tracing::field::Empty,
+        );
+        let traceparent = traces::traceparent(&span).unwrap_or_default();
+        let verdict = self.buy_once(sale, user, order_id, place, gates, traceparent).instrument(span.clone()).await;
+        let outcome = match &verdict {
+            Ok(Verdict { outcome: Some(outcome), .. }) => outcome.label(),
+            Ok(Verdict { outcome: None, .. }) => "rate_limited",
+            Err(_) => "redis_error",
+        };
+        span.record("seckill.outcome", outcome);
+        verdict
+    }
+
+    async fn buy_once(
+        &self,
+        sale: &SaleId,
+        user: &UserId,
+        order_id: Uuid,
+        place: Option<u64>,
+        gates: &[Gate<'_>],
+        traceparent: String,
+    ) -> RedisResult<Verdict> {
         let _turn = match tokio::time::timeout(TURN_WAIT, self.turns.acquire()).await {
             Ok(Ok(turn)) => turn,
             _ => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no turn for the purchase").into()),
@@ -125,6 +177,7 @@ impl Sales {
             decisions: Vec::with_capacity(gates.len()),
             order_id: order_id.to_string(),
             place: place.map(|p| p.to_string()).unwrap_or_default(),
+            traceparent,
         };
         let Some(pool) = &self.confirm else {
             let outcome = self.buy_with(&mut self.redis.purchase_conn().await, sale, user, &mut limits).await?;
@@ -189,7 +242,12 @@ impl Sales {
                 None => lua::BUY.key(&keys[shard].all()[..]),
                 Some(gate) => gate.policy.algorithm.with_purchase().key(&keys[shard].all()[..]),
             };
-            call.arg(sale.as_str()).arg(user.as_str()).arg(&limits.order_id).arg(layout.shards()).arg(&limits.place);
+            call.arg(sale.as_str())
+                .arg(user.as_str())
+                .arg(&limits.order_id)
+                .arg(layout.shards())
+                .arg(&limits.place)
+                .arg(&limits.traceparent);
             if !gates.is_empty() {
                 call.arg(gates.len());
                 for gate in gates {

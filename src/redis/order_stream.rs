@@ -1,9 +1,9 @@
 //! A sale's order stream, in one place: an entry's field names, [`encode`] (for the re-enqueues
 //! of reconciliation) and [`decode`] (for the worker); and the consumer group the workers read it
 //! with ([`CONSUMER_GROUP`], created only by [`create_group`]). The purchase itself appends its
-//! entries in `lua/buy.lua`, which cannot import these names: a test checks that its XADDs write
-//! exactly [`FIELDS`] (then [`PAY_BY_MS`] in a sale with a payment window), and that no other
-//! script writes to a stream.
+//! entries in `lua/buy.lua`, which cannot import these names: a test checks that its XADD writes
+//! exactly [`FIELDS`] (then [`PAY_BY_MS`] in a sale with a payment window, and [`TRACEPARENT`]
+//! when traces are on), and that no other script writes to a stream.
 
 use redis::RedisResult;
 use redis::aio::ConnectionLike;
@@ -20,6 +20,9 @@ const USER_ID: &str = "user_id";
 const CREATED_AT_MS: &str = "created_at_ms";
 /// A reservation's deadline, Unix milliseconds (Redis time): only in a sale with a payment window.
 pub const PAY_BY_MS: &str = "pay_by_ms";
+
+/// The purchase's W3C trace context, when traces are on (`crate::telemetry::traces`).
+pub const TRACEPARENT: &str = "traceparent";
 
 /// The consumer group every worker of every instance reads the order streams with.
 pub const CONSUMER_GROUP: &str = "seckill-workers";
@@ -100,6 +103,11 @@ pub fn user(entry: &StreamId) -> Option<String> {
     entry.get(USER_ID)
 }
 
+/// The trace context of the purchase that wrote the entry, if traces were on.
+pub fn traceparent(entry: &StreamId) -> Option<String> {
+    entry.get(TRACEPARENT)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,25 +121,14 @@ mod tests {
     #[test]
     fn buy_lua_appends_exactly_these_fields_and_no_other_script_appends() {
         let code = lua_code("buy.lua");
-        let calls: Vec<&str> = code.split("redis.call('XADD',").skip(1).collect();
-        let mut written = Vec::new();
-        for call in &calls {
-            // The call's arguments up to its closing parenthesis: key, '*', then field, value, ...
-            let mut depth = 0;
-            let end = call.find(|c| {
-                depth += i32::from(c == '(') - i32::from(c == ')');
-                depth < 0
-            });
-            let args: Vec<&str> = call[..end.expect("the XADD call is closed")].split(',').map(str::trim).collect();
-            assert_eq!(args[1], "'*'", "{args:?}");
-            written.push(args[2..].iter().step_by(2).map(|f| f.trim_matches('\'')).collect::<Vec<_>>());
-        }
-        let with_window: Vec<&str> = FIELDS.iter().copied().chain([PAY_BY_MS]).collect();
-        assert_eq!(
-            written,
-            [with_window, FIELDS.to_vec()],
-            "buy.lua's XADDs write other fields than redis::order_stream"
-        );
+        assert_eq!(code.matches("XADD").count(), 1, "one XADD, of the fields table");
+        assert!(code.contains("redis.call('XADD', KEYS[4], '*', unpack(fields))"), "{code}");
+        let table = code.split("local fields = {").nth(1).expect("the fields table").split('}').next().unwrap();
+        let first: Vec<&str> = table.split(',').map(str::trim).step_by(2).map(|f| f.trim_matches('\'')).collect();
+        assert_eq!(first, FIELDS, "buy.lua's entry starts with other fields than redis::order_stream");
+        let added: Vec<&str> =
+            code.split("table.insert(fields, '").skip(1).map(|rest| rest.split('\'').next().unwrap()).collect();
+        assert_eq!(added, [PAY_BY_MS, TRACEPARENT], "the optional fields, in this order");
 
         for script in std::fs::read_dir(format!("{}/lua", env!("CARGO_MANIFEST_DIR"))).unwrap() {
             let file = script.unwrap().file_name().into_string().unwrap();

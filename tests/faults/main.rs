@@ -21,3 +21,4 @@ mod reservations;
 mod retire;
 mod soak;
 mod stock_and_sigterm;
+mod traces;

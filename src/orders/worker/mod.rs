@@ -23,6 +23,7 @@ use anyhow::Context;
 use redis::streams::StreamId;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::streams::{StreamHealth, StreamState};
 use crate::db;
@@ -33,6 +34,7 @@ use crate::redis::Keyspace;
 use crate::redis::connection::RedisConnection;
 use crate::redis::connection::is_redis_outage;
 use crate::redis::order_stream;
+use crate::telemetry::traces;
 
 /// How often the worker re-reads the registry of sales (a retirement waits this long, among
 /// other things, before it deletes a sale's keys).
@@ -219,7 +221,29 @@ impl Worker {
     }
 
     /// Writes the entries to Postgres in one statement, then acknowledges them stream by stream.
+    /// With traces on, the batch is a span linked to each purchase that wrote an entry (its
+    /// `traceparent`), and the insert a span inside it.
     async fn persist(&mut self, batches: Vec<(String, Vec<StreamId>)>) -> anyhow::Result<StepOutcome> {
+        if !traces::on() {
+            return self.persist_batch(batches).await;
+        }
+        let entries: usize = batches.iter().map(|(_, ids)| ids.len()).sum();
+        let span = tracing::info_span!(
+            "worker.batch",
+            otel.kind = "consumer",
+            messaging.system = "redis",
+            messaging.operation.type = "process",
+            messaging.batch.message_count = entries,
+        );
+        for entry in batches.iter().flat_map(|(_, ids)| ids) {
+            if let Some(traceparent) = order_stream::traceparent(entry) {
+                traces::link(&span, &traceparent);
+            }
+        }
+        self.persist_batch(batches).instrument(span).await
+    }
+
+    async fn persist_batch(&mut self, batches: Vec<(String, Vec<StreamId>)>) -> anyhow::Result<StepOutcome> {
         let mut orders = Vec::new();
         let mut entries = 0;
         for (stream, ids) in &batches {
@@ -236,7 +260,19 @@ impl Worker {
             }
         }
         let timer = self.metrics.worker_insert_seconds.start_timer();
-        let insert = tokio::time::timeout(self.settings.insert_timeout, db::insert_orders(&self.pool, &orders));
+        let span = match traces::on() {
+            true => tracing::info_span!(
+                "postgres.insert",
+                otel.kind = "client",
+                db.system.name = "postgresql",
+                db.operation.name = "INSERT",
+                db.collection.name = "orders",
+                seckill.orders = orders.len(),
+            ),
+            false => tracing::Span::none(),
+        };
+        let insert = db::insert_orders(&self.pool, &orders).instrument(span);
+        let insert = tokio::time::timeout(self.settings.insert_timeout, insert);
         let report = insert
             .await
             .map_err(|_| anyhow::anyhow!("no answer within {:?}", self.settings.insert_timeout))

@@ -82,7 +82,7 @@ fn check(scenario: &Scenario, form: Form) -> Result<(), TestCaseError> {
             }
             Form::WithPurchase => {
                 let mut call = scenario.policy.algorithm.with_purchase().key(&sale_keys.all()[..]);
-                call.arg(sale.as_str()).arg("prop-user").arg(&nonce).arg(1).arg("").arg(1).key(&key);
+                call.arg(sale.as_str()).arg("prop-user").arg(&nonce).arg(1).arg("").arg("").arg(1).key(&key);
                 gate.policy.push_args(&mut call, &nonce, Some(now));
                 let (decision, buyer, purchase): (Value, Value, Value) = call.invoke(&mut *redis).expect("script runs");
                 let decision: Reply = redis::from_redis_value(decision).expect("a decision");

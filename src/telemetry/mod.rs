@@ -1,5 +1,6 @@
 //! Logging: `tracing` to stderr, filtered by `RUST_LOG` (default `info,sqlx=warn`), as text
-//! (coloured only when stderr is a terminal) or as one JSON object per line.
+//! (coloured only when stderr is a terminal) or as one JSON object per line; and, when an OTLP
+//! endpoint is configured, traces ([`traces`]).
 //!
 //! Every HTTP request runs in a span with a `request_id` (`crate::http::middleware`), which text
 //! lines show in their span prefix and JSON lines in their `span` object; the id is also sent back
@@ -7,12 +8,16 @@
 //! and what a client can make the HTTP stack log (a malformed request) is a WARN line at most once
 //! a second.
 
+pub mod traces;
+
 use std::io::IsTerminal;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::Level;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
@@ -26,18 +31,53 @@ pub enum LogFormat {
     Json,
 }
 
+/// What [`init`] set up; dropping it exports the traces still buffered (call it outside the
+/// async runtime: the exporter blocks).
+pub struct Telemetry {
+    traces: Option<SdkTracerProvider>,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Some(provider) = self.traces.take()
+            && let Err(err) = provider.shutdown()
+        {
+            eprintln!("seckill: exporting the last traces failed: {err}");
+        }
+    }
+}
+
 /// Installs the global subscriber (once; later calls are ignored, which tests rely on): the log
 /// lines, filtered by `RUST_LOG`, with the HTTP stack's own connection errors through
-/// [`ConnectionErrors`].
-pub fn init(format: LogFormat) {
+/// [`ConnectionErrors`]; with traces wanted ([`traces::wanted`]) also the OpenTelemetry layer,
+/// which sees seckill's own spans at INFO whatever `RUST_LOG` says (the log filter then applies
+/// to the lines only). Call it before the async runtime starts.
+pub fn init(format: LogFormat) -> Telemetry {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
     let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let lines: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Text => lines.with_ansi(std::io::stderr().is_terminal()).boxed(),
         LogFormat::Json => lines.json().with_current_span(true).with_span_list(false).boxed(),
     };
-    let subscriber = tracing_subscriber::registry().with(lines).with(ConnectionErrors::new()).with(filter);
+    let provider = match traces::start() {
+        Ok(provider) => provider,
+        Err(err) => {
+            eprintln!("seckill: traces are off: the OTLP exporter could not be built: {err}");
+            None
+        }
+    };
+    let Some(provider) = provider else {
+        let subscriber = tracing_subscriber::registry().with(lines).with(ConnectionErrors::new()).with(filter);
+        let _ = tracing::subscriber::set_global_default(subscriber);
+        return Telemetry { traces: None };
+    };
+    let spans = tracing_opentelemetry::layer()
+        .with_tracer(traces::tracer(&provider))
+        .with_filter(Targets::new().with_target("seckill", Level::INFO));
+    let subscriber =
+        tracing_subscriber::registry().with(lines.with_filter(filter)).with(spans).with(ConnectionErrors::new());
     let _ = tracing::subscriber::set_global_default(subscriber);
+    Telemetry { traces: Some(provider) }
 }
 
 /// The most connection errors logged per second; the rest are counted, and the count goes with
