@@ -116,7 +116,9 @@ def check(docs, binary_help, route_paths, group, errors):
                         given += list(secret.get("stringData", {})) + list(secret.get("data", {}))
             given += [env["name"] for env in container.get("env", [])]
             for setting in given:
-                if setting != "RUST_LOG" and setting not in known:
+                # RUST_LOG and the standard OTEL_* variables are read by the libraries (`--help`
+                # points to them), not by clap.
+                if setting != "RUST_LOG" and not setting.startswith("OTEL_") and setting not in known:
                     error(f"Deployment/{name}: {setting} is not a setting of `seckill {subcommand} --help`")
             check_container(f"Deployment/{name}", pod, container, error)
 

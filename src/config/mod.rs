@@ -30,7 +30,13 @@ pub use retire::RetireConfig;
 
 /// The `seckill` command line.
 #[derive(Debug, Parser)]
-#[command(name = "seckill", version, about = "Flash-sale purchase service", long_about = None)]
+#[command(
+    name = "seckill",
+    version,
+    about = "Flash-sale purchase service",
+    long_about = None,
+    after_help = "Traces: set OTEL_EXPORTER_OTLP_ENDPOINT (and the standard OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG) to export OpenTelemetry traces over OTLP/HTTP; see docs/operations.md, \"Traces\"."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

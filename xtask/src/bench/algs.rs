@@ -3,37 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
-use super::model::Row;
-use super::report::Builder;
-
-/// The redis-benchmark rows of each algorithm: kind, label.
-pub const REDIS_KINDS: [(&str, &str); 3] =
-    [("hot-admit", "one hot key, admitted"), ("perclient", "key per client"), ("hot-refused", "one hot key, refused")];
+use super::builder::Builder;
+use super::model::{Algorithm, REDIS_KINDS, script};
 
 /// The HTTP rows of each algorithm: kind, label, expected status.
 const HTTP_KINDS: [(&str, &str, &str); 2] =
     [("instock", "POST /buy in stock (limiter admits all)", "201"), ("limited", "POST /buy rate limited", "429")];
-
-/// One algorithm's entry.
-#[derive(Debug, Serialize)]
-pub struct Algorithm {
-    pub algorithm: String,
-    pub script: String,
-    pub redis: BTreeMap<String, Row>,
-    pub http: BTreeMap<String, Row>,
-    pub server_errors: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limited_429_share: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub instock_429: Option<u64>,
-}
-
-/// The script of an algorithm named `name` (`lua/sliding_log.lua` for sliding-log).
-pub fn script(name: &str) -> String {
-    format!("lua/{}.lua", name.replace('-', "_"))
-}
 
 /// One entry per algorithm the run measured (the `algorithms` meta, in run order).
 pub fn algorithms(b: &mut Builder) -> Vec<Algorithm> {

@@ -2,17 +2,19 @@
 //! measured wrk and redis-benchmark runs, invariant checks, and the report written at the end.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use serde_json::Value;
-use testbed::{App, Options, Services};
+use testbed::{App, Services};
 
 use super::cpu::{Watch, wait_quiet};
 use super::model::Results;
 use super::wrk::{Mode, RedisBench, Wrk, WrkOut};
-use super::{Args, measure, render, report};
+use super::{Args, measure};
+use seckill::domain::SaleId;
+use seckill::redis::keys::SaleKeys;
 
 /// One bench run in progress.
 pub struct Bench {
@@ -184,7 +186,7 @@ impl Bench {
         let out = WrkOut::parse(&run.stdout).with_context(|| format!("{name}: no BENCH_WRK line in wrk's output"))?;
         eprintln!(
             "    {} req/s, p99 {:.2} ms, statuses {:?}",
-            super::group(out.rate()),
+            super::model::group(out.rate()),
             out.latency_us.p99 / 1000.0,
             out.statuses
         );
@@ -211,7 +213,7 @@ impl Bench {
         let run = measure::run(name, cmd, Duration::from_secs(120), &self.watch(app), self.raw())?;
         let out =
             RedisBench::parse(&run.stdout).with_context(|| format!("{name}: no CSV result from redis-benchmark"))?;
-        eprintln!("    {} ops/s, p99 {:?} ms", super::group(out.rate), out.p99_ms);
+        eprintln!("    {} ops/s, p99 {:?} ms", super::model::group(out.rate), out.p99_ms);
         self.results.redis.insert(name.into(), run);
         Ok(out)
     }
@@ -266,63 +268,18 @@ pub fn reconcile(app: &App, sale: &str) -> anyhow::Result<(i32, String, Option<V
     Ok((rc, stdout, report))
 }
 
-/// The whole run: rows, then the report.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    // Each app gets its settings from here; none leak in from the caller's environment.
-    for var in [
-        "SECKILL_NO_WORKER",
-        "SECKILL_RATE_LIMIT",
-        "SECKILL_RATE_LIMIT_ALGORITHM",
-        "SECKILL_RATE_LIMIT_BURST",
-        "SECKILL_TRUSTED_PROXIES",
-        "SECKILL_MAX_CONNECTIONS_PER_CLIENT",
-    ] {
-        // SAFETY: no other thread runs yet (the signal thread starts below).
-        unsafe { std::env::remove_var(var) };
-    }
-    crate::steps::handle_signals()?;
-    need_tools(&[("wrk", "wrk"), ("redis-benchmark", "redis-tools")])?;
-    super::rows_flat::raise_nofile(args.flat_connections)?;
-    // A partial run has files of its own: it never replaces the full table.
-    let stem = if args.only.is_some() { "bench-flat" } else { "bench" };
-    let raw = raw_dir("bench")?;
-    let results_dir = args.results_dir.clone().unwrap_or_else(|| testbed::workspace_root().join("load-tests/results"));
-    let services = Services::start(&Options { cluster: false, browser: false })?;
-    let started = std::time::Instant::now();
-    let binary = testbed::Profile::from(args.profile).build()?;
-    eprintln!("==> build took {} s", started.elapsed().as_secs());
-    if let Some(code) = crate::steps::interrupted() {
-        return Ok(code);
-    }
-    let mut base_env =
-        vec![("SECKILL_KEY_PREFIX".to_string(), args.key_prefix.clone()), ("RUST_LOG".into(), "info,sqlx=warn".into())];
-    if let Some(batch) = args.worker_batch {
-        base_env.push(("SECKILL_WORKER_BATCH".into(), batch.to_string()));
-    }
-    let results = Results { raw: raw.clone(), ..Default::default() };
-    let mut bench = Bench { args, services, binary, repo: testbed::workspace_root(), results, base_env };
-    let started = std::time::Instant::now();
-    let outcome = super::rows::all(&mut bench);
-    eprintln!("==> scenarios took {} s", started.elapsed().as_secs());
-    if let Err(err) = outcome {
-        eprintln!("bench: raw outputs and logs kept in {}", raw.display());
-        return crate::steps::interrupted().ok_or(err);
-    }
-    let rep = report::build(&bench.results, utc_now());
-    std::fs::create_dir_all(&results_dir)?;
-    std::fs::write(results_dir.join(format!("{stem}.json")), serde_json::to_string_pretty(&rep)? + "\n")?;
-    std::fs::write(results_dir.join(format!("{stem}.md")), render::markdown(&rep))?;
-    let dir = results_dir.display();
-    println!("{}\n\nwritten: {dir}/{stem}.json {dir}/{stem}.md", render::text(&rep));
-    let consistent = bench.results.checks.iter().all(|(_, rc, _)| *rc == 0);
-    if !consistent || bench.args.keep_raw {
-        eprintln!("bench: raw outputs and logs kept in {}", raw.display());
-    } else {
-        let _ = std::fs::remove_dir_all(&raw);
-    }
-    if !consistent {
-        eprintln!("bench: an invariant failed (see the invariants above)");
-        return Ok(ExitCode::FAILURE);
-    }
-    Ok(ExitCode::SUCCESS)
+/// Far above what one address sends (REQUESTS × WINDOW in µs must stay below 2^50): the in-stock
+/// rows' limiter runs on every request but never refuses.
+pub(super) const HIGH_RATE_LIMIT: &str = "100000/1s";
+
+/// The keys of `sale` under the apps' prefix.
+pub(super) fn keys(b: &Bench, sale: &str) -> SaleKeys {
+    SaleKeys::new(&b.args.key_prefix, &SaleId::parse(sale).expect("a valid sale id"))
+}
+
+/// One second of GET /healthz against a freshly started app (not reported).
+pub(super) fn warm_up(b: &mut Bench, app: &testbed::App, name: &str) -> anyhow::Result<()> {
+    b.wrk(&format!("warmup-{name}"), app, 1, b.args.connections, Mode::Healthz, None)?;
+    b.results.wrk.remove(&format!("warmup-{name}"));
+    Ok(())
 }

@@ -4,9 +4,8 @@
 
 use serde_json::Value;
 
-use super::model::{Row, group, us_per_request};
-use super::report::{Builder, Report};
-use super::rows_flat::ROWS;
+use super::builder::{Builder, Report};
+use super::model::{FLAT_ROWS, Row, group, main_status, us_per_request};
 
 /// A flat row's cost may grow by this much over the reference before it counts as not flat: the
 /// spread of one short row on a shared two-core machine.
@@ -25,7 +24,7 @@ pub fn rows(b: &mut Builder) -> Vec<Row> {
         "POST /buy in stock, one sale again (drift)".to_string(),
     ];
     let mut rows: Vec<Row> = vec![];
-    for (key, label) in ROWS.iter().zip(labels) {
+    for (key, label) in FLAT_ROWS.iter().zip(labels) {
         let (run, out) = match b.r.wrk(key) {
             Ok(found) => found,
             Err(why) => {
@@ -80,7 +79,7 @@ pub fn rows(b: &mut Builder) -> Vec<Row> {
         }
         rows.push(row);
     }
-    let Some(reference) = rows.iter().find(|r| r.key == ROWS[0]).cloned() else { return rows };
+    let Some(reference) = rows.iter().find(|r| r.key == FLAT_ROWS[0]).cloned() else { return rows };
     for row in &mut rows {
         let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
         row.extra("rate_ratio", ratio(row.extra_f64("steady_rate"), reference.extra_f64("steady_rate")));
@@ -93,9 +92,9 @@ pub fn rows(b: &mut Builder) -> Vec<Row> {
             flat &= col == "postgres" || r.is_none_or(|r| r <= FLAT_MAX);
             row.extra(&format!("{col}_ratio"), r);
         }
-        if row.key == ROWS[0] {
+        if row.key == FLAT_ROWS[0] {
             row.target = "(reference)".into();
-        } else if row.key == ROWS[4] {
+        } else if row.key == FLAT_ROWS[4] {
             row.target = "(the reference again: drift)".into();
         } else {
             row.target = format!("app and Redis µs ≤ {FLAT_MAX:.2} × reference");
@@ -166,7 +165,7 @@ pub fn intro(r: &Report) -> String {
 
 /// The table's cells, one line per row.
 pub fn table(r: &Report) -> Vec<Vec<String>> {
-    r.flat.iter().map(|row| cells(row, super::render::main_status(row))).collect()
+    r.flat.iter().map(|row| cells(row, main_status(row))).collect()
 }
 
 #[cfg(test)]

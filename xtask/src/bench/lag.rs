@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::builder::Builder;
 use super::model::{CpuCols, Row, cost_text, fmt_ms, group};
-use super::report::Builder;
 
 /// The `worker drain, Redis → Postgres` row (target ≥ 30,000 orders/s).
 pub fn drain_row(b: &mut Builder, rows: &mut Vec<Row>, worker_stats: Option<BTreeMap<String, u64>>) {

@@ -23,15 +23,23 @@
 //! as problems in the report); 1 when an invariant fails; an error when a step could not run.
 //!
 //! # Layout
-//! - `cpu`, `measure`: CPU accounting from /proc, and bounded, measured generator runs.
-//! - `wrk`, `queue`: the generators' outputs; the queue-lag sampler and the drain.
-//! - `driver`, `rows`, `rows_redis`, `rows_storms`, `rows_flat`: the servers, apps and the order
-//!   of the rows.
-//! - `http`: the driver's own few requests (purchases before a row, checks after one).
-//! - `model`, `report`, `algs`, `lag`, `storms`, `flat`, `logs`, `render`: the report and its
-//!   tables.
+//!
+//! The modules stand in layers, lowest first: rows produce values of the model, the report reads
+//! them and never the rows. A module imports from its own layer and the layers below only, and
+//! the modules of one layer not in a circle (the test at the end of this file checks every
+//! `super::` path against this list).
+//!
+//! 1. Measuring: `cpu`, `measure`, `http`, `wrk`, `queue`, `logs` (CPU accounting from /proc,
+//!    bounded generator runs, the driver's own requests, the generators' outputs, the queue-lag
+//!    sampler and the drain, the apps' log scan).
+//! 2. Model: `model` (the results of a run, a row, and what the rows tell the report).
+//! 3. Report: `builder`, `algs`, `lag`, `storms`, `flat`, `report`, `render` (from the results to
+//!    the tables).
+//! 4. Running: `driver` (the servers, the apps, one measured generator run).
+//! 5. Rows: `rows_redis`, `rows_storms`, `rows_flat`, `rows` (what runs, in which order).
 
 mod algs;
+mod builder;
 pub(crate) mod cpu;
 pub(crate) mod driver;
 mod flat;
@@ -54,6 +62,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use seckill::limiter::Algorithm;
+use testbed::{Options, Services};
+
+use self::driver::{Bench, need_tools, raw_dir, utc_now};
+use self::model::Results;
 
 pub(crate) use model::group;
 
@@ -184,6 +196,153 @@ impl Args {
     }
 }
 
+/// The whole run: rows, then the report.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    driver::run(args)
+    // Each app gets its settings from here; none leak in from the caller's environment.
+    for var in [
+        "SECKILL_NO_WORKER",
+        "SECKILL_RATE_LIMIT",
+        "SECKILL_RATE_LIMIT_ALGORITHM",
+        "SECKILL_RATE_LIMIT_BURST",
+        "SECKILL_TRUSTED_PROXIES",
+        "SECKILL_MAX_CONNECTIONS_PER_CLIENT",
+    ] {
+        // SAFETY: no other thread runs yet (the signal thread starts below).
+        unsafe { std::env::remove_var(var) };
+    }
+    crate::steps::handle_signals()?;
+    need_tools(&[("wrk", "wrk"), ("redis-benchmark", "redis-tools")])?;
+    rows_flat::raise_nofile(args.flat_connections)?;
+    // A partial run has files of its own: it never replaces the full table.
+    let stem = if args.only.is_some() { "bench-flat" } else { "bench" };
+    let raw = raw_dir("bench")?;
+    let results_dir = args.results_dir.clone().unwrap_or_else(|| testbed::workspace_root().join("load-tests/results"));
+    let services = Services::start(&Options { cluster: false, browser: false })?;
+    let started = std::time::Instant::now();
+    let binary = testbed::Profile::from(args.profile).build()?;
+    eprintln!("==> build took {} s", started.elapsed().as_secs());
+    if let Some(code) = crate::steps::interrupted() {
+        return Ok(code);
+    }
+    let mut base_env =
+        vec![("SECKILL_KEY_PREFIX".to_string(), args.key_prefix.clone()), ("RUST_LOG".into(), "info,sqlx=warn".into())];
+    if let Some(batch) = args.worker_batch {
+        base_env.push(("SECKILL_WORKER_BATCH".into(), batch.to_string()));
+    }
+    let results = Results { raw: raw.clone(), ..Default::default() };
+    let mut bench = Bench { args, services, binary, repo: testbed::workspace_root(), results, base_env };
+    let started = std::time::Instant::now();
+    let outcome = rows::all(&mut bench);
+    eprintln!("==> scenarios took {} s", started.elapsed().as_secs());
+    if let Err(err) = outcome {
+        eprintln!("bench: raw outputs and logs kept in {}", raw.display());
+        return crate::steps::interrupted().ok_or(err);
+    }
+    let rep = report::build(&bench.results, utc_now());
+    std::fs::create_dir_all(&results_dir)?;
+    std::fs::write(results_dir.join(format!("{stem}.json")), serde_json::to_string_pretty(&rep)? + "\n")?;
+    std::fs::write(results_dir.join(format!("{stem}.md")), render::markdown(&rep))?;
+    let dir = results_dir.display();
+    println!("{}\n\nwritten: {dir}/{stem}.json {dir}/{stem}.md", render::text(&rep));
+    let consistent = bench.results.checks.iter().all(|(_, rc, _)| *rc == 0);
+    if !consistent || bench.args.keep_raw {
+        eprintln!("bench: raw outputs and logs kept in {}", raw.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&raw);
+    }
+    if !consistent {
+        eprintln!("bench: an invariant failed (see the invariants above)");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// The layer of each module, from the `# Layout` list above.
+    fn layers() -> BTreeMap<String, usize> {
+        let doc = include_str!("mod.rs");
+        let mut layers = BTreeMap::new();
+        let mut layer = 0;
+        for line in doc.lines().map(|l| l.trim_start_matches("//!").trim()) {
+            if let Some((n, _)) = line.split_once(". ")
+                && let Ok(n) = n.parse::<usize>()
+            {
+                layer = n;
+            } else if !line.starts_with('`') && !line.contains("`,") {
+                continue;
+            }
+            if layer == 0 {
+                continue;
+            }
+            let names = line.split_once(": ").map_or(line, |(_, rest)| rest).split('(').next().unwrap();
+            for name in names.split('`').skip(1).step_by(2) {
+                layers.entry(name.to_string()).or_insert(layer);
+            }
+        }
+        layers
+    }
+
+    /// The sibling modules a source file names through `super::` (directly or in a `use super::{…}`).
+    fn imports(source: &str, siblings: &BTreeSet<String>) -> BTreeSet<String> {
+        let mut found = BTreeSet::new();
+        for part in source.split("super::").skip(1) {
+            let names: Vec<&str> = match part.strip_prefix('{') {
+                Some(group) => group.split('}').next().unwrap().split(',').collect(),
+                None => vec![part],
+            };
+            for name in names {
+                let name: String = name.trim().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                if siblings.contains(&name) {
+                    found.insert(name);
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn every_module_imports_only_its_own_layer_and_below_without_a_circle() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bench");
+        let layers = layers();
+        let mut files = BTreeMap::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            if path.extension().is_some_and(|e| e == "rs") && name != "mod" {
+                files.insert(name, std::fs::read_to_string(&path).unwrap());
+            }
+        }
+        let siblings: BTreeSet<String> = files.keys().cloned().collect();
+        assert_eq!(siblings, layers.keys().cloned().collect(), "every module has a line in the layout");
+        let mut edges = BTreeMap::new();
+        for (name, source) in &files {
+            let used = imports(source, &siblings);
+            for other in used.iter().filter(|o| *o != name) {
+                assert!(
+                    layers[other] <= layers[name],
+                    "{name} (layer {}) imports {other} (layer {})",
+                    layers[name],
+                    layers[other]
+                );
+            }
+            edges.insert(
+                name.clone(),
+                used.into_iter().filter(|o| o != name && layers[o] == layers[name]).collect::<Vec<_>>(),
+            );
+        }
+        // No circle within a layer: each module's imports of its own layer reach back to it never.
+        for start in edges.keys() {
+            let mut stack: Vec<&String> = edges[start].iter().collect();
+            let mut seen = BTreeSet::new();
+            while let Some(next) = stack.pop() {
+                assert_ne!(next, start, "{start} is in an import circle");
+                if seen.insert(next) {
+                    stack.extend(edges[next].iter());
+                }
+            }
+        }
+    }
 }

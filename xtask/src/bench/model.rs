@@ -10,7 +10,6 @@ use serde_json::Value;
 use super::cpu::Usage;
 use super::measure::Run;
 use super::queue::{Drain, QueueStats};
-use super::rows_storms::RedisCalls;
 use super::wrk::{RedisBench, WrkOut};
 
 /// Free-form facts the driver recorded while running (`machine.*`, `setting.*`, `<row>.detail`,
@@ -219,6 +218,67 @@ pub fn status_text(statuses: &BTreeMap<String, u64>) -> String {
         .map(|(code, n)| format!("{code}: {} ({})", group(**n as f64), percent(**n as f64 / total as f64)))
         .collect();
     parts.join(", ")
+}
+
+// ---- the limiter algorithms' rows ----------------------------------------------------------
+
+/// The redis-benchmark rows of each algorithm: kind, label.
+pub const REDIS_KINDS: [(&str, &str); 3] =
+    [("hot-admit", "one hot key, admitted"), ("perclient", "key per client"), ("hot-refused", "one hot key, refused")];
+
+/// One algorithm's entry.
+#[derive(Debug, Serialize)]
+pub struct Algorithm {
+    pub algorithm: String,
+    pub script: String,
+    pub redis: BTreeMap<String, Row>,
+    pub http: BTreeMap<String, Row>,
+    pub server_errors: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limited_429_share: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instock_429: Option<u64>,
+}
+
+/// The script of an algorithm named `name` (`lua/sliding_log.lua` for sliding-log).
+pub fn script(name: &str) -> String {
+    format!("lua/{}.lua", name.replace('-', "_"))
+}
+
+// ---- what the storm and flatness rows did, which the rows set and the report reads ----------
+
+/// The buyers of the repeat storm.
+pub const REPEAT_BUYERS: u32 = 500;
+/// Of them, how many ask once more after the storm (their 409 must name their 201's order).
+pub const REASKED: usize = 50;
+/// Buyers of the ticket polling storm (the driver joins them and keeps their tickets).
+pub const POLLERS: u32 = 2000;
+/// Purchases compared for their Redis calls: with an admission on the queued sale, and on a sale
+/// without a queue.
+pub const COMPARED_BUYS: u32 = 300;
+/// The flatness rows' names, in the order they run.
+pub const FLAT_ROWS: [&str; 5] = ["flat-ref", "flat-buyers", "flat-sales", "flat-conns", "flat-ref-again"];
+
+/// The Redis commands run while a row ran, by command (`INFO commandstats`, INFO itself left out).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RedisCalls {
+    pub by_command: BTreeMap<String, u64>,
+}
+
+impl RedisCalls {
+    pub fn total(&self) -> u64 {
+        self.by_command.values().sum()
+    }
+}
+
+/// A row's main status and its share: "201 100%", with " (!)" when its path was not the one
+/// expected.
+pub fn main_status(row: &Row) -> String {
+    let Some(statuses) = row.statuses.as_ref().filter(|s| !s.is_empty()) else { return "-".into() };
+    let total: u64 = statuses.values().sum();
+    let (code, n) = statuses.iter().max_by_key(|(_, n)| **n).expect("not empty");
+    let text = format!("{code} {}", percent(*n as f64 / total as f64));
+    if row.path_ok.unwrap_or(true) { text } else { text + " (!)" }
 }
 
 #[cfg(test)]

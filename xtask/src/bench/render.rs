@@ -1,9 +1,9 @@
 //! The report as a terminal table and as `bench.md` (the same rows and columns as before the port to Rust).
 
-use super::algs::{Algorithm, REDIS_KINDS};
+use super::builder::Report;
 use super::flat;
-use super::model::{Row, fmt_ms, fmt_rate, fmt_us, fmt2, percent};
-use super::report::Report;
+use super::model::{Algorithm, REDIS_KINDS};
+use super::model::{Row, fmt_ms, fmt_rate, fmt_us, fmt2, main_status, percent};
 
 const HEAD: [&str; 14] = [
     "scenario",
@@ -69,14 +69,6 @@ fn figure(row: &Row) -> String {
         Some(per_s) => format!("{} {} (Redis {per_s:.0} commands/s)", fmt_rate(row.rate), row.unit),
         None => format!("{} {}", fmt_rate(row.rate), row.unit),
     }
-}
-
-pub(super) fn main_status(row: &Row) -> String {
-    let Some(statuses) = row.statuses.as_ref().filter(|s| !s.is_empty()) else { return "-".into() };
-    let total: u64 = statuses.values().sum();
-    let (code, n) = statuses.iter().max_by_key(|(_, n)| **n).expect("not empty");
-    let text = format!("{code} {}", percent(*n as f64 / total as f64));
-    if row.path_ok.unwrap_or(true) { text } else { text + " (!)" }
 }
 
 fn table_cells(r: &Row) -> Vec<String> {

@@ -7,24 +7,16 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::Context;
-use seckill::domain::SaleId;
 use seckill::limiter::Algorithm;
-use seckill::redis::keys::{SaleKeys, rate_limit_key};
+use seckill::redis::keys::rate_limit_key;
 
-use super::algs::script;
 use super::cpu::wait_quiet;
-use super::driver::{Bench, machine, version};
+use super::driver::{Bench, HIGH_RATE_LIMIT, keys, machine, version, warm_up};
+use super::model::script;
 use super::queue::{Sampler, drain};
 use super::wrk::Mode;
 
-/// Far above what one address sends (REQUESTS × WINDOW in µs must stay below 2^50): the in-stock
-/// rows' limiter runs on every request but never refuses.
-pub(super) const HIGH_RATE_LIMIT: &str = "100000/1s";
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
-
-pub(super) fn keys(b: &Bench, sale: &str) -> SaleKeys {
-    SaleKeys::new(&b.args.key_prefix, &SaleId::parse(sale).expect("a valid sale id"))
-}
 
 pub fn all(b: &mut Bench) -> anyhow::Result<()> {
     settings(b);
@@ -79,13 +71,6 @@ fn settings(b: &mut Bench) {
     r.set("setting.app", app);
     r.set("algorithms", algs.join(" "));
     r.set("worker.batch", a.worker_batch.unwrap_or(2000));
-}
-
-/// One second of GET /healthz against a freshly started app (not reported).
-pub(super) fn warm_up(b: &mut Bench, app: &testbed::App, name: &str) -> anyhow::Result<()> {
-    b.wrk(&format!("warmup-{name}"), app, 1, b.args.connections, Mode::Healthz, None)?;
-    b.results.wrk.remove(&format!("warmup-{name}"));
-    Ok(())
 }
 
 /// Redis's `total_forks` so far (`INFO stats`).

@@ -11,9 +11,8 @@ use serde_json::{Value, json};
 use testbed::App;
 
 use super::cpu::{Snapshot, Watch};
-use super::driver::{Bench, drained, reconcile};
+use super::driver::{Bench, HIGH_RATE_LIMIT, drained, keys, reconcile, warm_up};
 use super::http;
-use super::rows::{HIGH_RATE_LIMIT, keys, warm_up};
 use super::wrk::Mode;
 
 /// The reference sale, also the sale of the many-connections row.
@@ -33,9 +32,6 @@ const FILL_LIMIT: Duration = Duration::from_secs(300);
 /// Each flat row runs at least this long (also with `--quick`): 10,000 connections take about
 /// two seconds to open on a busy two-core machine, and the steady window starts a third in.
 pub const MIN_SECONDS: u64 = 6;
-
-/// The rows' names, in the order they run.
-pub const ROWS: [&str; 5] = ["flat-ref", "flat-buyers", "flat-sales", "flat-conns", "flat-ref-again"];
 
 pub fn flat_rows(b: &mut Bench) -> anyhow::Result<()> {
     let c = b.args.connections;
@@ -63,7 +59,7 @@ pub fn flat_rows(b: &mut Bench) -> anyhow::Result<()> {
     row(b, &app, "flat-buyers", c, Mode::Buy { sale: BIG_SALE, prefix: "u" }, &[BIG_SALE])?;
     b.results.set(
         "flat-buyers.detail",
-        format!("sale {BIG_SALE}: its buyer set and receipts hash held {} synthetic buyers before the row (load-tests/lib/fill-buyers.lua), stock {STOCK} left; {c} connections", super::group(buyers as f64)),
+        format!("sale {BIG_SALE}: its buyer set and receipts hash held {} synthetic buyers before the row (load-tests/lib/fill-buyers.lua), stock {STOCK} left; {c} connections", super::model::group(buyers as f64)),
     );
 
     let names: Vec<String> = (0..sales).map(|k| format!("{MANY_PREFIX}-{k}")).collect();

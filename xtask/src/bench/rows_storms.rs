@@ -9,39 +9,17 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use serde_json::json;
 use testbed::App;
 
-use super::driver::{Bench, drained, rfc3339};
+use super::driver::{Bench, HIGH_RATE_LIMIT, drained, rfc3339, warm_up};
 use super::http;
-use super::rows::{HIGH_RATE_LIMIT, warm_up};
+use super::model::{COMPARED_BUYS, POLLERS, REASKED, REPEAT_BUYERS, RedisCalls};
 use super::wrk::Mode;
 
-/// The buyers of the repeat storm.
-pub const REPEAT_BUYERS: u32 = 500;
-/// Of them, how many ask once more after the storm (their 409 must name their 201's order).
-pub const REASKED: usize = 50;
 const POLL_SALE: &str = "bench-poll";
 const REPEAT_SALE: &str = "bench-repeat";
 const QUEUE_SALE: &str = "bench-queue";
-/// Buyers of the ticket polling storm (the driver joins them and keeps their tickets).
-pub const POLLERS: u32 = 2000;
-/// Purchases compared for their Redis calls: with an admission on the queued sale, and on a sale
-/// without a queue.
-pub const COMPARED_BUYS: u32 = 300;
-
-/// The Redis commands run while a row ran, by command (`INFO commandstats`, INFO itself left out).
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct RedisCalls {
-    pub by_command: BTreeMap<String, u64>,
-}
-
-impl RedisCalls {
-    pub fn total(&self) -> u64 {
-        self.by_command.values().sum()
-    }
-}
 
 /// Calls per command so far: the `cmdstat_<name>:calls=N,...` lines.
 fn commandstats(b: &Bench) -> anyhow::Result<BTreeMap<String, u64>> {

@@ -4,9 +4,10 @@
 //! join storm, the ticket polling storm (Redis commands per second, whatever the rate) and the
 //! Redis calls of a purchase with an admission against one on a sale without a queue.
 
-use super::model::{Row, group, status_text, us_per_request};
-use super::report::Builder;
-use super::rows_storms::{COMPARED_BUYS, POLLERS, REASKED, REPEAT_BUYERS, RedisCalls};
+use super::builder::Builder;
+use super::model::{
+    COMPARED_BUYS, POLLERS, REASKED, REPEAT_BUYERS, RedisCalls, Row, group, status_text, us_per_request,
+};
 
 /// The polling storm's bound on Redis, whatever the request rate. Per second: at most 5 reads of
 /// the registry (SMEMBERS) and 5 snapshots of the sale (MULTI, HMGET, GET, SCARD, XLEN, EXEC and a
