@@ -111,17 +111,29 @@ end
 local created_at = string.format('%d', now_ms)
 local window = tonumber(meta[5])
 local pay_by
-local fields = {'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at}
 if window then
   pay_by = string.format('%d', now_ms + window)
-  table.insert(fields, 'pay_by_ms')
-  table.insert(fields, pay_by)
 end
-if ARGV[6] and ARGV[6] ~= '' then
+local entry
+if not ARGV[6] or ARGV[6] == '' then
+  -- Traces off (every purchase then): the entry's fields as literals, no table to build.
+  if window then
+    entry = redis.call('XADD', KEYS[4], '*',
+      'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at, 'pay_by_ms', pay_by)
+  else
+    entry = redis.call('XADD', KEYS[4], '*',
+      'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at)
+  end
+else
+  local fields = {'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at}
+  if window then
+    table.insert(fields, 'pay_by_ms')
+    table.insert(fields, pay_by)
+  end
   table.insert(fields, 'traceparent')
   table.insert(fields, ARGV[6])
+  entry = redis.call('XADD', KEYS[4], '*', unpack(fields))
 end
-local entry = redis.call('XADD', KEYS[4], '*', unpack(fields))
 local receipt = redis.pcall('HSET', KEYS[5], ARGV[2], ARGV[3] .. ' ' .. created_at .. ' ' .. entry)
 if type(receipt) == 'table' and receipt.err then
   redis.call('XDEL', KEYS[4], entry)

@@ -121,11 +121,31 @@ mod tests {
     #[test]
     fn buy_lua_appends_exactly_these_fields_and_no_other_script_appends() {
         let code = lua_code("buy.lua");
-        assert_eq!(code.matches("XADD").count(), 1, "one XADD, of the fields table");
+        // Traces off: two XADDs with literal fields, with and without a payment window.
+        let calls: Vec<&str> = code.split("redis.call('XADD', KEYS[4], '*',\n").skip(1).collect();
+        let mut written = Vec::new();
+        for call in &calls {
+            // The call's arguments up to its closing parenthesis: field, value, ...
+            let mut depth = 0;
+            let end = call.find(|c| {
+                depth += i32::from(c == '(') - i32::from(c == ')');
+                depth < 0
+            });
+            let args: Vec<&str> = call[..end.expect("the XADD call is closed")].split(',').map(str::trim).collect();
+            written.push(args.iter().step_by(2).map(|f| f.trim_matches('\'')).collect::<Vec<_>>());
+        }
+        let with_window: Vec<&str> = FIELDS.iter().copied().chain([PAY_BY_MS]).collect();
+        assert_eq!(
+            written,
+            [with_window, FIELDS.to_vec()],
+            "buy.lua's XADDs write other fields than redis::order_stream"
+        );
+        // Traces on: the same fields in a table, then the payment deadline and the trace context.
+        assert_eq!(code.matches("XADD").count(), 3, "{code}");
         assert!(code.contains("redis.call('XADD', KEYS[4], '*', unpack(fields))"), "{code}");
         let table = code.split("local fields = {").nth(1).expect("the fields table").split('}').next().unwrap();
         let first: Vec<&str> = table.split(',').map(str::trim).step_by(2).map(|f| f.trim_matches('\'')).collect();
-        assert_eq!(first, FIELDS, "buy.lua's entry starts with other fields than redis::order_stream");
+        assert_eq!(first, FIELDS, "buy.lua's traced entry starts with other fields than redis::order_stream");
         let added: Vec<&str> =
             code.split("table.insert(fields, '").skip(1).map(|rest| rest.split('\'').next().unwrap()).collect();
         assert_eq!(added, [PAY_BY_MS, TRACEPARENT], "the optional fields, in this order");

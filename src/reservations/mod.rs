@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use redis::{AsyncCommands, RedisResult};
 use sqlx::PgPool;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use self::store::{Cancel, PaymentError, Settled};
@@ -41,6 +42,7 @@ use crate::metrics::Metrics;
 use crate::orders::queue;
 use crate::purchase::Sales;
 use crate::redis::lua::{self, unexpected_reply};
+use crate::telemetry::traces;
 
 /// Longest payment window a sale may have.
 pub const MAX_PAYMENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
@@ -164,6 +166,13 @@ impl Reservations {
     /// the worker commits a batch and only then removes its entries, so an order missed in
     /// Postgres and then in the queue was committed in between.
     pub async fn pay(&self, event_id: &str, sale: &SaleId, order_id: Uuid) -> Result<Settled, ReservationError> {
+        let span = span("reservation.pay", sale, order_id);
+        let settled = self.pay_traced(event_id, sale, order_id).instrument(span.clone()).await;
+        span.record("seckill.outcome", settled.as_ref().map_or("refused", |s| s.outcome.as_str()));
+        settled
+    }
+
+    async fn pay_traced(&self, event_id: &str, sale: &SaleId, order_id: Uuid) -> Result<Settled, ReservationError> {
         let settled = match store::pay(&self.pool, event_id, sale, order_id).await {
             Err(PaymentError::UnknownOrder) => {
                 self.store_queued(sale, |o| o.order_id == order_id).await?;
@@ -238,5 +247,20 @@ impl Reservations {
     /// The sale's orders by standing and its payments to refund.
     pub async fn tally(&self, sale: &SaleId) -> Result<store::Tally, sqlx::Error> {
         store::tally(&self.pool, sale).await
+    }
+}
+
+/// A span of a reservation's transition when traces are on (`crate::telemetry::traces`): a child
+/// of the request (a payment event) or of the sweeper's round (an expiry).
+fn span(name: &'static str, sale: &SaleId, order_id: Uuid) -> tracing::Span {
+    match traces::on() {
+        true => tracing::info_span!(
+            "reservation",
+            otel.name = name,
+            seckill.sale_id = %sale,
+            seckill.order_id = %order_id,
+            seckill.outcome = tracing::field::Empty,
+        ),
+        false => tracing::Span::none(),
     }
 }

@@ -14,10 +14,12 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::Reservations;
 use super::store::{self, Owed};
+use crate::telemetry::traces;
 
 /// Longest sleep between two looks for due reservations: the shortest payment window
 /// (`super::payment_window`), so a reservation made just after a look is seen before it is due,
@@ -69,7 +71,12 @@ impl Reservations {
                 owed.push(order);
             }
             self.metrics.reservations.with_label_values(&["expired"]).inc_by(owed.len() as u64);
-            self.release_by_sale(owed).await;
+            // With traces on, each round that expired something is a trace: the releases inside.
+            let span = match traces::on() && !owed.is_empty() {
+                true => tracing::info_span!("reservations.expire", seckill.expired = owed.len()),
+                false => tracing::Span::none(),
+            };
+            self.release_by_sale(owed).instrument(span).await;
             if !full {
                 break;
             }

@@ -5,6 +5,7 @@
 //! with the Postgres insert inside it; the order lookup is a trace of its own. With sampling at 0
 //! nothing is exported. On one Redis and on the Cluster.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -234,4 +235,58 @@ async fn with_sampling_at_zero_nothing_is_exported() {
     again.terminate();
     assert!(again.wait(Duration::from_secs(30)).await.success());
     assert!(!named(&received.spans(), "POST /buy").is_empty(), "the control run exported its request");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_event_and_an_expiry_are_traces_too() {
+    let (endpoint, received) = receiver().await;
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("SECKILL_PAYMENT_SECRET", common::PAYMENT_SECRET),
+    ];
+    let mut deployment = Deployment::new(&env).await;
+    let mut service = deployment.start().await;
+    let sale = common::new_sale_id();
+    let seeded = deployment.seed(&sale, serde_json::json!({"stock": 2, "payment_window": "2s"})).await;
+    assert_eq!(seeded.status(), 200);
+    // alice pays in time; bob lets his reservation expire (the sweeper releases his unit).
+    let mut orders = HashMap::new();
+    for user in ["alice", "bob"] {
+        let bought = deployment.buy(&sale, user).await;
+        assert_eq!(bought.status(), 201);
+        orders.insert(user, bought.json::<serde_json::Value>().await.unwrap()["order_id"].as_str().unwrap().to_owned());
+    }
+    deployment.wait_for_drain(&sale).await;
+    let paid = deployment.pay(&sale, &orders["alice"], "evt-trace-1").await;
+    assert_eq!(paid.status(), 200);
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    while deployment
+        .store
+        .sale_state(&seckill::domain::SaleId::parse(&sale).unwrap())
+        .await
+        .unwrap()
+        .unwrap()
+        .stock_left
+        != 1
+    {
+        assert!(tokio::time::Instant::now() < until, "bob's unit never came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    service.terminate();
+    assert!(service.wait(Duration::from_secs(30)).await.success());
+
+    let spans = received.spans();
+    let event = named(&spans, "POST /payments/events");
+    assert_eq!(event.len(), 1, "the payment event's request");
+    let pay = named(&spans, "reservation.pay");
+    assert_eq!(pay.len(), 1);
+    assert_eq!((&pay[0].trace_id, &pay[0].parent_span_id), (&event[0].trace_id, &event[0].span_id));
+    assert_eq!(attribute(pay[0], "seckill.outcome").as_deref(), Some("paid"));
+    assert_eq!(attribute(pay[0], "seckill.order_id").as_deref(), Some(orders["alice"].as_str()));
+    let expiries = named(&spans, "reservations.expire");
+    assert!(
+        expiries.iter().any(|e| attribute(e, "seckill.expired").as_deref() == Some("1")),
+        "the sweeper's round that expired bob's reservation: {expiries:#?}"
+    );
 }
