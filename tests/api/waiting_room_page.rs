@@ -82,7 +82,9 @@ async fn the_page_is_a_waiting_room_from_the_pre_queue_to_the_order() {
     let browser = Browser::start().await;
     let sale = new_sale_id();
     let queue = json!({"opens_at": at(time::Duration::seconds(3)), "rate": RATE});
-    let body = json!({"stock": 50, "starts_at": at(time::Duration::seconds(14)), "queue": queue});
+    // Stock 100: admitted buyers who have not bought may be 2 × 100, more than the 100 before bob
+    // (who never buy), so the stock cap never holds the line before his turn.
+    let body = json!({"stock": 100, "starts_at": at(time::Duration::seconds(14)), "queue": queue});
     assert_eq!(app.seed(&sale, body).await.status(), 200);
     browser.client.goto(&app.url(&format!("/sale/{sale}"))).await.unwrap();
     browser.fill("user-id", "alice").await;

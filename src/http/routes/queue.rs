@@ -130,8 +130,8 @@ pub async fn join(
 ) -> HttpResponse {
     let mut decided = None;
     let outcome = async {
-        let sale = queued_sale(&state, &sale_id).await?;
         let user = limits::buyer(&req, &state, query.into_inner().user_id)?;
+        let sale = queued_sale(&state, &sale_id).await?;
         limits::check(&state, state.client_key(&req), &user, &sale, &mut decided).await?;
         let answer = state.admission.join(&sale, &user).await?;
         Ok(answer_of(answer))
@@ -174,8 +174,12 @@ pub async fn standing(
     let mut decided = None;
     let QueueQuery { user_id, ticket } = query.into_inner();
     let outcome = async {
-        let sale = queued_sale(&state, &sale_id).await?;
+        // The request's own fields first (400 / 401 / 403 whatever the sale), then the sale.
         let user = limits::buyer(&req, &state, user_id)?;
+        if ticket.as_ref().is_some_and(|t| t.len() > MAX_TICKET_BYTES) {
+            return Err(ApiError::InvalidRequest(format!("ticket must be at most {MAX_TICKET_BYTES} bytes")));
+        }
+        let sale = queued_sale(&state, &sale_id).await?;
         if let Some(ticket) = ticket
             && let Some(answer) = state.admission.from_ticket(&sale, &user, &ticket).await?
         {
@@ -188,6 +192,9 @@ pub async fn standing(
     state.metrics.queue_request("ask", outcome_label(&outcome));
     limits::respond(&state, decided, outcome)
 }
+
+/// The longest ticket taken (they are about 60 bytes); the document says the same.
+const MAX_TICKET_BYTES: usize = 128;
 
 /// The sale, once this instance's snapshot of it (no Redis call for a made-up id) says it has
 /// a waiting room.
