@@ -137,7 +137,8 @@ impl Application {
         };
         let edge = Edge::new(config.edge.settings(), config.ipv6_prefix, state.proxies.clone(), &metrics);
         let listeners = server::Listeners { public: listener, metrics: metrics_listener };
-        let server = server::build(listeners, state, edge, config.shutdown_timeout)?;
+        let workers = config.http_workers.map(usize::from).unwrap_or_else(server::default_workers);
+        let server = server::build(listeners, state, edge, workers, config.shutdown_timeout)?;
         tracing::info!(%local_addr, metrics = ?metrics_addr, worker = run_worker, "listening");
         Ok(Self {
             server,

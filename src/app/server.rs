@@ -41,15 +41,22 @@ pub fn build(
     listeners: Listeners,
     state: AppState,
     edge: Arc<Edge>,
+    workers: usize,
     shutdown_timeout: Duration,
 ) -> std::io::Result<Server> {
-    let builder = Server::build().disable_signals().shutdown_timeout(shutdown_timeout.as_secs());
+    let builder = Server::build().workers(workers).disable_signals().shutdown_timeout(shutdown_timeout.as_secs());
     let public = if listeners.metrics.is_some() { Listener::Public } else { Listener::All };
     let mut builder = listen(builder, "seckill-api", listeners.public, state.clone(), edge.clone(), public)?;
     if let Some(metrics) = listeners.metrics {
         builder = listen(builder, "seckill-metrics", metrics, state, edge, Listener::Operations)?;
     }
     Ok(builder.run())
+}
+
+/// The HTTP workers when `SECKILL_HTTP_WORKERS` is unset: the CPUs this process may use, which
+/// the standard library reads from its affinity mask and cgroup CPU quota (1 if unknown).
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// Adds `listener` to `builder`, serving the routes of `routes` behind the edge.

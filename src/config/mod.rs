@@ -155,6 +155,11 @@ pub struct Config {
           global = true)]
     pub shutdown_timeout: Duration,
 
+    /// HTTP worker threads of `serve`. Unset: the CPUs this process may use (its affinity and
+    /// cgroup CPU quota included).
+    #[arg(long, env = "SECKILL_HTTP_WORKERS", value_parser = clap::value_parser!(u16).range(1..=1024), global = true)]
+    pub http_workers: Option<u16>,
+
     /// Who the buyer of POST /buy is.
     #[command(flatten)]
     pub auth: AuthConfig,

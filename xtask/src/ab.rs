@@ -41,6 +41,13 @@ pub struct Args {
     /// Build B as an existing seckill binary instead of a revision.
     #[arg(long)]
     b_bin: Option<PathBuf>,
+    /// A setting of A's app, `NAME=VALUE` (repeatable): with the same build for both, a paired
+    /// A/B of two settings (e.g. `--a-env SECKILL_HTTP_WORKERS=2 --b-env SECKILL_HTTP_WORKERS=16`).
+    #[arg(long, value_parser = setting)]
+    a_env: Vec<(String, String)>,
+    /// A setting of B's app, `NAME=VALUE` (repeatable).
+    #[arg(long, value_parser = setting)]
+    b_env: Vec<(String, String)>,
     /// Rounds: one run of each build per round.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=20))]
     rounds: u32,
@@ -132,27 +139,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             (None, None) => bail!("give --{name} or --{name}-bin"),
         });
     }
-    let labels: Vec<String> = [(&args.a, &bins[0]), (&args.b, &bins[1])]
+    let labels: Vec<String> = [(&args.a, &bins[0], &args.a_env), (&args.b, &bins[1], &args.b_env)]
         .iter()
-        .map(|(rev, bin)| rev.as_ref().map_or_else(|| bin.display().to_string(), |r| r.to_string()))
+        .map(|(rev, bin, env)| {
+            let build = rev.as_ref().map_or_else(|| bin.display().to_string(), |r| r.to_string());
+            env.iter().fold(build, |label, (k, v)| format!("{label} {k}={v}"))
+        })
         .collect();
     let services = Services::start(&Options::default())?;
-    let start = |bin: &Path, name: &str| {
+    let start = |bin: &Path, name: &str, extra: &[(String, String)]| {
         let prefix = format!("ab-{name}");
         let limit = if args.rate_limited { "10/1s" } else { "1000000/1s" };
         // A database each: the builds may differ in their migrations.
         let database = services.postgres.create_database(&services.tools, &format!("ab_{name}"))?;
-        let env = [
+        let mut env = vec![
             ("SECKILL_KEY_PREFIX", prefix.as_str()),
             ("SECKILL_RATE_LIMIT", limit),
             ("SECKILL_DATABASE_URL", database.as_str()),
             ("RUST_LOG", "warn"),
         ];
+        env.extend(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let app = App::start(&services, bin, &env)?;
         app.seed(&prefix, if args.sold_out { 0 } else { 10_000_000 }, None)?;
         anyhow::Ok(app)
     };
-    let apps = [start(&bins[0], "a")?, start(&bins[1], "b")?];
+    let apps = [start(&bins[0], "a", &args.a_env)?, start(&bins[1], "b", &args.b_env)?];
     let repo = testbed::workspace_root();
     let mut samples = vec![];
     for round in (1..=args.rounds).take_while(|_| !crate::steps::signalled()) {
@@ -246,4 +257,10 @@ fn summary(samples: &[Sample], labels: &[String], refusals: bool) -> anyhow::Res
         println!("  {} × {part} CPU per {per}", paired(&|s| s.cpu_us[k]));
     }
     Ok(())
+}
+
+/// `NAME=VALUE` of `--a-env` / `--b-env`.
+fn setting(text: &str) -> Result<(String, String), String> {
+    let (name, value) = text.split_once('=').ok_or_else(|| format!("{text}: want NAME=VALUE"))?;
+    Ok((name.to_string(), value.to_string()))
 }
