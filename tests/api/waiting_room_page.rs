@@ -62,7 +62,11 @@ impl Browser {
                 return room;
             }
             let message = self.text("message").await;
-            assert!(tokio::time::Instant::now() < until, "the page never showed {what}: {room:?}, message {message:?}");
+            if tokio::time::Instant::now() >= until {
+                let script = "return JSON.stringify({line, lineSeq, lineApplied, joining, identity, lineAsked})";
+                let state = self.run(script, vec![]).await;
+                panic!("the page never showed {what}: {room:?}, message {message:?}, page state {state}");
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
