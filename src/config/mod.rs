@@ -101,11 +101,11 @@ pub struct Config {
     #[arg(long, env = "SECKILL_RATE_LIMIT_BURST", global = true)]
     pub rate_limit_burst: Option<u32>,
 
-    /// Where the rate limits count: `global` (one count per client, and per buyer, across every
-    /// sale) or `sale` (one count per client per sale). Either way the limits run in the
-    /// purchase's own Redis call on a single server; on a Redis Cluster only `sale` keeps them
-    /// there (their keys then share the sale's slot), `global` adds a call per limit.
-    #[arg(long, env = "SECKILL_RATE_LIMIT_SCOPE", value_enum, default_value_t = Scope::Global, global = true)]
+    /// Where the rate limits count: `sale` (one count per client, and per buyer, per sale; per
+    /// shard of a sharded sale, the buyer's home shard) or `global` (one count across every
+    /// sale). `sale` keeps the limits in the purchase's own Redis call everywhere (their keys share
+    /// the shard's slot); on a Redis Cluster `global` adds a call per limit.
+    #[arg(long, env = "SECKILL_RATE_LIMIT_SCOPE", value_enum, default_value_t = Scope::Sale, global = true)]
     pub rate_limit_scope: Scope,
 
     /// Log lines as text or as one JSON object per line (with the request id of its request).

@@ -9,7 +9,9 @@ use redis::aio::ConnectionLike;
 
 use super::{Decision, Policy};
 use crate::domain::{SaleId, UserId};
-use crate::redis::keys::{buyer_rate_limit_key, rate_limit_key, sale_buyer_rate_limit_key, sale_rate_limit_key};
+use crate::redis::keys::{
+    buyer_rate_limit_key, hash_tag, rate_limit_key, sale_buyer_rate_limit_key, sale_rate_limit_key,
+};
 use crate::redis::lua;
 
 /// Where the limits count a client's (or buyer's) requests: `SECKILL_RATE_LIMIT_SCOPE`.
@@ -17,10 +19,11 @@ use crate::redis::lua;
 pub enum Scope {
     /// One count per client across every sale. The limits join the purchase's call on a single
     /// Redis server; on a Cluster each is a call of its own (its key has its own slot).
-    #[default]
     Global,
-    /// One count per client per sale. The keys share the sale's hash tag, so the limits join the
-    /// purchase's call everywhere (on a sharded sale's shard 0; a shard's own slot differs).
+    /// One count per client per sale, and per shard on a sharded sale: the keys share the hash
+    /// tag of the shard the purchase's first call goes to (the buyer's home shard), so the limits
+    /// join that call everywhere, a Cluster included: one call per purchase.
+    #[default]
     Sale,
 }
 
@@ -63,7 +66,18 @@ pub struct Gate<'p> {
     pub key: String,
 }
 
-impl Gate<'_> {
+impl<'p> Gate<'p> {
+    /// The gate as it counts on the shard whose hash tag is `shard_tag`: a key in the slot of the
+    /// sale's shard 0 (`sale_tag`, the `sale` scope) moves to that shard's slot, so it joins the
+    /// purchase's call there; any other key stays.
+    pub fn on_shard(&self, sale_tag: &str, shard_tag: &str) -> Gate<'p> {
+        let key = match hash_tag(&self.key) == sale_tag && sale_tag != shard_tag {
+            true => self.key.replacen(&format!("{{{sale_tag}}}"), &format!("{{{shard_tag}}}"), 1),
+            false => self.key.clone(),
+        };
+        Gate { policy: self.policy, key }
+    }
+
     /// Checks the limit in a call of its own (the limiter's script alone).
     pub async fn check(&self, con: &mut impl ConnectionLike, nonce: &str) -> RedisResult<Decision> {
         let reply = lua::run(&self.policy.invocation(&self.key, nonce, None), con).await?;

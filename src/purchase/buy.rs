@@ -117,8 +117,8 @@ impl Sales {
     /// `gates` are the request's rate limits, checked first, in order, until one refuses. They
     /// run inside the first purchase call (`lua/buy_limited.lua`: one round trip in all) when
     /// their keys can share it: always on a single server, and on a Cluster when the keys carry
-    /// the shard's hash tag (`SECKILL_RATE_LIMIT_SCOPE=sale`); otherwise each runs in a call of
-    /// its own just before.
+    /// the shard's hash tag (`SECKILL_RATE_LIMIT_SCOPE=sale`, the default); otherwise each runs
+    /// in a call of its own just before.
     ///
     /// With `SECKILL_CONFIRM_REPLICAS`, the purchase runs on a dedicated connection and, once
     /// bought, `WAIT`s there for the replicas ([`crate::redis::confirm`]).
@@ -235,7 +235,7 @@ impl Sales {
     ) -> RedisResult<ShardReply> {
         let keys = layout.keys(self.redis.prefix(), sale);
         for shard in layout.visit_order(user) {
-            let Some(gates) = self.gates_joining(con, &keys[shard], limits).await? else {
+            let Some(gates) = self.gates_joining(con, &keys[shard], &keys[0], limits).await? else {
                 return Ok(ShardReply::Limited);
             };
             let mut call = match gates.first() {
@@ -250,7 +250,7 @@ impl Sales {
                 .arg(&limits.traceparent);
             if !gates.is_empty() {
                 call.arg(gates.len());
-                for gate in gates {
+                for gate in &gates {
                     call.key(&gate.key);
                     gate.policy.push_args(&mut call, &limits.order_id, None);
                 }
@@ -281,28 +281,33 @@ impl Sales {
         Ok(ShardReply::Decided(BuyOutcome::SoldOut))
     }
 
-    /// The gates still to check that join the call on `keys`: all of them (taken, so no later
-    /// call checks them again) when their keys share its slot or Redis is one server; else none,
-    /// after checking each in a call of its own. `None` when one of those refused.
-    async fn gates_joining<'g, 'p>(
+    /// The gates still to check that join the call on `keys` (a shard of the sale whose shard 0
+    /// is `sale`): all of them (taken, so no later call checks them again), a `sale`-scoped one
+    /// moved into the shard's slot ([`Gate::on_shard`]), when their keys then share its slot or
+    /// Redis is one server; else none, after checking each in a call of its own. `None` when one
+    /// of those refused.
+    async fn gates_joining<'p>(
         &self,
         con: &mut impl ConnectionLike,
         keys: &SaleKeys,
-        limits: &mut Limits<'g, 'p>,
-    ) -> RedisResult<Option<&'g [Gate<'p>]>> {
+        sale: &SaleKeys,
+        limits: &mut Limits<'_, 'p>,
+    ) -> RedisResult<Option<Vec<Gate<'p>>>> {
         let gates = std::mem::take(&mut limits.gates);
+        let (sale_tag, shard_tag) = (hash_tag(&sale.meta), hash_tag(&keys.meta));
+        let gates: Vec<Gate<'p>> = gates.iter().map(|gate| gate.on_shard(sale_tag, shard_tag)).collect();
         let cluster = self.redis.conn().is_cluster();
-        if !cluster || gates.iter().all(|gate| hash_tag(&gate.key) == hash_tag(&keys.meta)) {
+        if !cluster || gates.iter().all(|gate| hash_tag(&gate.key) == shard_tag) {
             return Ok(Some(gates));
         }
-        for gate in gates {
+        for gate in &gates {
             let decision = gate.check(con, &limits.order_id).await?;
             limits.decisions.push(decision);
             if !decision.allowed {
                 return Ok(None);
             }
         }
-        Ok(Some(&[]))
+        Ok(Some(vec![]))
     }
 }
 

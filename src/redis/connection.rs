@@ -108,6 +108,13 @@ impl HealingCluster {
         Self { inner: Arc::new(HealingInner { client, config, deadline, current: RwLock::new((0, connection)) }) }
     }
 
+    /// Another connection like this one, from the same client, lazily connected on first use on
+    /// whichever runtime that is.
+    fn fresh(&self) -> Self {
+        let inner = &self.inner;
+        Self::new(inner.client.clone(), inner.config.clone(), inner.deadline)
+    }
+
     fn current(&self) -> (u64, ClusterConnection) {
         self.inner.current.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -138,6 +145,17 @@ impl RedisConnection {
     /// Whether this is a cluster's connection.
     pub fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
+    }
+
+    /// Another connection to the same server or cluster, with the same settings, that shares
+    /// nothing with this one; lazily connected, its I/O on the runtime of its first use.
+    fn fresh(&self) -> RedisResult<Self> {
+        Ok(match self {
+            Self::Single(server) => {
+                Self::Single(Box::new(SingleServer::open(server.client.clone(), server.config.clone())?))
+            }
+            Self::Cluster(cluster) => Self::Cluster(cluster.fresh()),
+        })
     }
 }
 

@@ -26,7 +26,7 @@ pub async fn test_config() -> Config {
         sold_out_rate_limit: Some(RateLimit { limit: 100_000, window: Duration::from_secs(1) }),
         rate_limit_algorithm: Algorithm::SlidingLog,
         rate_limit_burst: None,
-        rate_limit_scope: Scope::Global,
+        rate_limit_scope: Scope::default(),
         log_format: seckill::telemetry::LogFormat::Text,
         trusted_proxies: vec![],
         key_prefix: crate::common::new_key_prefix(),

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use seckill::limiter::RateLimit;
+use seckill::limiter::{RateLimit, Scope};
 
 use crate::helpers::{new_sale_id, spawn_app_with};
 
@@ -20,7 +20,14 @@ fn samples(text: &str) -> HashMap<String, f64> {
 
 #[tokio::test]
 async fn metrics_count_requests_limiter_decisions_purchases_and_the_worker() {
-    let app = spawn_app_with(|c| c.rate_limit = RateLimit { limit: 4, window: Duration::from_secs(3600) }, true).await;
+    let app = spawn_app_with(
+        |c| {
+            c.rate_limit = RateLimit { limit: 4, window: Duration::from_secs(3600) };
+            c.rate_limit_scope = Scope::Global; // one count over both sales
+        },
+        true,
+    )
+    .await;
     let (sale, other) = (new_sale_id(), new_sale_id());
     app.seed_stock(&sale, 2).await;
     app.seed_stock(&other, 10).await;

@@ -40,7 +40,10 @@ async fn a_refused_client_is_answered_from_memory_until_the_limiter_would_admit_
     assert_error(app.buy(&sale, "u1").await, 429, "rate_limited").await;
 
     // Empty the limiter's key behind the service's back: asking Redis would admit the next one.
-    let key = rate_limit_key(&app.config.key_prefix, Algorithm::SlidingLog.name(), "127.0.0.1".parse().unwrap());
+    let id = SaleId::parse(&sale).unwrap();
+    let key =
+        sale_rate_limit_key(&app.config.key_prefix, &id, Algorithm::SlidingLog.name(), "127.0.0.1".parse().unwrap());
+    assert!(app.redis.clone().exists::<_, bool>(&key).await.unwrap(), "the limit counts on {key}");
     let _: i64 = app.redis.clone().del(&key).await.unwrap();
     let refused = app.buy(&sale, "u2").await;
     assert!(refused.headers().contains_key("retry-after"));
@@ -76,8 +79,11 @@ async fn refused_requests_are_not_recorded_and_the_window_slides() {
 #[tokio::test]
 async fn the_limiter_key_expires_with_its_window() {
     let app = spawn_app_with(|c| c.rate_limit = limit(5, 2_000), false).await;
-    let _ = app.buy(&new_sale_id(), "u").await;
-    let key = rate_limit_key(&app.config.key_prefix, Algorithm::SlidingLog.name(), "127.0.0.1".parse().unwrap());
+    let sale = new_sale_id();
+    let _ = app.buy(&sale, "u").await;
+    let sale = SaleId::parse(&sale).unwrap();
+    let key =
+        sale_rate_limit_key(&app.config.key_prefix, &sale, Algorithm::SlidingLog.name(), "127.0.0.1".parse().unwrap());
     let ttl: i64 = app.redis.clone().pttl(&key).await.unwrap();
     assert!((1..=2_000).contains(&ttl), "pttl {ttl}");
 }
@@ -175,4 +181,45 @@ async fn with_the_sale_scope_a_client_and_a_buyer_count_per_sale() {
     let recorded: i64 = app.redis.clone().zcard(&key).await.unwrap();
     assert_eq!(recorded, 2, "sale a's count holds the two admitted requests, not the refused ones");
     assert_eq!((app.status(&a).await.sold, app.status(&b).await.sold), (1, 2));
+}
+
+/// The default scope on a sharded sale: each buyer's first call goes to its home shard, and the
+/// limits count there, in that shard's slot, so they ride in that one call on a Cluster too.
+#[tokio::test]
+async fn by_default_the_limits_count_on_the_shard_the_purchase_goes_to() {
+    let app = spawn_app_with(|c| c.rate_limit_scope = Scope::default(), false).await;
+    let sale = new_sale_id();
+    assert_eq!(app.seed(&sale, serde_json::json!({"stock": 60, "shards": 3})).await.status(), 200);
+    // The instance's first purchase assumes an unsharded sale and counts on shard 0 (the script
+    // then answers wrong_shards, the layout is read and the purchase asked again, not counted twice).
+    assert_eq!(app.buy(&sale, "first").await.status(), 201);
+    let id = SaleId::parse(&sale).unwrap();
+    let layout = app.store.read_layout(&id).await.unwrap().expect("seeded");
+    let prefix = &app.config.key_prefix;
+    let counts = || async {
+        let mut counts = vec![];
+        for keys in layout.keys(prefix, &id) {
+            let key = format!("{prefix}:{{{}}}:ratelimit:sliding-log:127.0.0.1", hash_tag(&keys.meta));
+            counts.push(app.redis.clone().zcard::<_, usize>(&key).await.unwrap());
+        }
+        counts
+    };
+    let before = counts().await;
+    assert_eq!(before.iter().sum::<usize>(), 1, "the first purchase counted once: {before:?}");
+
+    let users: Vec<String> = (0..12).map(|i| format!("u{i}")).collect();
+    for user in &users {
+        assert_eq!(app.buy(&sale, user).await.status(), 201);
+    }
+    let after = counts().await;
+    for (shard, (before, after)) in before.iter().zip(&after).enumerate() {
+        let homed = users
+            .iter()
+            .filter(|u| layout.visit_order(&seckill::domain::UserId::parse(u).unwrap()).next() == Some(shard))
+            .count();
+        assert_eq!(after - before, homed, "shard {shard} counts the requests of the buyers at home there");
+    }
+    assert!(after[1..].iter().sum::<usize>() > 0, "some buyers are at home on shards 1 and 2: {after:?}");
+    let global = rate_limit_key(prefix, "sliding-log", "127.0.0.1".parse().unwrap());
+    assert!(!app.redis.clone().exists::<_, bool>(&global).await.unwrap(), "nothing counted across sales");
 }

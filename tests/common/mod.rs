@@ -110,6 +110,13 @@ pub fn new_key_prefix() -> String {
     format!("test-{}", Uuid::now_v7().simple())
 }
 
+/// An HTTP client for the service under test that drops pooled connections after two idle
+/// seconds, well inside the server's five-second keep-alive: a request sent on a connection the
+/// server is closing at that moment fails with `IncompleteMessage` instead of being answered.
+pub fn http_client(timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder().timeout(timeout).pool_idle_timeout(Duration::from_secs(2)).build().unwrap()
+}
+
 /// A unique sale id for one test.
 pub fn new_sale_id() -> String {
     format!("sale-{}", Uuid::now_v7().simple())
@@ -138,7 +145,7 @@ impl Probe {
             seckill::redis::connection::connect(&SecretString::from(redis_url.to_owned()), Duration::from_secs(5))
                 .unwrap();
         let store = Sales::new(Keyspace::new(redis.clone(), key_prefix.to_owned()));
-        let client = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
+        let client = http_client(Duration::from_secs(20));
         Self { address, client, pool, redis, store }
     }
 

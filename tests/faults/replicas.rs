@@ -64,7 +64,7 @@ type Answer = (u16, Value);
 
 /// `users` buy at once (`<prefix>-<n>`); their answers by user.
 async fn burst(service: &str, sale: &str, prefix: &str, users: usize) -> BTreeMap<String, Answer> {
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+    let client = common::http_client(Duration::from_secs(10));
     futures::stream::iter(0..users)
         .map(|n| {
             let (client, user) = (client.clone(), format!("{prefix}-{n}"));

@@ -141,6 +141,7 @@ impl Storm {
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(self.concurrency)
             .timeout(Duration::from_secs(15))
+            .pool_idle_timeout(Duration::from_secs(2)) // inside the server's keep-alive, as common::http_client
             .build()
             .unwrap();
         let url = format!("{}/buy", self.address);

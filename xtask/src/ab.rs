@@ -259,8 +259,8 @@ fn summary(samples: &[Sample], labels: &[String], refusals: bool) -> anyhow::Res
     Ok(())
 }
 
-/// `NAME=VALUE` of `--a-env` / `--b-env`.
-fn setting(text: &str) -> Result<(String, String), String> {
+/// `NAME=VALUE` of `--a-env` / `--b-env` (and of shard-ceiling's `--app-env`).
+pub fn setting(text: &str) -> Result<(String, String), String> {
     let (name, value) = text.split_once('=').ok_or_else(|| format!("{text}: want NAME=VALUE"))?;
     Ok((name.to_string(), value.to_string()))
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionLike;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use super::RedisConnection;
@@ -27,8 +27,8 @@ use super::RedisConnection;
 pub struct SharedConnection {
     inner: RedisConnection,
     home: tokio::runtime::Handle,
-    /// On a single server: what opens a thread's own connection for the purchase path.
-    local: Option<Arc<LocalSource>>,
+    /// What opens a thread's own connection for the purchase path.
+    local: Arc<LocalSource>,
     /// When a command last ran on it (see [`IDLE_PROBE`]).
     last_used: Arc<UseClock>,
 }
@@ -36,25 +36,19 @@ pub struct SharedConnection {
 impl SharedConnection {
     /// Spawns `conn`'s tasks on the current Tokio runtime (which must outlive its users).
     pub fn on_current_runtime(conn: RedisConnection) -> Self {
-        let local = match &conn {
-            RedisConnection::Single(server) => Some(Arc::new(LocalSource {
-                id: NEXT_SOURCE.fetch_add(1, Ordering::Relaxed),
-                client: server.client.clone(),
-                config: server.config.clone(),
-            })),
-            RedisConnection::Cluster(_) => None,
-        };
+        let local = Arc::new(LocalSource { id: NEXT_SOURCE.fetch_add(1, Ordering::Relaxed), origin: conn.clone() });
         Self { inner: conn, home: tokio::runtime::Handle::current(), local, last_used: Arc::default() }
     }
 
     /// The connection a purchase runs on. Called on a runtime other than the home one (an actix
-    /// HTTP worker's) with a single server, it is that thread's own connection, opened on first
-    /// use: its I/O task runs on the worker's runtime, so a command and its answer do not cross
-    /// threads (about 0.87 x the app's CPU per purchase, measured). Only that worker's requests
+    /// HTTP worker's), it is that thread's own connection (to the single server, or its own
+    /// cluster connection), opened on first use: its I/O tasks run on the worker's runtime, so a
+    /// command and its answer do not cross threads (about 0.87 x the app's CPU per purchase on a
+    /// single server, measured; docs/benchmarks.md for the Cluster). Only that worker's requests
     /// use it, so it lives as long as they need it. Otherwise it is the shared connection.
     pub async fn for_purchase(&self) -> PurchaseConnection {
         let on_a_worker = tokio::runtime::Handle::try_current().is_ok_and(|current| current.id() != self.home.id());
-        match self.local.as_ref().filter(|_| on_a_worker).and_then(|source| source.thread_connection()) {
+        match Some(&self.local).filter(|_| on_a_worker).and_then(|source| source.thread_connection()) {
             Some((mut manager, idle)) => {
                 probe_if(idle, &mut manager).await;
                 PurchaseConnection::Local(manager)
@@ -109,8 +103,8 @@ impl ConnectionLike for SharedConnection {
 pub enum PurchaseConnection {
     /// The shared connection.
     Shared(Box<SharedConnection>),
-    /// The calling HTTP worker's own connection to the single server.
-    Local(ConnectionManager),
+    /// The calling HTTP worker's own connection (to the single server, or to the cluster).
+    Local(RedisConnection),
 }
 
 impl ConnectionLike for PurchaseConnection {
@@ -175,17 +169,17 @@ impl UseClock {
 /// one process), each with connections of its own.
 static NEXT_SOURCE: AtomicU64 = AtomicU64::new(0);
 
-/// Opens the per-thread connections that stand in for one shared connection to a single server.
+/// Opens the per-thread connections that stand in for one shared connection.
 struct LocalSource {
     id: u64,
-    client: redis::Client,
-    config: ConnectionManagerConfig,
+    /// The shared connection, whose settings each thread's own connection copies.
+    origin: RedisConnection,
 }
 
 /// A thread's own connection and when it was last handed out.
 struct ThreadConnection {
     source: u64,
-    manager: ConnectionManager,
+    manager: RedisConnection,
     last_used: Instant,
 }
 
@@ -197,7 +191,7 @@ thread_local! {
 impl LocalSource {
     /// This thread's connection (opened lazily on the current runtime) and whether it sat unused
     /// for [`IDLE_PROBE`]; `None` if it cannot be opened (the shared one serves then).
-    fn thread_connection(&self) -> Option<(ConnectionManager, bool)> {
+    fn thread_connection(&self) -> Option<(RedisConnection, bool)> {
         THREAD_CONNECTIONS.with_borrow_mut(|connections| {
             let now = Instant::now();
             if let Some(known) = connections.iter_mut().find(|c| c.source == self.id) {
@@ -205,7 +199,7 @@ impl LocalSource {
                 known.last_used = now;
                 return Some((known.manager.clone(), idle));
             }
-            let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone()).ok()?;
+            let manager = self.origin.fresh().ok()?;
             connections.push(ThreadConnection { source: self.id, manager: manager.clone(), last_used: now });
             Some((manager, false))
         })

@@ -4,8 +4,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::AsyncCommands;
+use seckill::domain::SaleId;
 use seckill::limiter::{Algorithm, RateLimit};
-use seckill::redis::keys::rate_limit_key;
+use seckill::redis::keys::sale_rate_limit_key;
 
 use crate::helpers::{assert_error, new_sale_id, spawn_app_with};
 
@@ -83,7 +84,9 @@ async fn a_limiter_that_cannot_decide_fails_closed_and_nothing_is_bought() {
     let sale = new_sale_id();
     app.seed_stock(&sale, 10).await;
     // The limiter's key holds a string where its script expects a sorted set: the script fails.
-    let key = rate_limit_key(&app.config.key_prefix, Algorithm::SlidingLog.name(), "127.0.0.1".parse().unwrap());
+    let id = SaleId::parse(&sale).unwrap();
+    let key =
+        sale_rate_limit_key(&app.config.key_prefix, &id, Algorithm::SlidingLog.name(), "127.0.0.1".parse().unwrap());
     let _: () = app.redis.clone().set(&key, "not a sorted set").await.unwrap();
 
     let refused = app.buy(&sale, "u1").await;

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use testbed::{App, Services};
+use testbed::{App, Services, Target};
 
 use super::Args;
 use super::masters::Masters;
@@ -15,6 +15,7 @@ use crate::bench::wrk::{Mode, Wrk, WrkOut};
 
 /// One K's HTTP row.
 pub struct HttpRow {
+    /// The shards; 0 for the row on the single Redis server (one unsharded sale).
     pub k: u32,
     pub out: WrkOut,
     pub usage: Usage,
@@ -28,52 +29,75 @@ pub struct Http {
     pub reconciled: Vec<(String, bool)>,
 }
 
-pub fn run(args: &Args, services: &Services, binary: &Path, masters: &Masters, work: &Path) -> anyhow::Result<Http> {
-    let app = App::start(services, binary, &[("SECKILL_RATE_LIMIT", "1000000/1s"), ("RUST_LOG", "warn")])?;
-    let repo = testbed::workspace_root();
+pub fn run(
+    args: &Args,
+    services: &mut Services,
+    binary: &Path,
+    masters: &Masters,
+    work: &Path,
+) -> anyhow::Result<Http> {
+    let env: Vec<(&str, &str)> = [("SECKILL_RATE_LIMIT", "1000000/1s"), ("RUST_LOG", "warn")]
+        .into_iter()
+        .chain(args.app_env.iter().map(|(name, value)| (name.as_str(), value.as_str())))
+        .collect();
     let mut rows = vec![];
+    let mut reconciled = vec![];
+    // The single server first, with the same app settings: the row the cluster rows read against.
+    services.target = Target::Server;
+    let started = App::start(services, binary, &env);
+    services.target = Target::Cluster;
+    let server = started?;
+    let mut watch = vec![Watch::process("server", services.redis.pid().unwrap_or_default())];
+    watch.push(Watch::process("seckill", server.pid()));
+    rows.push(row(args, &server, 0, "http-server", &watch, work)?);
+    reconciled.push(reconcile_line(&server, "http-server")?);
+    drop(server);
+
+    let app = App::start(services, binary, &env)?;
     for &k in &args.k {
-        let sale = format!("http-k{k}");
-        app.seed(&sale, args.http_stock, Some(k))?;
         let mut watch = masters.watch();
         watch.push(Watch::process("seckill", app.pid()));
-        let prefix = format!("k{k}");
-        let w = Wrk {
-            threads: args.threads,
-            connections: args.connections,
-            seconds: args.duration,
-            url: &app.url,
-            mode: Mode::Buy { sale: &sale, prefix: &prefix },
-            rate: None,
-        };
-        eprintln!(
-            "shard-ceiling: K={k}: wrk -t{} -c{} -d{}s POST /buy {sale}",
-            args.threads, args.connections, args.duration
-        );
-        let sw0 = switches(app.pid() as i32).unwrap_or(0);
-        let run = measure::run(
-            &format!("http-k{k}"),
-            w.command(&repo),
-            Duration::from_secs(args.duration + 30),
-            &watch,
-            work,
-        )?;
-        let sw1 = switches(app.pid() as i32).unwrap_or(0);
-        let out =
-            WrkOut::parse(&run.stdout).ok_or_else(|| anyhow::anyhow!("K={k}: no BENCH_WRK line in {}", run.stdout))?;
-        eprintln!("shard-ceiling: K={k}: {:.0} req/s, 201 {} of {}", out.rate(), out.status("201"), out.requests);
-        rows.push(HttpRow { k, out, usage: run.usage, switches: sw1.saturating_sub(sw0) });
+        rows.push(row(args, &app, k, &format!("http-k{k}"), &watch, work)?);
     }
-    let mut reconciled = vec![];
     for &k in &args.k {
-        let sale = format!("http-k{k}");
-        let (rc, stdout, report) = reconcile(&app, &sale)?;
-        let line = match report.filter(|_| rc == 0) {
-            Some(r) => format!("{sale}: consistent (\"buyers\":{},\"persisted\":{})", r["buyers"], r["persisted"]),
-            None => format!("{sale}: NOT consistent: {}", stdout.replace('\n', "")),
-        };
-        eprintln!("shard-ceiling: {line}");
-        reconciled.push((line, rc == 0));
+        reconciled.push(reconcile_line(&app, &format!("http-k{k}"))?);
     }
     Ok(Http { rows, reconciled })
+}
+
+/// Seeds `sale` over `k` shards (none for 0) and runs wrk on it, watching `watch`.
+fn row(args: &Args, app: &App, k: u32, sale: &str, watch: &[Watch], work: &Path) -> anyhow::Result<HttpRow> {
+    let repo = testbed::workspace_root();
+    app.seed(sale, args.http_stock, (k > 0).then_some(k))?;
+    let prefix = format!("k{k}");
+    let w = Wrk {
+        threads: args.threads,
+        connections: args.connections,
+        seconds: args.duration,
+        url: &app.url,
+        mode: Mode::Buy { sale, prefix: &prefix },
+        rate: None,
+    };
+    eprintln!(
+        "shard-ceiling: K={k}: wrk -t{} -c{} -d{}s POST /buy {sale}",
+        args.threads, args.connections, args.duration
+    );
+    let sw0 = switches(app.pid() as i32).unwrap_or(0);
+    let run = measure::run(sale, w.command(&repo), Duration::from_secs(args.duration + 30), watch, work)?;
+    let sw1 = switches(app.pid() as i32).unwrap_or(0);
+    let out =
+        WrkOut::parse(&run.stdout).ok_or_else(|| anyhow::anyhow!("K={k}: no BENCH_WRK line in {}", run.stdout))?;
+    eprintln!("shard-ceiling: K={k}: {:.0} req/s, 201 {} of {}", out.rate(), out.status("201"), out.requests);
+    Ok(HttpRow { k, out, usage: run.usage, switches: sw1.saturating_sub(sw0) })
+}
+
+/// `seckill reconcile` of `sale`: the line for the report, and whether it was consistent.
+fn reconcile_line(app: &App, sale: &str) -> anyhow::Result<(String, bool)> {
+    let (rc, stdout, report) = reconcile(app, sale)?;
+    let line = match report.filter(|_| rc == 0) {
+        Some(r) => format!("{sale}: consistent (\"buyers\":{},\"persisted\":{})", r["buyers"], r["persisted"]),
+        None => format!("{sale}: NOT consistent: {}", stdout.replace('\n', "")),
+    };
+    eprintln!("shard-ceiling: {line}");
+    Ok((line, rc == 0))
 }

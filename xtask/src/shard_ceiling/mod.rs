@@ -14,7 +14,9 @@
 //!    checked (stock_initial = stock + SCARD buyers, XLEN = SCARD, >= 99 % bought, K masters),
 //!    its keys deleted and the AOF rewritten outside the measured window.
 //! B. HTTP: an app with its worker serves `http-kK` (K shards) to wrk for `--duration` seconds,
-//!    with the CPU of the app and each master; afterwards `seckill reconcile` for each sale.
+//!    with the CPU of the app and each master; afterwards `seckill reconcile` for each sale. A
+//!    first row runs the same against the single Redis server, so the app's CPU per purchase on
+//!    the cluster reads against it (the shape of the ceiling).
 //!
 //! The tables go to stdout and `load-tests/results/shard-ceiling.md`. Exit status 1 when a check
 //! fails. Everything runs on 127.0.0.1, bounded, and is stopped by PID.
@@ -71,6 +73,13 @@ pub struct Args {
     /// Which build of seckill runs.
     #[arg(long, value_enum, default_value_t = Profile::Release)]
     pub profile: Profile,
+    /// Skip the Redis ceiling (part A): only the POST /buy rows.
+    #[arg(long)]
+    pub http_only: bool,
+    /// A setting of the HTTP rows' app, `NAME=VALUE` (repeatable), e.g.
+    /// `SECKILL_RATE_LIMIT_SCOPE=global` to measure the two-call purchase.
+    #[arg(long = "app-env", value_parser = crate::ab::setting)]
+    pub app_env: Vec<(String, String)>,
 }
 
 /// The 1, 5 and 15-minute load averages as text.
@@ -102,8 +111,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     eprintln!("shard-ceiling: load average at start {load_start}, at the first run {load_run}");
     let started_at = utc_now();
 
-    let both = redis_rows::run(&args, &services, &binary, &masters, &work)
-        .and_then(|ceiling| Ok((ceiling, http::run(&args, &services, &binary, &masters, &work)?)));
+    let ceiling = match args.http_only {
+        true => Ok(vec![]),
+        false => redis_rows::run(&args, &services, &binary, &masters, &work),
+    };
+    let both = ceiling.and_then(|ceiling| Ok((ceiling, http::run(&args, &mut services, &binary, &masters, &work)?)));
     let (ceiling, http) = match both {
         Ok(both) => both,
         Err(err) => return crate::steps::interrupted().ok_or(err),

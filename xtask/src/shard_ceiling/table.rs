@@ -80,13 +80,17 @@ fn http_rows(http: &Http) -> Vec<String> {
         .iter()
         .map(|r| {
             let (u, wall, n) = (&r.usage, r.usage.wall_s, r.out.requests.max(1) as f64);
-            let redis: Vec<String> = ["m1", "m2", "m3"].iter().map(|m| cores(u.get(m), wall)).collect();
-            let redis_s: f64 = ["m1", "m2", "m3"].iter().filter_map(|m| u.get(m)).sum();
+            let (servers, k) = match r.k {
+                0 => (&["server"][..], "1 Redis".to_string()),
+                k => (&["m1", "m2", "m3"][..], k.to_string()),
+            };
+            let redis: Vec<String> = servers.iter().map(|m| cores(u.get(m), wall)).collect();
+            let redis_s: f64 = servers.iter().filter_map(|m| u.get(m)).sum();
             let app = u.get("seckill").unwrap_or(0.0);
             let other = (u.get("machine_busy").unwrap_or(0.0) - redis_s - app - u.generator()).max(0.0);
             format!(
-                "| {} | {} | {} | {}/{} | {:.2}% | {} | {:.2} | {:.1} | {:.2} | {} | {:.2} | {:.2} | {} |",
-                r.k,
+                "| {} | {} | {} | {}/{} | {:.2}% | {} | {:.2} | {:.1} | {:.1} | {:.2} | {} | {:.2} | {:.2} | {} |",
+                k,
                 group(r.out.rate()),
                 ratio(&rates, r.out.rate().round()),
                 r.out.latency_us.p50 / 1000.0,
@@ -95,6 +99,7 @@ fn http_rows(http: &Http) -> Vec<String> {
                 r.out.failed(),
                 app / wall,
                 app / n * 1e6,
+                redis_s / n * 1e6,
                 r.switches as f64 / n,
                 redis.join(" · "),
                 u.generator() / wall,
@@ -124,8 +129,8 @@ pub fn render(
     .collect::<Vec<_>>()
     .join("\n");
     let http_table = [
-        "| K | POST /buy req/s | × K=1 | p50/p99 ms | 201 | errors | app CPU | app µs/req | app context switches/req | redis CPU m1 · m2 · m3 | wrk CPU | other CPU | steal |".to_string(),
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".into(),
+        "| K | POST /buy req/s | × K=1 | p50/p99 ms | 201 | errors | app CPU | app µs/req | redis µs/req | app context switches/req | redis CPU m1 · m2 · m3 | wrk CPU | other CPU | steal |".to_string(),
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".into(),
     ]
     .into_iter()
     .chain(http_rows(http))
@@ -164,7 +169,8 @@ pub fn render(
     );
     md += "## POST /buy end to end\n\n";
     md += &format!(
-        "One `seckill serve` (worker in the process, SECKILL_RATE_LIMIT=1000000/1s, {:?} build) on the cluster; per K the sale http-kK (stock {}, K shards), `wrk -t{} -c{} -d{}s` with `load-tests/lib/wrk-bench.lua` (every request a new user). CPU in cores over the run: the app, each master, wrk; other = the rest of the machine (Postgres among it). App µs/req = the app's CPU-seconds / requests; context switches/req = voluntary and involuntary switches of all the app's threads (/proc/<pid>/task/*/status) / requests: fewer means each wake-up handled more work.\n\n",
+        "One `seckill serve` (worker in the process, SECKILL_RATE_LIMIT=1000000/1s{}, {:?} build) on the cluster; per K the sale http-kK (stock {}, K shards); first, the row `1 Redis`: the same app settings on the single Redis server (appendonly yes, appendfsync everysec, as the masters), one unsharded sale. `wrk -t{} -c{} -d{}s` with `load-tests/lib/wrk-bench.lua` (every request a new user). CPU in cores over the run: the app, each master, wrk; other = the rest of the machine (Postgres among it). App µs/req = the app's CPU-seconds / requests, redis µs/req the same for the Redis servers together; context switches/req = voluntary and involuntary switches of all the app's threads (/proc/<pid>/task/*/status) / requests: fewer means each wake-up handled more work.\n\n",
+        args.app_env.iter().map(|(n, v)| format!(", {n}={v}")).collect::<String>(),
         args.profile,
         group(args.http_stock as f64),
         args.threads,
