@@ -60,7 +60,9 @@ pub async fn find_queued(sales: &Sales, sale: &SaleId, wanted: impl Fn(&Order) -
         let mut start = "-".to_owned();
         loop {
             let page: StreamRangeReply = sales.keyspace().conn().xrange_count(&keys.orders, &start, "+", PAGE).await?;
-            if let Some(order) = page.ids.iter().filter_map(|entry| order_stream::decode(entry).ok()).find(&wanted) {
+            if let Some(order) =
+                page.ids.iter().filter_map(|entry| order_stream::decode(entry, sale).ok()).find(&wanted)
+            {
                 return Ok(Some(order));
             }
             match page.ids.last() {

@@ -14,9 +14,11 @@ use super::lua;
 use crate::domain::{Order, SaleId, UserId};
 
 const ORDER_ID: &str = "order_id";
-const SALE_ID: &str = "sale_id";
 const USER_ID: &str = "user_id";
-/// Redis server time of the purchase, Unix milliseconds.
+/// Redis server time of the purchase, Unix milliseconds: only in an entry appended after the
+/// purchase ([`encode`], reconciliation's re-enqueue). Without it the order's time is its entry
+/// id's milliseconds, as `lua/buy.lua` writes it. (The sale is the stream's: entries written
+/// before the field was dropped also carry `sale_id`, which is ignored.)
 const CREATED_AT_MS: &str = "created_at_ms";
 /// A reservation's deadline, Unix milliseconds (Redis time): only in a sale with a payment window.
 pub const PAY_BY_MS: &str = "pay_by_ms";
@@ -67,14 +69,14 @@ pub async fn trim(con: &mut impl ConnectionLike, stream: &str) -> RedisResult<u6
     lua::run(lua::TRIM.key(stream).arg(CONSUMER_GROUP), con).await
 }
 
-/// The fields of an entry, in the order they are written.
-pub const FIELDS: [&str; 4] = [ORDER_ID, SALE_ID, USER_ID, CREATED_AT_MS];
+/// The fields of a purchase's entry, in the order `lua/buy.lua` writes them.
+pub const FIELDS: [&str; 2] = [ORDER_ID, USER_ID];
 
-/// The entry of `order`, as XADD takes its fields.
+/// The entry of `order` appended after its purchase (to its sale's stream), as XADD takes its
+/// fields: with its time, which the new entry's id does not hold.
 pub fn encode(order: &Order) -> Vec<(&'static str, String)> {
     let mut fields = vec![
         (ORDER_ID, order.order_id.to_string()),
-        (SALE_ID, order.sale_id.to_string()),
         (USER_ID, order.user_id.to_string()),
         (CREATED_AT_MS, order.created_at_ms.to_string()),
     ];
@@ -84,13 +86,18 @@ pub fn encode(order: &Order) -> Vec<(&'static str, String)> {
     fields
 }
 
-/// The order of one entry; when a field is missing or invalid, that field's name.
-pub fn decode(entry: &StreamId) -> Result<Order, &'static str> {
+/// The order of one entry of `sale`'s stream; when a field is missing or invalid, that field's
+/// name.
+pub fn decode(entry: &StreamId, sale: &SaleId) -> Result<Order, &'static str> {
     let field = |name: &str| entry.get::<String>(name);
     let order_id = field(ORDER_ID).and_then(|s| Uuid::parse_str(&s).ok()).ok_or(ORDER_ID)?;
-    let sale_id = field(SALE_ID).and_then(|s| SaleId::parse(&s).ok()).ok_or(SALE_ID)?;
     let user_id = field(USER_ID).and_then(|s| UserId::stored(&s).ok()).ok_or(USER_ID)?;
-    let created_at_ms = field(CREATED_AT_MS).and_then(|s| s.parse().ok()).ok_or(CREATED_AT_MS)?;
+    let created_at_ms = match field(CREATED_AT_MS) {
+        Some(raw) => raw.parse().ok(),
+        None => entry.id.split_once('-').and_then(|(ms, _)| ms.parse().ok()),
+    }
+    .ok_or(CREATED_AT_MS)?;
+    let sale_id = sale.clone();
     let pay_by_ms = match field(PAY_BY_MS) {
         None => None,
         Some(raw) => Some(raw.parse().map_err(|_| PAY_BY_MS)?),
@@ -122,7 +129,11 @@ mod tests {
     fn buy_lua_appends_exactly_these_fields_and_no_other_script_appends() {
         let code = lua_code("buy.lua");
         // Traces off: two XADDs with literal fields, with and without a payment window.
-        let calls: Vec<&str> = code.split("redis.call('XADD', KEYS[4], '*',\n").skip(1).collect();
+        let calls: Vec<&str> = code
+            .split("redis.call('XADD', KEYS[4], '*', ")
+            .skip(1)
+            .filter(|call| !call.starts_with("unpack"))
+            .collect();
         let mut written = Vec::new();
         for call in &calls {
             // The call's arguments up to its closing parenthesis: field, value, ...
@@ -171,13 +182,20 @@ mod tests {
             map: fields.iter().map(|(k, v)| (k.to_string(), redis::Value::BulkString(v.clone().into()))).collect(),
             ..StreamId::default()
         };
-        assert_eq!(decode(&entry(&encode(&order))), Ok(order.clone()));
+        let sale = &order.sale_id;
+        assert_eq!(decode(&entry(&encode(&order)), sale), Ok(order.clone()));
         let reserved = Order { pay_by_ms: Some(1_700_000_900_000), ..order.clone() };
-        assert_eq!(decode(&entry(&encode(&reserved))), Ok(reserved.clone()));
+        assert_eq!(decode(&entry(&encode(&reserved)), sale), Ok(reserved.clone()));
         assert_eq!(user(&entry(&encode(&order))).as_deref(), Some("u"));
         let mut bad = encode(&order);
-        bad[2].1 = String::new();
-        assert_eq!(decode(&entry(&bad)), Err(USER_ID));
-        assert_eq!(decode(&StreamId::default()), Err(ORDER_ID));
+        bad[1].1 = String::new();
+        assert_eq!(decode(&entry(&bad), sale), Err(USER_ID));
+        assert_eq!(decode(&StreamId::default(), sale), Err(ORDER_ID));
+
+        // As buy.lua writes it: the time is the entry id's.
+        let purchased = StreamId { id: "1700000000000-3".into(), ..entry(&encode(&order)[..2]) };
+        assert_eq!(decode(&purchased, sale), Ok(order.clone()));
+        let unnamed = StreamId { id: "x".into(), ..purchased.clone() };
+        assert_eq!(decode(&unnamed, sale), Err(CREATED_AT_MS));
     }
 }

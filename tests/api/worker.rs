@@ -87,7 +87,8 @@ async fn entries_pending_less_than_the_claim_timeout_are_left_to_their_consumer(
 async fn stream_orders(app: &TestApp, sale: &str) -> Vec<Order> {
     let (stream, _) = app.orders_stream(sale);
     let entries: redis::streams::StreamRangeReply = app.redis.clone().xrange_all(&stream).await.unwrap();
-    entries.ids.iter().map(|e| seckill::redis::order_stream::decode(e).unwrap()).collect()
+    let sale = seckill::domain::SaleId::parse(sale).unwrap();
+    entries.ids.iter().map(|e| seckill::redis::order_stream::decode(e, &sale).unwrap()).collect()
 }
 
 #[tokio::test]

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use seckill::domain::SaleId;
 use seckill::limiter::Algorithm;
-use seckill::redis::keys::rate_limit_key;
+use seckill::redis::keys::sale_rate_limit_key;
 
 use crate::harness::Deployment;
 
@@ -24,7 +25,9 @@ async fn json_log_lines_carry_the_request_id_and_purchases_log_nothing() {
 
     // A request that logs a warning: its limiter key (the default algorithm's, sliding-log: a
     // sorted set) holds the wrong type, so the limiter fails.
-    let key = rate_limit_key(&deployment.key_prefix, Algorithm::SlidingLog.name(), "127.0.0.1".parse().unwrap());
+    let id = SaleId::parse(&sale).unwrap();
+    let key =
+        sale_rate_limit_key(&deployment.key_prefix, &id, Algorithm::SlidingLog.name(), "127.0.0.1".parse().unwrap());
     // (The purchases above left it a sorted set: replaced by a hash.)
     let _: () = redis::pipe()
         .del(&key)

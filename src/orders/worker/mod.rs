@@ -243,13 +243,27 @@ impl Worker {
         self.persist_batch(batches).instrument(span).await
     }
 
-    async fn persist_batch(&mut self, batches: Vec<(String, Vec<StreamId>)>) -> anyhow::Result<StepOutcome> {
+    async fn persist_batch(&mut self, mut batches: Vec<(String, Vec<StreamId>)>) -> anyhow::Result<StepOutcome> {
+        // An entry's sale is its stream's. Entries of a stream not tracked (none are read) stay
+        // pending, never acknowledged.
+        batches.retain(|(stream, ids)| {
+            let tracked = self.streams.contains_key(stream);
+            if !tracked {
+                tracing::error!(
+                    stream,
+                    entries = ids.len(),
+                    "entries of a stream the worker does not track left pending"
+                );
+            }
+            tracked
+        });
         let mut orders = Vec::new();
         let mut entries = 0;
         for (stream, ids) in &batches {
             entries += ids.len();
+            let sale = &self.streams[stream].sale;
             for entry in ids {
-                match order_stream::decode(entry) {
+                match order_stream::decode(entry, sale) {
                     Ok(order) => orders.push(order),
                     Err(why) => {
                         self.stats.malformed += 1;

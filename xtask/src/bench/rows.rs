@@ -7,8 +7,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::Context;
+use seckill::domain::SaleId;
 use seckill::limiter::Algorithm;
-use seckill::redis::keys::rate_limit_key;
+use seckill::redis::keys::sale_rate_limit_key;
 
 use super::cpu::wait_quiet;
 use super::driver::{Bench, HIGH_RATE_LIMIT, keys, machine, version, warm_up};
@@ -203,7 +204,8 @@ fn limited_row(b: &mut Bench) -> anyhow::Result<()> {
 /// client's limiter key is deleted before each app so neither starts with the other's state.
 fn algorithm_rows(b: &mut Bench, alg: Algorithm) -> anyhow::Result<()> {
     let (name, sale) = (alg.name(), format!("bench-alg-{}", alg.name()));
-    let key = rate_limit_key(&b.args.key_prefix, alg.name(), LOCALHOST);
+    let key =
+        sale_rate_limit_key(&b.args.key_prefix, &SaleId::parse(&sale).map_err(anyhow::Error::msg)?, name, LOCALHOST);
     let (d, c) = (b.args.duration_alg(), b.args.connections);
     let del = |b: &Bench| b.redis::<i64>(redis::cmd("DEL").arg(&key));
     del(b)?;
