@@ -21,6 +21,7 @@ mod lua_examples;
 mod metrics;
 mod openapi;
 mod rate_limit;
+mod readme;
 mod reconcile;
 mod redis_loss;
 mod reservations;

@@ -41,17 +41,14 @@ async fn metrics_count_requests_limiter_decisions_purchases_and_the_worker() {
     // u4 is answered by the sold-out flag, before the limiter; u5 is the fifth request the limiter
     // sees (refused by Redis), u6 is refused from memory.
     assert_eq!(statuses, [201, 201, 409, 410, 410, 429, 429]);
-    assert_eq!(
-        app.client
-            .post(app.url("/buy"))
-            .body("{")
-            .header("content-type", "application/json")
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        400
-    );
+    // Bodies the JSON extractor refuses, each counted as a refused purchase too.
+    for (body, content_type, status) in
+        [("{", "application/json", 400), ("[]", "application/json", 400), ("{}", "text/plain", 415)]
+    {
+        let response =
+            app.client.post(app.url("/buy")).body(body).header("content-type", content_type).send().await.unwrap();
+        assert_eq!(response.status(), status, "{body} as {content_type}");
+    }
     app.wait_for_drain(&sale).await;
     tokio::time::sleep(Duration::from_millis(1_200)).await; // one queue sample after the drain
 
@@ -65,8 +62,9 @@ async fn metrics_count_requests_limiter_decisions_purchases_and_the_worker() {
     assert_eq!(get(r#"seckill_http_requests_total{method="POST",route="/buy",status="409"}"#), 1.0);
     assert_eq!(get(r#"seckill_http_requests_total{method="POST",route="/buy",status="410"}"#), 2.0);
     assert_eq!(get(r#"seckill_http_requests_total{method="POST",route="/buy",status="429"}"#), 2.0);
-    assert_eq!(get(r#"seckill_http_requests_total{method="POST",route="/buy",status="400"}"#), 1.0);
-    assert_eq!(get(r#"seckill_http_request_duration_seconds_count{route="/buy"}"#), 8.0);
+    assert_eq!(get(r#"seckill_http_requests_total{method="POST",route="/buy",status="400"}"#), 2.0);
+    assert_eq!(get(r#"seckill_http_requests_total{method="POST",route="/buy",status="415"}"#), 1.0);
+    assert_eq!(get(r#"seckill_http_request_duration_seconds_count{route="/buy"}"#), 10.0);
     assert_eq!(get(r#"seckill_limiter_decisions_total{decision="allowed"}"#), 4.0);
     assert_eq!(get(r#"seckill_limiter_decisions_total{decision="refused"}"#), 1.0);
     assert_eq!(get(r#"seckill_limiter_decisions_total{decision="refused_from_memory"}"#), 1.0);
@@ -74,6 +72,7 @@ async fn metrics_count_requests_limiter_decisions_purchases_and_the_worker() {
     assert_eq!(get(r#"seckill_purchases_total{outcome="already_purchased"}"#), 1.0);
     assert_eq!(get(r#"seckill_purchases_total{outcome="sold_out"}"#), 2.0);
     assert_eq!(get(r#"seckill_purchases_total{outcome="rate_limited"}"#), 2.0);
+    assert_eq!(get(r#"seckill_purchases_total{outcome="invalid_request"}"#), 3.0, "every refused /buy counted");
     assert_eq!(get(r#"seckill_worker_orders_total{result="inserted"}"#), 2.0);
     assert!(get("seckill_worker_batch_size_count") >= 1.0);
     assert_eq!(get("seckill_worker_batch_size_sum"), 2.0);

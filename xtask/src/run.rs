@@ -62,6 +62,7 @@ pub fn run(_args: Args) -> Result<ExitCode> {
     app.put_sale("demo", &demo).context("seeding the demo sale")?;
     std::io::copy(&mut log, &mut stdout)?;
     print_info(&services, &app, &alice);
+    let env_file = EnvFile::write(&services, &app, &alice)?;
 
     let exit = loop {
         std::io::copy(&mut log, &mut stdout)?;
@@ -73,6 +74,7 @@ pub fn run(_args: Args) -> Result<ExitCode> {
             eprintln!("xtask run: stopping seckill (pid {})", app.pid());
             app.stop();
             std::io::copy(&mut log, &mut stdout)?;
+            drop(env_file);
             drop(services);
             return Ok(steps::interrupted().unwrap_or(ExitCode::FAILURE));
         }
@@ -81,6 +83,46 @@ pub fn run(_args: Args) -> Result<ExitCode> {
     std::io::copy(&mut log, &mut stdout)?;
     eprintln!("xtask run: seckill exited with {exit}");
     Ok(ExitCode::from(exit.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1)))
+}
+
+/// `target/seckill-run.env`: the variables the README's examples use, for `source` in another
+/// shell; removed when dropped (when the service stops).
+struct EnvFile(std::path::PathBuf);
+
+impl EnvFile {
+    /// Where the file goes.
+    fn path() -> std::path::PathBuf {
+        testbed::workspace_root().join("target/seckill-run.env")
+    }
+
+    fn write(services: &Services, app: &App, alice: &str) -> Result<Self> {
+        let setting = |name: &str| app.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).unwrap_or_default();
+        let vars = [
+            ("APP", app.url.clone()),
+            ("TOKEN", alice.to_owned()),
+            ("ADMIN_TOKEN", app.admin_token.clone()),
+            ("SECKILL", app.binary.display().to_string()),
+            ("SECKILL_JWT_SECRET", setting("SECKILL_JWT_SECRET")),
+            ("SECKILL_PAYMENT_SECRET", setting("SECKILL_PAYMENT_SECRET")),
+            ("SECKILL_REDIS_URL", services.redis_url()),
+            ("SECKILL_DATABASE_URL", services.database_url()),
+        ];
+        let mut text =
+            String::from("# Written by `cargo xtask run` for the README's examples; removed when it stops.\n");
+        for (name, value) in vars {
+            text += &format!("export {name}='{value}'\n");
+        }
+        let path = Self::path();
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        println!("The README's examples: in another shell, `source {}`", path.display());
+        Ok(Self(path))
+    }
+}
+
+impl Drop for EnvFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// A token for `user` from `seckill token`, signed with the app's secret.

@@ -85,7 +85,20 @@ pub struct BuyResponse {
             headers(("Retry-After" = u64, description = "1"))),
     )
 )]
-pub async fn buy(req: HttpRequest, body: web::Json<BuyRequest>, state: web::Data<AppState>) -> HttpResponse {
+pub async fn buy(
+    req: HttpRequest,
+    body: Result<web::Json<BuyRequest>, actix_web::Error>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    // A body the JSON extractor refused (malformed, too large, not JSON) is counted here too:
+    // its answer is the extractor's error handler's (`crate::http::routes::configure`).
+    let body = match body {
+        Ok(body) => body,
+        Err(refused) => {
+            state.metrics.purchase("invalid_request");
+            return refused.error_response();
+        }
+    };
     let mut decided = None;
     let outcome = purchase(&req, body.into_inner(), &state, &mut decided).await;
     state.metrics.purchase(outcome_label(&outcome));
