@@ -61,6 +61,33 @@ pub fn run(command: &mut Command, deadline: Instant) -> Result<ExitStatus> {
     result.with_context(|| format!("{command:?}"))
 }
 
+/// Runs `command` as [`run`] does, its stdout echoed line by line as it comes and also returned.
+pub fn run_echoing(command: &mut Command, deadline: Instant) -> Result<(ExitStatus, Vec<String>)> {
+    use std::io::{BufRead, Write};
+    command.stdout(std::process::Stdio::piped());
+    if signalled() {
+        anyhow::bail!("interrupted");
+    }
+    use std::os::unix::process::CommandExt;
+    let mut child = command.process_group(0).spawn().with_context(|| format!("starting {command:?}"))?;
+    let stdout = child.stdout.take().context("the child's stdout")?;
+    let echo = std::thread::spawn(move || {
+        let mut lines = vec![];
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+            lines.push(line);
+        }
+        lines
+    });
+    GROUP.store(child.id(), Ordering::SeqCst);
+    let result = wait(&mut child, deadline);
+    GROUP.store(0, Ordering::SeqCst);
+    let lines = echo.join().unwrap_or_default();
+    Ok((result.with_context(|| format!("{command:?}"))?, lines))
+}
+
 fn wait(child: &mut std::process::Child, deadline: Instant) -> Result<ExitStatus> {
     loop {
         if let Some(status) = child.try_wait()? {

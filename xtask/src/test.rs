@@ -1,9 +1,10 @@
 //! `cargo xtask test`: the one test command (what CI runs). On throwaway servers from `testbed`
 //! (a Redis, Postgres and a 3-master Redis Cluster): fmt check, clippy, `cargo test --workspace`,
 //! the API fuzz (schemathesis, see `fuzz`), the compose lint, the Kubernetes manifests' lint
-//! (`scripts/lint-k8s.sh`), then the api integration tests once more against the Redis Cluster. Every step runs and is reported; the task fails at the end if
-//! any failed. Nothing is printed after a passing run's last `cargo test`: its summary stays the
-//! closing output.
+//! (`scripts/lint-k8s.sh`), then the api integration tests once more against the Redis Cluster.
+//! Every step runs and is reported; the task closes with one table (each step, passed or failed,
+//! its tests passed and failed, its time) and a last line `N passed, N failed` (the tests of every
+//! `cargo test` step together), and fails if any step failed.
 
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
@@ -37,30 +38,77 @@ pub struct Args {
 struct Report {
     deadline: Instant,
     failed: Vec<String>,
+    rows: Vec<StepRow>,
+}
+
+/// One step of the closing table: name, passed, its tests (passed, failed) if it ran tests,
+/// seconds.
+type StepRow = (String, bool, Option<(u64, u64)>, f64);
+
+/// The tests passed and failed in `cargo test`'s output: the sum of its `test result:` lines
+/// (`test result: ok. 82 passed; 0 failed; ...`); `None` without one.
+fn test_counts(lines: &[String]) -> Option<(u64, u64)> {
+    let results: Vec<&String> = lines.iter().filter(|line| line.starts_with("test result:")).collect();
+    if results.is_empty() {
+        return None;
+    }
+    let count = |line: &str, what: &str| -> u64 {
+        line.split(';')
+            .find_map(|part| part.trim().strip_suffix(what).and_then(|n| n.rsplit(' ').next()?.parse().ok()))
+            .unwrap_or(0)
+    };
+    Some(results.iter().fold((0, 0), |(p, f), line| (p + count(line, " passed"), f + count(line, " failed"))))
 }
 
 impl Report {
     /// Runs one step, printing `==> NAME: COMMAND` before it and `==> NAME: FAILED (...)` after
     /// it if it fails.
     /// Once xtask got a signal, no further step starts.
-    fn step(&mut self, name: &str, what: &str, step: impl FnOnce(Instant) -> Result<()>) {
+    fn step(&mut self, name: &str, what: &str, step: impl FnOnce(Instant) -> Result<Option<(u64, u64)>>) {
         if steps::signalled() {
             return;
         }
         println!("\n==> {name}: {what}");
-        if let Err(error) = step(self.deadline) {
-            println!("==> {name}: FAILED ({error:#})");
-            self.failed.push(name.to_owned());
+        let started = Instant::now();
+        let (ok, counts) = match step(self.deadline) {
+            Ok(counts) => (true, counts),
+            Err(error) => {
+                println!("==> {name}: FAILED ({error:#})");
+                self.failed.push(name.to_owned());
+                (false, None)
+            }
+        };
+        self.rows.push((name.to_owned(), ok, counts, started.elapsed().as_secs_f64()));
+    }
+
+    /// A step that is one command; a `cargo test`'s counts are read from its output.
+    fn command(&mut self, name: &str, command: &mut Command) {
+        let mut counts = None;
+        self.step(name, &steps::describe(command), |deadline| {
+            let (status, lines) = steps::run_echoing(command, deadline)?;
+            counts = test_counts(&lines);
+            match status.success() {
+                true => Ok(counts),
+                false => Err(anyhow::anyhow!("{status}")),
+            }
+        });
+        // A failed step keeps the counts its output had.
+        if let (Some(row), Some(counts)) = (self.rows.last_mut(), counts) {
+            row.2 = Some(counts);
         }
     }
 
-    /// A step that is one command.
-    fn command(&mut self, name: &str, command: &mut Command) {
-        self.step(name, &steps::describe(command), |deadline| {
-            let status = steps::run(command, deadline)?;
-            anyhow::ensure!(status.success(), "{status}");
-            Ok(())
-        });
+    /// The closing table, then `N passed, N failed` alone on the last line.
+    fn print_summary(&self) {
+        println!("\n| step | result | tests passed | tests failed | time |\n|---|---|---:|---:|---:|");
+        for (name, ok, counts, seconds) in &self.rows {
+            let (passed, failed) = counts.map_or(("-".into(), "-".into()), |(p, f)| (p.to_string(), f.to_string()));
+            let result = if *ok { "passed" } else { "FAILED" };
+            println!("| {name} | {result} | {passed} | {failed} | {seconds:.0} s |");
+        }
+        let (passed, failed) =
+            self.rows.iter().filter_map(|row| row.2).fold((0, 0), |(p, f), (rp, rf)| (p + rp, f + rf));
+        println!("\n{passed} passed, {failed} failed");
     }
 }
 
@@ -77,7 +125,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         command.current_dir(&root);
         command
     };
-    let mut report = Report { deadline, failed: vec![] };
+    let mut report = Report { deadline, failed: vec![], rows: vec![] };
     let extra = !args.cargo_test_args.is_empty();
 
     report.command("fmt", cargo().args(["fmt", "--all", "--", "--check"]));
@@ -94,7 +142,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     report.command("test", &mut test);
     if !extra {
         report.step("api fuzz (schemathesis)", "schemathesis against GET /openapi.json", |deadline| {
-            crate::fuzz::run(&services, deadline)
+            crate::fuzz::run(&services, deadline).map(|()| None)
         });
         report.command("compose lint", &mut Command::new(root.join("scripts/lint-compose.sh")));
         report.command("k8s lint", &mut Command::new(root.join("scripts/lint-k8s.sh")));
@@ -116,7 +164,26 @@ pub fn run(args: Args) -> Result<ExitCode> {
             report.failed.join(", "),
             started.elapsed().as_secs()
         );
-        return Ok(ExitCode::FAILURE);
     }
-    Ok(ExitCode::SUCCESS)
+    report.print_summary();
+    Ok(if report.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_counts;
+
+    #[test]
+    fn the_counts_are_the_sum_of_the_test_result_lines() {
+        let lines: Vec<String> = [
+            "running 2 tests",
+            "test result: ok. 82 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1.26s",
+            "test a ... FAILED",
+            "test result: FAILED. 32 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 127.07s",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(test_counts(&lines), Some((114, 1)));
+        assert_eq!(test_counts(&lines[..1]), None);
+    }
 }
