@@ -237,7 +237,7 @@ impl Config {
 }
 
 /// `REQUESTS/WINDOW`, e.g. `20/1s` (the bounds are checked with the algorithm, by [`Policy::new`]).
-fn rate_limit(s: &str) -> Result<RateLimit, String> {
+pub fn rate_limit(s: &str) -> Result<RateLimit, String> {
     let (limit, window) =
         s.split_once('/').ok_or_else(|| format!("expected REQUESTS/WINDOW such as 20/1s, got {s:?}"))?;
     let limit: u32 = limit.trim().parse().map_err(|_| format!("REQUESTS must be a positive integer, got {limit:?}"))?;
