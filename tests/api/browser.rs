@@ -258,3 +258,35 @@ async fn a_sale_with_a_payment_window_shows_its_reservations_and_released_units_
     browser.screenshot("admin-page-reservations.png").await;
     browser.client.close().await.unwrap();
 }
+
+/// `/admin#token=…` signs in (the token leaves the URL for the tab's sessionStorage), and a sale
+/// that appears and sells out between two of the page's samples still has a purchase rate.
+#[tokio::test]
+async fn a_token_in_the_fragment_signs_in_and_a_sale_sold_out_between_two_samples_has_a_peak() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let browser = Browser::start().await;
+    browser.client.goto(&app.url(&format!("/admin#token={ADMIN_TOKEN}"))).await.unwrap();
+    browser.wait_for("the dashboard", async |b| b.visible("no-sales").await.then_some(())).await;
+    assert!(!browser.visible("login").await, "signed in without the form");
+    let stored = browser.run(&format!("return [location.href, sessionStorage.getItem('{TOKEN_KEY}')]"), vec![]).await;
+    assert_eq!(stored, json!([app.url("/admin"), ADMIN_TOKEN]), "the token left the URL for this tab");
+
+    // Seeded and sold out at once, between two samples (one a second) most likely.
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 30).await;
+    let bought = futures::stream::iter(0..30)
+        .map(|i| {
+            let (app, sale) = (&app, &sale);
+            async move { app.buy(sale, &format!("u{i}")).await.status().as_u16() }
+        })
+        .buffer_unordered(30)
+        .collect::<Vec<_>>()
+        .await;
+    assert!(bought.iter().all(|s| *s == 201), "{bought:?}");
+    let card =
+        browser.wait_for("the sold-out card", async |b| b.sale(&sale).await.filter(|s| s.stock_left == "0")).await;
+    let peak: f64 = card.peak.replace(',', "").parse().unwrap();
+    assert!(peak > 0.0, "the 30 purchases have a rate: peak {peak}");
+    browser.screenshot("admin-page-fragment-sold-out.png").await;
+    browser.client.close().await.unwrap();
+}

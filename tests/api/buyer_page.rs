@@ -33,6 +33,10 @@ struct Shown {
     stock_left: String,
     stock_initial: String,
     buy_enabled: bool,
+    /// The Buy button's text.
+    buy: String,
+    /// "Signed in as …": the buyer the page names, if shown.
+    who: Option<String>,
     order_id: Option<String>,
     order_status: Option<String>,
     message: String,
@@ -55,7 +59,9 @@ impl Browser {
             return {
                 state: $("state").innerText, countdown_label: shown("countdown-label"), countdown: shown("countdown"),
                 stock_left: $("stock-left").innerText, stock_initial: $("stock-initial").innerText,
-                buy_enabled: !$("buy").disabled, order_id: shown("order-id"), order_status: shown("order-status"),
+                buy_enabled: !$("buy").disabled, buy: $("buy").innerText,
+                who: $("signed-in").checkVisibility() ? $("who").innerText : null,
+                order_id: shown("order-id"), order_status: shown("order-status"),
                 message: $("message").innerText,
             };"#;
         serde_json::from_value(self.run(script, vec![]).await).unwrap()
@@ -175,11 +181,11 @@ async fn a_buyer_sees_the_countdown_buys_once_sees_the_order_confirmed_and_then_
     browser.shows("1 left", |s| s.stock_left == "1").await;
     browser.screenshot("buyer-page-confirmed.png").await;
 
-    // A second buy answers 409: the page shows the same order.
-    browser.click("buy").await;
-    let again = browser.shows("the repeat's answer", |s| s.message.contains("already")).await;
-    assert_eq!(again.message, format!("You already bought: order {alices}"));
-    assert_eq!((again.order_id.as_deref(), again.order_status.as_deref()), (Some(&*alices), Some("confirmed")));
+    // With her order shown, Buy has become the order: nothing more to buy (the service would
+    // answer a repeat 409 with the same order).
+    assert_eq!(confirmed.who.as_deref(), Some("alice"), "the page says who buys");
+    assert!(!confirmed.buy_enabled && confirmed.buy == "Bought: your order is below", "{confirmed:?}");
+    assert_eq!(app.buy(&sale, "alice").await.status(), 409);
     browser.screenshot("buyer-page-already-bought.png").await;
 
     // bob buys the last one; the page forgot alice's order the moment the user id changed.
@@ -229,16 +235,26 @@ async fn a_token_in_the_url_fragment_names_the_buyer_and_stays_in_the_tab_only()
     assert_eq!(stored, json!([url, token, 0, ""]), "the token left the URL and is in this tab only");
     let user_field = browser.run("return document.getElementById('user-id').disabled", vec![]).await;
     assert_eq!(user_field, json!(true), "with a token the user id field is off");
+    assert_eq!(browser.shown().await.who.as_deref(), Some("alice"), "signed in as the token's sub");
 
     browser.click("buy").await;
     let confirmed = browser.shows("the order confirmed", |s| s.order_status.as_deref() == Some("confirmed")).await;
     let order = confirmed.order_id.unwrap();
     assert_eq!(order, stored_order(&app, &sale, "alice").await, "the token's buyer bought");
 
-    // Reopened without the fragment, the tab still holds the token and finds alice's order.
+    // Reopened without the fragment, the tab still holds the token and finds alice's order:
+    // Buy is the order at once, without a click.
     browser.client.goto(&url).await.unwrap();
     let reopened = browser.shows("alice's order", |s| s.order_id.is_some()).await;
     assert_eq!((reopened.order_id.as_deref(), reopened.message.as_str()), (Some(&*order), ""));
+    assert!(!reopened.buy_enabled && reopened.buy.starts_with("Bought"), "{reopened:?}");
+    browser.screenshot("buyer-page-signed-in.png").await;
+
+    // Switch buyer forgets the token: nobody is signed in, and alice's order is gone from the page.
+    browser.click("switch").await;
+    let switched = browser.shows("no buyer", |s| s.who.is_none() && s.order_id.is_none()).await;
+    assert!(switched.buy_enabled, "a new buyer may buy: {switched:?}");
+    assert_eq!(browser.run(&storage, vec![]).await[1], json!(null), "Switch forgot the token");
 
     // Without the token, a jwt service refuses the buy and the page asks for one.
     browser.fill("token", "").await;

@@ -147,7 +147,7 @@ seckill is running (pid {pid}). Ctrl-C stops it and the throwaway Redis/Postgres
   buyer page:  {url}/sale/demo#token={alice}
                (as alice: the page moves the token into the tab's sessionStorage)
                {url}/sale/demo   (paste a token, e.g. bob's from the command below)
-  live page:   {url}/admin   (it asks for the admin token)
+  live page:   {url}/admin#token={token}   (signed in: the page moves the token into the tab)
   admin token: {token}
   redis:       {redis}
   postgres:    {database}
