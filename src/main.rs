@@ -13,7 +13,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     // Outside the runtime: the trace exporter's client blocks, and its flush at exit too.
-    let telemetry = telemetry::init(cli.config.log_format);
+    let log_format = cli.command.config().map(|config| config.log_format).unwrap_or_default();
+    let telemetry = telemetry::init(log_format);
     let code = tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(cli));
     drop(telemetry);
     code
@@ -21,19 +22,21 @@ fn main() -> anyhow::Result<ExitCode> {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve { no_worker } => {
+        Command::Serve { no_worker, config } => {
             let shutdown = app::shutdown_on_signals();
-            Application::build(&cli.config, !no_worker).await?.run_until_stopped(shutdown).await?
+            Application::build(&config, !no_worker).await?.run_until_stopped(shutdown).await?
         }
-        Command::Worker => app::run_worker(&cli.config, app::shutdown_on_signals()).await?,
-        Command::Migrate => app::migrate(&cli.config).await?,
-        Command::Token { user, ttl } => app::print_token(&cli.config, &user, ttl)?,
-        Command::Pay { sale, order, url, event_id } => {
-            return Ok(app::send_payment(&cli.config, &sale, order, &url, event_id).await);
+        Command::Worker { config } => app::run_worker(&config, app::shutdown_on_signals()).await?,
+        Command::Migrate { config } => app::migrate(&config).await?,
+        Command::Token { user, ttl, auth } => app::print_token(&auth, &user, ttl)?,
+        Command::Pay { sale, order, url, event_id, payments } => {
+            return Ok(app::send_payment(&payments, &sale, order, &url, event_id).await);
         }
         // Ctrl-C keeps its default meaning: an interrupted check or repair is simply run again.
-        Command::Reconcile { sale_id, repair } => return Ok(app::run_reconcile(&cli.config, &sale_id, repair).await),
-        Command::Retire { sale_id } => return Ok(app::run_retire(&cli.config, &sale_id).await),
+        Command::Reconcile { sale_id, repair, config } => {
+            return Ok(app::run_reconcile(&config, &sale_id, repair).await);
+        }
+        Command::Retire { sale_id, config } => return Ok(app::run_retire(&config, &sale_id).await),
     }
     Ok(ExitCode::SUCCESS)
 }

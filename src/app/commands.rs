@@ -10,7 +10,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::build_worker;
-use crate::config::Config;
+use crate::config::{AuthConfig, Config, PaymentConfig};
 use crate::db;
 use crate::domain::{SaleId, UserId};
 use crate::identity;
@@ -142,8 +142,7 @@ pub async fn run_retire(config: &Config, sale: &SaleId) -> ExitCode {
 
 /// The `seckill token` command: prints an HS256 token naming `user`, valid for `ttl`, signed with
 /// `SECKILL_JWT_SECRET` and carrying the configured user claim, issuer and audience.
-pub fn print_token(config: &Config, user: &UserId, ttl: Duration) -> anyhow::Result<()> {
-    let auth = &config.auth;
+pub fn print_token(auth: &AuthConfig, user: &UserId, ttl: Duration) -> anyhow::Result<()> {
     let secret = auth.jwt_secret.as_ref().context("seckill token signs with SECKILL_JWT_SECRET, which is not set")?;
     anyhow::ensure!(
         secret.expose_secret().len() >= identity::MIN_SECRET_BYTES,
@@ -172,13 +171,13 @@ pub fn print_token(config: &Config, user: &UserId, ttl: Duration) -> anyhow::Res
 /// The `seckill pay` command: signs an `order.paid` event for `order` with
 /// SECKILL_PAYMENT_SECRET, posts it to `url`'s `/payments/events`, prints the answer.
 pub async fn send_payment(
-    config: &Config,
+    payments: &PaymentConfig,
     sale: &SaleId,
     order: uuid::Uuid,
     url: &str,
     event_id: Option<String>,
 ) -> ExitCode {
-    let Some(secret) = &config.payments.payment_secret else {
+    let Some(secret) = &payments.payment_secret else {
         eprintln!("seckill pay: SECKILL_PAYMENT_SECRET is not set");
         return ExitCode::from(EXIT_DIFFERENCES);
     };

@@ -330,7 +330,10 @@ mod tests {
     #[tokio::test]
     async fn confirmed_purchases_need_one_server_not_a_cluster() {
         let config = |url: &str| {
-            Cli::try_parse_from(["seckill", "serve", "--confirm-replicas", "1", "--redis-url", url]).unwrap().config
+            Cli::try_parse_from(["seckill", "serve", "--confirm-replicas", "1", "--redis-url", url])
+                .unwrap()
+                .config()
+                .unwrap()
         };
         let url = SecretString::from("redis://127.0.0.1:1".to_owned());
         let sales = || Sales::new(Keyspace::new(connection::connect(&url, Duration::from_secs(1)).unwrap(), "t"));

@@ -75,18 +75,18 @@ mod tests {
     #[test]
     fn the_ttl_is_bounded_and_the_key_falls_back_to_the_admin_token() {
         let parse = |args: &[&str]| Cli::try_parse_from([&["seckill", "migrate"], args].concat());
-        assert_eq!(parse(&[]).unwrap().config.admission.admission_ttl, Duration::from_secs(60));
+        assert_eq!(parse(&[]).unwrap().config().unwrap().admission.admission_ttl, Duration::from_secs(60));
         for bad in ["1s", "2h", "soon"] {
             assert!(parse(&["--admission-ttl", bad]).is_err(), "{bad}");
         }
-        let config = parse(&[]).unwrap().config.admission;
+        let config = parse(&[]).unwrap().config().unwrap().admission;
         assert_eq!(config.key(None), None);
         let admin = SecretString::from("a".repeat(32));
         let derived = config.key(Some(&admin)).unwrap();
         assert_ne!(derived, b"a".repeat(32), "the admin token itself never signs");
-        let set = parse(&["--admission-secret", &"s".repeat(32)]).unwrap().config.admission;
+        let set = parse(&["--admission-secret", &"s".repeat(32)]).unwrap().config().unwrap().admission;
         assert_eq!(set.key(Some(&admin)).unwrap(), b"s".repeat(32));
-        let short = parse(&["--admission-secret", "short"]).unwrap().config.admission;
+        let short = parse(&["--admission-secret", "short"]).unwrap().config().unwrap().admission;
         assert!(short.validate().unwrap_err().contains("32 bytes"));
     }
 }

@@ -114,7 +114,8 @@ mod tests {
         let verifier = |args: &[&str]| {
             Cli::try_parse_from([&["seckill", "migrate", "--auth", "jwt"], args].concat())
                 .unwrap()
-                .config
+                .config()
+                .unwrap()
                 .auth
                 .verifier()
         };
@@ -124,7 +125,7 @@ mod tests {
         assert!(verifier(&["--jwt-secret", secret]).unwrap().is_some());
         assert!(verifier(&["--jwt-secret", secret, "--jwt-public-key-file", "/dev/null"]).is_err(), "both keys");
         assert!(verifier(&["--jwt-public-key-file", "/nonexistent.pem"]).is_err(), "unreadable key");
-        let none = Cli::try_parse_from(["seckill", "migrate"]).unwrap().config.auth;
+        let none = Cli::try_parse_from(["seckill", "migrate"]).unwrap().config().unwrap().auth;
         assert!(none.verifier().unwrap().is_none(), "none is the default");
     }
 }

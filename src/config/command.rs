@@ -1,11 +1,12 @@
-//! What `seckill` runs: its subcommands and their own arguments (the settings they share are
-//! [`super::Config`]).
+//! What `seckill` runs: its subcommands and their own arguments. The commands that talk to Redis
+//! and Postgres take every setting ([`super::Config`]); `token` takes only the JWT settings and
+//! `pay` only the payment settings, so each `--help` lists what its command reads.
 
 use std::time::Duration;
 
 use clap::Subcommand;
 
-use super::duration;
+use super::{AuthConfig, Config, PaymentConfig, duration};
 use crate::domain::{SaleId, UserId};
 
 /// What to run.
@@ -16,11 +17,19 @@ pub enum Command {
         /// Do not run the order worker in this process (run `seckill worker` elsewhere).
         #[arg(long, env = "SECKILL_NO_WORKER")]
         no_worker: bool,
+        #[command(flatten)]
+        config: Box<Config>,
     },
     /// Run only the order worker: Redis stream -> Postgres.
-    Worker,
+    Worker {
+        #[command(flatten)]
+        config: Box<Config>,
+    },
     /// Apply the database migrations and exit.
-    Migrate,
+    Migrate {
+        #[command(flatten)]
+        config: Box<Config>,
+    },
     /// Compare one sale's Redis buyers with its Postgres orders; print the report as JSON.
     ///
     /// Reports buyers with no order in Postgres or the stream (missing_in_postgres), Postgres
@@ -36,6 +45,8 @@ pub enum Command {
         /// their buyers were told) and restore a missing `sales` row from Redis.
         #[arg(long)]
         repair: bool,
+        #[command(flatten)]
+        config: Box<Config>,
     },
     /// Retire one sale: remove its Redis keys and registrations; Postgres keeps its orders and
     /// its row, marked retired. Prints the report as JSON.
@@ -48,6 +59,8 @@ pub enum Command {
         /// The sale to retire.
         #[arg(value_parser = SaleId::parse)]
         sale_id: SaleId,
+        #[command(flatten)]
+        config: Box<Config>,
     },
     /// Print an HS256 token naming USER, signed with SECKILL_JWT_SECRET (with the configured
     /// user claim, issuer and audience), for `Authorization: Bearer` with SECKILL_AUTH=jwt.
@@ -58,6 +71,8 @@ pub enum Command {
         /// How long the token is valid.
         #[arg(long, default_value = "1h", value_parser = duration)]
         ttl: Duration,
+        #[command(flatten)]
+        auth: AuthConfig,
     },
     /// Send a signed `order.paid` event for one order to a running service's POST
     /// /payments/events (signed with SECKILL_PAYMENT_SECRET, as the shop's payment system would),
@@ -76,5 +91,21 @@ pub enum Command {
         /// The event's id (default: a new UUID): send the same id again to replay an event.
         #[arg(long)]
         event_id: Option<String>,
+        #[command(flatten)]
+        payments: PaymentConfig,
     },
+}
+
+impl Command {
+    /// The service's settings, for the commands that have them (all but `token` and `pay`).
+    pub fn config(&self) -> Option<&Config> {
+        match self {
+            Self::Serve { config, .. }
+            | Self::Worker { config }
+            | Self::Migrate { config }
+            | Self::Reconcile { config, .. }
+            | Self::Retire { config, .. } => Some(config),
+            Self::Token { .. } | Self::Pay { .. } => None,
+        }
+    }
 }

@@ -71,7 +71,8 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<crate::config::Config, String> {
         let cli = Cli::try_parse_from([&["seckill", "migrate"], args].concat()).map_err(|e| e.to_string())?;
-        cli.config.validate().map(|()| cli.config)
+        let config = cli.config().unwrap();
+        config.validate().map(|()| config)
     }
 
     #[test]

@@ -75,7 +75,7 @@ mod tests {
     #[test]
     fn the_edge_bounds_have_defaults_and_limits() {
         let parse = |args: &[&str]| Cli::try_parse_from([&["seckill", "migrate"], args].concat());
-        let edge = parse(&[]).unwrap().config.edge;
+        let edge = parse(&[]).unwrap().config().unwrap().edge;
         assert_eq!((edge.max_head_bytes, edge.max_connections_per_client), (8192, 256));
         assert_eq!(edge.request_read_timeout, std::time::Duration::from_secs(5));
         assert!(edge.metrics_listen.is_none());
@@ -83,6 +83,6 @@ mod tests {
         assert!(parse(&["--request-read-timeout", "0s"]).is_err());
         assert!(parse(&["--request-read-timeout", "1h"]).is_err());
         let set = parse(&["--metrics-listen", "127.0.0.1:9091", "--max-connections-per-client", "0"]).unwrap();
-        assert_eq!(set.config.edge.metrics_listen, Some("127.0.0.1:9091".parse().unwrap()));
+        assert_eq!(set.command.config().unwrap().edge.metrics_listen, Some("127.0.0.1:9091".parse().unwrap()));
     }
 }

@@ -40,8 +40,14 @@ pub use retire::RetireConfig;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    #[command(flatten)]
-    pub config: Config,
+}
+
+impl Cli {
+    /// The settings of a command that has them ([`Command::config`]), taken out of the command
+    /// line.
+    pub fn config(self) -> Option<Config> {
+        self.command.config().cloned()
+    }
 }
 
 /// Every setting of the service. Each has a default so `seckill serve` runs against local servers.
@@ -322,35 +328,36 @@ mod tests {
         let parse = |args: &[&str]| Cli::try_parse_from([&["seckill", "migrate"], args].concat());
         let cli =
             parse(&["--rate-limit", "10/2s", "--rate-limit-algorithm", "gcra", "--rate-limit-burst", "3"]).unwrap();
-        let policy = cli.config.rate_limit_policy().unwrap();
+        let policy = cli.command.config().unwrap().rate_limit_policy().unwrap();
         assert_eq!(
             (policy.algorithm, policy.limit, policy.window, policy.burst),
             (Algorithm::Gcra, 10, Duration::from_secs(2), 3)
         );
-        let default = parse(&[]).unwrap().config.rate_limit_policy().unwrap();
+        let default = parse(&[]).unwrap().config().unwrap().rate_limit_policy().unwrap();
         assert_eq!((default.algorithm, default.limit), (Algorithm::SlidingLog, 20), "a sliding window by default");
         assert!(parse(&["--rate-limit-algorithm", "leaky"]).is_err());
         let burst_without_bucket =
             parse(&["--rate-limit-algorithm", "sliding-log", "--rate-limit-burst", "3"]).unwrap();
-        assert!(burst_without_bucket.config.rate_limit_policy().is_err());
+        assert!(burst_without_bucket.command.config().unwrap().rate_limit_policy().is_err());
     }
 
     #[test]
     fn an_admin_token_under_32_bytes_is_refused_at_start_without_being_shown() {
         let parse = |token: &str| Cli::try_parse_from(["seckill", "migrate", "--admin-token", token]);
-        let short = parse("secret-but-31-bytes-long-abcdef").unwrap().config.validate().unwrap_err();
+        let short = parse("secret-but-31-bytes-long-abcdef").unwrap().config().unwrap().validate().unwrap_err();
         assert!(short.contains("at least 32 bytes"), "{short}");
         assert!(!short.contains("secret-but"), "the refused token is not printed: {short}");
         let cli = parse(&"x".repeat(32)).unwrap();
-        assert!(cli.config.validate().is_ok());
-        let mut config = cli.config;
+        assert!(cli.command.config().unwrap().validate().is_ok());
+        let mut config = cli.config().unwrap();
         config.admin_token = Some(SecretString::from("test-admin-token"));
         assert!(config.validate().unwrap_err().contains("at least 32 bytes"), "a config built in code too");
     }
 
     #[test]
     fn the_per_buyer_limit_is_off_by_default_and_shares_the_algorithm() {
-        let parse = |args: &[&str]| Cli::try_parse_from([&["seckill", "migrate"], args].concat()).unwrap().config;
+        let parse =
+            |args: &[&str]| Cli::try_parse_from([&["seckill", "migrate"], args].concat()).unwrap().config().unwrap();
         let default = parse(&[]);
         assert_eq!(default.user_rate_limit_policy(), Ok(None));
         assert_eq!((default.ipv6_prefix, default.sold_out_rate_limit()), (64, default.rate_limit));
@@ -365,5 +372,49 @@ mod tests {
     fn cli_definition_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    /// Each command's long help, by name ("" for `seckill --help`).
+    fn helps() -> Vec<(String, String)> {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        let mut helps = vec![(String::new(), cli.render_long_help().to_string())];
+        for sub in cli.get_subcommands_mut() {
+            helps.push((sub.get_name().to_owned(), sub.render_long_help().to_string()));
+        }
+        helps
+    }
+
+    #[test]
+    fn each_command_lists_only_the_settings_it_reads() {
+        let helps: std::collections::HashMap<String, String> = helps().into_iter().collect();
+        for server in ["serve", "worker", "migrate", "reconcile", "retire"] {
+            assert!(helps[server].contains("--redis-url") && helps[server].contains("--jwt-secret"), "{server}");
+        }
+        assert!(helps["token"].contains("--jwt-secret") && helps["pay"].contains("--payment-secret"));
+        for (command, foreign) in [("token", "--payment-secret"), ("pay", "--jwt-secret"), ("", "--redis-url")] {
+            for server_setting in ["--listen", "--redis-url", "--database-url", "--rate-limit", foreign] {
+                assert!(!helps[command].contains(server_setting), "`seckill {command} --help` lists {server_setting}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_file_a_help_points_to_exists() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut pointed = 0;
+        for (command, help) in helps() {
+            let text = help.replace('\n', " ");
+            for word in text.split(|c: char| c.is_whitespace() || "(),;\"`".contains(c)) {
+                let path = word.trim_end_matches(['.', ':']);
+                if path.starts_with("docs/") || path.starts_with("lua/") || path == "README.md" {
+                    let file = path.split('#').next().unwrap();
+                    assert!(root.join(file).is_file(), "`seckill {command} --help` points to {path}, which is not a file");
+                    pointed += 1;
+                }
+            }
+            assert!(!text.contains("README: "), "`seckill {command} --help` points into the README by a title");
+        }
+        assert!(pointed > 0, "the helps point to the docs");
     }
 }

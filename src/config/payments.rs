@@ -47,13 +47,13 @@ mod tests {
     #[test]
     fn windows_are_off_by_default_and_bounded() {
         let parse = |args: &[&str]| Cli::try_parse_from([&["seckill", "migrate"], args].concat());
-        assert_eq!(parse(&[]).unwrap().config.payments.payment_window, None);
-        let set = parse(&["--payment-window", "15m"]).unwrap().config.payments;
+        assert_eq!(parse(&[]).unwrap().config().unwrap().payments.payment_window, None);
+        let set = parse(&["--payment-window", "15m"]).unwrap().config().unwrap().payments;
         assert_eq!(set.payment_window, Some(Duration::from_secs(900)));
         for bad in ["0s", "500ms", "8d", "soon"] {
             assert!(parse(&["--payment-window", bad]).is_err(), "{bad}");
         }
-        let short = parse(&["--payment-secret", "short"]).unwrap().config.payments;
+        let short = parse(&["--payment-secret", "short"]).unwrap().config().unwrap().payments;
         assert!(short.validate().unwrap_err().contains("32 bytes"));
         assert!(!short.validate().unwrap_err().contains("short"), "the error never names the secret");
     }

@@ -42,9 +42,9 @@ mod tests {
     #[test]
     fn retirement_defaults_to_a_day_and_zero_means_never() {
         let parse = |args: &[&str]| Cli::try_parse_from([&["seckill", "migrate"], args].concat());
-        let default = parse(&[]).unwrap().config.retire;
+        let default = parse(&[]).unwrap().config().unwrap().retire;
         assert_eq!((default.retire_after.as_secs(), default.retire_interval.as_secs()), (86_400, 60));
-        let never = parse(&["--retire-after", "0"]).unwrap().config.retire;
+        let never = parse(&["--retire-after", "0"]).unwrap().config().unwrap().retire;
         assert!(never.retire_after.is_zero());
         assert!(parse(&["--retire-interval", "0"]).is_err());
     }
