@@ -102,11 +102,14 @@ const POLL_MS = Math.max(50, envInt('POLL_MS', 500)); // the status poll's perio
 const WAIT_LIMIT_S = envInt('WAIT_LIMIT_S', 60); // a user stops waiting for the start after this
 const ORDER_POLLS = Math.max(1, envInt('ORDER_POLLS', 10)); // order polls per buyer, at most
 const ORDER_POLL_MS = Math.max(100, envInt('ORDER_POLL_MS', 1000));
-const P99_MS = envInt('P99_MS', 250);
-const STATUS_P95_MS = envInt('STATUS_P95_MS', 100);
-const BUY_P95_MS = envInt('BUY_P95_MS', 250);
-const ORDER_P95_MS = envInt('ORDER_P95_MS', 250);
-const CONFIRM_P95_MS = envInt('CONFIRM_P95_MS', 3000);
+// Every latency threshold times LATENCY_SCALE (the test command's quick run: a debug build).
+const LATENCY_SCALE = Math.max(1, envFloat('LATENCY_SCALE', 1));
+const latency = (name, fallback) => Math.round(envInt(name, fallback) * LATENCY_SCALE);
+const P99_MS = latency('P99_MS', 250);
+const STATUS_P95_MS = latency('STATUS_P95_MS', 100);
+const BUY_P95_MS = latency('BUY_P95_MS', 250);
+const ORDER_P95_MS = latency('ORDER_P95_MS', 250);
+const CONFIRM_P95_MS = latency('CONFIRM_P95_MS', 3000);
 // Reservations: the flash sales' payment window (0: none, orders are final at once), and what the
 // buyers do with a reservation. PAYMENT_SECRET is the service's SECKILL_PAYMENT_SECRET.
 const PAYMENT_WINDOW_MS = envInt('PAYMENT_WINDOW_MS', 0);
@@ -121,8 +124,8 @@ if (MODE === 'crowd' && WINDOW && PAY_RATIO > 0 && PAYMENT_SECRET.length < 32) {
 // worker stored the order: the service then stores it from the queue first).
 const THINK_MS = envInt('THINK_MS', 0);
 if (WINDOW && THINK_MS >= PAYMENT_WINDOW_MS) throw new Error('THINK_MS must be shorter than the payment window');
-const PAY_P95_MS = envInt('PAY_P95_MS', 250);
-const CANCEL_P95_MS = envInt('CANCEL_P95_MS', 250);
+const PAY_P95_MS = latency('PAY_P95_MS', 250);
+const CANCEL_P95_MS = latency('CANCEL_P95_MS', 250);
 
 // too fast
 const TOO_FAST_SALE = __ENV.TOO_FAST_SALE || 'limiter';

