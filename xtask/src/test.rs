@@ -1,8 +1,8 @@
 //! `cargo xtask test`: the one test command (what CI runs). On throwaway servers from `testbed`
 //! (a Redis, Postgres and a 3-master Redis Cluster): fmt check, clippy, `cargo test --workspace`,
 //! the API fuzz (schemathesis, see `fuzz`), the compose lint, the Kubernetes manifests' lint
-//! (`scripts/lint-k8s.sh`), a quick k6 load run (`cargo xtask load k6`, debug build), then the
-//! api integration tests once more against the Redis Cluster.
+//! (`scripts/lint-k8s.sh`), quick k6 load runs (`cargo xtask load k6` and `k6-queue`, debug
+//! build), then the api integration tests once more against the Redis Cluster.
 //! Every step runs and is reported; the task closes with one table (each step, passed or failed,
 //! its tests passed and failed, its time) and a last line `N passed, N failed` (the tests of every
 //! `cargo test` step together), and fails if any step failed.
@@ -170,6 +170,27 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 "--verify-orders",
                 "200",
             ]),
+        );
+        // The waiting room's crowd the same way: 160 buyers join, poll and buy once admitted;
+        // bots that skip the line buy nothing.
+        report.command(
+            "load k6-queue (quick)",
+            cargo()
+                .args(["xtask", "load", "--profile", "debug", "--results-dir", "target/load-quick", "k6-queue"])
+                .args([
+                    "--arrival-rps",
+                    "40",
+                    "--arrive",
+                    "4s",
+                    "--countdown",
+                    "3s",
+                    "--stock",
+                    "100",
+                    "--bot-duration",
+                    "3s",
+                    "--p99-ms",
+                    "5000",
+                ]),
         );
         if services.cluster.is_some() {
             let handle = services.handle_file(Target::Cluster)?;
