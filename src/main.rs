@@ -29,8 +29,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Worker { config } => app::run_worker(&config, app::shutdown_on_signals()).await?,
         Command::Migrate { config } => app::migrate(&config).await?,
         Command::Token { user, ttl, auth } => app::print_token(&auth, &user, ttl)?,
-        Command::Pay { sale, order, url, event_id, payments } => {
-            return Ok(app::send_payment(&payments, &sale, order, &url, event_id).await);
+        Command::Pay { sale, order, url, event_id, payment_secret } => {
+            return Ok(app::send_payment(payment_secret.as_ref(), &sale, order, &url, event_id).await);
         }
         // Ctrl-C keeps its default meaning: an interrupted check or repair is simply run again.
         Command::Reconcile { sale_id, repair, config } => {

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::build_worker;
-use crate::config::{AuthConfig, Config, PaymentConfig};
+use crate::config::{AuthConfig, Config};
 use crate::db;
 use crate::domain::{SaleId, UserId};
 use crate::identity;
@@ -171,13 +171,13 @@ pub fn print_token(auth: &AuthConfig, user: &UserId, ttl: Duration) -> anyhow::R
 /// The `seckill pay` command: signs an `order.paid` event for `order` with
 /// SECKILL_PAYMENT_SECRET, posts it to `url`'s `/payments/events`, prints the answer.
 pub async fn send_payment(
-    payments: &PaymentConfig,
+    payment_secret: Option<&SecretString>,
     sale: &SaleId,
     order: uuid::Uuid,
     url: &str,
     event_id: Option<String>,
 ) -> ExitCode {
-    let Some(secret) = &payments.payment_secret else {
+    let Some(secret) = payment_secret else {
         eprintln!("seckill pay: SECKILL_PAYMENT_SECRET is not set");
         return ExitCode::from(EXIT_DIFFERENCES);
     };

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use clap::Subcommand;
 
-use super::{AuthConfig, Config, PaymentConfig, duration};
+use secrecy::SecretString;
+
+use super::{AuthConfig, Config, duration};
 use crate::domain::{SaleId, UserId};
 
 /// What to run.
@@ -91,8 +93,9 @@ pub enum Command {
         /// The event's id (default: a new UUID): send the same id again to replay an event.
         #[arg(long)]
         event_id: Option<String>,
-        #[command(flatten)]
-        payments: PaymentConfig,
+        /// The key the service checks the event's signature with (SECKILL_PAYMENT_SECRET).
+        #[arg(long, env = "SECKILL_PAYMENT_SECRET", value_parser = super::secret, hide_env_values = true)]
+        payment_secret: Option<SecretString>,
     },
 }
 

@@ -93,6 +93,10 @@ fn missing_packages(tools: Tools) -> Vec<&'static str> {
     if find_pg_bin().and_then(|bin| find_psql(&bin)).is_none() {
         missing.push("postgresql");
     }
+    // The examples `cargo xtask run` prints and the README's (tests/api/readme.rs) use curl.
+    if which("curl").is_none() {
+        missing.push("curl");
+    }
     if tools.browser {
         if which("chromium").is_none() {
             missing.push("chromium");
