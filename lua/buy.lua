@@ -8,8 +8,7 @@
 -- KEYS[5]  receipts hash      seckill:{sale:<id>}:receipts  (user id -> "<order id> <created_at_ms> <stream entry id>")
 -- KEYS[6]  queue's buyers     seckill:{sale:<id>}:queue:bought  (a queued sale's: user id -> place; lua/admit.lua
 --                             counts the admitted places that were used)
--- ARGV[1]  sale id            (named in errors; the entry's stream names the sale, so the entry
---                             does not carry it)
+-- ARGV[1]  sale id            (copied into the order; the app validated it)
 -- ARGV[2]  user id            (kept as a string: never tonumber'd)
 -- ARGV[3]  order id           (UUID v7 made by the app)
 -- ARGV[4]  shards             how many shards the caller believes the sale has (1: unsharded;
@@ -20,8 +19,7 @@
 --                             worker's span (src/telemetry/traces.rs); "" when traces are off
 --
 -- Returns one status string, except for "already_purchased" and "reserved":
---   "ok"                 user added, stock decremented, order appended to the stream (order_id,
---                        user_id; its entry id's milliseconds are the order's time), receipt kept
+--   "ok"                 user added, stock decremented, order appended to the stream, receipt kept
 --   {"reserved", pay_by_ms}
 --                        the same, in a sale with a payment window (meta payment_window_ms): the
 --                        order is a reservation to be paid by pay_by_ms = Redis time + the window,
@@ -99,7 +97,7 @@ end
 local canonical = stock_raw == '0' or (#stock_raw <= 18 and string.match(stock_raw, '^%-?[1-9]%d*$'))
 local stock = canonical and tonumber(stock_raw)
 if not stock then
-  error('seckill buy.lua: the stock of sale ' .. ARGV[1] .. ' is damaged (' .. stock_raw .. '): nothing written')
+  error('seckill buy.lua: the stock of the sale is damaged (' .. stock_raw .. '): nothing written')
 end
 if stock <= 0 then
   return 'sold_out'
@@ -110,22 +108,24 @@ end
 -- of another type: the entry just added is deleted again), then a queued sale's ZADD (the
 -- entry and the receipt deleted again). SADD cannot fail (SISMEMBER above
 -- took the key), nor can DECR (the stock checked above).
+local created_at = string.format('%d', now_ms)
 local window = tonumber(meta[5])
 local pay_by
 if window then
   pay_by = string.format('%d', now_ms + window)
 end
--- The entry carries the order id and the user (its stream names the sale, its id the time).
 local entry
 if not ARGV[6] or ARGV[6] == '' then
   -- Traces off (every purchase then): the entry's fields as literals, no table to build.
   if window then
-    entry = redis.call('XADD', KEYS[4], '*', 'order_id', ARGV[3], 'user_id', ARGV[2], 'pay_by_ms', pay_by)
+    entry = redis.call('XADD', KEYS[4], '*',
+      'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at, 'pay_by_ms', pay_by)
   else
-    entry = redis.call('XADD', KEYS[4], '*', 'order_id', ARGV[3], 'user_id', ARGV[2])
+    entry = redis.call('XADD', KEYS[4], '*',
+      'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at)
   end
 else
-  local fields = {'order_id', ARGV[3], 'user_id', ARGV[2]}
+  local fields = {'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at}
   if window then
     table.insert(fields, 'pay_by_ms')
     table.insert(fields, pay_by)
@@ -134,8 +134,6 @@ else
   table.insert(fields, ARGV[6])
   entry = redis.call('XADD', KEYS[4], '*', unpack(fields))
 end
--- The order's time is its entry's (Redis time, ms), so the receipt and the worker agree on it.
-local created_at = string.match(entry, '^(%d+)')
 local receipt = redis.pcall('HSET', KEYS[5], ARGV[2], ARGV[3] .. ' ' .. created_at .. ' ' .. entry)
 if type(receipt) == 'table' and receipt.err then
   redis.call('XDEL', KEYS[4], entry)

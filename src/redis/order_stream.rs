@@ -14,11 +14,12 @@ use super::lua;
 use crate::domain::{Order, SaleId, UserId};
 
 const ORDER_ID: &str = "order_id";
+/// The sale: written, but not read (the entry's sale is its stream's), so that a later release
+/// can stop writing it while workers of this one still run (docs/benchmarks.md, AOF bytes).
+const SALE_ID: &str = "sale_id";
 const USER_ID: &str = "user_id";
-/// Redis server time of the purchase, Unix milliseconds: only in an entry appended after the
-/// purchase ([`encode`], reconciliation's re-enqueue). Without it the order's time is its entry
-/// id's milliseconds, as `lua/buy.lua` writes it. (The sale is the stream's: entries written
-/// before the field was dropped also carry `sale_id`, which is ignored.)
+/// Redis server time of the purchase, Unix milliseconds. Read when present; without it the
+/// order's time is its entry id's milliseconds (what a later release may write).
 const CREATED_AT_MS: &str = "created_at_ms";
 /// A reservation's deadline, Unix milliseconds (Redis time): only in a sale with a payment window.
 pub const PAY_BY_MS: &str = "pay_by_ms";
@@ -69,14 +70,14 @@ pub async fn trim(con: &mut impl ConnectionLike, stream: &str) -> RedisResult<u6
     lua::run(lua::TRIM.key(stream).arg(CONSUMER_GROUP), con).await
 }
 
-/// The fields of a purchase's entry, in the order `lua/buy.lua` writes them.
-pub const FIELDS: [&str; 2] = [ORDER_ID, USER_ID];
+/// The fields of an entry, in the order they are written.
+pub const FIELDS: [&str; 4] = [ORDER_ID, SALE_ID, USER_ID, CREATED_AT_MS];
 
-/// The entry of `order` appended after its purchase (to its sale's stream), as XADD takes its
-/// fields: with its time, which the new entry's id does not hold.
+/// The entry of `order`, as XADD takes its fields.
 pub fn encode(order: &Order) -> Vec<(&'static str, String)> {
     let mut fields = vec![
         (ORDER_ID, order.order_id.to_string()),
+        (SALE_ID, order.sale_id.to_string()),
         (USER_ID, order.user_id.to_string()),
         (CREATED_AT_MS, order.created_at_ms.to_string()),
     ];
@@ -129,11 +130,7 @@ mod tests {
     fn buy_lua_appends_exactly_these_fields_and_no_other_script_appends() {
         let code = lua_code("buy.lua");
         // Traces off: two XADDs with literal fields, with and without a payment window.
-        let calls: Vec<&str> = code
-            .split("redis.call('XADD', KEYS[4], '*', ")
-            .skip(1)
-            .filter(|call| !call.starts_with("unpack"))
-            .collect();
+        let calls: Vec<&str> = code.split("redis.call('XADD', KEYS[4], '*',\n").skip(1).collect();
         let mut written = Vec::new();
         for call in &calls {
             // The call's arguments up to its closing parenthesis: field, value, ...
@@ -188,12 +185,14 @@ mod tests {
         assert_eq!(decode(&entry(&encode(&reserved)), sale), Ok(reserved.clone()));
         assert_eq!(user(&entry(&encode(&order))).as_deref(), Some("u"));
         let mut bad = encode(&order);
-        bad[1].1 = String::new();
+        bad[2].1 = String::new();
         assert_eq!(decode(&entry(&bad), sale), Err(USER_ID));
         assert_eq!(decode(&StreamId::default(), sale), Err(ORDER_ID));
 
-        // As buy.lua writes it: the time is the entry id's.
-        let purchased = StreamId { id: "1700000000000-3".into(), ..entry(&encode(&order)[..2]) };
+        // The short entry a later release may write (order id and user): its time is the entry
+        // id's, its sale the stream's.
+        let short = [encode(&order)[0].clone(), encode(&order)[2].clone()];
+        let purchased = StreamId { id: "1700000000000-3".into(), ..entry(&short) };
         assert_eq!(decode(&purchased, sale), Ok(order.clone()));
         let unnamed = StreamId { id: "x".into(), ..purchased.clone() };
         assert_eq!(decode(&unnamed, sale), Err(CREATED_AT_MS));
