@@ -112,3 +112,55 @@ impl Command {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Cli;
+
+    /// Each command's long help, by name ("" for `seckill --help`).
+    fn helps() -> Vec<(String, String)> {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        let mut helps = vec![(String::new(), cli.render_long_help().to_string())];
+        for sub in cli.get_subcommands_mut() {
+            helps.push((sub.get_name().to_owned(), sub.render_long_help().to_string()));
+        }
+        helps
+    }
+
+    #[test]
+    fn each_command_lists_only_the_settings_it_reads() {
+        let helps: std::collections::HashMap<String, String> = helps().into_iter().collect();
+        for server in ["serve", "worker", "migrate", "reconcile", "retire"] {
+            assert!(helps[server].contains("--redis-url") && helps[server].contains("--jwt-secret"), "{server}");
+        }
+        assert!(helps["token"].contains("--jwt-secret") && helps["pay"].contains("--payment-secret"));
+        for (command, foreign) in [("token", "--payment-secret"), ("pay", "--jwt-secret"), ("", "--redis-url")] {
+            for server_setting in ["--listen", "--redis-url", "--database-url", "--rate-limit", foreign] {
+                assert!(!helps[command].contains(server_setting), "`seckill {command} --help` lists {server_setting}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_file_a_help_points_to_exists() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut pointed = 0;
+        for (command, help) in helps() {
+            let text = help.replace('\n', " ");
+            for word in text.split(|c: char| c.is_whitespace() || "(),;\"`".contains(c)) {
+                let path = word.trim_end_matches(['.', ':']);
+                if path.starts_with("docs/") || path.starts_with("lua/") || path == "README.md" {
+                    let file = path.split('#').next().unwrap();
+                    assert!(
+                        root.join(file).is_file(),
+                        "`seckill {command} --help` points to {path}, which is not a file"
+                    );
+                    pointed += 1;
+                }
+            }
+            assert!(!text.contains("README: "), "`seckill {command} --help` points into the README by a title");
+        }
+        assert!(pointed > 0, "the helps point to the docs");
+    }
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::duration;
 
-/// The Postgres timeouts (README: configuration table).
+/// The Postgres timeouts (docs/configuration.md).
 #[derive(Debug, Clone, clap::Args)]
 pub struct DatabaseConfig {
     /// Postgres cancels a statement running longer than this (`statement_timeout` of every

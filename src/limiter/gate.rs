@@ -71,7 +71,7 @@ impl<'p> Gate<'p> {
     /// sale's shard 0 (`sale_tag`, the `sale` scope) moves to that shard's slot, so it joins the
     /// purchase's call there; any other key stays.
     pub fn on_shard(&self, sale_tag: &str, shard_tag: &str) -> Gate<'p> {
-        let key = match hash_tag(&self.key) == sale_tag && sale_tag != shard_tag {
+        let key = match hash_tag(&self.key) == sale_tag {
             true => self.key.replacen(&format!("{{{sale_tag}}}"), &format!("{{{shard_tag}}}"), 1),
             false => self.key.clone(),
         };

@@ -2,6 +2,7 @@
 //! shard in the user's visit order until one decides. The request's rate limits ride in the
 //! first call (`lua/buy_limited.lua`) when their keys can share it.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -250,7 +251,7 @@ impl Sales {
                 .arg(&limits.traceparent);
             if !gates.is_empty() {
                 call.arg(gates.len());
-                for gate in &gates {
+                for gate in gates.iter() {
                     call.key(&gate.key);
                     gate.policy.push_args(&mut call, &limits.order_id, None);
                 }
@@ -286,28 +287,33 @@ impl Sales {
     /// moved into the shard's slot ([`Gate::on_shard`]), when their keys then share its slot or
     /// Redis is one server; else none, after checking each in a call of its own. `None` when one
     /// of those refused.
-    async fn gates_joining<'p>(
+    async fn gates_joining<'g, 'p>(
         &self,
         con: &mut impl ConnectionLike,
         keys: &SaleKeys,
         sale: &SaleKeys,
-        limits: &mut Limits<'_, 'p>,
-    ) -> RedisResult<Option<Vec<Gate<'p>>>> {
+        limits: &mut Limits<'g, 'p>,
+    ) -> RedisResult<Option<Cow<'g, [Gate<'p>]>>> {
         let gates = std::mem::take(&mut limits.gates);
         let (sale_tag, shard_tag) = (hash_tag(&sale.meta), hash_tag(&keys.meta));
-        let gates: Vec<Gate<'p>> = gates.iter().map(|gate| gate.on_shard(sale_tag, shard_tag)).collect();
+        // Shard 0 (every unsharded sale) takes the gates as they are; only another shard's call
+        // needs its `sale`-scoped keys moved into its slot.
+        let gates: Cow<'g, [Gate<'p>]> = match sale_tag == shard_tag {
+            true => Cow::Borrowed(gates),
+            false => Cow::Owned(gates.iter().map(|gate| gate.on_shard(sale_tag, shard_tag)).collect()),
+        };
         let cluster = self.redis.conn().is_cluster();
         if !cluster || gates.iter().all(|gate| hash_tag(&gate.key) == shard_tag) {
             return Ok(Some(gates));
         }
-        for gate in &gates {
+        for gate in gates.iter() {
             let decision = gate.check(con, &limits.order_id).await?;
             limits.decisions.push(decision);
             if !decision.allowed {
                 return Ok(None);
             }
         }
-        Ok(Some(vec![]))
+        Ok(Some(Cow::Borrowed(&[])))
     }
 }
 

@@ -50,42 +50,46 @@ pub fn interrupted() -> Option<ExitCode> {
 /// Runs `command` to completion in a process group of its own; at `deadline` (or on a signal
 /// received before it started) the group gets SIGTERM, then SIGKILL, and this returns an error.
 pub fn run(command: &mut Command, deadline: Instant) -> Result<ExitStatus> {
-    use std::os::unix::process::CommandExt;
-    if signalled() {
-        anyhow::bail!("interrupted");
-    }
-    let mut child = command.process_group(0).spawn().with_context(|| format!("starting {command:?}"))?;
-    GROUP.store(child.id(), Ordering::SeqCst);
-    let result = wait(&mut child, deadline);
-    GROUP.store(0, Ordering::SeqCst);
-    result.with_context(|| format!("{command:?}"))
+    Ok(supervise(command, deadline, |_| ())?.0)
 }
 
 /// Runs `command` as [`run`] does, its stdout echoed line by line as it comes and also returned.
 pub fn run_echoing(command: &mut Command, deadline: Instant) -> Result<(ExitStatus, Vec<String>)> {
     use std::io::{BufRead, Write};
     command.stdout(std::process::Stdio::piped());
+    let (status, echo) = supervise(command, deadline, |child| {
+        let stdout = child.stdout.take();
+        std::thread::spawn(move || {
+            let mut lines = vec![];
+            for line in stdout.into_iter().flat_map(|out| std::io::BufReader::new(out).lines().map_while(Result::ok)) {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{line}");
+                let _ = out.flush();
+                lines.push(line);
+            }
+            lines
+        })
+    })?;
+    Ok((status, echo.join().unwrap_or_default()))
+}
+
+/// Spawns `command` in a process group of its own, hands the child to `attach` (before waiting),
+/// then waits for it as [`run`] describes.
+fn supervise<T>(
+    command: &mut Command,
+    deadline: Instant,
+    attach: impl FnOnce(&mut std::process::Child) -> T,
+) -> Result<(ExitStatus, T)> {
+    use std::os::unix::process::CommandExt;
     if signalled() {
         anyhow::bail!("interrupted");
     }
-    use std::os::unix::process::CommandExt;
     let mut child = command.process_group(0).spawn().with_context(|| format!("starting {command:?}"))?;
-    let stdout = child.stdout.take().context("the child's stdout")?;
-    let echo = std::thread::spawn(move || {
-        let mut lines = vec![];
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{line}");
-            let _ = out.flush();
-            lines.push(line);
-        }
-        lines
-    });
+    let attached = attach(&mut child);
     GROUP.store(child.id(), Ordering::SeqCst);
     let result = wait(&mut child, deadline);
     GROUP.store(0, Ordering::SeqCst);
-    let lines = echo.join().unwrap_or_default();
-    Ok((result.with_context(|| format!("{command:?}"))?, lines))
+    Ok((result.with_context(|| format!("{command:?}"))?, attached))
 }
 
 fn wait(child: &mut std::process::Child, deadline: Instant) -> Result<ExitStatus> {
