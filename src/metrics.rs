@@ -62,6 +62,9 @@ pub struct Metrics {
     pub worker_batch_size: Histogram,
     /// Duration of the worker's batch inserts.
     pub worker_insert_seconds: Histogram,
+    /// Purchases per Redis call: more than one when purchases queue up for a shard
+    /// (`crate::purchase::batch`).
+    pub purchase_batch_size: Histogram,
     /// Orders the worker handled: `inserted`, `redelivered` (already stored), `conflict`
     /// (another order of the same user and sale), `malformed`, `reclaimed` (from a dead consumer).
     pub worker_orders: IntCounterVec,
@@ -160,6 +163,11 @@ impl Metrics {
                 "seckill_worker_insert_duration_seconds",
                 "Duration of one batch insert",
                 latency_buckets,
+            ),
+            purchase_batch_size: histogram(
+                "seckill_purchase_batch_size",
+                "Purchases per Redis call",
+                vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0],
             ),
             worker_orders: counter("seckill_worker_orders_total", "Orders handled by the worker", &["result"]),
             dependency_errors: counter(

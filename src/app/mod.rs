@@ -84,7 +84,9 @@ impl Application {
         let events_channel = redis.events_channel();
         let sold_out = Arc::new(SoldOutFlags::default());
         let metrics = Arc::new(Metrics::new());
-        let sales = confirmed(Sales::new(redis.clone()), config)?;
+        let sales =
+            Sales::new(redis.clone()).batching(config.purchase_batch, Some(metrics.purchase_batch_size.clone()));
+        let sales = confirmed(sales, config)?;
         let listener = bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
         let local_addr = listener.local_addr()?;
         let metrics_listener = match config.edge.metrics_listen {

@@ -161,6 +161,14 @@ pub struct Config {
           global = true)]
     pub shutdown_timeout: Duration,
 
+    /// Most purchases of one sale (one shard) in one Redis call: while a call is on Redis, the
+    /// purchases arriving for the same shard on the same HTTP worker wait and go together in
+    /// the next (no timer: a purchase that finds none in flight goes at once). 1: each purchase
+    /// in a call of its own. Ignored with SECKILL_CONFIRM_REPLICAS (each purchase waits alone).
+    #[arg(long, env = "SECKILL_PURCHASE_BATCH", default_value_t = crate::purchase::batch::DEFAULT_PURCHASE_BATCH,
+          value_parser = clap::value_parser!(u32).range(1..=256), global = true)]
+    pub purchase_batch: u32,
+
     /// HTTP worker threads of `serve`. Unset: the CPUs this process may use (its affinity and
     /// cgroup CPU quota included).
     #[arg(long, env = "SECKILL_HTTP_WORKERS", value_parser = clap::value_parser!(u16).range(1..=1024), global = true)]

@@ -67,16 +67,26 @@ impl Algorithm {
     pub fn with_purchase(self) -> &'static Script {
         &SCRIPTS[self as usize].with_purchase
     }
+
+    /// `lua/buy_batch.lua` with this algorithm: several purchases, each with its limits, in one call.
+    pub fn with_purchases(self) -> &'static Script {
+        &SCRIPTS[self as usize].with_purchases
+    }
 }
 
 /// Each algorithm's scripts, in the order of [`Algorithm::ALL`], built on first use.
 struct Scripts {
     alone: Script,
     with_purchase: Script,
+    with_purchases: Script,
 }
 
 static SCRIPTS: LazyLock<[Scripts; 5]> = LazyLock::new(|| {
-    Algorithm::ALL.map(|a| Scripts { alone: Script::new(a.source()), with_purchase: lua::buy_limited(a.source()) })
+    Algorithm::ALL.map(|a| Scripts {
+        alone: Script::new(a.source()),
+        with_purchase: lua::buy_limited(a.source()),
+        with_purchases: lua::buy_batch(a.source()),
+    })
 });
 
 impl fmt::Display for Algorithm {

@@ -11,12 +11,13 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use super::Sales;
+use super::batch::{self, Part, Target};
 use super::receipt::{OrderStatus, Receipt};
 use crate::domain::{SaleId, UserId};
 use crate::limiter::{Decision, Gate};
 use crate::purchase::shards::Layout;
 use crate::redis::keys::{SaleKeys, hash_tag};
-use crate::redis::lua::{self, unexpected_reply};
+use crate::redis::lua::unexpected_reply;
 use crate::telemetry::traces;
 
 /// What the purchase decided.
@@ -239,24 +240,18 @@ impl Sales {
             let Some(gates) = self.gates_joining(con, &keys[shard], &keys[0], limits).await? else {
                 return Ok(ShardReply::Limited);
             };
-            let mut call = match gates.first() {
-                None => lua::BUY.key(&keys[shard].all()[..]),
-                Some(gate) => gate.policy.algorithm.with_purchase().key(&keys[shard].all()[..]),
+            let target = Target::new(sale.as_str(), &keys[shard], layout.shards());
+            let part = Part {
+                user: user.as_str().to_owned(),
+                order_id: limits.order_id.clone(),
+                place: limits.place.clone(),
+                traceparent: limits.traceparent.clone(),
+                limits: gates.iter().map(|gate| (gate.key.clone(), *gate.policy)).collect(),
             };
-            call.arg(sale.as_str())
-                .arg(user.as_str())
-                .arg(&limits.order_id)
-                .arg(layout.shards())
-                .arg(&limits.place)
-                .arg(&limits.traceparent);
-            if !gates.is_empty() {
-                call.arg(gates.len());
-                for gate in gates.iter() {
-                    call.key(&gate.key);
-                    gate.policy.push_args(&mut call, &limits.order_id, None);
-                }
-            }
-            let mut reply: Value = lua::run(&call, con).await?;
+            let mut reply = match &self.batcher {
+                Some(batcher) => batcher.buy(&self.redis, &target, part).await?,
+                None => batch::run_one(con, &target, &part).await?,
+            };
             if !gates.is_empty() {
                 match limited_reply(reply, gates.len(), &mut limits.decisions)? {
                     Some(purchase) => reply = purchase,

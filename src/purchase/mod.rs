@@ -5,6 +5,7 @@
 //! stock can be split over shards (`shards`); once Redis said a sale is sold out, each instance
 //! answers that itself (`sold_out`); a retired sale is answered from memory too (`retired`).
 
+pub mod batch;
 pub mod board;
 mod buy;
 mod reads;
@@ -54,19 +55,31 @@ pub struct Sales {
     confirm: Option<Arc<ConfirmPool>>,
     /// Turns for purchases on Redis, `IN_FLIGHT_PURCHASES` (`buy.rs`) at once.
     turns: Arc<tokio::sync::Semaphore>,
+    /// Purchases that queue up for a shard go together ([`batch`]); `None`: each alone.
+    batcher: Option<Arc<batch::Batcher>>,
 }
 
 impl Sales {
-    /// The sales under `redis`'s prefix.
+    /// The sales under `redis`'s prefix, whose purchases go together when they queue up, up to
+    /// [`batch::DEFAULT_PURCHASE_BATCH`] in a call.
     pub fn new(redis: Keyspace) -> Self {
         let turns = Arc::new(tokio::sync::Semaphore::new(buy::IN_FLIGHT_PURCHASES));
-        Self { redis, layouts: Arc::default(), confirm: None, turns }
+        let batcher = Some(Arc::new(batch::Batcher::new(batch::DEFAULT_PURCHASE_BATCH, None)));
+        Self { redis, layouts: Arc::default(), confirm: None, turns, batcher }
+    }
+
+    /// The same sales, with at most `max` purchases in a call (1: each purchase in a call of its
+    /// own), each call's size observed in `sizes`.
+    pub fn batching(self, max: u32, sizes: Option<prometheus::Histogram>) -> Self {
+        let batcher = (max > 1 && self.confirm.is_none()).then(|| Arc::new(batch::Batcher::new(max, sizes)));
+        Self { batcher, ..self }
     }
 
     /// The same sales, whose purchases wait for replicas on `pool`'s connections
-    /// ([`BuyOutcome::NotDurable`] when too few acknowledge in time).
+    /// ([`BuyOutcome::NotDurable`] when too few acknowledge in time). Each purchase then goes
+    /// in a call of its own, on the connection that waits for its replicas.
     pub fn confirmed_by(self, pool: Arc<ConfirmPool>) -> Self {
-        Self { confirm: Some(pool), ..self }
+        Self { confirm: Some(pool), batcher: None, ..self }
     }
 
     /// The keyspace the sales are in.

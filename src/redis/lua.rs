@@ -42,10 +42,19 @@ const BUY_LUA: &str = include_str!("../../lua/buy.lua");
 pub static BUY: LazyLock<Script> = LazyLock::new(|| Script::new(BUY_LUA));
 
 /// `lua/buy_limited.lua` assembled with `limiter`, the source of one limiter script (one of
-/// [`limiters`]), and `lua/buy.lua`: the rate limits and the purchase in one call. Each part is
-/// put right after its marker line, as the file's `sed` example does.
+/// [`limiters`]), and `lua/buy.lua`: the rate limits and the purchase in one call.
 pub fn buy_limited(limiter: &str) -> Script {
-    let template = include_str!("../../lua/buy_limited.lua");
+    assemble(include_str!("../../lua/buy_limited.lua"), limiter)
+}
+
+/// `lua/buy_batch.lua` assembled likewise: several purchases, each with its limits, in one call.
+pub fn buy_batch(limiter: &str) -> Script {
+    assemble(include_str!("../../lua/buy_batch.lua"), limiter)
+}
+
+/// `template` with `limiter` and `lua/buy.lua` each put right after its marker line, as the
+/// files' `sed` examples do.
+fn assemble(template: &str, limiter: &str) -> Script {
     let mut source = String::with_capacity(template.len() + limiter.len() + BUY_LUA.len());
     for line in template.lines() {
         source.push_str(line);

@@ -37,6 +37,7 @@ pub async fn test_config() -> Config {
         worker_claim_timeout: Duration::from_secs(30),
         worker_consumer: Some("test-worker".into()),
         shutdown_timeout: Duration::from_secs(5),
+        purchase_batch: seckill::purchase::batch::DEFAULT_PURCHASE_BATCH,
         http_workers: None,
         auth: Default::default(),
         database: Default::default(),

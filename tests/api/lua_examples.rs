@@ -107,10 +107,18 @@ async fn every_lua_header_example_works_as_documented() {
     assert_eq!(reply[..3], ["1", "19", "0"], "the client's limit admitted, 19 left of 20: {reply:?}");
     assert_eq!(reply[4..], ["0", "ok"], "no buyer limit asked; carol bought: {reply:?}");
     let _: () = redis.del(per_sale_key).await.unwrap();
+    assemble("buy_batch.lua");
+    let reply: Vec<String> = run("buy_batch.lua").lines().map(str::to_owned).collect();
+    assert_eq!(reply.len(), 12, "two purchases, each {{client, buyer, purchase}}: {reply:?}");
+    assert_eq!(reply[..3], ["1", "19", "0"], "dave: the client's limit admitted, 19 left: {reply:?}");
+    assert_eq!(reply[4..6], ["0", "ok"], "dave bought: {reply:?}");
+    assert_eq!(reply[6..9], ["1", "18", "0"], "erin, from the same client: 18 left: {reply:?}");
+    assert_eq!(reply[10..], ["0", "ok"], "erin bought: {reply:?}");
+    let _: () = redis.del(per_sale_key).await.unwrap();
 
     let stock: i64 = redis.get(&keys[1]).await.unwrap();
     let queued: i64 = redis.xlen(&keys[3]).await.unwrap();
-    assert_eq!((stock, queued), (97, 2), "alice and carol bought, bob was restored");
+    assert_eq!((stock, queued), (95, 4), "alice, carol, dave and erin bought, bob was restored");
 
     // The waiting room's scripts, on the demo sale made a queued one that has started.
     let _: () = redis
@@ -124,7 +132,7 @@ async fn every_lua_header_example_works_as_documented() {
     assert_eq!(run("queue_join.lua").split_whitespace().collect::<Vec<_>>(), ["placed", "1"], "alice is first in line");
     assert_eq!(run("queue_join.lua").split_whitespace().collect::<Vec<_>>(), ["placed", "1"], "and stays so");
     let admitted: Vec<i64> = run("admit.lua").split_whitespace().map(|n| n.parse().unwrap()).collect();
-    assert_eq!(admitted[1..5], [1, 0, 1, 97], "upto 1 (alice), none lapsed, one place, 97 left: {admitted:?}");
+    assert_eq!(admitted[1..5], [1, 0, 1, 95], "upto 1 (alice), none lapsed, one place, 95 left: {admitted:?}");
     assert_eq!(admitted[9], 1, "alice's admission is listed: {admitted:?}");
     let buy = run("buy.lua");
     assert_eq!(buy.trim(), "not_admitted", "a queued sale wants a place");

@@ -5,6 +5,7 @@ mod common;
 
 mod admin;
 mod admission;
+mod batch;
 mod browser;
 mod buy;
 mod buyer_page;

@@ -1,0 +1,259 @@
+//! Purchases that queue up go to Redis together. While a call is on Redis for a shard of a sale,
+//! the purchases for that shard arriving on the same thread (an HTTP worker's) wait, and go
+//! together in the next call (`lua/buy_batch.lua`), up to `SECKILL_PURCHASE_BATCH` of them, each
+//! with its own limits, order id and verdict, each as atomic as alone. There is no timer: a
+//! purchase that finds no call in flight goes at once, alone, through `lua/buy.lua` (or
+//! `lua/buy_limited.lua`), as without batching; so a quiet sale pays nothing for it, and a hot one
+//! shares each call's fixed cost on Redis (docs/benchmarks.md, "Several purchases per call").
+//!
+//! One task per busy lane (thread, shard) makes the calls, so a request that goes away (its
+//! client disconnected) cannot take the others' answers with it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
+
+use redis::aio::ConnectionLike;
+use redis::{ErrorKind, RedisError, RedisResult, ScriptInvocation, ServerErrorKind, Value};
+use tokio::sync::oneshot;
+
+use crate::limiter::{Algorithm, Policy};
+use crate::redis::Keyspace;
+use crate::redis::keys::SaleKeys;
+use crate::redis::lua::{self, unexpected_reply};
+
+/// Most purchases in one call by default (`SECKILL_PURCHASE_BATCH`): a call of 64 takes Redis
+/// about a millisecond here, well inside the command timeout, and leaves little to gain from more.
+pub const DEFAULT_PURCHASE_BATCH: u32 = 64;
+
+/// Where a purchase goes: one shard of a sale, and the shard count the caller assumes.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    /// The sale id (buy.lua's ARGV[1]).
+    pub sale: &'a str,
+    /// The shard's keys, as buy.lua's KEYS.
+    pub keys: [&'a str; 6],
+    /// How many shards the caller believes the sale has (buy.lua's ARGV[4]).
+    pub shards: u32,
+}
+
+impl<'a> Target<'a> {
+    /// The shard `keys` of `sale`, which the caller believes has `shards` shards.
+    pub fn new(sale: &'a str, keys: &'a SaleKeys, shards: u32) -> Self {
+        Self { sale, keys: keys.all(), shards }
+    }
+}
+
+/// A [`Target`] a lane owns.
+struct OwnedTarget {
+    sale: String,
+    keys: [String; 6],
+    shards: u32,
+}
+
+impl OwnedTarget {
+    fn as_target(&self) -> Target<'_> {
+        Target { sale: &self.sale, keys: self.keys.each_ref().map(String::as_str), shards: self.shards }
+    }
+}
+
+/// One purchase's part of a call: buy.lua's ARGV of the buyer, and the limits to check first.
+pub struct Part {
+    /// The buyer's user id.
+    pub user: String,
+    /// The order id, also the limits' nonce.
+    pub order_id: String,
+    /// The buyer's place in a queued sale's line ("": none).
+    pub place: String,
+    /// The purchase's trace context ("": traces are off).
+    pub traceparent: String,
+    /// The limits to check first, in order: each key and its policy (one algorithm for all).
+    pub limits: Vec<(String, Policy)>,
+}
+
+impl Part {
+    fn algorithm(&self) -> Option<Algorithm> {
+        self.limits.first().map(|(_, policy)| policy.algorithm)
+    }
+
+    /// The limiter ARGV of one check (the limiter's contract: limit, window_ms, burst, nonce,
+    /// now_us, "" for Redis time).
+    fn push_limit(&self, call: &mut ScriptInvocation<'_>, policy: &Policy) {
+        policy.push_args(call, &self.order_id, None);
+    }
+}
+
+/// Runs one purchase alone on `con`: `lua/buy.lua`, or `lua/buy_limited.lua` with its limits.
+/// The reply is that script's.
+pub async fn run_one(con: &mut impl ConnectionLike, target: &Target<'_>, part: &Part) -> RedisResult<Value> {
+    let mut call = match part.algorithm() {
+        None => lua::BUY.key(&target.keys[..]),
+        Some(algorithm) => algorithm.with_purchase().key(&target.keys[..]),
+    };
+    call.arg(target.sale)
+        .arg(&part.user)
+        .arg(&part.order_id)
+        .arg(target.shards)
+        .arg(&part.place)
+        .arg(&part.traceparent);
+    if !part.limits.is_empty() {
+        call.arg(part.limits.len());
+        for (key, policy) in &part.limits {
+            call.key(key);
+            part.push_limit(&mut call, policy);
+        }
+    }
+    lua::run(&call, con).await
+}
+
+/// Runs several purchases of one shard in one call of `lua/buy_batch.lua`: each one's reply, in
+/// order, as [`run_one`] would have answered it (an error for a part that raised one).
+async fn run_many(
+    con: &mut impl ConnectionLike,
+    target: &Target<'_>,
+    algorithm: Option<Algorithm>,
+    parts: &[Part],
+) -> RedisResult<Vec<RedisResult<Value>>> {
+    let algorithm = algorithm.unwrap_or(Algorithm::ALL[0]); // without limits, the limiter is never called
+    let mut call = algorithm.with_purchases().key(&target.keys[..]);
+    call.arg(target.sale).arg(target.shards).arg(parts.len());
+    for part in parts {
+        call.arg(&part.user).arg(&part.order_id).arg(&part.place).arg(&part.traceparent).arg(part.limits.len());
+        for (key, policy) in &part.limits {
+            call.key(key);
+            part.push_limit(&mut call, policy);
+        }
+    }
+    let replies = match lua::run(&call, con).await? {
+        Value::Array(replies) if replies.len() == parts.len() => replies,
+        other => return Err(unexpected_reply("buy_batch.lua", &format!("{other:?}"))),
+    };
+    Ok(replies.into_iter().map(part_reply).collect())
+}
+
+/// One purchase's reply in `lua/buy_batch.lua`'s: `{"failed", message}` is the error its part
+/// raised.
+fn part_reply(reply: Value) -> RedisResult<Value> {
+    if let Value::Array(words) = &reply
+        && let [Value::BulkString(first), message] = &words[..]
+        && first == b"failed"
+    {
+        let message: String = redis::from_redis_value_ref(message).unwrap_or_default();
+        return Err(RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "purchase script error",
+            message,
+        )));
+    }
+    Ok(reply)
+}
+
+/// Lanes are per thread and shard: a purchase waits only behind a call of its own thread.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct LaneKey {
+    thread: ThreadId,
+    meta: String,
+    shards: u32,
+    algorithm: Option<Algorithm>,
+}
+
+/// A busy lane: where its calls go, and the purchases waiting for the next one.
+struct Lane {
+    target: Arc<OwnedTarget>,
+    waiting: Vec<Job>,
+}
+
+/// A waiting purchase and where its reply goes.
+struct Job {
+    part: Part,
+    reply: oneshot::Sender<RedisResult<Value>>,
+}
+
+/// The busy lanes of one process ([`Batcher::buy`]). A lane exists only while a call of it is in
+/// flight or purchases wait for one, so the map holds at most a lane per thread and hot shard.
+pub struct Batcher {
+    max: usize,
+    lanes: Mutex<HashMap<LaneKey, Lane>>,
+    /// Purchases per call, when the process counts them.
+    sizes: Option<prometheus::Histogram>,
+}
+
+impl Batcher {
+    /// Calls of at most `max` (at least 2) purchases; each call's size observed in `sizes`.
+    pub fn new(max: u32, sizes: Option<prometheus::Histogram>) -> Self {
+        Self { max: max.max(2) as usize, lanes: Mutex::default(), sizes }
+    }
+
+    /// Buys `part` on `target` with the purchases queued with it: waits for the lane's call in
+    /// flight, if any, then goes in the next. The reply is the one [`run_one`] would give.
+    pub async fn buy(self: &Arc<Self>, redis: &Keyspace, target: &Target<'_>, part: Part) -> RedisResult<Value> {
+        let key = LaneKey {
+            thread: std::thread::current().id(),
+            meta: target.keys[0].to_owned(),
+            shards: target.shards,
+            algorithm: part.algorithm(),
+        };
+        let (reply, answer) = oneshot::channel();
+        let job = Job { part, reply };
+        let start = {
+            let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+            match lanes.get_mut(&key) {
+                Some(lane) => {
+                    lane.waiting.push(job);
+                    false
+                }
+                None => {
+                    let owned = OwnedTarget {
+                        sale: target.sale.to_owned(),
+                        keys: target.keys.map(str::to_owned),
+                        shards: target.shards,
+                    };
+                    let lane = Lane { target: Arc::new(owned), waiting: vec![job] };
+                    lanes.insert(key.clone(), lane);
+                    true
+                }
+            }
+        };
+        if start {
+            tokio::spawn(self.clone().drive(redis.clone(), key));
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(std::io::Error::other("the purchase's call was dropped (the process is stopping)").into())
+        })
+    }
+
+    /// Makes the lane's calls, each with the purchases waiting when the one before answered,
+    /// until none wait; then the lane is gone.
+    async fn drive(self: Arc<Self>, redis: Keyspace, key: LaneKey) {
+        let mut con = redis.purchase_conn().await;
+        loop {
+            let (target, jobs) = {
+                let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(lane) = lanes.get_mut(&key) else { return };
+                // A purchase whose request went away is not sent.
+                lane.waiting.retain(|job| !job.reply.is_closed());
+                if lane.waiting.is_empty() {
+                    lanes.remove(&key);
+                    return;
+                }
+                let take = lane.waiting.len().min(self.max);
+                (lane.target.clone(), lane.waiting.drain(..take).collect::<Vec<Job>>())
+            };
+            if let Some(sizes) = &self.sizes {
+                sizes.observe(jobs.len() as f64);
+            }
+            let target = target.as_target();
+            let (parts, replies): (Vec<Part>, Vec<_>) = jobs.into_iter().map(|job| (job.part, job.reply)).unzip();
+            let answers = match &parts[..] {
+                [one] => vec![run_one(&mut con, &target, one).await],
+                many => match run_many(&mut con, &target, key.algorithm, many).await {
+                    Ok(answers) => answers,
+                    Err(err) => vec![Err(err); many.len()],
+                },
+            };
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(answer); // a request gone away takes no answer
+            }
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Several purchases in one call (`lua/buy_batch.lua`, `seckill::purchase::batch`): purchases that
+//! queue up for a shard go together, and each keeps its own limits, order and verdict.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures::future::join_all;
+use redis::{AsyncCommands, Value};
+use seckill::domain::SaleId;
+use seckill::limiter::{Algorithm, Policy, RateLimit};
+use seckill::redis::keys::{SaleKeys, hash_tag};
+use uuid::Uuid;
+
+use crate::helpers::{new_sale_id, redis_url, spawn_app, spawn_app_with};
+
+/// A Prometheus sample's value in `text` (0 when absent).
+fn sample(text: &str, name: &str) -> f64 {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok()).unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purchases_that_queue_up_share_calls_and_each_keeps_its_own_verdict() {
+    // Both limits on (each purchase carries two limiter keys), one client address for all.
+    let app = spawn_app_with(|config| config.edge.max_connections_per_client = 0, true).await;
+    let sale = new_sale_id();
+    let stock = 150;
+    app.seed_stock(&sale, stock).await;
+
+    // 500 buyers, 100 of whom ask twice at the same time.
+    let users: Vec<String> = (0..500).chain(0..100).map(|i| format!("user-{i}")).collect();
+    let responses = join_all(users.iter().map(|user| {
+        let (app, sale) = (&app, &sale);
+        async move {
+            let response = app.buy(sale, user).await;
+            let status = response.status().as_u16();
+            let body: serde_json::Value = response.json().await.unwrap();
+            (user.clone(), status, body)
+        }
+    }))
+    .await;
+
+    let mut won: BTreeMap<String, Uuid> = BTreeMap::new();
+    for (user, status, body) in &responses {
+        if *status == 201 {
+            let order: Uuid = body["order_id"].as_str().unwrap().parse().unwrap();
+            assert!(won.insert(user.clone(), order).is_none(), "{user} bought twice");
+        }
+    }
+    for (user, status, body) in &responses {
+        match status {
+            201 => {}
+            409 => {
+                assert_eq!(body["error"], "already_purchased", "{user}: {body}");
+                let order = body["order_id"].as_str().map(|o| o.parse::<Uuid>().unwrap());
+                assert_eq!(order.as_ref(), won.get(user), "{user} is told the order it won: {body}");
+            }
+            410 => assert_eq!(body["error"], "sold_out", "{user}: {body}"),
+            other => panic!("{user}: {other} {body}"),
+        }
+    }
+    assert_eq!(won.len(), stock as usize, "exactly the stock is sold");
+    let created: BTreeSet<Uuid> = won.values().copied().collect();
+    let status = app.assert_invariants(&sale, &created).await;
+    assert_eq!((status.stock_left, status.sold, status.persisted), (0, stock, Some(stock)));
+
+    // Every purchase that reached Redis went in a call; some calls carried several.
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let calls = sample(&text, "seckill_purchase_batch_size_count");
+    let purchases = sample(&text, "seckill_purchase_batch_size_sum");
+    assert!(purchases >= stock as f64 && purchases <= users.len() as f64, "{purchases} purchases sent");
+    assert!(calls < purchases, "{calls} calls for {purchases} purchases: none went together");
+}
+
+#[tokio::test]
+async fn with_a_batch_of_one_each_purchase_goes_alone() {
+    let app = spawn_app_with(|config| config.purchase_batch = 1, true).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 20).await;
+    let statuses = join_all((0..40).map(|i| {
+        let (app, sale) = (&app, &sale);
+        async move { app.buy(sale, &format!("u{i}")).await.status().as_u16() }
+    }))
+    .await;
+    assert_eq!(statuses.iter().filter(|s| **s == 201).count(), 20);
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert_eq!(sample(&text, "seckill_purchase_batch_size_count"), 0.0, "no call went through the batcher");
+    app.wait_for_drain(&sale).await;
+}
+
+/// The script's contract, called directly: a part that raises an error (its limiter key is of
+/// another type) writes nothing and leaves the purchases before and after it standing; a buyer
+/// twice in one call is refused the second time with the first order; a part without limits
+/// answers buy.lua's reply.
+#[tokio::test]
+async fn one_failing_purchase_in_a_call_leaves_the_others_standing() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 10).await;
+    let keys = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap());
+    let tag = hash_tag(&keys.meta).to_owned();
+    let mut redis = seckill::redis::connection::connect(&redis_url().into(), Duration::from_secs(5)).unwrap();
+    let (good, damaged) = (format!("t:{{{tag}}}:limit:good"), format!("t:{{{tag}}}:limit:damaged"));
+    let _: () = redis.set(&damaged, "not a sorted set").await.unwrap();
+
+    let policy =
+        Policy::new(Algorithm::SlidingLog, RateLimit { limit: 5, window: Duration::from_secs(10) }, None).unwrap();
+    let orders: Vec<String> = (0..4).map(|_| Uuid::now_v7().to_string()).collect();
+    // (user, order, limiter key or none)
+    let parts = [
+        ("alice", &orders[0], Some(&good)),
+        ("bob", &orders[1], Some(&damaged)),
+        ("alice", &orders[2], Some(&good)),
+        ("carol", &orders[3], None),
+    ];
+    let mut call = Algorithm::SlidingLog.with_purchases().key(&keys.all()[..]);
+    call.arg(&sale).arg(1).arg(parts.len());
+    for (user, order, limiter) in &parts {
+        call.arg(*user).arg(order.as_str()).arg("").arg("").arg(limiter.map_or(0, |_| 1));
+        if let Some(key) = limiter {
+            call.key(key.as_str());
+            policy.push_args(&mut call, order, None);
+        }
+    }
+    let replies: Vec<Value> = call.invoke_async(&mut redis).await.unwrap();
+    let _: () = redis.del(&[&good, &damaged]).await.unwrap();
+    assert_eq!(replies.len(), 4, "{replies:?}");
+    let words = |v: &Value| -> Vec<String> {
+        match v {
+            Value::Array(items) => items.iter().map(|i| format!("{i:?}")).collect(),
+            other => vec![format!("{other:?}")],
+        }
+    };
+    let text = |v: &Value| -> String { redis::from_redis_value_ref(v).unwrap() };
+    // alice: admitted (4 of 5 left), bought.
+    let Value::Array(first) = &replies[0] else { panic!("{replies:?}") };
+    assert_eq!(redis::from_redis_value_ref::<Vec<i64>>(&first[0]).unwrap()[..2], [1, 4], "{replies:?}");
+    assert_eq!(text(&first[2]), "ok", "alice bought: {replies:?}");
+    // bob: his part failed with the limiter's error.
+    let Value::Array(second) = &replies[1] else { panic!("{replies:?}") };
+    assert_eq!(text(&second[0]), "failed", "{replies:?}");
+    assert!(text(&second[1]).contains("WRONGTYPE"), "{:?}", words(&replies[1]));
+    // alice again: admitted (3 left), refused with her first order, still queued.
+    let Value::Array(third) = &replies[2] else { panic!("{replies:?}") };
+    assert_eq!(redis::from_redis_value_ref::<Vec<i64>>(&third[0]).unwrap()[..2], [1, 3], "{replies:?}");
+    let again: Vec<String> = redis::from_redis_value_ref(&third[2]).unwrap();
+    assert_eq!(
+        (again[0].as_str(), again[1].as_str(), again[3].as_str()),
+        ("already_purchased", orders[0].as_str(), "queued")
+    );
+    // carol, without limits: buy.lua's own reply.
+    assert_eq!(text(&replies[3]), "ok", "{replies:?}");
+
+    let stock: i64 = redis.get(&keys.stock).await.unwrap();
+    let buyers: BTreeSet<String> = redis.smembers(&keys.buyers).await.unwrap();
+    let queued: usize = redis.xlen(&keys.orders).await.unwrap();
+    let bob: Option<String> = redis.hget(&keys.receipts, "bob").await.unwrap();
+    assert_eq!(stock, 8, "two units sold");
+    assert_eq!(buyers, BTreeSet::from(["alice".to_owned(), "carol".to_owned()]));
+    assert_eq!((queued, bob), (2, None), "bob's failed part left no entry and no receipt");
+    let status = app.wait_for_drain(&sale).await;
+    assert_eq!(status.persisted, Some(2));
+}
