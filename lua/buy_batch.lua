@@ -1,11 +1,14 @@
 -- buy_batch.lua: several purchases of one sale (one shard of it) in one call, each decided exactly
 -- as its own call of lua/buy_limited.lua (or of lua/buy.lua, without limits) would decide it, one
 -- after the other in the order given. Purchases that queue up for a shard go together
--- (src/purchase/batch.rs), so they share a call's fixed cost on Redis.
+-- (src/purchase/batch.rs), so they share a call's fixed cost on Redis, and the reads every
+-- purchase of buy.lua makes alike: the sale's meta, its stock and the time are read once per call,
+-- and the stock is written once, at the end (DECRBY the units sold). Each purchase then costs its
+-- limits, a SISMEMBER and its three writes. tests/api/batch.rs checks that it decides as buy.lua.
 --
 -- Assembled, not run as it stands, like lua/buy_limited.lua: the line "-- @limiter" below is
--- followed by one limiter script (lua/<algorithm>.lua), the line "-- @buy" by lua/buy.lua
--- (crate::redis::lua::buy_batch; the example does it with sed).
+-- followed by one limiter script (lua/<algorithm>.lua) (crate::redis::lua::buy_batch; the example
+-- does it with sed).
 --
 -- KEYS[1..6]   buy.lua's KEYS: the sale's keys (one shard's, for a sharded sale)
 -- KEYS[7..]    the purchases' limiter keys, in order: `checks` keys for each purchase (below)
@@ -18,39 +21,123 @@
 --   then 5 limiter ARGV (limit, window_ms, burst, nonce, now_us) per check
 --
 -- Returns an array of n replies, the i-th for the i-th purchase:
---   checks = 0   buy.lua's reply
+--   checks = 0   buy.lua's reply to that purchase
 --   checks > 0   buy_limited.lua's reply {client, buyer, purchase}
 --   {"failed", message}
 --                the purchase's part raised an error (a damaged key): like buy.lua alone, it
 --                wrote nothing; the purchases before and after it stand on their own
 --
--- Invariants kept: each purchase keeps every invariant of buy.lua and buy_limited.lua, and the
--- whole call is atomic, so each purchase is too. One purchase's error is caught (pcall) and does
--- not stop the others: buy.lua orders its writes so that a raised error leaves nothing written,
--- and a limiter fails on a key of another type before it writes. All keys share the shard's hash
--- tag on a Redis Cluster (the app sends a limit in its own call otherwise).
+-- Invariants kept: buy.lua's, for each purchase and in the same order of checks (unknown sale,
+-- shard count, admission, start, end, buyer, stock); the stock is checked against what is left
+-- after the purchases before it in the call, so it never goes below zero, and the one DECRBY at the
+-- end takes exactly the units the call sold, so stock_initial = stock + SCARD(buyers) -
+-- SCARD(released) holds when the call ends (nothing else runs during it). A purchase's writes go in
+-- buy.lua's order (XADD, HSET, a queued sale's ZADD, then SADD), its error is caught (pcall) and
+-- leaves nothing of it written, as in buy.lua, and does not stop the others. All keys share the
+-- shard's hash tag on a Redis Cluster (the app sends a limit in its own call otherwise).
 --
 -- Example (gcra, 20 per second per client; dave then erin buy the demo sale, both from 127.0.0.1):
---   sed -e '/^-- @limiter$/r lua/gcra.lua' -e '/^-- @buy$/r lua/buy.lua' lua/buy_batch.lua > /tmp/seckill-buy-batch.lua
+--   sed -e '/^-- @limiter$/r lua/gcra.lua' lua/buy_batch.lua > /tmp/seckill-buy-batch.lua
 --   redis-cli --eval /tmp/seckill-buy-batch.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:queue:bought' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' , demo 1 2 dave 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6c '' '' 1 20 1000 20 - '' erin 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6d '' '' 1 20 1000 20 - ''
 
 local function limit(KEYS, ARGV)
 -- @limiter
 end
 
-local function buy(KEYS, ARGV)
--- @buy
+-- What every purchase of the call reads alike, read once: the sale, its stock, the time.
+local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'shards', 'payment_window_ms',
+  'queue_rate')
+local stock_raw = meta[1] and redis.call('GET', KEYS[2])
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local verdict -- the answer every purchase of the call gets before its buyer is looked at, if any
+if not stock_raw then
+  verdict = 'unknown_sale'
+elseif (tonumber(meta[4]) or 1) ~= tonumber(ARGV[2]) then
+  verdict = 'wrong_shards'
+end
+local queued_sale = meta[6]
+local starts_at, ends_at = tonumber(meta[2]), tonumber(meta[3])
+local timing
+if starts_at and now_ms < starts_at then
+  timing = 'not_started'
+elseif ends_at and now_ms >= ends_at then
+  timing = 'ended'
+end
+-- As in buy.lua: a canonical integer of at most 18 characters, or the stock is damaged.
+local stock
+if stock_raw then
+  local canonical = stock_raw == '0' or (#stock_raw <= 18 and string.match(stock_raw, '^%-?[1-9]%d*$'))
+  stock = canonical and tonumber(stock_raw)
+end
+local created_at = string.format('%d', now_ms)
+local window = tonumber(meta[5])
+local pay_by = window and string.format('%d', now_ms + window)
+local sold = 0
+
+-- One purchase, by buy.lua's rules, its stock being what the purchases before it left.
+local function buy(user, order_id, place_arg, traceparent)
+  if verdict then
+    return verdict
+  end
+  local place = queued_sale and tonumber(place_arg)
+  if queued_sale and not place then
+    return 'not_admitted'
+  end
+  if timing then
+    return timing
+  end
+  if redis.call('SISMEMBER', KEYS[3], user) == 1 then
+    local receipt = redis.call('HGET', KEYS[5], user)
+    if not receipt then
+      return {'already_purchased'}
+    end
+    local order, at, entry = string.match(receipt, '^(%S+) (%S+) (%S+)$')
+    local queued = #redis.call('XRANGE', KEYS[4], entry, entry) > 0
+    return {'already_purchased', order, at, queued and 'queued' or 'confirmed'}
+  end
+  if not stock then
+    error('seckill buy_batch.lua: the stock of the sale is damaged (' .. stock_raw .. '): nothing written')
+  end
+  if stock - sold <= 0 then
+    return 'sold_out'
+  end
+  local fields = {'order_id', order_id, 'sale_id', ARGV[1], 'user_id', user, 'created_at_ms', created_at}
+  if pay_by then
+    table.insert(fields, 'pay_by_ms')
+    table.insert(fields, pay_by)
+  end
+  if traceparent ~= '' then
+    table.insert(fields, 'traceparent')
+    table.insert(fields, traceparent)
+  end
+  local entry = redis.call('XADD', KEYS[4], '*', unpack(fields))
+  local receipt = redis.pcall('HSET', KEYS[5], user, order_id .. ' ' .. created_at .. ' ' .. entry)
+  if type(receipt) == 'table' and receipt.err then
+    redis.call('XDEL', KEYS[4], entry)
+    error('seckill buy_batch.lua: the receipts key of the sale is damaged (' .. receipt.err .. '): nothing written')
+  end
+  if place then
+    local used = redis.pcall('ZADD', KEYS[6], place, user)
+    if type(used) == 'table' and used.err then
+      redis.call('XDEL', KEYS[4], entry)
+      redis.call('HDEL', KEYS[5], user)
+      error('seckill buy_batch.lua: the queue\'s buyers key of the sale is damaged (' .. used.err .. '): nothing written')
+    end
+  end
+  redis.call('SADD', KEYS[3], user)
+  sold = sold + 1
+  if pay_by then
+    return {'reserved', pay_by}
+  end
+  return 'ok'
 end
 
-local sale_keys = {KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
-local sale, shards = ARGV[1], ARGV[2]
 local replies = {}
 local arg, key = 4, 7
-
--- Each purchase: its limits in order until one refuses, then buy.lua, as buy_limited.lua does;
--- an error raised in its part becomes its reply.
+-- Each purchase: its limits in order until one refuses, then the purchase, as buy_limited.lua
+-- does; an error raised in its part becomes its reply.
 for i = 1, tonumber(ARGV[3]) do
-  local user, order_id, place, traceparent = ARGV[arg], ARGV[arg + 1], ARGV[arg + 2], ARGV[arg + 3]
   local checks = tonumber(ARGV[arg + 4])
   local ok, reply = pcall(function()
     local decisions = {0, 0}
@@ -63,7 +150,7 @@ for i = 1, tonumber(ARGV[3]) do
         return {decisions[1], decisions[2], 0}
       end
     end
-    local bought = buy(sale_keys, {sale, user, order_id, shards, place, traceparent})
+    local bought = buy(ARGV[arg], ARGV[arg + 1], ARGV[arg + 2], ARGV[arg + 3])
     if checks == 0 then
       return bought
     end
@@ -76,5 +163,8 @@ for i = 1, tonumber(ARGV[3]) do
   end
   arg = arg + 5 + 5 * checks
   key = key + checks
+end
+if sold > 0 then
+  redis.call('DECRBY', KEYS[2], sold)
 end
 return replies

@@ -47,7 +47,9 @@ pub fn buy_limited(limiter: &str) -> Script {
     assemble(include_str!("../../lua/buy_limited.lua"), limiter)
 }
 
-/// `lua/buy_batch.lua` assembled likewise: several purchases, each with its limits, in one call.
+/// `lua/buy_batch.lua` assembled likewise (it has no `-- @buy` line: it buys by buy.lua's rules
+/// itself, reading what its purchases share once): several purchases, each with its limits, in
+/// one call.
 pub fn buy_batch(limiter: &str) -> Script {
     assemble(include_str!("../../lua/buy_batch.lua"), limiter)
 }

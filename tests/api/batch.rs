@@ -160,3 +160,92 @@ async fn one_failing_purchase_in_a_call_leaves_the_others_standing() {
     let status = app.wait_for_drain(&sale).await;
     assert_eq!(status.persisted, Some(2));
 }
+
+/// One purchase's reply with what differs between two sales by nature (the Redis time in
+/// `created_at_ms` and `pay_by_ms`) left out.
+fn comparable(reply: &Value) -> Vec<String> {
+    let words: Vec<String> = match reply {
+        Value::Array(items) => items.iter().map(|i| redis::from_redis_value_ref(i).unwrap()).collect(),
+        other => vec![redis::from_redis_value_ref(other).unwrap()],
+    };
+    match words.first().map(String::as_str) {
+        Some("already_purchased") if words.len() == 4 => vec![words[0].clone(), words[1].clone(), words[3].clone()],
+        Some("reserved") => vec![words[0].clone()],
+        _ => words,
+    }
+}
+
+/// Differential: the same purchases, one per `lua/buy.lua` call on one sale and in calls of 1 to 6
+/// of `lua/buy_batch.lua` on a twin sale, get the same replies and leave the same state, for
+/// every kind of sale: in stock until sold out, with a payment window, not started, ended, never
+/// seeded, and asked with the wrong shard count. Buyers repeat, so already-purchased answers (with
+/// the first order, in the same call or an earlier one) are compared too.
+#[tokio::test]
+async fn the_batch_script_decides_every_purchase_as_buy_lua_does() {
+    let app = spawn_app_with(|_| {}, false).await; // no worker: every entry stays queued
+    let mut redis = seckill::redis::connection::connect(&redis_url().into(), Duration::from_secs(5)).unwrap();
+    let kinds = [
+        (serde_json::json!({"stock": 5}), 1),
+        (serde_json::json!({"stock": 3, "payment_window": "1m"}), 1),
+        (serde_json::json!({"stock": 5, "starts_at": "2999-01-01T00:00:00Z"}), 1),
+        (serde_json::json!({"stock": 5, "ends_at": "ended"}), 1), // seeded open, then ended in its meta
+        (serde_json::Value::Null, 1),
+        (serde_json::json!({"stock": 5}), 2),
+    ];
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |bound: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % bound
+    };
+    for (kind, (body, shards)) in kinds.iter().enumerate() {
+        let (one, many) = (new_sale_id(), new_sale_id());
+        if !body.is_null() {
+            let ended = body["ends_at"] == "ended";
+            for sale in [&one, &many] {
+                let response = app.seed(sale, if ended { serde_json::json!({"stock": 5}) } else { body.clone() }).await;
+                assert_eq!(response.status(), 200, "{body}: {}", response.text().await.unwrap());
+                if ended {
+                    let meta = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(sale).unwrap()).meta;
+                    let _: () = redis.hset(&meta, "ends_at_ms", 1).await.unwrap();
+                }
+            }
+        }
+        let purchases: Vec<(String, String)> =
+            (0..24).map(|_| (format!("buyer-{}", next(9)), Uuid::now_v7().to_string())).collect();
+        let key_of = |sale: &str| SaleKeys::new(&app.config.key_prefix, &SaleId::parse(sale).unwrap());
+        let (one_keys, many_keys) = (key_of(&one), key_of(&many));
+
+        let mut alone = vec![];
+        for (user, order) in &purchases {
+            let mut call = seckill::redis::lua::BUY.key(&one_keys.all()[..]);
+            call.arg(&one).arg(user).arg(order).arg(*shards).arg("").arg("");
+            alone.push(comparable(&call.invoke_async::<Value>(&mut redis).await.unwrap()));
+        }
+        let mut together = vec![];
+        let mut rest = &purchases[..];
+        while !rest.is_empty() {
+            let (chunk, after) = rest.split_at((1 + next(6) as usize).min(rest.len()));
+            rest = after;
+            let mut call = Algorithm::SlidingLog.with_purchases().key(&many_keys.all()[..]);
+            call.arg(&many).arg(*shards).arg(chunk.len());
+            for (user, order) in chunk {
+                call.arg(user).arg(order).arg("").arg("").arg(0);
+            }
+            let replies: Vec<Value> = call.invoke_async(&mut redis).await.unwrap();
+            together.extend(replies.iter().map(comparable));
+        }
+        for (i, ((user, _), (a, b))) in purchases.iter().zip(alone.iter().zip(&together)).enumerate() {
+            assert_eq!(a, b, "sale kind {kind} ({body}), purchase {i} by {user}");
+        }
+        let state = async |keys: &SaleKeys| -> (Option<i64>, usize, usize) {
+            let mut redis = redis.clone();
+            let stock: Option<i64> = redis.get(&keys.stock).await.unwrap();
+            let buyers: usize = redis.scard(&keys.buyers).await.unwrap();
+            let queued: usize = redis.xlen(&keys.orders).await.unwrap();
+            (stock, buyers, queued)
+        };
+        assert_eq!(state(&one_keys).await, state(&many_keys).await, "sale kind {kind} ({body}): the state after");
+    }
+}

@@ -184,6 +184,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let mut watch = vec![Watch::process("seckill", apps[i].pid())];
             watch.extend(services.redis.pid().map(|p| Watch::process("redis", p)));
             watch.extend(services.postgres.pid().map(|p| Watch::tree("postgres", p)));
+            let calls_before = evalsha_calls(&services);
             let run = measure::run(
                 &format!("ab-{name}-{round}"),
                 w.command(&repo),
@@ -191,6 +192,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &watch,
                 &raw,
             )?;
+            let calls = evalsha_calls(&services).saturating_sub(calls_before);
             let out = WrkOut::parse(&run.stdout).context("no BENCH_WRK line in wrk's output")?;
             let per_request = |label| run.usage.get(label).unwrap_or(0.0) / out.requests.max(1) as f64 * 1e6;
             let s = Sample {
@@ -202,8 +204,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 requests: out.requests,
             };
             eprintln!(
-                "ab: round {round} {name}: {:.0} req/s, app / Redis / Postgres {:.1} / {:.1} / {:.1} µs/req, 201 {} of {}",
-                s.rate, s.cpu_us[0], s.cpu_us[1], s.cpu_us[2], s.created, s.requests
+                "ab: round {round} {name}: {:.0} req/s, app / Redis / Postgres {:.1} / {:.1} / {:.1} µs/req, 201 {} of {}, \
+                 {:.2} requests per script call",
+                s.rate,
+                s.cpu_us[0],
+                s.cpu_us[1],
+                s.cpu_us[2],
+                s.created,
+                s.requests,
+                s.requests as f64 / calls.max(1) as f64
             );
             samples.push(s);
         }
@@ -216,6 +225,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     summary(&samples, &labels, args.rate_limited || args.sold_out)?;
     let _ = std::fs::remove_dir_all(&raw);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Script calls (EVALSHA) the Redis server has run: with the requests of a run, how many
+/// purchases went together in a call (`SECKILL_PURCHASE_BATCH`).
+fn evalsha_calls(services: &Services) -> u64 {
+    let stats = services.redis.info_field("commandstats", "cmdstat_evalsha").unwrap_or_default();
+    stats.split(',').find_map(|kv| kv.strip_prefix("calls=")?.parse().ok()).unwrap_or(0)
 }
 
 /// `refusals`: the runs measured a path that buys nothing (rate limited, sold out).
