@@ -32,7 +32,8 @@
 //!      buyers refused lately (`memory`), the in-process limit on sold-out answers (`local`).
 //!    - [`purchase`]: seeding and buying (`lua/buy.lua` decrements the stock, enqueues the order
 //!      and keeps the buyer's receipt), a sale's state, a buyer's receipt (`receipt`), the public
-//!      snapshots (`board`), sharded stock (`shards`), the sold-out flags (`sold_out`).
+//!      snapshots (`board`), sharded stock (`shards`), the sold-out flags (`sold_out`), purchases
+//!      that queue up for a shard sent together in one call (`batch`, `lua/buy_batch.lua`).
 //! 5. Orders
 //!    - [`orders`]: the queue's reads and re-enqueues (`queue`), the worker that copies the
 //!      orders from the streams into Postgres (`worker`), and one buyer's order (`lookup`).

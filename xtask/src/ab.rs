@@ -14,6 +14,9 @@
 //! (429, answered from the instance's memory): the path that should cost what `/healthz` does.
 //! `--sold-out`: the sales are seeded with no stock, so every request is answered 410 (from the
 //! instance's sold-out flag after the first). The figures of both are per request.
+//! `--rate N`: paced runs at N requests/s (latency at a given load, e.g. the light row's 1000/s).
+//! Each run's line also gives the requests per script call (EVALSHA calls, `INFO commandstats`)
+//! and Redis's µs inside those calls per request.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -66,6 +69,10 @@ pub struct Args {
     /// Measure the rate-limited path instead (SECKILL_RATE_LIMIT=10/1s: nearly every request 429).
     #[arg(long)]
     rate_limited: bool,
+    /// Paced runs at this many requests per second in all (wrk's schedule), for latency at a
+    /// given load (e.g. 1000: the light row's p50) rather than the saturated cost.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    rate: Option<u64>,
     /// Measure the sold-out path instead (stock 0: every request 410).
     #[arg(long, conflicts_with = "rate_limited")]
     sold_out: bool,
@@ -179,12 +186,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 seconds: args.duration,
                 url: &apps[i].url,
                 mode,
-                rate: None,
+                rate: args.rate,
             };
             let mut watch = vec![Watch::process("seckill", apps[i].pid())];
             watch.extend(services.redis.pid().map(|p| Watch::process("redis", p)));
             watch.extend(services.postgres.pid().map(|p| Watch::tree("postgres", p)));
-            let calls_before = evalsha_calls(&services);
+            let (calls_before, usec_before) = evalsha_stats(&services);
             let run = measure::run(
                 &format!("ab-{name}-{round}"),
                 w.command(&repo),
@@ -192,7 +199,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &watch,
                 &raw,
             )?;
-            let calls = evalsha_calls(&services).saturating_sub(calls_before);
+            let (calls, usec) = evalsha_stats(&services);
+            let (calls, usec) = (calls.saturating_sub(calls_before), usec.saturating_sub(usec_before));
             let out = WrkOut::parse(&run.stdout).context("no BENCH_WRK line in wrk's output")?;
             let per_request = |label| run.usage.get(label).unwrap_or(0.0) / out.requests.max(1) as f64 * 1e6;
             let s = Sample {
@@ -205,14 +213,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             };
             eprintln!(
                 "ab: round {round} {name}: {:.0} req/s, app / Redis / Postgres {:.1} / {:.1} / {:.1} µs/req, 201 {} of {}, \
-                 {:.2} requests per script call",
+                 {:.2} requests per script call, {:.1} µs in script calls per request, p50 / p99 {:.2} / {:.2} ms",
                 s.rate,
                 s.cpu_us[0],
                 s.cpu_us[1],
                 s.cpu_us[2],
                 s.created,
                 s.requests,
-                s.requests as f64 / calls.max(1) as f64
+                s.requests as f64 / calls.max(1) as f64,
+                usec as f64 / s.requests.max(1) as f64,
+                out.latency_us.p50 / 1000.0,
+                out.latency_us.p99 / 1000.0
             );
             samples.push(s);
         }
@@ -227,11 +238,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Script calls (EVALSHA) the Redis server has run: with the requests of a run, how many
-/// purchases went together in a call (`SECKILL_PURCHASE_BATCH`).
-fn evalsha_calls(services: &Services) -> u64 {
+/// Script calls (EVALSHA) the Redis server has run, and the µs it spent in them (`INFO
+/// commandstats`): with the requests of a run, how many purchases went together in a call
+/// (`SECKILL_PURCHASE_BATCH`) and what the purchase scripts cost of Redis's CPU.
+fn evalsha_stats(services: &Services) -> (u64, u64) {
     let stats = services.redis.info_field("commandstats", "cmdstat_evalsha").unwrap_or_default();
-    stats.split(',').find_map(|kv| kv.strip_prefix("calls=")?.parse().ok()).unwrap_or(0)
+    let field = |name: &str| stats.split(',').find_map(|kv| kv.strip_prefix(name)?.parse().ok()).unwrap_or(0);
+    (field("calls="), field("usec="))
 }
 
 /// `refusals`: the runs measured a path that buys nothing (rate limited, sold out).
