@@ -2,12 +2,15 @@
 //! the purchases for that shard arriving on the same thread (an HTTP worker's) wait, and go
 //! together in the next call (`lua/buy_batch.lua`), up to `SECKILL_PURCHASE_BATCH` of them, each
 //! with its own limits, order id and verdict, each as atomic as alone. There is no timer: a
-//! purchase that finds no call in flight goes at once, alone, through `lua/buy.lua` (or
-//! `lua/buy_limited.lua`), as without batching; so a quiet sale pays nothing for it, and a hot one
-//! shares each call's fixed cost on Redis (docs/benchmarks.md, "Several purchases per call").
+//! purchase that finds no call in flight is sent at once, and alone (unless others arrived in the
+//! same instant) through `lua/buy.lua` (or `lua/buy_limited.lua`), as without batching; so a quiet
+//! sale pays nothing for it, and a hot one shares each call's fixed cost on Redis
+//! (docs/benchmarks.md, "Several purchases per call").
 //!
 //! One task per busy lane (thread, shard) makes the calls, so a request that goes away (its
-//! client disconnected) cannot take the others' answers with it.
+//! client disconnected) cannot take the others' answers with it; if that task itself ends early
+//! (its runtime stops, or it panics), the lane goes with it and its waiting purchases fail
+//! unsent, so no purchase ever waits on a lane nobody drives.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -218,22 +221,27 @@ impl Batcher {
             tokio::spawn(self.clone().drive(redis.clone(), key));
         }
         answer.await.unwrap_or_else(|_| {
-            Err(std::io::Error::other("the purchase's call was dropped (the process is stopping)").into())
+            Err(std::io::Error::other("the purchase's lane stopped before its call (the process is stopping)").into())
         })
     }
 
     /// Makes the lane's calls, each with the purchases waiting when the one before answered,
     /// until none wait; then the lane is gone.
     async fn drive(self: Arc<Self>, redis: Keyspace, key: LaneKey) {
+        let mut lane_ends = EndsLane { batcher: &self, key: &key, ended: false };
         let mut con = redis.purchase_conn().await;
         loop {
             let (target, jobs) = {
                 let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
-                let Some(lane) = lanes.get_mut(&key) else { return };
+                let Some(lane) = lanes.get_mut(&key) else {
+                    lane_ends.ended = true; // not ours to remove
+                    return;
+                };
                 // A purchase whose request went away is not sent.
                 lane.waiting.retain(|job| !job.reply.is_closed());
                 if lane.waiting.is_empty() {
                     lanes.remove(&key);
+                    lane_ends.ended = true;
                     return;
                 }
                 let take = lane.waiting.len().min(self.max);
@@ -254,6 +262,23 @@ impl Batcher {
             for (reply, answer) in replies.into_iter().zip(answers) {
                 let _ = reply.send(answer); // a request gone away takes no answer
             }
+        }
+    }
+}
+
+/// Removes its lane when the task driving it ends without having removed it (cancelled with its
+/// runtime, or panicked): the purchases waiting there then fail at once instead of waiting for a
+/// call that will not come, and the next purchase starts a new lane.
+struct EndsLane<'a> {
+    batcher: &'a Batcher,
+    key: &'a LaneKey,
+    ended: bool,
+}
+
+impl Drop for EndsLane<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.batcher.lanes.lock().unwrap_or_else(|e| e.into_inner()).remove(self.key);
         }
     }
 }

@@ -2,6 +2,7 @@
 //! queue up for a shard go together, and each keeps its own limits, order and verdict.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -248,4 +249,49 @@ async fn the_batch_script_decides_every_purchase_as_buy_lua_does() {
         };
         assert_eq!(state(&one_keys).await, state(&many_keys).await, "sale kind {kind} ({body}): the state after");
     }
+}
+
+/// A lane whose driving task stops mid-call (its runtime shut down, as an HTTP worker's does at
+/// shutdown) goes with it: the next purchase on that thread and shard starts a new lane and is
+/// answered, instead of waiting behind a call that will never come back.
+#[test]
+fn a_lane_whose_task_stopped_mid_call_does_not_hold_the_next_purchase() {
+    use seckill::purchase::batch::{Batcher, Part, Target};
+    use seckill::redis::Keyspace;
+
+    let batcher = Arc::new(Batcher::new(64, None));
+    let sale = SaleId::parse(&new_sale_id()).unwrap();
+    let keys = SaleKeys::new("lane", &sale);
+    let part = || Part {
+        user: "u1".into(),
+        order_id: Uuid::now_v7().to_string(),
+        place: String::new(),
+        traceparent: String::new(),
+        limits: vec![],
+    };
+    // A server that accepts connections and never answers: the first call hangs there.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("redis://{}", silent.local_addr().unwrap());
+    let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    first.block_on(async {
+        let conn = seckill::redis::connection::connect(&silent_url.into(), Duration::from_secs(60)).unwrap();
+        let redis = Keyspace::new(conn, "lane");
+        let (batcher, target_keys, sale) = (batcher.clone(), keys.clone(), sale.clone());
+        tokio::spawn(async move { batcher.buy(&redis, &Target::new(sale.as_str(), &target_keys, 1), part()).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    });
+    drop(first); // the lane's task stops in the middle of its call
+
+    let second = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    second.block_on(async {
+        let conn = seckill::redis::connection::connect(&redis_url().into(), Duration::from_secs(5)).unwrap();
+        let redis = Keyspace::new(conn, "lane");
+        let bought = tokio::time::timeout(
+            Duration::from_secs(10),
+            batcher.buy(&redis, &Target::new(sale.as_str(), &keys, 1), part()),
+        )
+        .await
+        .expect("the purchase waited on a lane nobody drives");
+        assert_eq!(bought.unwrap(), Value::BulkString(b"unknown_sale".to_vec()), "a new lane made the call");
+    });
 }
