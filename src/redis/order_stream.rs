@@ -127,7 +127,7 @@ mod tests {
     }
 
     #[test]
-    fn buy_lua_appends_exactly_these_fields_and_no_other_script_appends() {
+    fn the_purchase_scripts_append_exactly_these_fields_and_no_other_script_appends() {
         let code = lua_code("buy.lua");
         // Traces off: two XADDs with literal fields, with and without a payment window.
         let calls: Vec<&str> = code.split("redis.call('XADD', KEYS[4], '*',\n").skip(1).collect();
@@ -150,20 +150,30 @@ mod tests {
         );
         // Traces on: the same fields in a table, then the payment deadline and the trace context.
         assert_eq!(code.matches("XADD").count(), 3, "{code}");
-        assert!(code.contains("redis.call('XADD', KEYS[4], '*', unpack(fields))"), "{code}");
-        let table = code.split("local fields = {").nth(1).expect("the fields table").split('}').next().unwrap();
-        let first: Vec<&str> = table.split(',').map(str::trim).step_by(2).map(|f| f.trim_matches('\'')).collect();
-        assert_eq!(first, FIELDS, "buy.lua's traced entry starts with other fields than redis::order_stream");
-        let added: Vec<&str> =
-            code.split("table.insert(fields, '").skip(1).map(|rest| rest.split('\'').next().unwrap()).collect();
-        assert_eq!(added, [PAY_BY_MS, TRACEPARENT], "the optional fields, in this order");
+        assert_fields_table("buy.lua", &code);
+        // buy_batch.lua builds every entry as a table.
+        let batch = lua_code("buy_batch.lua");
+        assert_eq!(batch.matches("XADD").count(), 1, "{batch}");
+        assert_fields_table("buy_batch.lua", &batch);
 
         for script in std::fs::read_dir(format!("{}/lua", env!("CARGO_MANIFEST_DIR"))).unwrap() {
             let file = script.unwrap().file_name().into_string().unwrap();
-            if file != "buy.lua" {
+            if file != "buy.lua" && file != "buy_batch.lua" {
                 assert!(!lua_code(&file).contains("XADD"), "{file} writes to a stream");
             }
         }
+    }
+
+    /// `code` appends `local fields = {…}` (the entry's fields), then the payment deadline and the
+    /// trace context when it has them, in one `XADD`.
+    fn assert_fields_table(file: &str, code: &str) {
+        assert!(code.contains("redis.call('XADD', KEYS[4], '*', unpack(fields))"), "{file}: {code}");
+        let table = code.split("local fields = {").nth(1).expect("the fields table").split('}').next().unwrap();
+        let first: Vec<&str> = table.split(',').map(str::trim).step_by(2).map(|f| f.trim_matches('\'')).collect();
+        assert_eq!(first, FIELDS, "{file}'s entry starts with other fields than redis::order_stream");
+        let added: Vec<&str> =
+            code.split("table.insert(fields, '").skip(1).map(|rest| rest.split('\'').next().unwrap()).collect();
+        assert_eq!(added, [PAY_BY_MS, TRACEPARENT], "{file}: the optional fields, in this order");
     }
 
     #[test]
