@@ -1,8 +1,9 @@
 //! Property tests: each limiter script and its reference model see the same requests at the same
 //! (simulated) times and must give the same decision, field by field, every time. Each script is
-//! run in both its forms: alone (`lua/<algorithm>.lua`) and joined with the purchase
+//! run in its three forms: alone (`lua/<algorithm>.lua`), joined with the purchase
 //! (`lua/buy_limited.lua`, here before a purchase of a sale that does not exist, so the purchase
-//! answers `unknown_sale` whenever the limit admits and is not reached when it refuses).
+//! answers `unknown_sale` whenever the limit admits and is not reached when it refuses), and in
+//! calls of several purchases (`lua/buy_batch.lua`, three requests a call).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -63,14 +64,26 @@ enum Form {
     WithPurchase,
 }
 
-/// Runs the scenario through the script in `form` (on a fresh key) and through the model;
-/// compares.
-fn check(scenario: &Scenario, form: Form) -> Result<(), TestCaseError> {
+/// A fresh sale (never seeded) and limiter key for one scenario's run.
+struct Fresh {
+    sale: SaleId,
+    sale_keys: SaleKeys,
+    key: String,
+}
+
+fn fresh(scenario: &Scenario) -> Fresh {
     static CASE: AtomicU64 = AtomicU64::new(0);
     let case = CASE.fetch_add(1, Ordering::Relaxed);
     let sale = SaleId::parse(&format!("prop-{case}")).expect("a valid sale id");
     let sale_keys = SaleKeys::new(prefix(), &sale);
     let key = format!("{}:{{sale:prop-{case}}}:ratelimit:{}", prefix(), scenario.policy.algorithm);
+    Fresh { sale, sale_keys, key }
+}
+
+/// Runs the scenario through the script in `form` (on a fresh key) and through the model;
+/// compares.
+fn check(scenario: &Scenario, form: Form) -> Result<(), TestCaseError> {
+    let Fresh { sale, sale_keys, key } = fresh(scenario);
     let gate = Gate { policy: &scenario.policy, key: key.clone() };
     let mut redis = connection();
     let mut model = Model::new(&scenario.policy);
@@ -109,6 +122,42 @@ fn check(scenario: &Scenario, form: Form) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// The scenario through `lua/buy_batch.lua`, up to three requests in a call, each with its own
+/// time (on a fresh key); each decision compared with the model's.
+fn check_in_batches(scenario: &Scenario) -> Result<(), TestCaseError> {
+    let Fresh { sale, sale_keys, key } = fresh(scenario);
+    let mut redis = connection();
+    let mut model = Model::new(&scenario.policy);
+    for (c, chunk) in scenario.times.chunks(3).enumerate() {
+        let mut call = scenario.policy.algorithm.with_purchases().key(&sale_keys.all()[..]);
+        call.arg(sale.as_str()).arg(1).arg(chunk.len());
+        for (j, &now) in chunk.iter().enumerate() {
+            let nonce = format!("n{}", c * 3 + j);
+            call.arg("prop-user").arg(&nonce).arg("").arg("").arg(1).key(&key);
+            scenario.policy.push_args(&mut call, &nonce, Some(now));
+        }
+        let replies: Vec<(Value, Value, Value)> = call.invoke(&mut *redis).expect("script runs");
+        for (j, ((decision, buyer, purchase), &now)) in replies.into_iter().zip(chunk).enumerate() {
+            let decision: Reply = redis::from_redis_value(decision).expect("a decision");
+            prop_assert_eq!(buyer, Value::Int(0), "no buyer limit asked");
+            let expected_purchase =
+                if decision.0 == 1 { Value::BulkString(b"unknown_sale".to_vec()) } else { Value::Int(0) };
+            prop_assert_eq!(purchase, expected_purchase, "the purchase runs exactly when admitted");
+            let expected = model.decide(now);
+            prop_assert_eq!(
+                decision,
+                expected,
+                "{} (in a batch): request {} at {}",
+                scenario.policy.algorithm,
+                c * 3 + j,
+                now
+            );
+        }
+    }
+    let _: () = redis::cmd("DEL").arg(&key).query(&mut *redis).expect("del");
+    Ok(())
+}
+
 fn prefix() -> &'static str {
     static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     PREFIX.get_or_init(crate::common::new_key_prefix)
@@ -127,6 +176,7 @@ proptest! {
         for s in &scenarios {
             check(s, Form::Alone)?;
             check(s, Form::WithPurchase)?;
+            check_in_batches(s)?;
         }
     }
 }
