@@ -32,11 +32,11 @@ pub const DEFAULT_PURCHASE_BATCH: u32 = 64;
 /// Where a purchase goes: one shard of a sale, and the shard count the caller assumes.
 #[derive(Clone, Copy)]
 pub struct Target<'a> {
-    /// The sale id (buy.lua's ARGV[1]).
+    /// The sale id (buy.lua's `ARGV[1]`).
     pub sale: &'a str,
     /// The shard's keys, as buy.lua's KEYS.
     pub keys: [&'a str; 6],
-    /// How many shards the caller believes the sale has (buy.lua's ARGV[4]).
+    /// How many shards the caller believes the sale has (buy.lua's `ARGV[4]`).
     pub shards: u32,
 }
 

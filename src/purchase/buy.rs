@@ -1,6 +1,7 @@
 //! The purchase: `lua/buy.lua` on one shard or, for a sharded sale ([`super::shards`]), on each
 //! shard in the user's visit order until one decides. The request's rate limits ride in the
-//! first call (`lua/buy_limited.lua`) when their keys can share it.
+//! first call (`lua/buy_limited.lua`) when their keys can share it. Purchases that queue up for
+//! a shard share a call (`lua/buy_batch.lua`, [`super::batch`]).
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -122,8 +123,11 @@ impl Sales {
     /// the shard's hash tag (`SECKILL_RATE_LIMIT_SCOPE=sale`, the default); otherwise each runs
     /// in a call of its own just before.
     ///
-    /// With `SECKILL_CONFIRM_REPLICAS`, the purchase runs on a dedicated connection and, once
-    /// bought, `WAIT`s there for the replicas ([`crate::redis::confirm`]).
+    /// Without `SECKILL_CONFIRM_REPLICAS`, a purchase that finds a call of its thread in flight
+    /// for its shard waits and goes in the next one with the others that queued up
+    /// ([`super::batch`]; `SECKILL_PURCHASE_BATCH`). With it, the purchase runs alone on a
+    /// dedicated connection and, once bought, `WAIT`s there for the replicas
+    /// ([`crate::redis::confirm`]).
     ///
     /// At most `IN_FLIGHT_PURCHASES` purchases of this instance are on Redis at once; the others
     /// wait for a turn here, up to `TURN_WAIT`, then fail as a timeout without being sent.
