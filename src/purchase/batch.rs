@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use redis::aio::ConnectionLike;
-use redis::{ErrorKind, RedisError, RedisResult, ScriptInvocation, ServerErrorKind, Value};
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::sync::oneshot;
 
 use crate::limiter::{Algorithm, Policy};
@@ -78,12 +78,6 @@ impl Part {
     fn algorithm(&self) -> Option<Algorithm> {
         self.limits.first().map(|(_, policy)| policy.algorithm)
     }
-
-    /// The limiter ARGV of one check (the limiter's contract: limit, window_ms, burst, nonce,
-    /// now_us, "" for Redis time).
-    fn push_limit(&self, call: &mut ScriptInvocation<'_>, policy: &Policy) {
-        policy.push_args(call, &self.order_id, None);
-    }
 }
 
 /// Runs one purchase alone on `con`: `lua/buy.lua`, or `lua/buy_limited.lua` with its limits.
@@ -103,7 +97,7 @@ pub async fn run_one(con: &mut impl ConnectionLike, target: &Target<'_>, part: &
         call.arg(part.limits.len());
         for (key, policy) in &part.limits {
             call.key(key);
-            part.push_limit(&mut call, policy);
+            policy.push_args(&mut call, &part.order_id, None); // nonce: the order id; Redis time
         }
     }
     lua::run(&call, con).await
@@ -124,7 +118,7 @@ async fn run_many(
         call.arg(&part.user).arg(&part.order_id).arg(&part.place).arg(&part.traceparent).arg(part.limits.len());
         for (key, policy) in &part.limits {
             call.key(key);
-            part.push_limit(&mut call, policy);
+            policy.push_args(&mut call, &part.order_id, None); // nonce: the order id; Redis time
         }
     }
     let replies = match lua::run(&call, con).await? {
