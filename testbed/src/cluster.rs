@@ -1,4 +1,4 @@
-//! The throwaway 3-master Redis Cluster (no replicas): three cluster-mode `redis-server` nodes
+//! The throwaway Redis Cluster (no replicas; 3 masters for the tests): cluster-mode `redis-server` nodes
 //! with the single server's settings, joined by `redis-cli --cluster create` and waited for until
 //! every node reports `cluster_state:ok` with all 16384 slots.
 
@@ -15,33 +15,39 @@ use crate::process::{wait_bounded, wait_until};
 /// `cluster-node-timeout` of the nodes, in milliseconds.
 pub const NODE_TIMEOUT_MS: u32 = 3000;
 
-/// A 3-master Redis Cluster; each node is a [`Redis`] that can be stopped and restarted.
+/// A Redis Cluster of masters only; each node is a [`Redis`] that can be stopped and restarted.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Cluster {
     nodes: Vec<Redis>,
 }
 
 impl Cluster {
-    /// Starts the nodes in `dir/node1..3` and creates the cluster. On failure, stops the nodes
-    /// it started.
-    pub(crate) fn launch(redis_server: &Path, redis_cli: &Path, dir: &Path) -> Result<Cluster> {
+    /// The masters of the cluster the tests run against (`redis-cli --cluster create` needs 3).
+    pub const MASTERS: usize = 3;
+
+    /// Starts `masters` nodes in `dir/node1..` and creates the cluster. On failure, stops the
+    /// nodes it started.
+    pub(crate) fn launch(redis_server: &Path, redis_cli: &Path, dir: &Path, masters: usize) -> Result<Cluster> {
+        if masters < 3 {
+            bail!("a Redis Cluster needs at least 3 masters, not {masters}");
+        }
         let started = Instant::now();
         let mut cluster = Cluster { nodes: vec![] };
-        let result = cluster.create(redis_server, redis_cli, dir);
+        let result = cluster.create(redis_server, redis_cli, dir, masters);
         if let Err(error) = result {
             let _ = cluster.stop();
             return Err(error);
         }
         eprintln!(
-            "testbed: redis cluster {} (3 masters, node timeout {NODE_TIMEOUT_MS} ms, up in {:.3} s)",
+            "testbed: redis cluster {} ({masters} masters, node timeout {NODE_TIMEOUT_MS} ms, up in {:.3} s)",
             cluster.url(),
             started.elapsed().as_secs_f64()
         );
         Ok(cluster)
     }
 
-    fn create(&mut self, redis_server: &Path, redis_cli: &Path, dir: &Path) -> Result<()> {
-        for index in 1..=3 {
+    fn create(&mut self, redis_server: &Path, redis_cli: &Path, dir: &Path, masters: usize) -> Result<()> {
+        for index in 1..=masters {
             let taken: Vec<u16> = self.nodes.iter().map(|n| n.port).collect();
             let node = Redis::launch(redis_server, &dir.join(format!("node{index}")), Some(NODE_TIMEOUT_MS), &taken)
                 .with_context(|| format!("starting Redis Cluster node {index}"))?;

@@ -1,4 +1,4 @@
-//! [`Services`]: a private Redis, Postgres and optional 3-master Redis Cluster in one temp dir,
+//! [`Services`]: a private Redis, Postgres and optional Redis Cluster in one temp dir,
 //! stopped by PID on drop; and the handle file through which the test binaries attach to them.
 
 use std::path::{Path, PathBuf};
@@ -17,8 +17,9 @@ const OWNER_FILE: &str = "owner";
 /// What [`Services::start`] starts besides a Redis server and Postgres.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Options {
-    /// Also a 3-master Redis Cluster.
-    pub cluster: bool,
+    /// Also a Redis Cluster of this many masters (no replicas); the tests use
+    /// [`Cluster::MASTERS`](crate::Cluster::MASTERS).
+    pub cluster: Option<usize>,
     /// Also locate (as root: install) Chromium and chromedriver, recorded in
     /// [`Services::tools`] for the browser test.
     pub browser: bool,
@@ -79,8 +80,10 @@ impl Services {
         guard.postgres = Some(postgres.clone());
         eprintln!("testbed: postgres {} (data {})", postgres.database_url("seckill"), postgres.data().display());
         let cluster = match options.cluster {
-            true => Some(Cluster::launch(&tools.redis_server, &tools.redis_cli, &dir.join("cluster"))?),
-            false => None,
+            Some(masters) => {
+                Some(Cluster::launch(&tools.redis_server, &tools.redis_cli, &dir.join("cluster"), masters)?)
+            }
+            None => None,
         };
         guard.armed = false;
         Ok(Services { redis, postgres, cluster, tools, target: Target::Server, dir, owned: Some(temp) })

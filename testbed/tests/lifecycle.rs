@@ -7,7 +7,7 @@ use testbed::{Options, Services, Target, pid_alive};
 
 #[test]
 fn servers_start_restart_and_leave_nothing_behind() {
-    let mut services = Services::start(&Options { cluster: true, browser: false }).unwrap();
+    let mut services = Services::start(&Options { cluster: Some(testbed::Cluster::MASTERS), browser: false }).unwrap();
     let dir = services.dir().to_owned();
     let cluster = services.cluster.as_ref().unwrap();
     assert!(services.redis.is_up() && cluster.is_ok());

@@ -120,7 +120,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let deadline = started + Duration::from_secs(args.timeout_minutes * 60);
     let root = testbed::workspace_root();
     // Chromium and chromedriver too: tests/api/browser.rs.
-    let services = Services::start(&Options { cluster: !args.no_cluster, browser: true })?;
+    let services =
+        Services::start(&Options { cluster: (!args.no_cluster).then_some(testbed::Cluster::MASTERS), browser: true })?;
     let cargo = || {
         let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
         command.current_dir(&root);

@@ -217,7 +217,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let stem = if args.only.is_some() { "bench-flat" } else { "bench" };
     let raw = raw_dir("bench")?;
     let results_dir = args.results_dir.clone().unwrap_or_else(|| testbed::workspace_root().join("load-tests/results"));
-    let services = Services::start(&Options { cluster: false, browser: false })?;
+    let services = Services::start(&Options { cluster: None, browser: false })?;
     let started = std::time::Instant::now();
     let binary = testbed::Profile::from(args.profile).build()?;
     eprintln!("==> build took {} s", started.elapsed().as_secs());

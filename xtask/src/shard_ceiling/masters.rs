@@ -1,4 +1,4 @@
-//! The cluster's three masters: their ports and PIDs, which one owns a slot (CLUSTER NODES),
+//! The cluster's masters (m1, m2, ...): their ports and PIDs, which one owns a slot (CLUSTER NODES),
 //! buy.lua loaded on each, and the AOF rewrites kept out of the measured windows.
 
 use std::time::{Duration, Instant};
@@ -8,10 +8,13 @@ use testbed::{Redis, Services};
 
 use crate::bench::cpu::Watch;
 
-const NAMES: [&str; 3] = ["m1", "m2", "m3"];
+/// The labels of up to 12 masters (`--masters` is at most 12).
+const NAMES: [&str; 12] = ["m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "m9", "m10", "m11", "m12"];
 
 pub struct Masters {
     pub nodes: Vec<Redis>,
+    /// m1, m2, ... in the order of `nodes`.
+    pub names: Vec<&'static str>,
     /// (first slot, last slot, port) from CLUSTER NODES.
     slots: Vec<(u16, u16, u16)>,
     pub buy_sha: String,
@@ -20,7 +23,8 @@ pub struct Masters {
 impl Masters {
     pub fn find(services: &Services) -> anyhow::Result<Self> {
         let nodes = services.cluster.as_ref().context("no cluster was started")?.nodes().to_vec();
-        ensure!(nodes.len() == 3, "expected 3 cluster masters, got {}", nodes.len());
+        ensure!(nodes.len() <= NAMES.len(), "at most {} masters, got {}", NAMES.len(), nodes.len());
+        let names = NAMES[..nodes.len()].to_vec();
         // "<id> <ip:port@bus> <flags> <master> <ping> <pong> <epoch> <link> <slot ranges>..."
         let text: String = nodes[0].query(redis::cmd("CLUSTER").arg("NODES"))?;
         let mut slots = vec![];
@@ -32,12 +36,12 @@ impl Masters {
                 slots.push((lo.parse()?, hi.parse()?, port));
             }
         }
-        Ok(Self { nodes, slots, buy_sha: String::new() })
+        Ok(Self { nodes, names, slots, buy_sha: String::new() })
     }
 
-    /// m1, m2 or m3 for a port.
-    pub fn name(&self, port: u16) -> &'static str {
-        self.nodes.iter().position(|n| n.port == port).map_or("?", |i| NAMES[i])
+    /// m1, m2, ... for a port.
+    pub fn name(&self, port: u16) -> &str {
+        self.nodes.iter().position(|n| n.port == port).map_or("?", |i| self.names[i])
     }
 
     pub fn node(&self, port: u16) -> &Redis {
@@ -48,9 +52,13 @@ impl Masters {
         self.nodes.iter().map(|n| n.port).collect()
     }
 
-    /// Each master's CPU, labelled m1..m3.
+    /// Each master's CPU, labelled m1, m2, ...
     pub fn watch(&self) -> Vec<Watch> {
-        self.nodes.iter().zip(NAMES).filter_map(|(n, name)| n.pid().map(|pid| Watch::process(name, pid))).collect()
+        self.nodes
+            .iter()
+            .zip(self.names.iter().copied())
+            .filter_map(|(n, name)| n.pid().map(|pid| Watch::process(name, pid)))
+            .collect()
     }
 
     /// The slot of `key` and the port of the master that owns it.

@@ -1,6 +1,7 @@
 //! `cargo xtask shard-ceiling`: the throughput of ONE flash sale whose stock is split over K
-//! shards (`{"shards": K}` when seeding, docs/stock-sharding.md) on a 3-master Redis Cluster,
-//! K = 1, 2, 3: the Redis-side ceiling, and what `POST /buy` delivers end to end.
+//! shards (`{"shards": K}` when seeding, docs/stock-sharding.md) on a Redis Cluster of
+//! `--masters` masters (3 by default), K = 1, 2, 3 by default: the Redis-side ceiling, and what
+//! `POST /buy` delivers end to end.
 //!
 //! All keys of one shard share one hash tag, so one slot, one master, one Redis core: with one
 //! shard, that core is the sale's ceiling however big the cluster is; K shards spread over K
@@ -37,9 +38,12 @@ use crate::bench::driver::{need_tools, raw_dir, utc_now};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Shard counts to run (each 1..3: the cluster has 3 masters).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,3", value_parser = clap::value_parser!(u32).range(1..=3))]
+    /// Shard counts to run (each at most --masters).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3", value_parser = clap::value_parser!(u32).range(1..=12))]
     pub k: Vec<u32>,
+    /// Masters of the throwaway Redis Cluster (e.g. 6 for the ceiling's 6-master row).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(3..=12))]
+    pub masters: u32,
     /// EVALSHA calls per K, split evenly over the K shards.
     #[arg(long, default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(3..=300_000))]
     pub total_requests: u64,
@@ -93,9 +97,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.stock_total >= 3 * args.total_requests,
         "--stock-total must be >= 3 x --total-requests (the sale must never sell out)"
     );
+    anyhow::ensure!(args.k.iter().all(|&k| k <= args.masters), "every --k must be at most --masters");
     need_tools(&[("wrk", "wrk"), ("redis-benchmark", "redis-tools")])?;
     let work = raw_dir("shard-ceiling")?;
-    let mut services = Services::start(&Options { cluster: true, browser: false })?;
+    let mut services = Services::start(&Options { cluster: Some(args.masters as usize), browser: false })?;
     // Every seckill process here (serve, reconcile) uses the cluster.
     services.target = Target::Cluster;
     let binary = testbed::Profile::from(args.profile).build()?;
