@@ -7,10 +7,11 @@
 //! sale pays nothing for it, and a hot one shares each call's fixed cost on Redis
 //! (docs/benchmarks.md, "Several purchases per call").
 //!
-//! One task per busy lane (thread, shard) makes the calls, so a request that goes away (its
-//! client disconnected) cannot take the others' answers with it; if that task itself ends early
-//! (its runtime stops, or it panics), the lane goes with it and its waiting purchases fail
-//! unsent, so no purchase ever waits on a lane nobody drives.
+//! The purchase that finds its lane (thread, shard) idle makes its call itself, in its own
+//! request, as without batching; the purchases that queue up behind it are then sent by a task
+//! of the lane, so a request that goes away (its client disconnected) cannot take the others'
+//! answers with it. If that task ends early (its runtime stops, or it panics), the lane goes with
+//! it and its waiting purchases fail unsent, so no purchase ever waits on a lane nobody drives.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -154,23 +155,18 @@ struct LaneKey {
     algorithm: Option<Algorithm>,
 }
 
-/// A busy lane: where its calls go, and the purchases waiting for the next one.
-struct Lane {
-    target: Arc<OwnedTarget>,
-    waiting: Vec<Job>,
-}
-
 /// A waiting purchase and where its reply goes.
 struct Job {
     part: Part,
     reply: oneshot::Sender<RedisResult<Value>>,
 }
 
-/// The busy lanes of one process ([`Batcher::buy`]). A lane exists only while a call of it is in
-/// flight or purchases wait for one, so the map holds at most a lane per thread and hot shard.
+/// The busy lanes of one process ([`Batcher::buy`]), each with the purchases waiting for its
+/// next call. A lane exists only while a call of it is in flight or purchases wait for one, so
+/// the map holds at most a lane per thread and hot shard.
 pub struct Batcher {
     max: usize,
-    lanes: Mutex<HashMap<LaneKey, Lane>>,
+    lanes: Mutex<HashMap<LaneKey, Vec<Job>>>,
     /// Purchases per call, when the process counts them.
     sizes: Option<prometheus::Histogram>,
 }
@@ -181,65 +177,75 @@ impl Batcher {
         Self { max: max.max(2) as usize, lanes: Mutex::default(), sizes }
     }
 
-    /// Buys `part` on `target` with the purchases queued with it: waits for the lane's call in
-    /// flight, if any, then goes in the next. The reply is the one [`run_one`] would give.
-    pub async fn buy(self: &Arc<Self>, redis: &Keyspace, target: &Target<'_>, part: Part) -> RedisResult<Value> {
+    /// Buys `part` on `target`: at once on `con`, alone, when no call of its lane is in flight;
+    /// otherwise it waits for that call and goes in the next with the others that queued up. The
+    /// reply is the one [`run_one`] would give.
+    pub async fn buy(
+        self: &Arc<Self>,
+        redis: &Keyspace,
+        con: &mut impl ConnectionLike,
+        target: &Target<'_>,
+        part: Part,
+    ) -> RedisResult<Value> {
         let key = LaneKey {
             thread: std::thread::current().id(),
             meta: target.keys[0].to_owned(),
             shards: target.shards,
             algorithm: part.algorithm(),
         };
-        let (reply, answer) = oneshot::channel();
-        let job = Job { part, reply };
-        let start = {
+        let queued = {
             let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
             match lanes.get_mut(&key) {
-                Some(lane) => {
-                    lane.waiting.push(job);
-                    false
+                Some(waiting) => {
+                    let (reply, answer) = oneshot::channel();
+                    waiting.push(Job { part, reply });
+                    Ok(answer)
                 }
                 None => {
-                    let owned = OwnedTarget {
-                        sale: target.sale.to_owned(),
-                        keys: target.keys.map(str::to_owned),
-                        shards: target.shards,
-                    };
-                    let lane = Lane { target: Arc::new(owned), waiting: vec![job] };
-                    lanes.insert(key.clone(), lane);
-                    true
+                    lanes.insert(key.clone(), vec![]);
+                    Err(part)
                 }
             }
         };
-        if start {
-            tokio::spawn(self.clone().drive(redis.clone(), key));
+        let part = match queued {
+            Ok(answer) => {
+                return answer.await.unwrap_or_else(|_| {
+                    Err(std::io::Error::other("the purchase's lane stopped before its call (the process is stopping)")
+                        .into())
+                });
+            }
+            Err(part) => part,
+        };
+        // The lane was idle: this purchase's call is the one in flight. Whatever queues behind it
+        // goes next, from a task, when the call ends, or if this request goes away first.
+        let _hand_off = HandOff { batcher: self, redis, key: Some(key), target };
+        if let Some(sizes) = &self.sizes {
+            sizes.observe(1.0);
         }
-        answer.await.unwrap_or_else(|_| {
-            Err(std::io::Error::other("the purchase's lane stopped before its call (the process is stopping)").into())
-        })
+        run_one(con, target, &part).await
     }
 
     /// Makes the lane's calls, each with the purchases waiting when the one before answered,
-    /// until none wait; then the lane is gone.
-    async fn drive(self: Arc<Self>, redis: Keyspace, key: LaneKey) {
-        let mut lane_ends = EndsLane { batcher: &self, key: &key, ended: false };
+    /// until none wait; then the lane is gone. `ends` removes the lane if this stops early.
+    async fn drive(self: Arc<Self>, redis: Keyspace, target: OwnedTarget, mut ends: EndsLane) {
+        let key = ends.key.clone();
         let mut con = redis.purchase_conn().await;
         loop {
-            let (target, jobs) = {
+            let jobs = {
                 let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
-                let Some(lane) = lanes.get_mut(&key) else {
-                    lane_ends.ended = true; // not ours to remove
+                let Some(waiting) = lanes.get_mut(&key) else {
+                    ends.ended = true; // not ours to remove
                     return;
                 };
                 // A purchase whose request went away is not sent.
-                lane.waiting.retain(|job| !job.reply.is_closed());
-                if lane.waiting.is_empty() {
+                waiting.retain(|job| !job.reply.is_closed());
+                if waiting.is_empty() {
                     lanes.remove(&key);
-                    lane_ends.ended = true;
+                    ends.ended = true;
                     return;
                 }
-                let take = lane.waiting.len().min(self.max);
-                (lane.target.clone(), lane.waiting.drain(..take).collect::<Vec<Job>>())
+                let take = waiting.len().min(self.max);
+                waiting.drain(..take).collect::<Vec<Job>>()
             };
             if let Some(sizes) = &self.sizes {
                 sizes.observe(jobs.len() as f64);
@@ -260,19 +266,53 @@ impl Batcher {
     }
 }
 
+/// Held by the purchase whose own call is in flight on its lane: when that call ends (or the
+/// request goes away during it), the purchases queued behind it are handed to a task that makes
+/// their calls; with none queued the lane is removed.
+struct HandOff<'a, 't> {
+    batcher: &'a Arc<Batcher>,
+    redis: &'a Keyspace,
+    key: Option<LaneKey>,
+    target: &'a Target<'t>,
+}
+
+impl Drop for HandOff<'_, '_> {
+    fn drop(&mut self) {
+        let Some(key) = self.key.take() else { return };
+        {
+            let mut lanes = self.batcher.lanes.lock().unwrap_or_else(|e| e.into_inner());
+            if lanes.get(&key).is_none_or(Vec::is_empty) {
+                lanes.remove(&key);
+                return;
+            }
+        }
+        // The guard goes into the task: if the task never runs (its runtime is stopping), dropping
+        // it removes the lane, and the queued purchases fail unsent.
+        let ends = EndsLane { batcher: self.batcher.clone(), key, ended: false };
+        let target = OwnedTarget {
+            sale: self.target.sale.to_owned(),
+            keys: self.target.keys.map(str::to_owned),
+            shards: self.target.shards,
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(self.batcher.clone().drive(self.redis.clone(), target, ends));
+        }
+    }
+}
+
 /// Removes its lane when the task driving it ends without having removed it (cancelled with its
-/// runtime, or panicked): the purchases waiting there then fail at once instead of waiting for a
-/// call that will not come, and the next purchase starts a new lane.
-struct EndsLane<'a> {
-    batcher: &'a Batcher,
-    key: &'a LaneKey,
+/// runtime, never started, or panicked): the purchases waiting there then fail at once instead
+/// of waiting for a call that will not come, and the next purchase starts a new lane.
+struct EndsLane {
+    batcher: Arc<Batcher>,
+    key: LaneKey,
     ended: bool,
 }
 
-impl Drop for EndsLane<'_> {
+impl Drop for EndsLane {
     fn drop(&mut self) {
         if !self.ended {
-            self.batcher.lanes.lock().unwrap_or_else(|e| e.into_inner()).remove(self.key);
+            self.batcher.lanes.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.key);
         }
     }
 }

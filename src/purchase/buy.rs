@@ -253,7 +253,7 @@ impl Sales {
                 limits: gates.iter().map(|gate| (gate.key.clone(), *gate.policy)).collect(),
             };
             let mut reply = match &self.batcher {
-                Some(batcher) => batcher.buy(&self.redis, &target, part).await?,
+                Some(batcher) => batcher.buy(&self.redis, con, &target, part).await?,
                 None => batch::run_one(con, &target, &part).await?,
             };
             if !gates.is_empty() {

@@ -251,11 +251,12 @@ async fn the_batch_script_decides_every_purchase_as_buy_lua_does() {
     }
 }
 
-/// A lane whose driving task stops mid-call (its runtime shut down, as an HTTP worker's does at
-/// shutdown) goes with it: the next purchase on that thread and shard starts a new lane and is
-/// answered, instead of waiting behind a call that will never come back.
+/// A lane whose calls stop mid-way (its runtime shut down, as an HTTP worker's does at shutdown)
+/// goes with them: the purchase making its own call and the one queued behind it stop there, and
+/// the next purchase on that thread and shard starts a new lane and is answered, instead of
+/// waiting behind a call that will never come back.
 #[test]
-fn a_lane_whose_task_stopped_mid_call_does_not_hold_the_next_purchase() {
+fn a_lane_whose_calls_stopped_mid_way_does_not_hold_the_next_purchase() {
     use seckill::purchase::batch::{Batcher, Part, Target};
     use seckill::redis::Keyspace;
 
@@ -273,22 +274,33 @@ fn a_lane_whose_task_stopped_mid_call_does_not_hold_the_next_purchase() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_url = format!("redis://{}", silent.local_addr().unwrap());
     let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    first.block_on(async {
+    let queued = first.block_on(async {
         let conn = seckill::redis::connection::connect(&silent_url.into(), Duration::from_secs(60)).unwrap();
         let redis = Keyspace::new(conn, "lane");
-        let (batcher, target_keys, sale) = (batcher.clone(), keys.clone(), sale.clone());
-        tokio::spawn(async move { batcher.buy(&redis, &Target::new(sale.as_str(), &target_keys, 1), part()).await });
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut purchases = vec![];
+        for _ in 0..2 {
+            let (batcher, redis, target_keys, sale, part) =
+                (batcher.clone(), redis.clone(), keys.clone(), sale.clone(), part());
+            purchases.push(tokio::spawn(async move {
+                let mut con = redis.purchase_conn().await;
+                batcher.buy(&redis, &mut con, &Target::new(sale.as_str(), &target_keys, 1), part).await
+            }));
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        purchases
     });
-    drop(first); // the lane's task stops in the middle of its call
+    // Both are still waiting: the first on the silent server, the second behind it.
+    assert!(queued.iter().all(|p| !p.is_finished()), "the purchases on the silent server were answered");
+    drop(first); // both stop in the middle
 
     let second = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     second.block_on(async {
         let conn = seckill::redis::connection::connect(&redis_url().into(), Duration::from_secs(5)).unwrap();
         let redis = Keyspace::new(conn, "lane");
+        let mut con = redis.purchase_conn().await;
         let bought = tokio::time::timeout(
             Duration::from_secs(10),
-            batcher.buy(&redis, &Target::new(sale.as_str(), &keys, 1), part()),
+            batcher.buy(&redis, &mut con, &Target::new(sale.as_str(), &keys, 1), part()),
         )
         .await
         .expect("the purchase waited on a lane nobody drives");

@@ -77,6 +77,10 @@ pub struct Args {
     /// Which build of seckill runs.
     #[arg(long, value_enum, default_value_t = Profile::Release)]
     pub profile: Profile,
+    /// Run this seckill binary instead of building one (e.g. a copy of an earlier build, to
+    /// compare two builds run by run).
+    #[arg(long)]
+    pub bin: Option<PathBuf>,
     /// Skip the Redis ceiling (part A): only the POST /buy rows.
     #[arg(long)]
     pub http_only: bool,
@@ -103,7 +107,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut services = Services::start(&Options { cluster: Some(args.masters as usize), browser: false })?;
     // Every seckill process here (serve, reconcile) uses the cluster.
     services.target = Target::Cluster;
-    let binary = testbed::Profile::from(args.profile).build()?;
+    let binary = match &args.bin {
+        Some(bin) => bin.clone(),
+        None => testbed::Profile::from(args.profile).build()?,
+    };
     let mut masters = masters::Masters::find(&services)?;
     masters.prepare()?;
 

@@ -172,9 +172,9 @@ pub fn render(
     );
     md += "## POST /buy end to end\n\n";
     md += &format!(
-        "One `seckill serve` (worker in the process, SECKILL_RATE_LIMIT=1000000/1s{}, {:?} build) on the cluster; per K the sale http-kK (stock {}, K shards); first, the row `1 Redis`: the same app settings on the single Redis server (appendonly yes, appendfsync everysec, as the masters), one unsharded sale. `wrk -t{} -c{} -d{}s` with `load-tests/lib/wrk-bench.lua` (every request a new user). CPU in cores over the run: the app, each master, wrk; other = the rest of the machine (Postgres among it). App µs/req = the app's CPU-seconds / requests, redis µs/req the same for the Redis servers together; context switches/req = voluntary and involuntary switches of all the app's threads (/proc/<pid>/task/*/status) / requests: fewer means each wake-up handled more work.\n\n",
+        "One `seckill serve` (worker in the process, SECKILL_RATE_LIMIT=1000000/1s{}, {}) on the cluster; per K the sale http-kK (stock {}, K shards); first, the row `1 Redis`: the same app settings on the single Redis server (appendonly yes, appendfsync everysec, as the masters), one unsharded sale. `wrk -t{} -c{} -d{}s` with `load-tests/lib/wrk-bench.lua` (every request a new user). CPU in cores over the run: the app, each master, wrk; other = the rest of the machine (Postgres among it). App µs/req = the app's CPU-seconds / requests, redis µs/req the same for the Redis servers together; context switches/req = voluntary and involuntary switches of all the app's threads (/proc/<pid>/task/*/status) / requests: fewer means each wake-up handled more work.\n\n",
         args.app_env.iter().map(|(n, v)| format!(", {n}={v}")).collect::<String>(),
-        args.profile,
+        args.bin.as_ref().map_or(format!("{:?} build", args.profile), |bin| format!("binary {}", bin.display())),
         group(args.http_stock as f64),
         args.threads,
         args.connections,
