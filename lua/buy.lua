@@ -19,7 +19,8 @@
 --                             worker's span (src/telemetry/traces.rs); "" when traces are off
 --
 -- Returns one status string, except for "already_purchased" and "reserved":
---   "ok"                 user added, stock decremented, order appended to the stream, receipt kept
+--   "ok"                 user added, stock decremented, order appended to the stream (its entry:
+--                        order_id and user_id; its id carries the time), receipt kept
 --   {"reserved", pay_by_ms}
 --                        the same, in a sale with a payment window (meta payment_window_ms): the
 --                        order is a reservation to be paid by pay_by_ms = Redis time + the window,
@@ -114,25 +115,27 @@ local pay_by
 if window then
   pay_by = string.format('%d', now_ms + window)
 end
+-- The entry's id carries the purchase's time ('<created_at>-*'), so its fields are the order id
+-- and the buyer only (the sale is its stream's). Only when the stream's last entry is later (the
+-- server's clock went back) does Redis choose the id, and the time goes in a field of its own;
+-- any other error (the orders key of another type) is raised there, with nothing written.
+local function append(...)
+  local entry = redis.pcall('XADD', KEYS[4], created_at .. '-*', 'order_id', ARGV[3], 'user_id', ARGV[2], ...)
+  if type(entry) == 'table' and entry.err then
+    entry = redis.call('XADD', KEYS[4], '*', 'order_id', ARGV[3], 'user_id', ARGV[2], 'created_at_ms', created_at, ...)
+  end
+  return entry
+end
+local trace = ARGV[6] ~= nil and ARGV[6] ~= '' and ARGV[6]
 local entry
-if not ARGV[6] or ARGV[6] == '' then
-  -- Traces off (every purchase then): the entry's fields as literals, no table to build.
-  if window then
-    entry = redis.call('XADD', KEYS[4], '*',
-      'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at, 'pay_by_ms', pay_by)
-  else
-    entry = redis.call('XADD', KEYS[4], '*',
-      'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at)
-  end
+if window and trace then
+  entry = append('pay_by_ms', pay_by, 'traceparent', trace)
+elseif window then
+  entry = append('pay_by_ms', pay_by)
+elseif trace then
+  entry = append('traceparent', trace)
 else
-  local fields = {'order_id', ARGV[3], 'sale_id', ARGV[1], 'user_id', ARGV[2], 'created_at_ms', created_at}
-  if window then
-    table.insert(fields, 'pay_by_ms')
-    table.insert(fields, pay_by)
-  end
-  table.insert(fields, 'traceparent')
-  table.insert(fields, ARGV[6])
-  entry = redis.call('XADD', KEYS[4], '*', unpack(fields))
+  entry = append()
 end
 local receipt = redis.pcall('HSET', KEYS[5], ARGV[2], ARGV[3] .. ' ' .. created_at .. ' ' .. entry)
 if type(receipt) == 'table' and receipt.err then

@@ -75,6 +75,17 @@ local window = tonumber(meta[5])
 local pay_by = window and string.format('%d', now_ms + window)
 local sold = 0
 
+-- A purchase's entry, as buy.lua appends it: its id carries the call's time, its fields are the
+-- order id and the buyer (then the payment deadline and the trace context, if any); the time goes
+-- in a field only when the stream's last entry is later (the server's clock went back).
+local function append(order_id, user, ...)
+  local entry = redis.pcall('XADD', KEYS[4], created_at .. '-*', 'order_id', order_id, 'user_id', user, ...)
+  if type(entry) == 'table' and entry.err then
+    entry = redis.call('XADD', KEYS[4], '*', 'order_id', order_id, 'user_id', user, 'created_at_ms', created_at, ...)
+  end
+  return entry
+end
+
 -- One purchase, by buy.lua's rules, its stock being what the purchases before it left.
 local function buy(user, order_id, place_arg, traceparent)
   if verdict then
@@ -102,16 +113,16 @@ local function buy(user, order_id, place_arg, traceparent)
   if stock - sold <= 0 then
     return 'sold_out'
   end
-  local fields = {'order_id', order_id, 'sale_id', ARGV[1], 'user_id', user, 'created_at_ms', created_at}
-  if pay_by then
-    table.insert(fields, 'pay_by_ms')
-    table.insert(fields, pay_by)
+  local entry
+  if pay_by and traceparent ~= '' then
+    entry = append(order_id, user, 'pay_by_ms', pay_by, 'traceparent', traceparent)
+  elseif pay_by then
+    entry = append(order_id, user, 'pay_by_ms', pay_by)
+  elseif traceparent ~= '' then
+    entry = append(order_id, user, 'traceparent', traceparent)
+  else
+    entry = append(order_id, user)
   end
-  if traceparent ~= '' then
-    table.insert(fields, 'traceparent')
-    table.insert(fields, traceparent)
-  end
-  local entry = redis.call('XADD', KEYS[4], '*', unpack(fields))
   local receipt = redis.pcall('HSET', KEYS[5], user, order_id .. ' ' .. created_at .. ' ' .. entry)
   if type(receipt) == 'table' and receipt.err then
     redis.call('XDEL', KEYS[4], entry)

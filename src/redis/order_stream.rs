@@ -1,9 +1,14 @@
 //! A sale's order stream, in one place: an entry's field names, [`encode`] (for the re-enqueues
 //! of reconciliation) and [`decode`] (for the worker); and the consumer group the workers read it
 //! with ([`CONSUMER_GROUP`], created only by [`create_group`]). The purchase itself appends its
-//! entries in `lua/buy.lua`, which cannot import these names: a test checks that its XADD writes
-//! exactly [`FIELDS`] (then [`PAY_BY_MS`] in a sale with a payment window, and [`TRACEPARENT`]
-//! when traces are on), and that no other script writes to a stream.
+//! entries in `lua/buy.lua` and `lua/buy_batch.lua`, which cannot import these names:
+//! `tests/api/order_entries.rs` reads the entries they write back and checks them against
+//! [`PURCHASE_FIELDS`], and a test here that no other script writes to a stream.
+//!
+//! A purchase's entry id carries its time (`<created_at_ms>-*`), so the entry holds only the order
+//! id and the buyer (the sale is its stream's); `created_at_ms` is a field only where the id
+//! cannot carry the time: a purchase made after a later entry (the server's clock went back),
+//! and a re-enqueued order.
 
 use redis::RedisResult;
 use redis::aio::ConnectionLike;
@@ -14,13 +19,11 @@ use super::lua;
 use crate::domain::{Order, SaleId, UserId};
 
 const ORDER_ID: &str = "order_id";
-/// The sale: written, but not read (the entry's sale is its stream's), so that a later release
-/// can stop writing it while workers of this one still run (docs/benchmarks.md, AOF bytes).
-const SALE_ID: &str = "sale_id";
 const USER_ID: &str = "user_id";
-/// Redis server time of the purchase, Unix milliseconds. Read when present; without it the
-/// order's time is its entry id's milliseconds (what a later release may write).
-const CREATED_AT_MS: &str = "created_at_ms";
+/// Redis server time of the purchase, Unix milliseconds, where the entry id does not carry it.
+/// Read when present; without it the order's time is the entry id's milliseconds. (Entries of
+/// earlier releases also have a `sale_id`, which is not read: the sale is the stream's.)
+pub const CREATED_AT_MS: &str = "created_at_ms";
 /// A reservation's deadline, Unix milliseconds (Redis time): only in a sale with a payment window.
 pub const PAY_BY_MS: &str = "pay_by_ms";
 
@@ -70,14 +73,14 @@ pub async fn trim(con: &mut impl ConnectionLike, stream: &str) -> RedisResult<u6
     lua::run(lua::TRIM.key(stream).arg(CONSUMER_GROUP), con).await
 }
 
-/// The fields of an entry, in the order they are written.
-pub const FIELDS: [&str; 4] = [ORDER_ID, SALE_ID, USER_ID, CREATED_AT_MS];
+/// The fields every purchase's entry starts with, in the order they are written; then
+/// [`PAY_BY_MS`] in a sale with a payment window, [`TRACEPARENT`] when traces are on.
+pub const PURCHASE_FIELDS: [&str; 2] = [ORDER_ID, USER_ID];
 
-/// The entry of `order`, as XADD takes its fields.
+/// The entry of `order` re-enqueued (its id will not carry its time), as XADD takes its fields.
 pub fn encode(order: &Order) -> Vec<(&'static str, String)> {
     let mut fields = vec![
         (ORDER_ID, order.order_id.to_string()),
-        (SALE_ID, order.sale_id.to_string()),
         (USER_ID, order.user_id.to_string()),
         (CREATED_AT_MS, order.created_at_ms.to_string()),
     ];
@@ -127,53 +130,12 @@ mod tests {
     }
 
     #[test]
-    fn the_purchase_scripts_append_exactly_these_fields_and_no_other_script_appends() {
-        let code = lua_code("buy.lua");
-        // Traces off: two XADDs with literal fields, with and without a payment window.
-        let calls: Vec<&str> = code.split("redis.call('XADD', KEYS[4], '*',\n").skip(1).collect();
-        let mut written = Vec::new();
-        for call in &calls {
-            // The call's arguments up to its closing parenthesis: field, value, ...
-            let mut depth = 0;
-            let end = call.find(|c| {
-                depth += i32::from(c == '(') - i32::from(c == ')');
-                depth < 0
-            });
-            let args: Vec<&str> = call[..end.expect("the XADD call is closed")].split(',').map(str::trim).collect();
-            written.push(args.iter().step_by(2).map(|f| f.trim_matches('\'')).collect::<Vec<_>>());
-        }
-        let with_window: Vec<&str> = FIELDS.iter().copied().chain([PAY_BY_MS]).collect();
-        assert_eq!(
-            written,
-            [with_window, FIELDS.to_vec()],
-            "buy.lua's XADDs write other fields than redis::order_stream"
-        );
-        // Traces on: the same fields in a table, then the payment deadline and the trace context.
-        assert_eq!(code.matches("XADD").count(), 3, "{code}");
-        assert_fields_table("buy.lua", &code);
-        // buy_batch.lua builds every entry as a table.
-        let batch = lua_code("buy_batch.lua");
-        assert_eq!(batch.matches("XADD").count(), 1, "{batch}");
-        assert_fields_table("buy_batch.lua", &batch);
-
+    fn only_the_purchase_scripts_append_to_a_stream() {
         for script in std::fs::read_dir(format!("{}/lua", env!("CARGO_MANIFEST_DIR"))).unwrap() {
             let file = script.unwrap().file_name().into_string().unwrap();
-            if file != "buy.lua" && file != "buy_batch.lua" {
-                assert!(!lua_code(&file).contains("XADD"), "{file} writes to a stream");
-            }
+            let appends = lua_code(&file).contains("XADD");
+            assert_eq!(appends, file == "buy.lua" || file == "buy_batch.lua", "{file} and XADD");
         }
-    }
-
-    /// `code` appends `local fields = {…}` (the entry's fields), then the payment deadline and the
-    /// trace context when it has them, in one `XADD`.
-    fn assert_fields_table(file: &str, code: &str) {
-        assert!(code.contains("redis.call('XADD', KEYS[4], '*', unpack(fields))"), "{file}: {code}");
-        let table = code.split("local fields = {").nth(1).expect("the fields table").split('}').next().unwrap();
-        let first: Vec<&str> = table.split(',').map(str::trim).step_by(2).map(|f| f.trim_matches('\'')).collect();
-        assert_eq!(first, FIELDS, "{file}'s entry starts with other fields than redis::order_stream");
-        let added: Vec<&str> =
-            code.split("table.insert(fields, '").skip(1).map(|rest| rest.split('\'').next().unwrap()).collect();
-        assert_eq!(added, [PAY_BY_MS, TRACEPARENT], "{file}: the optional fields, in this order");
     }
 
     #[test]
@@ -195,15 +157,18 @@ mod tests {
         assert_eq!(decode(&entry(&encode(&reserved)), sale), Ok(reserved.clone()));
         assert_eq!(user(&entry(&encode(&order))).as_deref(), Some("u"));
         let mut bad = encode(&order);
-        bad[2].1 = String::new();
+        bad[1].1 = String::new();
         assert_eq!(decode(&entry(&bad), sale), Err(USER_ID));
         assert_eq!(decode(&StreamId::default(), sale), Err(ORDER_ID));
 
-        // The short entry a later release may write (order id and user): its time is the entry
-        // id's, its sale the stream's.
-        let short = [encode(&order)[0].clone(), encode(&order)[2].clone()];
+        // A purchase's entry (order id and user): its time is the entry id's, its sale the stream's.
+        let short = [encode(&order)[0].clone(), encode(&order)[1].clone()];
         let purchased = StreamId { id: "1700000000000-3".into(), ..entry(&short) };
         assert_eq!(decode(&purchased, sale), Ok(order.clone()));
+        // An entry of an earlier release also names its sale, which is not read.
+        let mut earlier = encode(&order);
+        earlier.insert(1, ("sale_id", "another".into()));
+        assert_eq!(decode(&entry(&earlier), sale), Ok(order.clone()));
         let unnamed = StreamId { id: "x".into(), ..purchased.clone() };
         assert_eq!(decode(&unnamed, sale), Err(CREATED_AT_MS));
     }

@@ -21,6 +21,7 @@ mod limiters;
 mod lua_examples;
 mod metrics;
 mod openapi;
+mod order_entries;
 mod rate_limit;
 mod readme;
 mod reconcile;
