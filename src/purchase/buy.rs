@@ -239,12 +239,15 @@ impl Sales {
         user: &UserId,
         limits: &mut Limits<'_, '_>,
     ) -> RedisResult<ShardReply> {
-        let keys = layout.keys(self.redis.prefix(), sale);
+        // Only the keys of the shards visited (usually one), not every shard's, per purchase.
+        let sharded_tag = layout.is_sharded().then(|| SaleKeys::tag(sale, None));
         for shard in layout.visit_order(user) {
-            let Some(gates) = self.gates_joining(con, &keys[shard], &keys[0], limits).await? else {
+            let keys = layout.shard_keys(self.redis.prefix(), sale, shard);
+            let sale_tag = sharded_tag.as_deref().unwrap_or(hash_tag(&keys.meta)); // shard 0's
+            let Some(gates) = self.gates_joining(con, &keys, sale_tag, limits).await? else {
                 return Ok(ShardReply::Limited);
             };
-            let target = Target::new(sale.as_str(), &keys[shard], layout.shards());
+            let target = Target::new(sale.as_str(), &keys, layout.shards());
             let part = Part {
                 user: user.as_str().to_owned(),
                 order_id: limits.order_id.clone(),
@@ -282,7 +285,7 @@ impl Sales {
     }
 
     /// The gates still to check that join the call on `keys` (a shard of the sale whose shard 0
-    /// is `sale`): all of them (taken, so no later call checks them again), a `sale`-scoped one
+    /// has the hash tag `sale_tag`): all of them (taken, so no later call checks them again), a `sale`-scoped one
     /// moved into the shard's slot ([`Gate::on_shard`]), when their keys then share its slot or
     /// Redis is one server; else none, after checking each in a call of its own. `None` when one
     /// of those refused.
@@ -290,11 +293,11 @@ impl Sales {
         &self,
         con: &mut impl ConnectionLike,
         keys: &SaleKeys,
-        sale: &SaleKeys,
+        sale_tag: &str,
         limits: &mut Limits<'g, 'p>,
     ) -> RedisResult<Option<Cow<'g, [Gate<'p>]>>> {
         let gates = std::mem::take(&mut limits.gates);
-        let (sale_tag, shard_tag) = (hash_tag(&sale.meta), hash_tag(&keys.meta));
+        let shard_tag = hash_tag(&keys.meta);
         // Shard 0 (every unsharded sale) takes the gates as they are; only another shard's call
         // needs its `sale`-scoped keys moved into its slot.
         let gates: Cow<'g, [Gate<'p>]> = match sale_tag == shard_tag {

@@ -53,9 +53,15 @@ impl Layout {
 
     /// The keys of every shard, shard 0 first.
     pub fn keys(&self, prefix: &str, sale: &SaleId) -> Vec<SaleKeys> {
-        std::iter::once(SaleKeys::new(prefix, sale))
-            .chain(self.suffixes.iter().map(|&suffix| SaleKeys::of_shard(prefix, sale, suffix)))
-            .collect()
+        (0..self.shards() as usize).map(|k| self.shard_keys(prefix, sale, k)).collect()
+    }
+
+    /// The keys of shard `k` (0: the sale's own keys). Panics unless `k` < K.
+    pub fn shard_keys(&self, prefix: &str, sale: &SaleId, k: usize) -> SaleKeys {
+        match k {
+            0 => SaleKeys::new(prefix, sale),
+            k => SaleKeys::of_shard(prefix, sale, self.suffixes[k - 1]),
+        }
     }
 
     /// The shards `user` visits, in order: the home shard, then the next ones, wrapping around.
