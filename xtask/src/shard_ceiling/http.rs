@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use testbed::{App, Services, Target};
+use testbed::{App, Redis, Services, Target};
 
 use super::Args;
 use super::masters::Masters;
@@ -17,10 +17,15 @@ use crate::bench::wrk::{Mode, Wrk, WrkOut};
 pub struct HttpRow {
     /// The shards; 0 for the row on the single Redis server (one unsharded sale).
     pub k: u32,
+    /// Whether the row ran on the single Redis server (always for K = 0).
+    pub on_server: bool,
     pub out: WrkOut,
     pub usage: Usage,
     /// The app's context switches over the run.
     pub switches: u64,
+    /// Script calls (`EVALSHA`, all servers of the row) over the run: with the requests, how many
+    /// purchases went together in a call.
+    pub script_calls: u64,
 }
 
 pub struct Http {
@@ -49,15 +54,21 @@ pub fn run(
     let server = started?;
     let mut watch = vec![Watch::process("server", services.redis.pid().unwrap_or_default())];
     watch.push(Watch::process("seckill", server.pid()));
-    rows.push(row(args, &server, 0, "http-server", &watch, work)?);
+    let single = [services.redis.clone()];
+    rows.push(row(args, &server, 0, "http-server", &watch, &single, work)?);
     reconciled.push(reconcile_line(&server, "http-server")?);
+    for &k in &args.server_k {
+        let sale = format!("http-server-k{k}");
+        rows.push(HttpRow { on_server: true, ..row(args, &server, k, &sale, &watch, &single, work)? });
+        reconciled.push(reconcile_line(&server, &sale)?);
+    }
     drop(server);
 
     let app = App::start(services, binary, &env)?;
     for &k in &args.k {
         let mut watch = masters.watch();
         watch.push(Watch::process("seckill", app.pid()));
-        rows.push(row(args, &app, k, &format!("http-k{k}"), &watch, work)?);
+        rows.push(row(args, &app, k, &format!("http-k{k}"), &watch, &masters.nodes, work)?);
     }
     for &k in &args.k {
         reconciled.push(reconcile_line(&app, &format!("http-k{k}"))?);
@@ -65,8 +76,17 @@ pub fn run(
     Ok(Http { rows, reconciled })
 }
 
-/// Seeds `sale` over `k` shards (none for 0) and runs wrk on it, watching `watch`.
-fn row(args: &Args, app: &App, k: u32, sale: &str, watch: &[Watch], work: &Path) -> anyhow::Result<HttpRow> {
+/// Seeds `sale` over `k` shards (none for 0) and runs wrk on it, watching `watch` and counting
+/// the script calls on `servers`.
+fn row(
+    args: &Args,
+    app: &App,
+    k: u32,
+    sale: &str,
+    watch: &[Watch],
+    servers: &[Redis],
+    work: &Path,
+) -> anyhow::Result<HttpRow> {
     let repo = testbed::workspace_root();
     app.seed(sale, args.http_stock, (k > 0).then_some(k))?;
     let prefix = format!("k{k}");
@@ -83,12 +103,25 @@ fn row(args: &Args, app: &App, k: u32, sale: &str, watch: &[Watch], work: &Path)
         args.threads, args.connections, args.duration
     );
     let sw0 = switches(app.pid() as i32).unwrap_or(0);
+    let calls0 = script_calls(servers);
     let run = measure::run(sale, w.command(&repo), Duration::from_secs(args.duration + 30), watch, work)?;
     let sw1 = switches(app.pid() as i32).unwrap_or(0);
+    let script_calls = script_calls(servers).saturating_sub(calls0);
     let out =
         WrkOut::parse(&run.stdout).ok_or_else(|| anyhow::anyhow!("K={k}: no BENCH_WRK line in {}", run.stdout))?;
     eprintln!("shard-ceiling: K={k}: {:.0} req/s, 201 {} of {}", out.rate(), out.status("201"), out.requests);
-    Ok(HttpRow { k, out, usage: run.usage, switches: sw1.saturating_sub(sw0) })
+    Ok(HttpRow { k, on_server: k == 0, out, usage: run.usage, switches: sw1.saturating_sub(sw0), script_calls })
+}
+
+/// `EVALSHA` calls so far on `servers` together (`INFO commandstats`).
+fn script_calls(servers: &[Redis]) -> u64 {
+    let calls = |server: &Redis| {
+        let info: String = server.query(redis::cmd("INFO").arg("commandstats")).unwrap_or_default();
+        info.lines()
+            .find_map(|line| line.trim().strip_prefix("cmdstat_evalsha:calls=")?.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    servers.iter().map(calls).sum()
 }
 
 /// `seckill reconcile` of `sale`: the line for the report, and whether it was consistent.

@@ -41,6 +41,10 @@ pub struct Args {
     /// Shard counts to run (each at most --masters).
     #[arg(long, value_delimiter = ',', default_value = "1,2,3", value_parser = clap::value_parser!(u32).range(1..=12))]
     pub k: Vec<u32>,
+    /// Shard counts to run on the single Redis server too, after its unsharded row (e.g. 3: whether
+    /// a sharded sale's cost is the Cluster's or the sharding's).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(2..=12))]
+    pub server_k: Vec<u32>,
     /// Masters of the throwaway Redis Cluster (e.g. 6 for the ceiling's 6-master row).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(3..=12))]
     pub masters: u32,

@@ -75,21 +75,23 @@ fn ceiling_rows(masters: &Masters, ceiling: &[Ceiling]) -> (Vec<String>, Vec<Str
 }
 
 fn http_rows(masters: &Masters, http: &Http) -> Vec<String> {
-    let rates: Vec<(u32, f64)> = http.rows.iter().map(|r| (r.k, r.out.rate().round())).collect();
+    let rates: Vec<(u32, f64)> =
+        http.rows.iter().filter(|r| !r.on_server).map(|r| (r.k, r.out.rate().round())).collect();
     http.rows
         .iter()
         .map(|r| {
             let (u, wall, n) = (&r.usage, r.usage.wall_s, r.out.requests.max(1) as f64);
-            let (servers, k) = match r.k {
-                0 => (&["server"][..], "1 Redis".to_string()),
-                k => (&masters.names[..], k.to_string()),
+            let (servers, k) = match (r.on_server, r.k) {
+                (true, 0) => (&["server"][..], "1 Redis".to_string()),
+                (true, k) => (&["server"][..], format!("{k} on 1 Redis")),
+                (false, k) => (&masters.names[..], k.to_string()),
             };
             let redis: Vec<String> = servers.iter().map(|m| cores(u.get(m), wall)).collect();
             let redis_s: f64 = servers.iter().filter_map(|m| u.get(m)).sum();
             let app = u.get("seckill").unwrap_or(0.0);
             let other = (u.get("machine_busy").unwrap_or(0.0) - redis_s - app - u.generator()).max(0.0);
             format!(
-                "| {} | {} | {} | {}/{} | {:.2}% | {} | {:.2} | {:.1} | {:.1} | {:.2} | {} | {:.2} | {:.2} | {} |",
+                "| {} | {} | {} | {}/{} | {:.2}% | {} | {:.2} | {:.1} | {:.1} | {:.2} | {:.1} | {} | {:.2} | {:.2} | {} |",
                 k,
                 group(r.out.rate()),
                 ratio(&rates, r.out.rate().round()),
@@ -101,6 +103,7 @@ fn http_rows(masters: &Masters, http: &Http) -> Vec<String> {
                 app / n * 1e6,
                 redis_s / n * 1e6,
                 r.switches as f64 / n,
+                n / r.script_calls.max(1) as f64,
                 redis.join(" · "),
                 u.generator() / wall,
                 other / wall,
@@ -130,8 +133,8 @@ pub fn render(
     .collect::<Vec<_>>()
     .join("\n");
     let http_table = [
-        format!("| K | POST /buy req/s | × K=1 | p50/p99 ms | 201 | errors | app CPU | app µs/req | redis µs/req | app context switches/req | redis CPU {names} | wrk CPU | other CPU | steal |"),
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".into(),
+        format!("| K | POST /buy req/s | × K=1 | p50/p99 ms | 201 | errors | app CPU | app µs/req | redis µs/req | app context switches/req | req per script call | redis CPU {names} | wrk CPU | other CPU | steal |"),
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".into(),
     ]
     .into_iter()
     .chain(http_rows(masters, http))
@@ -172,7 +175,7 @@ pub fn render(
     );
     md += "## POST /buy end to end\n\n";
     md += &format!(
-        "One `seckill serve` (worker in the process, SECKILL_RATE_LIMIT=1000000/1s{}, {}) on the cluster; per K the sale http-kK (stock {}, K shards); first, the row `1 Redis`: the same app settings on the single Redis server (appendonly yes, appendfsync everysec, as the masters), one unsharded sale. `wrk -t{} -c{} -d{}s` with `load-tests/lib/wrk-bench.lua` (every request a new user). CPU in cores over the run: the app, each master, wrk; other = the rest of the machine (Postgres among it). App µs/req = the app's CPU-seconds / requests, redis µs/req the same for the Redis servers together; context switches/req = voluntary and involuntary switches of all the app's threads (/proc/<pid>/task/*/status) / requests: fewer means each wake-up handled more work.\n\n",
+        "One `seckill serve` (worker in the process, SECKILL_RATE_LIMIT=1000000/1s{}, {}) on the cluster; per K the sale http-kK (stock {}, K shards); first, the row `1 Redis`: the same app settings on the single Redis server (appendonly yes, appendfsync everysec, as the masters), one unsharded sale. `wrk -t{} -c{} -d{}s` with `load-tests/lib/wrk-bench.lua` (every request a new user). CPU in cores over the run: the app, each master, wrk; other = the rest of the machine (Postgres among it). App µs/req = the app's CPU-seconds / requests, redis µs/req the same for the Redis servers together; context switches/req = voluntary and involuntary switches of all the app's threads (/proc/<pid>/task/*/status) / requests: fewer means each wake-up handled more work; req per script call = requests / `EVALSHA` calls on the row's servers (`INFO commandstats`; the worker's scripts count too). Rows `K on 1 Redis` (`--server-k`): a sale of K shards on the single server, the same app as the `1 Redis` row.\n\n",
         args.app_env.iter().map(|(n, v)| format!(", {n}={v}")).collect::<String>(),
         args.bin.as_ref().map_or(format!("{:?} build", args.profile), |bin| format!("binary {}", bin.display())),
         group(args.http_stock as f64),
