@@ -84,8 +84,10 @@ impl Application {
         let events_channel = redis.events_channel();
         let sold_out = Arc::new(SoldOutFlags::default());
         let metrics = Arc::new(Metrics::new());
+        let workers = config.http_workers.map(usize::from).unwrap_or_else(server::default_workers);
+        let sizes = Some(metrics.purchase_batch_size.clone());
         let sales =
-            Sales::new(redis.clone()).batching(config.purchase_batch, Some(metrics.purchase_batch_size.clone()));
+            Sales::new(redis.clone()).batching(config.purchase_batch, sizes, workers, server::default_workers());
         let sales = confirmed(sales, config)?;
         let listener = bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
         let local_addr = listener.local_addr()?;
@@ -139,7 +141,6 @@ impl Application {
         };
         let edge = Edge::new(config.edge.settings(), config.ipv6_prefix, state.proxies.clone(), &metrics);
         let listeners = server::Listeners { public: listener, metrics: metrics_listener };
-        let workers = config.http_workers.map(usize::from).unwrap_or_else(server::default_workers);
         let server = server::build(listeners, state, edge, workers, config.shutdown_timeout)?;
         tracing::info!(%local_addr, metrics = ?metrics_addr, worker = run_worker, "listening");
         Ok(Self {

@@ -162,9 +162,10 @@ pub struct Config {
     pub shutdown_timeout: Duration,
 
     /// Most purchases of one sale (one shard) in one Redis call: while a call is on Redis, the
-    /// purchases arriving for the same shard on the same HTTP worker wait and go together in
-    /// the next (no timer: a purchase that finds none in flight goes at once). 1: each purchase
-    /// in a call of its own. Ignored with SECKILL_CONFIRM_REPLICAS (each purchase waits alone).
+    /// purchases arriving for the same shard on the same HTTP worker (with more workers than
+    /// CPUs: the same group of workers, a group per CPU) wait and go together in the next (no
+    /// timer: a purchase that finds none in flight goes at once). 1: each purchase in a call of
+    /// its own. Ignored with SECKILL_CONFIRM_REPLICAS (each purchase waits alone).
     #[arg(long, env = "SECKILL_PURCHASE_BATCH", default_value_t = crate::purchase::batch::DEFAULT_PURCHASE_BATCH,
           value_parser = clap::value_parser!(u32).range(1..=256), global = true)]
     pub purchase_batch: u32,

@@ -1,5 +1,5 @@
 //! Purchases that queue up go to Redis together. While a call is on Redis for a shard of a sale,
-//! the purchases for that shard arriving on the same thread (an HTTP worker's) wait, and go
+//! the purchases for that shard arriving on the same lane (below) wait, and go
 //! together in the next call (`lua/buy_batch.lua`), up to `SECKILL_PURCHASE_BATCH` of them, each
 //! with its own limits, order id and verdict, each as atomic as alone. There is no timer: a
 //! purchase that finds no call in flight is sent at once, and alone (unless others arrived in the
@@ -7,15 +7,25 @@
 //! sale pays nothing for it, and a hot one shares each call's fixed cost on Redis
 //! (docs/benchmarks.md, "Several purchases per call").
 //!
-//! The purchase that finds its lane (thread, shard) idle makes its call itself, in its own
-//! request, as without batching; the purchases that queue up behind it are then sent by a task
-//! of the lane, so a request that goes away (its client disconnected) cannot take the others'
-//! answers with it. If that task ends early (its runtime stops, or it panics), the lane goes with
-//! it and its waiting purchases fail unsent, so no purchase ever waits on a lane nobody drives.
+//! A lane is a shard and a thread: with no more HTTP worker threads than CPUs, a purchase waits
+//! only behind a call of its own thread, so its answer never crosses threads. With more threads
+//! than CPUs ([`Batcher::shared_by`]), the threads share lanes, in as many groups as there are
+//! CPUs: each thread's own lanes would carry few purchases a call (1.8 with 16 threads on 2 CPUs
+//! against 13 with 2), and a call costs the app and Redis far more than an answer handed to
+//! another thread (docs/benchmarks.md, "Lanes when the workers outnumber the CPUs").
+//!
+//! The purchase that finds its lane idle makes its call itself, in its own request, as without
+//! batching; the purchases that queue up behind it are then sent by a task of the lane, so a
+//! request that goes away (its client disconnected) cannot take the others' answers with it.
+//! That task runs on the purchase's thread, or, when threads share the lane, on the runtime of
+//! the shared connection, which outlives every worker: an HTTP worker stopping at shutdown then
+//! takes no other worker's purchase with it. If that task ends early (its runtime stops, or it
+//! panics), the lane goes with it and its waiting purchases fail unsent, so no purchase ever
+//! waits on a lane nobody drives.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::ThreadId;
 
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
@@ -146,13 +156,21 @@ fn part_reply(reply: Value) -> RedisResult<Value> {
     Ok(reply)
 }
 
-/// Lanes are per thread and shard: a purchase waits only behind a call of its own thread.
+/// A lane: a shard, and the thread (or group of threads, [`Batcher::shared_by`]) whose purchases
+/// wait behind each other's calls.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct LaneKey {
-    thread: ThreadId,
+    group: usize,
     meta: String,
     shards: u32,
     algorithm: Option<Algorithm>,
+}
+
+/// The calling thread's number: threads are numbered in the order they first buy.
+fn thread_number() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! { static NUMBER: usize = NEXT.fetch_add(1, Ordering::Relaxed); }
+    NUMBER.with(|number| *number)
 }
 
 /// A waiting purchase and where its reply goes.
@@ -163,9 +181,11 @@ struct Job {
 
 /// The busy lanes of one process ([`Batcher::buy`]), each with the purchases waiting for its
 /// next call. A lane exists only while a call of it is in flight or purchases wait for one, so
-/// the map holds at most a lane per thread and hot shard.
+/// the map holds at most a lane per thread (or group) and hot shard.
 pub struct Batcher {
     max: usize,
+    /// With threads sharing lanes: how many groups they share them in.
+    groups: Option<usize>,
     lanes: Mutex<HashMap<LaneKey, Vec<Job>>>,
     /// Purchases per call, when the process counts them.
     sizes: Option<prometheus::Histogram>,
@@ -174,7 +194,22 @@ pub struct Batcher {
 impl Batcher {
     /// Calls of at most `max` (at least 2) purchases; each call's size observed in `sizes`.
     pub fn new(max: u32, sizes: Option<prometheus::Histogram>) -> Self {
-        Self { max: max.max(2) as usize, lanes: Mutex::default(), sizes }
+        Self { max: max.max(2) as usize, groups: None, lanes: Mutex::default(), sizes }
+    }
+
+    /// The same batcher for `threads` HTTP worker threads on `cpus` CPUs: lanes per thread when
+    /// the threads are no more than the CPUs, else shared by the threads in `cpus` groups.
+    pub fn shared_by(self, threads: usize, cpus: usize) -> Self {
+        let cpus = cpus.max(1);
+        Self { groups: (threads > cpus).then_some(cpus), ..self }
+    }
+
+    /// The lane group of the calling thread.
+    fn group(&self) -> usize {
+        match self.groups {
+            None => thread_number(),
+            Some(groups) => thread_number() % groups,
+        }
     }
 
     /// Buys `part` on `target`: at once on `con`, alone, when no call of its lane is in flight;
@@ -188,7 +223,7 @@ impl Batcher {
         part: Part,
     ) -> RedisResult<Value> {
         let key = LaneKey {
-            thread: std::thread::current().id(),
+            group: self.group(),
             meta: target.keys[0].to_owned(),
             shards: target.shards,
             algorithm: part.algorithm(),
@@ -294,8 +329,15 @@ impl Drop for HandOff<'_, '_> {
             keys: self.target.keys.map(str::to_owned),
             shards: self.target.shards,
         };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(self.batcher.clone().drive(self.redis.clone(), target, ends));
+        let drive = self.batcher.clone().drive(self.redis.clone(), target, ends);
+        match self.batcher.groups {
+            // Shared lanes: on the runtime that outlives the workers, whose purchases wait there.
+            Some(_) => drop(self.redis.conn().home().spawn(drive)),
+            None => {
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(drive);
+                }
+            }
         }
     }
 }

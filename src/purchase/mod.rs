@@ -69,9 +69,11 @@ impl Sales {
     }
 
     /// The same sales, with at most `max` purchases in a call (1: each purchase in a call of its
-    /// own), each call's size observed in `sizes`.
-    pub fn batching(self, max: u32, sizes: Option<prometheus::Histogram>) -> Self {
-        let batcher = (max > 1 && self.confirm.is_none()).then(|| Arc::new(batch::Batcher::new(max, sizes)));
+    /// own), each call's size observed in `sizes`, bought from `threads` HTTP worker threads on
+    /// `cpus` CPUs ([`batch::Batcher::shared_by`]).
+    pub fn batching(self, max: u32, sizes: Option<prometheus::Histogram>, threads: usize, cpus: usize) -> Self {
+        let batcher = (max > 1 && self.confirm.is_none())
+            .then(|| Arc::new(batch::Batcher::new(max, sizes).shared_by(threads, cpus)));
         Self { batcher, ..self }
     }
 

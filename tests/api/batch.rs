@@ -251,28 +251,39 @@ async fn the_batch_script_decides_every_purchase_as_buy_lua_does() {
     }
 }
 
+/// A purchase of `user` without limits, with a new order id.
+fn plain_part(user: &str) -> seckill::purchase::batch::Part {
+    seckill::purchase::batch::Part {
+        user: user.into(),
+        order_id: Uuid::now_v7().to_string(),
+        place: String::new(),
+        traceparent: String::new(),
+        limits: vec![],
+    }
+}
+
+/// A server that accepts connections and never answers (calls to it hang), and its URL.
+fn silent_server() -> (std::net::TcpListener, String) {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", silent.local_addr().unwrap());
+    (silent, url)
+}
+
 /// A lane whose calls stop mid-way (its runtime shut down, as an HTTP worker's does at shutdown)
 /// goes with them: the purchase making its own call and the one queued behind it stop there, and
 /// the next purchase on that thread and shard starts a new lane and is answered, instead of
 /// waiting behind a call that will never come back.
 #[test]
 fn a_lane_whose_calls_stopped_mid_way_does_not_hold_the_next_purchase() {
-    use seckill::purchase::batch::{Batcher, Part, Target};
+    use seckill::purchase::batch::{Batcher, Target};
     use seckill::redis::Keyspace;
 
     let batcher = Arc::new(Batcher::new(64, None));
     let sale = SaleId::parse(&new_sale_id()).unwrap();
     let keys = SaleKeys::new("lane", &sale);
-    let part = || Part {
-        user: "u1".into(),
-        order_id: Uuid::now_v7().to_string(),
-        place: String::new(),
-        traceparent: String::new(),
-        limits: vec![],
-    };
-    // A server that accepts connections and never answers: the first call hangs there.
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let silent_url = format!("redis://{}", silent.local_addr().unwrap());
+    let part = || plain_part("u1");
+    // The first call hangs on a silent server.
+    let (_silent, silent_url) = silent_server();
     let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let queued = first.block_on(async {
         let conn = seckill::redis::connection::connect(&silent_url.into(), Duration::from_secs(60)).unwrap();
@@ -306,4 +317,115 @@ fn a_lane_whose_calls_stopped_mid_way_does_not_hold_the_next_purchase() {
         .expect("the purchase waited on a lane nobody drives");
         assert_eq!(bought.unwrap(), Value::BulkString(b"unknown_sale".to_vec()), "a new lane made the call");
     });
+}
+
+/// With more threads than lane groups (HTTP workers outnumbering the CPUs), threads share lanes:
+/// 8 threads, each buying one purchase at a time, still share calls (with a lane per thread no
+/// call could carry two), and every purchase gets its own verdict: exactly the stock sold, each
+/// order once in Postgres.
+#[test]
+fn threads_beyond_the_cpus_share_lanes_and_each_purchase_keeps_its_verdict() {
+    use seckill::purchase::batch::{Batcher, Target};
+    use seckill::redis::Keyspace;
+
+    const THREADS: usize = 8;
+    const EACH: usize = 40;
+    let stock = 150;
+    let home = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let (app, redis) = home.block_on(async {
+        let app = spawn_app().await;
+        let conn = seckill::redis::connection::connect(&redis_url().into(), Duration::from_secs(5)).unwrap();
+        let redis = Keyspace::new(conn, app.config.key_prefix.clone());
+        (app, redis)
+    });
+    let sale = new_sale_id();
+    home.block_on(app.seed_stock(&sale, stock));
+    let sizes =
+        prometheus::Histogram::with_opts(prometheus::HistogramOpts::new("sizes", "purchases per call")).unwrap();
+    let batcher = Arc::new(Batcher::new(64, Some(sizes.clone())).shared_by(THREADS, 2));
+    let keys = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap());
+
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (batcher, redis, keys, sale) = (batcher.clone(), redis.clone(), keys.clone(), sale.clone());
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                runtime.block_on(async {
+                    let mut con = redis.purchase_conn().await;
+                    let mut replies = vec![];
+                    for i in 0..EACH {
+                        let part = plain_part(&format!("t{t}-u{i}"));
+                        let order = part.order_id.clone();
+                        let target = Target::new(sale.as_str(), &keys, 1);
+                        let reply = batcher.buy(&redis, &mut con, &target, part).await.unwrap();
+                        replies.push((order, redis::from_redis_value::<String>(reply).unwrap()));
+                    }
+                    replies
+                })
+            })
+        })
+        .collect();
+    let replies: Vec<(String, String)> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+
+    let bought: BTreeSet<Uuid> =
+        replies.iter().filter(|(_, reply)| reply == "ok").map(|(order, _)| order.parse().unwrap()).collect();
+    let sold_out = replies.iter().filter(|(_, reply)| reply == "sold_out").count();
+    assert_eq!((bought.len(), sold_out), (stock as usize, THREADS * EACH - stock as usize), "{replies:?}");
+    let (calls, purchases) = (sizes.get_sample_count() as f64, sizes.get_sample_sum());
+    assert_eq!(purchases as usize, THREADS * EACH, "every purchase went through the batcher");
+    assert!(calls < purchases, "{calls} calls for {purchases} purchases: no thread's purchase joined another's call");
+    let status = home.block_on(app.assert_invariants(&sale, &bought));
+    assert_eq!((status.stock_left, status.sold, status.persisted), (0, stock, Some(stock)));
+}
+
+/// When threads share a lane, its queued purchases are sent from the runtime of the shared
+/// connection: the thread whose own call started the lane may stop (an HTTP worker at shutdown)
+/// and the purchase another thread queued behind it is still sent and answered.
+#[test]
+fn a_thread_stopping_takes_no_other_threads_purchase_from_a_shared_lane() {
+    use futures::FutureExt;
+    use seckill::purchase::batch::{Batcher, Target};
+    use seckill::redis::Keyspace;
+
+    let home = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let redis = home.block_on(async {
+        let conn = seckill::redis::connection::connect(&redis_url().into(), Duration::from_secs(5)).unwrap();
+        Keyspace::new(conn, "lane")
+    });
+    let batcher = Arc::new(Batcher::new(64, None).shared_by(2, 1));
+    let sale = SaleId::parse(&new_sale_id()).unwrap();
+    let keys = SaleKeys::new("lane", &sale);
+    let part = plain_part;
+    // Thread X's purchase makes its own call, on a server that never answers.
+    let (_silent, silent_url) = silent_server();
+    let x = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut first = {
+        let (batcher, redis, keys, sale, part) =
+            (batcher.clone(), redis.clone(), keys.clone(), sale.clone(), part("x"));
+        async move {
+            let mut con = seckill::redis::connection::connect(&silent_url.into(), Duration::from_secs(60)).unwrap();
+            batcher.buy(&redis, &mut con, &Target::new(sale.as_str(), &keys, 1), part).await
+        }
+        .boxed()
+    };
+    x.block_on(async { assert!(futures::poll!(&mut first).is_pending(), "the silent server answered") });
+    // Thread Y's purchase queues behind it (another runtime, as another HTTP worker).
+    let y = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut queued = {
+        let (batcher, redis, keys, sale, part) =
+            (batcher.clone(), redis.clone(), keys.clone(), sale.clone(), part("y"));
+        async move {
+            let mut con = redis.purchase_conn().await;
+            batcher.buy(&redis, &mut con, &Target::new(sale.as_str(), &keys, 1), part).await
+        }
+        .boxed()
+    };
+    y.block_on(async { assert!(futures::poll!(&mut queued).is_pending(), "the second purchase did not queue") });
+    // X stops with its call in flight, as a worker's runtime at shutdown.
+    x.block_on(async move { drop(first) });
+    drop(x);
+    let answered = y
+        .block_on(async { tokio::time::timeout(Duration::from_secs(10), queued).await })
+        .expect("the queued purchase was never sent");
+    assert_eq!(answered.unwrap(), Value::BulkString(b"unknown_sale".to_vec()), "sent, and Redis answered");
 }

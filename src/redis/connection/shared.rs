@@ -74,6 +74,12 @@ impl SharedConnection {
         }
     }
 
+    /// The runtime the connection's I/O lives on (the process's main one), which outlives the
+    /// HTTP workers' runtimes.
+    pub fn home(&self) -> &tokio::runtime::Handle {
+        &self.home
+    }
+
     /// Whether the connection is a cluster's.
     pub fn is_cluster(&self) -> bool {
         self.inner.is_cluster()
