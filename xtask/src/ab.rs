@@ -26,6 +26,7 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use testbed::{App, Options, Services};
 
+use crate::bench::commandstats::CommandStats;
 use crate::bench::cpu::Watch;
 use crate::bench::driver::{need_tools, raw_dir};
 use crate::bench::wrk::{Mode, Wrk, WrkOut};
@@ -192,7 +193,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let mut watch = vec![Watch::process("seckill", apps[i].pid())];
             watch.extend(services.redis.pid().map(|p| Watch::process("redis", p)));
             watch.extend(services.postgres.pid().map(|p| Watch::tree("postgres", p)));
-            let stats_before = command_stats(&services);
+            let stats_before = CommandStats::of(&services.redis);
             let run = measure::run(
                 &format!("ab-{name}-{round}"),
                 w.command(&repo),
@@ -200,7 +201,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &watch,
                 &raw,
             )?;
-            let stats = command_stats(&services).since(&stats_before);
+            let stats = CommandStats::of(&services.redis).since(&stats_before);
             let (calls, usec) = stats.get("evalsha");
             let out = WrkOut::parse(&run.stdout).context("no BENCH_WRK line in wrk's output")?;
             let per_request = |label| run.usage.get(label).unwrap_or(0.0) / out.requests.max(1) as f64 * 1e6;
@@ -238,55 +239,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     summary(&samples, &labels, args.rate_limited || args.sold_out)?;
     let _ = std::fs::remove_dir_all(&raw);
     Ok(ExitCode::SUCCESS)
-}
-
-/// Every command's calls and µs from the Redis server's `INFO commandstats` (`cmdstat_<name>:
-/// calls=..,usec=..`): with the requests of a run, how many purchases went together in a script
-/// call (EVALSHA, `SECKILL_PURCHASE_BATCH`; the worker's scripts count too) and where Redis's CPU
-/// went, command by command.
-struct CommandStats(std::collections::BTreeMap<String, (u64, u64)>);
-
-fn command_stats(services: &Services) -> CommandStats {
-    let info = services.redis.query::<String>(redis::cmd("INFO").arg("commandstats")).unwrap_or_default();
-    let parse = |line: &str| {
-        let (name, fields) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
-        let field = |key: &str| fields.split(',').find_map(|kv| kv.strip_prefix(key)?.parse().ok()).unwrap_or(0);
-        Some((name.to_owned(), (field("calls="), field("usec="))))
-    };
-    CommandStats(info.lines().filter_map(parse).collect())
-}
-
-impl CommandStats {
-    /// The calls and µs since `before`.
-    fn since(&self, before: &CommandStats) -> CommandStats {
-        let diff = |(name, (calls, usec)): (&String, &(u64, u64))| {
-            let (c0, u0) = before.0.get(name).copied().unwrap_or_default();
-            (name.clone(), (calls.saturating_sub(c0), usec.saturating_sub(u0)))
-        };
-        CommandStats(self.0.iter().map(diff).filter(|(_, (calls, _))| *calls > 0).collect())
-    }
-
-    fn get(&self, name: &str) -> (u64, u64) {
-        self.0.get(name).copied().unwrap_or_default()
-    }
-
-    /// "Redis µs per request by command: evalsha 19.1 (0.072 calls), zadd 1.4 (1.000 calls), ...;
-    /// outside script calls 8.4": the commands by µs, and what Redis's CPU (`redis_us` per request)
-    /// spent outside script calls (the worker's own commands, reading and writing connections, the
-    /// AOF, the event loop). Redis 7 counts the commands a script runs under their own names as
-    /// well as in the script call's µs, so the figures overlap and do not add up.
-    fn breakdown(&self, requests: u64, redis_us: f64) -> String {
-        let n = requests.max(1) as f64;
-        let mut by_usec: Vec<_> = self.0.iter().collect();
-        by_usec.sort_by_key(|(_, (_, usec))| std::cmp::Reverse(*usec));
-        let top: Vec<String> = by_usec
-            .iter()
-            .take(8)
-            .map(|(name, (calls, usec))| format!("{name} {:.2} ({:.3} calls)", *usec as f64 / n, *calls as f64 / n))
-            .collect();
-        let scripts = (self.get("evalsha").1 + self.get("eval").1) as f64 / n;
-        format!("Redis µs per request by command: {}; outside script calls {:.1}", top.join(", "), redis_us - scripts)
-    }
 }
 
 /// `refusals`: the runs measured a path that buys nothing (rate limited, sold out).

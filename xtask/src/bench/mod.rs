@@ -29,9 +29,9 @@
 //! the modules of one layer not in a circle (the test at the end of this file checks every
 //! `super::` path against this list).
 //!
-//! 1. Measuring: `cpu`, `measure`, `http`, `wrk`, `queue`, `logs` (CPU accounting from /proc,
-//!    bounded generator runs, the driver's own requests, the generators' outputs, the queue-lag
-//!    sampler and the drain, the apps' log scan).
+//! 1. Measuring: `cpu`, `measure`, `http`, `wrk`, `queue`, `logs`, `commandstats` (CPU
+//!    accounting from /proc, bounded generator runs, the driver's own requests, the generators'
+//!    outputs, the queue-lag sampler and the drain, the apps' log scan, Redis's calls by command).
 //! 2. Model: `model` (the results of a run, a row, and what the rows tell the report).
 //! 3. Report: `builder`, `algs`, `lag`, `storms`, `flat`, `report`, `render` (from the results to
 //!    the tables).
@@ -40,6 +40,7 @@
 
 mod algs;
 mod builder;
+pub(crate) mod commandstats;
 pub(crate) mod cpu;
 pub(crate) mod driver;
 mod flat;

@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::json;
 use testbed::App;
 
+use super::commandstats::CommandStats;
 use super::driver::{Bench, HIGH_RATE_LIMIT, drained, rfc3339, warm_up};
 use super::http;
 use super::model::{COMPARED_BUYS, POLLERS, REASKED, REPEAT_BUYERS, RedisCalls};
@@ -21,18 +22,10 @@ const POLL_SALE: &str = "bench-poll";
 const REPEAT_SALE: &str = "bench-repeat";
 const QUEUE_SALE: &str = "bench-queue";
 
-/// Calls per command so far: the `cmdstat_<name>:calls=N,...` lines.
+/// Calls per command so far, INFO itself left out.
 fn commandstats(b: &Bench) -> anyhow::Result<BTreeMap<String, u64>> {
     let info: String = b.redis(redis::cmd("INFO").arg("commandstats"))?;
-    Ok(info
-        .lines()
-        .filter_map(|line| {
-            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?.parse().ok()?;
-            Some((name.to_string(), calls))
-        })
-        .filter(|(name, _)| name != "info")
-        .collect())
+    Ok(CommandStats::parse(&info).calls().filter(|(name, _)| name != "info").collect())
 }
 
 /// One measured wrk row of `--duration` s, and the Redis commands run meanwhile.

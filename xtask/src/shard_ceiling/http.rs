@@ -8,6 +8,7 @@ use testbed::{App, Redis, Services, Target};
 
 use super::Args;
 use super::masters::Masters;
+use crate::bench::commandstats::CommandStats;
 use crate::bench::cpu::{Usage, Watch, switches};
 use crate::bench::driver::reconcile;
 use crate::bench::measure;
@@ -113,15 +114,9 @@ fn row(
     Ok(HttpRow { k, on_server: k == 0, out, usage: run.usage, switches: sw1.saturating_sub(sw0), script_calls })
 }
 
-/// `EVALSHA` calls so far on `servers` together (`INFO commandstats`).
+/// `EVALSHA` calls so far on `servers` together.
 fn script_calls(servers: &[Redis]) -> u64 {
-    let calls = |server: &Redis| {
-        let info: String = server.query(redis::cmd("INFO").arg("commandstats")).unwrap_or_default();
-        info.lines()
-            .find_map(|line| line.trim().strip_prefix("cmdstat_evalsha:calls=")?.split(',').next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    servers.iter().map(calls).sum()
+    servers.iter().map(|server| CommandStats::of(server).get("evalsha").0).sum()
 }
 
 /// `seckill reconcile` of `sale`: the line for the report, and whether it was consistent.
