@@ -2,8 +2,9 @@
 -- as its own call of lua/buy_limited.lua (or of lua/buy.lua, without limits) would decide it, one
 -- after the other in the order given. Purchases that queue up for a shard go together
 -- (src/purchase/batch.rs), so they share a call's fixed cost on Redis, and the reads every
--- purchase of buy.lua makes alike: the sale's meta, its stock and the time are read once per call,
--- and the stock is written once, at the end (DECRBY the units sold). Each purchase then costs its
+-- purchase of buy.lua makes alike: the sale's meta, its stock and the time are read once per call
+-- (the limits are given that time as their ARGV[6]), and the stock is written once, at the end
+-- (DECRBY the units sold). Each purchase then costs its
 -- limits, a SISMEMBER and its three writes. tests/api/batch.rs checks that it decides as buy.lua.
 --
 -- Assembled, not run as it stands, like lua/buy_limited.lua: the line "-- @limiter" below is
@@ -18,7 +19,8 @@
 -- then for each purchase, in order:
 --   user id, order id, place ("" without one), traceparent ("" when traces are off),
 --   checks (0, 1 or 2: how many limits to check first, as buy_limited.lua's ARGV[7]),
---   then 5 limiter ARGV (limit, window_ms, burst, nonce, now_us) per check
+--   then 5 limiter ARGV (limit, window_ms, burst, nonce, now_us) per check (the script adds its
+--   own reading of TIME as the limiter's ARGV[6])
 --
 -- Returns an array of n replies, the i-th for the i-th purchase:
 --   checks = 0   buy.lua's reply to that purchase
@@ -50,6 +52,7 @@ local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends
 local stock_raw = meta[1] and redis.call('GET', KEYS[2])
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) -- the limits' time (below 2^53: exact)
 local verdict -- the answer every purchase of the call gets before its buyer is looked at, if any
 if not stock_raw then
   verdict = 'unknown_sale'
@@ -155,7 +158,7 @@ for i = 1, tonumber(ARGV[3]) do
     for c = 1, checks do
       local from = arg + 5 + (c - 1) * 5
       local decision = limit({KEYS[key + c - 1]},
-        {ARGV[from], ARGV[from + 1], ARGV[from + 2], ARGV[from + 3], ARGV[from + 4]})
+        {ARGV[from], ARGV[from + 1], ARGV[from + 2], ARGV[from + 3], ARGV[from + 4], now_us})
       decisions[c] = decision
       if decision[1] ~= 1 then
         return {decisions[1], decisions[2], 0}

@@ -8,6 +8,9 @@
 -- ARGV[3]  burst              unused (same arguments for every limiter)
 -- ARGV[4]  nonce              unused
 -- ARGV[5]  now_us             TESTS ONLY, optional: the time in microseconds instead of Redis TIME
+-- ARGV[6]  time_us            optional: Redis TIME in microseconds as the calling script read it
+--                             (lua/buy_batch.lua, once for all its limits): used without ARGV[5],
+--                             instead of asking Redis again, and without its slack
 --
 -- Returns {allowed, remaining, retry_after_us, reset_us}:
 --   allowed         1 admitted (and counted), 0 refused (nothing is written)
@@ -30,6 +33,7 @@ local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2]) * 1000
 local now = tonumber(ARGV[5])
 local ttl_slack_ms = now and 60000 or 0
+now = now or tonumber(ARGV[6])
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])

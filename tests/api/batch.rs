@@ -91,7 +91,7 @@ async fn with_a_batch_of_one_each_purchase_goes_alone() {
 /// The script's contract, called directly: a part that raises an error (its limiter key is of
 /// another type) writes nothing and leaves the purchases before and after it standing; a buyer
 /// twice in one call is refused the second time with the first order; a part without limits
-/// answers buy.lua's reply.
+/// answers buy.lua's reply; every limit is decided at the call's own time.
 #[tokio::test]
 async fn one_failing_purchase_in_a_call_leaves_the_others_standing() {
     let app = spawn_app().await;
@@ -123,8 +123,15 @@ async fn one_failing_purchase_in_a_call_leaves_the_others_standing() {
         }
     }
     let replies: Vec<Value> = call.invoke_async(&mut redis).await.unwrap();
+    // Every limit of the call decided at the call's one reading of Redis TIME (the limiter's
+    // ARGV[6]), the one the orders carry: alice's two requests are logged at the same microsecond.
+    let logged: Vec<(String, u64)> = redis.zrange_withscores(&good, 0, -1).await.unwrap();
     let _: () = redis.del(&[&good, &damaged]).await.unwrap();
     assert_eq!(replies.len(), 4, "{replies:?}");
+    let receipt: String = redis.hget(&keys.receipts, "alice").await.unwrap();
+    let created_at_ms: u64 = receipt.split(' ').nth(1).unwrap().parse().unwrap();
+    assert_eq!(logged.len(), 2, "{logged:?}");
+    assert!(logged.iter().all(|(_, at_us)| at_us / 1000 == created_at_ms && *at_us == logged[0].1), "{logged:?}");
     let words = |v: &Value| -> Vec<String> {
         match v {
             Value::Array(items) => items.iter().map(|i| format!("{i:?}")).collect(),
@@ -160,6 +167,71 @@ async fn one_failing_purchase_in_a_call_leaves_the_others_standing() {
     assert_eq!((queued, bob), (2, None), "bob's failed part left no entry and no receipt");
     let status = app.wait_for_drain(&sale).await;
     assert_eq!(status.persisted, Some(2));
+}
+
+/// Both purchase scripts, called directly on a queued sale (a place is written too): when a key a
+/// purchase writes is of another type (the buyers, the orders, the receipts or the queue's buyers),
+/// the purchase fails and leaves nothing written (a script is not rolled back: each undoes its
+/// earlier writes itself), its buyer included; the buyer can then buy.
+#[tokio::test]
+async fn a_purchase_whose_write_fails_leaves_nothing_written_in_either_script() {
+    let app = spawn_app_with(|_| {}, false).await; // no worker: the entries stay in the stream
+    let mut redis = seckill::redis::connection::connect(&redis_url().into(), Duration::from_secs(5)).unwrap();
+    let conn = redis.clone();
+    // One purchase by `user` with place 7, alone (buy.lua) or in a call of one (buy_batch.lua):
+    // its reply, or the error it failed with.
+    let buy = async |batch: bool, sale: &str, keys: &SaleKeys, user: &str| -> Result<String, String> {
+        let mut redis = conn.clone();
+        let order = Uuid::now_v7().to_string();
+        let reply: Value = if batch {
+            let mut call = Algorithm::SlidingLog.with_purchases().key(&keys.all()[..]);
+            call.arg(sale).arg(1).arg(1).arg(user).arg(&order).arg(7).arg("").arg(0);
+            let mut replies: Vec<Value> = call.invoke_async(&mut redis).await.map_err(|e| e.to_string())?;
+            replies.remove(0)
+        } else {
+            let mut call = seckill::redis::lua::BUY.key(&keys.all()[..]);
+            call.arg(sale).arg(user).arg(&order).arg(1).arg(7).arg("");
+            call.invoke_async(&mut redis).await.map_err(|e| e.to_string())?
+        };
+        match reply {
+            failed @ Value::Array(_) => Err(redis::from_redis_value_ref::<Vec<String>>(&failed).unwrap().join(" ")),
+            other => Ok(redis::from_redis_value_ref(&other).unwrap()),
+        }
+    };
+    for batch in [false, true] {
+        for damaged in ["buyers", "orders", "receipts", "queue's buyers"] {
+            let what = format!("{} with the {damaged} key damaged", if batch { "buy_batch.lua" } else { "buy.lua" });
+            let sale = new_sale_id();
+            assert_eq!(app.seed(&sale, serde_json::json!({"stock": 5})).await.status(), 200);
+            let keys = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap());
+            let _: () = redis.hset(&keys.meta, "queue_rate", 100).await.unwrap(); // a place is needed, and kept
+            assert_eq!(buy(batch, &sale, &keys, "before").await.as_deref(), Ok("ok"), "{what}");
+            let state = async |keys: &SaleKeys| {
+                let mut redis = conn.clone();
+                let stock: i64 = redis.get(&keys.stock).await.unwrap();
+                let buyers: BTreeSet<String> = redis.smembers(&keys.buyers).await.unwrap();
+                let entries: usize = redis.xlen(&keys.orders).await.unwrap();
+                let receipts: BTreeMap<String, String> = redis.hgetall(&keys.receipts).await.unwrap();
+                let places: Vec<String> = redis.zrange(&keys.queue.bought, 0, -1).await.unwrap();
+                (stock, buyers, entries, receipts, places)
+            };
+            let before = state(&keys).await;
+            let key = match damaged {
+                "buyers" => &keys.buyers,
+                "orders" => &keys.orders,
+                "receipts" => &keys.receipts,
+                _ => &keys.queue.bought,
+            };
+            let saved = format!("{key}:saved");
+            let _: () = redis.rename(key, &saved).await.unwrap();
+            let _: () = redis.set(key, "not of its type").await.unwrap();
+            let failed = buy(batch, &sale, &keys, "victim").await;
+            assert!(failed.as_ref().is_err_and(|e| e.contains("WRONGTYPE")), "{what}: {failed:?}");
+            let _: () = redis.rename(&saved, key).await.unwrap();
+            assert_eq!(state(&keys).await, before, "{what}: the failed purchase left something written");
+            assert_eq!(buy(batch, &sale, &keys, "victim").await.as_deref(), Ok("ok"), "{what}: then buys");
+        }
+    }
 }
 
 /// One purchase's reply with what differs between two sales by nature (the Redis time in

@@ -46,6 +46,33 @@ async fn only_the_fixed_window_admits_twice_its_limit_across_a_window_edge() {
     assert_eq!(admitted, expected, "requests admitted within 2 ms around the edge, limit 5 per second");
 }
 
+/// A limiter given the time as its caller read Redis TIME (ARGV[6], as `lua/buy_batch.lua` gives
+/// it, once for all its limits) decides at that time, not at one it reads again, and its key gets
+/// no test clock's slack: at a time years back, a limit of one admits, refuses at the same
+/// instant, admits two windows later (the real clock has not moved that far), and the key lives
+/// no longer than what it holds.
+#[tokio::test]
+async fn every_limiter_decides_at_the_time_its_caller_read() {
+    let con = connection().await;
+    let prefix = crate::common::new_key_prefix();
+    let read_at: u64 = 1_700_000_000_000_000;
+    let window = Duration::from_secs(1);
+    for algorithm in Algorithm::ALL {
+        let policy = policy(algorithm, 1, window);
+        let key = format!("{prefix}:given-time:{algorithm}:{{c}}");
+        let mut admitted = vec![];
+        for (i, now) in [read_at, read_at, read_at + 2 * window.as_micros() as u64].into_iter().enumerate() {
+            let mut call = policy.invocation(&key, &i.to_string(), None);
+            call.arg(now);
+            let reply: Reply = call.invoke_async(&mut con.clone()).await.expect("script runs");
+            admitted.push(reply.0);
+        }
+        assert_eq!(admitted, [1, 0, 1], "{algorithm}: admitted at the given time, the same time, two windows on");
+        let ttl = pttls(&con, std::slice::from_ref(&key)).await[0];
+        assert!((1..=2 * window.as_millis() as i64 + 1).contains(&ttl), "{algorithm}: PTTL {ttl} ms, no slack");
+    }
+}
+
 /// Why the default is the sliding log (issue 25): a client that spends its limit at the end of
 /// one window and then keeps asking gets almost twice the limit into one true window (any span of
 /// WINDOW) from every algorithm but the log, which holds every such window to the limit.
