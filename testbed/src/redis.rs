@@ -216,6 +216,14 @@ impl Redis {
         info.lines().find_map(|line| line.strip_prefix(field)?.strip_prefix(':').map(|v| v.trim().to_owned()))
     }
 
+    /// Whether an AOF rewrite is running or scheduled (`INFO persistence`); false when it does
+    /// not answer.
+    pub fn rewriting_aof(&self) -> bool {
+        ["aof_rewrite_in_progress", "aof_rewrite_scheduled"]
+            .iter()
+            .any(|field| self.info_field("persistence", field).as_deref() == Some("1"))
+    }
+
     /// The last lines of its log, for an error message.
     fn log_tail(&self) -> String {
         crate::log_tail(&self.log())

@@ -123,7 +123,8 @@ struct Sample {
     requests: u64,
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
+/// The median of `xs` (the mean of the middle two for an even count).
+pub fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     let n = xs.len();
     if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 }

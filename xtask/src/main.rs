@@ -15,6 +15,7 @@ mod bench;
 mod fuzz;
 mod load;
 mod run;
+mod script_ab;
 mod shard_ceiling;
 mod steps;
 mod test;
@@ -38,6 +39,8 @@ enum Task {
     Bench(bench::Args),
     /// Paired A/B rounds of two builds on in-stock /buy.
     Ab(ab::Args),
+    /// Paired A/B rounds of two revisions' lua/buy_batch.lua alone on Redis (CPU per purchase).
+    ScriptAb(script_ab::Args),
     /// Measures the stock-sharding ceiling (Redis and /buy) for K = 1..3 on a local cluster.
     ShardCeiling(shard_ceiling::Args),
     /// Load runs with k6 (the flash crowd) or oha, then the invariants.
@@ -50,6 +53,7 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         Task::Run(args) => run::run(args),
         Task::Bench(args) => bench::run(args),
         Task::Ab(args) => ab::run(args),
+        Task::ScriptAb(args) => script_ab::run(args),
         Task::ShardCeiling(args) => shard_ceiling::run(args),
         Task::Load(args) => load::run(args),
     }

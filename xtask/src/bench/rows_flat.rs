@@ -191,12 +191,7 @@ fn fill(b: &mut Bench, buyers: u64) -> anyhow::Result<()> {
     let filled = started.elapsed().as_secs_f64();
     b.redis::<String>(redis::cmd("CONFIG").arg("SET").arg("appendonly").arg("yes"))?;
     let rewrite = Instant::now();
-    loop {
-        let info: String = b.redis(redis::cmd("INFO").arg("persistence"))?;
-        let busy = ["aof_rewrite_in_progress:1", "aof_rewrite_scheduled:1"].iter().any(|s| info.contains(s));
-        if !busy {
-            break;
-        }
+    while b.services.redis.rewriting_aof() {
         anyhow::ensure!(rewrite.elapsed() < FILL_LIMIT, "the AOF rewrite took over {} s", FILL_LIMIT.as_secs());
         std::thread::sleep(Duration::from_millis(200));
     }

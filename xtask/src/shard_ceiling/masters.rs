@@ -88,14 +88,7 @@ impl Masters {
         }
         let deadline = Instant::now() + Duration::from_secs(60);
         for node in &self.nodes {
-            loop {
-                let info: String = node.query(redis::cmd("INFO").arg("persistence")).unwrap_or_default();
-                let busy = info
-                    .lines()
-                    .any(|l| l.trim() == "aof_rewrite_in_progress:1" || l.trim() == "aof_rewrite_scheduled:1");
-                if !busy {
-                    break;
-                }
+            while node.rewriting_aof() {
                 if Instant::now() > deadline {
                     eprintln!("shard-ceiling: AOF rewrite on {} still running after 60 s; going on", node.port);
                     break;

@@ -1,0 +1,161 @@
+//! `cargo xtask script-ab`: paired A/B rounds of `lua/buy_batch.lua` from two revisions, the
+//! script alone on Redis. `redis-benchmark` sends calls of `--per-call` purchases, each a new
+//! buyer with a client limit of its own (the sliding log by default), to one throwaway Redis
+//! (appendonly, `appendfsync everysec`, as the service's), A and B alternating within each round
+//! (A first in odd rounds), each run on a fresh keyspace and AOF (rewritten before it, none during). It prints Redis CPU µs per purchase
+//! (the server's CPU from /proc over the orders in the stream) for each run, then B / A paired
+//! within the rounds (median and range). Without HTTP, the app, the worker and Postgres in the
+//! way, a change to the script shows within a few per cent where `ab`'s rounds swing by ten.
+//!
+//! Both revisions must take the batch script's ARGV as this tool sends them (sale, shards, n, then
+//! per purchase user, order, place, traceparent, checks and one limit's five ARGV).
+
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use testbed::{Options, Services};
+
+use crate::ab::median;
+use crate::bench::cpu::process_cpu;
+use crate::bench::driver::need_tools;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Revision A (its `lua/` files, from git).
+    #[arg(long)]
+    a: String,
+    /// Revision B; without it, the working tree's `lua/` files.
+    #[arg(long)]
+    b: Option<String>,
+    /// The limiter script assembled into the batch script (`lua/<ALGORITHM>.lua`).
+    #[arg(long, default_value = "sliding_log", value_parser = ["sliding_log", "sliding_counter", "fixed_window", "token_bucket", "gcra"])]
+    algorithm: String,
+    /// Purchases per call (about what `ab` sees at saturation: 13-14).
+    #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u32).range(1..=64))]
+    per_call: u32,
+    /// Calls per run.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(100..=200_000))]
+    calls: u64,
+    /// Rounds: one run of each revision per round.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=20))]
+    rounds: u32,
+    /// redis-benchmark's connections.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    clients: u32,
+}
+
+/// A revision's `lua/<name>` (the working tree's for `None`).
+fn lua_file(rev: Option<&str>, name: &str) -> anyhow::Result<String> {
+    let root = testbed::workspace_root();
+    let Some(rev) = rev else {
+        return std::fs::read_to_string(root.join("lua").join(name)).with_context(|| format!("reading lua/{name}"));
+    };
+    let out = Command::new("git").arg("-C").arg(&root).args(["show", &format!("{rev}:lua/{name}")]).output()?;
+    ensure!(out.status.success(), "git show {rev}:lua/{name}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The batch script of `rev` with its limiter put after the `-- @limiter` line, as the app does.
+fn batch_script(rev: Option<&str>, algorithm: &str) -> anyhow::Result<String> {
+    let (template, limiter) = (lua_file(rev, "buy_batch.lua")?, lua_file(rev, &format!("{algorithm}.lua"))?);
+    ensure!(
+        template.lines().any(|l| l == "-- @limiter"),
+        "{}: buy_batch.lua has no -- @limiter line",
+        rev.unwrap_or("the working tree")
+    );
+    Ok(template.lines().flat_map(|line| [line, "\n", if line == "-- @limiter" { &limiter } else { "" }]).collect())
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    crate::steps::handle_signals()?;
+    need_tools(&[("redis-benchmark", "redis-tools")])?;
+    let labels = [args.a.clone(), args.b.clone().unwrap_or_else(|| "the working tree".into())];
+    let scripts = [batch_script(Some(&args.a), &args.algorithm)?, batch_script(args.b.as_deref(), &args.algorithm)?];
+    let mut services = Services::start(&Options::default())?;
+    let outcome = rounds(&args, &services, &labels, &scripts);
+    services.stop();
+    outcome
+}
+
+fn rounds(args: &Args, services: &Services, labels: &[String; 2], scripts: &[String; 2]) -> anyhow::Result<ExitCode> {
+    let redis = &services.redis;
+    let pid = redis.pid().context("the Redis server's pid")? as i32;
+    // No AOF rewrite during a run: each run starts from an emptied keyspace and a rewritten AOF.
+    redis.query::<()>(redis::cmd("CONFIG").arg("SET").arg("auto-aof-rewrite-percentage").arg(0))?;
+    let shas: Vec<String> =
+        scripts.iter().map(|s| redis.query(redis::cmd("SCRIPT").arg("LOAD").arg(s))).collect::<Result<_, _>>()?;
+    let keys: Vec<String> = ["meta", "stock", "buyers", "orders", "receipts", "queue:bought"]
+        .iter()
+        .map(|k| format!("script-ab:{{sale:sab}}:{k}"))
+        .collect();
+    let n = args.per_call as usize;
+    let mut per_purchase = [vec![], vec![]];
+    for round in 1..=args.rounds {
+        let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
+        for build in order {
+            redis.query::<()>(&redis::cmd("FLUSHALL"))?;
+            redis.query::<String>(&redis::cmd("BGREWRITEAOF"))?;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while redis.rewriting_aof() {
+                ensure!(Instant::now() < deadline, "the AOF rewrite took over 60 s");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            redis.query::<()>(
+                redis::cmd("HSET").arg(&keys[0]).arg("stock_initial").arg(u64::MAX >> 12).arg("shards").arg(1),
+            )?;
+            redis.query::<()>(redis::cmd("SET").arg(&keys[1]).arg(u64::MAX >> 12))?;
+            let mut call: Vec<String> = vec!["EVALSHA".into(), shas[build].clone(), (6 + n).to_string()];
+            call.extend(keys.iter().cloned());
+            call.extend((0..n).map(|_| "script-ab:{sale:sab}:limit:c__rand_int__".to_string()));
+            call.extend(["sab".into(), "1".into(), n.to_string()]);
+            for _ in 0..n {
+                call.extend(
+                    ["u__rand_int__", "o__rand_int__", "", "", "1", "100", "1000", "100", "n__rand_int__", ""]
+                        .map(String::from),
+                );
+            }
+            let before = process_cpu(pid).context("the Redis server's CPU")?;
+            let status = Command::new("redis-benchmark")
+                .args(["-h", "127.0.0.1", "-p", &redis.port.to_string(), "-c", &args.clients.to_string()])
+                .args(["-n", &args.calls.to_string(), "-r", "2147483647", "-q"])
+                .args(&call)
+                .stdout(Stdio::null())
+                .status()?;
+            ensure!(status.success(), "redis-benchmark failed");
+            let cpu = process_cpu(pid).context("the Redis server's CPU")? - before;
+            let bought: u64 = redis.query(redis::cmd("XLEN").arg(&keys[3]))?;
+            // A few buyers drawn twice are refused; far fewer orders mean the script failed.
+            if (bought as f64) < 0.99 * (args.calls * n as u64) as f64 {
+                bail!(
+                    "{}: {bought} orders from {} purchases: does it take this tool's ARGV?",
+                    labels[build],
+                    args.calls * n as u64
+                );
+            }
+            let us = cpu * 1e6 / bought as f64;
+            per_purchase[build].push(us);
+            eprintln!(
+                "script-ab: round {round} {}: {bought} purchases, Redis {us:.2} µs CPU per purchase",
+                ["a", "b"][build]
+            );
+        }
+    }
+    let ratios: Vec<f64> = per_purchase[1].iter().zip(&per_purchase[0]).map(|(b, a)| b / a).collect();
+    let (low, high) = ratios.iter().fold((f64::MAX, f64::MIN), |(l, h), r| (l.min(*r), h.max(*r)));
+    for (build, label) in labels.iter().enumerate() {
+        println!(
+            "{} = {label}: median {:.2} µs Redis CPU per purchase",
+            ["a", "b"][build],
+            median(per_purchase[build].clone())
+        );
+    }
+    println!(
+        "paired b / a over {} rounds ({} purchases per call, {}): median {:.3} (range {low:.3}–{high:.3}) × Redis CPU per purchase",
+        args.rounds,
+        args.per_call,
+        args.algorithm,
+        median(ratios)
+    );
+    Ok(ExitCode::SUCCESS)
+}
