@@ -15,9 +15,10 @@
 //! `--sold-out`: the sales are seeded with no stock, so every request is answered 410 (from the
 //! instance's sold-out flag after the first). The figures of both are per request.
 //! `--rate N`: paced runs at N requests/s (latency at a given load, e.g. the light row's 1000/s).
-//! Each run's line also gives the requests per script call (EVALSHA calls, `INFO commandstats`)
-//! and Redis's µs inside those calls per request, and a second line Redis's µs per request by
-//! command and outside script calls.
+//! Each run's line also gives the requests per script call (EVALSHA calls, `INFO commandstats`),
+//! Redis's µs inside those calls per request and the orders per worker insert (its
+//! `seckill_worker_batch_size` in `/metrics`, once the queue drained), and a second line Redis's
+//! µs per request by command and outside script calls.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -130,6 +131,13 @@ pub fn median(mut xs: Vec<f64>) -> f64 {
     if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 }
 }
 
+/// The orders the app's worker has written to Postgres so far, and in how many inserts
+/// (`seckill_worker_batch_size`'s sum and count).
+fn worker_inserts(app: &App) -> anyhow::Result<(f64, f64)> {
+    let metric = |sample| crate::bench::http::metric(app.port, sample);
+    Ok((metric("seckill_worker_batch_size_sum")?, metric("seckill_worker_batch_size_count")?))
+}
+
 fn wait_drained(apps: &[App; 2]) -> anyhow::Result<()> {
     for (app, name) in apps.iter().zip(["a", "b"]) {
         ensure!(app.wait_drained(&format!("ab-{name}"), Duration::from_secs(60)), "ab: {name}'s queue did not drain");
@@ -195,6 +203,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             watch.extend(services.redis.pid().map(|p| Watch::process("redis", p)));
             watch.extend(services.postgres.pid().map(|p| Watch::tree("postgres", p)));
             let stats_before = CommandStats::of(&services.redis);
+            let inserts_before = worker_inserts(&apps[i])?;
             let run = measure::run(
                 &format!("ab-{name}-{round}"),
                 w.command(&repo),
@@ -203,6 +212,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &raw,
             )?;
             let stats = CommandStats::of(&services.redis).since(&stats_before);
+            wait_drained(&apps)?;
+            let inserts = worker_inserts(&apps[i])?;
+            let (orders, inserts) = (inserts.0 - inserts_before.0, inserts.1 - inserts_before.1);
             let (calls, usec) = stats.get("evalsha");
             let out = WrkOut::parse(&run.stdout).context("no BENCH_WRK line in wrk's output")?;
             let per_request = |label| run.usage.get(label).unwrap_or(0.0) / out.requests.max(1) as f64 * 1e6;
@@ -216,7 +228,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             };
             eprintln!(
                 "ab: round {round} {name}: {:.0} req/s, app / Redis / Postgres {:.1} / {:.1} / {:.1} µs/req, 201 {} of {}, \
-                 {:.2} requests per script call, {:.1} µs in script calls per request, p50 / p99 {:.2} / {:.2} ms",
+                 {:.2} requests per script call, {:.1} µs in script calls per request, {:.1} orders per worker insert, \
+                 p50 / p99 {:.2} / {:.2} ms",
                 s.rate,
                 s.cpu_us[0],
                 s.cpu_us[1],
@@ -225,6 +238,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 s.requests,
                 s.requests as f64 / calls.max(1) as f64,
                 usec as f64 / s.requests.max(1) as f64,
+                orders / inserts.max(1.0),
                 out.latency_us.p50 / 1000.0,
                 out.latency_us.p99 / 1000.0
             );

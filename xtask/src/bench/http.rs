@@ -23,6 +23,14 @@ impl Answer {
     }
 }
 
+/// The value of the sample `sample` (a name with its labels, as `/metrics` prints it) in the
+/// app's `GET /metrics` on 127.0.0.1:`port`.
+pub fn metric(port: u16, sample: &str) -> anyhow::Result<f64> {
+    let answer = request(port, "GET", "/metrics", &[], None)?;
+    let line = answer.body.lines().find(|l| l.split_whitespace().next() == Some(sample));
+    line.and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).with_context(|| format!("no {sample} in /metrics"))
+}
+
 /// `method path` on 127.0.0.1:`port` with `headers`, and a JSON `body` if given.
 pub fn request(
     port: u16,

@@ -6,7 +6,6 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use serde_json::{Value, json};
 use testbed::App;
 
@@ -115,10 +114,7 @@ fn row(b: &mut Bench, app: &App, name: &str, connections: u32, mode: Mode, sales
 
 /// The app's `seckill_purchases_total{outcome="created"}` (its 201s so far).
 fn created(port: u16) -> anyhow::Result<u64> {
-    let answer = http::request(port, "GET", "/metrics", &[], None)?;
-    let line = answer.body.lines().find(|l| l.starts_with("seckill_purchases_total{outcome=\"created\"}"));
-    let value = line.and_then(|l| l.split_whitespace().last()).and_then(|v| v.parse::<f64>().ok());
-    Ok(value.context("no created purchases counter in /metrics")? as u64)
+    Ok(http::metric(port, "seckill_purchases_total{outcome=\"created\"}")? as u64)
 }
 
 /// The steady part of a row of `seconds`: once the first purchase of the row is counted, wait a
