@@ -84,10 +84,10 @@ impl Application {
         let events_channel = redis.events_channel();
         let sold_out = Arc::new(SoldOutFlags::default());
         let metrics = Arc::new(Metrics::new());
-        let workers = config.http_workers.map(usize::from).unwrap_or_else(server::default_workers);
+        let cpus = server::default_workers();
+        let workers = config.http_workers.map_or(cpus, usize::from);
         let sizes = Some(metrics.purchase_batch_size.clone());
-        let sales =
-            Sales::new(redis.clone()).batching(config.purchase_batch, sizes, workers, server::default_workers());
+        let sales = Sales::new(redis.clone()).batching(config.purchase_batch, sizes, workers, cpus);
         let sales = confirmed(sales, config)?;
         let listener = bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
         let local_addr = listener.local_addr()?;
