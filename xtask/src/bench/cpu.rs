@@ -50,13 +50,32 @@ fn tree_cpu(root: i32) -> BTreeMap<i32, f64> {
     out
 }
 
-/// Context switches (voluntary + involuntary) so far, summed over the threads of `pid`.
-pub fn switches(pid: i32) -> Option<u64> {
+/// Context switches so far, summed over the threads of a process: voluntary (a thread waited for
+/// something) and involuntary (the scheduler gave its core to another).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Switches {
+    pub voluntary: u64,
+    pub involuntary: u64,
+}
+
+impl Switches {
+    /// Those made since `before`.
+    pub fn since(self, before: Switches) -> Switches {
+        Switches {
+            voluntary: self.voluntary.saturating_sub(before.voluntary),
+            involuntary: self.involuntary.saturating_sub(before.involuntary),
+        }
+    }
+}
+
+/// The context switches of `pid`'s threads so far.
+pub fn switches(pid: i32) -> Option<Switches> {
     let tasks = Process::new(pid).ok()?.tasks().ok()?;
-    let mut total = 0;
+    let mut total = Switches::default();
     for task in tasks.flatten() {
         if let Ok(status) = task.status() {
-            total += status.voluntary_ctxt_switches.unwrap_or(0) + status.nonvoluntary_ctxt_switches.unwrap_or(0);
+            total.voluntary += status.voluntary_ctxt_switches.unwrap_or(0);
+            total.involuntary += status.nonvoluntary_ctxt_switches.unwrap_or(0);
         }
     }
     Some(total)

@@ -9,7 +9,7 @@ use testbed::{App, Redis, Services, Target};
 use super::Args;
 use super::masters::Masters;
 use crate::bench::commandstats::CommandStats;
-use crate::bench::cpu::{Usage, Watch, switches};
+use crate::bench::cpu::{Switches, Usage, Watch, switches};
 use crate::bench::driver::reconcile;
 use crate::bench::measure;
 use crate::bench::wrk::{Mode, Wrk, WrkOut};
@@ -23,7 +23,7 @@ pub struct HttpRow {
     pub out: WrkOut,
     pub usage: Usage,
     /// The app's context switches over the run.
-    pub switches: u64,
+    pub switches: Switches,
     /// Script calls (`EVALSHA`, all servers of the row) over the run: with the requests, how many
     /// purchases went together in a call.
     pub script_calls: u64,
@@ -103,15 +103,15 @@ fn row(
         "shard-ceiling: K={k}: wrk -t{} -c{} -d{}s POST /buy {sale}",
         args.threads, args.connections, args.duration
     );
-    let sw0 = switches(app.pid() as i32).unwrap_or(0);
+    let sw0 = switches(app.pid() as i32).unwrap_or_default();
     let calls0 = script_calls(servers);
     let run = measure::run(sale, w.command(&repo), Duration::from_secs(args.duration + 30), watch, work)?;
-    let sw1 = switches(app.pid() as i32).unwrap_or(0);
+    let sw1 = switches(app.pid() as i32).unwrap_or_default();
     let script_calls = script_calls(servers).saturating_sub(calls0);
     let out =
         WrkOut::parse(&run.stdout).ok_or_else(|| anyhow::anyhow!("K={k}: no BENCH_WRK line in {}", run.stdout))?;
     eprintln!("shard-ceiling: K={k}: {:.0} req/s, 201 {} of {}", out.rate(), out.status("201"), out.requests);
-    Ok(HttpRow { k, on_server: k == 0, out, usage: run.usage, switches: sw1.saturating_sub(sw0), script_calls })
+    Ok(HttpRow { k, on_server: k == 0, out, usage: run.usage, switches: sw1.since(sw0), script_calls })
 }
 
 /// `EVALSHA` calls so far on `servers` together.

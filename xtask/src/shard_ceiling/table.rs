@@ -91,7 +91,7 @@ fn http_rows(masters: &Masters, http: &Http) -> Vec<String> {
             let app = u.get("seckill").unwrap_or(0.0);
             let other = (u.get("machine_busy").unwrap_or(0.0) - redis_s - app - u.generator()).max(0.0);
             format!(
-                "| {} | {} | {} | {}/{} | {:.2}% | {} | {:.2} | {:.1} | {:.1} | {:.2} | {:.1} | {} | {:.2} | {:.2} | {} |",
+                "| {} | {} | {} | {}/{} | {:.2}% | {} | {:.2} | {:.1} | {:.1} | {:.2} + {:.2} | {:.1} | {} | {:.2} | {:.2} | {} |",
                 k,
                 group(r.out.rate()),
                 ratio(&rates, r.out.rate().round()),
@@ -102,7 +102,8 @@ fn http_rows(masters: &Masters, http: &Http) -> Vec<String> {
                 app / wall,
                 app / n * 1e6,
                 redis_s / n * 1e6,
-                r.switches as f64 / n,
+                r.switches.voluntary as f64 / n,
+                r.switches.involuntary as f64 / n,
                 n / r.script_calls.max(1) as f64,
                 redis.join(" · "),
                 u.generator() / wall,
@@ -133,7 +134,7 @@ pub fn render(
     .collect::<Vec<_>>()
     .join("\n");
     let http_table = [
-        format!("| K | POST /buy req/s | × K=1 | p50/p99 ms | 201 | errors | app CPU | app µs/req | redis µs/req | app context switches/req | req per script call | redis CPU {names} | wrk CPU | other CPU | steal |"),
+        format!("| K | POST /buy req/s | × K=1 | p50/p99 ms | 201 | errors | app CPU | app µs/req | redis µs/req | app context switches/req (voluntary + involuntary) | req per script call | redis CPU {names} | wrk CPU | other CPU | steal |"),
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".into(),
     ]
     .into_iter()
@@ -175,7 +176,7 @@ pub fn render(
     );
     md += "## POST /buy end to end\n\n";
     md += &format!(
-        "One `seckill serve` (worker in the process, SECKILL_RATE_LIMIT=1000000/1s{}, {}) on the cluster; per K the sale http-kK (stock {}, K shards); first, the row `1 Redis`: the same app settings on the single Redis server (appendonly yes, appendfsync everysec, as the masters), one unsharded sale. `wrk -t{} -c{} -d{}s` with `load-tests/lib/wrk-bench.lua` (every request a new user). CPU in cores over the run: the app, each master, wrk; other = the rest of the machine (Postgres among it). App µs/req = the app's CPU-seconds / requests, redis µs/req the same for the Redis servers together; context switches/req = voluntary and involuntary switches of all the app's threads (/proc/<pid>/task/*/status) / requests: fewer means each wake-up handled more work; req per script call = requests / `EVALSHA` calls on the row's servers (`INFO commandstats`; the worker's scripts count too). Rows `K on 1 Redis` (`--server-k`): a sale of K shards on the single server, the same app as the `1 Redis` row.\n\n",
+        "One `seckill serve` (worker in the process, SECKILL_RATE_LIMIT=1000000/1s{}, {}) on the cluster; per K the sale http-kK (stock {}, K shards); first, the row `1 Redis`: the same app settings on the single Redis server (appendonly yes, appendfsync everysec, as the masters), one unsharded sale. `wrk -t{} -c{} -d{}s` with `load-tests/lib/wrk-bench.lua` (every request a new user). CPU in cores over the run: the app, each master, wrk; other = the rest of the machine (Postgres among it). App µs/req = the app's CPU-seconds / requests, redis µs/req the same for the Redis servers together; context switches/req = voluntary + involuntary switches of all the app's threads (/proc/<pid>/task/*/status) / requests: fewer voluntary ones means each wake-up handled more work, involuntary ones are the app's threads giving their core to another process (on a small host, the masters); req per script call = requests / `EVALSHA` calls on the row's servers (`INFO commandstats`; the worker's scripts count too). Rows `K on 1 Redis` (`--server-k`): a sale of K shards on the single server, the same app as the `1 Redis` row.\n\n",
         args.app_env.iter().map(|(n, v)| format!(", {n}={v}")).collect::<String>(),
         args.bin.as_ref().map_or(format!("{:?} build", args.profile), |bin| format!("binary {}", bin.display())),
         group(args.http_stock as f64),
