@@ -16,9 +16,11 @@
 //! instance's sold-out flag after the first). The figures of both are per request.
 //! `--rate N`: paced runs at N requests/s (latency at a given load, e.g. the light row's 1000/s).
 //! Each run's line also gives the requests per script call (EVALSHA calls, `INFO commandstats`),
-//! Redis's µs inside those calls per request and the orders per worker insert (its
-//! `seckill_worker_batch_size` in `/metrics`, once the queue drained), and a second line Redis's
-//! µs per request by command and outside script calls.
+//! Redis's µs inside those calls per request, the orders per worker insert (its
+//! `seckill_worker_batch_size` in `/metrics`, once the queue drained) and the app's context
+//! switches per request (voluntary: its threads waited; involuntary: their core went to another
+//! thread or process), and a second line Redis's µs per request by command and outside script
+//! calls.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -28,7 +30,7 @@ use anyhow::{Context, bail, ensure};
 use testbed::{App, Options, Services};
 
 use crate::bench::commandstats::CommandStats;
-use crate::bench::cpu::Watch;
+use crate::bench::cpu::{Watch, switches};
 use crate::bench::driver::{need_tools, raw_dir};
 use crate::bench::wrk::{Mode, Wrk, WrkOut};
 use crate::bench::{Profile, measure};
@@ -204,6 +206,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             watch.extend(services.postgres.pid().map(|p| Watch::tree("postgres", p)));
             let stats_before = CommandStats::of(&services.redis);
             let inserts_before = worker_inserts(&apps[i])?;
+            let switches_before = switches(apps[i].pid() as i32).unwrap_or_default();
             let run = measure::run(
                 &format!("ab-{name}-{round}"),
                 w.command(&repo),
@@ -212,6 +215,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &raw,
             )?;
             let stats = CommandStats::of(&services.redis).since(&stats_before);
+            let switched = switches(apps[i].pid() as i32).unwrap_or_default().since(switches_before);
             wait_drained(&apps)?;
             let inserts = worker_inserts(&apps[i])?;
             let (orders, inserts) = (inserts.0 - inserts_before.0, inserts.1 - inserts_before.1);
@@ -229,7 +233,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             eprintln!(
                 "ab: round {round} {name}: {:.0} req/s, app / Redis / Postgres {:.1} / {:.1} / {:.1} µs/req, 201 {} of {}, \
                  {:.2} requests per script call, {:.1} µs in script calls per request, {:.1} orders per worker insert, \
-                 p50 / p99 {:.2} / {:.2} ms",
+                 app context switches {:.2} + {:.2} per request (voluntary + involuntary), p50 / p99 {:.2} / {:.2} ms",
                 s.rate,
                 s.cpu_us[0],
                 s.cpu_us[1],
@@ -239,6 +243,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 s.requests as f64 / calls.max(1) as f64,
                 usec as f64 / s.requests.max(1) as f64,
                 orders / inserts.max(1.0),
+                switched.voluntary as f64 / s.requests.max(1) as f64,
+                switched.involuntary as f64 / s.requests.max(1) as f64,
                 out.latency_us.p50 / 1000.0,
                 out.latency_us.p99 / 1000.0
             );
