@@ -4,8 +4,8 @@
 -- (src/purchase/batch.rs), so they share a call's fixed cost on Redis, and the reads every
 -- purchase of buy.lua makes alike: the sale's meta, its stock and the time are read once per call
 -- (the limits are given that time as their ARGV[6]), and the stock is written once, at the end
--- (DECRBY the units sold). Each purchase then costs its
--- limits, a SISMEMBER and its three writes. tests/api/batch.rs checks that it decides as buy.lua.
+-- (DECRBY the units sold). Each purchase then costs its limits, a SISMEMBER and its three writes.
+-- tests/api/batch.rs checks that it decides as buy.lua.
 --
 -- Assembled, not run as it stands, like lua/buy_limited.lua: the line "-- @limiter" below is
 -- followed by one limiter script (lua/<algorithm>.lua) (crate::redis::lua::buy_batch; the example

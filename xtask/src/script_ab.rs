@@ -2,10 +2,11 @@
 //! script alone on Redis. `redis-benchmark` sends calls of `--per-call` purchases, each a new
 //! buyer with a client limit of its own (the sliding log by default), to one throwaway Redis
 //! (appendonly, `appendfsync everysec`, as the service's), A and B alternating within each round
-//! (A first in odd rounds), each run on a fresh keyspace and AOF (rewritten before it, none during). It prints Redis CPU µs per purchase
-//! (the server's CPU from /proc over the orders in the stream) for each run, then B / A paired
-//! within the rounds (median and range). Without HTTP, the app, the worker and Postgres in the
-//! way, a change to the script shows within a few per cent where `ab`'s rounds swing by ten.
+//! (A first in odd rounds), each run on a fresh keyspace and AOF (rewritten before it, none
+//! during). It prints Redis CPU µs per purchase (the server's CPU from /proc over the orders in
+//! the stream) for each run, then B / A paired within the rounds (median and range). Without
+//! HTTP, the app, the worker and Postgres in the way, a change to the script shows within a few
+//! per cent where `ab`'s rounds swing by ten.
 //!
 //! Both revisions must take the batch script's ARGV as this tool sends them (sale, shards, n, then
 //! per purchase user, order, place, traceparent, checks and one limit's five ARGV).
