@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -216,12 +216,22 @@ impl Redis {
         info.lines().find_map(|line| line.strip_prefix(field)?.strip_prefix(':').map(|v| v.trim().to_owned()))
     }
 
-    /// Whether an AOF rewrite is running or scheduled (`INFO persistence`); false when it does
-    /// not answer.
-    pub fn rewriting_aof(&self) -> bool {
-        ["aof_rewrite_in_progress", "aof_rewrite_scheduled"]
-            .iter()
-            .any(|field| self.info_field("persistence", field).as_deref() == Some("1"))
+    /// Waits up to `max` until no AOF rewrite is running or scheduled (`INFO persistence`; a
+    /// server that does not answer counts as done); whether none is.
+    pub fn wait_aof_rewritten(&self, max: Duration) -> bool {
+        let deadline = Instant::now() + max;
+        let rewriting = || {
+            ["aof_rewrite_in_progress", "aof_rewrite_scheduled"]
+                .iter()
+                .any(|field| self.info_field("persistence", field).as_deref() == Some("1"))
+        };
+        while rewriting() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        true
     }
 
     /// The last lines of its log, for an error message.

@@ -140,6 +140,12 @@ fn worker_inserts(app: &App) -> anyhow::Result<(f64, f64)> {
     Ok((metric("seckill_worker_batch_size_sum")?, metric("seckill_worker_batch_size_count")?))
 }
 
+/// Paired ratios as `median (lowest–highest)`.
+pub fn median_and_range(mut ratios: Vec<f64>) -> String {
+    ratios.sort_by(f64::total_cmp);
+    format!("{:.3} ({:.2}–{:.2})", median(ratios.clone()), ratios[0], ratios[ratios.len() - 1])
+}
+
 fn wait_drained(apps: &[App; 2]) -> anyhow::Result<()> {
     for (app, name) in apps.iter().zip(["a", "b"]) {
         ensure!(app.wait_drained(&format!("ab-{name}"), Duration::from_secs(60)), "ab: {name}'s queue did not drain");
@@ -190,7 +196,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // Whichever runs second gains a few %: alternate who does.
         let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
         for i in order {
-            wait_drained(&apps)?;
             let (name, sale, prefix) = (["a", "b"][i], format!("ab-{}", ["a", "b"][i]), format!("r{round}"));
             let mode = Mode::Buy { sale: &sale, prefix: &prefix };
             let w = Wrk {
@@ -216,6 +221,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             )?;
             let stats = CommandStats::of(&services.redis).since(&stats_before);
             let switched = switches(apps[i].pid() as i32).unwrap_or_default().since(switches_before);
+            // Both queues drained: this run's inserts all counted, and the next run starts clean.
             wait_drained(&apps)?;
             let inserts = worker_inserts(&apps[i])?;
             let (orders, inserts) = (inserts.0 - inserts_before.0, inserts.1 - inserts_before.1);
@@ -286,15 +292,14 @@ fn summary(samples: &[Sample], labels: &[String], refusals: bool) -> anyhow::Res
     // cancels out), then the median and the range over rounds.
     let rounds: std::collections::BTreeSet<u32> = samples.iter().map(|s| s.round).collect();
     let paired = |f: &dyn Fn(&Sample) -> f64| {
-        let mut ratios: Vec<f64> = rounds
+        let ratios: Vec<f64> = rounds
             .iter()
             .map(|r| {
                 let get = |b| samples.iter().find(|s| s.round == *r && s.build == b).map(f).unwrap_or(f64::NAN);
                 get(1) / get(0)
             })
             .collect();
-        ratios.sort_by(f64::total_cmp);
-        format!("{:.3} ({:.2}–{:.2})", median(ratios.clone()), ratios[0], ratios[ratios.len() - 1])
+        median_and_range(ratios)
     };
     println!("paired b / a over {} rounds, median (range): {} × req/s", rounds.len(), paired(&|s| s.rate));
     for (k, (_, part)) in PARTS.iter().enumerate() {

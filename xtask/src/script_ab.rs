@@ -12,12 +12,12 @@
 //! per purchase user, order, place, traceparent, checks and one limit's five ARGV).
 
 use std::process::{Command, ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use testbed::{Options, Services};
 
-use crate::ab::median;
+use crate::ab::{median, median_and_range};
 use crate::bench::cpu::process_cpu;
 use crate::bench::driver::need_tools;
 
@@ -91,22 +91,12 @@ fn rounds(args: &Args, services: &Services, labels: &[String; 2], scripts: &[Str
         .map(|k| format!("script-ab:{{sale:sab}}:{k}"))
         .collect();
     let n = args.per_call as usize;
-    let mut per_purchase = [vec![], vec![]];
-    for round in 1..=args.rounds {
-        let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
-        for build in order {
-            redis.query::<()>(&redis::cmd("FLUSHALL"))?;
-            redis.query::<String>(&redis::cmd("BGREWRITEAOF"))?;
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while redis.rewriting_aof() {
-                ensure!(Instant::now() < deadline, "the AOF rewrite took over 60 s");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            redis.query::<()>(
-                redis::cmd("HSET").arg(&keys[0]).arg("stock_initial").arg(u64::MAX >> 12).arg("shards").arg(1),
-            )?;
-            redis.query::<()>(redis::cmd("SET").arg(&keys[1]).arg(u64::MAX >> 12))?;
-            let mut call: Vec<String> = vec!["EVALSHA".into(), shas[build].clone(), (6 + n).to_string()];
+    // Each revision's call (redis-benchmark draws every __rand_int__ anew): its keys, then the
+    // sale, shards and n, then per purchase a new buyer, order and client limit key.
+    let calls: Vec<Vec<String>> = shas
+        .iter()
+        .map(|sha| {
+            let mut call: Vec<String> = vec!["EVALSHA".into(), sha.clone(), (6 + n).to_string()];
             call.extend(keys.iter().cloned());
             call.extend((0..n).map(|_| "script-ab:{sale:sab}:limit:c__rand_int__".to_string()));
             call.extend(["sab".into(), "1".into(), n.to_string()]);
@@ -116,11 +106,25 @@ fn rounds(args: &Args, services: &Services, labels: &[String; 2], scripts: &[Str
                         .map(String::from),
                 );
             }
+            call
+        })
+        .collect();
+    let mut per_purchase = [vec![], vec![]];
+    for round in 1..=args.rounds {
+        let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
+        for build in order {
+            redis.query::<()>(&redis::cmd("FLUSHALL"))?;
+            redis.query::<String>(&redis::cmd("BGREWRITEAOF"))?;
+            ensure!(redis.wait_aof_rewritten(Duration::from_secs(60)), "the AOF rewrite took over 60 s");
+            redis.query::<()>(
+                redis::cmd("HSET").arg(&keys[0]).arg("stock_initial").arg(u64::MAX >> 12).arg("shards").arg(1),
+            )?;
+            redis.query::<()>(redis::cmd("SET").arg(&keys[1]).arg(u64::MAX >> 12))?;
             let before = process_cpu(pid).context("the Redis server's CPU")?;
             let status = Command::new("redis-benchmark")
                 .args(["-h", "127.0.0.1", "-p", &redis.port.to_string(), "-c", &args.clients.to_string()])
                 .args(["-n", &args.calls.to_string(), "-r", "2147483647", "-q"])
-                .args(&call)
+                .args(&calls[build])
                 .stdout(Stdio::null())
                 .status()?;
             ensure!(status.success(), "redis-benchmark failed");
@@ -143,7 +147,6 @@ fn rounds(args: &Args, services: &Services, labels: &[String; 2], scripts: &[Str
         }
     }
     let ratios: Vec<f64> = per_purchase[1].iter().zip(&per_purchase[0]).map(|(b, a)| b / a).collect();
-    let (low, high) = ratios.iter().fold((f64::MAX, f64::MIN), |(l, h), r| (l.min(*r), h.max(*r)));
     for (build, label) in labels.iter().enumerate() {
         println!(
             "{} = {label}: median {:.2} µs Redis CPU per purchase",
@@ -152,11 +155,11 @@ fn rounds(args: &Args, services: &Services, labels: &[String; 2], scripts: &[Str
         );
     }
     println!(
-        "paired b / a over {} rounds ({} purchases per call, {}): median {:.3} (range {low:.3}–{high:.3}) × Redis CPU per purchase",
+        "paired b / a over {} rounds ({} purchases per call, {}), median (range): {} × Redis CPU per purchase",
         args.rounds,
         args.per_call,
         args.algorithm,
-        median(ratios)
+        median_and_range(ratios)
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -187,10 +187,8 @@ fn fill(b: &mut Bench, buyers: u64) -> anyhow::Result<()> {
     let filled = started.elapsed().as_secs_f64();
     b.redis::<String>(redis::cmd("CONFIG").arg("SET").arg("appendonly").arg("yes"))?;
     let rewrite = Instant::now();
-    while b.services.redis.rewriting_aof() {
-        anyhow::ensure!(rewrite.elapsed() < FILL_LIMIT, "the AOF rewrite took over {} s", FILL_LIMIT.as_secs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let rewritten = b.services.redis.wait_aof_rewritten(FILL_LIMIT);
+    anyhow::ensure!(rewritten, "the AOF rewrite took over {} s", FILL_LIMIT.as_secs());
     let memory: String = b
         .redis(redis::cmd("MEMORY").arg("USAGE").arg(&k.buyers).arg("SAMPLES").arg(1000))
         .map(|n: u64| format!("{:.0} MB", n as f64 / 1e6))

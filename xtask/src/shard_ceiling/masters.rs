@@ -88,12 +88,8 @@ impl Masters {
         }
         let deadline = Instant::now() + Duration::from_secs(60);
         for node in &self.nodes {
-            while node.rewriting_aof() {
-                if Instant::now() > deadline {
-                    eprintln!("shard-ceiling: AOF rewrite on {} still running after 60 s; going on", node.port);
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(200));
+            if !node.wait_aof_rewritten(deadline.saturating_duration_since(Instant::now())) {
+                eprintln!("shard-ceiling: AOF rewrite on {} still running after 60 s; going on", node.port);
             }
         }
     }
