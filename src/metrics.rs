@@ -71,7 +71,8 @@ pub struct Metrics {
     /// Failed Redis or Postgres calls, by `dependency` and by `source` (`http`, `worker`).
     pub dependency_errors: IntCounterVec,
     /// Connections the edge closed, by `reason`: `too_many_connections`, `header_too_large`,
-    /// `length_required`, `request_timeout` (`crate::http::edge`).
+    /// `bad_request`, `length_required`, `request_timeout` (each with its answer), and
+    /// `write_timeout` (answers not taken in time) (`crate::http::edge`).
     pub edge_refusals: IntCounterVec,
     /// Reservations that left `reserved`, by `outcome`: `paid`, `cancelled`, `expired`
     /// (`crate::reservations`).
@@ -177,7 +178,7 @@ impl Metrics {
             ),
             edge_refusals: counter(
                 "seckill_edge_refusals_total",
-                "Connections closed by the edge, with their answer, by reason",
+                "Connections closed by the edge, by reason",
                 &["reason"],
             ),
             reservations: counter("seckill_reservations_total", "Reservations resolved, by outcome", &["outcome"]),

@@ -89,6 +89,7 @@ impl Application {
         let sizes = Some(metrics.purchase_batch_size.clone());
         let sales = Sales::new(redis.clone()).batching(config.purchase_batch, sizes, workers, cpus);
         let sales = confirmed(sales, config)?;
+        server::raise_open_files_limit();
         let listener = bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
         let local_addr = listener.local_addr()?;
         let metrics_listener = match config.edge.metrics_listen {

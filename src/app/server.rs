@@ -22,8 +22,9 @@ use crate::http::{AppState, middleware};
 
 /// How long a connection may stay idle between requests (actix-web's default).
 const KEEP_ALIVE: Duration = Duration::from_secs(5);
-/// How long the first request's head may take to arrive once connected (actix-web's default).
-const FIRST_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// actix-http's own bound on the first request's head, a backstop behind the edge's read
+/// deadline, which answers first with the JSON error (actix-http's answer has no body).
+const FIRST_HEAD_BACKSTOP: Duration = Duration::from_secs(1);
 /// How long a closing connection may take to be shut down (actix-web's default).
 const DISCONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -59,6 +60,15 @@ pub fn default_workers() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
+/// Raises this process's soft limit of open files (sockets included) to its hard limit, so that
+/// the per-client connection cap, not a low default, decides who is refused; logs the figure.
+pub fn raise_open_files_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::info!(limit, "open files limit"),
+        Err(err) => tracing::warn!(%err, "the open files limit could not be read or raised"),
+    }
+}
+
 /// Adds `listener` to `builder`, serving the routes of `routes` behind the edge.
 fn listen(
     builder: ServerBuilder,
@@ -85,7 +95,7 @@ fn listen(
                 async move { signal.notified().await }
             })
             .keep_alive(KeepAlive::Timeout(KEEP_ALIVE))
-            .client_request_timeout(FIRST_HEAD_TIMEOUT)
+            .client_request_timeout(edge.settings().read_timeout + FIRST_HEAD_BACKSTOP)
             .client_disconnect_timeout(DISCONNECT_TIMEOUT)
             .local_addr(local)
             // The default AppConfig: its host and address serve only URL generation, unused here.

@@ -1,9 +1,13 @@
 //! [`Framing`]: where a connection's bytes are in the requests they carry (a head, a body of a
 //! known length), followed alongside actix-http so the edge can bound what it cannot: a head over
-//! the limit (431), a chunked body (411), and whether a read waits mid-request (the deadline).
-//! The head is parsed with `httparse`, the parser actix-http itself uses, where it lies in the
-//! bytes just read when it arrived whole (the usual case), else from a buffer of at most the
-//! limit and one byte, parsed again only when a line has ended.
+//! the limit or over 96 header lines (431), a chunked body (411), a head actix-http would refuse
+//! (400, answered here with the JSON error actix-http's own empty answer lacks), how many
+//! requests a read hands on (the pipelining bound), and whether a read waits mid-request (the
+//! deadline). The head is parsed with `httparse`, the parser actix-http itself uses, with the
+//! checks actix-http's decoder adds after it (one `Content-Length`, one `Host`, a `Host` in
+//! HTTP/1.1, a URI `http` accepts), where it lies in the bytes just read when it arrived whole
+//! (the usual case), else from a buffer of at most the limit and one byte, parsed again only
+//! when a line has ended.
 
 use std::mem::MaybeUninit;
 
@@ -16,8 +20,7 @@ enum State {
     Head,
     /// Reading a body: the bytes still to come.
     Body(u64),
-    /// A head `httparse` refused (actix-http answers 400 and closes), or the connection was
-    /// refused: nothing more is followed.
+    /// The connection was refused: nothing more is followed.
     Opaque,
 }
 
@@ -51,18 +54,21 @@ impl Framing {
         matches!(self.state, State::Body(_)) || (self.state == State::Head && !self.head.is_empty())
     }
 
-    /// Follows `data`, the bytes just read, through heads and bodies: `Ok(true)` when a request
-    /// ended in them (its deadline no longer runs), or the refusal a head earns.
-    pub(super) fn follow(&mut self, mut data: &[u8]) -> Result<bool, Refusal> {
-        let mut ended = false;
-        while !data.is_empty() {
+    /// Follows `data`, the bytes just read, through heads and bodies, stopping right after the
+    /// `ends`-th request that ends in them (at least one): how many requests ended and how many
+    /// bytes were followed (the rest is for a later call), or the refusal a head earns.
+    pub(super) fn follow(&mut self, data: &[u8], ends: u32) -> Result<Followed, Refusal> {
+        let total = data.len();
+        let mut data = data;
+        let mut ended = 0;
+        while !data.is_empty() && ended < ends.max(1) {
             match self.state {
-                State::Opaque => break,
+                State::Opaque => data = &[],
                 State::Body(left) => {
                     let taken = left.min(data.len() as u64);
                     data = &data[taken as usize..];
                     self.state = if taken == left { State::Head } else { State::Body(left - taken) };
-                    ended |= self.state == State::Head;
+                    ended += u32::from(self.state == State::Head);
                 }
                 State::Head => {
                     // The usual case: a whole head in what was just read, parsed where it lies.
@@ -72,12 +78,8 @@ impl Framing {
                             Parsed::Complete(length, next) => {
                                 data = &data[length..];
                                 self.state = next;
-                                ended |= next == State::Head;
+                                ended += u32::from(next == State::Head);
                                 continue;
-                            }
-                            Parsed::Invalid => {
-                                self.state = State::Opaque;
-                                break;
                             }
                             Parsed::Partial => {}
                         }
@@ -91,11 +93,8 @@ impl Framing {
                     let parsed = if line_ended { parse(&self.head)? } else { Parsed::Partial };
                     match parsed {
                         Parsed::Partial if self.head.len() > self.max_head => return Err(Refusal::HeadTooLarge),
-                        Parsed::Partial => break,
-                        Parsed::Invalid => {
-                            self.state = State::Opaque;
-                            break;
-                        }
+                        // Everything read so far is in the buffer.
+                        Parsed::Partial => data = &[],
                         Parsed::Complete(length, _) if length > self.max_head => return Err(Refusal::HeadTooLarge),
                         Parsed::Complete(length, next) => {
                             data = &data[length - before..];
@@ -104,47 +103,66 @@ impl Framing {
                                 self.head = Vec::new();
                             }
                             self.state = next;
-                            ended |= next == State::Head;
+                            ended += u32::from(next == State::Head);
                         }
                     }
                 }
             }
         }
-        Ok(ended)
+        Ok(Followed { ended, taken: total - data.len() })
     }
+}
+
+/// What [`Framing::follow`] went through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Followed {
+    /// The requests that ended.
+    pub(super) ended: u32,
+    /// The bytes followed, from the start of the data.
+    pub(super) taken: usize,
 }
 
 /// What the bytes of a head so far say.
 enum Parsed {
     /// The head is not complete yet (or is only empty lines so far).
     Partial,
-    /// A head `httparse` refuses: actix-http answers it and closes.
-    Invalid,
     /// The head is this long, and what follows it.
     Complete(usize, State),
 }
 
-/// Parses the head at the start of `bytes`.
+/// Parses the head at the start of `bytes`, refusing what actix-http's decoder refuses.
 fn parse(bytes: &[u8]) -> Result<Parsed, Refusal> {
     let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut []);
     let length = match request.parse_with_uninit_headers(bytes, &mut headers) {
         Ok(httparse::Status::Complete(length)) => length,
         Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
-        Err(_) => return Ok(Parsed::Invalid),
+        Err(httparse::Error::TooManyHeaders) => return Err(Refusal::HeadTooLarge),
+        Err(_) => return Err(Refusal::BadRequest),
     };
-    let mut body = 0;
+    if http::Uri::try_from(request.path.unwrap_or_default()).is_err() {
+        return Err(Refusal::BadRequest);
+    }
+    let (mut body, mut hosts) = (None, 0);
     for header in request.headers.iter() {
         if header.name.eq_ignore_ascii_case("transfer-encoding") {
             return Err(Refusal::LengthRequired);
         }
         if header.name.eq_ignore_ascii_case("content-length") {
-            match std::str::from_utf8(header.value).ok().and_then(|v| v.trim().parse::<u64>().ok()) {
-                Some(n) => body = n,
-                None => return Ok(Parsed::Invalid),
+            let value = std::str::from_utf8(header.value).map(str::trim).unwrap_or("+");
+            match value.parse::<u64>() {
+                Ok(n) if body.is_none() && !value.starts_with('+') => body = Some(n),
+                _ => return Err(Refusal::BadRequest),
             }
         }
+        hosts += u32::from(header.name.eq_ignore_ascii_case("host"));
     }
+    let http11 = request.version == Some(1);
+    let post10 = !http11 && request.method == Some("POST") && body.is_none();
+    if hosts > 1 || (http11 && hosts == 0) || post10 {
+        return Err(Refusal::BadRequest);
+    }
+    let body = body.unwrap_or(0);
     Ok(Parsed::Complete(length, if body == 0 { State::Head } else { State::Body(body) }))
 }
 
@@ -156,6 +174,11 @@ mod tests {
         Framing::new(max_head)
     }
 
+    /// Follows all of `data`, however many requests end in it.
+    fn all(s: &mut Framing, data: &[u8]) -> Result<u32, Refusal> {
+        s.follow(data, u32::MAX).map(|followed| followed.ended)
+    }
+
     #[test]
     fn heads_and_bodies_are_followed_across_reads_and_pipelined_requests() {
         let mut s = stream(1024);
@@ -163,19 +186,32 @@ mod tests {
         let get = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
         let both = [&post[..], &get[..], &post[..]].concat();
         // Byte by byte, then all at once: the same framing.
-        for chunk in both.chunks(1) {
-            s.follow(chunk).unwrap();
-        }
+        let ended: u32 = both.chunks(1).map(|chunk| all(&mut s, chunk).unwrap()).sum();
+        assert_eq!((s.state, s.head.len(), ended), (State::Head, 0, 3));
+        assert_eq!(all(&mut s, &both), Ok(3));
         assert_eq!((s.state, s.head.len()), (State::Head, 0));
-        s.follow(&both).unwrap();
-        assert_eq!((s.state, s.head.len()), (State::Head, 0));
-        s.follow(&post[..post.len() - 2]).unwrap();
+        all(&mut s, &post[..post.len() - 2]).unwrap();
         assert_eq!(s.state, State::Body(2), "two body bytes still to come");
         assert!(s.mid_request());
-        s.follow(b"lo\r\n").unwrap();
+        all(&mut s, b"lo\r\n").unwrap();
         assert!(s.mid_request(), "a blank line after a body is only the start of a head");
-        s.follow(get).unwrap();
+        all(&mut s, get).unwrap();
         assert!(!s.mid_request());
+    }
+
+    #[test]
+    fn following_stops_after_the_requests_it_may_hand_on() {
+        let get = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+        let post = b"POST /buy HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello";
+        let pipelined = [&get[..], &post[..], &get[..]].concat();
+        let mut s = stream(1024);
+        assert_eq!(s.follow(&pipelined, 2), Ok(Followed { ended: 2, taken: get.len() + post.len() }));
+        assert_eq!(s.follow(&pipelined[get.len() + post.len()..], 2), Ok(Followed { ended: 1, taken: get.len() }));
+        // Zero is taken as one: the request under way is always handed on to its end.
+        let mut mid = stream(1024);
+        assert_eq!(mid.follow(&post[..20], 0), Ok(Followed { ended: 0, taken: 20 }));
+        let rest = [&post[20..], &get[..]].concat();
+        assert_eq!(mid.follow(&rest, 0), Ok(Followed { ended: 1, taken: post.len() - 20 }));
     }
 
     #[test]
@@ -183,28 +219,39 @@ mod tests {
         let mut big = b"GET / HTTP/1.1\r\nHost: x\r\nCookie: ".to_vec();
         big.extend(std::iter::repeat_n(b'a', 2000));
         let mut whole = stream(1024);
-        assert_eq!(whole.follow(&big), Err(Refusal::HeadTooLarge));
+        assert_eq!(all(&mut whole, &big), Err(Refusal::HeadTooLarge));
         let mut pieces = stream(1024);
-        let refused = big.chunks(100).map(|chunk| pieces.follow(chunk)).find(Result::is_err);
+        let refused = big.chunks(100).map(|chunk| all(&mut pieces, chunk)).find(Result::is_err);
         assert_eq!(refused, Some(Err(Refusal::HeadTooLarge)));
         assert!(pieces.head.len() <= 1025, "the buffer never holds more than the limit and one byte");
         let mut exact = stream(1024);
-        let mut fits = b"GET / HTTP/1.1\r\nX: ".to_vec();
+        let mut fits = b"GET / HTTP/1.1\r\nHost: x\r\nX: ".to_vec();
         fits.extend(std::iter::repeat_n(b'a', 1024 - fits.len() - 4));
         fits.extend(b"\r\n\r\n");
         assert_eq!(fits.len(), 1024);
-        assert_eq!(exact.follow(&fits), Ok(true), "a head of exactly the limit passes");
+        assert_eq!(all(&mut exact, &fits), Ok(1), "a head of exactly the limit passes");
+        let many = format!("GET / HTTP/1.1\r\nHost: x\r\n{}\r\n", "A: b\r\n".repeat(96));
+        assert_eq!(all(&mut stream(8192), many.as_bytes()), Err(Refusal::HeadTooLarge), "97 header lines");
     }
 
     #[test]
-    fn chunked_bodies_are_refused_and_unparsable_heads_are_left_to_actix() {
+    fn heads_actix_refuses_are_refused_here_and_chunked_bodies_too() {
         let chunked = b"POST /buy HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
-        assert_eq!(stream(1024).follow(chunked), Err(Refusal::LengthRequired));
-        let mut garbage = stream(1024);
-        garbage.follow(b"\x01\x02 nonsense\r\n\r\nGET / HTTP/1.1\r\n").unwrap();
-        assert_eq!(garbage.state, State::Opaque);
-        let mut bad_length = stream(1024);
-        bad_length.follow(b"POST / HTTP/1.1\r\nContent-Length: ten\r\n\r\n").unwrap();
-        assert_eq!(bad_length.state, State::Opaque);
+        assert_eq!(all(&mut stream(1024), chunked), Err(Refusal::LengthRequired));
+        for bad in [
+            &b"\x01\x02 nonsense\r\n\r\n"[..],
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+            b"GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
+            b"GET / HTTP/1.1\r\n\r\n",
+            b"POST /buy HTTP/1.0\r\n\r\n",
+            b"GET http://[::1 HTTP/1.1\r\nHost: x\r\n\r\n",
+        ] {
+            assert_eq!(all(&mut stream(1024), bad), Err(Refusal::BadRequest), "{}", String::from_utf8_lossy(bad));
+        }
+        for good in [&b"GET / HTTP/1.0\r\n\r\n"[..], b"GET /sales/a?x=1 HTTP/1.1\r\nhost: x\r\n\r\n"] {
+            assert_eq!(all(&mut stream(1024), good), Ok(1), "{}", String::from_utf8_lossy(good));
+        }
     }
 }

@@ -1,9 +1,11 @@
-//! The edge: what a connection may hold before a request reaches a handler. Each accepted TCP
-//! stream is admitted against its client's open connections (`connections`) and wrapped in an
-//! [`EdgeStream`] that bounds each request's head size and read time (`stream`), following the
-//! requests' heads and bodies as they arrive (`framing`). A refusal is a
-//! JSON answer like every other error, then the connection is closed, and it is counted in
-//! `seckill_edge_refusals_total{reason}`.
+//! The edge: what a connection may make the server hold. Each accepted TCP stream is admitted
+//! against its client's open connections (`connections`) and wrapped in an [`EdgeStream`]
+//! (`stream`) that bounds each request's head size and read time, hands actix-http at most a few
+//! requests ahead of the answers it has written, and closes a connection whose answers are not
+//! taken within the write timeout, following the requests' heads and bodies as they arrive
+//! (`framing`). A refusal is a JSON answer like every other error (heads actix-http would refuse
+//! with an empty answer included), then the connection is closed, and it is counted in
+//! `seckill_edge_refusals_total{reason}`, as are the connections closed at the write timeout.
 //!
 //! What the edge cannot do alone: a crowd of millions of addresses, or a flood that fills the
 //! listen backlog, needs a proxy or a load balancer in front (docs/operations.md).
@@ -23,12 +25,18 @@ pub use self::stream::EdgeStream;
 use crate::http::client_ip::TrustedProxies;
 use crate::metrics::Metrics;
 
-/// The edge's bounds (`SECKILL_REQUEST_READ_TIMEOUT`, `SECKILL_MAX_HEAD_BYTES`,
+/// The edge's bounds (`SECKILL_REQUEST_READ_TIMEOUT`, `SECKILL_RESPONSE_WRITE_TIMEOUT`,
+/// `SECKILL_MAX_PIPELINED_REQUESTS`, `SECKILL_MAX_HEAD_BYTES`,
 /// `SECKILL_MAX_CONNECTIONS_PER_CLIENT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EdgeSettings {
-    /// The longest a request's head, and then its body, may take to arrive once begun.
+    /// The longest a request's head, and then its body, may take to arrive once begun (and a
+    /// new connection's first head to begin).
     pub read_timeout: Duration,
+    /// The longest the answers written on a connection may wait for the client to take them.
+    pub write_timeout: Duration,
+    /// The requests handed to actix-http ahead of the answers it has written.
+    pub max_pipelined: u32,
     /// The largest request head (request line and headers), in bytes.
     pub max_head_bytes: usize,
     /// Open connections per client key (0: no limit).
@@ -40,8 +48,11 @@ pub struct EdgeSettings {
 pub enum Refusal {
     /// 503 `too_many_connections`: the client holds its maximum of open connections.
     TooManyConnections,
-    /// 431 `header_too_large`: the request head is over the maximum.
+    /// 431 `header_too_large`: the request head is over the maximum size or 96 header lines.
     HeadTooLarge,
+    /// 400 `bad_request`: a head actix-http refuses (malformed, a second `Content-Length` or
+    /// `Host`, no `Host` in HTTP/1.1, a URI it cannot parse).
+    BadRequest,
     /// 411 `length_required`: a chunked body (bodies here need a `Content-Length`).
     LengthRequired,
     /// 408 `request_timeout`: the head or the body stopped arriving.
@@ -50,14 +61,15 @@ pub enum Refusal {
 
 impl Refusal {
     /// Every refusal, in the order of [`Edge`]'s answers and counters.
-    pub const ALL: [Refusal; 4] =
-        [Self::TooManyConnections, Self::HeadTooLarge, Self::LengthRequired, Self::ReadTimeout];
+    pub const ALL: [Refusal; 5] =
+        [Self::TooManyConnections, Self::HeadTooLarge, Self::BadRequest, Self::LengthRequired, Self::ReadTimeout];
 
     /// The `reason` label and the JSON `error` code.
     pub fn code(self) -> &'static str {
         match self {
             Self::TooManyConnections => "too_many_connections",
             Self::HeadTooLarge => "header_too_large",
+            Self::BadRequest => "bad_request",
             Self::LengthRequired => "length_required",
             Self::ReadTimeout => "request_timeout",
         }
@@ -67,6 +79,7 @@ impl Refusal {
         match self {
             Self::TooManyConnections => "503 Service Unavailable",
             Self::HeadTooLarge => "431 Request Header Fields Too Large",
+            Self::BadRequest => "400 Bad Request",
             Self::LengthRequired => "411 Length Required",
             Self::ReadTimeout => "408 Request Timeout",
         }
@@ -77,7 +90,12 @@ impl Refusal {
             Self::TooManyConnections => {
                 format!("this client already holds {} open connections; reuse one", settings.max_connections_per_client)
             }
-            Self::HeadTooLarge => format!("the request head is over {} bytes", settings.max_head_bytes),
+            Self::HeadTooLarge => {
+                format!("the request head is over {} bytes or 96 header lines", settings.max_head_bytes)
+            }
+            Self::BadRequest => {
+                "the request head is not valid HTTP/1.1 (one Host and at most one Content-Length)".into()
+            }
             Self::LengthRequired => "a request body needs a Content-Length (no chunked bodies)".into(),
             Self::ReadTimeout => {
                 format!("the request did not arrive within {} ms", settings.read_timeout.as_millis())
@@ -99,6 +117,9 @@ impl Refusal {
     }
 }
 
+/// The `reason` of the connections closed because their answers were not taken in time.
+pub const WRITE_TIMEOUT: &str = "write_timeout";
+
 /// The edge of one server: its bounds, the clients' open connections, the refusals' answers
 /// (formatted once) and counters.
 pub struct Edge {
@@ -106,6 +127,7 @@ pub struct Edge {
     connections: Arc<ClientConnections>,
     answers: Vec<Box<[u8]>>,
     refused: Vec<IntCounter>,
+    write_timeouts: IntCounter,
 }
 
 impl Edge {
@@ -116,6 +138,7 @@ impl Edge {
             connections: ClientConnections::new(settings.max_connections_per_client, ipv6_prefix, proxies),
             answers: Refusal::ALL.iter().map(|r| r.answer(&settings)).collect(),
             refused: Refusal::ALL.iter().map(|r| metrics.edge_refusals.with_label_values(&[r.code()])).collect(),
+            write_timeouts: metrics.edge_refusals.with_label_values(&[WRITE_TIMEOUT]),
         })
     }
 
@@ -129,6 +152,11 @@ impl Edge {
             Ok(slot) => EdgeStream::new(io, self.clone(), slot, None),
             Err(()) => EdgeStream::new(io, self.clone(), None, Some(Refusal::TooManyConnections)),
         }
+    }
+
+    /// The bounds this edge applies.
+    pub fn settings(&self) -> &EdgeSettings {
+        &self.settings
     }
 
     fn index(refusal: Refusal) -> usize {
@@ -150,8 +178,13 @@ mod tests {
 
     #[test]
     fn every_answer_is_http_with_a_json_error_of_its_exact_length() {
-        let settings =
-            EdgeSettings { read_timeout: Duration::from_secs(5), max_head_bytes: 8192, max_connections_per_client: 64 };
+        let settings = EdgeSettings {
+            read_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(10),
+            max_pipelined: 4,
+            max_head_bytes: 8192,
+            max_connections_per_client: 64,
+        };
         for refusal in Refusal::ALL {
             let answer = String::from_utf8(refusal.answer(&settings).into_vec()).unwrap();
             let (head, body) = answer.split_once("\r\n\r\n").unwrap();

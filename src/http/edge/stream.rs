@@ -1,13 +1,26 @@
-//! [`EdgeStream`]: a client's TCP stream as actix-web reads it, with the request framing
-//! followed alongside (`super::framing`), so that what actix-http cannot bound is bounded here:
-//! a request head over `SECKILL_MAX_HEAD_BYTES` (431; actix-http's own limit is a fixed 128 KiB),
-//! a head or body that does not arrive within `SECKILL_REQUEST_READ_TIMEOUT` (408; actix-http
-//! times only the first head), a chunked body (411: every body here is small JSON with a length).
+//! [`EdgeStream`]: a client's TCP stream as actix-web reads and writes it, with the request
+//! framing followed alongside (`super::framing`), so that what actix-http cannot bound is bounded
+//! here:
+//! - a request head over `SECKILL_MAX_HEAD_BYTES` or 96 header lines (431; actix-http's own size
+//!   limit is a fixed 128 KiB), a head actix-http would refuse (400, with a JSON body where
+//!   actix-http's has none), a chunked body (411: every body here is small JSON with a length);
+//! - a head or body that does not arrive within `SECKILL_REQUEST_READ_TIMEOUT`, counted from the
+//!   connection's start for its first head (408; actix-http times only the first head, with an
+//!   empty answer);
+//! - requests pipelined ahead of their answers: actix-http reads and decodes every request a
+//!   client sends whether or not it takes the answers, so a read hands it at most
+//!   `SECKILL_MAX_PIPELINED_REQUESTS` requests beyond those whose answers it has written and
+//!   flushed (the rest waits here, at most one read's bytes, or in the kernel);
+//! - answers the client does not take: once a write waits, actix-http's unwritten answers must be
+//!   taken within `SECKILL_RESPONSE_WRITE_TIMEOUT`, else the write fails and actix-http drops
+//!   the connection (counted as `write_timeout`).
+//!
 //! Each refusal writes its JSON answer, half-closes the socket, lingers, and ends the stream, so
 //! actix closes the connection.
 //!
-//! On the fast path (a whole request in one read) this adds one parse of the head where it lies;
-//! the deadline's timer is armed only when a read waits mid-request.
+//! On the fast path (a whole request in one read, its answer written at once) this adds one
+//! parse of the head where it lies and a few flags; the timers are armed only when a read waits
+//! mid-request (or before the first head) or a write waits.
 
 use std::io;
 use std::pin::Pin;
@@ -19,7 +32,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use super::connections::ConnectionSlot;
-use super::framing::Framing;
+use super::framing::{Followed, Framing};
 use super::{Edge, Refusal};
 
 /// A client connection's stream (see the module documentation).
@@ -27,9 +40,25 @@ pub struct EdgeStream<S> {
     inner: S,
     edge: Arc<Edge>,
     framing: Framing,
-    /// The running request's deadline, once a read has waited mid-request.
+    /// The running request's read deadline, once a read has waited mid-request (or for the
+    /// first head).
     deadline: Option<Pin<Box<Sleep>>>,
     armed: bool,
+    /// A byte of the first request has arrived.
+    begun: bool,
+    /// Requests handed to actix since its answers were last all written.
+    ahead: u32,
+    /// Bytes read past the requests actix may have yet, handed on first by the next reads.
+    held: Vec<u8>,
+    /// A read waits for answers to be written; the flush that writes them wakes it.
+    paused: bool,
+    /// Bytes were written since the last flush.
+    wrote: bool,
+    /// When actix's unwritten answers must have been taken, once a write has waited.
+    write_deadline: Option<Pin<Box<Sleep>>>,
+    write_armed: bool,
+    /// The write deadline passed: every write fails.
+    write_timed_out: bool,
     /// The refused request's answer, being written, then its lingering close.
     refusal: Option<(Refusal, Closing)>,
     /// The refusal's answer is written: the stream has ended for actix.
@@ -42,9 +71,6 @@ pub struct EdgeStream<S> {
 /// the client reads it (a "lingering close", as nginx and Apache do).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Closing {
-    /// Waiting for the client's first bytes (a connection refused at accept), so the answer
-    /// follows its request rather than surprising a client that has not sent it yet.
-    Awaiting,
     /// This many bytes of the answer are written.
     Writing(usize),
     /// The answer is written and our side shut; this many bytes of input were dropped since.
@@ -52,18 +78,32 @@ enum Closing {
 }
 
 /// The longest a refused connection lingers before it is closed. A connection over its
-/// client's cap only drops what has already arrived: it must not hold its file for longer.
+/// client's cap is answered at once and lingers only briefly: it must not hold its descriptor.
 fn linger(refusal: Refusal) -> Duration {
     match refusal {
-        Refusal::TooManyConnections => Duration::ZERO,
+        Refusal::TooManyConnections => Duration::from_millis(100),
         _ => Duration::from_secs(1),
     }
 }
 
-/// How long a connection refused at accept waits for its request before it is answered anyway.
-const AWAIT_REQUEST: Duration = Duration::from_secs(1);
 /// The most input a lingering connection drops before it is closed anyway.
 const LINGER_BYTES: usize = 256 * 1024;
+/// The largest buffer of held bytes kept once it is empty (a larger one is given back).
+const KEPT_HELD_CAPACITY: usize = 16 * 1024;
+
+/// Arms `sleep` (made on first use) to end `after` from now.
+fn arm(sleep: &mut Option<Pin<Box<Sleep>>>, after: Duration) {
+    let at = Instant::now() + after;
+    match sleep {
+        Some(sleep) => sleep.as_mut().reset(at),
+        None => *sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+    }
+}
+
+/// Whether `sleep` has ended (registering `cx` to be woken when it does).
+fn expired(sleep: &mut Option<Pin<Box<Sleep>>>, cx: &mut Context<'_>) -> bool {
+    sleep.as_mut().is_some_and(|sleep| sleep.as_mut().poll(cx).is_ready())
+}
 
 impl<S> EdgeStream<S> {
     pub(super) fn new(inner: S, edge: Arc<Edge>, slot: Option<ConnectionSlot>, refusal: Option<Refusal>) -> Self {
@@ -73,6 +113,14 @@ impl<S> EdgeStream<S> {
             edge,
             deadline: None,
             armed: false,
+            begun: false,
+            ahead: 0,
+            held: Vec::new(),
+            paused: false,
+            wrote: false,
+            write_deadline: None,
+            write_armed: false,
+            write_timed_out: false,
             refusal: None,
             ended: false,
             _slot: slot,
@@ -86,9 +134,63 @@ impl<S> EdgeStream<S> {
     /// From now on the stream writes `refusal`'s answer and ends; counted once, here.
     fn refuse(&mut self, refusal: Refusal) {
         self.edge.count(refusal);
-        let closing = if refusal == Refusal::TooManyConnections { Closing::Awaiting } else { Closing::Writing(0) };
-        self.refusal = Some((refusal, closing));
+        self.refusal = Some((refusal, Closing::Writing(0)));
         self.framing.stop();
+        self.held = Vec::new();
+    }
+
+    /// Requests actix may be handed now (at least one: the request under way always goes on).
+    fn allowed(&self) -> u32 {
+        self.edge.settings.max_pipelined.saturating_sub(self.ahead)
+    }
+
+    /// Counts what a read hands on: its requests are ahead of their answers, and a request
+    /// that has fully arrived no longer runs against its read deadline.
+    fn handed_on(&mut self, followed: Followed) {
+        self.ahead += followed.ended;
+        self.armed &= followed.ended == 0;
+    }
+
+    /// Hands on what is held from an earlier read, as far as actix may have it.
+    fn hand_on_held(&mut self, buf: &mut ReadBuf<'_>) -> Result<(), Refusal> {
+        let n = self.held.len().min(buf.remaining());
+        let followed = self.framing.follow(&self.held[..n], self.allowed())?;
+        buf.put_slice(&self.held[..followed.taken]);
+        self.held.drain(..followed.taken);
+        if self.held.is_empty() && self.held.capacity() > KEPT_HELD_CAPACITY {
+            self.held = Vec::new();
+        }
+        self.handed_on(followed);
+        Ok(())
+    }
+
+    /// Notes what a write did: bytes went out, or it waits against the write deadline.
+    fn after_write(&mut self, cx: &mut Context<'_>, written: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        match written {
+            Poll::Ready(Ok(n)) => {
+                self.wrote |= n > 0;
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending => self.poll_write_deadline(cx),
+            Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
+        }
+    }
+
+    /// The write deadline, for a write that waits: armed by the first wait after a flush,
+    /// failing every write once passed.
+    fn poll_write_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if !self.write_armed {
+            arm(&mut self.write_deadline, self.edge.settings.write_timeout);
+            self.write_armed = true;
+        }
+        if !expired(&mut self.write_deadline, cx) {
+            return Poll::Pending;
+        }
+        if !self.write_timed_out {
+            self.write_timed_out = true;
+            self.edge.write_timeouts.inc();
+        }
+        Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "the client did not take its answers in time")))
     }
 }
 
@@ -97,27 +199,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> EdgeStream<S> {
     fn poll_refuse(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while let Some((refusal, closing)) = self.refusal {
             match closing {
-                Closing::Awaiting => {
-                    if !self.armed {
-                        self.arm(AWAIT_REQUEST);
-                    }
-                    let mut scratch = [0; 4096];
-                    let mut input = ReadBuf::new(&mut scratch);
-                    match Pin::new(&mut self.inner).poll_read(cx, &mut input) {
-                        Poll::Ready(Ok(())) if input.filled().is_empty() => {
-                            self.refusal = None;
-                            self.ended = true;
-                        }
-                        Poll::Ready(Ok(())) => self.refusal = Some((refusal, Closing::Writing(0))),
-                        Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
-                        Poll::Pending => {
-                            if !self.deadline.as_mut().is_some_and(|sleep| sleep.as_mut().poll(cx).is_ready()) {
-                                return Poll::Pending;
-                            }
-                            self.refusal = Some((refusal, Closing::Writing(0)));
-                        }
-                    }
-                }
                 Closing::Writing(written) => {
                     let answer = self.edge.answer(refusal);
                     if written < answer.len() {
@@ -131,7 +212,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> EdgeStream<S> {
                     ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
                     // An error here means the client is gone already: the stream ends either way.
                     let _ = ready!(Pin::new(&mut self.inner).poll_shutdown(cx));
-                    self.arm(linger(refusal));
+                    arm(&mut self.deadline, linger(refusal));
                     self.refusal = Some((refusal, Closing::Lingering(0)));
                 }
                 Closing::Lingering(dropped) => {
@@ -146,14 +227,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> EdgeStream<S> {
                         }
                         // The client closed its side, or is gone.
                         Poll::Ready(_) => true,
-                        Poll::Pending => {
-                            let waits = !linger(refusal).is_zero();
-                            if waits && !self.deadline.as_mut().is_some_and(|sleep| sleep.as_mut().poll(cx).is_ready())
-                            {
-                                return Poll::Pending;
-                            }
-                            true
-                        }
+                        Poll::Pending if !expired(&mut self.deadline, cx) => return Poll::Pending,
+                        Poll::Pending => true,
                     };
                     if done {
                         self.refusal = None;
@@ -165,14 +240,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin> EdgeStream<S> {
         Poll::Ready(Ok(()))
     }
 
-    /// Sets the deadline `after` from now.
-    fn arm(&mut self, after: Duration) {
-        let at = Instant::now() + after;
-        match &mut self.deadline {
-            Some(sleep) => sleep.as_mut().reset(at),
-            None => self.deadline = Some(Box::pin(tokio::time::sleep_until(at))),
+    /// Reads from the socket into `buf`, handing actix only what it may have yet (the rest is
+    /// held), or the refusal the bytes earn.
+    fn poll_read_socket(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<Option<Refusal>>> {
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
+        let read = &buf.filled()[before..];
+        self.begun |= !read.is_empty();
+        let followed = match self.framing.follow(read, self.allowed()) {
+            Ok(followed) => followed,
+            Err(refusal) => {
+                // actix never sees the refused bytes; it sees the end of the stream.
+                buf.set_filled(before);
+                return Poll::Ready(Ok(Some(refusal)));
+            }
+        };
+        if followed.taken < read.len() {
+            self.held.extend_from_slice(&read[followed.taken..]);
+            buf.set_filled(before + followed.taken);
         }
-        self.armed = true;
+        self.handed_on(followed);
+        Poll::Ready(Ok(None))
     }
 }
 
@@ -185,45 +273,58 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for EdgeStream<S> {
         if this.refusal.is_some() {
             return this.poll_refuse(cx);
         }
-        let before = buf.filled().len();
-        match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                let refusal = match this.framing.follow(&buf.filled()[before..]) {
-                    Ok(request_ended) => {
-                        // A request that has fully arrived no longer runs against its deadline.
-                        this.armed &= !request_ended;
-                        return Poll::Ready(Ok(()));
-                    }
-                    Err(refusal) => refusal,
-                };
-                // actix never sees the refused bytes; it sees the end of the stream.
-                buf.set_filled(before);
-                this.refuse(refusal);
-                this.poll_refuse(cx)
+        // Between requests, a client that has as many requests ahead as it may waits for their
+        // answers to be written.
+        if this.allowed() == 0 && !this.framing.mid_request() {
+            this.paused = true;
+            return Poll::Pending;
+        }
+        let refused = if this.held.is_empty() {
+            match this.poll_read_socket(cx, buf) {
+                Poll::Ready(Ok(refused)) => refused,
+                Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
+                Poll::Pending => return this.poll_read_deadline(cx),
             }
-            Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
-            Poll::Pending => {
-                if !this.framing.mid_request() {
-                    this.armed = false;
-                    return Poll::Pending;
-                }
-                if !this.armed {
-                    this.arm(this.edge.settings.read_timeout);
-                }
-                let expired = this.deadline.as_mut().is_some_and(|sleep| sleep.as_mut().poll(cx).is_ready());
-                if !expired {
-                    return Poll::Pending;
-                }
-                this.refuse(Refusal::ReadTimeout);
+        } else {
+            this.hand_on_held(buf).err()
+        };
+        match refused {
+            None => Poll::Ready(Ok(())),
+            Some(refusal) => {
+                this.refuse(refusal);
                 this.poll_refuse(cx)
             }
         }
     }
 }
 
+impl<S: AsyncRead + AsyncWrite + Unpin> EdgeStream<S> {
+    /// A read that waits: mid-request or before the first head, against the read deadline.
+    fn poll_read_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.begun && !self.framing.mid_request() {
+            self.armed = false;
+            return Poll::Pending;
+        }
+        if !self.armed {
+            arm(&mut self.deadline, self.edge.settings.read_timeout);
+            self.armed = true;
+        }
+        if !expired(&mut self.deadline, cx) {
+            return Poll::Pending;
+        }
+        self.refuse(Refusal::ReadTimeout);
+        self.poll_refuse(cx)
+    }
+}
+
 impl<S: AsyncWrite + Unpin> AsyncWrite for EdgeStream<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let this = &mut *self;
+        if this.write_timed_out {
+            return this.poll_write_deadline(cx);
+        }
+        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.after_write(cx, written)
     }
 
     fn poll_write_vectored(
@@ -231,15 +332,31 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for EdgeStream<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let this = &mut *self;
+        if this.write_timed_out {
+            return this.poll_write_deadline(cx);
+        }
+        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.after_write(cx, written)
     }
 
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
     }
 
+    /// actix-http flushes once its buffer of answers is all written: the write deadline stops,
+    /// and if answers went out, the requests ahead of them are answered and a paused read goes on.
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let this = &mut *self;
+        ready!(Pin::new(&mut this.inner).poll_flush(cx))?;
+        this.write_armed = false;
+        if std::mem::take(&mut this.wrote) {
+            this.ahead = 0;
+            if std::mem::take(&mut this.paused) {
+                cx.waker().wake_by_ref();
+            }
+        }
+        Poll::Ready(Ok(()))
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -251,6 +368,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for EdgeStream<S> {
 mod tests {
     use std::time::Duration;
 
+    use futures::FutureExt;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
@@ -258,9 +376,44 @@ mod tests {
     use crate::metrics::Metrics;
 
     fn edge(max_head_bytes: usize) -> Arc<Edge> {
-        let settings =
-            EdgeSettings { read_timeout: Duration::from_millis(200), max_head_bytes, max_connections_per_client: 0 };
+        let settings = EdgeSettings {
+            read_timeout: Duration::from_millis(200),
+            write_timeout: Duration::from_millis(200),
+            max_pipelined: 2,
+            max_head_bytes,
+            max_connections_per_client: 0,
+        };
         Edge::new(settings, 64, Default::default(), &Metrics::new())
+    }
+
+    #[tokio::test]
+    async fn pipelined_requests_wait_until_the_answers_ahead_of_them_are_written() {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let mut edge_side = EdgeStream::new(server, edge(1024), None, None);
+        let (_client_read, mut client_write) = tokio::io::split(client);
+        let get = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+        client_write.write_all(&get.repeat(5)).await.unwrap();
+        let mut seen = vec![0; 4096];
+        let n = edge_side.read(&mut seen).await.unwrap();
+        assert_eq!(&seen[..n], &get.repeat(2)[..], "two requests handed on");
+        assert!(edge_side.read(&mut seen).now_or_never().is_none(), "the third waits for their answers");
+        edge_side.flush().await.unwrap();
+        assert!(edge_side.read(&mut seen).now_or_never().is_none(), "a flush with nothing written frees nothing");
+        edge_side.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await.unwrap();
+        edge_side.flush().await.unwrap();
+        let n = edge_side.read(&mut seen).await.unwrap();
+        assert_eq!(&seen[..n], &get.repeat(2)[..], "then two more, from what was held");
+    }
+
+    #[tokio::test]
+    async fn answers_the_client_does_not_take_fail_at_the_write_deadline() {
+        let (_client, server) = tokio::io::duplex(1024);
+        let mut edge_side = EdgeStream::new(server, edge(1024), None, None);
+        let started = Instant::now();
+        let written = edge_side.write_all(&[b'x'; 4096]).await;
+        assert_eq!(written.map_err(|err| err.kind()), Err(io::ErrorKind::TimedOut));
+        assert!(started.elapsed() >= Duration::from_millis(200), "no sooner than the deadline");
+        assert!(edge_side.write(b"x").await.is_err(), "and every write after it fails");
     }
 
     #[tokio::test]

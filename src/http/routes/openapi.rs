@@ -1,6 +1,10 @@
 //! The OpenAPI 3 description of the HTTP API, generated from the handlers' annotations
 //! (`utoipa`), served at `GET /openapi.json`.
 
+use std::sync::OnceLock;
+
+use actix_web::http::header::ContentType;
+use actix_web::web::Bytes;
 use actix_web::{HttpResponse, web};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -74,22 +78,28 @@ impl Modify for BearerAuth {
 
 /// `GET /openapi.json`: this document, for this service's `SECKILL_AUTH`: with `none` the body's
 /// (and the order routes' query's) `user_id` names the buyer, so the document requires it; with `jwt` it
-/// is optional.
+/// is optional. Built once per process and form (it is ~60 KB of JSON, which any client may ask for).
 #[utoipa::path(get, path = "/openapi.json", tag = "health",
     responses((status = 200, description = "The OpenAPI document", content_type = "application/json")))]
 pub async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
+    static DOCUMENTS: OnceLock<[Bytes; 2]> = OnceLock::new();
+    let [with_jwt, without] = DOCUMENTS.get_or_init(|| [document(false), document(true)]);
+    let body = if state.verifier.is_none() { without } else { with_jwt };
+    HttpResponse::Ok().content_type(ContentType::json()).body(body.clone())
+}
+
+/// The document, with `user_id` required where the body or query names the buyer.
+fn document(user_id_required: bool) -> Bytes {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
-    if state.verifier.is_none()
-        && let Some(required) = doc["components"]["schemas"]["BuyRequest"]["required"].as_array_mut()
-    {
+    if user_id_required && let Some(required) = doc["components"]["schemas"]["BuyRequest"]["required"].as_array_mut() {
         required.push("user_id".into());
     }
     for method in ["get", "delete"] {
-        if state.verifier.is_none()
+        if user_id_required
             && let Some(params) = doc["paths"]["/sales/{sale_id}/order"][method]["parameters"].as_array_mut()
         {
             params.iter_mut().filter(|p| p["name"] == "user_id").for_each(|p| p["required"] = true.into());
         }
     }
-    HttpResponse::Ok().json(doc)
+    Bytes::from(doc.to_string())
 }
