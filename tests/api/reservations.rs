@@ -159,6 +159,9 @@ async fn forged_stale_malformed_and_misdirected_events_are_refused_and_change_no
     assert_error(post(Some(forged), body.clone(), "application/json").await.unwrap(), 401, "invalid_signature").await;
     let stale = sign(&body, PAYMENT_SECRET, now - 301);
     assert_error(post(Some(stale), body.clone(), "application/json").await.unwrap(), 401, "invalid_signature").await;
+    // Issue 39: 2^63 s ago, where `now - t` overflowed.
+    let ancient = sign(&body, PAYMENT_SECRET, now - (1 << 62) - (1 << 62));
+    assert_error(post(Some(ancient), body.clone(), "application/json").await.unwrap(), 401, "invalid_signature").await;
     let tampered = body.replace("evt-x", "evt-y");
     let signed = sign(&body, PAYMENT_SECRET, now);
     assert_error(post(Some(signed.clone()), tampered, "application/json").await.unwrap(), 401, "invalid_signature")
