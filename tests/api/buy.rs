@@ -128,6 +128,9 @@ async fn malformed_purchases_are_4xx_json_and_change_nothing() {
         ("truncated", format!(r#"{{"sale_id":"{sale}","user_id":"#), 400, "invalid_request"),
         ("empty body", String::new(), 400, "invalid_request"),
         ("array", "[]".into(), 400, "invalid_request"),
+        // Issue 39: serde reads a struct from a sequence of its fields; a body is an object.
+        ("array of the fields", format!(r#"["{sale}","mallory"]"#), 400, "invalid_request"),
+        ("string", r#""mallory""#.into(), 400, "invalid_request"),
         ("missing user", format!(r#"{{"sale_id":"{sale}"}}"#), 400, "invalid_request"),
         ("missing sale", r#"{"user_id":"a"}"#.into(), 400, "invalid_request"),
         ("number user", format!(r#"{{"sale_id":"{sale}","user_id":42}}"#), 400, "invalid_request"),
@@ -162,6 +165,7 @@ async fn malformed_purchases_are_4xx_json_and_change_nothing() {
 
     let status = app.status(&sale).await;
     assert_eq!((status.stock_left, status.sold, status.queued), (5, 0, 0));
+    assert!(app.buyers(&sale).await.is_empty());
 }
 
 #[tokio::test]

@@ -184,6 +184,8 @@ async fn forged_stale_malformed_and_misdirected_events_are_refused_and_change_no
         json!({"id": "", "type": "order.paid", "sale_id": sale, "order_id": order_id}).to_string(),
         json!({"id": "e", "type": "order.paid", "sale_id": "a b", "order_id": order_id}).to_string(),
         json!({"id": "e", "type": "order.paid", "sale_id": sale, "order_id": order_id, "extra": 1}).to_string(),
+        // Issue 39: serde reads a struct from a sequence of its fields; an event is an object.
+        json!(["e", "order.paid", sale, order_id]).to_string(),
     ] {
         assert_error(app.payment_event(bad.clone(), None).await, 400, "invalid_request").await;
     }

@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::limits::{self, Decided};
+use super::object::Object;
 use crate::admission::token::{ADMISSION_HEADER, Refused};
 use crate::domain::{SaleId, Standing, UserId};
 use crate::http::AppState;
@@ -16,7 +17,7 @@ use crate::purchase::sold_out::{self, Flagged};
 use crate::purchase::{BuyOutcome, Purchase};
 use crate::redis::connection::is_redis_outage;
 
-/// A purchase: one user, one sale. Unknown fields are refused.
+/// A purchase: one user, one sale, as a JSON object. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BuyRequest {
@@ -70,7 +71,7 @@ pub struct BuyResponse {
         (status = 201, description = "Bought: the order is queued and will be in Postgres under this id; in a sale with a payment window it is a reservation (`status`: `reserved`), to be paid by `pay_by`", body = BuyResponse,
             headers(("RateLimit-Policy" = String, description = "The quota policy, e.g. `\"buy\";q=20;w=1`"),
                     ("RateLimit" = String, description = "Remaining quota and seconds to reset, e.g. `\"buy\";r=19;t=1`"))),
-        (status = 400, description = "`invalid_request`: bad JSON, missing, extra or mistyped fields, ids out of bounds", body = ErrorBody),
+        (status = 400, description = "`invalid_request`: bad JSON or not an object, missing, extra or mistyped fields, ids out of bounds", body = ErrorBody),
         (status = 401, description = "`unauthenticated`: no or a malformed `Authorization: Bearer` header; `invalid_token`: the token is refused (signature, algorithm, expired, not yet valid, issuer, audience, user claim). `SECKILL_AUTH=jwt` only", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`, or `Bearer error=\"invalid_token\"`"))),
         (status = 403, description = "`sale_not_started`, `sale_ended`, or `user_mismatch`: the body's user_id is not the token's buyer; `not_admitted`: the sale has a waiting room and the request carries no valid `Seckill-Admission` token of this buyer for this sale (missing, malformed, forged, another buyer's or sale's, or expired); nothing is bought", body = ErrorBody),
@@ -87,7 +88,7 @@ pub struct BuyResponse {
 )]
 pub async fn buy(
     req: HttpRequest,
-    body: Result<web::Json<BuyRequest>, actix_web::Error>,
+    body: Result<web::Json<Object<BuyRequest>>, actix_web::Error>,
     state: web::Data<AppState>,
 ) -> HttpResponse {
     // A body the JSON extractor refused (malformed, too large, not JSON) is counted here too:
@@ -100,7 +101,7 @@ pub async fn buy(
         }
     };
     let mut decided = None;
-    let outcome = purchase(&req, body.into_inner(), &state, &mut decided).await;
+    let outcome = purchase(&req, body.into_inner().0, &state, &mut decided).await;
     state.metrics.purchase(outcome_label(&outcome));
     limits::respond(&state, decided, outcome)
 }
