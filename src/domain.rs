@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use icu_properties::props::DefaultIgnorableCodePoint;
+use icu_properties::{CodePointSetData, CodePointSetDataBorrowed};
 use serde::Serialize;
 use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 use uuid::Uuid;
@@ -12,8 +14,11 @@ use uuid::Uuid;
 pub struct SaleId(String);
 
 /// A user id: 1–128 printable characters: no control or Unicode format characters (zero-width,
-/// bidi controls, ...), no leading or trailing whitespace, so that `alice`, `alice\u{200b}` and
-/// `alice ` cannot be three buyers.
+/// bidi controls, ...), no default-ignorable ones (variation selectors, Hangul fillers, the
+/// combining grapheme joiner, ...), no leading or trailing whitespace, and in NFC, so that
+/// `alice`, `alice\u{200b}`, `alice\u{fe0f}` and `alice ` cannot be four buyers, nor `zoé` composed
+/// and decomposed two. A spelling that is not NFC is refused, not rewritten: the id a buyer sends
+/// is the id it is known by.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(transparent)]
 pub struct UserId(String);
@@ -47,9 +52,17 @@ impl UserId {
     /// Validates `raw` (from a request, a token or the command line), or says what is wrong.
     pub fn parse(raw: &str) -> Result<Self, String> {
         let stored = Self::stored(raw)?;
-        // No ASCII character is a format character: the lookup is for the others only.
-        if !raw.is_ascii() && raw.chars().any(|c| c.general_category() == GeneralCategory::Format) {
-            return Err("user_id must not contain invisible format characters (zero-width, bidi controls)".into());
+        // No ASCII character is a format or a default-ignorable one, and ASCII text is always in
+        // NFC: the lookups are for the others only.
+        if !raw.is_ascii() {
+            if raw.chars().any(|c| c.general_category() == GeneralCategory::Format || DEFAULT_IGNORABLE.contains(c)) {
+                return Err("user_id must not contain invisible characters: format characters (zero-width, bidi \
+                            controls) or default-ignorable ones (variation selectors, Hangul fillers)"
+                    .into());
+            }
+            if !unicode_normalization::is_nfc(raw) {
+                return Err("user_id must be in Unicode NFC, composed (\"é\" as U+00E9, not \"e\" and U+0301)".into());
+            }
         }
         if raw.starts_with(char::is_whitespace) || raw.ends_with(char::is_whitespace) {
             return Err("user_id must not start or end with whitespace".into());
@@ -75,6 +88,10 @@ impl UserId {
         &self.0
     }
 }
+
+/// Default_Ignorable_Code_Point (Unicode's DerivedCoreProperties): characters a renderer shows as
+/// nothing when it does not support them, such as variation selectors and Hangul fillers.
+const DEFAULT_IGNORABLE: CodePointSetDataBorrowed<'static> = CodePointSetData::new::<DefaultIgnorableCodePoint>();
 
 impl fmt::Display for SaleId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -201,5 +218,29 @@ mod tests {
             assert_eq!(UserId::stored(raw).unwrap().as_str(), raw, "stored before the rule: still readable");
         }
         assert!(UserId::parse("alice smith").is_ok(), "inner spaces stay allowed");
+    }
+
+    /// Issue 39: characters that are invisible without being format characters (a combining
+    /// grapheme joiner, a variation selector, a Hangul filler, a supplementary variation
+    /// selector: Default_Ignorable_Code_Point) made `alice` a second buyer, and so did `zoé`
+    /// spelled decomposed.
+    #[test]
+    fn invisible_and_non_nfc_user_ids_are_refused_but_readable_when_stored() {
+        for raw in
+            ["alice\u{34f}", "alice\u{fe0f}", "alice\u{3164}", "alice\u{e0100}", "\u{115f}alice", "al\u{180b}ice"]
+        {
+            let refused = UserId::parse(raw).unwrap_err();
+            assert!(refused.contains("invisible"), "{raw:?}: {refused}");
+            assert_eq!(UserId::stored(raw).unwrap().as_str(), raw, "stored before the rule: still readable");
+        }
+        for nfc in ["zo\u{e9}", "\u{c5}ngstr\u{f6}m", "\u{1e0d}\u{307}", "\u{d55c}"] {
+            assert!(UserId::parse(nfc).is_ok(), "{nfc:?}");
+        }
+        // Decomposed, a singleton (the Angstrom sign), marks out of canonical order, conjoining jamo.
+        for raw in ["zoe\u{301}", "\u{212b}ngstr\u{f6}m", "\u{1e0b}\u{323}", "\u{1100}\u{1161}"] {
+            let refused = UserId::parse(raw).unwrap_err();
+            assert!(refused.contains("NFC"), "{raw:?}: {refused}");
+            assert_eq!(UserId::stored(raw).unwrap().as_str(), raw);
+        }
     }
 }

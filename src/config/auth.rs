@@ -38,8 +38,9 @@ pub struct AuthConfig {
     #[arg(long, env = "SECKILL_JWT_ISSUER", global = true)]
     pub jwt_issuer: Option<String>,
 
-    /// When set, tokens must carry this `aud`. Unset, a token that names any audience is refused
-    /// (it was issued for another application), and the service warns at start-up.
+    /// When set, tokens must carry this `aud` (the string, or an array of strings holding it).
+    /// Unset, a token with any `aud` claim, of any type, is refused (it was issued for another
+    /// application), and the service warns at start-up.
     #[arg(long, env = "SECKILL_JWT_AUDIENCE", global = true)]
     pub jwt_audience: Option<String>,
 

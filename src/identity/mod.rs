@@ -7,7 +7,8 @@
 //! against a public key, RS256 against a secret, ...) is refused. `exp` is required; `nbf`, and
 //! `iss` and `aud` when an issuer or audience is configured, are checked too, with a leeway for
 //! clock skew. A token that names an audience is refused when none is configured (RFC 7519
-//! §4.1.3: it was issued for some other application). A token valid for longer than the maximum
+//! §4.1.3: it was issued for some other application), whatever the `aud` claim's type; with one
+//! configured, `aud` must be that string or an array of strings holding it. A token valid for longer than the maximum
 //! lifetime (`exp - iat`, and `exp - now`) is refused, and so is any header with `crit` (RFC 7515
 //! §4.1.11: no extension is understood here). Verification is `jsonwebtoken`'s, with its
 //! pure-Rust crypto backend.
@@ -99,6 +100,8 @@ pub struct Verifier {
     key: DecodingKey,
     validation: Validation,
     user_claim: String,
+    /// Whether an audience is configured (then `validation` checks `aud`; unset, no `aud` at all).
+    audience: bool,
     max_lifetime: u64,
     leeway: u64,
 }
@@ -129,7 +132,10 @@ impl Verifier {
             validation.set_issuer(&[issuer]);
             required.push("iss");
         }
-        // Without an audience configured, validate_aud stays on: a token naming one is refused.
+        // Without an audience configured, validate_aud stays on: a token naming one as a string
+        // or an array of strings is refused (and `verify` refuses an `aud` of any other type).
+        // With one, jsonwebtoken accepts only that string or an array of strings holding it: an
+        // `aud` of another type does not parse, and counts as missing.
         if let Some(audience) = &settings.audience {
             validation.set_audience(&[audience]);
             required.push("aud");
@@ -145,6 +151,7 @@ impl Verifier {
             key,
             validation,
             user_claim: settings.user_claim,
+            audience: settings.audience.is_some(),
             max_lifetime: settings.max_lifetime.as_secs(),
             leeway: settings.leeway.as_secs(),
         })
@@ -157,6 +164,11 @@ impl Verifier {
             .map_err(|err| InvalidToken(reason(err.kind())))?;
         if data.header.crit.is_some() {
             return Err(InvalidToken("the token's header has critical extensions (crit), none of which is understood"));
+        }
+        // jsonwebtoken skips an `aud` it cannot read (`5`, `true`, `{}`, `[5]`): it names an
+        // audience all the same.
+        if !self.audience && data.claims.contains_key("aud") {
+            return Err(InvalidToken(reason(&ErrorKind::InvalidAudience)));
         }
         self.check_lifetime(&data.claims)?;
         let user = match data.claims.get(&self.user_claim) {

@@ -112,6 +112,16 @@ fn a_token_for_another_audience_is_refused_when_none_is_configured() {
     }
     let listed = hs256(json!({"sub": "a", "exp": now() + 60, "aud": ["x", "y"]}), SECRET);
     assert!(verifier.verify(&listed).is_err(), "a list of audiences too");
+    // Issue 39: an `aud` of any other type names an audience all the same (jsonwebtoken skips
+    // what it cannot read as a string or a list of strings).
+    for aud in [json!(5), json!(true), json!({}), json!([5]), json!([]), json!(null), json!(["x", 5])] {
+        let token = hs256(json!({"sub": "a", "exp": now() + 60, "aud": aud}), SECRET);
+        assert_eq!(
+            verifier.verify(&token),
+            Err(InvalidToken("the token's audience (aud) is not this service's")),
+            "aud {aud}"
+        );
+    }
     assert!(verifier.verify(&sign_hs256(&secret(), &user, "sub", ttl, None, None).unwrap()).is_ok());
 }
 
@@ -151,5 +161,32 @@ fn look_alike_subjects_are_refused() {
     for sub in ["alice\u{200b}", "alice ", "\u{202e}ecila"] {
         let refused = verifier.verify(&hs256(json!({"sub": sub, "exp": now() + 60}), SECRET)).unwrap_err().0;
         assert!(refused.contains("valid user_id"), "{sub:?}: {refused}");
+    }
+}
+
+#[test]
+fn a_configured_audience_is_a_matching_string_or_a_list_of_strings_holding_it() {
+    let mut with_audience = settings(JwtKey::Secret(secret()));
+    with_audience.audience = Some("seckill".into());
+    let verifier = Verifier::new(with_audience).unwrap();
+    let verify =
+        |aud: serde_json::Value| verifier.verify(&hs256(json!({"sub": "a", "exp": now() + 60, "aud": aud}), SECRET));
+    for fine in [json!("seckill"), json!(["seckill"]), json!(["shop", "seckill"])] {
+        assert!(verify(fine.clone()).is_ok(), "aud {fine}");
+    }
+    let refused = [
+        json!("other"),
+        json!("Seckill"),
+        json!(["other"]),
+        json!([]),
+        json!(["seckill", 5]),
+        json!([5]),
+        json!(5),
+        json!(true),
+        json!({"seckill": true}),
+        json!(null),
+    ];
+    for aud in refused {
+        assert!(verify(aud.clone()).is_err(), "aud {aud}");
     }
 }

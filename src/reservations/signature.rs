@@ -54,7 +54,8 @@ pub fn verify(header: Option<&str>, body: &[u8], secret: &[u8], now: i64) -> Res
     if signatures.is_empty() {
         return Err(SignatureError::Malformed);
     }
-    if (now - timestamp).abs() > TOLERANCE_SECS {
+    // The distance without overflow: `now - timestamp` wraps for a timestamp near i64::MIN.
+    if now.abs_diff(timestamp) > TOLERANCE_SECS.unsigned_abs() {
         return Err(SignatureError::Stale);
     }
     let mac = mac(secret, timestamp, body);
@@ -94,6 +95,21 @@ mod tests {
         // The timestamp is signed: moving it forward breaks the signature.
         let moved = header.replacen(&format!("t={NOW}"), &format!("t={}", NOW + 1), 1);
         assert_eq!(verify(Some(&moved), body, b"secret", NOW), Err(SignatureError::Mismatch));
+    }
+
+    /// Issue 39: `now - t` overflowed for a `t` near `i64::MIN` (wrapping in release, where
+    /// `abs()` of the result stayed negative and passed the tolerance).
+    #[test]
+    fn a_timestamp_ages_away_is_stale_not_an_overflow() {
+        let body = b"{}";
+        for t in [NOW - (1 << 62) - (1 << 62), i64::MIN, i64::MIN + 1, i64::MAX, -NOW] {
+            let header = sign(body, b"secret", t);
+            assert_eq!(verify(Some(&header), body, b"secret", NOW), Err(SignatureError::Stale), "t={t}");
+        }
+        for now in [i64::MIN, i64::MAX] {
+            let header = sign(body, b"secret", NOW);
+            assert_eq!(verify(Some(&header), body, b"secret", now), Err(SignatureError::Stale), "now={now}");
+        }
     }
 
     #[test]

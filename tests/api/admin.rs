@@ -111,6 +111,10 @@ async fn malformed_seeds_are_400_and_change_nothing() {
         json!({"stock": 5, "starts_at": "2030-01-01T00:00:00Z", "ends_at": "2029-01-01T00:00:00Z"}),
         json!({"stock": 5, "starts_at": "2030-01-01T00:00:00Z", "ends_at": "2030-01-01T00:00:00Z"}),
         json!({"stock": 5, "colour": "red"}),
+        // Issue 39: serde reads a struct from a sequence of its fields; a body is an object.
+        json!([5]),
+        json!([5, "2030-01-01T00:00:00Z"]),
+        json!({"stock": 5, "starts_at": "2030-01-01T00:00:00Z", "queue": ["2029-12-31T00:00:00Z", 10]}),
     ];
     for body in cases {
         assert_error(app.seed(&sale, body.clone()).await, 400, "invalid_request").await;

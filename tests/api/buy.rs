@@ -128,6 +128,9 @@ async fn malformed_purchases_are_4xx_json_and_change_nothing() {
         ("truncated", format!(r#"{{"sale_id":"{sale}","user_id":"#), 400, "invalid_request"),
         ("empty body", String::new(), 400, "invalid_request"),
         ("array", "[]".into(), 400, "invalid_request"),
+        // Issue 39: serde reads a struct from a sequence of its fields; a body is an object.
+        ("array of the fields", format!(r#"["{sale}","mallory"]"#), 400, "invalid_request"),
+        ("string", r#""mallory""#.into(), 400, "invalid_request"),
         ("missing user", format!(r#"{{"sale_id":"{sale}"}}"#), 400, "invalid_request"),
         ("missing sale", r#"{"user_id":"a"}"#.into(), 400, "invalid_request"),
         ("number user", format!(r#"{{"sale_id":"{sale}","user_id":42}}"#), 400, "invalid_request"),
@@ -162,6 +165,31 @@ async fn malformed_purchases_are_4xx_json_and_change_nothing() {
 
     let status = app.status(&sale).await;
     assert_eq!((status.stock_left, status.sold, status.queued), (5, 0, 0));
+    assert!(app.buyers(&sale).await.is_empty());
+}
+
+/// Issue 39: `alice` followed by an invisible character that is not a format character (a
+/// combining grapheme joiner, a variation selector, a Hangul filler, a supplementary variation
+/// selector: Default_Ignorable_Code_Point), and `zoé` spelled decomposed (NFD), were each
+/// another buyer. They are refused and buy nothing; the NFC spelling buys once.
+#[tokio::test]
+async fn invisible_and_decomposed_spellings_of_a_buyer_are_refused_and_buy_nothing() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 10).await;
+    assert_eq!(app.buy(&sale, "alice").await.status(), 201);
+    assert_eq!(app.buy(&sale, "zo\u{e9}").await.status(), 201);
+    for user in ["alice\u{34f}", "alice\u{fe0f}", "alice\u{3164}", "alice\u{e0100}", "zoe\u{301}"] {
+        let response = app.buy(&sale, user).await;
+        assert_eq!(response.status(), 400, "{user:?}");
+        assert_error(response, 400, "invalid_request").await;
+    }
+    let status = app.wait_for_drain(&sale).await;
+    assert_eq!((status.stock_left, status.sold), (8, 2), "{status:?}");
+    let both = BTreeSet::from(["alice".to_owned(), "zo\u{e9}".to_owned()]);
+    assert_eq!(app.buyers(&sale).await, both);
+    let stored: BTreeSet<String> = app.order_users(&sale).await.into_iter().map(|(user, _)| user).collect();
+    assert_eq!(stored, both);
 }
 
 #[tokio::test]

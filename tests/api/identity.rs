@@ -98,6 +98,11 @@ async fn with_only_a_secret_the_defaults_refuse_what_another_service_or_a_year_l
     };
     let cases = [
         ("another audience", plain(json!({"aud": "other"})), "audience"),
+        // Issue 39: an audience that is not a string names one all the same.
+        ("a numeric audience", plain(json!({"aud": 5})), "audience"),
+        ("a boolean audience", plain(json!({"aud": true})), "audience"),
+        ("an object audience", plain(json!({"aud": {}})), "audience"),
+        ("a list of numbers", plain(json!({"aud": [5]})), "audience"),
         ("exp in 9999", plain(json!({"exp": 253_402_300_799_u64})), "lifetime"),
         ("two days", plain(json!({"iat": now(), "exp": now() + 2 * 86_400})), "lifetime"),
         (
@@ -106,6 +111,8 @@ async fn with_only_a_secret_the_defaults_refuse_what_another_service_or_a_year_l
             "crit",
         ),
         ("zero-width sub", plain(json!({"sub": "mallory\u{200b}"})), "user_id"),
+        ("default-ignorable sub", plain(json!({"sub": "mallory\u{34f}"})), "user_id"),
+        ("decomposed sub", plain(json!({"sub": "zoe\u{301}"})), "user_id"),
         ("trailing space sub", plain(json!({"sub": "mallory "})), "user_id"),
     ];
     for (name, token, reason) in cases {
@@ -173,6 +180,9 @@ async fn refused_tokens_answer_401_before_the_limiter_and_change_nothing() {
         ("alg none", bearer(alg_none), "invalid_token"),
         ("wrong issuer", bearer(hs256(ours, &claims("mallory", json!({"iss": "evil"})))), "invalid_token"),
         ("wrong audience", bearer(hs256(ours, &claims("mallory", json!({"aud": "other"})))), "invalid_token"),
+        ("numeric audience", bearer(hs256(ours, &claims("mallory", json!({"aud": 5})))), "invalid_token"),
+        ("audiences without ours", bearer(hs256(ours, &claims("mallory", json!({"aud": ["other"]})))), "invalid_token"),
+        ("ours among numbers", bearer(hs256(ours, &claims("mallory", json!({"aud": [AUDIENCE, 5]})))), "invalid_token"),
         ("too long", bearer("a".repeat(5000)), "invalid_token"),
     ];
     for (name, authorization, code) in cases {

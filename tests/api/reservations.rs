@@ -159,6 +159,9 @@ async fn forged_stale_malformed_and_misdirected_events_are_refused_and_change_no
     assert_error(post(Some(forged), body.clone(), "application/json").await.unwrap(), 401, "invalid_signature").await;
     let stale = sign(&body, PAYMENT_SECRET, now - 301);
     assert_error(post(Some(stale), body.clone(), "application/json").await.unwrap(), 401, "invalid_signature").await;
+    // Issue 39: 2^63 s ago, where `now - t` overflowed.
+    let ancient = sign(&body, PAYMENT_SECRET, now - (1 << 62) - (1 << 62));
+    assert_error(post(Some(ancient), body.clone(), "application/json").await.unwrap(), 401, "invalid_signature").await;
     let tampered = body.replace("evt-x", "evt-y");
     let signed = sign(&body, PAYMENT_SECRET, now);
     assert_error(post(Some(signed.clone()), tampered, "application/json").await.unwrap(), 401, "invalid_signature")
@@ -181,6 +184,8 @@ async fn forged_stale_malformed_and_misdirected_events_are_refused_and_change_no
         json!({"id": "", "type": "order.paid", "sale_id": sale, "order_id": order_id}).to_string(),
         json!({"id": "e", "type": "order.paid", "sale_id": "a b", "order_id": order_id}).to_string(),
         json!({"id": "e", "type": "order.paid", "sale_id": sale, "order_id": order_id, "extra": 1}).to_string(),
+        // Issue 39: serde reads a struct from a sequence of its fields; an event is an object.
+        json!(["e", "order.paid", sale, order_id]).to_string(),
     ] {
         assert_error(app.payment_event(bad.clone(), None).await, 400, "invalid_request").await;
     }

@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::limits::{self, Decided};
+use super::object::Object;
 use crate::admission::token::{ADMISSION_HEADER, Refused};
 use crate::domain::{SaleId, Standing, UserId};
 use crate::http::AppState;
@@ -16,23 +17,25 @@ use crate::purchase::sold_out::{self, Flagged};
 use crate::purchase::{BuyOutcome, Purchase};
 use crate::redis::connection::is_redis_outage;
 
-/// A purchase: one user, one sale. Unknown fields are refused.
+/// A purchase: one user, one sale, as a JSON object. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BuyRequest {
     /// 1-64 characters of `[A-Za-z0-9_-]`.
     #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
     sale_id: String,
-    /// 1-128 printable characters: no control or format characters (zero-width, bidi controls;
-    /// the pattern lists those of the Basic Multilingual Plane, the few beyond it are refused
-    /// too), no whitespace at either end. Required with `SECKILL_AUTH=none`
+    /// 1-128 printable characters: no control, format (zero-width, bidi controls) or
+    /// default-ignorable characters (variation selectors, Hangul fillers; the pattern lists those
+    /// of the Basic Multilingual Plane, the few beyond it are refused too), no whitespace at either
+    /// end, and in Unicode NFC (composed: `é` as U+00E9, not `e` and U+0301; a pattern cannot say
+    /// this, a decomposed spelling is refused, not rewritten). Required with `SECKILL_AUTH=none`
     /// (this document then lists it as required); with `jwt` it may be left out, the buyer is the
     /// token's, and a `user_id` other than it is refused (403 `user_mismatch`).
     #[schema(
         nullable = false,
         min_length = 1,
         max_length = 128,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u180E\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u2064\\u2066-\\u206F\\uFEFF\\uFFF9-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]([^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u180E\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u2064\\u2066-\\u206F\\uFEFF\\uFFF9-\\uFFFB]*[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u180E\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u2064\\u2066-\\u206F\\uFEFF\\uFFF9-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000])?$"
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]([^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB]*[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000])?$"
     )]
     #[serde(default)]
     user_id: Option<String>,
@@ -70,7 +73,7 @@ pub struct BuyResponse {
         (status = 201, description = "Bought: the order is queued and will be in Postgres under this id; in a sale with a payment window it is a reservation (`status`: `reserved`), to be paid by `pay_by`", body = BuyResponse,
             headers(("RateLimit-Policy" = String, description = "The quota policy, e.g. `\"buy\";q=20;w=1`"),
                     ("RateLimit" = String, description = "Remaining quota and seconds to reset, e.g. `\"buy\";r=19;t=1`"))),
-        (status = 400, description = "`invalid_request`: bad JSON, missing, extra or mistyped fields, ids out of bounds", body = ErrorBody),
+        (status = 400, description = "`invalid_request`: bad JSON or not an object, missing, extra or mistyped fields, ids out of bounds", body = ErrorBody),
         (status = 401, description = "`unauthenticated`: no or a malformed `Authorization: Bearer` header; `invalid_token`: the token is refused (signature, algorithm, expired, not yet valid, issuer, audience, user claim). `SECKILL_AUTH=jwt` only", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`, or `Bearer error=\"invalid_token\"`"))),
         (status = 403, description = "`sale_not_started`, `sale_ended`, or `user_mismatch`: the body's user_id is not the token's buyer; `not_admitted`: the sale has a waiting room and the request carries no valid `Seckill-Admission` token of this buyer for this sale (missing, malformed, forged, another buyer's or sale's, or expired); nothing is bought", body = ErrorBody),
@@ -87,7 +90,7 @@ pub struct BuyResponse {
 )]
 pub async fn buy(
     req: HttpRequest,
-    body: Result<web::Json<BuyRequest>, actix_web::Error>,
+    body: Result<web::Json<Object<BuyRequest>>, actix_web::Error>,
     state: web::Data<AppState>,
 ) -> HttpResponse {
     // A body the JSON extractor refused (malformed, too large, not JSON) is counted here too:
@@ -100,7 +103,7 @@ pub async fn buy(
         }
     };
     let mut decided = None;
-    let outcome = purchase(&req, body.into_inner(), &state, &mut decided).await;
+    let outcome = purchase(&req, body.into_inner().0, &state, &mut decided).await;
     state.metrics.purchase(outcome_label(&outcome));
     limits::respond(&state, decided, outcome)
 }

@@ -1,6 +1,7 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `payments`,
 //! `admin`, `seed`, `retire`, `admin_page`, `buyer_page`, `health`, `openapi`; `limits` is what `buy` and `sales` share,
-//! `page` what the two HTML pages share), and here the routing itself, 404/405 and `GET /metrics`.
+//! `page` what the two HTML pages share, `object` what every JSON body is read as), and here the routing itself,
+//! 404/405 and `GET /metrics`.
 
 mod admin;
 mod admin_page;
@@ -8,6 +9,7 @@ mod buy;
 mod buyer_page;
 mod health;
 mod limits;
+mod object;
 mod openapi;
 mod page;
 mod payments;
@@ -42,6 +44,7 @@ pub enum Listener {
 /// Registers the routes `listener` serves on an actix `App`.
 pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
+        // Every JSON body is read as an `object::Object`: a struct from a JSON object only.
         let json = web::JsonConfig::default()
             .limit(MAX_BODY_BYTES)
             .content_type_required(true)

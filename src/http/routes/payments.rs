@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::MAX_BODY_BYTES;
 use super::admin::{Admin, AdminErrors, sale_from_path};
+use super::object::Object;
 use crate::domain::{SaleId, Standing};
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
@@ -21,7 +22,7 @@ use crate::reservations::store::{self, LatePayment, PaymentOutcome};
 /// The only event type seckill takes.
 pub const ORDER_PAID: &str = "order.paid";
 
-/// A payment event. Unknown fields are refused.
+/// A payment event, as a JSON object. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PaymentEvent {
@@ -64,7 +65,7 @@ pub struct PaymentResult {
     params(("Seckill-Signature" = String, Header, description = "`t=<unix seconds>,v1=<hex HMAC-SHA256 of \"<t>.<raw body>\" keyed by SECKILL_PAYMENT_SECRET>`; several `v1=` allowed (secret rotation); 300 s tolerance")),
     responses(
         (status = 200, description = "Applied (or the same event again: the same answer, nothing changed)", body = PaymentResult),
-        (status = 400, description = "`invalid_request`: not JSON, missing, extra or mistyped fields, another event type", body = ErrorBody),
+        (status = 400, description = "`invalid_request`: not JSON or not an object, missing, extra or mistyped fields, another event type", body = ErrorBody),
         (status = 401, description = "`invalid_signature`: no, a malformed, a stale or a wrong `Seckill-Signature`", body = ErrorBody),
         (status = 404, description = "`unknown_order`: no order of the sale with that id (or the sale has no payment window)", body = ErrorBody),
         (status = 409, description = "`event_reused`: the event id was used before for another order", body = ErrorBody),
@@ -91,7 +92,7 @@ pub async fn event(
     let presented = req.headers().get(HEADER).map(|v| v.to_str().unwrap_or_default());
     let now = OffsetDateTime::now_utc().unix_timestamp();
     signature::verify(presented, &body, secret.expose_secret().as_bytes(), now).map_err(ApiError::InvalidSignature)?;
-    let event: PaymentEvent =
+    let Object(event): Object<PaymentEvent> =
         serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(format!("invalid JSON body: {e}")))?;
     if event.kind != ORDER_PAID {
         return Err(ApiError::InvalidRequest(format!("type must be {ORDER_PAID:?}")));

@@ -7,6 +7,7 @@ use time::OffsetDateTime;
 use utoipa::ToSchema;
 
 use super::admin::{Admin, AdminErrors, SalePath, SaleStatus, sale_from_path, sale_status};
+use super::object::Object;
 use crate::admission::{self, MAX_RATE};
 use crate::db;
 use crate::domain::{QueueSpec, SaleId};
@@ -19,7 +20,7 @@ use crate::reservations;
 /// Largest stock one sale may hold (the buyer set grows to this many members).
 pub const MAX_STOCK: i64 = 10_000_000;
 
-/// A sale to create or re-seed. Unknown fields are refused.
+/// A sale to create or re-seed, as a JSON object. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SeedRequest {
@@ -52,10 +53,11 @@ pub struct SeedRequest {
     /// only admitted buyers can buy. Needs `starts_at`; not with more than one shard. A re-seed
     /// keeps the sale's shuffle seed. Unset: anyone may buy from the start.
     #[serde(default)]
-    queue: Option<QueueRequest>,
+    #[schema(value_type = Option<QueueRequest>)]
+    queue: Option<Object<QueueRequest>>,
 }
 
-/// A sale's waiting room. Unknown fields are refused.
+/// A sale's waiting room, as a JSON object. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueueRequest {
@@ -104,11 +106,11 @@ fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D:
 pub async fn seed(
     _admin: Admin,
     path: web::Path<String>,
-    body: web::Json<SeedRequest>,
+    body: web::Json<Object<SeedRequest>>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = sale_from_path(&path)?;
-    let SeedRequest { stock, starts_at, ends_at, shards, payment_window, queue } = body.into_inner();
+    let SeedRequest { stock, starts_at, ends_at, shards, payment_window, queue } = body.into_inner().0;
     if !(0..=MAX_STOCK).contains(&stock) {
         return Err(ApiError::InvalidRequest(format!("stock must be between 0 and {MAX_STOCK}")));
     }
@@ -143,7 +145,7 @@ pub async fn seed(
     let to_ms = |t: OffsetDateTime| (t.unix_timestamp_nanos() / 1_000_000) as i64;
     let queue = match queue {
         None => None,
-        Some(QueueRequest { opens_at, rate }) => {
+        Some(Object(QueueRequest { opens_at, rate })) => {
             // A queued sale's purchases arrive at its rate: it never needs shards, and a shard's
             // purchases would not see the line, which lives in the sale's own slot.
             if sharded {
