@@ -318,18 +318,19 @@ function isError(body, code) {
   );
 }
 
-// A bought order as the 409 describes it: its id, queued or confirmed, when.
+// Where an order of a sale with a payment window stands (the order route, and the 409).
+const WINDOW_STATES = ['reserved', 'paid', 'cancelled', 'expired'];
+
+// A bought order as the 409 describes it: its id, when, and its status as the order route reads
+// it (queued or confirmed without a payment window; with one, a reservation's state).
 function isOrder(body) {
   return (
     body !== null &&
     UUID.test(String(body.order_id)) &&
-    (body.status === 'queued' || body.status === 'confirmed') &&
+    (WINDOW ? WINDOW_STATES : ['queued', 'confirmed']).includes(body.status) &&
     !Number.isNaN(Date.parse(body.created_at))
   );
 }
-
-// Where a stored order of a sale with a payment window stands (the order route).
-const WINDOW_STATES = ['reserved', 'paid', 'cancelled', 'expired'];
 
 // A bought order as the order route describes it: its id, when, and `queued`; then `confirmed`
 // without a payment window, or with one a reservation's state and its `pay_by`.
@@ -570,7 +571,8 @@ function expectedStates(decision) {
 }
 
 // Polls the buyer's order at once, then about once a second, until it is stored (`confirmed`
-// without a payment window; with one, anything but `queued`): always with the order id the
+// without a payment window; with one, anything but `queued`, which the route says from the 201
+// on, and after the buyer's payment or cancel as it left it): always with the order id the
 // purchase answered, never `none`, and stored as the buyer's decision left it. `boughtAt` is when
 // the purchase answered.
 function awaitConfirmed(sale, user, orderId, boughtAt, decision) {

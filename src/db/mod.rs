@@ -16,7 +16,9 @@ pub use orders::{
     InsertReport, StoredOrder, count_orders, count_orders_by_sale, insert_orders, order_of, order_users,
     orders_of_users,
 };
-pub use retired::{last_activity, last_seeded, lock_retired, mark_retired, sale_retired, unmark_retired};
+pub use retired::{
+    last_activity, last_seeded, lock_retired, mark_retired, retired_among, sale_retired, unmark_retired,
+};
 pub use sales::{SaleRow, insert_sale_if_missing, sale_row, sales_row_stock, upsert_sale};
 
 /// The migrations in `migrations/`, compiled into the binary.

@@ -12,6 +12,15 @@ pub async fn sale_retired(pool: &PgPool, sale: &str) -> Result<Option<bool>, sql
         .await
 }
 
+/// Which of `sales` have a row marked retired (one query for many ids: `crate::purchase::retired`
+/// asks for a batch of the ids Redis does not know at once).
+pub async fn retired_among(pool: &PgPool, sales: &[&str]) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("select sale_id from sales where sale_id = any($1) and retired_at is not null")
+        .bind(sales)
+        .fetch_all(pool)
+        .await
+}
+
 /// Inside the admin seed's transaction: locks the sale's row (if any) until the transaction
 /// ends and says whether it is retired, so a seed and a retirement of one sale never interleave.
 pub async fn lock_retired(tx: &mut sqlx::PgConnection, sale: &str) -> Result<bool, sqlx::Error> {

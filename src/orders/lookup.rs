@@ -1,5 +1,10 @@
 //! "Did my purchase go through?": one buyer's order in one sale, from Redis while it is queued and
-//! from Postgres once it is committed.
+//! from Postgres once it is committed. In a sale with a payment window the read says what the
+//! buyer did at once, on every instance: `reserved` with its `pay_by` right after the 201 (the
+//! order's stream entry carries the deadline), and `paid` or `cancelled` right after the payment
+//! or the cancel answered, since those commit to Postgres before they answer (storing a queued
+//! order from its entry first), and a queued reservation's read asks Postgres too. The 409 of a
+//! repeat purchase names the same state ([`repeat_status`]).
 
 use time::OffsetDateTime;
 use tracing::Instrument;
@@ -7,15 +12,17 @@ use uuid::Uuid;
 
 use crate::db;
 use crate::domain::{SaleId, Standing, UserId};
-use crate::purchase::{OrderStatus, Purchase, Sales};
+use crate::purchase::{OrderStatus, Purchase, Receipt, Sales};
 use crate::telemetry::traces;
 
 /// Where a found order is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Place {
-    /// Bought, still in the sale's stream (a reservation too, in a sale with a payment window,
-    /// once stored).
+    /// Bought, still in the sale's stream (a sale without a payment window).
     Queued,
+    /// A reservation still in the sale's stream, neither paid nor cancelled: reserved until its
+    /// `pay_by` (a sale with a payment window, before the worker stored it).
+    Reserved,
     /// In Postgres, standing so.
     Stored(Standing),
 }
@@ -47,14 +54,18 @@ pub enum LookupError {
     Postgres(#[from] sqlx::Error),
 }
 
-/// Finds `user`'s order in `sale`. Redis answers first: an order whose entry is still in the
-/// stream is `queued`, and Postgres is not asked. Otherwise Postgres has the last word: its row
-/// is the order, standing as it says (`confirmed`, or a reservation's state). A buyer Postgres does not know yet (the worker lags, or the order
-/// is being re-enqueued) is still `queued`; a sale Redis lost answers from Postgres alone.
+/// Finds `user`'s order in `sale`. Redis answers first: an order of a sale without a payment
+/// window whose entry is still in the stream is `queued`, and Postgres is not asked. Otherwise
+/// Postgres has the last word: its row is the order, standing as it says (`confirmed`, or a
+/// reservation's state; a payment or a cancel may have stored and moved a queued reservation
+/// before the worker did). A buyer Postgres does not know yet (the worker lags, or the order is
+/// being re-enqueued) is still `queued`, or `reserved` with its entry's `pay_by`; a sale Redis
+/// lost answers from Postgres alone.
 pub async fn lookup(sales: &Sales, pool: &sqlx::PgPool, sale: &SaleId, user: &UserId) -> Result<Lookup, LookupError> {
     let in_redis = sales.purchase_of(sale, user).instrument(client_span("redis", "read receipt")).await?;
     if let Purchase::Bought(Some(receipt)) = in_redis
         && receipt.status == OrderStatus::Queued
+        && receipt.pay_by_ms.is_none()
     {
         return Ok(queued(receipt.order_id, db::ms_to_time(receipt.created_at_ms)));
     }
@@ -67,13 +78,43 @@ pub async fn lookup(sales: &Sales, pool: &sqlx::PgPool, sale: &SaleId, user: &Us
         });
     }
     Ok(match in_redis {
-        Purchase::Bought(Some(receipt)) => queued(receipt.order_id, db::ms_to_time(receipt.created_at_ms)),
+        Purchase::Bought(Some(receipt)) => match receipt.pay_by_ms {
+            None => queued(receipt.order_id, db::ms_to_time(receipt.created_at_ms)),
+            Some(pay_by_ms) => Lookup::Found {
+                place: Place::Reserved,
+                order_id: Some(receipt.order_id),
+                created_at: Some(db::ms_to_time(receipt.created_at_ms)),
+                pay_by: Some(db::ms_to_time(pay_by_ms)),
+            },
+        },
         Purchase::Bought(None) => {
             Lookup::Found { place: Place::Queued, order_id: None, created_at: None, pay_by: None }
         }
         Purchase::NotBought => Lookup::NotBought,
         Purchase::UnknownSale => Lookup::UnknownSale,
     })
+}
+
+/// The status the 409 of a repeat purchase names, as [`lookup`] would read it: in a sale with a
+/// payment window (`windowed`) the order's standing in Postgres (one primary-key read), or
+/// `reserved` for a queued order Postgres does not hold yet; otherwise the script's `queued` or
+/// `confirmed`, unchanged and without a query.
+pub async fn repeat_status(
+    pool: &sqlx::PgPool,
+    sale: &SaleId,
+    user: &UserId,
+    receipt: Receipt,
+    windowed: bool,
+) -> Result<Receipt, sqlx::Error> {
+    if !windowed {
+        return Ok(receipt);
+    }
+    let status = match db::order_of(pool, sale, user).instrument(client_span("postgresql", "SELECT orders")).await? {
+        Some(order) => order.standing.into(),
+        None if receipt.status == OrderStatus::Queued => OrderStatus::Reserved,
+        None => receipt.status,
+    };
+    Ok(Receipt { status, ..receipt })
 }
 
 fn queued(order_id: Uuid, created_at: OffsetDateTime) -> Lookup {

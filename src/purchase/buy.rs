@@ -352,6 +352,7 @@ fn array_reply(words: &[Value]) -> RedisResult<BuyOutcome> {
             order_id: Uuid::parse_str(order_id).map_err(|_| bad())?,
             created_at_ms: created_at_ms.parse().map_err(|_| bad())?,
             status: OrderStatus::parse(status).ok_or_else(bad)?,
+            pay_by_ms: None,
         }))),
         _ => Err(bad()),
     }

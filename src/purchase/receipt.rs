@@ -9,11 +9,14 @@ use redis::RedisResult;
 use uuid::Uuid;
 
 use super::Sales;
-use crate::domain::{SaleId, UserId};
+use crate::domain::{SaleId, Standing, UserId};
 use crate::redis::keys::SaleKeys;
 use crate::redis::lua::unexpected_reply;
+use crate::redis::order_stream;
 
-/// Where a bought order is.
+/// Where a bought order is: `queued` or `confirmed` as Redis knows it (the purchase scripts'
+/// words), or, in a sale with a payment window, the reservation's state as `GET
+/// /sales/{id}/order` reads it (`crate::orders::lookup::repeat_status`, for the 409 of a repeat).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OrderStatus {
@@ -21,6 +24,14 @@ pub enum OrderStatus {
     Queued,
     /// Committed to Postgres (its entry left the stream, which happens only after the commit).
     Confirmed,
+    /// A reservation, to be paid by its deadline.
+    Reserved,
+    /// A reservation paid in time.
+    Paid,
+    /// A reservation given back by the buyer.
+    Cancelled,
+    /// A reservation not paid in time.
+    Expired,
 }
 
 impl OrderStatus {
@@ -29,15 +40,31 @@ impl OrderStatus {
         match self {
             Self::Queued => "queued",
             Self::Confirmed => "confirmed",
+            Self::Reserved => "reserved",
+            Self::Paid => "paid",
+            Self::Cancelled => "cancelled",
+            Self::Expired => "expired",
         }
     }
 
-    /// Parses a script's status word.
+    /// Parses a script's status word (`queued` or `confirmed`: the scripts know no other).
     pub fn parse(word: &str) -> Option<Self> {
         match word {
             "queued" => Some(Self::Queued),
             "confirmed" => Some(Self::Confirmed),
             _ => None,
+        }
+    }
+}
+
+impl From<Standing> for OrderStatus {
+    fn from(standing: Standing) -> Self {
+        match standing {
+            Standing::Confirmed => Self::Confirmed,
+            Standing::Reserved => Self::Reserved,
+            Standing::Paid => Self::Paid,
+            Standing::Cancelled => Self::Cancelled,
+            Standing::Expired => Self::Expired,
         }
     }
 }
@@ -49,6 +76,9 @@ pub struct Receipt {
     /// Redis server time of the purchase, Unix milliseconds.
     pub created_at_ms: i64,
     pub status: OrderStatus,
+    /// A queued reservation's deadline, Unix milliseconds, from its stream entry
+    /// ([`Sales::purchase_of`] only; `None` for any other order, and in the scripts' replies).
+    pub pay_by_ms: Option<i64>,
 }
 
 /// A receipt as the hash holds it: `"<order id> <created_at_ms> <stream entry id>"`.
@@ -82,7 +112,7 @@ impl StoredReceipt {
 
     /// The receipt, with its order's status.
     pub fn with_status(&self, status: OrderStatus) -> Receipt {
-        Receipt { order_id: self.order_id, created_at_ms: self.created_at_ms, status }
+        Receipt { order_id: self.order_id, created_at_ms: self.created_at_ms, status, pay_by_ms: None }
     }
 }
 
@@ -114,7 +144,8 @@ pub struct BuyerCopy {
 
 impl Sales {
     /// What Redis knows of `user`'s purchase in `sale`: each shard's buyer set and receipt in one
-    /// MULTI, then, for the buyer's receipt, whether its stream entry is still queued.
+    /// MULTI, then, for the buyer's receipt, whether its stream entry is still queued (and, for a
+    /// queued reservation, its deadline, which the entry carries).
     pub async fn purchase_of(&self, sale: &SaleId, user: &UserId) -> RedisResult<Purchase> {
         let Some(layout) = self.layout(sale).await? else {
             return Ok(Purchase::UnknownSale);
@@ -130,10 +161,16 @@ impl Sales {
         let stored = StoredReceipt::parse(&receipt).map_err(|why| unexpected_reply("the receipts hash", &why))?;
         let (ms, seq) = stored.entry;
         let entry = format!("{ms}-{seq}");
-        let queued: Vec<redis::Value> =
+        let queued: Vec<(String, Vec<(String, String)>)> =
             redis::cmd("XRANGE").arg(&keys.orders).arg(&entry).arg(&entry).query_async(&mut self.redis.conn()).await?;
-        let status = if queued.is_empty() { OrderStatus::Confirmed } else { OrderStatus::Queued };
-        Ok(Purchase::Bought(Some(stored.with_status(status))))
+        let Some((_, fields)) = queued.first() else {
+            return Ok(Purchase::Bought(Some(stored.with_status(OrderStatus::Confirmed))));
+        };
+        let pay_by_ms = match fields.iter().find(|(field, _)| field == order_stream::PAY_BY_MS) {
+            None => None,
+            Some((_, ms)) => Some(ms.parse().map_err(|_| unexpected_reply("an order entry's pay_by_ms", ms))?),
+        };
+        Ok(Purchase::Bought(Some(Receipt { pay_by_ms, ..stored.with_status(OrderStatus::Queued) })))
     }
 
     /// A copy of the sale's buyers and their receipts (for the sold-out flag), unless it has more

@@ -2,32 +2,54 @@
 //! alone would answer 404 `unknown_sale`; Postgres remembers it (`sales.retired_at`), and this
 //! keeps the answer (410 `sale_retired`) in memory.
 //!
-//! Postgres is asked only when Redis does not know a sale, and then at most
-//! [`MAX_CONCURRENT_LOOKUPS`] at once for the whole instance, one per sale id at a time (askers
-//! of the same id wait for the one query), and its answer is kept: a storm of buys on an unknown
-//! or retired sale never becomes a storm of Postgres queries. A lookup that cannot get its turn
-//! within [`LOOKUP_WAIT`] answers "not retired" (the caller then answers 404). The retirement's
-//! event (`retired:<id>` on the events channel) marks a sale retired on every instance at once.
-//! Both caches are bounded in count and time.
+//! Postgres is asked only when Redis does not know a sale (every caller asks Redis first), and
+//! never at the pace of the requests, however many distinct ids they name: the ids this instance
+//! must look up wait together, and one query (`where sale_id = any($1)`) answers up to
+//! [`MAX_BATCH`] of them, at most once per [`TICK`]. So a storm of made-up ids costs Postgres at
+//! most `1 s / TICK` queries a second per instance (10), not one per id. The first look after a
+//! quiet [`TICK`] is not delayed; under a storm an id waits at most a tick for its batch. Askers of
+//! the same id share one place in the batch. An id that finds [`MAX_BATCH`] ids already waiting,
+//! or whose batch is not answered within [`LOOKUP_WAIT`] (Postgres slow or down), answers "not
+//! retired" (the caller then answers 404), unkept, so waiting ids and memory stay bounded.
+//!
+//! Answers are kept, both caches bounded in count and time: "retired" for an hour after the last
+//! ask (retirement is final), "not retired" for [`NOT_RETIRED_TTL`], the negative cache that
+//! answers a repeated unknown id from memory. The retirement's event (`retired:<id>` on the
+//! events channel) marks a sale retired on every instance at once; an instance that missed it
+//! learns it within [`NOT_RETIRED_TTL`].
+//!
+//! What the negative cache cannot hide: a sale seeded after its id was kept as "not retired" is in
+//! Redis, which is asked first, so it is found (and sold) at once. A sale Redis lost while Postgres
+//! holds its orders answers 404 here, never a sale: nothing is sold without its Redis keys, and a
+//! seed of it again is refused over its orders (409 `sale_has_orders`) by the seed route, which
+//! asks Postgres itself, not this cache (`tests/api/retire.rs`).
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::PgPool;
-use tokio::sync::Semaphore;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::db;
 use crate::domain::SaleId;
 
-/// Postgres lookups in flight at once, per instance.
-pub const MAX_CONCURRENT_LOOKUPS: usize = 2;
+/// The least time between two lookups' queries, per instance.
+pub const TICK: Duration = Duration::from_millis(100);
 
-/// How long a lookup waits for its turn before it gives up.
+/// Most ids one query asks about; also the most ids waiting for the next query.
+pub const MAX_BATCH: usize = 1_000;
+
+/// How long a lookup waits for its batch's answer before it gives up.
 pub const LOOKUP_WAIT: Duration = Duration::from_millis(200);
 
 /// How long an answer "not retired" is kept (a retirement whose event this instance missed is
 /// seen within this time).
 pub const NOT_RETIRED_TTL: Duration = Duration::from_secs(2);
+
+/// "Not retired" answers kept at most (the negative cache).
+const MAX_NOT_RETIRED: u64 = 10_000;
 
 /// Retired sales remembered at most, each dropped after an hour nobody asked (and looked up again).
 const MAX_REMEMBERED: u64 = 100_000;
@@ -36,9 +58,107 @@ const REMEMBERED_IDLE: Duration = Duration::from_secs(3600);
 /// Why a lookup did not answer.
 #[derive(Debug)]
 enum LookupFailed {
-    /// It did not get its turn within [`LOOKUP_WAIT`].
+    /// [`MAX_BATCH`] ids were waiting already, or the batch was not answered within [`LOOKUP_WAIT`].
     Busy,
-    Postgres(sqlx::Error),
+    Postgres(Arc<sqlx::Error>),
+}
+
+/// One batch's answer for one id: retired or not, or the query's error.
+type Answer = Result<bool, Arc<sqlx::Error>>;
+
+/// The ids waiting for the next query, each with its askers.
+#[derive(Default)]
+struct Waiting {
+    ids: HashMap<Box<str>, Vec<oneshot::Sender<Answer>>>,
+    /// A task is asking Postgres (or waiting for its next tick): it takes the waiting ids.
+    asking: bool,
+}
+
+/// The batched lookups of one instance.
+struct Lookups {
+    waiting: Mutex<Waiting>,
+    pool: PgPool,
+}
+
+impl Lookups {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `sale` is retired, answered with the batch it joins.
+    async fn ask(self: &Arc<Self>, sale: &str) -> Result<bool, LookupFailed> {
+        let answer = {
+            let mut waiting = self.waiting();
+            if waiting.ids.len() >= MAX_BATCH && !waiting.ids.contains_key(sale) {
+                return Err(LookupFailed::Busy);
+            }
+            let (tell, answer) = oneshot::channel();
+            waiting.ids.entry(sale.into()).or_default().push(tell);
+            if !waiting.asking {
+                waiting.asking = true;
+                tokio::spawn(Asking { lookups: self.clone(), done: false }.run());
+            }
+            answer
+        };
+        match tokio::time::timeout(LOOKUP_WAIT, answer).await {
+            Ok(Ok(answer)) => answer.map_err(LookupFailed::Postgres),
+            // Not answered in time, or the asking task was dropped (the runtime stops).
+            Err(_) | Ok(Err(_)) => Err(LookupFailed::Busy),
+        }
+    }
+}
+
+/// The task that asks Postgres for the waiting ids, a batch per [`TICK`] at most, until none
+/// wait; it says so in the same step that finds none, and if dropped before (the runtime stops),
+/// on drop, so the next ask starts another.
+struct Asking {
+    lookups: Arc<Lookups>,
+    /// It found none waiting and said so.
+    done: bool,
+}
+
+impl Asking {
+    async fn run(mut self) {
+        loop {
+            let batch: Vec<(Box<str>, Vec<oneshot::Sender<Answer>>)> = {
+                let mut waiting = self.lookups.waiting();
+                let ids: Vec<Box<str>> = waiting.ids.keys().take(MAX_BATCH).cloned().collect();
+                if ids.is_empty() {
+                    waiting.asking = false;
+                    drop(waiting);
+                    self.done = true;
+                    return;
+                }
+                ids.into_iter().filter_map(|id| waiting.ids.remove_entry(&id)).collect()
+            };
+            let next = Instant::now() + TICK;
+            let names: Vec<&str> = batch.iter().map(|(id, _)| &**id).collect();
+            match db::retired_among(&self.lookups.pool, &names).await {
+                Ok(retired) => {
+                    let retired: HashSet<String> = retired.into_iter().collect();
+                    for (id, askers) in batch {
+                        let answer = retired.contains(&*id);
+                        askers.into_iter().for_each(|tell| drop(tell.send(Ok(answer))));
+                    }
+                }
+                Err(err) => {
+                    let err = Arc::new(err);
+                    for tell in batch.into_iter().flat_map(|(_, askers)| askers) {
+                        drop(tell.send(Err(err.clone())));
+                    }
+                }
+            }
+            tokio::time::sleep_until(next).await;
+        }
+    }
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        if !self.done {
+            self.lookups.waiting().asking = false;
+        }
+    }
 }
 
 /// The retired sales of this instance's knowledge.
@@ -46,10 +166,9 @@ enum LookupFailed {
 pub struct RetiredSales {
     /// Sales known retired (retirement is final).
     retired: moka::sync::Cache<Box<str>, ()>,
-    /// Recent answers of Postgres, `true` for retired; one query per id at a time.
+    /// Recent answers of Postgres, `true` for retired; one place in a batch per id at a time.
     answers: moka::future::Cache<Box<str>, bool>,
-    lookups: Arc<Semaphore>,
-    pool: PgPool,
+    lookups: Arc<Lookups>,
 }
 
 impl RetiredSales {
@@ -57,9 +176,8 @@ impl RetiredSales {
     pub fn new(pool: PgPool) -> Self {
         Self {
             retired: moka::sync::Cache::builder().max_capacity(MAX_REMEMBERED).time_to_idle(REMEMBERED_IDLE).build(),
-            answers: moka::future::Cache::builder().max_capacity(10_000).time_to_live(NOT_RETIRED_TTL).build(),
-            lookups: Arc::new(Semaphore::new(MAX_CONCURRENT_LOOKUPS)),
-            pool,
+            answers: moka::future::Cache::builder().max_capacity(MAX_NOT_RETIRED).time_to_live(NOT_RETIRED_TTL).build(),
+            lookups: Arc::new(Lookups { waiting: Mutex::default(), pool }),
         }
     }
 
@@ -73,23 +191,13 @@ impl RetiredSales {
         self.retired.insert(sale.into(), ());
     }
 
-    /// Whether the sale is retired, for a sale Redis does not know: from memory, else from one
-    /// bounded Postgres lookup. A failed or refused lookup answers false (logged).
+    /// Whether the sale is retired, for a sale Redis does not know: from memory, else from its
+    /// batch's Postgres query. A failed or refused lookup answers false (logged).
     pub async fn check(&self, sale: &SaleId) -> bool {
         if self.known(sale) {
             return true;
         }
-        let lookup = async {
-            let _turn = tokio::time::timeout(LOOKUP_WAIT, self.lookups.acquire())
-                .await
-                .map_err(|_| LookupFailed::Busy)?
-                .expect("the semaphore is never closed");
-            db::sale_retired(&self.pool, sale.as_str())
-                .await
-                .map(|row| row == Some(true))
-                .map_err(LookupFailed::Postgres)
-        };
-        match self.answers.try_get_with(sale.as_str().into(), lookup).await {
+        match self.answers.try_get_with(sale.as_str().into(), self.lookups.ask(sale.as_str())).await {
             Ok(true) => {
                 self.mark(sale.as_str());
                 true

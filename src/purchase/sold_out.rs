@@ -302,7 +302,7 @@ mod tests {
     }
 
     fn receipt(status: OrderStatus) -> Receipt {
-        Receipt { order_id: uuid::Uuid::now_v7(), created_at_ms: 1, status }
+        Receipt { order_id: uuid::Uuid::now_v7(), created_at_ms: 1, status, pay_by_ms: None }
     }
 
     fn loaded(ids: &[&str], status: OrderStatus) -> Buyers {

@@ -38,7 +38,7 @@ async fn repair(app: &TestApp, sale: &str) -> ReconcileReport {
 
 /// Every key of the sale, gone: what an operator's clean-up, an eviction or a failover to an
 /// empty replica leaves.
-async fn lose_sale(app: &TestApp, sale: &str) {
+pub(crate) async fn lose_sale(app: &TestApp, sale: &str) {
     let keys = app.store.keyspace().sale_keys(&SaleId::parse(sale).unwrap());
     let mut con = app.store.keyspace().conn();
     for key in keys.all() {

@@ -69,7 +69,7 @@ async fn a_win_is_a_reservation_with_a_deadline_and_a_sale_without_a_window_is_u
     let order = wait_for_status(&app, &sale, "alice", "reserved").await;
     assert_eq!(order["order_id"], order_id.as_str());
     assert_eq!(OffsetDateTime::parse(order["pay_by"].as_str().unwrap(), &Rfc3339).unwrap(), pay_by);
-    let status = app.status(&sale).await;
+    let status = app.wait_for_drain(&sale).await;
     assert_eq!((status.payment_window_ms, status.reserved, status.paid), (Some(30_000), Some(1), Some(0)));
 
     let plain = new_sale_id();
@@ -269,6 +269,83 @@ async fn an_event_or_a_cancel_that_overtakes_the_worker_is_applied_to_the_queued
     let standings = app.standings(&sale).await;
     assert_eq!(standings, Standings { paid: 1, cancelled: 1, ..Default::default() });
     app.assert_settled(&sale, Duration::from_secs(5)).await;
+}
+
+/// A repeat purchase's 409 body (`already_purchased`).
+async fn repeat(app: &TestApp, sale: &str, user: &str) -> Value {
+    let response = app.buy(sale, user).await;
+    assert_eq!(response.status(), 409, "{user} buys again");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"], "already_purchased", "{body}");
+    body
+}
+
+/// `user`'s order as both the order read and a repeat's 409 name it, on `app`: its status, and
+/// the order id and deadline they agree on.
+async fn told(app: &TestApp, sale: &str, user: &str) -> (String, Value, Value) {
+    let (order, again) = (order_of(app, sale, user).await, repeat(app, sale, user).await);
+    assert_eq!(order["status"], again["status"], "the read and the 409 agree: {order} / {again}");
+    assert_eq!(order["order_id"], again["order_id"], "{order} / {again}");
+    (order["status"].as_str().unwrap().to_owned(), order["order_id"].clone(), order["pay_by"].clone())
+}
+
+/// Read-your-writes (issue 39): with no worker draining the queue, right after the 201, the
+/// payment or the cancel answered, the order read on either instance says what the buyer did
+/// (`reserved` with its `pay_by`, `paid`, `cancelled`), and a repeat's 409 names the same state.
+/// Before, both said `queued` until the worker stored the order, and the 409 after a cancel said
+/// `confirmed` once it had.
+#[tokio::test]
+async fn the_order_read_and_the_409_say_at_once_what_the_buyer_did_while_the_worker_lags() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let other = spawn_instance_of(&app).await;
+    let sale = seed_window(&app, 3, "30s").await;
+    let (alice, alice_pay_by) = reserve(&app, &sale, "alice").await;
+    let (bob, _) = reserve(&app, &sale, "bob").await;
+    let (carol, carol_pay_by) = reserve(&app, &sale, "carol").await;
+    let pay_by = |at: OffsetDateTime| Value::String(at.format(&Rfc3339).unwrap());
+    for instance in [&app, &other] {
+        assert_eq!(told(instance, &sale, "alice").await, ("reserved".into(), json!(alice), pay_by(alice_pay_by)));
+    }
+
+    assert_eq!(app.pay(&sale, &alice, "evt-ryw").await.json::<Value>().await.unwrap()["status"], "paid");
+    assert_eq!(app.cancel(&sale, "bob").await.status(), 200);
+    assert_eq!(app.status(&sale).await.queued, 3, "no worker: every order is still queued");
+    for instance in [&app, &other] {
+        assert_eq!(told(instance, &sale, "alice").await.0, "paid");
+        assert_eq!(told(instance, &sale, "bob").await.0, "cancelled");
+        assert_eq!(told(instance, &sale, "carol").await, ("reserved".into(), json!(carol), pay_by(carol_pay_by)));
+    }
+
+    // Stored by the worker (Redis then calls each order confirmed): the same answers.
+    let mut worker = app.manual_worker("w", Duration::from_secs(60));
+    let until = Instant::now() + Duration::from_secs(10);
+    while app.status(&sale).await.queued > 0 {
+        worker.step().await.unwrap();
+        assert!(Instant::now() < until, "the queue did not drain");
+    }
+    for instance in [&app, &other] {
+        assert_eq!(told(instance, &sale, "alice").await.0, "paid");
+        let (status, order_id, _) = told(instance, &sale, "bob").await;
+        assert_eq!((status.as_str(), order_id), ("cancelled", json!(bob)));
+        assert_eq!(told(instance, &sale, "carol").await.0, "reserved");
+    }
+}
+
+/// An expired reservation's buyer is told `expired` by the read and by the 409 alike; a sale
+/// without a window still says `queued` or `confirmed` in both.
+#[tokio::test]
+async fn an_expired_buyer_and_a_buyer_in_a_sale_without_a_window_are_told_alike_by_the_read_and_the_409() {
+    let app = spawn_app().await;
+    let sale = seed_window(&app, 1, "1s").await;
+    reserve(&app, &sale, "dave").await;
+    wait_for_status(&app, &sale, "dave", "expired").await;
+    assert_eq!(told(&app, &sale, "dave").await.0, "expired");
+
+    let plain = new_sale_id();
+    app.seed_stock(&plain, 1).await;
+    assert_eq!(app.buy(&plain, "erin").await.status(), 201);
+    app.wait_for_drain(&plain).await;
+    assert_eq!(told(&app, &plain, "erin").await.0, "confirmed");
 }
 
 /// A release owed (the process died between the cancel's commit and the release, or Redis

@@ -234,8 +234,9 @@ pub struct ErrorBody<'a> {
     /// Redis does not hold); `not_durable`: the order the purchase made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub order_id: Option<Uuid>,
-    /// `already_purchased` only: `queued` (bought, not yet in Postgres) or `confirmed` (stored; in
-    /// a sale with a payment window `GET /sales/{sale_id}/order` has its payment state).
+    /// `already_purchased` only: as `GET /sales/{sale_id}/order` reads it, `queued` (bought, not
+    /// yet in Postgres) or `confirmed` (stored); in a sale with a payment window `reserved`,
+    /// `paid`, `cancelled` or `expired`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<OrderStatus>,
     /// `already_purchased` only: when it was bought (the Redis server's clock).

@@ -13,8 +13,9 @@ use crate::admission::token::{ADMISSION_HEADER, Refused};
 use crate::domain::{SaleId, Standing, UserId};
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
+use crate::orders::lookup;
 use crate::purchase::sold_out::{self, Flagged};
-use crate::purchase::{BuyOutcome, Purchase};
+use crate::purchase::{BuyOutcome, Purchase, Receipt};
 use crate::redis::connection::is_redis_outage;
 
 /// A purchase: one user, one sale, as a JSON object. Unknown fields are refused.
@@ -78,7 +79,7 @@ pub struct BuyResponse {
             headers(("WWW-Authenticate" = String, description = "`Bearer`, or `Bearer error=\"invalid_token\"`"))),
         (status = 403, description = "`sale_not_started`, `sale_ended`, or `user_mismatch`: the body's user_id is not the token's buyer; `not_admitted`: the sale has a waiting room and the request carries no valid `Seckill-Admission` token of this buyer for this sale (missing, malformed, forged, another buyer's or sale's, or expired); nothing is bought", body = ErrorBody),
         (status = 404, description = "`unknown_sale`", body = ErrorBody),
-        (status = 409, description = "`already_purchased`: this user already bought in this sale. The body carries the order it was given (`order_id`, `status`: `queued` or `confirmed`, where the order is on its way to Postgres, `created_at`), so a retry after a lost 201 learns its order. In a sale with a payment window a cancelled or expired buyer cannot buy again either, and `confirmed` then says only that the order is stored: `GET /sales/{sale_id}/order` has its payment state", body = ErrorBody),
+        (status = 409, description = "`already_purchased`: this user already bought in this sale. The body carries the order it was given (`order_id`, `status`, `created_at`), so a retry after a lost 201 learns its order; `status` is what `GET /sales/{sale_id}/order` reads: `queued` or `confirmed`, where the order is on its way to Postgres, and in a sale with a payment window its payment state (`reserved`, `paid`, `cancelled` or `expired`: a cancelled or expired buyer cannot buy again either)", body = ErrorBody),
         (status = 410, description = "`sold_out`; `sale_retired`: the sale is over and was retired (`GET /sales/{sale_id}/order` still answers its buyers)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 4 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: not application/json", body = ErrorBody),
@@ -137,9 +138,9 @@ async fn purchase(
         limit_answer_from_memory(state, client)?;
         return Err(match flagged {
             Flagged::SoldOut => ApiError::SoldOut,
-            Flagged::AlreadyPurchased(receipt) => ApiError::AlreadyPurchased(receipt),
+            Flagged::AlreadyPurchased(receipt) => already_purchased(state, &sale, &user, receipt).await?,
             Flagged::AskRedis => match state.sales.purchase_of(&sale, &user).await? {
-                Purchase::Bought(receipt) => ApiError::AlreadyPurchased(receipt),
+                Purchase::Bought(receipt) => already_purchased(state, &sale, &user, receipt).await?,
                 Purchase::NotBought | Purchase::UnknownSale => ApiError::SoldOut,
             },
         });
@@ -175,7 +176,7 @@ async fn purchase(
         BuyOutcome::UnknownSale => Err(ApiError::UnknownSale),
         BuyOutcome::NotStarted => Err(ApiError::SaleNotStarted),
         BuyOutcome::Ended => Err(ApiError::SaleEnded),
-        BuyOutcome::AlreadyPurchased(receipt) => Err(ApiError::AlreadyPurchased(receipt)),
+        BuyOutcome::AlreadyPurchased(receipt) => Err(already_purchased(state, &sale, &user, receipt).await?),
         BuyOutcome::NotAdmitted => {
             state.admission.learn_queued(&sale);
             Err(ApiError::NotAdmitted(Refused::Missing))
@@ -188,6 +189,28 @@ async fn purchase(
             Err(ApiError::SoldOut)
         }
     }
+}
+
+/// The 409 of a repeat purchase, naming the order as `GET /sales/{sale_id}/order` reads it: in a
+/// sale with a payment window (this instance's snapshot of the sale says so) its payment state
+/// (`crate::orders::lookup::repeat_status`: one primary-key read in Postgres), otherwise the
+/// receipt as the script or the sold-out copy gave it, at no further cost than the snapshot.
+async fn already_purchased(
+    state: &AppState,
+    sale: &SaleId,
+    user: &UserId,
+    receipt: Option<Receipt>,
+) -> Result<ApiError, ApiError> {
+    let Some(receipt) = receipt else {
+        return Ok(ApiError::AlreadyPurchased(None));
+    };
+    let window = match state.board.snapshot(sale).await? {
+        Some(snapshot) => snapshot.state.payment_window_ms,
+        // Seeded since this instance last read the registry of sales.
+        None => state.sales.sale_state(sale).await?.and_then(|sale| sale.payment_window_ms),
+    };
+    let receipt = lookup::repeat_status(&state.pool, sale, user, receipt, window.is_some()).await?;
+    Ok(ApiError::AlreadyPurchased(Some(receipt)))
 }
 
 /// The buyer's place from its `Seckill-Admission` token, checked in-process (no Redis call):

@@ -180,7 +180,8 @@ pub struct OrderQuery {
 pub enum OrderState {
     /// No purchase by this buyer in this sale.
     None,
-    /// Bought; not yet in Postgres (in a sale with a payment window: `reserved` once stored).
+    /// Bought; not yet in Postgres (a sale without a payment window: in one with a window the
+    /// order reads `reserved` from the 201 on).
     Queued,
     /// In Postgres, final (a sale without a payment window).
     Confirmed,
@@ -198,6 +199,7 @@ impl From<Place> for OrderState {
     fn from(place: Place) -> Self {
         match place {
             Place::Queued => Self::Queued,
+            Place::Reserved => Self::Reserved,
             Place::Stored(Standing::Confirmed) => Self::Confirmed,
             Place::Stored(Standing::Reserved) => Self::Reserved,
             Place::Stored(Standing::Paid) => Self::Paid,
@@ -218,18 +220,22 @@ pub struct OrderView {
     #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub created_at: Option<OffsetDateTime>,
-    /// A reservation's deadline (in a sale with a payment window, once stored): pay before it.
+    /// A reservation's deadline (in a sale with a payment window): pay before it.
     #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub pay_by: Option<OffsetDateTime>,
 }
 
 /// The caller's own order: `queued` (bought, in Redis, on its way to Postgres), `confirmed` (in
-/// Postgres), in a sale with a payment window `reserved` (with `pay_by`), `paid`, `cancelled` or
-/// `expired`, or `none`. Under `SECKILL_AUTH=jwt` the buyer is the token's, so nobody can read
+/// Postgres), in a sale with a payment window `reserved` (with `pay_by`) from the 201 on, `paid`,
+/// `cancelled` or `expired`, each as soon as the payment, the cancel or the expiry was made,
+/// whichever instance answers and however far the worker lags; or `none`. Under
+/// `SECKILL_AUTH=jwt` the buyer is the token's, so nobody can read
 /// another buyer's order. Shares `POST /buy`'s rate limits (the same per-address and per-buyer
 /// quotas), so polling it spends the same budget as buying. A queued order costs one Redis read
-/// and no Postgres query. A retired sale's buyers still get their order (from Postgres).
+/// and no Postgres query (a queued reservation one primary-key read in Postgres too, where a
+/// payment or a cancel that overtook the worker is). A retired sale's buyers still get their
+/// order (from Postgres).
 #[utoipa::path(
     get,
     path = "/sales/{sale_id}/order",
