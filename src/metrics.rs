@@ -10,7 +10,7 @@ use prometheus::{
 };
 
 /// Purchase outcomes, in the order of [`Metrics::purchase`]'s labels.
-pub const PURCHASE_OUTCOMES: [&str; 15] = [
+pub const PURCHASE_OUTCOMES: [&str; 16] = [
     "created",
     "already_purchased",
     "sold_out",
@@ -19,6 +19,7 @@ pub const PURCHASE_OUTCOMES: [&str; 15] = [
     "ended",
     "rate_limited",
     "unavailable",
+    "outcome_unknown",
     "not_durable",
     "invalid_request",
     "unauthenticated",
