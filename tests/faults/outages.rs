@@ -8,7 +8,6 @@ use serde_json::Value;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::common::assert_error;
 use crate::harness::{Deployment, PostgresOutage, RedisOutage};
 use crate::storm_client::{Storm, StormReport};
 
@@ -83,10 +82,18 @@ async fn script_flushes_and_a_redis_restart_are_survived_without_a_500() {
     let cpu_before = service.cpu_time();
     let failures_before = service.log_lines("worker step failed");
     let started = Instant::now();
+    // A purchase on a connection Redis has closed fails as a dropped connection, which cannot
+    // tell a call never sent from one sent and lost: `outcome_unknown`. Once the connection is
+    // known down, Redis refuses the new one: `unavailable`.
+    let mut codes = vec![];
     for i in 0..5 {
         let response = deployment.buy(&sale, &format!("while-down-{i}")).await;
-        assert_error(response, 503, "unavailable").await;
+        assert_eq!(response.status(), 503);
+        let body: Value = response.json().await.unwrap();
+        codes.push(body["error"].as_str().unwrap_or_default().to_owned());
     }
+    assert!(codes.iter().all(|c| c == "unavailable" || c == "outcome_unknown"), "{codes:?}");
+    assert_eq!(codes.last().map(String::as_str), Some("unavailable"), "{codes:?}");
     let (code, body) = readyz(&deployment).await;
     assert_eq!((code, body["redis"].as_str()), (503, Some("down")), "{body}");
     tokio::time::sleep(Duration::from_secs(6).saturating_sub(started.elapsed())).await;
