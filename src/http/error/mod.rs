@@ -311,9 +311,20 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         match self {
-            Self::Unavailable(cause) => tracing::warn!(error = format!("{cause:#}"), "dependency unavailable"),
+            // One line per dependency every few seconds, however many requests fail
+            // (`suppressed`: those not logged since the previous line).
+            Self::Unavailable(cause) => {
+                let dependency = crate::metrics::dependency_of(cause);
+                if let Some(suppressed) = crate::telemetry::dependency_failure_line(dependency) {
+                    tracing::warn!(dependency, suppressed, error = format!("{cause:#}"), "dependency unavailable");
+                }
+            }
             Self::OutcomeUnknown { order_id, sale_id, cause } => {
-                tracing::warn!(%order_id, sale_id, error = format!("{cause:#}"), "purchase outcome unknown")
+                let dependency = crate::metrics::dependency_of(cause);
+                if let Some(suppressed) = crate::telemetry::dependency_failure_line(dependency) {
+                    tracing::warn!(%order_id, sale_id, dependency, suppressed, error = format!("{cause:#}"),
+                        "purchase outcome unknown");
+                }
             }
             Self::Internal(cause) => tracing::error!(error = format!("{cause:#}"), "internal error"),
             _ => {}
