@@ -9,8 +9,21 @@ use prometheus::{
     TextEncoder,
 };
 
+/// The dependency whose error is in `err`'s cause chain: `redis`, `postgres`, or `None`.
+pub fn dependency_of(err: &anyhow::Error) -> Option<&'static str> {
+    err.chain().find_map(|cause| {
+        if cause.downcast_ref::<redis::RedisError>().is_some() {
+            Some("redis")
+        } else if cause.downcast_ref::<sqlx::Error>().is_some() {
+            Some("postgres")
+        } else {
+            None
+        }
+    })
+}
+
 /// Purchase outcomes, in the order of [`Metrics::purchase`]'s labels.
-pub const PURCHASE_OUTCOMES: [&str; 15] = [
+pub const PURCHASE_OUTCOMES: [&str; 16] = [
     "created",
     "already_purchased",
     "sold_out",
@@ -19,6 +32,7 @@ pub const PURCHASE_OUTCOMES: [&str; 15] = [
     "ended",
     "rate_limited",
     "unavailable",
+    "outcome_unknown",
     "not_durable",
     "invalid_request",
     "unauthenticated",
@@ -238,16 +252,7 @@ impl Metrics {
 
     /// Counts a failed call by the dependency in `err`'s cause chain, if it is Redis or Postgres.
     pub fn dependency_error(&self, err: &anyhow::Error, source: &str) {
-        let dependency = err.chain().find_map(|cause| {
-            if cause.downcast_ref::<redis::RedisError>().is_some() {
-                Some("redis")
-            } else if cause.downcast_ref::<sqlx::Error>().is_some() {
-                Some("postgres")
-            } else {
-                None
-            }
-        });
-        if let Some(dependency) = dependency {
+        if let Some(dependency) = dependency_of(err) {
             self.dependency_errors.with_label_values(&[dependency, source]).inc();
         }
     }

@@ -128,7 +128,8 @@ pub struct Config {
           global = true)]
     pub key_prefix: String,
 
-    /// How long a Redis command may take before the request answers 503.
+    /// How long a Redis command may take before the request answers 503 (a purchase: 503
+    /// outcome_unknown with its order id, as Redis may still run it).
     #[arg(long, env = "SECKILL_REDIS_TIMEOUT", default_value = "1s", value_parser = duration, global = true)]
     pub redis_timeout: Duration,
 

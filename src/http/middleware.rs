@@ -105,8 +105,9 @@ where
             let status = response.status();
             metrics.http_requests.with_label_values(&[&route, method, status.as_str()]).inc();
             metrics.http_duration.with_label_values(&[&route]).observe(started.elapsed().as_secs_f64());
-            if let Some(ApiError::Unavailable(cause) | ApiError::Internal(cause)) =
-                response.response().error().and_then(|e| e.as_error::<ApiError>())
+            if let Some(
+                ApiError::Unavailable(cause) | ApiError::OutcomeUnknown { cause, .. } | ApiError::Internal(cause),
+            ) = response.response().error().and_then(|e| e.as_error::<ApiError>())
             {
                 metrics.dependency_error(cause, "http");
             }

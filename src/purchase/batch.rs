@@ -31,6 +31,7 @@ use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::sync::oneshot;
 
+use super::BuyError;
 use crate::limiter::{Algorithm, Policy};
 use crate::redis::Keyspace;
 use crate::redis::keys::SaleKeys;
@@ -214,14 +215,16 @@ impl Batcher {
 
     /// Buys `part` on `target`: at once on `con`, alone, when no call of its lane is in flight;
     /// otherwise it waits for that call and goes in the next with the others that queued up. The
-    /// reply is the one [`run_one`] would give.
+    /// reply is the one [`run_one`] would give; a failure says whether the call may have run
+    /// ([`BuyError::of_call`]: a failed call of several purchases fails each of them alike), and a
+    /// purchase whose lane stopped before its call is [`BuyError::NotRun`].
     pub async fn buy(
         self: &Arc<Self>,
         redis: &Keyspace,
         con: &mut impl ConnectionLike,
         target: &Target<'_>,
         part: Part,
-    ) -> RedisResult<Value> {
+    ) -> Result<Value, BuyError> {
         let key = LaneKey {
             group: self.group(),
             meta: target.keys[0].to_owned(),
@@ -244,10 +247,13 @@ impl Batcher {
         };
         let part = match queued {
             Ok(answer) => {
-                return answer.await.unwrap_or_else(|_| {
-                    Err(std::io::Error::other("the purchase's lane stopped before its call (the process is stopping)")
-                        .into())
-                });
+                return match answer.await {
+                    Ok(reply) => reply.map_err(|err| BuyError::of_call(err, redis.is_cluster())),
+                    Err(_) => Err(BuyError::NotRun(
+                        std::io::Error::other("the purchase's lane stopped before its call (the process is stopping)")
+                            .into(),
+                    )),
+                };
             }
             Err(part) => part,
         };
@@ -257,7 +263,7 @@ impl Batcher {
         if let Some(sizes) = &self.sizes {
             sizes.observe(1.0);
         }
-        run_one(con, target, &part).await
+        run_one(con, target, &part).await.map_err(|err| BuyError::of_call(err, redis.is_cluster()))
     }
 
     /// Makes the lane's calls, each with the purchases waiting when the one before answered,

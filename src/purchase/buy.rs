@@ -11,9 +11,9 @@ use redis::{RedisResult, Value};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::Sales;
 use super::batch::{self, Part, Target};
 use super::receipt::{OrderStatus, Receipt};
+use super::{BuyError, Sales};
 use crate::domain::{SaleId, UserId};
 use crate::limiter::{Decision, Gate};
 use crate::purchase::shards::Layout;
@@ -130,7 +130,11 @@ impl Sales {
     /// ([`crate::redis::confirm`]).
     ///
     /// At most `IN_FLIGHT_PURCHASES` purchases of this instance are on Redis at once; the others
-    /// wait for a turn here, up to `TURN_WAIT`, then fail as a timeout without being sent.
+    /// wait for a turn here, up to `TURN_WAIT`, then fail without being sent.
+    ///
+    /// A failure says whether the purchase may have bought under `order_id`
+    /// ([`BuyError::OutcomeUnknown`]: its call was sent and no verdict came back) or surely did
+    /// not ([`BuyError::NotRun`]).
     ///
     /// `place` is the buyer's place in a queued sale's line, from the admission token the caller
     /// verified (`crate::admission`); a queued sale refuses a purchase without one
@@ -142,7 +146,7 @@ impl Sales {
         order_id: Uuid,
         place: Option<u64>,
         gates: &[Gate<'_>],
-    ) -> RedisResult<Verdict> {
+    ) -> Result<Verdict, BuyError> {
         if !traces::on() {
             return self.buy_once(sale, user, order_id, place, gates, String::new()).await;
         }
@@ -159,7 +163,8 @@ impl Sales {
         let outcome = match &verdict {
             Ok(Verdict { outcome: Some(outcome), .. }) => outcome.label(),
             Ok(Verdict { outcome: None, .. }) => "rate_limited",
-            Err(_) => "redis_error",
+            Err(BuyError::NotRun(_)) => "redis_error",
+            Err(BuyError::OutcomeUnknown(_)) => "outcome_unknown",
         };
         span.record("seckill.outcome", outcome);
         verdict
@@ -173,10 +178,13 @@ impl Sales {
         place: Option<u64>,
         gates: &[Gate<'_>],
         traceparent: String,
-    ) -> RedisResult<Verdict> {
+    ) -> Result<Verdict, BuyError> {
         let _turn = match tokio::time::timeout(TURN_WAIT, self.turns.acquire()).await {
             Ok(Ok(turn)) => turn,
-            _ => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no turn for the purchase").into()),
+            _ => {
+                let waited = std::io::Error::new(std::io::ErrorKind::TimedOut, "no turn for the purchase");
+                return Err(BuyError::NotRun(waited.into()));
+            }
         };
         let mut limits = Limits {
             gates,
@@ -189,7 +197,7 @@ impl Sales {
             let outcome = self.buy_with(&mut self.redis.purchase_conn().await, sale, user, &mut limits).await?;
             return Ok(Verdict { limits: limits.decisions, outcome });
         };
-        let mut conn = pool.get().await?;
+        let mut conn = pool.get().await.map_err(BuyError::NotRun)?;
         let outcome = self.buy_with(&mut conn, sale, user, &mut limits).await?;
         let outcome = match outcome {
             Some(BuyOutcome::Purchased { pay_by_ms }) => Some(match conn.wait_for_replicas().await {
@@ -211,7 +219,7 @@ impl Sales {
         sale: &SaleId,
         user: &UserId,
         limits: &mut Limits<'_, '_>,
-    ) -> RedisResult<Option<BuyOutcome>> {
+    ) -> Result<Option<BuyOutcome>, BuyError> {
         let cached = self.cached_layout(sale);
         let assumed = cached.clone().unwrap_or_default();
         match self.buy_on(con, &assumed, sale, user, limits).await? {
@@ -221,13 +229,16 @@ impl Sales {
             ShardReply::Decided(outcome) => return Ok(Some(outcome)),
             ShardReply::WrongShards => {}
         }
-        let Some(layout) = self.read_layout(sale).await? else {
+        let Some(layout) = self.read_layout(sale).await.map_err(BuyError::NotRun)? else {
             return Ok(Some(BuyOutcome::UnknownSale));
         };
         match self.buy_on(con, &layout, sale, user, limits).await? {
             ShardReply::Limited => Ok(None),
             ShardReply::Decided(outcome) => Ok(Some(outcome)),
-            ShardReply::WrongShards => Err(unexpected_reply("buy.lua", "wrong_shards after reading the layout")),
+            // The script wrote nothing: wrong_shards is decided first.
+            ShardReply::WrongShards => {
+                Err(BuyError::NotRun(unexpected_reply("buy.lua", "wrong_shards after reading the layout")))
+            }
         }
     }
 
@@ -238,13 +249,13 @@ impl Sales {
         sale: &SaleId,
         user: &UserId,
         limits: &mut Limits<'_, '_>,
-    ) -> RedisResult<ShardReply> {
+    ) -> Result<ShardReply, BuyError> {
         // Only the keys of the shards visited (usually one), not every shard's, per purchase.
         let sharded_tag = layout.is_sharded().then(|| SaleKeys::tag(sale, None));
         for shard in layout.visit_order(user) {
             let keys = layout.shard_keys(self.redis.prefix(), sale, shard);
             let sale_tag = sharded_tag.as_deref().unwrap_or(hash_tag(&keys.meta)); // shard 0's
-            let Some(gates) = self.gates_joining(con, &keys, sale_tag, limits).await? else {
+            let Some(gates) = self.gates_joining(con, &keys, sale_tag, limits).await.map_err(BuyError::NotRun)? else {
                 return Ok(ShardReply::Limited);
             };
             let target = Target::new(sale.as_str(), &keys, layout.shards());
@@ -255,31 +266,19 @@ impl Sales {
                 traceparent: limits.traceparent.clone(),
                 limits: gates.iter().map(|gate| (gate.key.clone(), *gate.policy)).collect(),
             };
-            let mut reply = match &self.batcher {
+            let reply = match &self.batcher {
                 Some(batcher) => batcher.buy(&self.redis, con, &target, part).await?,
-                None => batch::run_one(con, &target, &part).await?,
-            };
-            if !gates.is_empty() {
-                match limited_reply(reply, gates.len(), &mut limits.decisions)? {
-                    Some(purchase) => reply = purchase,
-                    None => return Ok(ShardReply::Limited),
+                None => {
+                    let reply = batch::run_one(con, &target, &part).await;
+                    reply.map_err(|err| BuyError::of_call(err, self.redis.is_cluster()))?
                 }
+            };
+            // A reply not understood: the script ran, and what it decided is not known.
+            match shard_reply(reply, gates.len(), &mut limits.decisions).map_err(BuyError::OutcomeUnknown)? {
+                Some(ShardReply::Decided(BuyOutcome::SoldOut)) => continue,
+                Some(reply) => return Ok(reply),
+                None => return Ok(ShardReply::Limited),
             }
-            let status = match reply {
-                Value::Array(words) => return Ok(ShardReply::Decided(array_reply(&words)?)),
-                other => redis::from_redis_value::<String>(other)?,
-            };
-            let outcome = match status.as_str() {
-                "sold_out" => continue,
-                "wrong_shards" => return Ok(ShardReply::WrongShards),
-                "ok" => BuyOutcome::Purchased { pay_by_ms: None },
-                "unknown_sale" => BuyOutcome::UnknownSale,
-                "not_started" => BuyOutcome::NotStarted,
-                "ended" => BuyOutcome::Ended,
-                "not_admitted" => BuyOutcome::NotAdmitted,
-                other => return Err(unexpected_reply("buy.lua", other)),
-            };
-            return Ok(ShardReply::Decided(outcome));
         }
         Ok(ShardReply::Decided(BuyOutcome::SoldOut))
     }
@@ -317,6 +316,32 @@ impl Sales {
         }
         Ok(Some(Cow::Borrowed(&[])))
     }
+}
+
+/// One shard's reply to the purchase call with `checked` limits in it (their decisions go to
+/// `decisions`): `None` if a limit refused, `SoldOut` for that shard's `sold_out`.
+fn shard_reply(mut reply: Value, checked: usize, decisions: &mut Vec<Decision>) -> RedisResult<Option<ShardReply>> {
+    if checked > 0 {
+        match limited_reply(reply, checked, decisions)? {
+            Some(purchase) => reply = purchase,
+            None => return Ok(None),
+        }
+    }
+    let status = match reply {
+        Value::Array(words) => return Ok(Some(ShardReply::Decided(array_reply(&words)?))),
+        other => redis::from_redis_value::<String>(other)?,
+    };
+    let outcome = match status.as_str() {
+        "sold_out" => BuyOutcome::SoldOut,
+        "wrong_shards" => return Ok(Some(ShardReply::WrongShards)),
+        "ok" => BuyOutcome::Purchased { pay_by_ms: None },
+        "unknown_sale" => BuyOutcome::UnknownSale,
+        "not_started" => BuyOutcome::NotStarted,
+        "ended" => BuyOutcome::Ended,
+        "not_admitted" => BuyOutcome::NotAdmitted,
+        other => return Err(unexpected_reply("buy.lua", other)),
+    };
+    Ok(Some(ShardReply::Decided(outcome)))
 }
 
 /// Splits the `{client, buyer, purchase}` reply of `lua/buy_limited.lua` for `checked` limits:

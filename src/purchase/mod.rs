@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use redis::RedisResult;
+use redis::{RedisError, RedisResult};
 
 use self::shards::Layout;
 use crate::domain::SaleId;
@@ -34,6 +34,35 @@ pub use reads::{QueueState, SaleState};
 pub use receipt::{OrderStatus, Purchase, Receipt};
 pub use restore::{CommittedOrder, Restored};
 pub use seed::{SaleSpec, SeedOutcome};
+
+/// Why a purchase failed without a verdict: whether it may have run on Redis decides what its
+/// buyer can be told.
+#[derive(Debug, thiserror::Error)]
+pub enum BuyError {
+    /// Known never to have run: nothing was bought. The purchase call was not sent (no turn, its
+    /// lane stopped, the connection refused), or Redis refused it before running it
+    /// ([`crate::redis::connection::never_ran`]), or a call before it failed (a limit checked on
+    /// its own, the sale's layout).
+    #[error("the purchase did not run")]
+    NotRun(#[source] RedisError),
+    /// The purchase call was sent and no verdict came back (a timeout, a connection reset or
+    /// dropped, an error the script raised, a reply not understood): it may have bought, under
+    /// its order id. Everything that is not known to be [`Self::NotRun`] is this.
+    #[error("the purchase may have run; its outcome is unknown")]
+    OutcomeUnknown(#[source] RedisError),
+}
+
+impl BuyError {
+    /// The failure of a purchase call: [`Self::NotRun`] only when the error proves it; on a
+    /// `cluster`, whose client retries a failed call by itself, never.
+    pub fn of_call(err: RedisError, cluster: bool) -> Self {
+        if !cluster && crate::redis::connection::never_ran(&err) {
+            Self::NotRun(err)
+        } else {
+            Self::OutcomeUnknown(err)
+        }
+    }
+}
 
 /// How long [`Sales`] keeps a sale's layout before reading it again.
 pub const LAYOUT_TTL: Duration = Duration::from_secs(5);

@@ -256,6 +256,22 @@ pub fn is_redis_outage(err: &redis::RedisError) -> bool {
         || matches!(err.code(), Some("LOADING" | "MASTERDOWN" | "BUSY"))
 }
 
+/// True when a failed call to one server is known never to have run there: the connection was
+/// refused (nothing was sent), or Redis answered with an error it gives before running a command
+/// at all (a script busy, a script unknown, the data still loading, a replica that takes no
+/// writes, a cluster redirect, no permission). Anything else (a timeout, a connection reset or
+/// dropped after the call was queued, an error the script raised as it ran, a reply not
+/// understood) may have followed the call's run: false. Not for a cluster's calls, which its
+/// client retries by itself (an attempt before the last one may have run).
+pub fn never_ran(err: &redis::RedisError) -> bool {
+    err.is_connection_refusal()
+        || err.is_cluster_error()
+        || matches!(
+            err.code(),
+            Some("BUSY" | "NOSCRIPT" | "LOADING" | "MASTERDOWN" | "READONLY" | "CROSSSLOT" | "NOPERM" | "NOAUTH")
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,5 +290,15 @@ mod tests {
         for bad in ["", " , ", "http://a:1", "redis://a:1,nonsense"] {
             assert!(RedisTarget::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn only_a_refused_connection_or_an_error_given_before_running_proves_a_call_never_ran() {
+        use std::io::{Error, ErrorKind};
+        assert!(never_ran(&Error::from(ErrorKind::ConnectionRefused).into()));
+        for kind in [ErrorKind::TimedOut, ErrorKind::ConnectionReset, ErrorKind::BrokenPipe, ErrorKind::UnexpectedEof] {
+            assert!(!never_ran(&Error::from(kind).into()), "{kind:?}");
+        }
+        assert!(!never_ran(&crate::redis::lua::unexpected_reply("buy.lua", "?")));
     }
 }

@@ -44,6 +44,11 @@ impl Keyspace {
         self.conn.clone()
     }
 
+    /// Whether the connection is a cluster's.
+    pub fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
+    }
+
     /// The connection a purchase runs on ([`SharedConnection::for_purchase`]).
     pub async fn purchase_conn(&self) -> PurchaseConnection {
         self.conn.for_purchase().await

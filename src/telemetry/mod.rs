@@ -6,13 +6,16 @@
 //! lines show in their span prefix and JSON lines in their `span` object; the id is also sent back
 //! in the `x-request-id` header. Nothing is logged per successful request at the default level,
 //! and what a client can make the HTTP stack log (a malformed request) is a WARN line at most once
-//! a second.
+//! a second. Requests failing on Redis or Postgres log a WARN line at most once every
+//! [`DEPENDENCY_WARN_INTERVAL`] per dependency ([`dependency_failure_line`]), so an outage under a
+//! crowd logs a few lines, not one per request.
 
 pub mod traces;
 
 use std::io::IsTerminal;
-use std::num::NonZeroU32;
+use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -80,9 +83,53 @@ pub fn init(format: LogFormat) -> Telemetry {
     Telemetry { traces: Some(provider) }
 }
 
-/// The most connection errors logged per second; the rest are counted, and the count goes with
-/// the next line logged.
-const CONNECTION_ERRORS_PER_SECOND: u32 = 1;
+/// At most one line per period for one kind of event: the lines held back are counted, and the
+/// count goes with the next line logged.
+pub struct LimitedLines {
+    lines: DefaultDirectRateLimiter,
+    suppressed: AtomicU64,
+}
+
+impl LimitedLines {
+    /// At most one line every `period` (above zero), the first at once.
+    pub fn every(period: Duration) -> Self {
+        let quota = Quota::with_period(period).expect("a period above zero");
+        Self { lines: RateLimiter::direct(quota), suppressed: AtomicU64::new(0) }
+    }
+
+    /// `Some(n)` if a line may be logged now, `n` the lines held back since the previous one;
+    /// `None` (and counted) if not.
+    pub fn admit(&self) -> Option<u64> {
+        if self.lines.check().is_err() {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(self.suppressed.swap(0, Ordering::Relaxed))
+    }
+}
+
+/// The most connection errors logged: one a second; the rest are counted, and the count goes
+/// with the next line logged.
+const CONNECTION_ERROR_PERIOD: Duration = Duration::from_secs(1);
+
+/// How often requests failing on one dependency log: the first failure at once, then at most one
+/// line per dependency in this time, which carries how many failures were not logged before it.
+pub const DEPENDENCY_WARN_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Whether a request that failed on `dependency` (`"redis"`, `"postgres"`; `None`: neither, or
+/// not known) logs its WARN line now: `Some(n)`, `n` the failures of that dependency held back
+/// since its previous line; `None` (counted) to hold this one back. One budget per dependency
+/// and process ([`DEPENDENCY_WARN_INTERVAL`]).
+pub fn dependency_failure_line(dependency: Option<&str>) -> Option<u64> {
+    static LINES: LazyLock<[LimitedLines; 3]> =
+        LazyLock::new(|| std::array::from_fn(|_| LimitedLines::every(DEPENDENCY_WARN_INTERVAL)));
+    let budget = match dependency {
+        Some("redis") => 0,
+        Some("postgres") => 1,
+        _ => 2,
+    };
+    LINES[budget].admit()
+}
 
 /// actix-http's warnings and errors: each is about one connection (a malformed request, a client
 /// gone mid-request), which any client can cause at will.
@@ -90,19 +137,17 @@ fn is_connection_error(meta: &tracing::Metadata<'_>) -> bool {
     *meta.level() <= Level::WARN && meta.target().starts_with("actix_http")
 }
 
-/// Logs actix-http's connection errors as WARN lines of `seckill::http` instead, at most
-/// [`CONNECTION_ERRORS_PER_SECOND`], so a flood of bad requests cannot flood the log (actix-http
+/// Logs actix-http's connection errors as WARN lines of `seckill::http` instead, at most one
+/// per [`CONNECTION_ERROR_PERIOD`], so a flood of bad requests cannot flood the log (actix-http
 /// logs each at ERROR). It looks at events only (`event_enabled`, which disables the original
 /// for every layer), never at spans: the request span costs nothing more.
 struct ConnectionErrors {
-    lines: DefaultDirectRateLimiter,
-    suppressed: AtomicU64,
+    lines: LimitedLines,
 }
 
 impl ConnectionErrors {
     fn new() -> Self {
-        let quota = Quota::per_second(NonZeroU32::new(CONNECTION_ERRORS_PER_SECOND).expect("positive"));
-        Self { lines: RateLimiter::direct(quota), suppressed: AtomicU64::new(0) }
+        Self { lines: LimitedLines::every(CONNECTION_ERROR_PERIOD) }
     }
 }
 
@@ -111,13 +156,11 @@ impl<S: tracing::Subscriber> Layer<S> for ConnectionErrors {
         if !is_connection_error(event.metadata()) {
             return true;
         }
-        if self.lines.check().is_err() {
-            self.suppressed.fetch_add(1, Ordering::Relaxed);
+        let Some(suppressed) = self.lines.admit() else {
             return false;
-        }
+        };
         let mut message = Message(String::new());
         event.record(&mut message);
-        let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
         tracing::warn!(target: "seckill::http", suppressed, "client connection: {}", message.0);
         false
     }

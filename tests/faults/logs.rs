@@ -1,14 +1,17 @@
 //! Structured logs of the real binary: with `SECKILL_LOG_FORMAT=json` every line is a JSON object,
 //! a line logged while serving a request carries that request's id (also in `x-request-id`), and
-//! successful purchases log nothing at the default level; a failed one is logged once.
+//! successful purchases log nothing at the default level; a failed one is logged once, and a
+//! dependency's outage a few times, however many requests fail.
 
 use std::time::Duration;
 
 use seckill::domain::SaleId;
 use seckill::limiter::Algorithm;
 use seckill::redis::keys::sale_rate_limit_key;
+use seckill::telemetry::DEPENDENCY_WARN_INTERVAL;
 
-use crate::harness::Deployment;
+use crate::harness::{Deployment, RedisOutage};
+use crate::storm_client::Storm;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_log_lines_carry_the_request_id_and_purchases_log_nothing() {
@@ -24,7 +27,8 @@ async fn json_log_lines_carry_the_request_id_and_purchases_log_nothing() {
     assert!(after_purchases.is_empty(), "lines logged for successful purchases: {after_purchases:?}");
 
     // A request that logs a warning: its limiter key (the default algorithm's, sliding-log: a
-    // sorted set) holds the wrong type, so the limiter fails.
+    // sorted set) holds the wrong type, so the limiter fails inside the purchase's call (503
+    // outcome_unknown: the error reply does not say which part of the script failed).
     let id = SaleId::parse(&sale).unwrap();
     let key =
         sale_rate_limit_key(&deployment.key_prefix, &id, Algorithm::SlidingLog.name(), "127.0.0.1".parse().unwrap());
@@ -48,7 +52,7 @@ async fn json_log_lines_carry_the_request_id_and_purchases_log_nothing() {
     assert!(lines.iter().all(|l| l["timestamp"].is_string() && l["level"].is_string()), "{lines:?}");
     let warning = lines
         .iter()
-        .find(|l| l["level"] == "WARN" && l["fields"]["message"] == "dependency unavailable")
+        .find(|l| l["level"] == "WARN" && l["fields"]["message"] == "purchase outcome unknown")
         .expect("the limiter failure is logged");
     assert_eq!(warning["span"]["request_id"], request_id.as_str(), "{warning}");
     assert_eq!(warning["span"]["name"], "request");
@@ -56,4 +60,71 @@ async fn json_log_lines_carry_the_request_id_and_purchases_log_nothing() {
     // resolved the error's backtrace on every 5xx).
     let of_request: Vec<_> = lines.iter().filter(|l| l["span"]["request_id"] == request_id.as_str()).collect();
     assert_eq!(of_request.len(), 1, "a failed request is logged once: {of_request:?}");
+}
+
+/// A Redis outage under a storm: every failing request logged a WARN line of its own (about
+/// 6,900 in 2 s). Now the requests log the outage's first failure at once, then at most one line
+/// every `DEPENDENCY_WARN_INTERVAL`, which counts the failures held back since the line before:
+/// a few lines, and together they account for every failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_outage_under_a_storm_logs_a_few_warn_lines_not_one_per_request() {
+    const REQUESTS: usize = 1_000;
+    let mut deployment = Deployment::new(&[("SECKILL_LOG_FORMAT", "json")]).await;
+    let (service, sale) = deployment.start_with_sale(10).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = service.log_text().lines().count();
+
+    let outage = RedisOutage::begin();
+    let began = std::time::Instant::now();
+    let mut storm = Storm::new(&deployment.address, &sale, REQUESTS, REQUESTS).users_named("outage");
+    storm.concurrency = 128; // each failure waits up to ~1 s for the connection's reconnection attempts
+    let storm = storm.run().await;
+    assert_eq!(storm.count(503), REQUESTS, "{:?}", storm.statuses);
+    // A quiet interval, then one more failure: its line carries the count of those held back.
+    tokio::time::sleep(DEPENDENCY_WARN_INTERVAL + Duration::from_millis(100)).await;
+    assert_eq!(deployment.buy(&sale, "after-the-interval").await.status(), 503);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let outage_secs = began.elapsed().as_secs();
+    outage.end();
+
+    let warnings: Vec<serde_json::Value> = service
+        .log_text()
+        .lines()
+        .skip(before)
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .filter(|line: &serde_json::Value| line["level"] == "WARN")
+        .collect();
+    let of_requests: Vec<&serde_json::Value> = warnings
+        .iter()
+        .filter(|l| {
+            ["dependency unavailable", "purchase outcome unknown"]
+                .contains(&l["fields"]["message"].as_str().unwrap_or(""))
+        })
+        .collect();
+    // One line when the outage starts, one per interval the storm lasted, and the last one.
+    let most = 2 + (storm.elapsed.as_secs_f64() / DEPENDENCY_WARN_INTERVAL.as_secs_f64()).ceil() as usize;
+    assert!(
+        (2..=most).contains(&of_requests.len()),
+        "{} WARN lines for {} failed requests (at most {most}): {:?}",
+        of_requests.len(),
+        REQUESTS + 1,
+        of_requests.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(of_requests.iter().all(|l| l["fields"]["dependency"] == "redis"), "{of_requests:?}");
+    let held_back: u64 = of_requests.iter().map(|l| l["fields"]["suppressed"].as_u64().expect("suppressed")).sum();
+    assert_eq!(
+        held_back as usize + of_requests.len(),
+        REQUESTS + 1,
+        "every failure is logged or counted: {of_requests:?}"
+    );
+    // The other warnings come from background tasks, not requests: the worker's, one per failed
+    // step with its backoff, and the sold-out flags' subscription, retried once a second.
+    let others = warnings.len() - of_requests.len();
+    assert!(others as u64 <= outage_secs + 12, "{others} other WARN lines in {outage_secs} s: {warnings:?}");
+    eprintln!(
+        "figures redis-outage-logs: requests={} storm_ms={} outage_s={outage_secs} request_warn_lines={} other_warn_lines={others}",
+        REQUESTS + 1,
+        storm.elapsed.as_millis(),
+        of_requests.len()
+    );
 }

@@ -1,11 +1,13 @@
-//! Dependency outages: Postgres stopped mid-sale, Redis scripts flushed and Redis restarted.
+//! Dependency outages: Postgres stopped mid-sale, Redis scripts flushed and Redis restarted, Redis
+//! stalled mid-storm.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::time::Instant;
+use uuid::Uuid;
 
-use crate::common::assert_error;
 use crate::harness::{Deployment, PostgresOutage, RedisOutage};
 use crate::storm_client::{Storm, StormReport};
 
@@ -80,10 +82,18 @@ async fn script_flushes_and_a_redis_restart_are_survived_without_a_500() {
     let cpu_before = service.cpu_time();
     let failures_before = service.log_lines("worker step failed");
     let started = Instant::now();
+    // A purchase on a connection Redis has closed fails as a dropped connection, which cannot
+    // tell a call never sent from one sent and lost: `outcome_unknown`. Once the connection is
+    // known down, Redis refuses the new one: `unavailable`.
+    let mut codes = vec![];
     for i in 0..5 {
         let response = deployment.buy(&sale, &format!("while-down-{i}")).await;
-        assert_error(response, 503, "unavailable").await;
+        assert_eq!(response.status(), 503);
+        let body: Value = response.json().await.unwrap();
+        codes.push(body["error"].as_str().unwrap_or_default().to_owned());
     }
+    assert!(codes.iter().all(|c| c == "unavailable" || c == "outcome_unknown"), "{codes:?}");
+    assert_eq!(codes.last().map(String::as_str), Some("unavailable"), "{codes:?}");
     let (code, body) = readyz(&deployment).await;
     assert_eq!((code, body["redis"].as_str()), (503, Some("down")), "{body}");
     tokio::time::sleep(Duration::from_secs(6).saturating_sub(started.elapsed())).await;
@@ -128,5 +138,100 @@ async fn script_flushes_and_a_redis_restart_are_survived_without_a_500() {
         cpu.as_millis(),
         status.sold,
         status.persisted.unwrap_or_default()
+    );
+}
+
+/// A script that keeps Redis busy for 2.5 s (its own clock), as a long `EVAL` does.
+const STALL: &str = "local t = redis.call('TIME') local start = t[1] * 1000000 + t[2] \
+    repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start >= 2500000 return 1";
+
+/// Redis stalls 2.5 s (one long script) in the middle of a storm of distinct buyers: the
+/// purchases on Redis time out in the app (`SECKILL_REDIS_TIMEOUT`, 1 s), and Redis runs them
+/// once the stall ends. A buyer told 503 `unavailable` has no order; one told 503
+/// `outcome_unknown` has none, or exactly the one its answer named; and a retry says which: 409
+/// `already_purchased` with that order id, or a purchase anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_stall_mid_storm_tells_each_503_buyer_whether_it_bought() {
+    const BUYERS: usize = 4_000;
+    let mut deployment = Deployment::new(&[]).await;
+    let (_service, sale) = deployment.start_with_sale(BUYERS as i64).await;
+    let (storm, running) = Storm::new(&deployment.address, &sale, BUYERS, BUYERS).users_named("stall").spawn();
+    storm.wait_for_created(200).await;
+    let stall = tokio::task::spawn_blocking(|| {
+        let started = std::time::Instant::now();
+        let _: i64 = redis::cmd("EVAL").arg(STALL).arg(0).query(&mut *crate::common::sync_connection()).unwrap();
+        started.elapsed()
+    });
+    let mut report = running.await.unwrap();
+    let stalled = stall.await.unwrap();
+    assert!(report.interrupted.is_empty() && report.refused == 0, "{report:?}");
+    let unexpected: Vec<_> = report.statuses.keys().filter(|s| ![201, 503].contains(*s)).collect();
+    assert!(unexpected.is_empty(), "{:?}", report.statuses);
+    deployment.wait_for_drain(&sale).await;
+    let orders: BTreeMap<String, Uuid> = sqlx::query_as("select user_id, order_id from orders where sale_id = $1")
+        .bind(&sale)
+        .fetch_all(&deployment.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+
+    let (mut unavailable, mut unknown) = (vec![], vec![]);
+    for (user, body) in &report.server_error_answers {
+        let body: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        match body["error"].as_str() {
+            Some("unavailable") => unavailable.push(user.clone()),
+            Some("outcome_unknown") => {
+                assert_eq!(body["sale_id"], sale.as_str(), "{body}");
+                let order_id: Uuid = body["order_id"].as_str().and_then(|id| id.parse().ok()).expect("an order id");
+                unknown.push((user.clone(), order_id));
+            }
+            _ => panic!("another 5xx than unavailable or outcome_unknown: {body}"),
+        }
+    }
+    assert!(report.count(503) > 0, "the stall must land inside the storm: {:?}", report.statuses);
+    let told_unavailable_but_bought: Vec<_> = unavailable.iter().filter(|user| orders.contains_key(*user)).collect();
+    assert!(
+        told_unavailable_but_bought.is_empty(),
+        "{} of the {} buyers told 503 unavailable (nothing bought) have an order: {told_unavailable_but_bought:?}",
+        told_unavailable_but_bought.len(),
+        unavailable.len()
+    );
+    for (user, order_id) in &unknown {
+        if let Some(stored) = orders.get(user) {
+            assert_eq!(stored, order_id, "{user} was told outcome_unknown with another order id than it bought");
+        }
+    }
+
+    // Each retries: 409 with its order if it has one, else a purchase anew.
+    let (mut receipts, mut bought_anew) = (0, 0);
+    for user in unavailable.iter().chain(unknown.iter().map(|(user, _)| user)) {
+        let response = deployment.buy(&sale, user).await;
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap();
+        let order_id: Uuid = body["order_id"].as_str().and_then(|id| id.parse().ok()).expect("an order id");
+        match orders.get(user) {
+            Some(stored) => {
+                assert_eq!((status, order_id), (409, *stored), "{user}'s retry: {body}");
+                receipts += 1;
+            }
+            None => {
+                assert_eq!(status, 201, "{user} has no order, its retry buys: {body}");
+                report.confirmed.insert(order_id);
+                bought_anew += 1;
+            }
+        }
+    }
+    let status = deployment.assert_invariants(&sale, &report.confirmed).await;
+    assert_eq!(status.sold as usize, orders.len() + bought_anew);
+    eprintln!(
+        "figures redis-stall: sent={} 201={} stall_ms={} unavailable={} outcome_unknown={} of_which_bought={} retries_409={receipts} retries_201={bought_anew} sold={}",
+        report.sent,
+        report.count(201),
+        stalled.as_millis(),
+        unavailable.len(),
+        unknown.len(),
+        unknown.iter().filter(|(user, _)| orders.contains_key(user)).count(),
+        status.sold
     );
 }

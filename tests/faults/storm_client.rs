@@ -24,6 +24,8 @@ pub struct StormReport {
     pub interrupted: Vec<(String, String)>,
     /// Bodies of 5xx answers (the first few).
     pub server_error_bodies: Vec<String>,
+    /// Every 5xx answer: (user id, body).
+    pub server_error_answers: Vec<(String, String)>,
     /// Users whose request was answered 5xx (their purchase may still have happened, e.g. when
     /// Redis ran the script but its answer was lost).
     pub server_error_users: BTreeSet<String>,
@@ -53,6 +55,7 @@ impl StormReport {
         self.refused += other.refused;
         self.interrupted.extend(other.interrupted);
         self.server_error_bodies.extend(other.server_error_bodies);
+        self.server_error_answers.extend(other.server_error_answers);
         self.server_error_users.extend(other.server_error_users);
         self.elapsed += other.elapsed;
     }
@@ -179,15 +182,14 @@ impl Storm {
         for outcome in outcomes {
             match outcome {
                 Outcome::Answer { status, order_id, body, user } => {
-                    if status >= 500 {
-                        report.server_error_users.insert(user);
-                    }
                     *report.statuses.entry(status).or_default() += 1;
                     report.confirmed.extend(order_id);
-                    if let Some(body) = body
-                        && report.server_error_bodies.len() < 5
-                    {
-                        report.server_error_bodies.push(body);
+                    if let Some(body) = body {
+                        if report.server_error_bodies.len() < 5 {
+                            report.server_error_bodies.push(body.clone());
+                        }
+                        report.server_error_answers.push((user.clone(), body));
+                        report.server_error_users.insert(user);
                     }
                 }
                 Outcome::Refused => report.refused += 1,

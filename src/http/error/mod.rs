@@ -172,8 +172,25 @@ pub enum ApiError {
         order_id: Uuid,
     },
     /// 503 `unavailable`: Redis or Postgres cannot be reached (the cause is logged, not shown).
+    /// For a purchase: it never ran, nothing was bought.
     #[error("a service this request needs is unavailable; retry shortly")]
     Unavailable(#[source] anyhow::Error),
+    /// 503 `outcome_unknown`: the purchase was sent to Redis and no verdict came back (a timeout,
+    /// a connection reset); it may have bought, under `order_id`. A retry answers 409
+    /// `already_purchased` with this `order_id` if it did, else buys anew or refuses as usual.
+    #[error(
+        "no verdict came back for this purchase: it may have been made under this order_id; retry it: 409 \
+         already_purchased with this order_id means it was made, a 201 or another refusal that it was not"
+    )]
+    OutcomeUnknown {
+        /// The order id the purchase was sent with.
+        order_id: Uuid,
+        /// The sale.
+        sale_id: String,
+        /// Why no verdict came back (logged, not shown).
+        #[source]
+        cause: anyhow::Error,
+    },
     /// 500 `internal`: anything else (the cause is logged, not shown).
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -218,6 +235,7 @@ impl ApiError {
             Self::AdmissionDisabled => "admission_disabled",
             Self::NotDurable { .. } => "not_durable",
             Self::Unavailable(_) => "unavailable",
+            Self::OutcomeUnknown { .. } => "outcome_unknown",
             Self::Internal(_) => "internal",
         }
     }
@@ -231,9 +249,13 @@ pub struct ErrorBody<'a> {
     /// A sentence for humans.
     pub message: String,
     /// `already_purchased`: the order this buyer was given (absent for a buyer whose receipt
-    /// Redis does not hold); `not_durable`: the order the purchase made.
+    /// Redis does not hold); `not_durable`: the order the purchase made; `outcome_unknown`: the
+    /// order the purchase may have made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub order_id: Option<Uuid>,
+    /// `outcome_unknown` only: the sale of that purchase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sale_id: Option<String>,
     /// `already_purchased` only: as `GET /sales/{sale_id}/order` reads it, `queued` (bought, not
     /// yet in Postgres) or `confirmed` (stored); in a sale with a payment window `reserved`,
     /// `paid`, `cancelled` or `expired`.
@@ -279,16 +301,32 @@ impl ResponseError for ApiError {
             | Self::EventReused => StatusCode::CONFLICT,
             Self::SoldOut | Self::SaleRetired => StatusCode::GONE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Self::Unavailable(_) | Self::NotDurable { .. } | Self::PaymentsDisabled | Self::AdmissionDisabled => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Self::Unavailable(_)
+            | Self::OutcomeUnknown { .. }
+            | Self::NotDurable { .. }
+            | Self::PaymentsDisabled
+            | Self::AdmissionDisabled => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
         match self {
-            Self::Unavailable(cause) => tracing::warn!(error = format!("{cause:#}"), "dependency unavailable"),
+            // One line per dependency every few seconds, however many requests fail
+            // (`suppressed`: those not logged since the previous line).
+            Self::Unavailable(cause) => {
+                let dependency = crate::metrics::dependency_of(cause);
+                if let Some(suppressed) = crate::telemetry::dependency_failure_line(dependency) {
+                    tracing::warn!(dependency, suppressed, error = format!("{cause:#}"), "dependency unavailable");
+                }
+            }
+            Self::OutcomeUnknown { order_id, sale_id, cause } => {
+                let dependency = crate::metrics::dependency_of(cause);
+                if let Some(suppressed) = crate::telemetry::dependency_failure_line(dependency) {
+                    tracing::warn!(%order_id, sale_id, dependency, suppressed, error = format!("{cause:#}"),
+                        "purchase outcome unknown");
+                }
+            }
             Self::Internal(cause) => tracing::error!(error = format!("{cause:#}"), "internal error"),
             _ => {}
         }
@@ -309,7 +347,7 @@ impl ResponseError for ApiError {
                     HeaderValue::from_static("Bearer error=\"invalid_token\""),
                 ));
             }
-            Self::Unavailable(_) | Self::NotDurable { .. } => {
+            Self::Unavailable(_) | Self::OutcomeUnknown { .. } | Self::NotDurable { .. } => {
                 response.insert_header((header::RETRY_AFTER, 1));
             }
             _ => {}
@@ -319,13 +357,17 @@ impl ResponseError for ApiError {
             _ => None,
         };
         let order_id = match self {
-            Self::NotDurable { order_id } => Some(*order_id),
+            Self::NotDurable { order_id } | Self::OutcomeUnknown { order_id, .. } => Some(*order_id),
             _ => receipt.map(|r| r.order_id),
         };
         response.json(ErrorBody {
             error: self.code(),
             message: self.to_string(),
             order_id,
+            sale_id: match self {
+                Self::OutcomeUnknown { sale_id, .. } => Some(sale_id.clone()),
+                _ => None,
+            },
             status: receipt.map(|r| r.status),
             created_at: receipt.map(|r| ms_to_time(r.created_at_ms)),
             reasons: match self {

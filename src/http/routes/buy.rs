@@ -15,7 +15,7 @@ use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::orders::lookup;
 use crate::purchase::sold_out::{self, Flagged};
-use crate::purchase::{BuyOutcome, Purchase, Receipt};
+use crate::purchase::{BuyError, BuyOutcome, Purchase, Receipt};
 use crate::redis::connection::is_redis_outage;
 
 /// A purchase: one user, one sale, as a JSON object. Unknown fields are refused.
@@ -85,7 +85,7 @@ pub struct BuyResponse {
         (status = 415, description = "`unsupported_media_type`: not application/json", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this client (address or IPv6 network), or this buyer, is over its limit; or it asked about a sold-out sale too often", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
-        (status = 503, description = "`unavailable`: Redis is unreachable or the limiter could not decide; nothing is bought. `not_durable` (`SECKILL_CONFIRM_REPLICAS` only): bought under the body's `order_id`, but fewer Redis replicas than asked acknowledged it in time. The purchase stands and is stored like any other: ask `GET /sales/{sale_id}/order` (its `status` is `confirmed` once the order is in Postgres), or retry the buy and get 409 `already_purchased` with the same `order_id`", body = ErrorBody,
+        (status = 503, description = "`unavailable`: the purchase never ran (Redis refused the connection or the call before running it, or a limit checked on its own could not decide); nothing is bought. `outcome_unknown`: the purchase was sent to Redis and no verdict came back (a timeout, a connection reset; or an error the script raised, a limit's included); it may have been made, under the body's `order_id` (the body also has the `sale_id`). Retry the same buy (until it answers other than 429 or 503): 409 `already_purchased` with that `order_id` means it was made; a 201 (with another `order_id`), a 409 with another `order_id` or a refusal (403, 404, 410) means it was not, and it will not be (one purchase per buyer). On a Redis Cluster, whose client retries by itself, every failure of the purchase call is `outcome_unknown`. `not_durable` (`SECKILL_CONFIRM_REPLICAS` only): bought under the body's `order_id`, but fewer Redis replicas than asked acknowledged it in time. The purchase stands and is stored like any other: ask `GET /sales/{sale_id}/order` (its `status` is `confirmed` once the order is in Postgres), or retry the buy and get 409 `already_purchased` with the same `order_id`", body = ErrorBody,
             headers(("Retry-After" = u64, description = "1"))),
     )
 )]
@@ -151,10 +151,17 @@ async fn purchase(
     let verdict = state.sales.buy(&sale, &user, order_id, place, &gates).await.map_err(|err| {
         // The limits ran in the failed call, or were to: they could not decide (fail closed).
         state.metrics.limiter_decision("error");
-        if is_redis_outage(&err) {
-            return ApiError::from(err);
+        match err {
+            BuyError::NotRun(err) if is_redis_outage(&err) => ApiError::from(err),
+            BuyError::NotRun(err) => {
+                ApiError::Unavailable(anyhow::Error::new(err).context("the purchase and its rate limits"))
+            }
+            BuyError::OutcomeUnknown(err) => ApiError::OutcomeUnknown {
+                order_id,
+                sale_id: sale_id.clone(),
+                cause: anyhow::Error::new(err).context("the purchase and its rate limits"),
+            },
         }
-        ApiError::Unavailable(anyhow::Error::new(err).context("the purchase and its rate limits"))
     })?;
     limits::settle(state, &gates, asked, &verdict.limits, decided)?;
     let Some(outcome) = verdict.outcome else {
@@ -244,6 +251,7 @@ fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
         Err(ApiError::SaleEnded) => "ended",
         Err(ApiError::RateLimited { .. }) => "rate_limited",
         Err(ApiError::Unavailable(_)) => "unavailable",
+        Err(ApiError::OutcomeUnknown { .. }) => "outcome_unknown",
         Err(ApiError::NotDurable { .. }) => "not_durable",
         Err(ApiError::Unauthenticated) => "unauthenticated",
         Err(ApiError::InvalidToken(_)) => "invalid_token",
