@@ -122,3 +122,26 @@ async fn a_redis_restart_while_releases_fall_due_returns_each_unit_once() {
     let (status, _) = deployment.assert_released(&sale, Duration::from_secs(20)).await;
     assert_eq!(status.stock_left, 0);
 }
+
+/// Issue 39, read-your-writes: in a sale with a payment window a repeat purchase's 409 names the
+/// order's payment state from Postgres. With Postgres stopped it still answers 409 with the
+/// order (the receipt's status), never a 503 telling a buyer who bought that nothing was bought.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeat_purchase_while_postgres_is_down_still_names_the_order() {
+    let mut deployment = Deployment::new(&[("SECKILL_PAYMENT_SECRET", PAYMENT_SECRET)]).await;
+    let _service = deployment.start().await;
+    let sale = sold_out_sale(&deployment, 3, "10m").await;
+    let bought = deployment.buy(&sale, "holder-0").await;
+    assert_eq!(bought.status(), 409);
+    let before: serde_json::Value = bought.json().await.unwrap();
+    assert_eq!(before["status"], "reserved", "{before}");
+
+    let outage = crate::harness::PostgresOutage::begin();
+    let during = deployment.buy(&sale, "holder-0").await;
+    let status = during.status().as_u16();
+    let body: serde_json::Value = during.json().await.unwrap();
+    outage.end();
+    assert_eq!(status, 409, "{body}");
+    assert_eq!((body["error"].as_str(), &body["order_id"]), (Some("already_purchased"), &before["order_id"]), "{body}");
+    assert_eq!(body["status"], "confirmed", "the receipt's own status: {body}");
+}

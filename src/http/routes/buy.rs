@@ -200,7 +200,8 @@ async fn purchase(
 
 /// The 409 of a repeat purchase, naming the order as `GET /sales/{sale_id}/order` reads it: in a
 /// sale with a payment window (this instance's snapshot of the sale says so) its payment state
-/// (`crate::orders::lookup::repeat_status`: one primary-key read in Postgres), otherwise the
+/// (`crate::orders::lookup::repeat_status`: one primary-key read in Postgres, the receipt's own
+/// status if Postgres cannot answer), otherwise the
 /// receipt as the script or the sold-out copy gave it, at no further cost than the snapshot.
 async fn already_purchased(
     state: &AppState,
@@ -216,7 +217,7 @@ async fn already_purchased(
         // Seeded since this instance last read the registry of sales.
         None => state.sales.sale_state(sale).await?.and_then(|sale| sale.payment_window_ms),
     };
-    let receipt = lookup::repeat_status(&state.pool, sale, user, receipt, window.is_some()).await?;
+    let receipt = lookup::repeat_status(&state.pool, sale, user, receipt, window.is_some()).await;
     Ok(ApiError::AlreadyPurchased(Some(receipt)))
 }
 
