@@ -2,8 +2,11 @@
 //! `{"error": "<code>", "message": "<sentence>"}`. Infrastructure failures are logged with their
 //! cause chain and never shown to the client.
 
+use std::sync::OnceLock;
+
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
+use actix_web::web::Bytes;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -352,6 +355,20 @@ impl ResponseError for ApiError {
             }
             _ => {}
         }
+        if let Some(body) = self.constant_body() {
+            return response.content_type(header::ContentType::json()).body(body);
+        }
+        response.json(self.body())
+    }
+}
+
+/// The refusals a crowd gets by the thousand (a sold-out, not yet open, over or unknown sale),
+/// whose body never varies: each built once, then shared.
+static CONSTANT_BODIES: [OnceLock<Bytes>; 6] = [const { OnceLock::new() }; 6];
+
+impl ApiError {
+    /// The JSON body of this error.
+    fn body(&self) -> ErrorBody<'_> {
         let receipt = match self {
             Self::AlreadyPurchased(receipt) => *receipt,
             _ => None,
@@ -360,7 +377,7 @@ impl ResponseError for ApiError {
             Self::NotDurable { order_id } | Self::OutcomeUnknown { order_id, .. } => Some(*order_id),
             _ => receipt.map(|r| r.order_id),
         };
-        response.json(ErrorBody {
+        ErrorBody {
             error: self.code(),
             message: self.to_string(),
             order_id,
@@ -374,6 +391,51 @@ impl ResponseError for ApiError {
                 Self::NotRetirable(reasons) => Some(reasons.clone()),
                 _ => None,
             },
-        })
+        }
+    }
+
+    /// The body of a crowd's refusal ([`CONSTANT_BODIES`]), serialized once per process.
+    fn constant_body(&self) -> Option<Bytes> {
+        let slot = match self {
+            Self::SoldOut => 0,
+            Self::SaleNotStarted => 1,
+            Self::SaleEnded => 2,
+            Self::UnknownSale => 3,
+            Self::SaleRetired => 4,
+            Self::NotFound => 5,
+            _ => return None,
+        };
+        let body = CONSTANT_BODIES[slot].get_or_init(|| serde_json::to_vec(&self.body()).unwrap_or_default().into());
+        Some(body.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::body::MessageBody;
+
+    use super::*;
+
+    #[test]
+    fn a_crowds_refusals_are_built_once_and_answer_as_every_other_error() {
+        let constant = [
+            ApiError::SoldOut,
+            ApiError::SaleNotStarted,
+            ApiError::SaleEnded,
+            ApiError::UnknownSale,
+            ApiError::SaleRetired,
+            ApiError::NotFound,
+        ];
+        for error in constant {
+            let built = serde_json::to_vec(&error.body()).unwrap();
+            for _ in 0..2 {
+                let response = error.error_response();
+                assert_eq!(response.status(), error.status_code());
+                assert_eq!(response.headers().get(header::CONTENT_TYPE).unwrap(), "application/json");
+                let body = response.into_body().try_into_bytes().unwrap();
+                assert_eq!(body, built, "{error:?}");
+            }
+        }
+        assert!(ApiError::SeedRetired.constant_body().is_none(), "sale_retired's other message is built each time");
     }
 }
