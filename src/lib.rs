@@ -1,6 +1,7 @@
 //! seckill: a flash-sale purchase service.
 //!
-//! `POST /buy` -> per-client and per-buyer rate limiters (Lua, five algorithms) -> one atomic purchase script (Lua) that
+//! `POST /buy` -> per-client and per-buyer rate limiters (Lua, five algorithms) -> one atomic purchase script (Lua)
+//! that
 //! checks the sale, refuses a second purchase by the same user, refuses at zero stock, and
 //! otherwise records the buyer, decrements stock and appends the order to the sale's Redis stream.
 //! The worker copies orders from the streams into Postgres and acknowledges them after commit.

@@ -200,7 +200,8 @@ pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Optio
         "sale repaired"
     );
     if report.overdrawn > 0 {
-        tracing::error!(sale_id = %sale, overdrawn = report.overdrawn, "Postgres holds more orders than the sale's stock");
+        tracing::error!(sale_id = %sale, overdrawn = report.overdrawn, "Postgres holds more orders than the sale's \
+            stock");
     }
     Ok(Some(report))
 }

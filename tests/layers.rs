@@ -134,3 +134,22 @@ fn modules_import_only_their_own_layer_and_the_layers_below_without_circles() {
     }
     assert!(problems.is_empty(), "the layer rule of src/lib.rs (# Layout) is broken:\n{}", problems.join("\n"));
 }
+
+/// rustfmt keeps code within 120 columns but not string literals, attributes or macros: this
+/// keeps them there too (a long description is a `\` line continuation, which reads the same).
+#[test]
+fn no_line_in_src_is_over_120_columns() {
+    let mut files = vec![];
+    rust_files(Path::new(SRC), &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .flat_map(|file| {
+            let source = std::fs::read_to_string(file).unwrap();
+            let name = file.strip_prefix(SRC).unwrap().display().to_string();
+            let lines: Vec<(usize, usize)> =
+                source.lines().enumerate().map(|(i, line)| (i + 1, line.chars().count())).collect();
+            lines.into_iter().filter(|&(_, width)| width > 120).map(move |(n, width)| format!("src{name}:{n}: {width}"))
+        })
+        .collect();
+    assert!(long.is_empty(), "lines over 120 columns:\n{}", long.join("\n"));
+}

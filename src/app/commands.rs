@@ -85,7 +85,8 @@ pub async fn run_reconcile(config: &Config, sale: &SaleId, repair: bool) -> Exit
         }
         Ok(None) => {
             eprintln!(
-                "seckill reconcile: unknown sale '{sale}': not seeded in Redis under key prefix '{}' (nor, for --repair, in the sales table)",
+                "seckill reconcile: unknown sale '{sale}': not seeded in Redis under key prefix '{}' (nor, for \
+                    --repair, in the sales table)",
                 config.key_prefix
             );
             ExitCode::from(EXIT_UNKNOWN_SALE)

@@ -227,7 +227,8 @@ fn confirmed(sales: Sales, config: &Config) -> anyhow::Result<Sales> {
         durability.confirm_timeout,
     )
     .context("redis url")?;
-    tracing::info!(replicas = durability.confirm_replicas, wait = ?durability.confirm_timeout, "a 201 waits for Redis replicas");
+    tracing::info!(replicas = durability.confirm_replicas, wait = ?durability.confirm_timeout, "a 201 waits for Redis \
+        replicas");
     Ok(sales.confirmed_by(Arc::new(pool)))
 }
 

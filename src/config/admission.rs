@@ -38,7 +38,8 @@ impl AdmissionConfig {
     pub fn validate(&self) -> Result<(), String> {
         match &self.admission_secret {
             Some(secret) if secret.expose_secret().len() < MIN_ADMISSION_SECRET_BYTES => Err(format!(
-                "SECKILL_ADMISSION_SECRET must be at least {MIN_ADMISSION_SECRET_BYTES} bytes (e.g. `openssl rand -hex 32`)"
+                "SECKILL_ADMISSION_SECRET must be at least {MIN_ADMISSION_SECRET_BYTES} bytes (e.g. `openssl rand \
+                    -hex 32`)"
             )),
             _ => Ok(()),
         }

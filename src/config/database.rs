@@ -50,7 +50,8 @@ impl DatabaseConfig {
         let bounded = !self.statement_timeout.is_zero();
         if self.worker_insert_timeout.is_zero() || (bounded && self.worker_insert_timeout <= self.statement_timeout) {
             return Err(format!(
-                "SECKILL_WORKER_INSERT_TIMEOUT ({:?}) must be above 0 and above SECKILL_DATABASE_STATEMENT_TIMEOUT ({:?})",
+                "SECKILL_WORKER_INSERT_TIMEOUT ({:?}) must be above 0 and above SECKILL_DATABASE_STATEMENT_TIMEOUT \
+                    ({:?})",
                 self.worker_insert_timeout, self.statement_timeout
             ));
         }

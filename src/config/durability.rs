@@ -55,7 +55,8 @@ impl DurabilityConfig {
         }
         if self.confirm_timeout < Duration::from_millis(1) || self.confirm_timeout >= redis_timeout {
             return Err(format!(
-                "SECKILL_CONFIRM_TIMEOUT ({:?}) must be at least 1ms and below SECKILL_REDIS_TIMEOUT ({redis_timeout:?})",
+                "SECKILL_CONFIRM_TIMEOUT ({:?}) must be at least 1ms and below SECKILL_REDIS_TIMEOUT \
+                    ({redis_timeout:?})",
                 self.confirm_timeout
             ));
         }

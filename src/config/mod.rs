@@ -35,7 +35,8 @@ pub use retire::RetireConfig;
     version,
     about = "Flash-sale purchase service",
     long_about = None,
-    after_help = "Traces: set OTEL_EXPORTER_OTLP_ENDPOINT (and the standard OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG) to export OpenTelemetry traces over OTLP/HTTP; see docs/operations.md, \"Traces\"."
+    after_help = "Traces: set OTEL_EXPORTER_OTLP_ENDPOINT (and the standard OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, \
+        OTEL_TRACES_SAMPLER_ARG) to export OpenTelemetry traces over OTLP/HTTP; see docs/operations.md, \"Traces\"."
 )]
 pub struct Cli {
     #[command(subcommand)]

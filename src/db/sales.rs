@@ -98,7 +98,8 @@ pub async fn sale_row(pool: &PgPool, sale: &SaleId) -> Result<Option<SaleRow>, s
         Option<Vec<u8>>,
     );
     let row: Option<Row> = sqlx::query_as(
-        "select stock_initial, starts_at, ends_at, payment_window_ms, queue_opens_at, queue_rate, queue_ttl_ms, queue_seed
+        "select stock_initial, starts_at, ends_at, payment_window_ms, queue_opens_at, queue_rate, queue_ttl_ms, \
+            queue_seed
          from sales where sale_id = $1",
     )
     .bind(sale.as_str())

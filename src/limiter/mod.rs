@@ -83,7 +83,8 @@ impl Policy {
         let too_big = |n: u32| u128::from(n) * window.as_micros() > MAX_LIMIT_TIMES_WINDOW_US;
         if too_big(limit) {
             return Err(format!(
-                "REQUESTS x WINDOW is too large ({limit} per {window:?}): at most 2^50 requests x microseconds, e.g. 1000000/1s or 300000/1h"
+                "REQUESTS x WINDOW is too large ({limit} per {window:?}): at most 2^50 requests x microseconds, e.g. \
+                    1000000/1s or 300000/1h"
             ));
         }
         if burst.is_some() && !algorithm.has_burst() {

@@ -116,7 +116,8 @@ pub async fn repeat_status(
         Ok(None) => receipt.status,
         Err(err) => {
             if let Some(suppressed) = telemetry::dependency_failure_line(Some("postgres")) {
-                tracing::warn!(error = %err, suppressed, "a repeat purchase's order could not be read: its receipt answers");
+                tracing::warn!(error = %err, suppressed, "a repeat purchase's order could not be read: its receipt \
+                    answers");
             }
             receipt.status
         }

@@ -78,7 +78,8 @@ pub async fn survey(con: &mut RedisConnection, stream: &str, meta: &str) -> Redi
             return Ok(Finding::new(StreamState::StreamMissing, why, false));
         }
         ("none", false) => {
-            let why = "the sale's keys are gone from Redis (meta and order stream): `seckill reconcile --repair` restores it from Postgres";
+            let why = "the sale's keys are gone from Redis (meta and order stream): `seckill reconcile --repair` \
+                restores it from Postgres";
             return Ok(Finding::new(StreamState::Lost, why, false));
         }
         (other, _) => {

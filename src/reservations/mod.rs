@@ -190,7 +190,8 @@ impl Reservations {
                 outcome => {
                     self.metrics.late_payments.with_label_values(&[outcome.as_str()]).inc();
                     let status = settled.standing.as_str();
-                    tracing::warn!(sale_id = %sale, %order_id, event_id, outcome = outcome.as_str(), status, "payment to refund");
+                    let outcome = outcome.as_str();
+                    tracing::warn!(sale_id = %sale, %order_id, event_id, outcome, status, "payment to refund");
                 }
             }
         }

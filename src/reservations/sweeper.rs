@@ -4,7 +4,8 @@
 //!
 //! Expiry is on time without polling minutes apart: the sweeper sleeps until the earliest open
 //! deadline, [`TICK`] (the shortest window) at most, since a reservation made meanwhile is due
-//! no sooner than a window after it, and expires in batches of [`BATCH`] until none is due. Each look is a read of the partial index on open
+//! no sooner than a window after it, and expires in batches of [`BATCH`] until none is due. Each look is a read of the
+//! partial index on open
 //! reservations; nothing is written (or locked) unless one is due, so a deployment without
 //! payment windows pays one index read per tick. The outbox, orders cancelled or expired whose unit is
 //! not yet back (the releaser died or Redis failed), is re-driven every [`REDRIVE_EVERY`].

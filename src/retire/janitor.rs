@@ -1,7 +1,8 @@
 //! Automatic retirement: every `SECKILL_RETIRE_INTERVAL`, one instance of the deployment (the one
 //! that takes the Redis lock, `SET NX PX`) retires every registered sale that ended or sold out
 //! more than `SECKILL_RETIRE_AFTER` ago, and was last seeded more than that ago too. A sold-out
-//! sale's time is its last order's (else its row's last change); an ended one's, its end. Sales that are not retirable yet (queued orders,
+//! sale's time is its last order's (else its row's last change); an ended one's, its end. Sales that are not retirable
+//! yet (queued orders,
 //! differences to reconcile) are tried again at the next round.
 
 use std::time::Duration;
@@ -47,7 +48,9 @@ impl Janitor {
                 result = self.round() => match result {
                     Ok(0) => {}
                     Ok(retired) => tracing::info!(retired, "janitor retired sales"),
-                    Err(err) => tracing::warn!(error = format!("{:#}", anyhow::Error::new(err)), "janitor round failed"),
+                    Err(err) => {
+                        tracing::warn!(error = format!("{:#}", anyhow::Error::new(err)), "janitor round failed")
+                    }
                 },
                 // An interrupted retirement is harmless: the sale stays marked and unregistered, and
                 // `seckill retire` (or the next round's check) finishes it.

@@ -108,7 +108,8 @@ impl Refusal {
         let body = serde_json::json!({"error": self.code(), "message": self.message(settings)}).to_string();
         let retry = if self == Self::TooManyConnections { "retry-after: 1\r\n" } else { "" };
         format!(
-            "HTTP/1.1 {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{retry}connection: close\r\n\r\n{body}",
+            "HTTP/1.1 {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{retry}connection: \
+                close\r\n\r\n{body}",
             self.status_line(),
             body.len()
         )

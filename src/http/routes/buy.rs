@@ -36,7 +36,15 @@ pub struct BuyRequest {
         nullable = false,
         min_length = 1,
         max_length = 128,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]([^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB]*[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000])?$"
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\
+            \\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\
+            \\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\
+            \\u2029\\u202F\\u205F\\u3000]([^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\
+            \\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\
+            \\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB]*[^\\u0000-\\u001F\
+            \\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\
+            \\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\
+            \\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000])?$"
     )]
     #[serde(default)]
     user_id: Option<String>,
@@ -68,24 +76,51 @@ pub struct BuyResponse {
     path = "/buy",
     tag = "purchase",
     request_body = BuyRequest,
-    params(("Seckill-Admission" = Option<String>, Header, description = "A queued sale only: the buyer's admission token, from `GET /sales/{sale_id}/queue` once admitted (`<place>.<expires_ms>.<hex>`)")),
+    params(("Seckill-Admission" = Option<String>, Header, description = "A queued sale only: the buyer's admission \
+        token, from `GET /sales/{sale_id}/queue` once admitted (`<place>.<expires_ms>.<hex>`)")),
     security((), ("bearer_jwt" = [])),
     responses(
-        (status = 201, description = "Bought: the order is queued and will be in Postgres under this id; in a sale with a payment window it is a reservation (`status`: `reserved`), to be paid by `pay_by`", body = BuyResponse,
+        (status = 201, description = "Bought: the order is queued and will be in Postgres under this id; in a sale \
+            with a payment window it is a reservation (`status`: `reserved`), to be paid by `pay_by`",
+            body = BuyResponse,
             headers(("RateLimit-Policy" = String, description = "The quota policy, e.g. `\"buy\";q=20;w=1`"),
-                    ("RateLimit" = String, description = "Remaining quota and seconds to reset, e.g. `\"buy\";r=19;t=1`"))),
-        (status = 400, description = "`invalid_request`: bad JSON or not an object, missing, extra or mistyped fields, ids out of bounds", body = ErrorBody),
-        (status = 401, description = "`unauthenticated`: no or a malformed `Authorization: Bearer` header; `invalid_token`: the token is refused (signature, algorithm, expired, not yet valid, issuer, audience, user claim). `SECKILL_AUTH=jwt` only", body = ErrorBody,
+                    ("RateLimit" = String, description = "Remaining quota and seconds to reset, e.g. \
+                        `\"buy\";r=19;t=1`"))),
+        (status = 400, description = "`invalid_request`: bad JSON or not an object, missing, extra or mistyped \
+            fields, ids out of bounds", body = ErrorBody),
+        (status = 401, description = "`unauthenticated`: no or a malformed `Authorization: Bearer` header; \
+            `invalid_token`: the token is refused (signature, algorithm, expired, not yet valid, issuer, audience, \
+            user claim). `SECKILL_AUTH=jwt` only", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`, or `Bearer error=\"invalid_token\"`"))),
-        (status = 403, description = "`sale_not_started`, `sale_ended`, or `user_mismatch`: the body's user_id is not the token's buyer; `not_admitted`: the sale has a waiting room and the request carries no valid `Seckill-Admission` token of this buyer for this sale (missing, malformed, forged, another buyer's or sale's, or expired); nothing is bought", body = ErrorBody),
+        (status = 403, description = "`sale_not_started`, `sale_ended`, or `user_mismatch`: the body's user_id is not \
+            the token's buyer; `not_admitted`: the sale has a waiting room and the request carries no valid \
+            `Seckill-Admission` token of this buyer for this sale (missing, malformed, forged, another buyer's or \
+            sale's, or expired); nothing is bought", body = ErrorBody),
         (status = 404, description = "`unknown_sale`", body = ErrorBody),
-        (status = 409, description = "`already_purchased`: this user already bought in this sale. The body carries the order it was given (`order_id`, `status`, `created_at`), so a retry after a lost 201 learns its order; `status` is what `GET /sales/{sale_id}/order` reads: `queued` or `confirmed`, where the order is on its way to Postgres, and in a sale with a payment window its payment state (`reserved`, `paid`, `cancelled` or `expired`: a cancelled or expired buyer cannot buy again either)", body = ErrorBody),
-        (status = 410, description = "`sold_out`; `sale_retired`: the sale is over and was retired (`GET /sales/{sale_id}/order` still answers its buyers)", body = ErrorBody),
+        (status = 409, description = "`already_purchased`: this user already bought in this sale. The body carries \
+            the order it was given (`order_id`, `status`, `created_at`), so a retry after a lost 201 learns its \
+            order; `status` is what `GET /sales/{sale_id}/order` reads: `queued` or `confirmed`, where the order is \
+            on its way to Postgres, and in a sale with a payment window its payment state (`reserved`, `paid`, \
+            `cancelled` or `expired`: a cancelled or expired buyer cannot buy again either)", body = ErrorBody),
+        (status = 410, description = "`sold_out`; `sale_retired`: the sale is over and was retired (`GET \
+            /sales/{sale_id}/order` still answers its buyers)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 4 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: not application/json", body = ErrorBody),
-        (status = 429, description = "`rate_limited`: this client (address or IPv6 network), or this buyer, is over its limit; or it asked about a sold-out sale too often", body = ErrorBody,
+        (status = 429, description = "`rate_limited`: this client (address or IPv6 network), or this buyer, is over \
+            its limit; or it asked about a sold-out sale too often", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
-        (status = 503, description = "`unavailable`: the purchase never ran (Redis refused the connection or the call before running it, or a limit checked on its own could not decide); nothing is bought. `outcome_unknown`: the purchase was sent to Redis and no verdict came back (a timeout, a connection reset; or an error the script raised, a limit's included); it may have been made, under the body's `order_id` (the body also has the `sale_id`). Retry the same buy (until it answers other than 429 or 503): 409 `already_purchased` with that `order_id` means it was made; a 201 (with another `order_id`), a 409 with another `order_id` or a refusal (403, 404, 410) means it was not, and it will not be (one purchase per buyer). On a Redis Cluster, whose client retries by itself, every failure of the purchase call is `outcome_unknown`. `not_durable` (`SECKILL_CONFIRM_REPLICAS` only): bought under the body's `order_id`, but fewer Redis replicas than asked acknowledged it in time. The purchase stands and is stored like any other: ask `GET /sales/{sale_id}/order` (its `status` is `confirmed` once the order is in Postgres), or retry the buy and get 409 `already_purchased` with the same `order_id`", body = ErrorBody,
+        (status = 503, description = "`unavailable`: the purchase never ran (Redis refused the connection or the call \
+            before running it, or a limit checked on its own could not decide); nothing is bought. `outcome_unknown`: \
+            the purchase was sent to Redis and no verdict came back (a timeout, a connection reset; or an error the \
+            script raised, a limit's included); it may have been made, under the body's `order_id` (the body also has \
+            the `sale_id`). Retry the same buy (until it answers other than 429 or 503): 409 `already_purchased` with \
+            that `order_id` means it was made; a 201 (with another `order_id`), a 409 with another `order_id` or a \
+            refusal (403, 404, 410) means it was not, and it will not be (one purchase per buyer). On a Redis \
+            Cluster, whose client retries by itself, every failure of the purchase call is `outcome_unknown`. \
+            `not_durable` (`SECKILL_CONFIRM_REPLICAS` only): bought under the body's `order_id`, but fewer Redis \
+            replicas than asked acknowledged it in time. The purchase stands and is stored like any other: ask `GET \
+            /sales/{sale_id}/order` (its `status` is `confirmed` once the order is in Postgres), or retry the buy and \
+            get 409 `already_purchased` with the same `order_id`", body = ErrorBody,
             headers(("Retry-After" = u64, description = "1"))),
     )
 )]

@@ -20,7 +20,8 @@ pub(super) static PAGE: LazyLock<InlinePage> = LazyLock::new(|| InlinePage::new(
     get,
     path = "/",
     tag = "buyer",
-    responses((status = 200, description = "The buyer page; the sale id is typed into it (`demo` by default)", content_type = "text/html"))
+    responses((status = 200, description = "The buyer page; the sale id is typed into it (`demo` by default)",
+        content_type = "text/html"))
 )]
 pub async fn home() -> HttpResponse {
     PAGE.response()

@@ -46,7 +46,8 @@ pub async fn healthz() -> HttpResponse {
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "health", responses(
-    (status = 200, description = "Redis and Postgres answer (`worker.status` may still be `degraded`: some sales' orders are not drained)", body = Readiness),
+    (status = 200, description = "Redis and Postgres answer (`worker.status` may still be `degraded`: some sales' \
+        orders are not drained)", body = Readiness),
     (status = 503, description = "`unavailable`: Redis or Postgres does not answer", body = Readiness),
 ))]
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {

@@ -1,5 +1,6 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `payments`,
-//! `admin`, `seed`, `retire`, `admin_page`, `buyer_page`, `health`, `openapi`; `limits` is what `buy` and `sales` share,
+//! `admin`, `seed`, `retire`, `admin_page`, `buyer_page`, `health`, `openapi`; `limits` is what `buy` and `sales`
+//! share,
 //! `page` what the two HTML pages share, `object` what every JSON body is read as), and here the routing itself,
 //! 404/405 and `GET /metrics`.
 

@@ -62,16 +62,23 @@ pub struct PaymentResult {
     path = "/payments/events",
     tag = "payments",
     request_body = PaymentEvent,
-    params(("Seckill-Signature" = String, Header, description = "`t=<unix seconds>,v1=<hex HMAC-SHA256 of \"<t>.<raw body>\" keyed by SECKILL_PAYMENT_SECRET>`; several `v1=` allowed (secret rotation); 300 s tolerance")),
+    params(("Seckill-Signature" = String, Header, description = "`t=<unix seconds>,v1=<hex HMAC-SHA256 of \"<t>.<raw \
+        body>\" keyed by SECKILL_PAYMENT_SECRET>`; several `v1=` allowed (secret rotation); 300 s tolerance")),
     responses(
-        (status = 200, description = "Applied (or the same event again: the same answer, nothing changed)", body = PaymentResult),
-        (status = 400, description = "`invalid_request`: not JSON or not an object, missing, extra or mistyped fields, another event type", body = ErrorBody),
-        (status = 401, description = "`invalid_signature`: no, a malformed, a stale or a wrong `Seckill-Signature`", body = ErrorBody),
-        (status = 404, description = "`unknown_order`: no order of the sale with that id (or the sale has no payment window)", body = ErrorBody),
-        (status = 409, description = "`event_reused`: the event id was used before for another order", body = ErrorBody),
+        (status = 200, description = "Applied (or the same event again: the same answer, nothing changed)",
+            body = PaymentResult),
+        (status = 400, description = "`invalid_request`: not JSON or not an object, missing, extra or mistyped \
+            fields, another event type", body = ErrorBody),
+        (status = 401, description = "`invalid_signature`: no, a malformed, a stale or a wrong `Seckill-Signature`",
+            body = ErrorBody),
+        (status = 404, description = "`unknown_order`: no order of the sale with that id (or the sale has no payment \
+            window)", body = ErrorBody),
+        (status = 409, description = "`event_reused`: the event id was used before for another order",
+            body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 4 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: not application/json", body = ErrorBody),
-        (status = 503, description = "`payments_disabled`: no SECKILL_PAYMENT_SECRET; `unavailable`: Redis or Postgres is unreachable", body = ErrorBody),
+        (status = 503, description = "`payments_disabled`: no SECKILL_PAYMENT_SECRET; `unavailable`: Redis or \
+            Postgres is unreachable", body = ErrorBody),
     )
 )]
 pub async fn event(

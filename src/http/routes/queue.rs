@@ -107,19 +107,24 @@ pub struct QueueQuery {
     post,
     path = "/sales/{sale_id}/queue",
     tag = "waiting room",
-    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), OrderQuery),
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1,
+        max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), OrderQuery),
     security((), ("bearer_jwt" = [])),
     responses(
         (status = 200, description = "In the waiting room: where the buyer stands", body = QueueView),
-        (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under `SECKILL_AUTH=none`", body = ErrorBody),
-        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)", body = ErrorBody),
-        (status = 403, description = "`queue_not_open`: before `queue.opens_at`; `sale_ended`; `user_mismatch`", body = ErrorBody),
+        (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under \
+            `SECKILL_AUTH=none`", body = ErrorBody),
+        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)",
+            body = ErrorBody),
+        (status = 403, description = "`queue_not_open`: before `queue.opens_at`; `sale_ended`; `user_mismatch`",
+            body = ErrorBody),
         (status = 404, description = "`unknown_sale`", body = ErrorBody),
         (status = 409, description = "`not_queued`: the sale has no waiting room (buy at once)", body = ErrorBody),
         (status = 410, description = "`sale_retired`", body = ErrorBody),
         (status = 429, description = "`rate_limited`", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
-        (status = 503, description = "`unavailable`: Redis is unreachable; `admission_disabled`: no admission key is configured", body = ErrorBody),
+        (status = 503, description = "`unavailable`: Redis is unreachable; `admission_disabled`: no admission key is \
+            configured", body = ErrorBody),
     )
 )]
 pub async fn join(
@@ -150,12 +155,14 @@ pub async fn join(
     get,
     path = "/sales/{sale_id}/queue",
     tag = "waiting room",
-    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), QueueQuery),
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1,
+        max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), QueueQuery),
     security((), ("bearer_jwt" = [])),
     responses(
         (status = 200, description = "Where the buyer stands", body = QueueView),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
-        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)", body = ErrorBody),
+        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)",
+            body = ErrorBody),
         (status = 403, description = "`user_mismatch`; `sale_ended`", body = ErrorBody),
         (status = 404, description = "`unknown_sale`; `not_in_queue`: the buyer never joined", body = ErrorBody),
         (status = 409, description = "`not_queued`: the sale has no waiting room", body = ErrorBody),

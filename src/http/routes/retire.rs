@@ -18,8 +18,11 @@ use crate::retire::{RetireOutcome, RetireReport};
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Retired; what was removed", body = RetireReport),
-        (status = 404, description = "`unknown_sale`: Redis does not know the sale (never seeded, or lost: repair it first)", body = ErrorBody),
-        (status = 409, description = "`not_retirable`: `reasons` lists why (`open`, `queued`, `pending`, `stock_unbalanced`, `missing_in_postgres`, `unknown_to_redis`, `sales_row`); nothing changed", body = ErrorBody),
+        (status = 404, description = "`unknown_sale`: Redis does not know the sale (never seeded, or lost: repair it \
+            first)", body = ErrorBody),
+        (status = 409, description = "`not_retirable`: `reasons` lists why (`open`, `queued`, `pending`, \
+            `stock_unbalanced`, `missing_in_postgres`, `unknown_to_redis`, `sales_row`); nothing changed",
+            body = ErrorBody),
         (status = 410, description = "`sale_retired`: retired before", body = ErrorBody),
         AdminErrors,
     )

@@ -121,7 +121,8 @@ impl PublicSale {
     get,
     path = "/sales/{sale_id}",
     tag = "purchase",
-    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")),
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1,
+        max_length = 64, pattern = "^[A-Za-z0-9_-]+$")),
     responses(
         (status = 200, description = "The sale's status", body = PublicSale,
             headers(("ETag" = String, description = "Weak validator of everything but `server_time`"),
@@ -169,7 +170,15 @@ pub struct OrderQuery {
     #[param(
         min_length = 1,
         max_length = 128,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]([^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB]*[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000])?$"
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\
+            \\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\
+            \\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\
+            \\u2029\\u202F\\u205F\\u3000]([^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\
+            \\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\
+            \\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB]*[^\\u0000-\\u001F\
+            \\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\
+            \\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\
+            \\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000])?$"
     )]
     pub(super) user_id: Option<String>,
 }
@@ -240,17 +249,21 @@ pub struct OrderView {
     get,
     path = "/sales/{sale_id}/order",
     tag = "purchase",
-    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), OrderQuery),
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1,
+        max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), OrderQuery),
     security((), ("bearer_jwt" = [])),
     responses(
         (status = 200, description = "The caller's order", body = OrderView,
             headers(("RateLimit-Policy" = String, description = "The quota policy"),
                     ("RateLimit" = String, description = "Remaining quota and seconds to reset"))),
-        (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under `SECKILL_AUTH=none`", body = ErrorBody),
-        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)", body = ErrorBody),
+        (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under \
+            `SECKILL_AUTH=none`", body = ErrorBody),
+        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)",
+            body = ErrorBody),
         (status = 403, description = "`user_mismatch`: user_id is not the token's buyer", body = ErrorBody),
         (status = 404, description = "`unknown_sale`", body = ErrorBody),
-        (status = 410, description = "`sale_retired`: the sale was retired and this user has no order in it (a buyer's order is still answered, from Postgres)", body = ErrorBody),
+        (status = 410, description = "`sale_retired`: the sale was retired and this user has no order in it (a \
+            buyer's order is still answered, from Postgres)", body = ErrorBody),
         (status = 429, description = "`rate_limited`", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
         (status = 503, description = "`unavailable`: Redis or Postgres is unreachable", body = ErrorBody,
@@ -303,15 +316,19 @@ pub struct Cancelled {
     delete,
     path = "/sales/{sale_id}/order",
     tag = "purchase",
-    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), OrderQuery),
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1,
+        max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), OrderQuery),
     security((), ("bearer_jwt" = [])),
     responses(
         (status = 200, description = "Cancelled; the unit is back in the sale", body = Cancelled),
-        (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under `SECKILL_AUTH=none`", body = ErrorBody),
-        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)", body = ErrorBody),
+        (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under \
+            `SECKILL_AUTH=none`", body = ErrorBody),
+        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)",
+            body = ErrorBody),
         (status = 403, description = "`user_mismatch`: user_id is not the token's buyer", body = ErrorBody),
         (status = 404, description = "`no_order`: this buyer has no order in this sale", body = ErrorBody),
-        (status = 409, description = "`not_reserved`: the order is no longer a reservation (paid, cancelled, expired, past its deadline) or the sale has no payment window", body = ErrorBody),
+        (status = 409, description = "`not_reserved`: the order is no longer a reservation (paid, cancelled, expired, \
+            past its deadline) or the sale has no payment window", body = ErrorBody),
         (status = 429, description = "`rate_limited`", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
         (status = 503, description = "`unavailable`: Redis or Postgres is unreachable", body = ErrorBody,

@@ -97,7 +97,11 @@ fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D:
     request_body = SeedRequest,
     responses(
         (status = 200, description = "Seeded; the sale's state", body = SaleStatus),
-        (status = 409, description = "`sale_in_progress`: the sale has buyers and cannot be re-seeded; `sale_has_orders`: Postgres holds orders of the sale that Redis lost (repair it with the reconcile route instead); `sale_started`: a sharded sale that has started cannot be re-seeded; `shards_fixed`: the sale exists with another shard count; `sale_retired`: the sale was retired and has no second life (seed another sale id)", body = ErrorBody),
+        (status = 409, description = "`sale_in_progress`: the sale has buyers and cannot be re-seeded; \
+            `sale_has_orders`: Postgres holds orders of the sale that Redis lost (repair it with the reconcile route \
+            instead); `sale_started`: a sharded sale that has started cannot be re-seeded; `shards_fixed`: the sale \
+            exists with another shard count; `sale_retired`: the sale was retired and has no second life (seed \
+            another sale id)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         AdminErrors,
@@ -194,7 +198,8 @@ pub async fn seed(
         SeedOutcome::Started => return Err(ApiError::SaleStarted),
         SeedOutcome::ShardsFixed { shards } => return Err(ApiError::ShardsFixed { shards }),
     }
-    tracing::info!(sale_id = %sale, stock, shards, payment_window_ms, queue_rate = queue.map(|q| q.rate), "sale seeded");
+    tracing::info!(sale_id = %sale, stock, shards, payment_window_ms, queue_rate = queue.map(|q| q.rate),
+        "sale seeded");
     let status = sale_status(&state, &sale).await?;
     Ok(HttpResponse::Ok().json(status))
 }

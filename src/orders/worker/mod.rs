@@ -268,7 +268,8 @@ impl Worker {
                     Err(why) => {
                         self.stats.malformed += 1;
                         self.metrics.worker_orders.with_label_values(&["malformed"]).inc();
-                        tracing::error!(stream, entry_id = entry.id, fields = ?entry.map, why, "malformed order entry dropped");
+                        tracing::error!(stream, entry_id = entry.id, fields = ?entry.map, why, "malformed order entry \
+                            dropped");
                     }
                 }
             }
