@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
+use super::responses::UnknownSale;
 use crate::db;
 use crate::domain::SaleId;
 use crate::http::AppState;
@@ -144,7 +145,7 @@ pub(super) fn sale_from_path(path: &str) -> Result<SaleId, ApiError> {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The sale's state", body = SaleStatus),
-        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        UnknownSale,
         (status = 410, description = "`sale_retired`", body = ErrorBody),
         AdminErrors,
     )

@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use super::limits::{self, Decided};
 use super::object::Object;
+use super::responses::UnknownSale;
 use crate::admission::token::{ADMISSION_HEADER, Refused};
 use crate::domain::{SaleId, Standing, UserId};
 use crate::http::AppState;
@@ -96,7 +97,7 @@ pub struct BuyResponse {
             the token's buyer; `not_admitted`: the sale has a waiting room and the request carries no valid \
             `Seckill-Admission` token of this buyer for this sale (missing, malformed, forged, another buyer's or \
             sale's, or expired); nothing is bought", body = ErrorBody),
-        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        UnknownSale,
         (status = 409, description = "`already_purchased`: this user already bought in this sale. The body carries \
             the order it was given (`order_id`, `status`, `created_at`), so a retry after a lost 201 learns its \
             order; `status` is what `GET /sales/{sale_id}/order` reads: `queued` or `confirmed`, where the order is \

@@ -16,6 +16,7 @@ mod page;
 mod payments;
 mod queue;
 mod reconcile;
+mod responses;
 mod retire;
 mod sales;
 mod seed;

@@ -9,6 +9,7 @@ use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
 
 use super::limits;
+use super::responses::{BuyerToken, UnknownSale};
 use super::sales::OrderQuery;
 use crate::admission::Answer;
 use crate::admission::line::Stand;
@@ -114,11 +115,10 @@ pub struct QueueQuery {
         (status = 200, description = "In the waiting room: where the buyer stands", body = QueueView),
         (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under \
             `SECKILL_AUTH=none`", body = ErrorBody),
-        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)",
-            body = ErrorBody),
+        BuyerToken,
         (status = 403, description = "`queue_not_open`: before `queue.opens_at`; `sale_ended`; `user_mismatch`",
             body = ErrorBody),
-        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        UnknownSale,
         (status = 409, description = "`not_queued`: the sale has no waiting room (buy at once)", body = ErrorBody),
         (status = 410, description = "`sale_retired`", body = ErrorBody),
         (status = 429, description = "`rate_limited`", body = ErrorBody,
@@ -161,8 +161,7 @@ pub async fn join(
     responses(
         (status = 200, description = "Where the buyer stands", body = QueueView),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
-        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)",
-            body = ErrorBody),
+        BuyerToken,
         (status = 403, description = "`user_mismatch`; `sale_ended`", body = ErrorBody),
         (status = 404, description = "`unknown_sale`; `not_in_queue`: the buyer never joined", body = ErrorBody),
         (status = 409, description = "`not_queued`: the sale has no waiting room", body = ErrorBody),

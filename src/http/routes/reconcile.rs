@@ -4,8 +4,9 @@
 use actix_web::{HttpResponse, web};
 
 use super::admin::{Admin, AdminErrors, SalePath, sale_from_path};
+use super::responses::UnknownSale;
 use crate::http::AppState;
-use crate::http::error::{ApiError, ErrorBody};
+use crate::http::error::ApiError;
 use crate::reconcile::{self, ReconcileReport};
 
 /// Reports the differences between the sale's Redis buyers and its Postgres orders.
@@ -17,7 +18,7 @@ use crate::reconcile::{self, ReconcileReport};
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The report", body = ReconcileReport),
-        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        UnknownSale,
         AdminErrors,
     )
 )]
@@ -40,7 +41,7 @@ pub async fn reconcile_check(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The report after the repair", body = ReconcileReport),
-        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        UnknownSale,
         AdminErrors,
     )
 )]

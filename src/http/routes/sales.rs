@@ -11,6 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::limits;
+use super::responses::{BuyerToken, UnknownSale};
 use crate::admission;
 use crate::db::ms_to_time;
 use crate::domain::Standing;
@@ -129,7 +130,7 @@ impl PublicSale {
                     ("Cache-Control" = String, description = "`public, max-age=1`"))),
         (status = 304, description = "Unchanged since the `If-None-Match` validator"),
         (status = 400, description = "`invalid_request`: the sale id is malformed", body = ErrorBody),
-        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        UnknownSale,
         (status = 410, description = "`sale_retired`: the sale is over and was retired", body = ErrorBody),
         (status = 503, description = "`unavailable`: Redis is unreachable", body = ErrorBody),
     )
@@ -258,10 +259,9 @@ pub struct OrderView {
                     ("RateLimit" = String, description = "Remaining quota and seconds to reset"))),
         (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under \
             `SECKILL_AUTH=none`", body = ErrorBody),
-        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)",
-            body = ErrorBody),
+        BuyerToken,
         (status = 403, description = "`user_mismatch`: user_id is not the token's buyer", body = ErrorBody),
-        (status = 404, description = "`unknown_sale`", body = ErrorBody),
+        UnknownSale,
         (status = 410, description = "`sale_retired`: the sale was retired and this user has no order in it (a \
             buyer's order is still answered, from Postgres)", body = ErrorBody),
         (status = 429, description = "`rate_limited`", body = ErrorBody,
@@ -323,8 +323,7 @@ pub struct Cancelled {
         (status = 200, description = "Cancelled; the unit is back in the sale", body = Cancelled),
         (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under \
             `SECKILL_AUTH=none`", body = ErrorBody),
-        (status = 401, description = "`unauthenticated` or `invalid_token` (`SECKILL_AUTH=jwt` only)",
-            body = ErrorBody),
+        BuyerToken,
         (status = 403, description = "`user_mismatch`: user_id is not the token's buyer", body = ErrorBody),
         (status = 404, description = "`no_order`: this buyer has no order in this sale", body = ErrorBody),
         (status = 409, description = "`not_reserved`: the order is no longer a reservation (paid, cancelled, expired, \
