@@ -7,8 +7,8 @@
 //! only: the commands stand on the measuring layer and none imports another (the test at the end
 //! of this file checks every `crate::` path against this list, with `layout`).
 //!
-//! 1. Base: `steps`, `layout` (signals, the steps of a run and their table; the check of these
-//!    layout lists, in tests only).
+//! 1. Base: `steps`, `layout` (child processes bounded by a deadline, the signals passed on to
+//!    them; the check of these layout lists, in tests only).
 //! 2. Measuring: `measure/` (processes' CPU, bounded generator runs, wrk's and redis-benchmark's
 //!    outputs, `/metrics` and the drivers' own requests, Redis's commandstats, the checks after a
 //!    run, the machine and its tools, paired medians and number formats, shared settings).
