@@ -29,11 +29,13 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use testbed::{App, Options, Services};
 
-use crate::bench::commandstats::CommandStats;
-use crate::bench::cpu::{Watch, switches};
-use crate::bench::driver::{need_tools, raw_dir};
-use crate::bench::wrk::{Mode, Wrk, WrkOut};
-use crate::bench::{Profile, measure};
+use crate::measure::commandstats::CommandStats;
+use crate::measure::cpu::{Watch, switches};
+use crate::measure::host::{need_tools, raw_dir};
+use crate::measure::process;
+use crate::measure::settings::{Profile, setting};
+use crate::measure::stats::{group, median, median_and_range};
+use crate::measure::wrk::{Mode, Wrk, WrkOut};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -126,24 +128,11 @@ struct Sample {
     requests: u64,
 }
 
-/// The median of `xs` (the mean of the middle two for an even count).
-pub fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 }
-}
-
 /// The orders the app's worker has written to Postgres so far, and in how many inserts
 /// (`seckill_worker_batch_size`'s sum and count).
 fn worker_inserts(app: &App) -> anyhow::Result<(f64, f64)> {
-    let metric = |sample| crate::bench::http::metric(app.port, sample);
+    let metric = |sample| crate::measure::http::metric(app.port, sample);
     Ok((metric("seckill_worker_batch_size_sum")?, metric("seckill_worker_batch_size_count")?))
-}
-
-/// Paired ratios as `median (lowest–highest)`.
-pub fn median_and_range(mut ratios: Vec<f64>) -> String {
-    ratios.sort_by(f64::total_cmp);
-    format!("{:.3} ({:.2}–{:.2})", median(ratios.clone()), ratios[0], ratios[ratios.len() - 1])
 }
 
 fn wait_drained(apps: &[App; 2]) -> anyhow::Result<()> {
@@ -212,7 +201,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let stats_before = CommandStats::of(&services.redis);
             let inserts_before = worker_inserts(&apps[i])?;
             let switches_before = switches(apps[i].pid() as i32).unwrap_or_default();
-            let run = measure::run(
+            let run = process::run(
                 &format!("ab-{name}-{round}"),
                 w.command(&repo),
                 Duration::from_secs(args.duration + 30),
@@ -280,7 +269,7 @@ fn summary(samples: &[Sample], labels: &[String], refusals: bool) -> anyhow::Res
         println!(
             "{name} = {}: median {} req/s, app / Redis / Postgres {:.1} / {:.1} / {:.1} µs CPU per {per}",
             labels[i],
-            crate::bench::group(rate),
+            group(rate),
             cpu[0],
             cpu[1],
             cpu[2]
@@ -306,10 +295,4 @@ fn summary(samples: &[Sample], labels: &[String], refusals: bool) -> anyhow::Res
         println!("  {} × {part} CPU per {per}", paired(&|s| s.cpu_us[k]));
     }
     Ok(())
-}
-
-/// `NAME=VALUE` of `--a-env` / `--b-env` (and of shard-ceiling's `--app-env`).
-pub fn setting(text: &str) -> Result<(String, String), String> {
-    let (name, value) = text.split_once('=').ok_or_else(|| format!("{text}: want NAME=VALUE"))?;
-    Ok((name.to_string(), value.to_string()))
 }

@@ -2,18 +2,27 @@
 //! Servers come from the `testbed` crate, the same code the integration tests use.
 //!
 //! # Layout
-//! - `test`: the one test command (fmt, clippy, layer check, cargo test on throwaway servers,
-//!   the API fuzz, the compose lint, the k8s lint, the api tests again on a Redis Cluster).
-//! - `run`: the service on throwaway servers with a demo sale, until Ctrl-C.
-//! - `bench/`: the benchmark driver and its report (JSON + Markdown).
-//! - `ab`: paired A/B rounds of two builds on in-stock `/buy`.
-//! - `shard_ceiling`: the stock-sharding ceiling run.
-//! - `load`: the k6 flash crowd and the oha runs, with their invariants.
+//!
+//! The modules stand in layers, lowest first. A module imports from the layers below its own
+//! only: the commands stand on the measuring layer and none imports another (the test at the end
+//! of this file checks every `crate::` path against this list, with `layout`).
+//!
+//! 1. Base: `steps`, `layout` (child processes bounded by a deadline, the signals passed on to
+//!    them; the check of these layout lists, in tests only).
+//! 2. Measuring: `measure/` (processes' CPU, bounded generator runs, wrk's and redis-benchmark's
+//!    outputs, `/metrics` and the drivers' own requests, Redis's commandstats, the checks after a
+//!    run, the machine and its tools, paired medians and number formats, shared settings).
+//! 3. Commands, one per task: `test/`, `run`, `bench/`, `ab`, `script_ab`, `shard_ceiling/`,
+//!    `load/` (the test suite with its API fuzz; the service with a demo sale; the benchmark and
+//!    its report; paired A/B rounds of two builds on `/buy`; of two revisions' purchase script on
+//!    Redis; the stock-sharding ceiling; the k6 and oha load runs with their invariants).
 
 mod ab;
 mod bench;
-mod fuzz;
+#[cfg(test)]
+mod layout;
 mod load;
+mod measure;
 mod run;
 mod script_ab;
 mod shard_ceiling;
@@ -56,5 +65,13 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         Task::ScriptAb(args) => script_ab::run(args),
         Task::ShardCeiling(args) => shard_ceiling::run(args),
         Task::Load(args) => load::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_module_imports_only_the_layers_below_and_no_command_another() {
+        crate::layout::check("", include_str!("main.rs"), "crate::", false);
     }
 }

@@ -17,9 +17,9 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use testbed::{Options, Services};
 
-use crate::ab::{median, median_and_range};
-use crate::bench::cpu::process_cpu;
-use crate::bench::driver::need_tools;
+use crate::measure::cpu::process_cpu;
+use crate::measure::host::need_tools;
+use crate::measure::stats::{median, median_and_range};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

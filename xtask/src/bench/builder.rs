@@ -8,10 +8,10 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::logs::LogInfo;
-use super::measure::Run;
 use super::model::Algorithm;
 use super::model::{CpuCols, Results, Row, cost_text, fmt_ms, group, status_text};
-use super::wrk::WrkOut;
+use crate::measure::process::Run;
+use crate::measure::wrk::WrkOut;
 
 /// What bench.json holds.
 #[derive(Debug, Serialize)]

@@ -170,10 +170,10 @@ pub fn table(r: &Report) -> Vec<Vec<String>> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::cpu::Usage;
-    use super::super::measure::Run;
     use super::super::model::Results;
     use super::*;
+    use crate::measure::cpu::Usage;
+    use crate::measure::process::Run;
 
     fn run(name: &str, created: u64) -> Run {
         let stdout = format!(

@@ -28,7 +28,11 @@ pub fn drain_row(b: &mut Builder, rows: &mut Vec<Row>, worker_stats: Option<BTre
     if drain.timed_out {
         b.problems.push("worker drain: the queue did not drain in time".into());
     }
-    let usage = super::cpu::Usage { wall_s: total_s, watched_cpu_s: drain.watched_cpu_s.clone(), ..Default::default() };
+    let usage = crate::measure::cpu::Usage {
+        wall_s: total_s,
+        watched_cpu_s: drain.watched_cpu_s.clone(),
+        ..Default::default()
+    };
     let mut detail = format!(
         "{} orders queued, batch {}; all drained in {total_s:.2} s from `seckill worker` start = {}/s incl. start-up; Postgres rows {}",
         group(orders as f64),

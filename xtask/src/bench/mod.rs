@@ -27,27 +27,22 @@
 //! The modules stand in layers, lowest first: rows produce values of the model, the report reads
 //! them and never the rows. A module imports from its own layer and the layers below only, and
 //! the modules of one layer not in a circle (the test at the end of this file checks every
-//! `super::` path against this list).
+//! `super::` path against this list, with `crate::layout`).
 //!
-//! 1. Measuring: `cpu`, `measure`, `http`, `wrk`, `queue`, `logs`, `commandstats` (CPU
-//!    accounting from /proc, bounded generator runs, the driver's own requests, the generators'
-//!    outputs, the queue-lag sampler and the drain, the apps' log scan, Redis's calls by command).
+//! 1. Sampling: `queue`, `logs` (the queue-lag sampler and the drain, the apps' log scan; the
+//!    measuring every command shares, CPU, generator runs and their outputs, is `crate::measure`).
 //! 2. Model: `model` (the results of a run, a row, and what the rows tell the report).
 //! 3. Report: `builder`, `algs`, `lag`, `storms`, `flat`, `report`, `render` (from the results to
 //!    the tables).
-//! 4. Running: `driver` (the servers, the apps, one measured generator run).
+//! 4. Running: `runner` (one bench run: its servers and apps, one measured generator run, what
+//!    the rows share).
 //! 5. Rows: `rows_redis`, `rows_storms`, `rows_flat`, `rows` (what runs, in which order).
 
 mod algs;
 mod builder;
-pub(crate) mod commandstats;
-pub(crate) mod cpu;
-pub(crate) mod driver;
 mod flat;
-pub(crate) mod http;
 mod lag;
 mod logs;
-pub(crate) mod measure;
 mod model;
 mod queue;
 mod render;
@@ -56,8 +51,8 @@ mod rows;
 mod rows_flat;
 mod rows_redis;
 mod rows_storms;
+mod runner;
 mod storms;
-pub(crate) mod wrk;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -65,10 +60,11 @@ use std::process::ExitCode;
 use seckill::limiter::Algorithm;
 use testbed::{Options, Services};
 
-use self::driver::{Bench, need_tools, raw_dir, utc_now};
 use self::model::Results;
-
-pub(crate) use model::group;
+use self::runner::Bench;
+use crate::measure::clock::utc_now;
+use crate::measure::host::{need_tools, raw_dir};
+use crate::measure::settings::Profile;
 
 /// A subset of the rows (`--only`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -76,23 +72,6 @@ pub enum Only {
     /// The flatness rows and their single-sale reference (`rows_flat`), written to
     /// `bench-flat.json` and `bench-flat.md` so a partial run never replaces the full table.
     Flat,
-}
-
-/// The build of the seckill binary that runs (`--profile`).
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum Profile {
-    Release,
-    /// The debug build `cargo test` makes: far slower, for smoke runs of the tooling only.
-    Debug,
-}
-
-impl From<Profile> for testbed::Profile {
-    fn from(p: Profile) -> Self {
-        match p {
-            Profile::Release => testbed::Profile::Release,
-            Profile::Debug => testbed::Profile::Debug,
-        }
-    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -260,90 +239,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
-
-    /// The layer of each module, from the `# Layout` list above.
-    fn layers() -> BTreeMap<String, usize> {
-        let doc = include_str!("mod.rs");
-        let mut layers = BTreeMap::new();
-        let mut layer = 0;
-        for line in doc.lines().map(|l| l.trim_start_matches("//!").trim()) {
-            if let Some((n, _)) = line.split_once(". ")
-                && let Ok(n) = n.parse::<usize>()
-            {
-                layer = n;
-            } else if !line.starts_with('`') && !line.contains("`,") {
-                continue;
-            }
-            if layer == 0 {
-                continue;
-            }
-            let names = line.split_once(": ").map_or(line, |(_, rest)| rest).split('(').next().unwrap();
-            for name in names.split('`').skip(1).step_by(2) {
-                layers.entry(name.to_string()).or_insert(layer);
-            }
-        }
-        layers
-    }
-
-    /// The sibling modules a source file names through `super::` (directly or in a `use super::{…}`).
-    fn imports(source: &str, siblings: &BTreeSet<String>) -> BTreeSet<String> {
-        let mut found = BTreeSet::new();
-        for part in source.split("super::").skip(1) {
-            let names: Vec<&str> = match part.strip_prefix('{') {
-                Some(group) => group.split('}').next().unwrap().split(',').collect(),
-                None => vec![part],
-            };
-            for name in names {
-                let name: String = name.trim().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-                if siblings.contains(&name) {
-                    found.insert(name);
-                }
-            }
-        }
-        found
-    }
-
     #[test]
     fn every_module_imports_only_its_own_layer_and_below_without_a_circle() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bench");
-        let layers = layers();
-        let mut files = BTreeMap::new();
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-            if path.extension().is_some_and(|e| e == "rs") && name != "mod" {
-                files.insert(name, std::fs::read_to_string(&path).unwrap());
-            }
-        }
-        let siblings: BTreeSet<String> = files.keys().cloned().collect();
-        assert_eq!(siblings, layers.keys().cloned().collect(), "every module has a line in the layout");
-        let mut edges = BTreeMap::new();
-        for (name, source) in &files {
-            let used = imports(source, &siblings);
-            for other in used.iter().filter(|o| *o != name) {
-                assert!(
-                    layers[other] <= layers[name],
-                    "{name} (layer {}) imports {other} (layer {})",
-                    layers[name],
-                    layers[other]
-                );
-            }
-            edges.insert(
-                name.clone(),
-                used.into_iter().filter(|o| o != name && layers[o] == layers[name]).collect::<Vec<_>>(),
-            );
-        }
-        // No circle within a layer: each module's imports of its own layer reach back to it never.
-        for start in edges.keys() {
-            let mut stack: Vec<&String> = edges[start].iter().collect();
-            let mut seen = BTreeSet::new();
-            while let Some(next) = stack.pop() {
-                assert_ne!(next, start, "{start} is in an import circle");
-                if seen.insert(next) {
-                    stack.extend(edges[next].iter());
-                }
-            }
-        }
+        crate::layout::check("bench", include_str!("mod.rs"), "super::", true);
     }
 }

@@ -7,10 +7,11 @@ use std::path::PathBuf;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::cpu::Usage;
-use super::measure::Run;
 use super::queue::{Drain, QueueStats};
-use super::wrk::{RedisBench, WrkOut};
+use crate::measure::cpu::Usage;
+use crate::measure::process::Run;
+pub use crate::measure::stats::group;
+use crate::measure::wrk::{RedisBench, WrkOut};
 
 /// Free-form facts the driver recorded while running (`machine.*`, `setting.*`, `<row>.detail`,
 /// `<row>.count`, `<row>.probe`, ...), as the bash driver's meta.tsv had them.
@@ -157,20 +158,6 @@ pub fn cost_text(watched: &BTreeMap<String, f64>, ops: u64, generator_s: f64) ->
         parts.push(format!("generator {}", group1(generator_s / ops as f64 * 1e6)));
     }
     if parts.is_empty() { String::new() } else { format!("CPU µs per operation: {}", parts.join(", ")) }
-}
-
-/// 1234567.8 -> "1,234,568".
-pub fn group(value: f64) -> String {
-    let n = value.round() as i64;
-    let digits = n.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0 { format!("-{out}") } else { out }
 }
 
 /// 1234.56 -> "1,234.6".

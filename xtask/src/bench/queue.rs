@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use serde::Serialize;
 
-use super::cpu::{Snapshot, Usage, Watch};
-use super::measure::stop_child;
+use crate::measure::cpu::{Snapshot, Usage, Watch};
+use crate::measure::process::stop_child;
 
 /// The maxima a [`Sampler`] saw.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -138,7 +138,7 @@ pub fn drain(
     })();
     let ended = epoch();
     let mut usage: Usage = before.usage();
-    if let Some(cpu) = super::cpu::process_cpu(child.id() as i32) {
+    if let Some(cpu) = crate::measure::cpu::process_cpu(child.id() as i32) {
         usage.watched_cpu_s.insert("worker".into(), (cpu * 1000.0).round() / 1000.0);
     }
     stop_child(&mut child, Duration::from_secs(20));

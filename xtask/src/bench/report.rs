@@ -5,10 +5,10 @@ use serde_json::json;
 
 use super::builder::{Builder, Report};
 use super::logs::scan_logs;
-use super::measure::Run;
 use super::model::Algorithm;
 use super::model::{CpuCols, Results, Row, fmt2};
-use super::wrk::WrkOut;
+use crate::measure::process::Run;
+use crate::measure::wrk::WrkOut;
 
 /// Builds the report: rows, algorithms, invariants, logs, notes and problems.
 pub fn build(r: &Results, generated_at: String) -> Report {

@@ -11,11 +11,13 @@ use seckill::domain::SaleId;
 use seckill::limiter::Algorithm;
 use seckill::redis::keys::sale_rate_limit_key;
 
-use super::cpu::wait_quiet;
-use super::driver::{Bench, HIGH_RATE_LIMIT, keys, machine, version, warm_up};
 use super::model::script;
 use super::queue::{Sampler, drain};
-use super::wrk::Mode;
+use super::runner::{Bench, HIGH_RATE_LIMIT, keys, warm_up};
+use crate::measure::checks::drained;
+use crate::measure::cpu::wait_quiet;
+use crate::measure::host::{machine, version};
+use crate::measure::wrk::Mode;
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
@@ -223,7 +225,7 @@ fn algorithm_rows(b: &mut Bench, alg: Algorithm) -> anyhow::Result<()> {
         format!("alg-{name}-instock.detail"),
         format!("app with SECKILL_RATE_LIMIT_ALGORITHM={name}, SECKILL_RATE_LIMIT={HIGH_RATE_LIMIT}: the limiter admits every request (one hot key, {key}, Redis TYPE right after the row: {key_type}); sale {sale}, stock 10,000,000"),
     );
-    super::driver::drained(&app, &sale);
+    drained(&app, &sale);
     b.stop_app(app);
 
     del(b)?;

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use testbed::App;
 
-use super::cpu::{Snapshot, Watch};
-use super::driver::{Bench, HIGH_RATE_LIMIT, drained, keys, reconcile, warm_up};
-use super::http;
-use super::wrk::Mode;
+use super::runner::{Bench, HIGH_RATE_LIMIT, keys, warm_up};
+use crate::measure::checks::{drained, reconcile};
+use crate::measure::cpu::{Snapshot, Watch};
+use crate::measure::http;
+use crate::measure::wrk::Mode;
 
 /// The reference sale, also the sale of the many-connections row.
 pub const REF_SALE: &str = "bench-flat";

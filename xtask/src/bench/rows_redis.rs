@@ -3,7 +3,7 @@
 
 use seckill::limiter::Algorithm;
 
-use super::driver::Bench;
+use super::runner::Bench;
 
 /// Every limiter script takes `limit window_ms burst nonce` (ARGV[5], the tests' fake clock, is
 /// never passed). The nonce is `n-__rand_int__`: redis-benchmark draws it from `-r`, so it can

@@ -12,11 +12,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::json;
 use testbed::App;
 
-use super::commandstats::CommandStats;
-use super::driver::{Bench, HIGH_RATE_LIMIT, drained, rfc3339, warm_up};
-use super::http;
 use super::model::{COMPARED_BUYS, POLLERS, REASKED, REPEAT_BUYERS, RedisCalls};
-use super::wrk::Mode;
+use super::runner::{Bench, HIGH_RATE_LIMIT, warm_up};
+use crate::measure::checks::drained;
+use crate::measure::clock::rfc3339;
+use crate::measure::commandstats::CommandStats;
+use crate::measure::http;
+use crate::measure::wrk::Mode;
 
 const POLL_SALE: &str = "bench-poll";
 const REPEAT_SALE: &str = "bench-repeat";

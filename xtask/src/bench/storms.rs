@@ -105,7 +105,7 @@ fn redis_text(calls: &RedisCalls, seconds: f64, requests: u64) -> String {
 }
 
 /// Finds a storm row's run and starts its row: figures, statuses, Redis commands.
-fn storm_row(b: &mut Builder, key: &str, label: &str, code: &str) -> Option<(Row, super::wrk::WrkOut)> {
+fn storm_row(b: &mut Builder, key: &str, label: &str, code: &str) -> Option<(Row, crate::measure::wrk::WrkOut)> {
     let (run, out) = match b.r.wrk(key) {
         Ok(found) => found,
         Err(why) => {

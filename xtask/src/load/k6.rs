@@ -16,7 +16,7 @@ use secrecy::SecretString;
 use serde_json::json;
 
 use super::{Load, orders, reservations, secs};
-use crate::bench::driver::rfc3339;
+use crate::measure::clock::rfc3339;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use testbed::{App, Options, Services};
 
-use crate::bench::Profile;
-use crate::bench::driver::reconcile;
-use crate::bench::measure::{argv, wait_bounded};
+use crate::measure::checks::reconcile;
+use crate::measure::process::{argv, wait_bounded};
+use crate::measure::settings::Profile;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -14,8 +14,8 @@ use secrecy::SecretString;
 use testbed::App;
 
 use super::Load;
-use crate::bench::driver::psql;
-use crate::bench::http;
+use crate::measure::checks::psql;
+use crate::measure::http;
 
 /// One 201 as the generator saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::json;
 
 use super::{Load, k6, orders, secs};
-use crate::bench::driver::rfc3339;
+use crate::measure::clock::rfc3339;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

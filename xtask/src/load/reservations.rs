@@ -12,7 +12,7 @@ use testbed::App;
 
 use super::Load;
 use super::orders::Console;
-use crate::bench::driver::psql;
+use crate::measure::checks::psql;
 
 /// A number of the admin status (-1 when absent or null).
 fn n(status: &Value, key: &str) -> i64 {

@@ -8,11 +8,11 @@ use testbed::{App, Redis, Services, Target};
 
 use super::Args;
 use super::masters::Masters;
-use crate::bench::commandstats::CommandStats;
-use crate::bench::cpu::{Switches, Usage, Watch, switches};
-use crate::bench::driver::reconcile;
-use crate::bench::measure;
-use crate::bench::wrk::{Mode, Wrk, WrkOut};
+use crate::measure::checks::reconcile;
+use crate::measure::commandstats::CommandStats;
+use crate::measure::cpu::{Switches, Usage, Watch, switches};
+use crate::measure::process;
+use crate::measure::wrk::{Mode, Wrk, WrkOut};
 
 /// One K's HTTP row.
 pub struct HttpRow {
@@ -105,7 +105,7 @@ fn row(
     );
     let sw0 = switches(app.pid() as i32).unwrap_or_default();
     let calls0 = script_calls(servers);
-    let run = measure::run(sale, w.command(&repo), Duration::from_secs(args.duration + 30), watch, work)?;
+    let run = process::run(sale, w.command(&repo), Duration::from_secs(args.duration + 30), watch, work)?;
     let sw1 = switches(app.pid() as i32).unwrap_or_default();
     let script_calls = script_calls(servers).saturating_sub(calls0);
     let out =

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use testbed::{Redis, Services};
 
-use crate::bench::cpu::Watch;
+use crate::measure::cpu::Watch;
 
 /// The labels of up to 12 masters (`--masters` is at most 12).
 const NAMES: [&str; 12] = ["m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "m9", "m10", "m11", "m12"];

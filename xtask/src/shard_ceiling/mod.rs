@@ -33,8 +33,9 @@ use std::process::ExitCode;
 use procfs::Current;
 use testbed::{Options, Services, Target};
 
-use crate::bench::Profile;
-use crate::bench::driver::{need_tools, raw_dir, utc_now};
+use crate::measure::clock::utc_now;
+use crate::measure::host::{need_tools, raw_dir};
+use crate::measure::settings::{Profile, setting};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -90,7 +91,7 @@ pub struct Args {
     pub http_only: bool,
     /// A setting of the HTTP rows' app, `NAME=VALUE` (repeatable), e.g.
     /// `SECKILL_RATE_LIMIT_SCOPE=global` to measure the two-call purchase.
-    #[arg(long = "app-env", value_parser = crate::ab::setting)]
+    #[arg(long = "app-env", value_parser = setting)]
     pub app_env: Vec<(String, String)>,
 }
 

@@ -12,9 +12,9 @@ use testbed::{App, Services};
 
 use super::Args;
 use super::masters::Masters;
-use crate::bench::cpu::{Snapshot, Usage};
-use crate::bench::measure::{spawn_logged, wait_bounded};
-use crate::bench::wrk::RedisBench;
+use crate::measure::cpu::{Snapshot, Usage};
+use crate::measure::process::{spawn_logged, wait_bounded};
+use crate::measure::wrk::RedisBench;
 
 const PREFIX: &str = "ceiling";
 const USER_RANGE: u64 = 100_000_000;

@@ -1,18 +1,21 @@
-//! The bench run's machinery: the servers and binary, apps started and stopped per row set,
-//! measured wrk and redis-benchmark runs, invariant checks, and the report written at the end.
+//! One bench run in progress: its servers and binary, the apps started and stopped per row set,
+//! its measured wrk and redis-benchmark rows and invariant checks, and what the rows share (the
+//! high rate limit, a sale's keys, the warm-up).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context;
-use serde_json::Value;
 use testbed::{App, Services};
 
-use super::cpu::{Watch, wait_quiet};
+use super::Args;
 use super::model::Results;
-use super::wrk::{Mode, RedisBench, Wrk, WrkOut};
-use super::{Args, measure};
+use crate::measure::checks::{psql, reconcile};
+use crate::measure::cpu::{Watch, wait_quiet};
+use crate::measure::process;
+use crate::measure::stats::group;
+use crate::measure::wrk::{Mode, RedisBench, Wrk, WrkOut};
 use seckill::domain::SaleId;
 use seckill::redis::keys::SaleKeys;
 
@@ -26,85 +29,6 @@ pub struct Bench {
     /// The app's base environment (prefix, log filter, batch), before each row set's own.
     pub base_env: Vec<(String, String)>,
 }
-
-/// A temp dir of our own for raw outputs: `$TMPDIR/seckill-bench.<pid>.<nanos>`.
-pub fn raw_dir(what: &str) -> anyhow::Result<PathBuf> {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH)?.subsec_nanos();
-    let dir = std::env::temp_dir().join(format!("seckill-{what}.{}.{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
-}
-
-/// The first line of `cmd --version` (stdout or stderr), cut to `words` words.
-pub fn version(cmd: &str, words: usize) -> String {
-    let out = Command::new(cmd).arg("--version").output();
-    let text = out.map(|o| if o.stdout.is_empty() { o.stderr } else { o.stdout }).unwrap_or_default();
-    String::from_utf8_lossy(&text)
-        .lines()
-        .next()
-        .unwrap_or("?")
-        .split_whitespace()
-        .take(words)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Fails unless every generator is on PATH (apt-get installs them when we are root).
-pub fn need_tools(tools: &[(&str, &str)]) -> anyhow::Result<()> {
-    for (tool, package) in tools {
-        if Command::new("sh").args(["-c", &format!("command -v {tool}")]).output()?.status.success() {
-            continue;
-        }
-        anyhow::ensure!(unsafe { libc::geteuid() } == 0, "{tool} is missing (apt-get install {package})");
-        eprintln!("==> installing {package}");
-        let ok = Command::new("timeout")
-            .args(["900", "apt-get", "install", "-y", "--no-install-recommends", package])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()?
-            .success();
-        anyhow::ensure!(ok, "apt-get install {package} failed");
-    }
-    Ok(())
-}
-
-/// UTC now as 2026-11-23T02:59:58Z.
-pub fn utc_now() -> String {
-    rfc3339(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as i64)
-}
-
-/// Unix seconds as 2026-11-23T02:59:58Z (RFC 3339, UTC).
-pub fn rfc3339(secs: i64) -> String {
-    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
-/// The machine's CPU model, cores, kernel and 1/5/15-minute load.
-pub fn machine() -> (String, usize, String, String) {
-    let cpu =
-        procfs::CpuInfo::current().ok().and_then(|c| c.model_name(0).map(str::to_string)).unwrap_or("unknown".into());
-    let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let kernel = Command::new("uname")
-        .arg("-sr")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    let load = procfs::LoadAverage::current()
-        .map(|l| format!("{:.2} {:.2} {:.2}", l.one, l.five, l.fifteen))
-        .unwrap_or_default();
-    (cpu, nproc, kernel, load)
-}
-
-use procfs::Current;
 
 impl Bench {
     /// The processes each row accounts for: Redis, Postgres (and its backends), the app.
@@ -181,12 +105,12 @@ impl Bench {
         self.wait_quiet();
         let w = Wrk { threads: self.args.threads, connections, seconds, url: &app.url, mode, rate };
         let cmd = w.command(&self.repo);
-        eprintln!("==> {name}: {}", measure::argv(&cmd)[1..].join(" "));
-        let run = measure::run(name, cmd, Duration::from_secs(seconds + 30), &self.watch(Some(app)), self.raw())?;
+        eprintln!("==> {name}: {}", process::argv(&cmd)[1..].join(" "));
+        let run = process::run(name, cmd, Duration::from_secs(seconds + 30), &self.watch(Some(app)), self.raw())?;
         let out = WrkOut::parse(&run.stdout).with_context(|| format!("{name}: no BENCH_WRK line in wrk's output"))?;
         eprintln!(
             "    {} req/s, p99 {:.2} ms, statuses {:?}",
-            super::model::group(out.rate()),
+            group(out.rate()),
             out.latency_us.p99 / 1000.0,
             out.statuses
         );
@@ -210,10 +134,10 @@ impl Bench {
             .args(args);
         eprintln!("==> {name}: redis-benchmark -n {count} -r {keyspace} {}", args.join(" "));
         self.results.set(format!("{name}.count"), count);
-        let run = measure::run(name, cmd, Duration::from_secs(120), &self.watch(app), self.raw())?;
+        let run = process::run(name, cmd, Duration::from_secs(120), &self.watch(app), self.raw())?;
         let out =
             RedisBench::parse(&run.stdout).with_context(|| format!("{name}: no CSV result from redis-benchmark"))?;
-        eprintln!("    {} ops/s, p99 {:?} ms", super::model::group(out.rate), out.p99_ms);
+        eprintln!("    {} ops/s, p99 {:?} ms", group(out.rate), out.p99_ms);
         self.results.redis.insert(name.into(), run);
         Ok(out)
     }
@@ -236,36 +160,6 @@ impl Bench {
     pub fn psql(&self, sql: &str) -> anyhow::Result<String> {
         psql(&self.services, sql)
     }
-}
-
-/// One query on the `seckill` database through psql: its rows, one a line, columns split by `|`.
-pub fn psql(services: &Services, sql: &str) -> anyhow::Result<String> {
-    let out = Command::new(&services.tools.psql)
-        .args(["-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-d", &services.database_url(), "-c", sql])
-        .output()?;
-    anyhow::ensure!(out.status.success(), "psql: {}", String::from_utf8_lossy(&out.stderr));
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-/// Waits (up to 120 s) until the sale's queue is empty, so that an app is not stopped with a
-/// batch of orders in flight.
-pub fn drained(app: &App, sale: &str) {
-    if !app.wait_drained(sale, Duration::from_secs(120)) {
-        eprintln!("==> the queue of {sale} did not drain within 120 s");
-    }
-}
-
-/// Once the sale's queue drained, `seckill reconcile SALE` with the app's settings: its exit
-/// code (0: the promises hold), its output and its JSON report.
-pub fn reconcile(app: &App, sale: &str) -> anyhow::Result<(i32, String, Option<Value>)> {
-    drained(app, sale);
-    let out = app.reconcile(sale)?;
-    let (rc, stdout) = (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned());
-    if rc != 0 {
-        eprintln!("seckill reconcile {sale} exited {rc}:\n{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    }
-    let report = serde_json::from_str(&stdout).ok();
-    Ok((rc, stdout, report))
 }
 
 /// Far above what one address sends (REQUESTS × WINDOW in µs must stay below 2^50): the in-stock

@@ -7,6 +7,8 @@
 //! its tests passed and failed, its time) and a last line `N passed, N failed` (the tests of every
 //! `cargo test` step together), and fails if any step failed.
 
+mod fuzz;
+
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
@@ -144,7 +146,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     report.command("test", &mut test);
     if !extra {
         report.step("api fuzz (schemathesis)", "schemathesis against GET /openapi.json", |deadline| {
-            crate::fuzz::run(&services, deadline).map(|()| None)
+            fuzz::run(&services, deadline).map(|()| None)
         });
         report.command("compose lint", &mut Command::new(root.join("scripts/lint-compose.sh")));
         report.command("k8s lint", &mut Command::new(root.join("scripts/lint-k8s.sh")));
