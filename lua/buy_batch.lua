@@ -8,8 +8,8 @@
 -- tests/api/batch.rs checks that it decides as buy.lua.
 --
 -- Assembled, not run as it stands, like lua/buy_limited.lua: the line "-- @limiter" below is
--- followed by one limiter script (lua/<algorithm>.lua) (crate::redis::lua::buy_batch; the example
--- does it with sed).
+-- followed by one limiter script (lua/<algorithm>.lua, with its lua/limiter_preamble.lua)
+-- (crate::redis::lua::buy_batch; the example does it with sed).
 --
 -- KEYS[1..6]   buy.lua's KEYS: the sale's keys (one shard's, for a sharded sale)
 -- KEYS[7..]    the purchases' limiter keys, in order: `checks` keys for each purchase (below)
@@ -39,7 +39,7 @@
 -- shard's hash tag on a Redis Cluster (the app sends a limit in its own call otherwise).
 --
 -- Example (gcra, 20 per second per client; dave then erin buy the demo sale, both from 127.0.0.1):
---   sed -e '/^-- @limiter$/r lua/gcra.lua' lua/buy_batch.lua > /tmp/seckill-buy-batch.lua
+--   sed -e '/^-- @limiter$/r lua/gcra.lua' lua/buy_batch.lua | sed -e '/^-- @limiter_preamble$/r lua/limiter_preamble.lua' > /tmp/seckill-buy-batch.lua
 --   redis-cli --eval /tmp/seckill-buy-batch.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:queue:bought' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' , demo 1 2 dave 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6c '' '' 1 20 1000 20 - '' erin 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6d '' '' 1 20 1000 20 - ''
 
 local function limit(KEYS, ARGV)

@@ -95,6 +95,7 @@ async fn every_lua_header_example_works_as_documented() {
     assert_eq!(restore(), [1, 0], "bob restored as a buyer, nothing overdrawn");
     assert_eq!(restore(), [0, 0], "a second restore changes nothing");
     for limiter in &limiters {
+        assemble(limiter);
         let reply: Vec<i64> = run(limiter).split_whitespace().map(|n| n.parse().unwrap()).collect();
         assert_eq!(reply[..3], [1, 19, 0], "{limiter}: admitted, 19 left of 20, no wait");
         assert!((1..=2_000_000).contains(&reply[3]), "{limiter}: reset {} us", reply[3]);
