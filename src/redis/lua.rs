@@ -62,6 +62,7 @@ fn piece(name: &str) -> &'static str {
     match name {
         "buy" => BUY_LUA,
         "limiter_preamble" => include_str!("../../lua/limiter_preamble.lua"),
+        "queue_preamble" => include_str!("../../lua/queue_preamble.lua"),
         _ => panic!("a Lua script names the piece {name:?}, which crate::redis::lua does not know"),
     }
 }

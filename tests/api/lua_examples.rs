@@ -130,8 +130,10 @@ async fn every_lua_header_example_works_as_documented() {
         .await
         .unwrap();
     let _: () = redis.hset(&keys[5], "seed", "00".repeat(32)).await.unwrap();
+    assemble("queue_join.lua");
     assert_eq!(run("queue_join.lua").split_whitespace().collect::<Vec<_>>(), ["placed", "1"], "alice is first in line");
     assert_eq!(run("queue_join.lua").split_whitespace().collect::<Vec<_>>(), ["placed", "1"], "and stays so");
+    assemble("admit.lua");
     let admitted: Vec<i64> = run("admit.lua").split_whitespace().map(|n| n.parse().unwrap()).collect();
     assert_eq!(admitted[1..5], [1, 0, 1, 95], "upto 1 (alice), none lapsed, one place, 95 left: {admitted:?}");
     assert_eq!(admitted[9], 1, "alice's admission is listed: {admitted:?}");
