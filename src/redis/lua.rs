@@ -35,7 +35,7 @@ pub fn unexpected_reply(script: &str, reply: &str) -> redis::RedisError {
     ))
 }
 
-/// `lua/buy.lua`'s source.
+/// `lua/buy.lua`'s source (a template: it names `lua/purchase.lua`).
 const BUY_LUA: &str = include_str!("../../lua/buy.lua");
 
 /// `lua/buy.lua`: the atomic purchase (check, SADD, DECR, XADD).
@@ -61,6 +61,7 @@ pub fn limiter(source: &str) -> Script {
 fn piece(name: &str) -> &'static str {
     match name {
         "buy" => BUY_LUA,
+        "purchase" => include_str!("../../lua/purchase.lua"),
         "limiter_preamble" => include_str!("../../lua/limiter_preamble.lua"),
         "queue_preamble" => include_str!("../../lua/queue_preamble.lua"),
         _ => panic!("a Lua script names the piece {name:?}, which crate::redis::lua does not know"),

@@ -70,6 +70,7 @@ async fn every_lua_header_example_works_as_documented() {
     let _: () = redis.del(&limiter_keys).await.unwrap();
 
     assert_eq!(run("seed.lua").trim(), "ok");
+    assemble("buy.lua");
     assert_eq!(run("buy.lua").trim(), "ok");
     let again: Vec<String> = run("buy.lua").lines().map(str::to_owned).collect();
     assert_eq!(again[0], "already_purchased", "{again:?}");
