@@ -52,6 +52,7 @@ end
 -- time), read once.
 local shards = ARGV[2]
 -- @purchase
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) -- the limits' time (below 2^53: exact)
 
 local replies = {}
 local arg, key = 4, 7

@@ -8,7 +8,7 @@
 --   shards      a local: how many shards the caller believes the sale has (buy.lua's ARGV[4])
 -- Reads once, for every purchase of the call: the meta, the stock and Redis TIME.
 -- Defines:
---   now_us      that time in microseconds (below 2^53: exact), the time buy_batch.lua's limits use
+--   t           that time, Redis TIME's reply (buy_batch.lua gives it to its limits)
 --   buy(user, order_id, place, traceparent)
 --               one purchase, decided and written by buy.lua's rules in buy.lua's order of checks
 --               (unknown sale, shard count, admission, start, end, buyer, stock); place and
@@ -32,7 +32,6 @@ local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends
 local stock_raw = meta[1] and redis.call('GET', KEYS[2])
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) -- the limits' time (below 2^53: exact)
 local verdict -- the answer every purchase of the call gets before its buyer is looked at, if any
 if not stock_raw then
   verdict = 'unknown_sale'
