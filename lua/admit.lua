@@ -29,17 +29,10 @@
 -- Windows older than queue_ttl_ms are dropped from the list (at most 1000 per call) into lapsed.
 --
 -- Example:
---   redis-cli --eval lua/admit.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:queue' 'seckill:{sale:demo}:queue:late' 'seckill:{sale:demo}:queue:bought' 'seckill:{sale:demo}:queue:admits' 'seckill:{sale:demo}:queue:state' , 2 200
+--   sed -e '/^-- @queue_preamble$/r lua/queue_preamble.lua' lua/admit.lua > /tmp/seckill-admit.lua
+--   redis-cli --eval /tmp/seckill-admit.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:queue' 'seckill:{sale:demo}:queue:late' 'seckill:{sale:demo}:queue:bought' 'seckill:{sale:demo}:queue:admits' 'seckill:{sale:demo}:queue:state' , 2 200
 
-local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'queue_rate', 'queue_ttl_ms')
-if not meta[1] then
-  return 'unknown_sale'
-end
-if not meta[4] then
-  return 'not_queued'
-end
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- @queue_preamble
 local starts_at, rate, ttl = tonumber(meta[2]), tonumber(meta[4]), tonumber(meta[5])
 local factor, tick_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local stock = tonumber(redis.call('GET', KEYS[2])) or 0

@@ -54,105 +54,20 @@
 -- sale's hash tag, so the script runs on Redis Cluster. Time comes from the Redis server, and is
 -- checked before the stock: a shard answers "sold_out" only once it has started.
 --
+-- Assembled, not run as it stands: the line "-- @purchase" below is followed by lua/purchase.lua,
+-- the purchase's rules, which lua/buy_batch.lua shares (crate::redis::lua::BUY; the example does
+-- it with sed). This file is the call of one purchase: the rules are purchase.lua's.
+--
 -- Example (after seed.lua below has created the sale):
---   redis-cli --eval lua/buy.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:queue:bought' , demo alice 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1 ''
+--   sed -e '/^-- @purchase$/r lua/purchase.lua' lua/buy.lua > /tmp/seckill-buy.lua
+--   redis-cli --eval /tmp/seckill-buy.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:queue:bought' , demo alice 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1 ''
 
-local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'shards', 'payment_window_ms',
-  'queue_rate')
-local stock_raw = meta[1] and redis.call('GET', KEYS[2])
-if not stock_raw then
-  return 'unknown_sale'
-end
-if (tonumber(meta[4]) or 1) ~= tonumber(ARGV[4]) then
-  return 'wrong_shards'
-end
+local shards = ARGV[4]
+-- @purchase
 
--- A queued sale refuses anyone without a place first, before or after its start alike.
-local place = meta[6] and tonumber(ARGV[5])
-if meta[6] and not place then
-  return 'not_admitted'
+local reply = buy(ARGV[2], ARGV[3], ARGV[5], ARGV[6] or '')
+-- The stock goes last, once the purchase wrote all else (DECR cannot fail: purchase.lua checked it).
+if sold > 0 then
+  redis.call('DECR', KEYS[2])
 end
-
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local starts_at = tonumber(meta[2])
-local ends_at = tonumber(meta[3])
-if starts_at and now_ms < starts_at then
-  return 'not_started'
-end
-if ends_at and now_ms >= ends_at then
-  return 'ended'
-end
-
-if redis.call('SISMEMBER', KEYS[3], ARGV[2]) == 1 then
-  local receipt = redis.call('HGET', KEYS[5], ARGV[2])
-  if not receipt then
-    return {'already_purchased'}
-  end
-  local order_id, created_at, entry = string.match(receipt, '^(%S+) (%S+) (%S+)$')
-  local queued = #redis.call('XRANGE', KEYS[4], entry, entry) > 0
-  return {'already_purchased', order_id, created_at, queued and 'queued' or 'confirmed'}
-end
--- DECR takes only a canonical integer ("0", or no leading zero) of at most 18 characters here, so
--- it cannot fail below.
-local canonical = stock_raw == '0' or (#stock_raw <= 18 and string.match(stock_raw, '^%-?[1-9]%d*$'))
-local stock = canonical and tonumber(stock_raw)
-if not stock then
-  error('seckill buy.lua: the stock of the sale is damaged (' .. stock_raw .. '): nothing written')
-end
-if stock <= 0 then
-  return 'sold_out'
-end
-
--- A script is not rolled back, so the writes go in the order in which only the first three can
--- fail: XADD (the orders key of another type: nothing written yet), then HSET (the receipts key
--- of another type: the entry just added is deleted again), then a queued sale's ZADD (the
--- entry and the receipt deleted again). SADD cannot fail (SISMEMBER above
--- took the key), nor can DECR (the stock checked above).
-local created_at = string.format('%d', now_ms)
-local window = tonumber(meta[5])
-local pay_by
-if window then
-  pay_by = string.format('%d', now_ms + window)
-end
--- The entry's id carries the purchase's time ('<created_at>-*'), so its fields are the order id
--- and the buyer only (the sale is its stream's). Only when the stream's last entry is later (the
--- server's clock went back) does Redis choose the id, and the time goes in a field of its own;
--- any other error (the orders key of another type) is raised there, with nothing written.
-local function append(...)
-  local entry = redis.pcall('XADD', KEYS[4], created_at .. '-*', 'order_id', ARGV[3], 'user_id', ARGV[2], ...)
-  if type(entry) == 'table' and entry.err then
-    entry = redis.call('XADD', KEYS[4], '*', 'order_id', ARGV[3], 'user_id', ARGV[2], 'created_at_ms', created_at, ...)
-  end
-  return entry
-end
-local trace = ARGV[6] ~= nil and ARGV[6] ~= '' and ARGV[6]
-local entry
-if window and trace then
-  entry = append('pay_by_ms', pay_by, 'traceparent', trace)
-elseif window then
-  entry = append('pay_by_ms', pay_by)
-elseif trace then
-  entry = append('traceparent', trace)
-else
-  entry = append()
-end
-local receipt = redis.pcall('HSET', KEYS[5], ARGV[2], ARGV[3] .. ' ' .. created_at .. ' ' .. entry)
-if type(receipt) == 'table' and receipt.err then
-  redis.call('XDEL', KEYS[4], entry)
-  error('seckill buy.lua: the receipts key of the sale is damaged (' .. receipt.err .. '): nothing written')
-end
-if place then
-  local used = redis.pcall('ZADD', KEYS[6], place, ARGV[2])
-  if type(used) == 'table' and used.err then
-    redis.call('XDEL', KEYS[4], entry)
-    redis.call('HDEL', KEYS[5], ARGV[2])
-    error('seckill buy.lua: the queue\'s buyers key of the sale is damaged (' .. used.err .. '): nothing written')
-  end
-end
-redis.call('SADD', KEYS[3], ARGV[2])
-redis.call('DECR', KEYS[2])
-if pay_by then
-  return {'reserved', pay_by}
-end
-return 'ok'
+return reply

@@ -5,11 +5,13 @@
 -- purchase of buy.lua makes alike: the sale's meta, its stock and the time are read once per call
 -- (the limits are given that time as their ARGV[6]), and the stock is written once, at the end
 -- (DECRBY the units sold). Each purchase then costs its limits, a SISMEMBER and its three writes.
--- tests/api/batch.rs checks that it decides as buy.lua.
+-- Both scripts buy by the one copy of the rules, lua/purchase.lua (tests/api/batch.rs checks
+-- that they decide alike).
 --
 -- Assembled, not run as it stands, like lua/buy_limited.lua: the line "-- @limiter" below is
--- followed by one limiter script (lua/<algorithm>.lua) (crate::redis::lua::buy_batch; the example
--- does it with sed).
+-- followed by one limiter script (lua/<algorithm>.lua, with its lua/limiter_preamble.lua), the
+-- line "-- @purchase" by lua/purchase.lua (crate::redis::lua::buy_batch; the example does it
+-- with sed).
 --
 -- KEYS[1..6]   buy.lua's KEYS: the sale's keys (one shard's, for a sharded sale)
 -- KEYS[7..]    the purchases' limiter keys, in order: `checks` keys for each purchase (below)
@@ -39,113 +41,18 @@
 -- shard's hash tag on a Redis Cluster (the app sends a limit in its own call otherwise).
 --
 -- Example (gcra, 20 per second per client; dave then erin buy the demo sale, both from 127.0.0.1):
---   sed -e '/^-- @limiter$/r lua/gcra.lua' lua/buy_batch.lua > /tmp/seckill-buy-batch.lua
+--   sed -e '/^-- @limiter$/r lua/gcra.lua' -e '/^-- @purchase$/r lua/purchase.lua' lua/buy_batch.lua | sed -e '/^-- @limiter_preamble$/r lua/limiter_preamble.lua' > /tmp/seckill-buy-batch.lua
 --   redis-cli --eval /tmp/seckill-buy-batch.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:queue:bought' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' , demo 1 2 dave 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6c '' '' 1 20 1000 20 - '' erin 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6d '' '' 1 20 1000 20 - ''
 
 local function limit(KEYS, ARGV)
 -- @limiter
 end
 
--- What every purchase of the call reads alike, read once: the sale, its stock, the time.
-local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'shards', 'payment_window_ms',
-  'queue_rate')
-local stock_raw = meta[1] and redis.call('GET', KEYS[2])
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The purchase's rules, and what every purchase of the call reads alike (the sale, its stock, the
+-- time), read once.
+local shards = ARGV[2]
+-- @purchase
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) -- the limits' time (below 2^53: exact)
-local verdict -- the answer every purchase of the call gets before its buyer is looked at, if any
-if not stock_raw then
-  verdict = 'unknown_sale'
-elseif (tonumber(meta[4]) or 1) ~= tonumber(ARGV[2]) then
-  verdict = 'wrong_shards'
-end
-local queued_sale = meta[6]
-local starts_at, ends_at = tonumber(meta[2]), tonumber(meta[3])
-local timing
-if starts_at and now_ms < starts_at then
-  timing = 'not_started'
-elseif ends_at and now_ms >= ends_at then
-  timing = 'ended'
-end
--- As in buy.lua: a canonical integer of at most 18 characters, or the stock is damaged.
-local stock
-if stock_raw then
-  local canonical = stock_raw == '0' or (#stock_raw <= 18 and string.match(stock_raw, '^%-?[1-9]%d*$'))
-  stock = canonical and tonumber(stock_raw)
-end
-local created_at = string.format('%d', now_ms)
-local window = tonumber(meta[5])
-local pay_by = window and string.format('%d', now_ms + window)
-local sold = 0
-
--- A purchase's entry, as buy.lua appends it: its id carries the call's time, its fields are the
--- order id and the buyer (then the payment deadline and the trace context, if any); the time goes
--- in a field only when the stream's last entry is later (the server's clock went back).
-local function append(order_id, user, ...)
-  local entry = redis.pcall('XADD', KEYS[4], created_at .. '-*', 'order_id', order_id, 'user_id', user, ...)
-  if type(entry) == 'table' and entry.err then
-    entry = redis.call('XADD', KEYS[4], '*', 'order_id', order_id, 'user_id', user, 'created_at_ms', created_at, ...)
-  end
-  return entry
-end
-
--- One purchase, by buy.lua's rules, its stock being what the purchases before it left.
-local function buy(user, order_id, place_arg, traceparent)
-  if verdict then
-    return verdict
-  end
-  local place = queued_sale and tonumber(place_arg)
-  if queued_sale and not place then
-    return 'not_admitted'
-  end
-  if timing then
-    return timing
-  end
-  if redis.call('SISMEMBER', KEYS[3], user) == 1 then
-    local receipt = redis.call('HGET', KEYS[5], user)
-    if not receipt then
-      return {'already_purchased'}
-    end
-    local order, at, entry = string.match(receipt, '^(%S+) (%S+) (%S+)$')
-    local queued = #redis.call('XRANGE', KEYS[4], entry, entry) > 0
-    return {'already_purchased', order, at, queued and 'queued' or 'confirmed'}
-  end
-  if not stock then
-    error('seckill buy_batch.lua: the stock of the sale is damaged (' .. stock_raw .. '): nothing written')
-  end
-  if stock - sold <= 0 then
-    return 'sold_out'
-  end
-  local entry
-  if pay_by and traceparent ~= '' then
-    entry = append(order_id, user, 'pay_by_ms', pay_by, 'traceparent', traceparent)
-  elseif pay_by then
-    entry = append(order_id, user, 'pay_by_ms', pay_by)
-  elseif traceparent ~= '' then
-    entry = append(order_id, user, 'traceparent', traceparent)
-  else
-    entry = append(order_id, user)
-  end
-  local receipt = redis.pcall('HSET', KEYS[5], user, order_id .. ' ' .. created_at .. ' ' .. entry)
-  if type(receipt) == 'table' and receipt.err then
-    redis.call('XDEL', KEYS[4], entry)
-    error('seckill buy_batch.lua: the receipts key of the sale is damaged (' .. receipt.err .. '): nothing written')
-  end
-  if place then
-    local used = redis.pcall('ZADD', KEYS[6], place, user)
-    if type(used) == 'table' and used.err then
-      redis.call('XDEL', KEYS[4], entry)
-      redis.call('HDEL', KEYS[5], user)
-      error('seckill buy_batch.lua: the queue\'s buyers key of the sale is damaged (' .. used.err .. '): nothing written')
-    end
-  end
-  redis.call('SADD', KEYS[3], user)
-  sold = sold + 1
-  if pay_by then
-    return {'reserved', pay_by}
-  end
-  return 'ok'
-end
 
 local replies = {}
 local arg, key = 4, 7

@@ -25,26 +25,10 @@
 -- test's simulated clock cannot race real expiry.
 --
 -- Example (20 requests per second):
---   redis-cli --eval lua/fixed_window.lua 'seckill:ratelimit:fixed-window:{127.0.0.1}' , 20 1000 20 -
+--   sed -e '/^-- @limiter_preamble$/r lua/limiter_preamble.lua' lua/fixed_window.lua > /tmp/seckill-fixed-window.lua
+--   redis-cli --eval /tmp/seckill-fixed-window.lua 'seckill:ratelimit:fixed-window:{127.0.0.1}' , 20 1000 20 -
 
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2]) * 1000
-local now = tonumber(ARGV[5])
-local ttl_slack_ms = now and 60000 or 0
-now = now or tonumber(ARGV[6])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- Integers below 2^53 only (all this script writes): '%d' prints them exactly, and faster than '%.0f'.
-local function int(x) return string.format('%d', x) end
--- floor(a / b) for integers below 2^53 and b > 0, corrected for the rounding of a / b.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then return q - 1 end
-  if (q + 1) * b <= a then return q + 1 end
-  return q
-end
+-- @limiter_preamble
 
 local start = idiv(now, window) * window
 local reset = start + window - now

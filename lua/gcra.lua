@@ -26,27 +26,11 @@
 -- expiry.
 --
 -- Example (20 per second, bursts of 20):
---   redis-cli --eval lua/gcra.lua 'seckill:ratelimit:gcra:{127.0.0.1}' , 20 1000 20 -
+--   sed -e '/^-- @limiter_preamble$/r lua/limiter_preamble.lua' lua/gcra.lua > /tmp/seckill-gcra.lua
+--   redis-cli --eval /tmp/seckill-gcra.lua 'seckill:ratelimit:gcra:{127.0.0.1}' , 20 1000 20 -
 
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2]) * 1000
+-- @limiter_preamble
 local burst = tonumber(ARGV[3])
-local now = tonumber(ARGV[5])
-local ttl_slack_ms = now and 60000 or 0
-now = now or tonumber(ARGV[6])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- Integers below 2^53 only (all this script writes): '%d' prints them exactly, and faster than '%.0f'.
-local function int(x) return string.format('%d', x) end
--- floor(a / b) for integers below 2^53 and b > 0, corrected for the rounding of a / b.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then return q - 1 end
-  if (q + 1) * b <= a then return q + 1 end
-  return q
-end
 local function ceil_div(a, b) return -idiv(-a, b) end
 
 -- ahead: TAT - now in units of 1/limit us (0 when the TAT is not in the future). T is `window`

@@ -30,17 +30,10 @@
 -- ZCARD + HLEN + 1, so they follow every pre-queue place and each other in arrival order.
 --
 -- Example (after seeding a queued sale "demo"):
---   redis-cli --eval lua/queue_join.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:queue' 'seckill:{sale:demo}:queue:late' 'seckill:{sale:demo}:queue:state' , alice join
+--   sed -e '/^-- @queue_preamble$/r lua/queue_preamble.lua' lua/queue_join.lua > /tmp/seckill-queue-join.lua
+--   redis-cli --eval /tmp/seckill-queue-join.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:queue' 'seckill:{sale:demo}:queue:late' 'seckill:{sale:demo}:queue:state' , alice join
 
-local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'queue_opens_at_ms', 'queue_rate')
-if not meta[1] then
-  return 'unknown_sale'
-end
-if not meta[5] then
-  return 'not_queued'
-end
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- @queue_preamble
 if meta[3] and now_ms >= tonumber(meta[3]) then
   return 'ended'
 end
@@ -54,7 +47,7 @@ if now_ms < tonumber(meta[2]) and not state[2] then
   if not join then
     return 'not_in_queue'
   end
-  if now_ms < tonumber(meta[4]) then
+  if now_ms < tonumber(meta[6]) then
     return 'queue_not_open'
   end
   if not state[1] then

@@ -24,19 +24,10 @@
 -- simulated clock cannot race real expiry.
 --
 -- Example (20 requests per second):
---   redis-cli --eval lua/sliding_log.lua 'seckill:ratelimit:sliding-log:{127.0.0.1}' , 20 1000 20 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69
+--   sed -e '/^-- @limiter_preamble$/r lua/limiter_preamble.lua' lua/sliding_log.lua > /tmp/seckill-sliding-log.lua
+--   redis-cli --eval /tmp/seckill-sliding-log.lua 'seckill:ratelimit:sliding-log:{127.0.0.1}' , 20 1000 20 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69
 
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2]) * 1000
-local now = tonumber(ARGV[5])
-local ttl_slack_ms = now and 60000 or 0
-now = now or tonumber(ARGV[6])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- Integers below 2^53 only (all this script writes): '%d' prints them exactly, and faster than '%.0f'.
-local function int(x) return string.format('%d', x) end
+-- @limiter_preamble
 
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(now - window))
 local count = redis.call('ZCARD', KEYS[1])

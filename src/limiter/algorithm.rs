@@ -83,7 +83,7 @@ struct Scripts {
 
 static SCRIPTS: LazyLock<[Scripts; 5]> = LazyLock::new(|| {
     Algorithm::ALL.map(|a| Scripts {
-        alone: Script::new(a.source()),
+        alone: lua::limiter(a.source()),
         with_purchase: lua::buy_limited(a.source()),
         with_purchases: lua::buy_batch(a.source()),
     })

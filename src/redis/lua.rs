@@ -35,11 +35,11 @@ pub fn unexpected_reply(script: &str, reply: &str) -> redis::RedisError {
     ))
 }
 
-/// `lua/buy.lua`'s source.
+/// `lua/buy.lua`'s source (a template: it names `lua/purchase.lua`).
 const BUY_LUA: &str = include_str!("../../lua/buy.lua");
 
 /// `lua/buy.lua`: the atomic purchase (check, SADD, DECR, XADD).
-pub static BUY: LazyLock<Script> = LazyLock::new(|| Script::new(BUY_LUA));
+pub static BUY: LazyLock<Script> = LazyLock::new(|| assemble(BUY_LUA, ""));
 
 /// `lua/buy_limited.lua` assembled with `limiter`, the source of one limiter script (one of
 /// [`limiters`]), and `lua/buy.lua`: the rate limits and the purchase in one call.
@@ -47,26 +47,43 @@ pub fn buy_limited(limiter: &str) -> Script {
     assemble(include_str!("../../lua/buy_limited.lua"), limiter)
 }
 
-/// `lua/buy_batch.lua` assembled likewise (it has no `-- @buy` line: it buys by buy.lua's rules
-/// itself, reading what its purchases share once): several purchases, each with its limits, in
-/// one call.
+/// `lua/buy_batch.lua` assembled likewise: several purchases, each with its limits, in one call.
 pub fn buy_batch(limiter: &str) -> Script {
     assemble(include_str!("../../lua/buy_batch.lua"), limiter)
 }
 
-/// `template` with `limiter` and `lua/buy.lua` each put right after its marker line, as the
-/// files' `sed` examples do.
+/// One limiter script (one of [`limiters`]) run alone, with the preamble it names.
+pub fn limiter(source: &str) -> Script {
+    assemble(source, "")
+}
+
+/// The piece `lua/<name>.lua` that a script names on a line `-- @<name>`, besides `-- @limiter`.
+fn piece(name: &str) -> &'static str {
+    match name {
+        "buy" => BUY_LUA,
+        "purchase" => include_str!("../../lua/purchase.lua"),
+        "limiter_preamble" => include_str!("../../lua/limiter_preamble.lua"),
+        "queue_preamble" => include_str!("../../lua/queue_preamble.lua"),
+        _ => panic!("a Lua script names the piece {name:?}, which crate::redis::lua does not know"),
+    }
+}
+
+/// `template` with `limiter` put right after its `-- @limiter` line and each piece `lua/<name>.lua`
+/// right after its `-- @<name>` line, in the pieces too, as the files' `sed` examples do.
 fn assemble(template: &str, limiter: &str) -> Script {
-    let mut source = String::with_capacity(template.len() + limiter.len() + BUY_LUA.len());
-    for line in template.lines() {
-        source.push_str(line);
-        source.push('\n');
-        match line {
-            "-- @limiter" => source.push_str(limiter),
-            "-- @buy" => source.push_str(BUY_LUA),
-            _ => {}
+    fn splice(source: &mut String, text: &str, limiter: &str) {
+        for line in text.lines() {
+            source.push_str(line);
+            source.push('\n');
+            match line.strip_prefix("-- @") {
+                Some("limiter") => splice(source, limiter, ""),
+                Some(name) => splice(source, piece(name), limiter),
+                None => {}
+            }
         }
     }
+    let mut source = String::with_capacity(2 * (template.len() + limiter.len() + BUY_LUA.len()));
+    splice(&mut source, template, limiter);
     Script::new(&source)
 }
 
@@ -80,10 +97,10 @@ pub static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!
 pub static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/release.lua")));
 
 /// `lua/queue_join.lua`: join a queued sale's waiting room, or ask for one's place in it.
-pub static QUEUE_JOIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/queue_join.lua")));
+pub static QUEUE_JOIN: LazyLock<Script> = LazyLock::new(|| assemble(include_str!("../../lua/queue_join.lua"), ""));
 
 /// `lua/admit.lua`: move a queued sale's admission on and read how far it got.
-pub static ADMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/admit.lua")));
+pub static ADMIT: LazyLock<Script> = LazyLock::new(|| assemble(include_str!("../../lua/admit.lua"), ""));
 
 /// `lua/trim.lua`: XTRIM MINID of the entries the consumer group is done with.
 pub static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/trim.lua")));
@@ -93,7 +110,8 @@ pub static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(".
 pub static PRUNE_CONSUMERS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/prune_consumers.lua")));
 
-/// The limiter scripts' sources, each `lua/<name>.lua` (the algorithm's name with underscores).
+/// The limiter scripts' sources, each `lua/<name>.lua` (the algorithm's name with underscores),
+/// each naming `lua/limiter_preamble.lua` (run one alone through [`limiter`]).
 pub mod limiters {
     /// `lua/sliding_log.lua`: the sliding-window log (sorted set).
     pub const SLIDING_LOG: &str = include_str!("../../lua/sliding_log.lua");

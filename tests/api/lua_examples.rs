@@ -70,6 +70,7 @@ async fn every_lua_header_example_works_as_documented() {
     let _: () = redis.del(&limiter_keys).await.unwrap();
 
     assert_eq!(run("seed.lua").trim(), "ok");
+    assemble("buy.lua");
     assert_eq!(run("buy.lua").trim(), "ok");
     let again: Vec<String> = run("buy.lua").lines().map(str::to_owned).collect();
     assert_eq!(again[0], "already_purchased", "{again:?}");
@@ -95,6 +96,7 @@ async fn every_lua_header_example_works_as_documented() {
     assert_eq!(restore(), [1, 0], "bob restored as a buyer, nothing overdrawn");
     assert_eq!(restore(), [0, 0], "a second restore changes nothing");
     for limiter in &limiters {
+        assemble(limiter);
         let reply: Vec<i64> = run(limiter).split_whitespace().map(|n| n.parse().unwrap()).collect();
         assert_eq!(reply[..3], [1, 19, 0], "{limiter}: admitted, 19 left of 20, no wait");
         assert!((1..=2_000_000).contains(&reply[3]), "{limiter}: reset {} us", reply[3]);
@@ -129,8 +131,10 @@ async fn every_lua_header_example_works_as_documented() {
         .await
         .unwrap();
     let _: () = redis.hset(&keys[5], "seed", "00".repeat(32)).await.unwrap();
+    assemble("queue_join.lua");
     assert_eq!(run("queue_join.lua").split_whitespace().collect::<Vec<_>>(), ["placed", "1"], "alice is first in line");
     assert_eq!(run("queue_join.lua").split_whitespace().collect::<Vec<_>>(), ["placed", "1"], "and stays so");
+    assemble("admit.lua");
     let admitted: Vec<i64> = run("admit.lua").split_whitespace().map(|n| n.parse().unwrap()).collect();
     assert_eq!(admitted[1..5], [1, 0, 1, 95], "upto 1 (alice), none lapsed, one place, 95 left: {admitted:?}");
     assert_eq!(admitted[9], 1, "alice's admission is listed: {admitted:?}");

@@ -57,7 +57,8 @@ fn lua_file(rev: Option<&str>, name: &str) -> anyhow::Result<String> {
     Ok(String::from_utf8(out.stdout)?)
 }
 
-/// The batch script of `rev` with its limiter put after the `-- @limiter` line, as the app does.
+/// The batch script of `rev` with its limiter put after the `-- @limiter` line and each piece
+/// `lua/<name>.lua` after its `-- @<name>` line (in the pieces too), as the app does.
 fn batch_script(rev: Option<&str>, algorithm: &str) -> anyhow::Result<String> {
     let (template, limiter) = (lua_file(rev, "buy_batch.lua")?, lua_file(rev, &format!("{algorithm}.lua"))?);
     ensure!(
@@ -65,7 +66,23 @@ fn batch_script(rev: Option<&str>, algorithm: &str) -> anyhow::Result<String> {
         "{}: buy_batch.lua has no -- @limiter line",
         rev.unwrap_or("the working tree")
     );
-    Ok(template.lines().flat_map(|line| [line, "\n", if line == "-- @limiter" { &limiter } else { "" }]).collect())
+    let mut script = String::new();
+    splice(rev, &template, &limiter, &mut script)?;
+    Ok(script)
+}
+
+/// `text`'s lines into `script`, each marker line followed by what it names.
+fn splice(rev: Option<&str>, text: &str, limiter: &str, script: &mut String) -> anyhow::Result<()> {
+    for line in text.lines() {
+        script.push_str(line);
+        script.push('\n');
+        match line.strip_prefix("-- @") {
+            Some("limiter") => splice(rev, limiter, "", script)?,
+            Some(name) => splice(rev, &lua_file(rev, &format!("{name}.lua"))?, limiter, script)?,
+            None => {}
+        }
+    }
+    Ok(())
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

@@ -1,0 +1,128 @@
+-- purchase.lua: the purchase's rules, written once for lua/buy.lua (one purchase) and
+-- lua/buy_batch.lua (several in one call). Not a script: each has the line "-- @purchase" where
+-- this file goes (crate::redis::lua splices it in; their examples do it with sed).
+--
+-- Expects, from the including script:
+--   KEYS[1..6]  buy.lua's KEYS: the sale's meta, stock, buyers, orders, receipts, queue's buyers
+--               (one shard's, for a sharded sale)
+--   shards      a local: how many shards the caller believes the sale has (buy.lua's ARGV[4])
+-- Reads once, for every purchase of the call: the meta, the stock and Redis TIME.
+-- Defines:
+--   t           that time, Redis TIME's reply (buy_batch.lua gives it to its limits)
+--   buy(user, order_id, place, traceparent)
+--               one purchase, decided and written by buy.lua's rules in buy.lua's order of checks
+--               (unknown sale, shard count, admission, start, end, buyer, stock); place and
+--               traceparent "" when there are none. Returns buy.lua's reply, or raises an error (a
+--               damaged key) with nothing of the purchase written. It writes the entry, the
+--               receipt, a queued sale's place and the buyer, not the stock: the stock it checks
+--               is the one read less the units sold before it in the call
+--   sold        the units the call's purchases sold so far: the includer takes them off the stock
+--               (DECR or DECRBY) before it returns, so stock_initial = stock + SCARD(buyers) -
+--               SCARD(released) holds when the call ends
+--
+-- Invariants kept (buy.lua's): the duplicate check comes before any write; the stock is refused at
+-- <= 0; XADD, HSET, a queued sale's ZADD and SADD happen together or not at all (Redis does not roll
+-- a failed script back, so they go in the order in which only the first three can fail, and each
+-- failure deletes what the ones before it wrote). Time comes from the Redis server and is checked
+-- before the stock: a shard answers "sold_out" only once it has started.
+
+-- What every purchase of the call reads alike, read once: the sale, its stock, the time.
+local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'shards', 'payment_window_ms',
+  'queue_rate')
+local stock_raw = meta[1] and redis.call('GET', KEYS[2])
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local verdict -- the answer every purchase of the call gets before its buyer is looked at, if any
+if not stock_raw then
+  verdict = 'unknown_sale'
+elseif (tonumber(meta[4]) or 1) ~= tonumber(shards) then
+  verdict = 'wrong_shards'
+end
+local queued_sale = meta[6]
+local starts_at, ends_at = tonumber(meta[2]), tonumber(meta[3])
+local timing
+if starts_at and now_ms < starts_at then
+  timing = 'not_started'
+elseif ends_at and now_ms >= ends_at then
+  timing = 'ended'
+end
+-- DECR/DECRBY take only a canonical integer ("0", or no leading zero) of at most 18 characters
+-- here, so the includer's cannot fail; any other stock is damaged.
+local stock
+if stock_raw then
+  local canonical = stock_raw == '0' or (#stock_raw <= 18 and string.match(stock_raw, '^%-?[1-9]%d*$'))
+  stock = canonical and tonumber(stock_raw)
+end
+local created_at = string.format('%d', now_ms)
+local window = tonumber(meta[5])
+local pay_by = window and string.format('%d', now_ms + window)
+local sold = 0
+
+-- A purchase's entry: its id carries the call's time, its fields are the
+-- order id and the buyer (then the payment deadline and the trace context, if any); the time goes
+-- in a field only when the stream's last entry is later (the server's clock went back).
+local function append(order_id, user, ...)
+  local entry = redis.pcall('XADD', KEYS[4], created_at .. '-*', 'order_id', order_id, 'user_id', user, ...)
+  if type(entry) == 'table' and entry.err then
+    entry = redis.call('XADD', KEYS[4], '*', 'order_id', order_id, 'user_id', user, 'created_at_ms', created_at, ...)
+  end
+  return entry
+end
+
+-- One purchase, its stock being what the purchases before it in the call left.
+local function buy(user, order_id, place_arg, traceparent)
+  if verdict then
+    return verdict
+  end
+  local place = queued_sale and tonumber(place_arg)
+  if queued_sale and not place then
+    return 'not_admitted'
+  end
+  if timing then
+    return timing
+  end
+  if redis.call('SISMEMBER', KEYS[3], user) == 1 then
+    local receipt = redis.call('HGET', KEYS[5], user)
+    if not receipt then
+      return {'already_purchased'}
+    end
+    local order, at, entry = string.match(receipt, '^(%S+) (%S+) (%S+)$')
+    local queued = #redis.call('XRANGE', KEYS[4], entry, entry) > 0
+    return {'already_purchased', order, at, queued and 'queued' or 'confirmed'}
+  end
+  if not stock then
+    error('seckill lua/purchase.lua: the stock of the sale is damaged (' .. stock_raw .. '): nothing written')
+  end
+  if stock - sold <= 0 then
+    return 'sold_out'
+  end
+  local entry
+  if pay_by and traceparent ~= '' then
+    entry = append(order_id, user, 'pay_by_ms', pay_by, 'traceparent', traceparent)
+  elseif pay_by then
+    entry = append(order_id, user, 'pay_by_ms', pay_by)
+  elseif traceparent ~= '' then
+    entry = append(order_id, user, 'traceparent', traceparent)
+  else
+    entry = append(order_id, user)
+  end
+  local receipt = redis.pcall('HSET', KEYS[5], user, order_id .. ' ' .. created_at .. ' ' .. entry)
+  if type(receipt) == 'table' and receipt.err then
+    redis.call('XDEL', KEYS[4], entry)
+    error('seckill lua/purchase.lua: the receipts key of the sale is damaged (' .. receipt.err .. '): nothing written')
+  end
+  if place then
+    local used = redis.pcall('ZADD', KEYS[6], place, user)
+    if type(used) == 'table' and used.err then
+      redis.call('XDEL', KEYS[4], entry)
+      redis.call('HDEL', KEYS[5], user)
+      error('seckill lua/purchase.lua: the queue\'s buyers key of the sale is damaged (' .. used.err .. '): nothing written')
+    end
+  end
+  redis.call('SADD', KEYS[3], user)
+  sold = sold + 1
+  if pay_by then
+    return {'reserved', pay_by}
+  end
+  return 'ok'
+end
