@@ -138,7 +138,10 @@ async fn the_page_is_a_waiting_room_from_the_pre_queue_to_the_order() {
         assert_eq!(joined.status(), 200);
     }
     browser.fill("user-id", "bob").await;
-    let fresh = browser.room_shows("bob without a place", |r| r.join_enabled.is_some()).await;
+    // The page's poll of the public status (cached up to a second) may still say `upcoming` just
+    // after the start, while the line already drew alice's place: wait for it to say open.
+    let fresh =
+        browser.room_shows("bob without a place", |r| r.join_enabled.is_some() && r.buy != "Not open yet").await;
     assert_eq!((fresh.buy.as_str(), fresh.buy_enabled), ("Join the waiting room first", false));
     assert_error(
         app.client.post(app.url("/buy")).json(&json!({"sale_id": sale, "user_id": "bob"})).send().await.unwrap(),
