@@ -348,13 +348,9 @@ mod tests {
         flags.set(&sale("a"));
         flags.store_buyers(&sale("a"), loaded(&["u"], OrderStatus::Queued));
         assert!(flags.set(&sale("a")), "queued orders: copy again");
-        let queued = |f: Option<Flagged>| {
-            let status = match f {
-                Some(Flagged::AlreadyPurchased(Some(receipt))) => Some(receipt.status),
-                _ => None,
-            };
-            status == Some(OrderStatus::Queued)
-        };
+        fn queued(f: Option<Flagged>) -> bool {
+            matches!(f, Some(Flagged::AlreadyPurchased(Some(r))) if r.status == OrderStatus::Queued)
+        }
         assert!(queued(flags.check(&sale("a"), &user("u"))), "the old copy answers while the new one loads");
         flags.store_buyers(&sale("a"), Buyers::Absent);
         assert!(queued(flags.check(&sale("a"), &user("u"))), "a failed copy keeps the old one");

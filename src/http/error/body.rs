@@ -1,0 +1,123 @@
+//! The JSON body of every error answer ([`ErrorBody`]), and the bodies of a crowd's refusals,
+//! built once per process.
+
+use std::sync::OnceLock;
+
+use actix_web::web::Bytes;
+use serde::Serialize;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::ApiError;
+use crate::db::ms_to_time;
+use crate::purchase::OrderStatus;
+use crate::retire::Refusal;
+
+/// Every error answer's body.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody<'a> {
+    /// A stable machine-readable code, e.g. `sold_out`.
+    pub error: &'a str,
+    /// A sentence for humans.
+    pub message: String,
+    /// `already_purchased`: the order this buyer was given (absent for a buyer whose receipt
+    /// Redis does not hold); `not_durable`: the order the purchase made; `outcome_unknown`: the
+    /// order the purchase may have made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<Uuid>,
+    /// `outcome_unknown` only: the sale of that purchase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sale_id: Option<String>,
+    /// `already_purchased` only: as `GET /sales/{sale_id}/order` reads it, `queued` (bought, not
+    /// yet in Postgres) or `confirmed` (stored); in a sale with a payment window `reserved`,
+    /// `paid`, `cancelled` or `expired`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<OrderStatus>,
+    /// `already_purchased` only: when it was bought (the Redis server's clock).
+    #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub created_at: Option<OffsetDateTime>,
+    /// `not_retirable` only: why the sale cannot be retired yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasons: Option<Vec<Refusal>>,
+}
+
+/// The refusals a crowd gets by the thousand (a sold-out, not yet open, over or unknown sale),
+/// whose body never varies: each built once, then shared.
+static CONSTANT_BODIES: [OnceLock<Bytes>; 6] = [const { OnceLock::new() }; 6];
+
+impl ApiError {
+    /// The JSON body of this error.
+    pub(super) fn body(&self) -> ErrorBody<'_> {
+        let receipt = match self {
+            Self::AlreadyPurchased(receipt) => *receipt,
+            _ => None,
+        };
+        let order_id = match self {
+            Self::NotDurable { order_id } | Self::OutcomeUnknown { order_id, .. } => Some(*order_id),
+            _ => receipt.map(|r| r.order_id),
+        };
+        ErrorBody {
+            error: self.code(),
+            message: self.to_string(),
+            order_id,
+            sale_id: match self {
+                Self::OutcomeUnknown { sale_id, .. } => Some(sale_id.clone()),
+                _ => None,
+            },
+            status: receipt.map(|r| r.status),
+            created_at: receipt.map(|r| ms_to_time(r.created_at_ms)),
+            reasons: match self {
+                Self::NotRetirable(reasons) => Some(reasons.clone()),
+                _ => None,
+            },
+        }
+    }
+
+    /// The body of a crowd's refusal ([`CONSTANT_BODIES`]), serialized once per process.
+    pub(super) fn constant_body(&self) -> Option<Bytes> {
+        let slot = match self {
+            Self::SoldOut => 0,
+            Self::SaleNotStarted => 1,
+            Self::SaleEnded => 2,
+            Self::UnknownSale => 3,
+            Self::SaleRetired => 4,
+            Self::NotFound => 5,
+            _ => return None,
+        };
+        let body = CONSTANT_BODIES[slot].get_or_init(|| serde_json::to_vec(&self.body()).unwrap_or_default().into());
+        Some(body.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::ResponseError;
+    use actix_web::body::MessageBody;
+    use actix_web::http::header;
+
+    use super::*;
+
+    #[test]
+    fn a_crowds_refusals_are_built_once_and_answer_as_every_other_error() {
+        let constant = [
+            ApiError::SoldOut,
+            ApiError::SaleNotStarted,
+            ApiError::SaleEnded,
+            ApiError::UnknownSale,
+            ApiError::SaleRetired,
+            ApiError::NotFound,
+        ];
+        for error in constant {
+            let built = serde_json::to_vec(&error.body()).unwrap();
+            for _ in 0..2 {
+                let response = error.error_response();
+                assert_eq!(response.status(), error.status_code());
+                assert_eq!(response.headers().get(header::CONTENT_TYPE).unwrap(), "application/json");
+                let body = response.into_body().try_into_bytes().unwrap();
+                assert_eq!(body, built, "{error:?}");
+            }
+        }
+        assert!(ApiError::SeedRetired.constant_body().is_none(), "sale_retired's other message is built each time");
+    }
+}
