@@ -8,6 +8,12 @@ use serde::Serialize;
 use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 use uuid::Uuid;
 
+/// Unix milliseconds to a timestamp (clamped into the representable range).
+pub fn ms_to_time(ms: i64) -> time::OffsetDateTime {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+}
+
 /// A sale id: 1–64 characters of `[A-Za-z0-9_-]`. No braces, so it can sit inside a hash tag.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(transparent)]

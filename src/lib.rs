@@ -47,11 +47,17 @@
 //!    - [`reconcile`]: whether a sale's Redis buyers and Postgres orders agree, and the repair.
 //!    - [`retire`]: retiring a sale that is over (its Redis keys go, Postgres keeps its orders),
 //!      by hand or by the janitor.
-//! 7. HTTP
-//!    - [`http`]: the routes, `AppState`, the API error and its status codes, the middleware,
-//!      the client's address behind proxies, the edge (`edge`: what a connection may hold before
-//!      a handler runs).
-//! 8. Application
+//! 7. Use cases
+//!    - [`shop`]: the sale's use cases, one method of `Shop` each (buy, read a sale, read and cancel
+//!      an order, join and ask a waiting room, take a payment event, seed, watch, retire,
+//!      reconcile, readiness), each returning a typed outcome or the use cases' `Error`; the rate
+//!      limits a buyer's request passes and the decision it reports (`limits`).
+//! 8. HTTP
+//!    - [`http`]: the routes (each extracts, calls one use case, maps its outcome), `AppState`, the
+//!      API error and its status codes, the middleware, the client's address behind proxies, who is
+//!      buying (`buyer`), the `RateLimit` fields, the edge (`edge`: what a connection may hold
+//!      before a handler runs).
+//! 9. Application
 //!    - [`config`]: the command line and every setting, with its default.
 //!    - [`app`]: builds and runs the service with its ordered shutdown (the server assembled
 //!      behind the edge in `server`); the other commands.
@@ -71,4 +77,5 @@ pub mod reconcile;
 pub mod redis;
 pub mod reservations;
 pub mod retire;
+pub mod shop;
 pub mod telemetry;

@@ -153,3 +153,38 @@ fn no_line_in_src_is_over_120_columns() {
         .collect();
     assert!(long.is_empty(), "lines over 120 columns:\n{}", long.join("\n"));
 }
+
+/// What `http` may reach below it: the use cases, the ids, the settings, and the process's
+/// metrics and telemetry. Everything else (a database query, a capability's own type) goes
+/// through `crate::shop`, so a handler only extracts, calls one use case and maps its outcome.
+const HTTP_MAY_IMPORT: [&str; 5] = ["shop", "domain", "config", "metrics", "telemetry"];
+
+/// Most fields the handlers' state (`http::AppState`) may have: what is not a use case's is the
+/// request's own business (who is buying, the client's key, the limit header fields, the admin
+/// token).
+const MAX_APP_STATE_FIELDS: usize = 8;
+
+#[test]
+fn http_reaches_the_layers_below_only_through_the_use_cases() {
+    let mut files = vec![];
+    rust_files(&Path::new(SRC).join("http"), &mut files);
+    let mut reached = BTreeSet::new();
+    for file in &files {
+        let code = code(&std::fs::read_to_string(file).unwrap());
+        for (line, to, _) in imports(&code, false) {
+            if to != "http" {
+                reached.insert(to.clone());
+                let at = format!("{}:{line}", file.strip_prefix(SRC).unwrap().display());
+                assert!(HTTP_MAY_IMPORT.contains(&to.as_str()), "src/{at}: `http` imports `crate::{to}`");
+            }
+        }
+    }
+    assert!(reached.contains("shop"), "no `crate::shop` import found in src/http: is the check still reading it?");
+    let state = std::fs::read_to_string(format!("{SRC}/http/mod.rs")).unwrap();
+    let body = state.split("pub struct AppState {").nth(1).and_then(|rest| rest.split("\n}").next()).unwrap();
+    let fields = body.lines().filter(|l| l.trim_start().starts_with("pub ")).count();
+    assert!(
+        (1..=MAX_APP_STATE_FIELDS).contains(&fields),
+        "AppState has {fields} fields (at most {MAX_APP_STATE_FIELDS})"
+    );
+}

@@ -9,7 +9,6 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
 use actix_web::dev::Server;
-use actix_web::http::header::HeaderValue;
 use anyhow::Context;
 use secrecy::{ExposeSecret, SecretString};
 use tokio_util::sync::CancellationToken;
@@ -19,14 +18,14 @@ use crate::admission::Admission;
 use crate::config::Config;
 use crate::db;
 use crate::http::AppState;
-use crate::http::client_ip::TrustedProxies;
+use crate::http::client_ip::{ClientKeys, TrustedProxies};
 use crate::http::edge::Edge;
+use crate::http::rate_limit::RateLimitFields;
 use crate::limiter::Limiter;
 use crate::limiter::local::LocalLimiter;
 use crate::metrics::Metrics;
 use crate::orders::worker::{Worker, WorkerSettings};
 use crate::purchase::Sales;
-use crate::purchase::board::SaleBoard;
 use crate::purchase::retired::RetiredSales;
 use crate::purchase::sold_out::{self, SaleEvent, SoldOutFlags};
 use crate::redis::Keyspace;
@@ -35,6 +34,7 @@ use crate::redis::connection::{self, RedisTarget};
 use crate::reservations::Reservations;
 use crate::retire::Retirer;
 use crate::retire::janitor::Janitor;
+use crate::shop::{Limits, Parts, Settings, Shop};
 
 pub use commands::{migrate, print_token, run_reconcile, run_retire, run_worker, send_payment};
 
@@ -59,13 +59,13 @@ impl Application {
     pub async fn build(config: &Config, run_worker: bool) -> anyhow::Result<Self> {
         config.validate().map_err(anyhow::Error::msg).context("configuration")?;
         let policy = config.rate_limit_policy().map_err(anyhow::Error::msg).context("rate limit")?;
-        let buyer_limiter = match config.user_rate_limit_policy().map_err(anyhow::Error::msg)? {
-            None => None,
-            Some(policy) => {
-                let header = HeaderValue::from_str(&policy.policy_field()).context("per-buyer limit policy")?;
-                Some((Arc::new(Limiter::new(policy)), header))
-            }
+        let limits = Limits {
+            address: Limiter::new(policy),
+            buyer: config.user_rate_limit_policy().map_err(anyhow::Error::msg)?.map(Limiter::new),
+            scope: config.rate_limit_scope,
+            from_memory: LocalLimiter::new(config.sold_out_rate_limit()),
         };
+        let rate_limit = RateLimitFields::new(&limits).context("rate limit policies")?;
         let verifier = config.auth.verifier().map_err(anyhow::Error::msg).context("SECKILL_AUTH")?;
         if verifier.is_none() {
             tracing::warn!("SECKILL_AUTH=none: POST /buy trusts the body's user_id (for a trusted gateway only)");
@@ -115,32 +115,35 @@ impl Application {
         // The sweeper runs where the worker runs: the processes that write orders to Postgres.
         let sweeper = run_worker.then(|| reservations.clone());
         let admission = Admission::new(redis.clone(), config.admission.key(config.admin_token.as_ref()).as_deref());
-        let state = AppState {
-            sales: sales.clone(),
-            board: SaleBoard::new(sales),
-            redis,
-            sold_out: sold_out.clone(),
+        let clients = ClientKeys {
+            proxies: TrustedProxies::new(config.trusted_proxies.clone()),
+            ipv6_prefix: config.ipv6_prefix,
+        };
+        let edge = Edge::new(config.edge.settings(), config.ipv6_prefix, clients.proxies.clone(), &metrics);
+        let shop = Shop::new(Parts {
+            sales,
+            sold_out,
             retired,
             retirer,
             pool: pool.clone(),
-            limiter: Arc::new(Limiter::new(policy)),
-            rate_limit_policy: HeaderValue::from_str(&policy.policy_field()).context("rate limit policy")?,
-            rate_limit_scope: config.rate_limit_scope,
-            buyer_limiter,
-            sold_out_limiter: Arc::new(LocalLimiter::new(config.sold_out_rate_limit())),
-            ipv6_prefix: config.ipv6_prefix,
+            limits,
             metrics: metrics.clone(),
-            proxies: TrustedProxies::new(config.trusted_proxies.clone()),
-            admin_token: config.admin_token.clone(),
-            verifier: verifier.map(Arc::new),
             worker_health: worker.as_ref().map(Worker::health),
             reservations,
-            payment_secret: config.payments.payment_secret.clone(),
-            default_payment_window: config.payments.payment_window,
+            settings: Settings {
+                payment_secret: config.payments.payment_secret.clone(),
+                default_payment_window: config.payments.payment_window,
+                admission_ttl: config.admission.admission_ttl,
+            },
             admission,
-            admission_ttl: config.admission.admission_ttl,
+        });
+        let state = AppState {
+            shop,
+            verifier: verifier.map(Arc::new),
+            clients,
+            rate_limit,
+            admin_token: config.admin_token.clone(),
         };
-        let edge = Edge::new(config.edge.settings(), config.ipv6_prefix, state.proxies.clone(), &metrics);
         let listeners = server::Listeners { public: listener, metrics: metrics_listener };
         let server = server::build(listeners, state, edge, workers, config.shutdown_timeout)?;
         tracing::info!(%local_addr, metrics = ?metrics_addr, worker = run_worker, "listening");

@@ -10,7 +10,6 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, Executor, PgPool};
-use time::OffsetDateTime;
 
 pub use orders::{
     InsertReport, StoredOrder, count_orders, count_orders_by_sale, insert_orders, order_of, order_users,
@@ -68,7 +67,4 @@ pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
     sqlx::query("select 1").execute(pool).await.map(drop)
 }
 
-/// Unix milliseconds to a timestamp (clamped into the representable range).
-pub fn ms_to_time(ms: i64) -> OffsetDateTime {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap_or(OffsetDateTime::UNIX_EPOCH)
-}
+pub use crate::domain::ms_to_time;

@@ -6,7 +6,7 @@ use actix_web::http::header;
 
 use crate::domain::UserId;
 use crate::http::error::ApiError;
-use crate::identity::Verifier;
+use crate::shop::Verifier;
 
 /// The longest `Authorization` header looked at; a longer one is refused unparsed.
 pub const MAX_AUTHORIZATION_BYTES: usize = 4096;

@@ -11,6 +11,26 @@ use actix_web::HttpRequest;
 use actix_web::http::header::HeaderMap;
 use ipnet::IpNet;
 
+use crate::shop::client_key;
+
+/// The key a request's client is limited by: its address behind the trusted proxies, an IPv6
+/// address grouped by its network (`crate::limiter::client_key`).
+#[derive(Debug, Clone)]
+pub struct ClientKeys {
+    /// The proxies whose `X-Forwarded-For` names the client.
+    pub proxies: TrustedProxies,
+    /// IPv6 clients are limited by their network of this many bits.
+    pub ipv6_prefix: u8,
+}
+
+impl ClientKeys {
+    /// The key of `req`'s client (the unspecified address when actix knows no peer).
+    pub fn of(&self, req: &HttpRequest) -> IpAddr {
+        let ip = self.proxies.client_ip(req).unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+        client_key(ip, self.ipv6_prefix)
+    }
+}
+
 /// The proxies whose `X-Forwarded-For` is believed.
 #[derive(Debug, Clone, Default)]
 pub struct TrustedProxies(Vec<IpNet>);

@@ -96,7 +96,7 @@ where
 {
     let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
     let method = method_label(req.method());
-    let metrics = req.app_data::<actix_web::web::Data<AppState>>().map(|s| s.metrics.clone());
+    let metrics = req.app_data::<actix_web::web::Data<AppState>>().map(|s| s.shop.metrics().clone());
     let started = Instant::now();
     let response = service.call(req);
     async move {
@@ -105,9 +105,8 @@ where
             let status = response.status();
             metrics.http_requests.with_label_values(&[&route, method, status.as_str()]).inc();
             metrics.http_duration.with_label_values(&[&route]).observe(started.elapsed().as_secs_f64());
-            if let Some(
-                ApiError::Unavailable(cause) | ApiError::OutcomeUnknown { cause, .. } | ApiError::Internal(cause),
-            ) = response.response().error().and_then(|e| e.as_error::<ApiError>())
+            if let Some(ApiError::Shop(err)) = response.response().error().and_then(|e| e.as_error::<ApiError>())
+                && let Some(cause) = err.cause()
             {
                 metrics.dependency_error(cause, "http");
             }

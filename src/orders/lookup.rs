@@ -34,15 +34,19 @@ pub enum Lookup {
     UnknownSale,
     /// The user has not bought in the sale.
     NotBought,
-    /// The user's order; its id and time are unknown only for a buyer without a receipt whose
-    /// order Postgres does not hold yet (one bought before receipts were kept).
-    Found {
-        place: Place,
-        order_id: Option<Uuid>,
-        created_at: Option<OffsetDateTime>,
-        /// A reservation's deadline (stored orders of a sale with a payment window).
-        pay_by: Option<OffsetDateTime>,
-    },
+    /// The user's order.
+    Found(Found),
+}
+
+/// A buyer's order: its id and time are unknown only for a buyer without a receipt whose order
+/// Postgres does not hold yet (one bought before receipts were kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    pub place: Place,
+    pub order_id: Option<Uuid>,
+    pub created_at: Option<OffsetDateTime>,
+    /// A reservation's deadline (stored orders of a sale with a payment window).
+    pub pay_by: Option<OffsetDateTime>,
 }
 
 /// Why a lookup failed.
@@ -70,25 +74,25 @@ pub async fn lookup(sales: &Sales, pool: &sqlx::PgPool, sale: &SaleId, user: &Us
         return Ok(queued(receipt.order_id, db::ms_to_time(receipt.created_at_ms)));
     }
     if let Some(order) = db::order_of(pool, sale, user).instrument(client_span("postgresql", "SELECT orders")).await? {
-        return Ok(Lookup::Found {
+        return Ok(Lookup::Found(Found {
             place: Place::Stored(order.standing),
             order_id: Some(order.order_id),
             created_at: Some(order.created_at),
             pay_by: order.pay_by,
-        });
+        }));
     }
     Ok(match in_redis {
         Purchase::Bought(Some(receipt)) => match receipt.pay_by_ms {
             None => queued(receipt.order_id, db::ms_to_time(receipt.created_at_ms)),
-            Some(pay_by_ms) => Lookup::Found {
+            Some(pay_by_ms) => Lookup::Found(Found {
                 place: Place::Reserved,
                 order_id: Some(receipt.order_id),
                 created_at: Some(db::ms_to_time(receipt.created_at_ms)),
                 pay_by: Some(db::ms_to_time(pay_by_ms)),
-            },
+            }),
         },
         Purchase::Bought(None) => {
-            Lookup::Found { place: Place::Queued, order_id: None, created_at: None, pay_by: None }
+            Lookup::Found(Found { place: Place::Queued, order_id: None, created_at: None, pay_by: None })
         }
         Purchase::NotBought => Lookup::NotBought,
         Purchase::UnknownSale => Lookup::UnknownSale,
@@ -126,7 +130,7 @@ pub async fn repeat_status(
 }
 
 fn queued(order_id: Uuid, created_at: OffsetDateTime) -> Lookup {
-    Lookup::Found { place: Place::Queued, order_id: Some(order_id), created_at: Some(created_at), pay_by: None }
+    Lookup::Found(Found { place: Place::Queued, order_id: Some(order_id), created_at: Some(created_at), pay_by: None })
 }
 
 /// A client span of the lookup's reads when traces are on (`crate::telemetry::traces`).

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::http::client_ip::{TrustedProxies, canonical};
-use crate::limiter::client_key;
+use crate::shop::client_key;
 
 /// The open connections of every client that has one; an entry lives as long as its client has
 /// a connection open, so the map is bounded by the open connections.

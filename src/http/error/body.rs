@@ -9,9 +9,8 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::ApiError;
-use crate::db::ms_to_time;
-use crate::purchase::OrderStatus;
-use crate::retire::Refusal;
+use crate::domain::ms_to_time;
+use crate::shop::{Error as E, OrderStatus, RetireRefusal as Refusal};
 
 /// Every error answer's body.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -50,11 +49,11 @@ impl ApiError {
     /// The JSON body of this error.
     pub(super) fn body(&self) -> ErrorBody<'_> {
         let receipt = match self {
-            Self::AlreadyPurchased(receipt) => *receipt,
+            Self::Shop(E::AlreadyPurchased(receipt)) => *receipt,
             _ => None,
         };
         let order_id = match self {
-            Self::NotDurable { order_id } | Self::OutcomeUnknown { order_id, .. } => Some(*order_id),
+            Self::Shop(E::NotDurable { order_id } | E::OutcomeUnknown { order_id, .. }) => Some(*order_id),
             _ => receipt.map(|r| r.order_id),
         };
         ErrorBody {
@@ -62,13 +61,13 @@ impl ApiError {
             message: self.to_string(),
             order_id,
             sale_id: match self {
-                Self::OutcomeUnknown { sale_id, .. } => Some(sale_id.clone()),
+                Self::Shop(E::OutcomeUnknown { sale_id, .. }) => Some(sale_id.clone()),
                 _ => None,
             },
             status: receipt.map(|r| r.status),
             created_at: receipt.map(|r| ms_to_time(r.created_at_ms)),
             reasons: match self {
-                Self::NotRetirable(reasons) => Some(reasons.clone()),
+                Self::Shop(E::NotRetirable(reasons)) => Some(reasons.clone()),
                 _ => None,
             },
         }
@@ -77,11 +76,11 @@ impl ApiError {
     /// The body of a crowd's refusal ([`CONSTANT_BODIES`]), serialized once per process.
     pub(super) fn constant_body(&self) -> Option<Bytes> {
         let slot = match self {
-            Self::SoldOut => 0,
-            Self::SaleNotStarted => 1,
-            Self::SaleEnded => 2,
-            Self::UnknownSale => 3,
-            Self::SaleRetired => 4,
+            Self::Shop(E::SoldOut) => 0,
+            Self::Shop(E::SaleNotStarted) => 1,
+            Self::Shop(E::SaleEnded) => 2,
+            Self::Shop(E::UnknownSale) => 3,
+            Self::Shop(E::SaleRetired) => 4,
             Self::NotFound => 5,
             _ => return None,
         };
@@ -101,11 +100,11 @@ mod tests {
     #[test]
     fn a_crowds_refusals_are_built_once_and_answer_as_every_other_error() {
         let constant = [
-            ApiError::SoldOut,
-            ApiError::SaleNotStarted,
-            ApiError::SaleEnded,
-            ApiError::UnknownSale,
-            ApiError::SaleRetired,
+            ApiError::Shop(E::SoldOut),
+            ApiError::Shop(E::SaleNotStarted),
+            ApiError::Shop(E::SaleEnded),
+            ApiError::Shop(E::UnknownSale),
+            ApiError::Shop(E::SaleRetired),
             ApiError::NotFound,
         ];
         for error in constant {
@@ -118,6 +117,9 @@ mod tests {
                 assert_eq!(body, built, "{error:?}");
             }
         }
-        assert!(ApiError::SeedRetired.constant_body().is_none(), "sale_retired's other message is built each time");
+        assert!(
+            ApiError::Shop(E::SeedRetired).constant_body().is_none(),
+            "sale_retired's other message is built each time"
+        );
     }
 }

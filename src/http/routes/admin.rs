@@ -16,17 +16,11 @@ use time::OffsetDateTime;
 use utoipa::ToSchema;
 
 use super::responses::UnknownSale;
-use crate::db;
-use crate::domain::SaleId;
+use super::sale_of;
+use crate::domain::ms_to_time;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::orders::streams::WorkerReport;
-use crate::purchase::SaleState;
-use crate::redis::connection::is_redis_outage;
-use crate::reservations::store::{self, Tally};
-
-/// Most sales `GET /admin/sales` lists (the first by sale id).
-pub const MAX_LISTED_SALES: usize = 100;
+use crate::shop::{SaleReport, SaleState, SalesReport, WorkerReport};
 
 /// Proof that the request carried the admin token. Extracted before the body, so an
 /// unauthenticated request is refused with 401 whatever its body.
@@ -132,10 +126,6 @@ pub struct SaleStatus {
     pub queue_rate: Option<u32>,
 }
 
-pub(super) fn sale_from_path(path: &str) -> Result<SaleId, ApiError> {
-    SaleId::parse(path).map_err(ApiError::InvalidRequest)
-}
-
 /// The sale's state: `sold` and `queued` from Redis, `persisted` from Postgres.
 #[utoipa::path(
     get,
@@ -155,54 +145,43 @@ pub async fn status(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let sale = sale_from_path(&path)?;
-    Ok(HttpResponse::Ok().json(sale_status(&state, &sale).await?))
+    let sale = sale_of(&path)?;
+    Ok(HttpResponse::Ok().json(SaleStatus::from(state.shop.sale_report(&sale).await?)))
 }
 
-pub(super) async fn sale_status(state: &AppState, sale: &SaleId) -> Result<SaleStatus, ApiError> {
-    let Some(redis) = state.sales.sale_state(sale).await? else {
-        return Err(if state.retired.check(sale).await { ApiError::SaleRetired } else { ApiError::UnknownSale });
-    };
-    let persisted = db::count_orders(&state.pool, sale).await.inspect_err(warn_without_persisted).ok();
-    let tally = state.reservations.tally(sale).await.inspect_err(warn_without_persisted).ok();
-    Ok(status_of(sale, redis, persisted, tally))
-}
-
-fn warn_without_persisted(err: &sqlx::Error) {
-    tracing::warn!(error = %err, "sale status without the persisted count");
-}
-
-fn status_of(sale: &SaleId, redis: SaleState, persisted: Option<i64>, tally: Option<Tally>) -> SaleStatus {
-    let SaleState {
-        stock_initial,
-        stock_left,
-        sold,
-        released,
-        queued,
-        starts_at_ms,
-        ends_at_ms,
-        shards,
-        payment_window_ms,
-        queue,
-    } = redis;
-    SaleStatus {
-        sale_id: sale.to_string(),
-        stock_initial,
-        stock_left,
-        sold,
-        persisted,
-        queued,
-        shards,
-        starts_at: starts_at_ms.map(db::ms_to_time),
-        ends_at: ends_at_ms.map(db::ms_to_time),
-        payment_window_ms,
-        released,
-        reserved: tally.map(|t| t.reserved),
-        paid: tally.map(|t| t.paid),
-        cancelled: tally.map(|t| t.cancelled),
-        expired: tally.map(|t| t.expired),
-        late_payments: tally.map(|t| t.late_payments),
-        queue_rate: queue.map(|q| q.rate),
+impl From<SaleReport> for SaleStatus {
+    fn from(SaleReport { sale, redis, persisted, tally }: SaleReport) -> Self {
+        let SaleState {
+            stock_initial,
+            stock_left,
+            sold,
+            released,
+            queued,
+            starts_at_ms,
+            ends_at_ms,
+            shards,
+            payment_window_ms,
+            queue,
+        } = redis;
+        Self {
+            sale_id: sale.to_string(),
+            stock_initial,
+            stock_left,
+            sold,
+            persisted,
+            queued,
+            shards,
+            starts_at: starts_at_ms.map(ms_to_time),
+            ends_at: ends_at_ms.map(ms_to_time),
+            payment_window_ms,
+            released,
+            reserved: tally.map(|t| t.reserved),
+            paid: tally.map(|t| t.paid),
+            cancelled: tally.map(|t| t.cancelled),
+            expired: tally.map(|t| t.expired),
+            late_payments: tally.map(|t| t.late_payments),
+            queue_rate: queue.map(|q| q.rate),
+        }
     }
 }
 
@@ -257,38 +236,17 @@ pub struct LimiterRefusals {
     )
 )]
 pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let sampled_at = OffsetDateTime::now_utc();
-    let mut ids = state.sales.sale_ids().await?;
-    ids.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
-    let sales_total = ids.len();
-    ids.truncate(MAX_LISTED_SALES);
-    // One sale's broken key (a wrong type) is reported, not a 500 for the whole list; an outage is a 503.
-    let mut redis = Vec::with_capacity(ids.len());
-    let mut unreadable = Vec::new();
-    for (id, read) in ids.iter().zip(futures::future::join_all(ids.iter().map(|id| state.sales.sale_state(id))).await) {
-        match read {
-            Ok(read) => redis.push(read),
-            Err(err) if is_redis_outage(&err) => return Err(err.into()),
-            Err(err) => {
-                unreadable.push(UnreadableSale { sale_id: id.to_string(), error: err.to_string() });
-                redis.push(None);
-            }
-        }
-    }
-    let persisted = db::count_orders_by_sale(&state.pool, &ids).await.inspect_err(warn_without_persisted).ok();
-    let tallies = store::tally_by_sale(&state.pool, &ids).await.inspect_err(warn_without_persisted).ok();
-    let sales = ids
-        .iter()
-        .zip(redis)
-        .filter_map(|(id, redis)| {
-            let count = persisted.as_ref().map(|counts| counts.get(id.as_str()).copied().unwrap_or(0));
-            let tally = tallies.as_ref().map(|t| t.get(id.as_str()).copied().unwrap_or_default());
-            Some(status_of(id, redis?, count, tally))
-        })
-        .collect();
-    let worker = state.worker_health.as_ref().map(|h| h.report());
-    let refusals = |decision| state.metrics.limiter_decisions.with_label_values(&[decision]).get();
-    let limiter =
-        LimiterRefusals { refused: refusals("refused"), refused_from_memory: refusals("refused_from_memory") };
-    Ok(HttpResponse::Ok().json(SalesOverview { sales, unreadable, worker, sales_total, limiter, sampled_at }))
+    let SalesReport { sales, unreadable, worker, sales_total, refused, refused_from_memory, sampled_at } =
+        state.shop.sales_report().await?;
+    Ok(HttpResponse::Ok().json(SalesOverview {
+        sales: sales.into_iter().map(SaleStatus::from).collect(),
+        unreadable: unreadable
+            .into_iter()
+            .map(|(sale, error)| UnreadableSale { sale_id: sale.to_string(), error })
+            .collect(),
+        worker,
+        sales_total,
+        limiter: LimiterRefusals { refused, refused_from_memory },
+        sampled_at,
+    }))
 }

@@ -1,23 +1,19 @@
-//! `POST /buy`: validate, rate-limit the client, then one atomic purchase in Redis.
-
-use std::time::Instant;
+//! `POST /buy`: the buyer and the sale from the request, then the purchase use case
+//! ([`crate::shop::Shop::buy`]: the limits, then one atomic purchase in Redis).
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::limits::{self, Decided};
 use super::object::Object;
 use super::responses::UnknownSale;
-use crate::admission::token::{ADMISSION_HEADER, Refused};
-use crate::domain::{SaleId, Standing, UserId};
+use super::sale_of;
+use crate::domain::{Standing, ms_to_time};
 use crate::http::AppState;
+use crate::http::buyer::Buyer;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::orders::lookup;
-use crate::purchase::sold_out::{self, Flagged};
-use crate::purchase::{BuyError, BuyOutcome, Purchase, Receipt};
-use crate::redis::connection::is_redis_outage;
+use crate::shop::{ADMISSION_HEADER, AdmissionToken, Bought, Limited};
 
 /// A purchase: one user, one sale, as a JSON object. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -127,174 +123,64 @@ pub struct BuyResponse {
 )]
 pub async fn buy(
     req: HttpRequest,
+    buyer: Buyer,
     body: Result<web::Json<Object<BuyRequest>>, actix_web::Error>,
     state: web::Data<AppState>,
 ) -> HttpResponse {
+    let metrics = state.shop.metrics();
     // A body the JSON extractor refused (malformed, too large, not JSON) is counted here too:
     // its answer is the extractor's error handler's (`crate::http::routes::configure`).
     let body = match body {
         Ok(body) => body,
         Err(refused) => {
-            state.metrics.purchase("invalid_request");
+            metrics.purchase("invalid_request");
             return refused.error_response();
         }
     };
-    let mut decided = None;
-    let outcome = purchase(&req, body.into_inner().0, &state, &mut decided).await;
-    state.metrics.purchase(outcome_label(&outcome));
-    limits::respond(&state, decided, outcome)
-}
-
-/// Input is validated first, so malformed requests touch no state: the buyer is the bearer
-/// token's under `SECKILL_AUTH=jwt` (verified from the token alone, before any limiter), else
-/// the body's `user_id`. A sale this instance knows to be sold out is answered from memory: 410,
-/// or 409 to one of its buyers, held only to the in-process per-client limit (cheaper than the
-/// Redis limiter, and it keeps anyone from probing at an unlimited rate who bought). Then the
-/// limiters run before the purchase, so an abusive client costs one script call, not a purchase
-/// attempt: the client's address limit, then the buyer's; once refused, a client or buyer is
-/// answered 429 from memory until that limiter could admit it again. If a limiter cannot answer,
-/// the request is refused with 503 and nothing is bought (fail closed). A retired sale is
-/// answered 410 `sale_retired`, from memory once this instance knows it
-/// (`crate::purchase::retired`), held to the same in-process limit as a sold-out one.
-async fn purchase(
-    req: &HttpRequest,
-    BuyRequest { sale_id, user_id }: BuyRequest,
-    state: &AppState,
-    decided: &mut Option<Decided>,
-) -> Result<HttpResponse, ApiError> {
-    let user = limits::buyer(req, state, user_id)?;
-    let sale = SaleId::parse(&sale_id).map_err(ApiError::InvalidRequest)?;
-    let client = state.client_key(req);
-    if state.retired.known(&sale) {
-        limit_answer_from_memory(state, client)?;
-        return Err(ApiError::SaleRetired);
-    }
-    let place = admitted_place(req, state, &sale, &user)?;
-    if let Some(flagged) = state.sold_out.check(&sale, &user) {
-        limit_answer_from_memory(state, client)?;
-        return Err(match flagged {
-            Flagged::SoldOut => ApiError::SoldOut,
-            Flagged::AlreadyPurchased(receipt) => already_purchased(state, &sale, &user, receipt).await?,
-            Flagged::AskRedis => match state.sales.purchase_of(&sale, &user).await? {
-                Purchase::Bought(receipt) => already_purchased(state, &sale, &user, receipt).await?,
-                Purchase::NotBought | Purchase::UnknownSale => ApiError::SoldOut,
-            },
-        });
-    }
-
-    let gates = limits::gates(state, client, &user, &sale, decided)?;
-    let (asked, order_id) = (Instant::now(), Uuid::now_v7());
-    let verdict = state.sales.buy(&sale, &user, order_id, place, &gates).await.map_err(|err| {
-        // The limits ran in the failed call, or were to: they could not decide (fail closed).
-        state.metrics.limiter_decision("error");
-        match err {
-            BuyError::NotRun(err) if is_redis_outage(&err) => ApiError::from(err),
-            BuyError::NotRun(err) => {
-                ApiError::Unavailable(anyhow::Error::new(err).context("the purchase and its rate limits"))
-            }
-            BuyError::OutcomeUnknown(err) => ApiError::OutcomeUnknown {
-                order_id,
-                sale_id: sale_id.clone(),
-                cause: anyhow::Error::new(err).context("the purchase and its rate limits"),
-            },
+    let BuyRequest { sale_id, user_id } = body.into_inner().0;
+    let (outcome, reported) = match buyer.named(user_id).and_then(|user| Ok((sale_of(&sale_id)?, user))) {
+        Err(refused) => (Err(refused), None),
+        Ok((sale, user)) => {
+            let token = match req.headers().get(ADMISSION_HEADER) {
+                None => AdmissionToken::None,
+                Some(value) => value.to_str().map_or(AdmissionToken::Malformed, AdmissionToken::Presented),
+            };
+            let Limited { outcome, reported } = state.shop.buy(&sale, &user, state.clients.of(&req), token).await;
+            let created = |Bought { order_id, pay_by_ms }| {
+                HttpResponse::Created().json(BuyResponse {
+                    order_id,
+                    sale_id,
+                    user_id: user.as_str().to_owned(),
+                    status: pay_by_ms.map(|_| Standing::Reserved),
+                    pay_by: pay_by_ms.map(ms_to_time),
+                })
+            };
+            (outcome.map(created).map_err(ApiError::from), reported)
         }
-    })?;
-    limits::settle(state, &gates, asked, &verdict.limits, decided)?;
-    let Some(outcome) = verdict.outcome else {
-        return Err(ApiError::Unavailable(anyhow::anyhow!("the limits admitted the purchase but it did not run")));
     };
-    match outcome {
-        BuyOutcome::Purchased { pay_by_ms } => Ok(HttpResponse::Created().json(BuyResponse {
-            order_id,
-            sale_id,
-            user_id: user.as_str().to_owned(),
-            status: pay_by_ms.map(|_| Standing::Reserved),
-            pay_by: pay_by_ms.map(crate::db::ms_to_time),
-        })),
-        BuyOutcome::NotDurable { replicas } => {
-            tracing::warn!(%order_id, replicas, "purchase not confirmed by enough replicas: 503 not_durable");
-            Err(ApiError::NotDurable { order_id })
-        }
-        BuyOutcome::UnknownSale if state.retired.check(&sale).await => Err(ApiError::SaleRetired),
-        BuyOutcome::UnknownSale => Err(ApiError::UnknownSale),
-        BuyOutcome::NotStarted => Err(ApiError::SaleNotStarted),
-        BuyOutcome::Ended => Err(ApiError::SaleEnded),
-        BuyOutcome::AlreadyPurchased(receipt) => Err(already_purchased(state, &sale, &user, receipt).await?),
-        BuyOutcome::NotAdmitted => {
-            state.admission.learn_queued(&sale);
-            Err(ApiError::NotAdmitted(Refused::Missing))
-        }
-        BuyOutcome::SoldOut => {
-            if state.sold_out.set(&sale) {
-                state.board.invalidate(&sale).await;
-                tokio::spawn(sold_out::load_buyers(state.sold_out.clone(), state.sales.clone(), sale));
-            }
-            Err(ApiError::SoldOut)
-        }
-    }
-}
-
-/// The 409 of a repeat purchase, naming the order as `GET /sales/{sale_id}/order` reads it: in a
-/// sale with a payment window (this instance's snapshot of the sale says so) its payment state
-/// (`crate::orders::lookup::repeat_status`: one primary-key read in Postgres, the receipt's own
-/// status if Postgres cannot answer), otherwise the
-/// receipt as the script or the sold-out copy gave it, at no further cost than the snapshot.
-async fn already_purchased(
-    state: &AppState,
-    sale: &SaleId,
-    user: &UserId,
-    receipt: Option<Receipt>,
-) -> Result<ApiError, ApiError> {
-    let Some(receipt) = receipt else {
-        return Ok(ApiError::AlreadyPurchased(None));
-    };
-    let window = match state.board.snapshot(sale).await? {
-        Some(snapshot) => snapshot.state.payment_window_ms,
-        // Seeded since this instance last read the registry of sales.
-        None => state.sales.sale_state(sale).await?.and_then(|sale| sale.payment_window_ms),
-    };
-    let receipt = lookup::repeat_status(&state.pool, sale, user, receipt, window.is_some()).await;
-    Ok(ApiError::AlreadyPurchased(Some(receipt)))
-}
-
-/// The buyer's place from its `Seckill-Admission` token, checked in-process (no Redis call):
-/// `None` without a token for a sale this instance does not know to be queued (`lua/buy.lua`
-/// then refuses it if it is). A token that is present is always checked: a forged, expired or
-/// misdirected one is refused whatever the sale.
-fn admitted_place(req: &HttpRequest, state: &AppState, sale: &SaleId, user: &UserId) -> Result<Option<u64>, ApiError> {
-    let token = match req.headers().get(ADMISSION_HEADER) {
-        None => None,
-        Some(value) => Some(value.to_str().map_err(|_| ApiError::NotAdmitted(Refused::Malformed))?),
-    };
-    state.admission.admitted(sale, user, token).map_err(ApiError::NotAdmitted)
-}
-
-/// The in-process per-client limit on answers from memory (a sale known sold out or retired).
-fn limit_answer_from_memory(state: &AppState, client: std::net::IpAddr) -> Result<(), ApiError> {
-    state.sold_out_limiter.check(client).map_err(|wait| {
-        state.metrics.limiter_decision("sold_out_refused");
-        limits::rate_limited(wait)
-    })
+    metrics.purchase(outcome_label(&outcome));
+    state.rate_limit.respond(reported, outcome)
 }
 
 /// The `outcome` label of `seckill_purchases_total`.
 fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
+    use crate::shop::Error as E;
     match outcome {
         Ok(_) => "created",
-        Err(ApiError::AlreadyPurchased(_)) => "already_purchased",
-        Err(ApiError::SoldOut) => "sold_out",
-        Err(ApiError::UnknownSale) => "unknown_sale",
-        Err(ApiError::SaleNotStarted) => "not_started",
-        Err(ApiError::SaleEnded) => "ended",
-        Err(ApiError::RateLimited { .. }) => "rate_limited",
-        Err(ApiError::Unavailable(_)) => "unavailable",
-        Err(ApiError::OutcomeUnknown { .. }) => "outcome_unknown",
-        Err(ApiError::NotDurable { .. }) => "not_durable",
+        Err(ApiError::Shop(E::AlreadyPurchased(_))) => "already_purchased",
+        Err(ApiError::Shop(E::SoldOut)) => "sold_out",
+        Err(ApiError::Shop(E::UnknownSale)) => "unknown_sale",
+        Err(ApiError::Shop(E::SaleNotStarted)) => "not_started",
+        Err(ApiError::Shop(E::SaleEnded)) => "ended",
+        Err(ApiError::Shop(E::RateLimited { .. })) => "rate_limited",
+        Err(ApiError::Shop(E::Unavailable(_))) => "unavailable",
+        Err(ApiError::Shop(E::OutcomeUnknown { .. })) => "outcome_unknown",
+        Err(ApiError::Shop(E::NotDurable { .. })) => "not_durable",
         Err(ApiError::Unauthenticated) => "unauthenticated",
         Err(ApiError::InvalidToken(_)) => "invalid_token",
         Err(ApiError::UserMismatch) => "user_mismatch",
-        Err(ApiError::SaleRetired) => "sale_retired",
-        Err(ApiError::NotAdmitted(_)) => "not_admitted",
+        Err(ApiError::Shop(E::SaleRetired)) => "sale_retired",
+        Err(ApiError::Shop(E::NotAdmitted(_))) => "not_admitted",
         Err(_) => "invalid_request",
     }
 }

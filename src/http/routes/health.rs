@@ -1,18 +1,12 @@
 //! `GET /healthz` (the process answers; no I/O) and `GET /readyz` (Redis and Postgres answer;
 //! with the report of this process's worker on its order streams).
 
-use std::time::Duration;
-
 use actix_web::{HttpResponse, web};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::db;
 use crate::http::AppState;
-use crate::orders::streams::WorkerReport;
-
-/// How long readiness waits for each dependency.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+use crate::shop::WorkerReport;
 
 /// `{"status": "ok"}`.
 #[derive(Serialize, ToSchema)]
@@ -51,13 +45,8 @@ pub async fn healthz() -> HttpResponse {
     (status = 503, description = "`unavailable`: Redis or Postgres does not answer", body = Readiness),
 ))]
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let redis = tokio::time::timeout(PROBE_TIMEOUT, state.redis.ping());
-    let postgres = tokio::time::timeout(PROBE_TIMEOUT, db::ping(&state.pool));
-    let (redis, postgres) = tokio::join!(redis, postgres);
-    let redis_up = matches!(redis, Ok(Ok(())));
-    let postgres_up = matches!(postgres, Ok(Ok(())));
+    let crate::shop::Readiness { redis_up, postgres_up, worker } = state.shop.readiness().await;
     let word = |up: bool| if up { "ok" } else { "down" };
-    let worker = state.worker_health.as_ref().map(|h| h.report());
     let mut body = Readiness {
         status: None,
         error: None,

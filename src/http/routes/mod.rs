@@ -1,15 +1,13 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `payments`,
-//! `admin`, `seed`, `retire`, `admin_page`, `buyer_page`, `health`, `openapi`; `limits` is what `buy` and `sales`
-//! share,
-//! `page` what the two HTML pages share, `object` what every JSON body is read as), and here the routing itself,
-//! 404/405 and `GET /metrics`.
+//! `admin`, `seed`, `retire`, `reconcile`, `admin_page`, `buyer_page`, `health`, `openapi`; `page` is what the
+//! two HTML pages share, `object` what every JSON body is read as, `responses` the OpenAPI rows several routes
+//! share), and here the routing itself, 404/405, the sale id of a path and `GET /metrics`.
 
 mod admin;
 mod admin_page;
 mod buy;
 mod buyer_page;
 mod health;
-mod limits;
 mod object;
 mod openapi;
 mod page;
@@ -25,6 +23,7 @@ use actix_web::{HttpRequest, HttpResponse, guard, web};
 
 use super::AppState;
 use super::error::ApiError;
+use crate::domain::SaleId;
 
 pub use admin::{SaleStatus, SalesOverview};
 pub use openapi::ApiDoc;
@@ -113,6 +112,11 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
     }
 }
 
+/// The sale a path, a query or a body names: 400 `invalid_request` if malformed.
+fn sale_of(raw: &str) -> Result<SaleId, ApiError> {
+    SaleId::parse(raw).map_err(ApiError::InvalidRequest)
+}
+
 async fn not_found(_req: HttpRequest) -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound)
 }
@@ -132,5 +136,5 @@ fn allow(methods: &'static str) -> actix_web::Route {
 #[utoipa::path(get, path = "/metrics", tag = "health",
     responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain; version=0.0.4")))]
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(state.metrics.render())
+    HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(state.shop.metrics().render())
 }

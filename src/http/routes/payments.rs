@@ -1,23 +1,20 @@
 //! `POST /payments/events`: the shop's payment system tells seckill an order is paid. The body
-//! is signed (`crate::reservations::signature`); the signature is checked on the raw bytes before
+//! is signed (`crate::shop::Shop::verify_payment`); the signature is checked on the raw bytes before
 //! anything is parsed. And `GET /admin/late-payments`, the payments to refund (admin token).
 
 use actix_web::http::header::{self, ContentType};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
-use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
-use time::OffsetDateTime;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::MAX_BODY_BYTES;
-use super::admin::{Admin, AdminErrors, sale_from_path};
+use super::admin::{Admin, AdminErrors};
 use super::object::Object;
-use crate::domain::{SaleId, Standing};
+use super::{MAX_BODY_BYTES, sale_of};
+use crate::domain::Standing;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::reservations::signature::{self, HEADER};
-use crate::reservations::store::{self, LatePayment, PaymentOutcome};
+use crate::shop::{LatePayment, PaymentOutcome, SIGNATURE_HEADER};
 
 /// The only event type seckill takes.
 pub const ORDER_PAID: &str = "order.paid";
@@ -86,7 +83,7 @@ pub async fn event(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let secret = state.payment_secret.as_ref().ok_or(ApiError::PaymentsDisabled)?;
+    state.shop.payments_enabled()?;
     let json = req.mime_type().ok().flatten().is_some_and(|m| m.essence_str() == ContentType::json().0.essence_str());
     if !json {
         return Err(ApiError::UnsupportedMediaType);
@@ -96,9 +93,8 @@ pub async fn event(
         .await
         .map_err(|_| ApiError::PayloadTooLarge(MAX_BODY_BYTES))?
         .map_err(|e| ApiError::InvalidRequest(format!("unreadable request body: {e}")))?;
-    let presented = req.headers().get(HEADER).map(|v| v.to_str().unwrap_or_default());
-    let now = OffsetDateTime::now_utc().unix_timestamp();
-    signature::verify(presented, &body, secret.expose_secret().as_bytes(), now).map_err(ApiError::InvalidSignature)?;
+    let presented = req.headers().get(SIGNATURE_HEADER).map(|v| v.to_str().unwrap_or_default());
+    state.shop.verify_payment(presented, &body)?;
     let Object(event): Object<PaymentEvent> =
         serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(format!("invalid JSON body: {e}")))?;
     if event.kind != ORDER_PAID {
@@ -107,17 +103,13 @@ pub async fn event(
     if event.id.is_empty() || event.id.chars().count() > 128 || event.id.chars().any(char::is_control) {
         return Err(ApiError::InvalidRequest("id must be 1-128 printable characters".into()));
     }
-    let sale = SaleId::parse(&event.sale_id).map_err(ApiError::InvalidRequest)?;
-    let settled = state.reservations.pay(&event.id, &sale, event.order_id).await?;
+    let settled = state.shop.pay(&event.id, &sale_of(&event.sale_id)?, event.order_id).await?;
     Ok(HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(PaymentResult {
         order_id: settled.order_id,
         status: settled.standing,
         late_payment: settled.outcome != PaymentOutcome::Paid,
     }))
 }
-
-/// Most late payments one answer lists.
-pub const MAX_LISTED_LATE_PAYMENTS: i64 = 1000;
 
 /// Which sale's payments to refund.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -148,7 +140,7 @@ pub async fn late_payments(
     query: web::Query<LatePaymentsQuery>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let sale = query.into_inner().sale_id.map(|id| sale_from_path(&id)).transpose()?;
-    let listed = store::late_payments(&state.pool, sale.as_ref(), MAX_LISTED_LATE_PAYMENTS).await?;
+    let sale = query.into_inner().sale_id.map(|id| sale_of(&id)).transpose()?;
+    let listed = state.shop.late_payments(sale.as_ref()).await?;
     Ok(HttpResponse::Ok().json(listed))
 }

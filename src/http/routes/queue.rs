@@ -1,4 +1,4 @@
-//! A queued sale's waiting room (`crate::admission`): `POST /sales/{sale_id}/queue` joins,
+//! A queued sale's waiting room (`crate::shop::Shop::join`, `standing`): `POST /sales/{sale_id}/queue` joins,
 //! `GET /sales/{sale_id}/queue` asks where the buyer stands; both hand out the ticket for the
 //! next poll and, once admitted, the admission token `POST /buy` wants.
 
@@ -8,15 +8,14 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
 
-use super::limits;
 use super::responses::{BuyerToken, UnknownSale};
+use super::sale_of;
 use super::sales::OrderQuery;
-use crate::admission::Answer;
-use crate::admission::line::Stand;
-use crate::db::ms_to_time;
-use crate::domain::SaleId;
+use crate::domain::ms_to_time;
 use crate::http::AppState;
+use crate::http::buyer::Buyer;
 use crate::http::error::{ApiError, ErrorBody};
+use crate::shop::{Limited, QueueAnswer as Answer, Stand};
 
 /// Where the buyer stands.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
@@ -129,21 +128,20 @@ pub struct QueueQuery {
 )]
 pub async fn join(
     req: HttpRequest,
+    buyer: Buyer,
     sale_id: web::Path<String>,
     query: web::Query<OrderQuery>,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    let mut decided = None;
-    let outcome = async {
-        let user = limits::buyer(&req, &state, query.into_inner().user_id)?;
-        let sale = queued_sale(&state, &sale_id).await?;
-        limits::check(&state, state.client_key(&req), &user, &sale, &mut decided).await?;
-        let answer = state.admission.join(&sale, &user).await?;
-        Ok(answer_of(answer))
-    }
-    .await;
-    state.metrics.queue_request("join", outcome_label(&outcome));
-    limits::respond(&state, decided, outcome)
+    let (outcome, reported) = match buyer.named(query.into_inner().user_id).and_then(|u| Ok((u, sale_of(&sale_id)?))) {
+        Err(refused) => (Err(refused), None),
+        Ok((user, sale)) => {
+            let Limited { outcome, reported } = state.shop.join(&sale, &user, state.clients.of(&req)).await;
+            (outcome.map(answer_of).map_err(ApiError::from), reported)
+        }
+    };
+    state.shop.metrics().queue_request("join", outcome_label(&outcome));
+    state.rate_limit.respond(reported, outcome)
 }
 
 /// Where the buyer stands in the sale's line. With the last answer's `ticket` the answer comes
@@ -173,50 +171,33 @@ pub async fn join(
 )]
 pub async fn standing(
     req: HttpRequest,
+    buyer: Buyer,
     sale_id: web::Path<String>,
     query: web::Query<QueueQuery>,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    let mut decided = None;
     let QueueQuery { user_id, ticket } = query.into_inner();
-    let outcome = async {
-        // The request's own fields first (400 / 401 / 403 whatever the sale), then the sale.
-        let user = limits::buyer(&req, &state, user_id)?;
+    // The request's own fields first (400 / 401 / 403 whatever the sale), then the sale.
+    let asked = buyer.named(user_id).and_then(|user| {
         if ticket.as_ref().is_some_and(|t| t.len() > MAX_TICKET_BYTES) {
             return Err(ApiError::InvalidRequest(format!("ticket must be at most {MAX_TICKET_BYTES} bytes")));
         }
-        let sale = queued_sale(&state, &sale_id).await?;
-        if let Some(ticket) = ticket
-            && let Some(answer) = state.admission.from_ticket(&sale, &user, &ticket).await?
-        {
-            return Ok(answer_of(answer));
+        Ok((user, sale_of(&sale_id)?))
+    });
+    let (outcome, reported) = match asked {
+        Err(refused) => (Err(refused), None),
+        Ok((user, sale)) => {
+            let client = state.clients.of(&req);
+            let Limited { outcome, reported } = state.shop.standing(&sale, &user, client, ticket.as_deref()).await;
+            (outcome.map(answer_of).map_err(ApiError::from), reported)
         }
-        limits::check(&state, state.client_key(&req), &user, &sale, &mut decided).await?;
-        Ok(answer_of(state.admission.ask(&sale, &user).await?))
-    }
-    .await;
-    state.metrics.queue_request("ask", outcome_label(&outcome));
-    limits::respond(&state, decided, outcome)
+    };
+    state.shop.metrics().queue_request("ask", outcome_label(&outcome));
+    state.rate_limit.respond(reported, outcome)
 }
 
 /// The longest ticket taken (they are about 60 bytes); the document says the same.
 const MAX_TICKET_BYTES: usize = 128;
-
-/// The sale, once this instance's snapshot of it (no Redis call for a made-up id) says it has
-/// a waiting room.
-async fn queued_sale(state: &AppState, sale_id: &str) -> Result<SaleId, ApiError> {
-    let sale = SaleId::parse(sale_id).map_err(ApiError::InvalidRequest)?;
-    if state.retired.known(&sale) {
-        return Err(ApiError::SaleRetired);
-    }
-    let Some(snapshot) = state.board.snapshot(&sale).await? else {
-        return Err(if state.retired.check(&sale).await { ApiError::SaleRetired } else { ApiError::UnknownSale });
-    };
-    if snapshot.state.queue.is_none() {
-        return Err(ApiError::NotQueued);
-    }
-    Ok(sale)
-}
 
 fn answer_of(answer: Answer) -> HttpResponse {
     HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(QueueView::from(answer))

@@ -3,11 +3,12 @@
 
 use actix_web::{HttpResponse, web};
 
-use super::admin::{Admin, AdminErrors, SalePath, sale_from_path};
+use super::admin::{Admin, AdminErrors, SalePath};
 use super::responses::UnknownSale;
+use super::sale_of;
 use crate::http::AppState;
 use crate::http::error::ApiError;
-use crate::reconcile::{self, ReconcileReport};
+use crate::shop::ReconcileReport;
 
 /// Reports the differences between the sale's Redis buyers and its Postgres orders.
 #[utoipa::path(
@@ -27,9 +28,7 @@ pub async fn reconcile_check(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let sale = sale_from_path(&path)?;
-    let report = reconcile::check(&state.sales, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
-    Ok(HttpResponse::Ok().json(report))
+    Ok(HttpResponse::Ok().json(state.shop.reconcile(&sale_of(&path)?, false).await?))
 }
 
 /// Repairs what Redis can repair (missing orders, a missing `sales` row) and reports.
@@ -50,7 +49,5 @@ pub async fn reconcile_repair(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let sale = sale_from_path(&path)?;
-    let report = reconcile::repair(&state.sales, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
-    Ok(HttpResponse::Ok().json(report))
+    Ok(HttpResponse::Ok().json(state.shop.reconcile(&sale_of(&path)?, true).await?))
 }

@@ -2,10 +2,11 @@
 
 use actix_web::{HttpResponse, web};
 
-use super::admin::{Admin, AdminErrors, SalePath, sale_from_path};
+use super::admin::{Admin, AdminErrors, SalePath};
+use super::sale_of;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::retire::{RetireOutcome, RetireReport};
+use crate::shop::RetireReport;
 
 /// Retires the sale (`crate::retire`): once it has ended or sold out, its queue has drained and it
 /// reconciles, its Redis keys and registrations go; Postgres keeps its orders and its row, marked
@@ -32,15 +33,5 @@ pub async fn retire(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let sale = sale_from_path(&path)?;
-    match state.retirer.retire(&sale).await? {
-        RetireOutcome::Retired(report) => {
-            state.retired.mark(sale.as_str());
-            state.sold_out.clear(sale.as_str());
-            Ok(HttpResponse::Ok().json(report))
-        }
-        RetireOutcome::Refused(reasons) => Err(ApiError::NotRetirable(reasons)),
-        RetireOutcome::UnknownSale => Err(ApiError::UnknownSale),
-        RetireOutcome::AlreadyRetired => Err(ApiError::SaleRetired),
-    }
+    Ok(HttpResponse::Ok().json(state.shop.retire(&sale_of(&path)?).await?))
 }

@@ -10,17 +10,13 @@ use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::limits;
 use super::responses::{BuyerToken, UnknownSale};
-use crate::admission;
-use crate::db::ms_to_time;
-use crate::domain::Standing;
-use crate::domain::{SaleId, UserId};
+use super::sale_of;
+use crate::domain::{SaleId, Standing, UserId, ms_to_time};
 use crate::http::AppState;
+use crate::http::buyer::Buyer;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::orders::lookup::{self, Lookup, Place};
-use crate::purchase::board::Snapshot;
-use crate::reservations::store::Cancel;
+use crate::shop::{Cancelled as Given, FoundOrder, Limited, Place, Snapshot, seed_commitment};
 
 /// Where a sale stands, on the Redis server's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, ToSchema)]
@@ -97,7 +93,7 @@ impl PublicSale {
             queue: state.queue.as_ref().map(|queue| PublicQueue {
                 opens_at: ms_to_time(queue.opens_at_ms),
                 rate: queue.rate,
-                seed_sha256: admission::commitment(&queue.seed),
+                seed_sha256: seed_commitment(&queue.seed),
                 seed: state.starts_at_ms.is_some_and(|start| now >= start).then(|| queue.seed.clone()),
             }),
         }
@@ -140,13 +136,8 @@ pub async fn sale(
     sale_id: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let sale = SaleId::parse(&sale_id).map_err(ApiError::InvalidRequest)?;
-    if state.retired.known(&sale) {
-        return Err(ApiError::SaleRetired);
-    }
-    let Some(snapshot) = state.board.snapshot(&sale).await? else {
-        return Err(if state.retired.check(&sale).await { ApiError::SaleRetired } else { ApiError::UnknownSale });
-    };
+    let sale = sale_of(&sale_id)?;
+    let snapshot = state.shop.sale(&sale).await?;
     let body = PublicSale::of(&sale, &snapshot);
     let etag = body.etag();
     let unchanged = match req.get_header::<IfNoneMatch>() {
@@ -272,32 +263,27 @@ pub struct OrderView {
 )]
 pub async fn order(
     req: HttpRequest,
+    buyer: Buyer,
     sale_id: web::Path<String>,
     query: web::Query<OrderQuery>,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    let mut decided = None;
-    let outcome = find_order(&req, &sale_id, query.into_inner(), &state, &mut decided).await;
-    limits::respond(&state, decided, outcome)
-}
-
-async fn find_order(
-    req: &HttpRequest,
-    sale_id: &str,
-    OrderQuery { user_id }: OrderQuery,
-    state: &AppState,
-    decided: &mut Option<limits::Decided>,
-) -> Result<HttpResponse, ApiError> {
-    let (sale, user) = buyer_in_sale(req, sale_id, user_id, state, decided).await?;
-    let view = match lookup::lookup(&state.sales, &state.pool, &sale, &user).await? {
-        Lookup::UnknownSale if state.retired.check(&sale).await => return Err(ApiError::SaleRetired),
-        Lookup::UnknownSale => return Err(ApiError::UnknownSale),
-        Lookup::NotBought => OrderView { status: OrderState::None, order_id: None, created_at: None, pay_by: None },
-        Lookup::Found { place, order_id, created_at, pay_by } => {
-            OrderView { status: place.into(), order_id, created_at, pay_by }
+    let (outcome, reported) = match buyer_in_sale(buyer, &sale_id, query.into_inner()) {
+        Err(refused) => (Err(refused), None),
+        Ok((sale, user)) => {
+            let Limited { outcome, reported } = state.shop.order(&sale, &user, state.clients.of(&req)).await;
+            let view = |found: Option<FoundOrder>| match found {
+                None => OrderView { status: OrderState::None, order_id: None, created_at: None, pay_by: None },
+                Some(FoundOrder { place, order_id, created_at, pay_by }) => {
+                    OrderView { status: place.into(), order_id, created_at, pay_by }
+                }
+            };
+            let answer =
+                |found| HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(view(found));
+            (outcome.map(answer).map_err(ApiError::from), reported)
         }
     };
-    Ok(HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(view))
+    state.rate_limit.respond(reported, outcome)
 }
 
 /// The cancel's answer.
@@ -336,43 +322,33 @@ pub struct Cancelled {
 )]
 pub async fn cancel(
     req: HttpRequest,
+    buyer: Buyer,
     sale_id: web::Path<String>,
     query: web::Query<OrderQuery>,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    let mut decided = None;
-    let outcome = cancel_order(&req, &sale_id, query.into_inner(), &state, &mut decided).await;
-    limits::respond(&state, decided, outcome)
-}
-
-async fn cancel_order(
-    req: &HttpRequest,
-    sale_id: &str,
-    OrderQuery { user_id }: OrderQuery,
-    state: &AppState,
-    decided: &mut Option<limits::Decided>,
-) -> Result<HttpResponse, ApiError> {
-    let (sale, user) = buyer_in_sale(req, sale_id, user_id, state, decided).await?;
-    match state.reservations.cancel(&sale, &user).await? {
-        Cancel::Cancelled(order_id) => Ok(HttpResponse::Ok()
-            .insert_header((header::CACHE_CONTROL, "no-store"))
-            .json(Cancelled { status: Standing::Cancelled, order_id })),
-        Cancel::Not(standing) => Err(ApiError::NotReserved(standing)),
-        Cancel::Missing => Err(ApiError::NoOrder),
-    }
+    let (outcome, reported) = match buyer_in_sale(buyer, &sale_id, query.into_inner()) {
+        Err(refused) => (Err(refused), None),
+        Ok((sale, user)) => {
+            let Limited { outcome, reported } = state.shop.cancel(&sale, &user, state.clients.of(&req)).await;
+            let answer = |Given { order_id }| {
+                HttpResponse::Ok()
+                    .insert_header((header::CACHE_CONTROL, "no-store"))
+                    .json(Cancelled { status: Standing::Cancelled, order_id })
+            };
+            (outcome.map(answer).map_err(ApiError::from), reported)
+        }
+    };
+    state.rate_limit.respond(reported, outcome)
 }
 
 /// The sale and the buyer an order route names (the token's under jwt, else the query's
-/// `user_id`), once the request passed `POST /buy`'s rate limits, which these routes share.
-async fn buyer_in_sale(
-    req: &HttpRequest,
+/// `user_id`).
+fn buyer_in_sale(
+    buyer: Buyer,
     sale_id: &str,
-    user_id: Option<String>,
-    state: &AppState,
-    decided: &mut Option<limits::Decided>,
+    OrderQuery { user_id }: OrderQuery,
 ) -> Result<(SaleId, UserId), ApiError> {
-    let sale = SaleId::parse(sale_id).map_err(ApiError::InvalidRequest)?;
-    let user = limits::buyer(req, state, user_id)?;
-    limits::check(state, state.client_key(req), &user, &sale, decided).await?;
-    Ok((sale, user))
+    let sale = sale_of(sale_id)?;
+    Ok((sale, buyer.named(user_id)?))
 }

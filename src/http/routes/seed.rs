@@ -1,24 +1,17 @@
 //! `PUT /admin/sales/{sale_id}`: seeding a sale (creating it, or re-seeding one without buyers),
-//! in Redis and Postgres together. Needs the admin token.
+//! in Redis and Postgres together (`crate::shop::Shop::seed`). Needs the admin token.
 
 use actix_web::{HttpResponse, web};
 use serde::Deserialize;
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use super::admin::{Admin, AdminErrors, SalePath, SaleStatus, sale_from_path, sale_status};
+use super::admin::{Admin, AdminErrors, SalePath, SaleStatus};
 use super::object::Object;
-use crate::admission::{self, MAX_RATE};
-use crate::db;
-use crate::domain::{QueueSpec, SaleId};
+use super::sale_of;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::purchase::shards::MAX_SHARDS;
-use crate::purchase::{SaleSpec, SeedOutcome};
-use crate::reservations;
-
-/// Largest stock one sale may hold (the buyer set grows to this many members).
-pub const MAX_STOCK: i64 = 10_000_000;
+use crate::shop::SeedOrder;
 
 /// A sale to create or re-seed, as a JSON object. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -113,108 +106,10 @@ pub async fn seed(
     body: web::Json<Object<SeedRequest>>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let sale = sale_from_path(&path)?;
+    let sale = sale_of(&path)?;
     let SeedRequest { stock, starts_at, ends_at, shards, payment_window, queue } = body.into_inner().0;
-    if !(0..=MAX_STOCK).contains(&stock) {
-        return Err(ApiError::InvalidRequest(format!("stock must be between 0 and {MAX_STOCK}")));
-    }
-    if shards.is_some_and(|k| !(1..=MAX_SHARDS).contains(&k)) {
-        return Err(ApiError::InvalidRequest(format!("shards must be between 1 and {MAX_SHARDS}")));
-    }
-    if let (Some(start), Some(end)) = (starts_at, ends_at)
-        && start >= end
-    {
-        return Err(ApiError::InvalidRequest("starts_at must be before ends_at".into()));
-    }
-    // A sale that has ended before it is seeded is a typo; seeded, the janitor would retire it
-    // and burn its id.
-    if ends_at.is_some_and(|end| end <= OffsetDateTime::now_utc()) {
-        return Err(ApiError::InvalidRequest("ends_at must be in the future".into()));
-    }
-    let asked_window = match payment_window.as_deref() {
-        Some(raw) => Some(
-            reservations::payment_window(raw).map_err(|e| ApiError::InvalidRequest(format!("payment_window: {e}")))?,
-        ),
-        None => None,
-    };
-    // A shard never gets stock back (docs/stock-sharding.md), which a window's releases would
-    // break: a sharded sale has no window, and asking for both is refused.
-    let sharded = shards.unwrap_or(1) > 1
-        || (shards.is_none() && state.sales.layout(&sale).await?.is_some_and(|layout| layout.is_sharded()));
-    if sharded && asked_window.is_some() {
-        return Err(ApiError::InvalidRequest("payment_window cannot be used with more than one shard".into()));
-    }
-    let window = if sharded { None } else { asked_window.or(state.default_payment_window) };
-    let payment_window_ms = window.map(|w| w.as_millis() as i64);
-    let to_ms = |t: OffsetDateTime| (t.unix_timestamp_nanos() / 1_000_000) as i64;
-    let queue = match queue {
-        None => None,
-        Some(Object(QueueRequest { opens_at, rate })) => {
-            // A queued sale's purchases arrive at its rate: it never needs shards, and a shard's
-            // purchases would not see the line, which lives in the sale's own slot.
-            if sharded {
-                return Err(ApiError::InvalidRequest("queue cannot be used with more than one shard".into()));
-            }
-            if !(1..=MAX_RATE).contains(&rate) {
-                return Err(ApiError::InvalidRequest(format!("queue.rate must be between 1 and {MAX_RATE}")));
-            }
-            if starts_at.is_none_or(|start| opens_at >= start) {
-                return Err(ApiError::InvalidRequest("a queue needs starts_at, after queue.opens_at".into()));
-            }
-            Some(QueueSpec {
-                opens_at_ms: to_ms(opens_at),
-                rate,
-                ttl_ms: state.admission_ttl.as_millis() as i64,
-                seed: admission::draw_seed(),
-            })
-        }
-    };
-    let spec = SaleSpec {
-        stock,
-        starts_at_ms: starts_at.map(to_ms),
-        ends_at_ms: ends_at.map(to_ms),
-        shards,
-        payment_window_ms,
-        queue,
-    };
-
-    // Checked first without a lock (a retired sale has orders Redis forgot: that is not what to
-    // say), then again under the row's lock, without holding a connection across other queries.
-    if db::sale_retired(&state.pool, sale.as_str()).await? == Some(true) {
-        return Err(ApiError::SeedRetired);
-    }
-    refuse_if_redis_forgot_orders(&state, &sale).await?;
-    let mut tx = state.pool.begin().await?;
-    if db::lock_retired(&mut tx, sale.as_str()).await? {
-        return Err(ApiError::SeedRetired);
-    }
-    db::upsert_sale(&mut tx, &sale, stock, starts_at, ends_at, payment_window_ms, queue.as_ref()).await?;
-    match state.sales.seed(&sale, spec).await? {
-        SeedOutcome::Seeded => {
-            state.sold_out.clear(sale.as_str());
-            tx.commit().await?
-        }
-        SeedOutcome::InProgress => return Err(ApiError::SaleInProgress),
-        SeedOutcome::Started => return Err(ApiError::SaleStarted),
-        SeedOutcome::ShardsFixed { shards } => return Err(ApiError::ShardsFixed { shards }),
-    }
-    tracing::info!(sale_id = %sale, stock, shards, payment_window_ms, queue_rate = queue.map(|q| q.rate),
-        "sale seeded");
-    let status = sale_status(&state, &sale).await?;
-    Ok(HttpResponse::Ok().json(status))
-}
-
-/// A seed must not start a second life over the orders Postgres holds: if the sale has orders
-/// there, it is refused, as `sale_in_progress` while Redis still knows buyers of it, else as
-/// `sale_has_orders` (Redis lost them; a seed would let them buy again and oversell). No buyer
-/// can appear in between: orders come only from buyers.
-async fn refuse_if_redis_forgot_orders(state: &AppState, sale: &SaleId) -> Result<(), ApiError> {
-    let orders = db::count_orders(&state.pool, sale).await?;
-    if orders == 0 {
-        return Ok(());
-    }
-    match state.sales.sale_state(sale).await? {
-        Some(redis) if redis.sold > 0 => Err(ApiError::SaleInProgress),
-        _ => Err(ApiError::SaleHasOrders { orders }),
-    }
+    let queue = queue.map(|Object(QueueRequest { opens_at, rate })| (opens_at, rate));
+    let order = SeedOrder { stock, starts_at, ends_at, shards, payment_window, queue };
+    let report = state.shop.seed(&sale, order).await?;
+    Ok(HttpResponse::Ok().json(SaleStatus::from(report)))
 }

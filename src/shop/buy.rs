@@ -1,0 +1,149 @@
+//! Buying: the checks a purchase passes in order, then one atomic purchase in Redis.
+
+use std::net::IpAddr;
+use std::time::Instant;
+
+use uuid::Uuid;
+
+use super::limits::{Limited, Meter};
+use super::{Error, Shop};
+use crate::admission::token::Refused;
+use crate::domain::{SaleId, UserId};
+use crate::orders::lookup;
+use crate::purchase::sold_out::{self, Flagged};
+use crate::purchase::{BuyError, BuyOutcome, Purchase, Receipt};
+use crate::redis::connection::is_redis_outage;
+
+/// The buyer's admission token to a queued sale, as the request carried it.
+#[derive(Debug, Clone, Copy)]
+pub enum AdmissionToken<'a> {
+    /// No token.
+    None,
+    /// A token that is not text.
+    Malformed,
+    /// The token.
+    Presented(&'a str),
+}
+
+/// A purchase made: the order the worker will store in Postgres under the same id.
+#[derive(Debug, Clone, Copy)]
+pub struct Bought {
+    pub order_id: Uuid,
+    /// In a sale with a payment window: the reservation's deadline (the Redis server's clock),
+    /// in milliseconds since the epoch.
+    pub pay_by_ms: Option<i64>,
+}
+
+impl Shop {
+    /// `user` buys in `sale`, asking from `client`. A sale this instance knows to be sold out (or
+    /// retired) is answered from memory, held only to the in-process per-client limit (cheaper
+    /// than the Redis limiter, and it keeps anyone from probing at an unlimited rate who bought).
+    /// A present admission token is always checked, in process. Then the limits (the client's,
+    /// then the buyer's) run in the purchase's own script call, so an abusive client costs one
+    /// call, not a purchase attempt; once refused, it is answered from memory until the limit
+    /// could admit it again. If a limit cannot answer, nothing is bought (fail closed).
+    pub async fn buy(
+        &self,
+        sale: &SaleId,
+        user: &UserId,
+        client: IpAddr,
+        token: AdmissionToken<'_>,
+    ) -> Limited<Bought> {
+        let mut meter = Meter::new(&self.limits, &self.metrics);
+        let outcome = self.purchase(sale, user, client, token, &mut meter).await;
+        meter.finish(outcome)
+    }
+
+    async fn purchase(
+        &self,
+        sale: &SaleId,
+        user: &UserId,
+        client: IpAddr,
+        token: AdmissionToken<'_>,
+        meter: &mut Meter<'_>,
+    ) -> Result<Bought, Error> {
+        if self.retired.known(sale) {
+            self.limits.answer_from_memory(&self.metrics, client)?;
+            return Err(Error::SaleRetired);
+        }
+        let token = match token {
+            AdmissionToken::None => None,
+            AdmissionToken::Malformed => return Err(Error::NotAdmitted(Refused::Malformed)),
+            AdmissionToken::Presented(token) => Some(token),
+        };
+        let place = self.admission.admitted(sale, user, token).map_err(Error::NotAdmitted)?;
+        if let Some(flagged) = self.sold_out.check(sale, user) {
+            self.limits.answer_from_memory(&self.metrics, client)?;
+            return Err(match flagged {
+                Flagged::SoldOut => Error::SoldOut,
+                Flagged::AlreadyPurchased(receipt) => self.already_purchased(sale, user, receipt).await?,
+                Flagged::AskRedis => match self.sales.purchase_of(sale, user).await? {
+                    Purchase::Bought(receipt) => self.already_purchased(sale, user, receipt).await?,
+                    Purchase::NotBought | Purchase::UnknownSale => Error::SoldOut,
+                },
+            });
+        }
+
+        let gates = meter.gates(self.sales.keyspace().prefix(), client, user, sale)?;
+        let (asked, order_id) = (Instant::now(), Uuid::now_v7());
+        let verdict = self.sales.buy(sale, user, order_id, place, &gates).await.map_err(|err| {
+            // The limits ran in the failed call, or were to: they could not decide (fail closed).
+            self.metrics.limiter_decision("error");
+            let context = "the purchase and its rate limits";
+            match err {
+                BuyError::NotRun(err) if is_redis_outage(&err) => Error::from(err),
+                BuyError::NotRun(err) => Error::Unavailable(anyhow::Error::new(err).context(context)),
+                BuyError::OutcomeUnknown(err) => Error::OutcomeUnknown {
+                    order_id,
+                    sale_id: sale.to_string(),
+                    cause: anyhow::Error::new(err).context(context),
+                },
+            }
+        })?;
+        meter.settle(&gates, asked, &verdict.limits)?;
+        let Some(outcome) = verdict.outcome else {
+            return Err(Error::Unavailable(anyhow::anyhow!("the limits admitted the purchase but it did not run")));
+        };
+        match outcome {
+            BuyOutcome::Purchased { pay_by_ms } => Ok(Bought { order_id, pay_by_ms }),
+            BuyOutcome::NotDurable { replicas } => {
+                tracing::warn!(%order_id, replicas, "purchase not confirmed by enough replicas: 503 not_durable");
+                Err(Error::NotDurable { order_id })
+            }
+            BuyOutcome::UnknownSale if self.retired.check(sale).await => Err(Error::SaleRetired),
+            BuyOutcome::UnknownSale => Err(Error::UnknownSale),
+            BuyOutcome::NotStarted => Err(Error::SaleNotStarted),
+            BuyOutcome::Ended => Err(Error::SaleEnded),
+            BuyOutcome::AlreadyPurchased(receipt) => Err(self.already_purchased(sale, user, receipt).await?),
+            BuyOutcome::NotAdmitted => {
+                self.admission.learn_queued(sale);
+                Err(Error::NotAdmitted(Refused::Missing))
+            }
+            BuyOutcome::SoldOut => {
+                if self.sold_out.set(sale) {
+                    self.board.invalidate(sale).await;
+                    tokio::spawn(sold_out::load_buyers(self.sold_out.clone(), self.sales.clone(), sale.clone()));
+                }
+                Err(Error::SoldOut)
+            }
+        }
+    }
+
+    /// The refusal of a repeat purchase, naming the order as `GET /sales/{sale_id}/order` reads
+    /// it: in a sale with a payment window (this instance's snapshot of the sale says so) its
+    /// payment state (`crate::orders::lookup::repeat_status`: one primary-key read in Postgres,
+    /// the receipt's own status if Postgres cannot answer), otherwise the receipt as the script
+    /// or the sold-out copy gave it, at no further cost than the snapshot.
+    async fn already_purchased(&self, sale: &SaleId, user: &UserId, receipt: Option<Receipt>) -> Result<Error, Error> {
+        let Some(receipt) = receipt else {
+            return Ok(Error::AlreadyPurchased(None));
+        };
+        let window = match self.board.snapshot(sale).await? {
+            Some(snapshot) => snapshot.state.payment_window_ms,
+            // Seeded since this instance last read the registry of sales.
+            None => self.sales.sale_state(sale).await?.and_then(|sale| sale.payment_window_ms),
+        };
+        let receipt = lookup::repeat_status(&self.pool, sale, user, receipt, window.is_some()).await;
+        Ok(Error::AlreadyPurchased(Some(receipt)))
+    }
+}

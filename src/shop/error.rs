@@ -1,0 +1,288 @@
+//! What a use case answers when it does not succeed: a refusal the caller can act on, or a
+//! dependency's failure ([`Error`]), with its stable code. `http` maps each variant once to a
+//! status code; the errors of the layers below become [`Error`]s here, once.
+
+use uuid::Uuid;
+
+use crate::admission::token::Refused;
+use crate::domain::Standing;
+use crate::purchase::Receipt;
+use crate::redis::connection::is_redis_outage;
+use crate::reservations::signature::SignatureError;
+use crate::retire::Refusal;
+
+/// Every way a use case can fail: each variant has its stable code ([`Error::code`]) and its
+/// message (the `#[error]` text).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `invalid_request`: the input breaks a rule of the sale (a seed's stock, its dates).
+    #[error("{0}")]
+    Invalid(String),
+    /// `unknown_sale`.
+    #[error("no sale with that id")]
+    UnknownSale,
+    /// `sale_not_started`.
+    #[error("the sale has not started yet")]
+    SaleNotStarted,
+    /// `sale_ended`.
+    #[error("the sale has ended")]
+    SaleEnded,
+    /// `already_purchased`, with the buyer's order when Redis holds its receipt.
+    #[error("this user has already bought in this sale")]
+    AlreadyPurchased(Option<Receipt>),
+    /// `sold_out`.
+    #[error("the sale is sold out")]
+    SoldOut,
+    /// `sale_in_progress`: a re-seed of a sale with buyers.
+    #[error("the sale already has buyers; it cannot be re-seeded")]
+    SaleInProgress,
+    /// `sale_has_orders`: a seed of a sale whose orders Postgres holds but Redis lost.
+    #[error(
+        "Postgres holds {orders} order(s) of this sale that Redis does not know (Redis lost the sale's state): \
+         restore it with `seckill reconcile <sale_id> --repair` or POST /admin/sales/{{sale_id}}/reconcile instead"
+    )]
+    SaleHasOrders {
+        /// Orders of the sale in Postgres.
+        orders: i64,
+    },
+    /// `sale_started`: a re-seed of a sharded sale that has started.
+    #[error("the sale is sharded and has started; it cannot be re-seeded")]
+    SaleStarted,
+    /// `shards_fixed`: a seed asking another shard count than the sale has.
+    #[error("the sale exists with {shards} shard(s); its shard count cannot change")]
+    ShardsFixed {
+        /// The sale's shard count.
+        shards: u32,
+    },
+    /// `sale_retired`: the sale was retired (Postgres keeps its orders; a buyer still reads its
+    /// order).
+    #[error("the sale is over and was retired")]
+    SaleRetired,
+    /// `sale_retired`, to a seed: a retired sale has no second life (seed another sale id).
+    #[error("the sale was retired; it cannot be seeded again (use another sale id)")]
+    SeedRetired,
+    /// `not_retirable`, with every reason.
+    #[error("the sale cannot be retired yet: {}", reasons_text(.0))]
+    NotRetirable(Vec<Refusal>),
+    /// `invalid_signature`: a payment event's signature is missing, malformed, stale or wrong.
+    #[error("the payment event's signature is refused: {0}")]
+    InvalidSignature(SignatureError),
+    /// `unknown_order`: a payment event names no order of the sale.
+    #[error("no order of this sale has that id")]
+    UnknownOrder,
+    /// `no_order`: the buyer has no order in the sale (nothing to cancel).
+    #[error("this buyer has no order in this sale")]
+    NoOrder,
+    /// `not_reserved`: the order is not (or no longer) a reservation that can be cancelled.
+    #[error("the order is not a reservation that can be cancelled: {}", not_reserved_text(*.0))]
+    NotReserved(Standing),
+    /// `event_reused`: a payment event id was used before for another order.
+    #[error("this event id was used before for another order")]
+    EventReused,
+    /// `not_admitted`: a queued sale, and no valid admission token of this buyer for it.
+    #[error("not admitted: {0}")]
+    NotAdmitted(Refused),
+    /// `queue_not_open`: the sale's waiting room opens later.
+    #[error("the waiting room of this sale is not open yet")]
+    QueueNotOpen,
+    /// `not_in_queue`: the buyer has not joined the sale's waiting room.
+    #[error("this buyer has not joined the waiting room of this sale (POST /sales/{{sale_id}}/queue)")]
+    NotInQueue,
+    /// `not_queued`: the sale has no waiting room (buy at once).
+    #[error("this sale has no waiting room: buy with POST /buy")]
+    NotQueued,
+    /// `admission_disabled`: neither `SECKILL_ADMISSION_SECRET` nor `SECKILL_ADMIN_TOKEN` is set.
+    #[error("waiting rooms are disabled: set SECKILL_ADMISSION_SECRET (or SECKILL_ADMIN_TOKEN)")]
+    AdmissionDisabled,
+    /// `payments_disabled`: no `SECKILL_PAYMENT_SECRET` is configured.
+    #[error("payment events are disabled: no SECKILL_PAYMENT_SECRET is configured")]
+    PaymentsDisabled,
+    /// `rate_limited`, with the wait in whole seconds.
+    #[error("too many requests from this client; retry after {retry_after_secs} s")]
+    RateLimited {
+        /// Whole seconds until a request can be admitted.
+        retry_after_secs: u64,
+    },
+    /// `not_durable` (`SECKILL_CONFIRM_REPLICAS`): bought, with this order id, but fewer
+    /// replicas than asked acknowledged it in time. The purchase stands.
+    #[error(
+        "the purchase is recorded but not yet confirmed on enough Redis replicas; it stands: ask \
+         GET /sales/{{sale_id}}/order, or retry and get 409 already_purchased with this order_id"
+    )]
+    NotDurable {
+        /// The order the purchase made.
+        order_id: Uuid,
+    },
+    /// `unavailable`: Redis or Postgres cannot be reached (the cause is logged, not shown). For a
+    /// purchase: it never ran, nothing was bought.
+    #[error("a service this request needs is unavailable; retry shortly")]
+    Unavailable(#[source] anyhow::Error),
+    /// `outcome_unknown`: the purchase was sent to Redis and no verdict came back; it may have
+    /// bought, under `order_id`.
+    #[error(
+        "no verdict came back for this purchase: it may have been made under this order_id; retry it: 409 \
+         already_purchased with this order_id means it was made, a 201 or another refusal that it was not"
+    )]
+    OutcomeUnknown {
+        /// The order id the purchase was sent with.
+        order_id: Uuid,
+        /// The sale.
+        sale_id: String,
+        /// Why no verdict came back (logged, not shown).
+        #[source]
+        cause: anyhow::Error,
+    },
+    /// `internal`: anything else (the cause is logged, not shown).
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+impl Error {
+    /// The stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Invalid(_) => "invalid_request",
+            Self::UnknownSale => "unknown_sale",
+            Self::SaleNotStarted => "sale_not_started",
+            Self::SaleEnded => "sale_ended",
+            Self::AlreadyPurchased(_) => "already_purchased",
+            Self::SoldOut => "sold_out",
+            Self::SaleInProgress => "sale_in_progress",
+            Self::SaleHasOrders { .. } => "sale_has_orders",
+            Self::SaleStarted => "sale_started",
+            Self::ShardsFixed { .. } => "shards_fixed",
+            Self::SaleRetired | Self::SeedRetired => "sale_retired",
+            Self::NotRetirable(_) => "not_retirable",
+            Self::RateLimited { .. } => "rate_limited",
+            Self::InvalidSignature(_) => "invalid_signature",
+            Self::UnknownOrder => "unknown_order",
+            Self::NoOrder => "no_order",
+            Self::NotReserved(_) => "not_reserved",
+            Self::EventReused => "event_reused",
+            Self::PaymentsDisabled => "payments_disabled",
+            Self::NotAdmitted(_) => "not_admitted",
+            Self::QueueNotOpen => "queue_not_open",
+            Self::NotInQueue => "not_in_queue",
+            Self::NotQueued => "not_queued",
+            Self::AdmissionDisabled => "admission_disabled",
+            Self::NotDurable { .. } => "not_durable",
+            Self::Unavailable(_) => "unavailable",
+            Self::OutcomeUnknown { .. } => "outcome_unknown",
+            Self::Internal(_) => "internal",
+        }
+    }
+
+    /// The cause of a dependency's failure (`unavailable`, `outcome_unknown`, `internal`).
+    pub fn cause(&self) -> Option<&anyhow::Error> {
+        match self {
+            Self::Unavailable(cause) | Self::OutcomeUnknown { cause, .. } | Self::Internal(cause) => Some(cause),
+            _ => None,
+        }
+    }
+}
+
+fn reasons_text(reasons: &[Refusal]) -> String {
+    let words: Vec<String> = reasons
+        .iter()
+        .map(|r| serde_json::to_value(r).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default())
+        .collect();
+    words.join(", ")
+}
+
+/// Why an order cannot be cancelled, for `not_reserved`.
+fn not_reserved_text(standing: Standing) -> &'static str {
+    match standing {
+        Standing::Confirmed => "the order is final: the sale has no payment window",
+        Standing::Reserved => "the reservation's deadline has passed; it is expiring",
+        Standing::Paid => "the order is paid",
+        Standing::Cancelled => "the reservation was cancelled",
+        Standing::Expired => "the reservation expired",
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        if is_redis_outage(&err) {
+            Self::Unavailable(anyhow::Error::new(err).context("redis"))
+        } else {
+            Self::Internal(anyhow::Error::new(err).context("redis"))
+        }
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(err: sqlx::Error) -> Self {
+        match err {
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => {
+                Self::Unavailable(anyhow::Error::new(err).context("postgres"))
+            }
+            other => Self::Internal(anyhow::Error::new(other).context("postgres")),
+        }
+    }
+}
+
+impl From<std::sync::Arc<redis::RedisError>> for Error {
+    /// A read shared by several requests (`crate::purchase::board`).
+    fn from(err: std::sync::Arc<redis::RedisError>) -> Self {
+        let outage = is_redis_outage(&err);
+        let cause = anyhow::Error::new(err).context("redis");
+        if outage { Self::Unavailable(cause) } else { Self::Internal(cause) }
+    }
+}
+
+impl From<crate::admission::QueueError> for Error {
+    fn from(err: crate::admission::QueueError) -> Self {
+        use crate::admission::QueueError as E;
+        match err {
+            E::NotQueued => Self::NotQueued,
+            E::UnknownSale => Self::UnknownSale,
+            E::NotOpen => Self::QueueNotOpen,
+            E::NotInQueue => Self::NotInQueue,
+            E::Ended => Self::SaleEnded,
+            E::Disabled => Self::AdmissionDisabled,
+            E::Redis(err) => Self::from(err),
+        }
+    }
+}
+
+impl From<crate::orders::lookup::LookupError> for Error {
+    fn from(err: crate::orders::lookup::LookupError) -> Self {
+        use crate::orders::lookup::LookupError as E;
+        match err {
+            E::Redis(err) => err.into(),
+            E::Postgres(err) => err.into(),
+        }
+    }
+}
+
+impl From<crate::retire::RetireError> for Error {
+    fn from(err: crate::retire::RetireError) -> Self {
+        use crate::retire::RetireError as E;
+        match err {
+            E::Redis(err) => err.into(),
+            E::Postgres(err) => err.into(),
+        }
+    }
+}
+
+impl From<crate::reservations::ReservationError> for Error {
+    fn from(err: crate::reservations::ReservationError) -> Self {
+        use crate::reservations::ReservationError as E;
+        match err {
+            E::UnknownOrder => Self::UnknownOrder,
+            E::EventReused => Self::EventReused,
+            E::Redis(err) => err.into(),
+            E::Postgres(err) => err.into(),
+        }
+    }
+}
+
+impl From<crate::reconcile::ReconcileError> for Error {
+    fn from(err: crate::reconcile::ReconcileError) -> Self {
+        use crate::reconcile::ReconcileError as E;
+        match err {
+            E::Redis(err) => err.into(),
+            E::Postgres(err) => err.into(),
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The sale's use cases, one method of [`Shop`] each: buy (`buy`), read a sale (`sales`), read
+//! and cancel an order (`orders`), join and ask a waiting room (`queue`), take a payment event
+//! (`payments`), seed (`seed`), watch, retire and reconcile (`admin`), and readiness. Each takes
+//! validated ids and plain values and returns a typed outcome (with the rate limits' decision,
+//! for the limited ones: `limits`) or an [`Error`]; `http` only extracts, calls one method and
+//! turns the outcome into an answer. The types of the layers below that `http` names (in its
+//! answers' bodies) are re-exported here, so `http` needs no module below this one but the ids.
+
+mod admin;
+mod buy;
+mod error;
+pub mod limits;
+mod orders;
+mod payments;
+mod queue;
+mod sales;
+mod seed;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use secrecy::SecretString;
+use sqlx::PgPool;
+
+use crate::admission::Admission;
+use crate::metrics::Metrics;
+use crate::orders::streams::StreamHealth;
+use crate::purchase::Sales;
+use crate::purchase::board::SaleBoard;
+use crate::purchase::retired::RetiredSales;
+use crate::purchase::sold_out::SoldOutFlags;
+use crate::reservations::Reservations;
+use crate::retire::Retirer;
+
+pub use self::admin::{Readiness, SaleReport, SalesReport};
+pub use self::buy::{AdmissionToken, Bought};
+pub use self::error::Error;
+pub use self::limits::{Limit, Limited, Limits, Reported};
+pub use self::orders::Cancelled;
+pub use self::seed::SeedOrder;
+pub use crate::admission::token::ADMISSION_HEADER;
+pub use crate::admission::{Answer as QueueAnswer, commitment as seed_commitment, line::Stand};
+pub use crate::identity::Verifier;
+pub use crate::limiter::client_key;
+pub use crate::orders::lookup::{Found as FoundOrder, Place};
+pub use crate::orders::streams::WorkerReport;
+pub use crate::purchase::board::Snapshot;
+pub use crate::purchase::{OrderStatus, SaleState};
+pub use crate::reconcile::ReconcileReport;
+pub use crate::reservations::signature::HEADER as SIGNATURE_HEADER;
+pub use crate::reservations::store::{LatePayment, PaymentOutcome};
+pub use crate::retire::{Refusal as RetireRefusal, RetireReport};
+
+/// Everything the use cases need, each a shared handle: cheap to clone.
+#[derive(Clone)]
+pub struct Shop {
+    /// The sales in Redis (and the shared connection, `Sales::keyspace`).
+    sales: Sales,
+    /// The sales' public snapshots.
+    board: SaleBoard,
+    /// Sales this instance knows to be sold out (answered without Redis).
+    sold_out: Arc<SoldOutFlags>,
+    /// Retired sales this instance knows of, and the bounded lookups.
+    retired: RetiredSales,
+    /// Retires sales.
+    retirer: Retirer,
+    /// The Postgres pool.
+    pool: PgPool,
+    /// The buyer routes' rate limits.
+    limits: Arc<Limits>,
+    /// This process's metrics.
+    metrics: Arc<Metrics>,
+    /// The report of this process's worker on its streams; `None` without a worker.
+    worker_health: Option<Arc<StreamHealth>>,
+    /// Reservations: payments, cancels, their counts.
+    reservations: Reservations,
+    /// What a seed takes by default and what payment events need.
+    settings: Arc<Settings>,
+    /// The waiting rooms of queued sales.
+    admission: Admission,
+}
+
+/// The settings the use cases read.
+pub struct Settings {
+    /// `SECKILL_PAYMENT_SECRET`: the key of the payment events' signatures (`None`: refused).
+    pub payment_secret: Option<SecretString>,
+    /// `SECKILL_PAYMENT_WINDOW`: the window of sales seeded without one.
+    pub default_payment_window: Option<Duration>,
+    /// `SECKILL_ADMISSION_TTL`: how long an admission lasts, for sales seeded from now on.
+    pub admission_ttl: Duration,
+}
+
+/// The parts a [`Shop`] is made of, built by the composition root (`crate::app`).
+pub struct Parts {
+    pub sales: Sales,
+    pub sold_out: Arc<SoldOutFlags>,
+    pub retired: RetiredSales,
+    pub retirer: Retirer,
+    pub pool: PgPool,
+    pub limits: Limits,
+    pub metrics: Arc<Metrics>,
+    pub worker_health: Option<Arc<StreamHealth>>,
+    pub reservations: Reservations,
+    pub settings: Settings,
+    pub admission: Admission,
+}
+
+impl Shop {
+    /// The shop of these parts (the public snapshots are read through `parts.sales`).
+    pub fn new(parts: Parts) -> Self {
+        Self {
+            board: SaleBoard::new(parts.sales.clone()),
+            sales: parts.sales,
+            sold_out: parts.sold_out,
+            retired: parts.retired,
+            retirer: parts.retirer,
+            pool: parts.pool,
+            limits: Arc::new(parts.limits),
+            metrics: parts.metrics,
+            worker_health: parts.worker_health,
+            reservations: parts.reservations,
+            settings: Arc::new(parts.settings),
+            admission: parts.admission,
+        }
+    }
+
+    /// The buyer routes' rate limits (their `RateLimit-Policy` fields).
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// This process's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+}

@@ -1,0 +1,51 @@
+//! A queued sale's waiting room (`crate::admission`): joining it and asking where the buyer
+//! stands; both hand out the ticket for the next poll and, once admitted, the admission token
+//! a purchase wants.
+
+use std::net::IpAddr;
+
+use super::Shop;
+use super::limits::{Limited, Meter};
+use crate::admission::Answer;
+use crate::domain::{SaleId, UserId};
+
+impl Shop {
+    /// `user` joins `sale`'s waiting room (the pre-queue before the start, the end of the line
+    /// after it); joining again keeps the buyer's one place. Shares `POST /buy`'s rate limits.
+    pub async fn join(&self, sale: &SaleId, user: &UserId, client: IpAddr) -> Limited<Answer> {
+        let mut meter = Meter::new(&self.limits, &self.metrics);
+        let outcome = async {
+            self.queued_sale(sale).await?;
+            meter.check(self.sales.keyspace(), client, user, sale).await?;
+            Ok(self.admission.join(sale, user).await?)
+        }
+        .await;
+        meter.finish(outcome)
+    }
+
+    /// Where `user` stands in `sale`'s line. With the last answer's `ticket` the answer comes
+    /// from this instance's view of the line (read from Redis at most every 200 ms, whatever the
+    /// number of pollers) and skips the rate limits; without one, or with a pre-queue ticket
+    /// after the start, the place is looked up in Redis under `POST /buy`'s rate limits.
+    pub async fn standing(
+        &self,
+        sale: &SaleId,
+        user: &UserId,
+        client: IpAddr,
+        ticket: Option<&str>,
+    ) -> Limited<Answer> {
+        let mut meter = Meter::new(&self.limits, &self.metrics);
+        let outcome = async {
+            self.queued_sale(sale).await?;
+            if let Some(ticket) = ticket
+                && let Some(answer) = self.admission.from_ticket(sale, user, ticket).await?
+            {
+                return Ok(answer);
+            }
+            meter.check(self.sales.keyspace(), client, user, sale).await?;
+            Ok(self.admission.ask(sale, user).await?)
+        }
+        .await;
+        meter.finish(outcome)
+    }
+}

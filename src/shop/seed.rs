@@ -1,0 +1,147 @@
+//! Seeding a sale (creating it, or re-seeding one without buyers), in Redis and Postgres together.
+
+use time::OffsetDateTime;
+
+use super::admin::SaleReport;
+use super::{Error, Shop};
+use crate::admission::{self, MAX_RATE};
+use crate::db;
+use crate::domain::{QueueSpec, SaleId};
+use crate::purchase::shards::MAX_SHARDS;
+use crate::purchase::{SaleSpec, SeedOutcome};
+use crate::reservations;
+
+/// Largest stock one sale may hold (the buyer set grows to this many members).
+pub const MAX_STOCK: i64 = 10_000_000;
+
+/// What an operator asks a seed for, as the request said it (checked by [`Shop::seed`]).
+#[derive(Debug, Clone)]
+pub struct SeedOrder {
+    /// Items for sale.
+    pub stock: i64,
+    /// When the sale opens; `None`: at once.
+    pub starts_at: Option<OffsetDateTime>,
+    /// When it ends; `None`: never.
+    pub ends_at: Option<OffsetDateTime>,
+    /// Shards to split the stock over; `None`: the sale's, or 1.
+    pub shards: Option<u32>,
+    /// The payment window as written (`"15m"`); `None`: `SECKILL_PAYMENT_WINDOW`'s.
+    pub payment_window: Option<String>,
+    /// A waiting room: when it opens, and buyers admitted per second.
+    pub queue: Option<(OffsetDateTime, u32)>,
+}
+
+impl Shop {
+    /// Creates or re-seeds `sale`. The Postgres record and the Redis seed succeed together: the
+    /// Postgres transaction commits only after Redis accepted the seed. A sale with buyers is
+    /// never re-seeded, so nobody's purchase is erased; nor is a sale with orders in Postgres that
+    /// Redis lost (`sale_has_orders`: reconciliation's repair restores it with its buyers), nor a
+    /// retired sale (its row is locked in the transaction, so a retirement and a seed of one sale
+    /// never interleave). Answers the sale's state after the seed.
+    pub async fn seed(&self, sale: &SaleId, order: SeedOrder) -> Result<SaleReport, Error> {
+        let SeedOrder { stock, starts_at, ends_at, shards, payment_window, queue } = order;
+        let invalid = |message: String| Err(Error::Invalid(message));
+        if !(0..=MAX_STOCK).contains(&stock) {
+            return invalid(format!("stock must be between 0 and {MAX_STOCK}"));
+        }
+        if shards.is_some_and(|k| !(1..=MAX_SHARDS).contains(&k)) {
+            return invalid(format!("shards must be between 1 and {MAX_SHARDS}"));
+        }
+        if let (Some(start), Some(end)) = (starts_at, ends_at)
+            && start >= end
+        {
+            return invalid("starts_at must be before ends_at".into());
+        }
+        // A sale that has ended before it is seeded is a typo; seeded, the janitor would retire it
+        // and burn its id.
+        if ends_at.is_some_and(|end| end <= OffsetDateTime::now_utc()) {
+            return invalid("ends_at must be in the future".into());
+        }
+        let asked_window = match payment_window.as_deref() {
+            Some(raw) => {
+                Some(reservations::payment_window(raw).map_err(|e| Error::Invalid(format!("payment_window: {e}")))?)
+            }
+            None => None,
+        };
+        // A shard never gets stock back (docs/stock-sharding.md), which a window's releases would
+        // break: a sharded sale has no window, and asking for both is refused.
+        let sharded = shards.unwrap_or(1) > 1
+            || (shards.is_none() && self.sales.layout(sale).await?.is_some_and(|layout| layout.is_sharded()));
+        if sharded && asked_window.is_some() {
+            return invalid("payment_window cannot be used with more than one shard".into());
+        }
+        let window = if sharded { None } else { asked_window.or(self.settings.default_payment_window) };
+        let payment_window_ms = window.map(|w| w.as_millis() as i64);
+        let to_ms = |t: OffsetDateTime| (t.unix_timestamp_nanos() / 1_000_000) as i64;
+        let queue = match queue {
+            None => None,
+            Some((opens_at, rate)) => {
+                // A queued sale's purchases arrive at its rate: it never needs shards, and a shard's
+                // purchases would not see the line, which lives in the sale's own slot.
+                if sharded {
+                    return invalid("queue cannot be used with more than one shard".into());
+                }
+                if !(1..=MAX_RATE).contains(&rate) {
+                    return invalid(format!("queue.rate must be between 1 and {MAX_RATE}"));
+                }
+                if starts_at.is_none_or(|start| opens_at >= start) {
+                    return invalid("a queue needs starts_at, after queue.opens_at".into());
+                }
+                Some(QueueSpec {
+                    opens_at_ms: to_ms(opens_at),
+                    rate,
+                    ttl_ms: self.settings.admission_ttl.as_millis() as i64,
+                    seed: admission::draw_seed(),
+                })
+            }
+        };
+        let spec = SaleSpec {
+            stock,
+            starts_at_ms: starts_at.map(to_ms),
+            ends_at_ms: ends_at.map(to_ms),
+            shards,
+            payment_window_ms,
+            queue,
+        };
+
+        // Checked first without a lock (a retired sale has orders Redis forgot: that is not what
+        // to say), then again under the row's lock, without holding a connection across other
+        // queries.
+        if db::sale_retired(&self.pool, sale.as_str()).await? == Some(true) {
+            return Err(Error::SeedRetired);
+        }
+        self.refuse_if_redis_forgot_orders(sale).await?;
+        let mut tx = self.pool.begin().await?;
+        if db::lock_retired(&mut tx, sale.as_str()).await? {
+            return Err(Error::SeedRetired);
+        }
+        db::upsert_sale(&mut tx, sale, stock, starts_at, ends_at, payment_window_ms, queue.as_ref()).await?;
+        match self.sales.seed(sale, spec).await? {
+            SeedOutcome::Seeded => {
+                self.sold_out.clear(sale.as_str());
+                tx.commit().await?
+            }
+            SeedOutcome::InProgress => return Err(Error::SaleInProgress),
+            SeedOutcome::Started => return Err(Error::SaleStarted),
+            SeedOutcome::ShardsFixed { shards } => return Err(Error::ShardsFixed { shards }),
+        }
+        tracing::info!(sale_id = %sale, stock, shards, payment_window_ms, queue_rate = queue.map(|q| q.rate),
+            "sale seeded");
+        self.sale_report(sale).await
+    }
+
+    /// A seed must not start a second life over the orders Postgres holds: if the sale has orders
+    /// there, it is refused, as `sale_in_progress` while Redis still knows buyers of it, else as
+    /// `sale_has_orders` (Redis lost them; a seed would let them buy again and oversell). No buyer
+    /// can appear in between: orders come only from buyers.
+    async fn refuse_if_redis_forgot_orders(&self, sale: &SaleId) -> Result<(), Error> {
+        let orders = db::count_orders(&self.pool, sale).await?;
+        if orders == 0 {
+            return Ok(());
+        }
+        match self.sales.sale_state(sale).await? {
+            Some(redis) if redis.sold > 0 => Err(Error::SaleInProgress),
+            _ => Err(Error::SaleHasOrders { orders }),
+        }
+    }
+}
