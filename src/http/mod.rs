@@ -1,8 +1,9 @@
 //! The HTTP API, everything actix-web: the routes (`routes`), the one error type and its mapping
 //! to status codes (`error`), the middleware (`middleware`), the client's address behind proxies
 //! (`client_ip`), the buyer's bearer token (`bearer`), the bounds on what a connection may hold
-//! before a handler runs (`edge`), and [`AppState`], what every handler can reach. The layers below know nothing
-//! of HTTP: handlers turn their outcomes and errors into answers here.
+//! before a handler runs (`edge`), the answers' types built from the layers' own (`views`), and [`AppState`],
+//! what every handler can reach. The layers below know nothing of HTTP: handlers turn their outcomes and errors
+//! into answers here.
 
 pub mod bearer;
 pub mod client_ip;
@@ -10,6 +11,7 @@ pub mod edge;
 pub mod error;
 pub mod middleware;
 pub mod routes;
+pub mod views;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;

@@ -10,8 +10,7 @@ use uuid::Uuid;
 
 use super::ApiError;
 use crate::db::ms_to_time;
-use crate::purchase::OrderStatus;
-use crate::retire::Refusal;
+use crate::http::views::{OrderStatus, Refusal};
 
 /// Every error answer's body.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -65,10 +64,10 @@ impl ApiError {
                 Self::OutcomeUnknown { sale_id, .. } => Some(sale_id.clone()),
                 _ => None,
             },
-            status: receipt.map(|r| r.status),
+            status: receipt.map(|r| r.status.into()),
             created_at: receipt.map(|r| ms_to_time(r.created_at_ms)),
             reasons: match self {
-                Self::NotRetirable(reasons) => Some(reasons.clone()),
+                Self::NotRetirable(reasons) => Some(reasons.iter().map(|&r| r.into()).collect()),
                 _ => None,
             },
         }

@@ -20,7 +20,7 @@ use crate::db;
 use crate::domain::SaleId;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::orders::streams::WorkerReport;
+use crate::http::views::WorkerReport;
 use crate::purchase::SaleState;
 use crate::redis::connection::is_redis_outage;
 use crate::reservations::store::{self, Tally};
@@ -286,7 +286,7 @@ pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpRespo
             Some(status_of(id, redis?, count, tally))
         })
         .collect();
-    let worker = state.worker_health.as_ref().map(|h| h.report());
+    let worker = state.worker_health.as_ref().map(|h| h.report().into());
     let refusals = |decision| state.metrics.limiter_decisions.with_label_values(&[decision]).get();
     let limiter =
         LimiterRefusals { refused: refusals("refused"), refused_from_memory: refusals("refused_from_memory") };

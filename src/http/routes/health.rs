@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 
 use crate::db;
 use crate::http::AppState;
-use crate::orders::streams::WorkerReport;
+use crate::http::views::WorkerReport;
 
 /// How long readiness waits for each dependency.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -57,7 +57,7 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let redis_up = matches!(redis, Ok(Ok(())));
     let postgres_up = matches!(postgres, Ok(Ok(())));
     let word = |up: bool| if up { "ok" } else { "down" };
-    let worker = state.worker_health.as_ref().map(|h| h.report());
+    let worker = state.worker_health.as_ref().map(|h| h.report().into());
     let mut body = Readiness {
         status: None,
         error: None,

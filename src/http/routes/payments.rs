@@ -16,8 +16,9 @@ use super::object::Object;
 use crate::domain::{SaleId, Standing};
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
+use crate::http::views::LatePayment;
 use crate::reservations::signature::{self, HEADER};
-use crate::reservations::store::{self, LatePayment, PaymentOutcome};
+use crate::reservations::store::{self, PaymentOutcome};
 
 /// The only event type seckill takes.
 pub const ORDER_PAID: &str = "order.paid";
@@ -150,5 +151,5 @@ pub async fn late_payments(
 ) -> Result<HttpResponse, ApiError> {
     let sale = query.into_inner().sale_id.map(|id| sale_from_path(&id)).transpose()?;
     let listed = store::late_payments(&state.pool, sale.as_ref(), MAX_LISTED_LATE_PAYMENTS).await?;
-    Ok(HttpResponse::Ok().json(listed))
+    Ok(HttpResponse::Ok().json(listed.into_iter().map(LatePayment::from).collect::<Vec<_>>()))
 }

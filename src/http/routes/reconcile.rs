@@ -7,7 +7,8 @@ use super::admin::{Admin, AdminErrors, SalePath, sale_from_path};
 use super::responses::UnknownSale;
 use crate::http::AppState;
 use crate::http::error::ApiError;
-use crate::reconcile::{self, ReconcileReport};
+use crate::http::views::ReconcileReport;
+use crate::reconcile;
 
 /// Reports the differences between the sale's Redis buyers and its Postgres orders.
 #[utoipa::path(
@@ -29,7 +30,7 @@ pub async fn reconcile_check(
 ) -> Result<HttpResponse, ApiError> {
     let sale = sale_from_path(&path)?;
     let report = reconcile::check(&state.sales, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
-    Ok(HttpResponse::Ok().json(report))
+    Ok(HttpResponse::Ok().json(ReconcileReport::from(report)))
 }
 
 /// Repairs what Redis can repair (missing orders, a missing `sales` row) and reports.
@@ -52,5 +53,5 @@ pub async fn reconcile_repair(
 ) -> Result<HttpResponse, ApiError> {
     let sale = sale_from_path(&path)?;
     let report = reconcile::repair(&state.sales, &state.pool, &sale).await?.ok_or(ApiError::UnknownSale)?;
-    Ok(HttpResponse::Ok().json(report))
+    Ok(HttpResponse::Ok().json(ReconcileReport::from(report)))
 }

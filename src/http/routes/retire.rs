@@ -5,7 +5,8 @@ use actix_web::{HttpResponse, web};
 use super::admin::{Admin, AdminErrors, SalePath, sale_from_path};
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::retire::{RetireOutcome, RetireReport};
+use crate::http::views::RetireReport;
+use crate::retire::RetireOutcome;
 
 /// Retires the sale (`crate::retire`): once it has ended or sold out, its queue has drained and it
 /// reconciles, its Redis keys and registrations go; Postgres keeps its orders and its row, marked
@@ -37,7 +38,7 @@ pub async fn retire(
         RetireOutcome::Retired(report) => {
             state.retired.mark(sale.as_str());
             state.sold_out.clear(sale.as_str());
-            Ok(HttpResponse::Ok().json(report))
+            Ok(HttpResponse::Ok().json(RetireReport::from(report)))
         }
         RetireOutcome::Refused(reasons) => Err(ApiError::NotRetirable(reasons)),
         RetireOutcome::UnknownSale => Err(ApiError::UnknownSale),
