@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use super::responses::UnknownSale;
+use super::responses::{SaleRetired, UnknownSale};
 use crate::db;
 use crate::domain::SaleId;
 use crate::http::AppState;
@@ -146,7 +146,7 @@ pub(super) fn sale_from_path(path: &str) -> Result<SaleId, ApiError> {
     responses(
         (status = 200, description = "The sale's state", body = SaleStatus),
         UnknownSale,
-        (status = 410, description = "`sale_retired`", body = ErrorBody),
+        SaleRetired,
         AdminErrors,
     )
 )]

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::limits::{self, Decided};
 use super::object::Object;
-use super::responses::UnknownSale;
+use super::responses::{JsonBody, UnknownSale};
 use crate::admission::token::{ADMISSION_HEADER, Refused};
 use crate::domain::{SaleId, Standing, UserId};
 use crate::http::AppState;
@@ -105,8 +105,7 @@ pub struct BuyResponse {
             `cancelled` or `expired`: a cancelled or expired buyer cannot buy again either)", body = ErrorBody),
         (status = 410, description = "`sold_out`; `sale_retired`: the sale is over and was retired (`GET \
             /sales/{sale_id}/order` still answers its buyers)", body = ErrorBody),
-        (status = 413, description = "`payload_too_large`: body over 4 KiB", body = ErrorBody),
-        (status = 415, description = "`unsupported_media_type`: not application/json", body = ErrorBody),
+        JsonBody,
         (status = 429, description = "`rate_limited`: this client (address or IPv6 network), or this buyer, is over \
             its limit; or it asked about a sold-out sale too often", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),

@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::MAX_BODY_BYTES;
 use super::admin::{Admin, AdminErrors, sale_from_path};
 use super::object::Object;
+use super::responses::JsonBody;
 use crate::domain::{SaleId, Standing};
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
@@ -76,8 +77,7 @@ pub struct PaymentResult {
             window)", body = ErrorBody),
         (status = 409, description = "`event_reused`: the event id was used before for another order",
             body = ErrorBody),
-        (status = 413, description = "`payload_too_large`: body over 4 KiB", body = ErrorBody),
-        (status = 415, description = "`unsupported_media_type`: not application/json", body = ErrorBody),
+        JsonBody,
         (status = 503, description = "`payments_disabled`: no SECKILL_PAYMENT_SECRET; `unavailable`: Redis or \
             Postgres is unreachable", body = ErrorBody),
     )

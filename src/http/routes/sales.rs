@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::limits;
-use super::responses::{BuyerToken, UnknownSale};
+use super::responses::{BadBuyerQuery, BuyerToken, RateLimited, StoresUnreachable, UnknownSale, UserMismatch};
 use crate::admission;
 use crate::db::ms_to_time;
 use crate::domain::Standing;
@@ -257,17 +257,14 @@ pub struct OrderView {
         (status = 200, description = "The caller's order", body = OrderView,
             headers(("RateLimit-Policy" = String, description = "The quota policy"),
                     ("RateLimit" = String, description = "Remaining quota and seconds to reset"))),
-        (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under \
-            `SECKILL_AUTH=none`", body = ErrorBody),
+        BadBuyerQuery,
         BuyerToken,
-        (status = 403, description = "`user_mismatch`: user_id is not the token's buyer", body = ErrorBody),
+        UserMismatch,
         UnknownSale,
         (status = 410, description = "`sale_retired`: the sale was retired and this user has no order in it (a \
             buyer's order is still answered, from Postgres)", body = ErrorBody),
-        (status = 429, description = "`rate_limited`", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
-        (status = 503, description = "`unavailable`: Redis or Postgres is unreachable", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "1"))),
+        RateLimited,
+        StoresUnreachable,
     )
 )]
 pub async fn order(
@@ -321,17 +318,14 @@ pub struct Cancelled {
     security((), ("bearer_jwt" = [])),
     responses(
         (status = 200, description = "Cancelled; the unit is back in the sale", body = Cancelled),
-        (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under \
-            `SECKILL_AUTH=none`", body = ErrorBody),
+        BadBuyerQuery,
         BuyerToken,
-        (status = 403, description = "`user_mismatch`: user_id is not the token's buyer", body = ErrorBody),
+        UserMismatch,
         (status = 404, description = "`no_order`: this buyer has no order in this sale", body = ErrorBody),
         (status = 409, description = "`not_reserved`: the order is no longer a reservation (paid, cancelled, expired, \
             past its deadline) or the sale has no payment window", body = ErrorBody),
-        (status = 429, description = "`rate_limited`", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
-        (status = 503, description = "`unavailable`: Redis or Postgres is unreachable", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "1"))),
+        RateLimited,
+        StoresUnreachable,
     )
 )]
 pub async fn cancel(
