@@ -1,8 +1,7 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `payments`,
 //! `admin`, `seed`, `retire`, `admin_page`, `buyer_page`, `health`, `openapi`; `limits` is what `buy` and `sales`
-//! share,
-//! `page` what the two HTML pages share, `object` what every JSON body is read as), and here the routing itself,
-//! 404/405 and `GET /metrics`.
+//! share, `page` what the two HTML pages share, `object` what every JSON body is read as, `responses` and `user_id`
+//! what the routes' OpenAPI annotations share), and here the routing itself, 404/405 and `GET /metrics`.
 
 mod admin;
 mod admin_page;
@@ -20,6 +19,7 @@ mod responses;
 mod retire;
 mod sales;
 mod seed;
+mod user_id;
 
 use actix_web::{HttpRequest, HttpResponse, guard, web};
 

@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::limits;
 use super::responses::{BadBuyerQuery, BuyerToken, RateLimited, StoresUnreachable, UnknownSale, UserMismatch};
+use super::user_id::UserIdParam;
 use crate::admission;
 use crate::db::ms_to_time;
 use crate::domain::Standing;
@@ -168,19 +169,7 @@ pub struct OrderQuery {
     /// either end, in NFC (as `POST /buy`'s). Required with `SECKILL_AUTH=none` (this document then lists it
     /// as required); with `jwt` it may be left out, the buyer is the token's, and another user is
     /// refused (403 `user_mismatch`).
-    #[param(
-        min_length = 1,
-        max_length = 128,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\
-            \\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\
-            \\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\
-            \\u2029\\u202F\\u205F\\u3000]([^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\
-            \\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\
-            \\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB]*[^\\u0000-\\u001F\
-            \\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\
-            \\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\
-            \\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000])?$"
-    )]
+    #[param(value_type = Option<UserIdParam>, inline)]
     pub(super) user_id: Option<String>,
 }
 
