@@ -46,7 +46,7 @@ use crate::purchase::{CommittedOrder, SaleSpec, SaleState, Sales, SeedOutcome};
 use crate::reservations::{self, ReservationError};
 
 /// What reconciling one sale found (and, after [`repair`], did).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReconcileReport {
     pub sale_id: String,
     /// From the Redis meta hash.

@@ -2,8 +2,9 @@
 //! to status codes (`error`), the middleware (`middleware`), the client's address behind proxies
 //! (`client_ip`), who is buying (`buyer`, from the bearer token: `bearer`), the rate limits'
 //! header fields (`rate_limit`), the bounds on what a connection may hold before a handler runs
-//! (`edge`), and [`AppState`], what every handler can reach. Handlers extract, call one use case
-//! of [`crate::shop`] and turn its outcome into an answer; the layers below know nothing of HTTP.
+//! (`edge`), the answers' types built from the layers' own (`views`), and [`AppState`], what every
+//! handler can reach. Handlers extract, call one use case of [`crate::shop`] and turn its outcome
+//! into an answer; the layers below know nothing of HTTP.
 
 pub mod bearer;
 pub mod buyer;
@@ -13,6 +14,7 @@ pub mod error;
 pub mod middleware;
 pub mod rate_limit;
 pub mod routes;
+pub mod views;
 
 use std::sync::Arc;
 

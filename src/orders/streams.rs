@@ -11,14 +11,13 @@ use std::sync::RwLock;
 
 use redis::RedisResult;
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use crate::redis::connection::RedisConnection;
 use crate::redis::connection::is_redis_outage;
 use crate::redis::order_stream;
 
 /// What the worker last found of one order stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StreamState {
     /// The stream and its consumer group are there: read every step.
@@ -112,7 +111,7 @@ pub async fn survey(con: &mut RedisConnection, stream: &str, meta: &str) -> Redi
 }
 
 /// A stream the worker skips or cannot fully serve, as `/readyz` and the admin overview show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamProblem {
     /// The sale the stream belongs to.
     pub sale: String,
@@ -125,7 +124,7 @@ pub struct StreamProblem {
 
 /// The worker's report: `ok` when every stream is ready, else `degraded` with the problems (the
 /// service still sells the other sales).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerReport {
     /// `ok` or `degraded`.
     pub status: String,

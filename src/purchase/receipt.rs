@@ -17,7 +17,7 @@ use crate::redis::order_stream;
 /// Where a bought order is: `queued` or `confirmed` as Redis knows it (the purchase scripts'
 /// words), or, in a sale with a payment window, the reservation's state as `GET
 /// /sales/{id}/order` reads it (`crate::orders::lookup::repeat_status`, for the 409 of a repeat).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OrderStatus {
     /// Bought; its entry is still in the sale's stream, not yet committed to Postgres.

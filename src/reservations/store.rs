@@ -294,7 +294,7 @@ async fn stored_event(
 }
 
 /// A sale's orders by standing, and its payments to refund.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Tally {
     pub confirmed: i64,
     pub reserved: i64,
@@ -350,7 +350,7 @@ pub async fn tally_by_sale(pool: &PgPool, sales: &[SaleId]) -> Result<HashMap<St
 }
 
 /// A payment to refund.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LatePayment {
     pub event_id: String,
     pub sale_id: String,
@@ -360,7 +360,6 @@ pub struct LatePayment {
     /// The order's standing when the event arrived.
     pub status: String,
     #[serde(with = "time::serde::rfc3339")]
-    #[schema(value_type = String, format = DateTime)]
     pub received_at: OffsetDateTime,
 }
 

@@ -47,7 +47,7 @@ use crate::reservations;
 pub const GRACE_MARGIN: Duration = Duration::from_millis(250);
 
 /// Why a sale cannot be retired (several may apply).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Refusal {
     /// Not ended and not sold out: it can still sell.
@@ -70,7 +70,7 @@ pub enum Refusal {
 }
 
 /// What a retirement removed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetireReport {
     pub sale_id: String,
     /// Shards the sale had (1: unsharded).

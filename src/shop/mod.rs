@@ -43,13 +43,35 @@ pub use crate::admission::{Answer as QueueAnswer, commitment as seed_commitment,
 pub use crate::identity::Verifier;
 pub use crate::limiter::client_key;
 pub use crate::orders::lookup::{Found as FoundOrder, Place};
-pub use crate::orders::streams::WorkerReport;
+pub use crate::purchase::SaleState;
 pub use crate::purchase::board::Snapshot;
-pub use crate::purchase::{OrderStatus, SaleState};
-pub use crate::reconcile::ReconcileReport;
 pub use crate::reservations::signature::HEADER as SIGNATURE_HEADER;
-pub use crate::reservations::store::{LatePayment, PaymentOutcome};
-pub use crate::retire::{Refusal as RetireRefusal, RetireReport};
+pub use crate::reservations::store::PaymentOutcome;
+
+/// The types of the layers below that `http` builds its answers from (`crate::http::views`),
+/// grouped by the module that owns them.
+pub mod lower {
+    /// The worker's report on its streams.
+    pub mod streams {
+        pub use crate::orders::streams::{StreamProblem, StreamState, WorkerReport};
+    }
+    /// A bought order's status.
+    pub mod purchase {
+        pub use crate::purchase::OrderStatus;
+    }
+    /// What reconciling a sale found.
+    pub mod reconcile {
+        pub use crate::reconcile::ReconcileReport;
+    }
+    /// A payment to refund.
+    pub mod reservations {
+        pub use crate::reservations::store::LatePayment;
+    }
+    /// Why a sale cannot be retired, and what a retirement removed.
+    pub mod retire {
+        pub use crate::retire::{Refusal, RetireReport};
+    }
+}
 
 /// Everything the use cases need, each a shared handle: cheap to clone.
 #[derive(Clone)]

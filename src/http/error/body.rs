@@ -10,7 +10,8 @@ use uuid::Uuid;
 
 use super::ApiError;
 use crate::domain::ms_to_time;
-use crate::shop::{Error as E, OrderStatus, RetireRefusal as Refusal};
+use crate::http::views::{OrderStatus, Refusal};
+use crate::shop::Error as E;
 
 /// Every error answer's body.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -64,10 +65,10 @@ impl ApiError {
                 Self::Shop(E::OutcomeUnknown { sale_id, .. }) => Some(sale_id.clone()),
                 _ => None,
             },
-            status: receipt.map(|r| r.status),
+            status: receipt.map(|r| r.status.into()),
             created_at: receipt.map(|r| ms_to_time(r.created_at_ms)),
             reasons: match self {
-                Self::Shop(E::NotRetirable(reasons)) => Some(reasons.clone()),
+                Self::Shop(E::NotRetirable(reasons)) => Some(reasons.iter().map(|&r| r.into()).collect()),
                 _ => None,
             },
         }

@@ -15,12 +15,13 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use super::responses::UnknownSale;
+use super::responses::{SaleRetired, UnknownSale};
 use super::sale_of;
 use crate::domain::ms_to_time;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::shop::{SaleReport, SaleState, SalesReport, WorkerReport};
+use crate::http::views::WorkerReport;
+use crate::shop::{SaleReport, SaleState, SalesReport};
 
 /// Proof that the request carried the admin token. Extracted before the body, so an
 /// unauthenticated request is refused with 401 whatever its body.
@@ -136,7 +137,7 @@ pub struct SaleStatus {
     responses(
         (status = 200, description = "The sale's state", body = SaleStatus),
         UnknownSale,
-        (status = 410, description = "`sale_retired`", body = ErrorBody),
+        SaleRetired,
         AdminErrors,
     )
 )]
@@ -244,7 +245,7 @@ pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpRespo
             .into_iter()
             .map(|(sale, error)| UnreadableSale { sale_id: sale.to_string(), error })
             .collect(),
-        worker,
+        worker: worker.map(WorkerReport::from),
         sales_total,
         limiter: LimiterRefusals { refused, refused_from_memory },
         sampled_at,

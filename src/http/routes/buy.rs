@@ -7,8 +7,8 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::object::Object;
-use super::responses::UnknownSale;
-use super::sale_of;
+use super::responses::{JsonBody, UnknownSale};
+use super::{sale_of, user_id};
 use crate::domain::{Standing, ms_to_time};
 use crate::http::AppState;
 use crate::http::buyer::Buyer;
@@ -22,29 +22,27 @@ pub struct BuyRequest {
     /// 1-64 characters of `[A-Za-z0-9_-]`.
     #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
     sale_id: String,
-    /// 1-128 printable characters: no control, format (zero-width, bidi controls) or
-    /// default-ignorable characters (variation selectors, Hangul fillers; the pattern lists those
-    /// of the Basic Multilingual Plane, the few beyond it are refused too), no whitespace at either
-    /// end, and in Unicode NFC (composed: `é` as U+00E9, not `e` and U+0301; a pattern cannot say
-    /// this, a decomposed spelling is refused, not rewritten). Required with `SECKILL_AUTH=none`
-    /// (this document then lists it as required); with `jwt` it may be left out, the buyer is the
-    /// token's, and a `user_id` other than it is refused (403 `user_mismatch`).
-    #[schema(
-        nullable = false,
-        min_length = 1,
-        max_length = 128,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\
-            \\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\
-            \\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\
-            \\u2029\\u202F\\u205F\\u3000]([^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\
-            \\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\
-            \\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB]*[^\\u0000-\\u001F\
-            \\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\
-            \\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\
-            \\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000])?$"
-    )]
+    /// The buyer: described in the document by [`user_id_schema`].
+    #[schema(schema_with = user_id_schema)]
     #[serde(default)]
     user_id: Option<String>,
+}
+
+/// `BuyRequest.user_id`'s schema: a user id's, with its description (a field's doc comment is not
+/// read under `schema_with`).
+fn user_id_schema() -> utoipa::openapi::Object {
+    let mut schema = user_id::schema();
+    schema.description = Some(
+        "1-128 printable characters: no control, format (zero-width, bidi controls) or\n\
+         default-ignorable characters (variation selectors, Hangul fillers; the pattern lists those\n\
+         of the Basic Multilingual Plane, the few beyond it are refused too), no whitespace at either\n\
+         end, and in Unicode NFC (composed: `é` as U+00E9, not `e` and U+0301; a pattern cannot say\n\
+         this, a decomposed spelling is refused, not rewritten). Required with `SECKILL_AUTH=none`\n\
+         (this document then lists it as required); with `jwt` it may be left out, the buyer is the\n\
+         token's, and a `user_id` other than it is refused (403 `user_mismatch`)."
+            .into(),
+    );
+    schema
 }
 
 /// The 201 body: the order the worker will store in Postgres under the same id.
@@ -101,8 +99,7 @@ pub struct BuyResponse {
             `cancelled` or `expired`: a cancelled or expired buyer cannot buy again either)", body = ErrorBody),
         (status = 410, description = "`sold_out`; `sale_retired`: the sale is over and was retired (`GET \
             /sales/{sale_id}/order` still answers its buyers)", body = ErrorBody),
-        (status = 413, description = "`payload_too_large`: body over 4 KiB", body = ErrorBody),
-        (status = 415, description = "`unsupported_media_type`: not application/json", body = ErrorBody),
+        JsonBody,
         (status = 429, description = "`rate_limited`: this client (address or IPv6 network), or this buyer, is over \
             its limit; or it asked about a sold-out sale too often", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),

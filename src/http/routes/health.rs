@@ -6,7 +6,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::http::AppState;
-use crate::shop::WorkerReport;
+use crate::http::views::WorkerReport;
 
 /// `{"status": "ok"}`.
 #[derive(Serialize, ToSchema)]
@@ -47,6 +47,7 @@ pub async fn healthz() -> HttpResponse {
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let crate::shop::Readiness { redis_up, postgres_up, worker } = state.shop.readiness().await;
     let word = |up: bool| if up { "ok" } else { "down" };
+    let worker = worker.map(WorkerReport::from);
     let mut body = Readiness {
         status: None,
         error: None,

@@ -1,7 +1,7 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `payments`,
 //! `admin`, `seed`, `retire`, `reconcile`, `admin_page`, `buyer_page`, `health`, `openapi`; `page` is what the
-//! two HTML pages share, `object` what every JSON body is read as, `responses` the OpenAPI rows several routes
-//! share), and here the routing itself, 404/405, the sale id of a path and `GET /metrics`.
+//! two HTML pages share, `object` what every JSON body is read as, `responses` and `user_id` what the routes'
+//! OpenAPI annotations share), and here the routing itself, 404/405, the sale id of a path and `GET /metrics`.
 
 mod admin;
 mod admin_page;
@@ -18,6 +18,7 @@ mod responses;
 mod retire;
 mod sales;
 mod seed;
+mod user_id;
 
 use actix_web::{HttpRequest, HttpResponse, guard, web};
 

@@ -10,11 +10,13 @@ use uuid::Uuid;
 
 use super::admin::{Admin, AdminErrors};
 use super::object::Object;
+use super::responses::JsonBody;
 use super::{MAX_BODY_BYTES, sale_of};
 use crate::domain::Standing;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::shop::{LatePayment, PaymentOutcome, SIGNATURE_HEADER};
+use crate::http::views::LatePayment;
+use crate::shop::{PaymentOutcome, SIGNATURE_HEADER};
 
 /// The only event type seckill takes.
 pub const ORDER_PAID: &str = "order.paid";
@@ -72,8 +74,7 @@ pub struct PaymentResult {
             window)", body = ErrorBody),
         (status = 409, description = "`event_reused`: the event id was used before for another order",
             body = ErrorBody),
-        (status = 413, description = "`payload_too_large`: body over 4 KiB", body = ErrorBody),
-        (status = 415, description = "`unsupported_media_type`: not application/json", body = ErrorBody),
+        JsonBody,
         (status = 503, description = "`payments_disabled`: no SECKILL_PAYMENT_SECRET; `unavailable`: Redis or \
             Postgres is unreachable", body = ErrorBody),
     )
@@ -142,5 +143,5 @@ pub async fn late_payments(
 ) -> Result<HttpResponse, ApiError> {
     let sale = query.into_inner().sale_id.map(|id| sale_of(&id)).transpose()?;
     let listed = state.shop.late_payments(sale.as_ref()).await?;
-    Ok(HttpResponse::Ok().json(listed))
+    Ok(HttpResponse::Ok().json(listed.into_iter().map(LatePayment::from).collect::<Vec<_>>()))
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
 
-use super::responses::{BuyerToken, UnknownSale};
+use super::responses::{BadBuyerQuery, BuyerToken, RateLimited, SaleRetired, UnknownSale};
 use super::sale_of;
 use super::sales::OrderQuery;
 use crate::domain::ms_to_time;
@@ -112,16 +112,14 @@ pub struct QueueQuery {
     security((), ("bearer_jwt" = [])),
     responses(
         (status = 200, description = "In the waiting room: where the buyer stands", body = QueueView),
-        (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under \
-            `SECKILL_AUTH=none`", body = ErrorBody),
+        BadBuyerQuery,
         BuyerToken,
         (status = 403, description = "`queue_not_open`: before `queue.opens_at`; `sale_ended`; `user_mismatch`",
             body = ErrorBody),
         UnknownSale,
         (status = 409, description = "`not_queued`: the sale has no waiting room (buy at once)", body = ErrorBody),
-        (status = 410, description = "`sale_retired`", body = ErrorBody),
-        (status = 429, description = "`rate_limited`", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
+        SaleRetired,
+        RateLimited,
         (status = 503, description = "`unavailable`: Redis is unreachable; `admission_disabled`: no admission key is \
             configured", body = ErrorBody),
     )
@@ -163,7 +161,7 @@ pub async fn join(
         (status = 403, description = "`user_mismatch`; `sale_ended`", body = ErrorBody),
         (status = 404, description = "`unknown_sale`; `not_in_queue`: the buyer never joined", body = ErrorBody),
         (status = 409, description = "`not_queued`: the sale has no waiting room", body = ErrorBody),
-        (status = 410, description = "`sale_retired`", body = ErrorBody),
+        SaleRetired,
         (status = 429, description = "`rate_limited` (lookups without a ticket only)", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
         (status = 503, description = "`unavailable`; `admission_disabled`", body = ErrorBody),

@@ -8,7 +8,7 @@ use super::responses::UnknownSale;
 use super::sale_of;
 use crate::http::AppState;
 use crate::http::error::ApiError;
-use crate::shop::ReconcileReport;
+use crate::http::views::ReconcileReport;
 
 /// Reports the differences between the sale's Redis buyers and its Postgres orders.
 #[utoipa::path(
@@ -28,7 +28,7 @@ pub async fn reconcile_check(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(state.shop.reconcile(&sale_of(&path)?, false).await?))
+    Ok(HttpResponse::Ok().json(ReconcileReport::from(state.shop.reconcile(&sale_of(&path)?, false).await?)))
 }
 
 /// Repairs what Redis can repair (missing orders, a missing `sales` row) and reports.
@@ -49,5 +49,5 @@ pub async fn reconcile_repair(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(state.shop.reconcile(&sale_of(&path)?, true).await?))
+    Ok(HttpResponse::Ok().json(ReconcileReport::from(state.shop.reconcile(&sale_of(&path)?, true).await?)))
 }

@@ -6,7 +6,7 @@ use super::admin::{Admin, AdminErrors, SalePath};
 use super::sale_of;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::shop::RetireReport;
+use crate::http::views::RetireReport;
 
 /// Retires the sale (`crate::retire`): once it has ended or sold out, its queue has drained and it
 /// reconciles, its Redis keys and registrations go; Postgres keeps its orders and its row, marked
@@ -33,5 +33,5 @@ pub async fn retire(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(state.shop.retire(&sale_of(&path)?).await?))
+    Ok(HttpResponse::Ok().json(RetireReport::from(state.shop.retire(&sale_of(&path)?).await?)))
 }

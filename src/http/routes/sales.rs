@@ -10,8 +10,9 @@ use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::responses::{BuyerToken, UnknownSale};
+use super::responses::{BadBuyerQuery, BuyerToken, RateLimited, StoresUnreachable, UnknownSale, UserMismatch};
 use super::sale_of;
+use super::user_id::UserIdParam;
 use crate::domain::{SaleId, Standing, UserId, ms_to_time};
 use crate::http::AppState;
 use crate::http::buyer::Buyer;
@@ -159,19 +160,7 @@ pub struct OrderQuery {
     /// either end, in NFC (as `POST /buy`'s). Required with `SECKILL_AUTH=none` (this document then lists it
     /// as required); with `jwt` it may be left out, the buyer is the token's, and another user is
     /// refused (403 `user_mismatch`).
-    #[param(
-        min_length = 1,
-        max_length = 128,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\
-            \\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\
-            \\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\
-            \\u2029\\u202F\\u205F\\u3000]([^\\u0000-\\u001F\\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\
-            \\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\
-            \\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\\uFEFF\\uFFA0\\uFFF0-\\uFFFB]*[^\\u0000-\\u001F\
-            \\u007F-\\u009F\\u00AD\\u034F\\u0600-\\u0605\\u061C\\u06DD\\u070F\\u0890-\\u0891\\u08E2\\u115F-\\u1160\
-            \\u17B4-\\u17B5\\u180B-\\u180F\\u200B-\\u200F\\u202A-\\u202E\\u2060-\\u206F\\u3164\\uFE00-\\uFE0F\
-            \\uFEFF\\uFFA0\\uFFF0-\\uFFFB\\u0020\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000])?$"
-    )]
+    #[param(value_type = Option<UserIdParam>, inline)]
     pub(super) user_id: Option<String>,
 }
 
@@ -248,17 +237,14 @@ pub struct OrderView {
         (status = 200, description = "The caller's order", body = OrderView,
             headers(("RateLimit-Policy" = String, description = "The quota policy"),
                     ("RateLimit" = String, description = "Remaining quota and seconds to reset"))),
-        (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under \
-            `SECKILL_AUTH=none`", body = ErrorBody),
+        BadBuyerQuery,
         BuyerToken,
-        (status = 403, description = "`user_mismatch`: user_id is not the token's buyer", body = ErrorBody),
+        UserMismatch,
         UnknownSale,
         (status = 410, description = "`sale_retired`: the sale was retired and this user has no order in it (a \
             buyer's order is still answered, from Postgres)", body = ErrorBody),
-        (status = 429, description = "`rate_limited`", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
-        (status = 503, description = "`unavailable`: Redis or Postgres is unreachable", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "1"))),
+        RateLimited,
+        StoresUnreachable,
     )
 )]
 pub async fn order(
@@ -307,17 +293,14 @@ pub struct Cancelled {
     security((), ("bearer_jwt" = [])),
     responses(
         (status = 200, description = "Cancelled; the unit is back in the sale", body = Cancelled),
-        (status = 400, description = "`invalid_request`: a malformed sale id or user_id, or no user_id under \
-            `SECKILL_AUTH=none`", body = ErrorBody),
+        BadBuyerQuery,
         BuyerToken,
-        (status = 403, description = "`user_mismatch`: user_id is not the token's buyer", body = ErrorBody),
+        UserMismatch,
         (status = 404, description = "`no_order`: this buyer has no order in this sale", body = ErrorBody),
         (status = 409, description = "`not_reserved`: the order is no longer a reservation (paid, cancelled, expired, \
             past its deadline) or the sale has no payment window", body = ErrorBody),
-        (status = 429, description = "`rate_limited`", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
-        (status = 503, description = "`unavailable`: Redis or Postgres is unreachable", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "1"))),
+        RateLimited,
+        StoresUnreachable,
     )
 )]
 pub async fn cancel(

@@ -1,0 +1,72 @@
+//! What reconciling a sale found ([`ReconcileReport`]).
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::shop::lower::reconcile;
+
+// The doc text is the document's description (`repair` is `crate::reconcile::repair`); `serde(default)`
+// marks the fields it lists as optional, as the report's own does.
+#[allow(rustdoc::broken_intra_doc_links)]
+/// What reconciling one sale found (and, after [`repair`], did).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct ReconcileReport {
+    pub sale_id: String,
+    /// From the Redis meta hash.
+    pub stock_initial: i64,
+    pub stock_left: i64,
+    /// Users in the buyer set, read atomically with `stock_left`.
+    pub buyers: i64,
+    /// Orders whose unit went back into the stock (cancelled or expired reservations), read
+    /// atomically with `stock_left`.
+    #[serde(default)]
+    pub released: i64,
+    /// Cancelled or expired orders in Postgres whose unit is not yet back (the sweeper
+    /// re-drives them; the repair releases them at once).
+    #[serde(default)]
+    pub releases_owed: i64,
+    /// Orders Postgres records as given back (`restocked_at` set) beyond those in the released
+    /// set: releases Redis lost (a restart within its fsync interval, a failover), their units
+    /// missing from the stock. Postgres is read first, so a release in flight is never counted.
+    #[serde(default)]
+    pub releases_lost: i64,
+    /// Orders of the sale in Postgres.
+    pub persisted: i64,
+    /// Orders in the sale's stream, not yet committed to Postgres.
+    pub queued: i64,
+    /// `stock_initial == stock_left + buyers - released && stock_left >= 0`.
+    pub stock_balanced: bool,
+    /// `stock_initial` of the Postgres `sales` row; `None` if the row is missing.
+    pub sales_row_stock: Option<i64>,
+    /// Buyers with neither a Postgres order nor a queued order (sorted).
+    pub missing_in_postgres: Vec<String>,
+    /// Users with a Postgres order who are not in the buyer set (sorted).
+    pub unknown_to_redis: Vec<String>,
+    /// Orders the repair appended to the stream (0 for a check).
+    pub reenqueued: usize,
+    /// The repair wrote the missing `sales` row.
+    pub sales_row_restored: bool,
+    /// Redis had lost the sale: the repair seeded it again from its `sales` row.
+    #[serde(default)]
+    pub sale_restored: bool,
+    /// Users of `unknown_to_redis` the repair put back into the buyer set (stock lowered to match).
+    #[serde(default)]
+    pub buyers_restored: u64,
+    /// Restored buyers beyond the stock left: the stock stopped at 0 and the sale has sold more
+    /// than its `stock_initial` (it was re-seeded with less stock than Postgres has orders).
+    #[serde(default)]
+    pub overdrawn: u64,
+    /// Units the repair gave back for cancelled or expired orders Redis had not released (each
+    /// at most once: `lua/release.lua`).
+    #[serde(default)]
+    pub units_released: u64,
+    /// Stock balanced, `sales` row present with the same `stock_initial`, both lists empty, no
+    /// release lost.
+    pub consistent: bool,
+}
+
+moved_from!(reconcile::ReconcileReport => ReconcileReport {
+    sale_id, stock_initial, stock_left, buyers, released, releases_owed, releases_lost, persisted, queued,
+    stock_balanced, sales_row_stock, missing_in_postgres, unknown_to_redis, reenqueued, sales_row_restored,
+    sale_restored, buyers_restored, overdrawn, units_released, consistent,
+});
