@@ -43,6 +43,9 @@
 //!    - [`reservations`]: payment windows: a reservation's transitions in Postgres (`store`),
 //!      the release of its unit (`lua/release.lua`), the sweeper that expires them on time and
 //!      re-drives owed releases (`sweeper`), the payment events' signature (`signature`).
+//!    - [`controls`]: sale-day controls, their Redis side: the kill switch (pause, resume, end now:
+//!      `lua/control.lua`, read by the purchase script in its own call) and stock on the fly
+//!      (`lua/restock.lua`); the operators' audit trail in Postgres (`audit`).
 //! 6. Reconciliation
 //!    - [`reconcile`]: whether a sale's Redis buyers and Postgres orders agree, and the repair.
 //!    - [`retire`]: retiring a sale that is over (its Redis keys go, Postgres keeps its orders),
@@ -65,6 +68,7 @@
 pub mod admission;
 pub mod app;
 pub mod config;
+pub mod controls;
 pub mod db;
 pub mod domain;
 pub mod http;

@@ -113,6 +113,17 @@ impl Sales {
         Self { confirm: Some(pool), batcher: None, ..self }
     }
 
+    /// Every instance drops its sold-out flag for the sale (`sold_out::SaleEvent::Seeded`, the
+    /// sale id on the events channel): it was seeded, or its stock rose (`what` the log says).
+    /// Should the publish fail, the flags lapse by themselves within `sold_out::FLAG_TTL`.
+    pub async fn announce(&self, sale: &SaleId, what: &str) {
+        let published: RedisResult<i64> =
+            redis::AsyncCommands::publish(&mut self.redis.conn(), self.redis.events_channel(), sale.as_str()).await;
+        if let Err(err) = published {
+            tracing::warn!(sale_id = %sale, error = %err, "{what} not announced; sold-out flags lapse by themselves");
+        }
+    }
+
     /// The keyspace the sales are in.
     pub fn keyspace(&self) -> &Keyspace {
         &self.redis

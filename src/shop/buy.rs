@@ -114,6 +114,7 @@ impl Shop {
             BuyOutcome::UnknownSale => Err(Error::UnknownSale),
             BuyOutcome::NotStarted => Err(Error::SaleNotStarted),
             BuyOutcome::Ended => Err(Error::SaleEnded),
+            BuyOutcome::Paused => Err(Error::SalePaused),
             BuyOutcome::AlreadyPurchased(receipt) => Err(self.already_purchased(sale, user, receipt).await?),
             BuyOutcome::NotAdmitted => {
                 self.admission.learn_queued(sale);
