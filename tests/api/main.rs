@@ -13,6 +13,7 @@ mod buyer_view;
 mod chromium;
 mod client_limits;
 mod concurrency;
+mod controls;
 mod health;
 mod helpers;
 mod identity;
