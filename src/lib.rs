@@ -33,7 +33,8 @@
 //!      buyers refused lately (`memory`), the in-process limit on sold-out answers (`local`).
 //!    - [`purchase`]: seeding and buying (`lua/buy.lua` decrements the stock, enqueues the order
 //!      and keeps the buyer's receipt), a sale's state, a buyer's receipt (`receipt`), the public
-//!      snapshots (`board`), sharded stock (`shards`), the sold-out flags (`sold_out`), purchases
+//!      snapshots (`board`), sharded stock (`shards`), the sold-out flags (`sold_out`), the events
+//!      channel that tells every instance to drop them (`events`), purchases
 //!      that queue up for a shard sent together in one call (`batch`, `lua/buy_batch.lua`).
 //! 5. Orders
 //!    - [`orders`]: the queue's reads and re-enqueues (`queue`), the worker that copies the
@@ -53,7 +54,8 @@
 //! 7. Use cases
 //!    - [`shop`]: the sale's use cases, one method of `Shop` each (buy, read a sale, read and cancel
 //!      an order, join and ask a waiting room, take a payment event, seed, watch, retire,
-//!      reconcile, readiness), each returning a typed outcome or the use cases' `Error`; the rate
+//!      reconcile, pause, resume, end, change the stock, list the audit trail (`controls`),
+//!      readiness), each returning a typed outcome or the use cases' `Error`; the rate
 //!      limits a buyer's request passes and the decision it reports (`limits`).
 //! 8. HTTP
 //!    - [`http`]: the routes (each extracts, calls one use case, maps its outcome), `AppState`, the

@@ -3,11 +3,13 @@
 //! order to the sale's stream in one atomic step, and keeps the buyer's `receipt`) and reads their
 //! state (`reads`); a hot sale's
 //! stock can be split over shards (`shards`); once Redis said a sale is sold out, each instance
-//! answers that itself (`sold_out`); a retired sale is answered from memory too (`retired`).
+//! answers that itself (`sold_out`); a retired sale is answered from memory too (`retired`); the
+//! events channel tells every instance when to drop what it holds (`events`).
 
 pub mod batch;
 pub mod board;
 mod buy;
+pub mod events;
 mod reads;
 pub mod receipt;
 mod restore;
@@ -111,17 +113,6 @@ impl Sales {
     /// in a call of its own, on the connection that waits for its replicas.
     pub fn confirmed_by(self, pool: Arc<ConfirmPool>) -> Self {
         Self { confirm: Some(pool), batcher: None, ..self }
-    }
-
-    /// Every instance drops its sold-out flag for the sale (`sold_out::SaleEvent::Seeded`, the
-    /// sale id on the events channel): it was seeded, or its stock rose (`what` the log says).
-    /// Should the publish fail, the flags lapse by themselves within `sold_out::FLAG_TTL`.
-    pub async fn announce(&self, sale: &SaleId, what: &str) {
-        let published: RedisResult<i64> =
-            redis::AsyncCommands::publish(&mut self.redis.conn(), self.redis.events_channel(), sale.as_str()).await;
-        if let Err(err) = published {
-            tracing::warn!(sale_id = %sale, error = %err, "{what} not announced; sold-out flags lapse by themselves");
-        }
     }
 
     /// The keyspace the sales are in.

@@ -121,7 +121,7 @@ impl Shop {
                 Err(Error::NotAdmitted(Refused::Missing))
             }
             BuyOutcome::SoldOut => {
-                if self.sold_out.set(sale) {
+                if self.sold_out.set_since(sale, asked) {
                     self.board.invalidate(sale).await;
                     tokio::spawn(sold_out::load_buyers(self.sold_out.clone(), self.sales.clone(), sale.clone()));
                 }
