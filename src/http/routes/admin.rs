@@ -125,11 +125,11 @@ pub struct SaleStatus {
     #[serde(default)]
     pub queue_rate: Option<u32>,
     /// Paused by an operator (`POST /admin/sales/{sale_id}/pause`): purchases are refused with
-    /// `sale_paused` and the waiting room admits nobody more.
-    #[serde(default)]
+    /// `sale_paused` and the waiting room admits nobody more. Absent when not paused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
-    /// The pause's reason, as the operator gave it (`null`: not paused, or no reason given).
-    #[serde(default)]
+    /// The pause's reason, as the operator gave it; absent when not paused or none was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_reason: Option<String>,
 }
 
