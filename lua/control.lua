@@ -24,8 +24,8 @@
 -- touched, so stock_initial = stock + SCARD(buyers) - SCARD(released) holds. One key, in the sale's
 -- slot, so the script runs on Redis Cluster.
 --
--- Example:
---   redis-cli --eval lua/control.lua 'seckill:{sale:demo}:meta' , pause 'price typo'
+-- Example (on a sale "drop", apart from the other scripts' "demo", which a pause would stop):
+--   redis-cli --eval lua/control.lua 'seckill:{sale:drop}:meta' , pause 'price typo'
 
 if not redis.call('HGET', KEYS[1], 'stock_initial') then
   return {'unknown_sale'}

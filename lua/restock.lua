@@ -20,8 +20,8 @@
 -- 0: only unsold units are taken back. Both keys share the sale's hash tag, so the script runs on
 -- Redis Cluster.
 --
--- Example:
---   redis-cli --eval lua/restock.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' , 5 10000000
+-- Example (after seed.lua's example, run on a sale "drop" instead of "demo"):
+--   redis-cli --eval lua/restock.lua 'seckill:{sale:drop}:meta' 'seckill:{sale:drop}:stock' , 5 10000000
 
 local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'shards')
 local stock = tonumber(redis.call('GET', KEYS[2]))

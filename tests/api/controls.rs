@@ -276,3 +276,21 @@ async fn every_operator_action_is_in_the_audit_trail_newest_first() {
     let anonymous = app.client.get(app.url(&format!("/admin/sales/{sale}/audit"))).send().await.unwrap();
     assert_error(anonymous, 401, "unauthorized").await;
 }
+
+#[tokio::test]
+async fn a_sharded_sale_pauses_on_every_shard() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    assert_eq!(app.seed(&sale, json!({"stock": 10, "shards": 2})).await.status(), 200);
+    let paused: Value = control(&app, &sale, "pause", None).await.json().await.unwrap();
+    assert_eq!(paused["paused"], true);
+    for i in 0..20 {
+        assert_error(app.buy(&sale, &format!("u{i}")).await, 403, "sale_paused").await; // users of both shards
+    }
+    assert_eq!(control(&app, &sale, "resume", None).await.status(), 200);
+    for i in 0..10 {
+        assert_eq!(app.buy(&sale, &format!("u{i}")).await.status(), 201, "u{i}");
+    }
+    let status = app.wait_for_drain(&sale).await;
+    assert_eq!((status.stock_initial, status.stock_left, status.sold, status.shards), (10, 0, 10, 2));
+}
