@@ -45,6 +45,8 @@ async fn a_paused_sale_refuses_buys_with_nothing_bought_and_a_resume_reopens_it(
     assert_error(refused, 403, "sale_paused").await;
     assert_error(app.buy(&sale, "early").await, 409, "already_purchased").await;
     assert_eq!(public_state(&app, &sale).await, "paused");
+    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"seckill_purchases_total{outcome="paused"} 1"#), "counted as paused");
     let status = app.status(&sale).await;
     assert_eq!((status.stock_left, status.sold, status.paused), (4, 1, true), "nothing bought: {status:?}");
 
@@ -53,6 +55,19 @@ async fn a_paused_sale_refuses_buys_with_nothing_bought_and_a_resume_reopens_it(
     assert_eq!(public_state(&app, &sale).await, "open");
     let status = app.status(&sale).await;
     assert_eq!((status.stock_left, status.sold, status.paused, status.paused_reason), (3, 2, false, None));
+}
+
+#[tokio::test]
+async fn a_pause_and_a_resume_on_one_instance_are_obeyed_by_another_at_once() {
+    let here = spawn_app().await;
+    let there = spawn_instance_of(&here).await;
+    let sale = new_sale_id();
+    here.seed_stock(&sale, 5).await;
+    assert_eq!(there.buy(&sale, "a").await.status(), 201);
+    assert_eq!(control(&here, &sale, "pause", None).await.status(), 200);
+    assert_error(there.buy(&sale, "b").await, 403, "sale_paused").await;
+    assert_eq!(control(&here, &sale, "resume", None).await.status(), 200);
+    assert_eq!(there.buy(&sale, "b").await.status(), 201, "no cache there holds the pause");
 }
 
 #[tokio::test]
