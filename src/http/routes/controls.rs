@@ -215,6 +215,7 @@ pub async fn stock(
     responses(
         (status = 200, description = "The audit trail, newest first", body = AuditTrail),
         UnknownSale,
+        (status = 410, description = "`sale_retired`: a retired sale without entries", body = ErrorBody),
         AdminErrors,
     )
 )]
