@@ -90,9 +90,10 @@ pub struct BuyResponse {
             user claim). `SECKILL_AUTH=jwt` only", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`, or `Bearer error=\"invalid_token\"`"))),
         (status = 403, description = "`sale_not_started`, `sale_ended`, `sale_paused` (an operator paused the sale; \
-            `Retry-After`), or `user_mismatch`: the body's user_id is not the token's buyer; `not_admitted`: the sale has a waiting room and the request carries no valid \
-            `Seckill-Admission` token of this buyer for this sale (missing, malformed, forged, another buyer's or \
-            sale's, or expired); nothing is bought", body = ErrorBody),
+            `Retry-After`), or `user_mismatch`: the body's user_id is not the token's buyer; `not_admitted`: the \
+            sale has a waiting room and the request carries no valid `Seckill-Admission` token of this buyer for \
+            this sale (missing, malformed, forged, another buyer's or sale's, or expired); nothing is bought",
+            body = ErrorBody),
         UnknownSale,
         (status = 409, description = "`already_purchased`: this user already bought in this sale. The body carries \
             the order it was given (`order_id`, `status`, `created_at`), so a retry after a lost 201 learns its \
