@@ -73,11 +73,7 @@ impl Shop {
         let (stock_initial, stock_left) = match controls::restock(&self.sales, sale, add, MAX_STOCK).await? {
             Restock::Done { stock_initial, stock_left } => (stock_initial, stock_left),
             Restock::BelowZero { stock_left } => return Err(Error::StockBelowZero { stock_left }),
-            Restock::TooMuch { stock_initial } => {
-                return Err(Error::Invalid(format!(
-                    "the sale has {stock_initial} units in all; it may not hold more than {MAX_STOCK}"
-                )));
-            }
+            Restock::TooMuch { stock_initial } => return Err(Error::StockTooLarge { stock_initial }),
             Restock::Sharded => return Err(Error::Sharded),
             Restock::UnknownSale => return Err(self.unknown_or_retired(sale).await),
         };

@@ -36,6 +36,12 @@ pub enum Error {
         /// Units left unsold.
         stock_left: i64,
     },
+    /// `stock_too_large`: a stock change would make the sale hold more than `seed::MAX_STOCK`.
+    #[error("the sale has {stock_initial} unit(s) in all; it may not hold more than 10,000,000")]
+    StockTooLarge {
+        /// Units the sale holds in all.
+        stock_initial: i64,
+    },
     /// `sale_sharded`: a sharded sale's stock cannot change (docs/stock-sharding.md).
     #[error("the sale is split over shards; its stock cannot change (docs/stock-sharding.md)")]
     Sharded,
@@ -159,6 +165,7 @@ impl Error {
             Self::SaleEnded => "sale_ended",
             Self::SalePaused => "sale_paused",
             Self::StockBelowZero { .. } => "stock_below_zero",
+            Self::StockTooLarge { .. } => "stock_too_large",
             Self::Sharded => "sale_sharded",
             Self::AlreadyPurchased(_) => "already_purchased",
             Self::SoldOut => "sold_out",

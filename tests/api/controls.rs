@@ -79,6 +79,7 @@ async fn a_reason_is_bounded_and_an_unknown_sale_cannot_be_paused() {
     let long = "x".repeat(201);
     assert_error(control(&app, &sale, "pause", Some(json!({"reason": long}))).await, 400, "invalid_request").await;
     assert_error(control(&app, &sale, "pause", Some(json!({"why": "no"}))).await, 400, "invalid_request").await;
+    assert_eq!(control(&app, &sale, "resume", Some(Value::Null)).await.status(), 200, "null is no body");
     let anonymous = app.client.post(app.url(&format!("/admin/sales/{sale}/pause"))).send().await.unwrap();
     assert_error(anonymous, 401, "unauthorized").await;
     assert!(!app.status(&sale).await.paused, "nothing refused changed the sale");
@@ -114,6 +115,7 @@ async fn stock_can_be_taken_back_only_while_unsold_and_stock_initial_follows_eve
     let take = |add: i64| control(&app, &sale, "stock", Some(json!({"add": add})));
     assert_error(take(-4).await, 409, "stock_below_zero").await;
     assert_error(take(0).await, 400, "invalid_request").await;
+    assert_error(take(10_000_000).await, 409, "stock_too_large").await;
     assert_eq!(app.status(&sale).await.stock_initial, 5, "a refusal changes nothing");
 
     assert_eq!(take(-3).await.status(), 200);

@@ -100,6 +100,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::NotReserved(_)
         | E::NotQueued
         | E::StockBelowZero { .. }
+        | E::StockTooLarge { .. }
         | E::Sharded
         | E::EventReused => StatusCode::CONFLICT,
         E::SoldOut | E::SaleRetired => StatusCode::GONE,

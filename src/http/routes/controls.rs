@@ -76,14 +76,15 @@ pub struct AuditQuery {
     limit: Option<i64>,
 }
 
-/// The reason of an optional `{"reason"}` body (an empty body: none).
+/// The reason of an optional `{"reason"}` body (an empty body or `null`: none).
 fn reason_of(body: &web::Bytes) -> Result<Option<String>, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    let Object(ControlRequest { reason }) =
+    // `null` is the document's "no body" as JSON (the request body is optional).
+    let request: Option<Object<ControlRequest>> =
         serde_json::from_slice(body).map_err(|err| ApiError::InvalidRequest(format!("body: {err}")))?;
-    Ok(reason)
+    Ok(request.and_then(|Object(ControlRequest { reason })| reason))
 }
 
 async fn switch(path: &str, body: &web::Bytes, state: &AppState, switch: Switch) -> Result<HttpResponse, ApiError> {
@@ -186,7 +187,8 @@ pub async fn end(
         (status = 200, description = "Changed; the sale's state", body = SaleStatus),
         UnknownSale,
         (status = 409, description = "`stock_below_zero`: fewer units are left unsold than `add` takes back; \
-            `sale_sharded`: a sharded sale's stock cannot change (docs/stock-sharding.md). Nothing changed",
+            `stock_too_large`: the sale would hold more than 10,000,000 units in all; `sale_sharded`: a sharded \
+            sale's stock cannot change (docs/stock-sharding.md). Nothing changed",
             body = ErrorBody),
         (status = 410, description = "`sale_retired`", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
