@@ -57,14 +57,18 @@ impl Shop {
     /// its purchases, `stock_initial` following in Redis and in the sale's Postgres record, and a
     /// sale that was sold out sells again on every instance (its sold-out flags are dropped
     /// through the events channel). Refused, with nothing changed, below 0 units left, beyond
-    /// the largest stock, or for a sharded sale. Answers the sale's state after it.
+    /// the largest stock, or for a sharded sale; `add` 0 changes and records nothing. Answers the
+    /// sale's state after it.
     pub async fn restock(&self, sale: &SaleId, add: i64, reason: Option<&str>) -> Result<SaleReport, Error> {
         let reason = checked_reason(reason)?;
-        if add == 0 || add.abs() > MAX_STOCK {
-            return Err(Error::Invalid(format!("add must be a non-zero integer between -{MAX_STOCK} and {MAX_STOCK}")));
+        if add.abs() > MAX_STOCK {
+            return Err(Error::Invalid(format!("add must be an integer between -{MAX_STOCK} and {MAX_STOCK}")));
         }
         if self.retired.known(sale) {
             return Err(Error::SaleRetired);
+        }
+        if add == 0 {
+            return self.sale_report(sale).await; // nothing to change, nothing to record
         }
         // The row's lock orders stock changes: each writes Redis's new stock_initial, so the
         // last one to commit is the latest.

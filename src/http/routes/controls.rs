@@ -25,7 +25,7 @@ use crate::shop::{AuditEntry, MAX_AUDIT_LISTED, Switch};
 pub struct ControlRequest {
     /// Why (one line, at most 200 characters): kept in the audit trail, and shown with a pause.
     #[serde(default)]
-    #[schema(max_length = 200, example = "price typo")]
+    #[schema(max_length = 200, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$", example = "price typo")]
     reason: Option<String>,
 }
 
@@ -33,13 +33,13 @@ pub struct ControlRequest {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StockRequest {
-    /// Units to add (> 0), or unsold units to take back (< 0, never below 0 left); not 0.
+    /// Units to add (> 0), or unsold units to take back (< 0, never below 0 left); 0 changes nothing.
     #[schema(minimum = -10_000_000, maximum = 10_000_000, example = 200)]
     #[serde(deserialize_with = "integral")]
     add: i64,
     /// Why (one line, at most 200 characters), kept in the audit trail.
     #[serde(default)]
-    #[schema(max_length = 200)]
+    #[schema(max_length = 200, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$")]
     reason: Option<String>,
 }
 
