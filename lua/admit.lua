@@ -24,7 +24,8 @@
 --
 -- Admission moves (from the start, at most once per tick) by rate * elapsed places, never past
 -- the places handed out, and never so far that the admitted, unexpired, unused places exceed
--- ceil(stock left * factor): none while the sale is sold out, again when units come back. A capped
+-- ceil(stock left * factor): none while the sale is sold out or paused (its meta's "paused" field,
+-- lua/control.lua), again when units come back or it resumes. A capped
 -- or idle tick keeps no credit, so a crowd arriving after a quiet spell is not let in at once.
 -- Windows older than queue_ttl_ms are dropped from the list (at most 1000 per call) into lapsed.
 --
@@ -42,6 +43,8 @@ local upto = tonumber(state[1]) or 0
 local tick = tonumber(state[2]) or starts_at
 local lapsed = tonumber(state[3]) or 0
 local ended = meta[3] and now_ms >= tonumber(meta[3])
+-- A paused sale (lua/control.lua) admits nobody more; its windows still lapse on time.
+local paused = redis.call('HEXISTS', KEYS[1], 'paused') == 1
 
 if now_ms >= starts_at and not ended then
   if not state[4] then
@@ -64,7 +67,7 @@ if now_ms >= starts_at and not ended then
   if now_ms - tick >= tick_ms then
     local admitted = math.floor(upto)
     local room = 0
-    if stock > 0 then
+    if stock > 0 and not paused then
       local unused = admitted - lapsed - redis.call('ZCOUNT', KEYS[5], '(' .. lapsed, admitted)
       room = math.ceil(stock * factor) - unused
     end

@@ -38,6 +38,8 @@
 --                        committed to Postgres: the worker trims an entry only after its
 --                        commit), else "confirmed". Just {"already_purchased"} for a buyer
 --                        without a receipt (one restored from Postgres by hand, say).
+--   "paused"             the meta has a "paused" field (lua/control.lua): nothing is written; a buyer
+--                        who bought before still hears already_purchased
 --   "sold_out"           stock <= 0
 --   an error (raised)    a key is damaged (the stock not a canonical integer of at most 18
 --                        digits, the order stream or the receipts key of another type): nothing

@@ -6,12 +6,13 @@
 --   KEYS[1..6]  buy.lua's KEYS: the sale's meta, stock, buyers, orders, receipts, queue's buyers
 --               (one shard's, for a sharded sale)
 --   shards      a local: how many shards the caller believes the sale has (buy.lua's ARGV[4])
--- Reads once, for every purchase of the call: the meta, the stock and Redis TIME.
+-- Reads once, for every purchase of the call: the meta (with lua/control.lua's pause: no extra
+-- call), the stock and Redis TIME.
 -- Defines:
 --   t           that time, Redis TIME's reply (buy_batch.lua gives it to its limits)
 --   buy(user, order_id, place, traceparent)
 --               one purchase, decided and written by buy.lua's rules in buy.lua's order of checks
---               (unknown sale, shard count, admission, start, end, buyer, stock); place and
+--               (unknown sale, shard count, admission, start, end, buyer, pause, stock); place and
 --               traceparent "" when there are none. Returns buy.lua's reply, or raises an error (a
 --               damaged key) with nothing of the purchase written. It writes the entry, the
 --               receipt, a queued sale's place and the buyer, not the stock: the stock it checks
@@ -28,7 +29,7 @@
 
 -- What every purchase of the call reads alike, read once: the sale, its stock, the time.
 local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'shards', 'payment_window_ms',
-  'queue_rate')
+  'queue_rate', 'paused')
 local stock_raw = meta[1] and redis.call('GET', KEYS[2])
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -39,6 +40,7 @@ elseif (tonumber(meta[4]) or 1) ~= tonumber(shards) then
   verdict = 'wrong_shards'
 end
 local queued_sale = meta[6]
+local paused = meta[7] -- lua/control.lua's: the reason (maybe ""), or false
 local starts_at, ends_at = tonumber(meta[2]), tonumber(meta[3])
 local timing
 if starts_at and now_ms < starts_at then
@@ -89,6 +91,9 @@ local function buy(user, order_id, place_arg, traceparent)
     local order, at, entry = string.match(receipt, '^(%S+) (%S+) (%S+)$')
     local queued = #redis.call('XRANGE', KEYS[4], entry, entry) > 0
     return {'already_purchased', order, at, queued and 'queued' or 'confirmed'}
+  end
+  if paused then
+    return 'paused'
   end
   if not stock then
     error('seckill lua/purchase.lua: the stock of the sale is damaged (' .. stock_raw .. '): nothing written')

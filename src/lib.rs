@@ -33,7 +33,8 @@
 //!      buyers refused lately (`memory`), the in-process limit on sold-out answers (`local`).
 //!    - [`purchase`]: seeding and buying (`lua/buy.lua` decrements the stock, enqueues the order
 //!      and keeps the buyer's receipt), a sale's state, a buyer's receipt (`receipt`), the public
-//!      snapshots (`board`), sharded stock (`shards`), the sold-out flags (`sold_out`), purchases
+//!      snapshots (`board`), sharded stock (`shards`), the sold-out flags (`sold_out`), the events
+//!      channel that tells every instance to drop them (`events`), purchases
 //!      that queue up for a shard sent together in one call (`batch`, `lua/buy_batch.lua`).
 //! 5. Orders
 //!    - [`orders`]: the queue's reads and re-enqueues (`queue`), the worker that copies the
@@ -43,6 +44,9 @@
 //!    - [`reservations`]: payment windows: a reservation's transitions in Postgres (`store`),
 //!      the release of its unit (`lua/release.lua`), the sweeper that expires them on time and
 //!      re-drives owed releases (`sweeper`), the payment events' signature (`signature`).
+//!    - [`controls`]: sale-day controls, their Redis side: the kill switch (pause, resume, end now:
+//!      `lua/control.lua`, read by the purchase script in its own call) and stock on the fly
+//!      (`lua/restock.lua`); the operators' audit trail in Postgres (`audit`).
 //! 6. Reconciliation
 //!    - [`reconcile`]: whether a sale's Redis buyers and Postgres orders agree, and the repair.
 //!    - [`retire`]: retiring a sale that is over (its Redis keys go, Postgres keeps its orders),
@@ -50,7 +54,8 @@
 //! 7. Use cases
 //!    - [`shop`]: the sale's use cases, one method of `Shop` each (buy, read a sale, read and cancel
 //!      an order, join and ask a waiting room, take a payment event, seed, watch, retire,
-//!      reconcile, readiness), each returning a typed outcome or the use cases' `Error`; the rate
+//!      reconcile, pause, resume, end, change the stock, list the audit trail (`controls`),
+//!      readiness), each returning a typed outcome or the use cases' `Error`; the rate
 //!      limits a buyer's request passes and the decision it reports (`limits`).
 //! 8. HTTP
 //!    - [`http`]: the routes (each extracts, calls one use case, maps its outcome), `AppState`, the
@@ -65,6 +70,7 @@
 pub mod admission;
 pub mod app;
 pub mod config;
+pub mod controls;
 pub mod db;
 pub mod domain;
 pub mod http;

@@ -23,7 +23,7 @@ pub fn dependency_of(err: &anyhow::Error) -> Option<&'static str> {
 }
 
 /// Purchase outcomes, in the order of [`Metrics::purchase`]'s labels.
-pub const PURCHASE_OUTCOMES: [&str; 16] = [
+pub const PURCHASE_OUTCOMES: [&str; 17] = [
     "created",
     "already_purchased",
     "sold_out",
@@ -40,6 +40,7 @@ pub const PURCHASE_OUTCOMES: [&str; 16] = [
     "user_mismatch",
     "sale_retired",
     "not_admitted",
+    "paused",
 ];
 
 /// Limiter decisions, in the order of [`Metrics::limiter_decision`]'s labels.

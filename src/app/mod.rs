@@ -26,8 +26,9 @@ use crate::limiter::local::LocalLimiter;
 use crate::metrics::Metrics;
 use crate::orders::worker::{Worker, WorkerSettings};
 use crate::purchase::Sales;
+use crate::purchase::events::{self, SaleEvent};
 use crate::purchase::retired::RetiredSales;
-use crate::purchase::sold_out::{self, SaleEvent, SoldOutFlags};
+use crate::purchase::sold_out::SoldOutFlags;
 use crate::redis::Keyspace;
 use crate::redis::confirm::ConfirmPool;
 use crate::redis::connection::{self, RedisTarget};
@@ -179,7 +180,7 @@ impl Application {
         let worker = self.worker.map(|w| tokio::spawn(w.run(worker_stop.clone())));
         let events = tokio::spawn({
             let (url, channel, events, stop) = (self.redis_url, self.events_channel, self.events, worker_stop.clone());
-            async move { sold_out::listen(url, channel, &|event| events.apply(event), stop).await }
+            async move { events::listen(url, channel, &|event| events.apply(event), stop).await }
         });
         let janitor = tokio::spawn(self.janitor.run(worker_stop.clone()));
         let sweeper = self.sweeper.map(|s| tokio::spawn(s.sweep(worker_stop.clone())));

@@ -33,6 +33,8 @@ pub enum BuyOutcome {
     NotStarted,
     /// At or after the sale's end (Redis time).
     Ended,
+    /// The sale is paused (`crate::controls`): nothing was bought.
+    Paused,
     /// The user is already a buyer: the order it was given (none for a buyer without a receipt).
     AlreadyPurchased(Option<Receipt>),
     /// Every shard answered sold out.
@@ -56,6 +58,7 @@ impl BuyOutcome {
             Self::UnknownSale => "unknown_sale",
             Self::NotStarted => "not_started",
             Self::Ended => "ended",
+            Self::Paused => "paused",
             Self::AlreadyPurchased(_) => "already_purchased",
             Self::SoldOut => "sold_out",
             Self::NotAdmitted => "not_admitted",
@@ -338,6 +341,7 @@ fn shard_reply(mut reply: Value, checked: usize, decisions: &mut Vec<Decision>) 
         "unknown_sale" => BuyOutcome::UnknownSale,
         "not_started" => BuyOutcome::NotStarted,
         "ended" => BuyOutcome::Ended,
+        "paused" => BuyOutcome::Paused,
         "not_admitted" => BuyOutcome::NotAdmitted,
         other => return Err(unexpected_reply("buy.lua", other)),
     };

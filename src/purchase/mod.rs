@@ -3,11 +3,13 @@
 //! order to the sale's stream in one atomic step, and keeps the buyer's `receipt`) and reads their
 //! state (`reads`); a hot sale's
 //! stock can be split over shards (`shards`); once Redis said a sale is sold out, each instance
-//! answers that itself (`sold_out`); a retired sale is answered from memory too (`retired`).
+//! answers that itself (`sold_out`); a retired sale is answered from memory too (`retired`); the
+//! events channel tells every instance when to drop what it holds (`events`).
 
 pub mod batch;
 pub mod board;
 mod buy;
+pub mod events;
 mod reads;
 pub mod receipt;
 mod restore;

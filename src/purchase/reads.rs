@@ -37,6 +37,8 @@ pub struct SaleState {
     pub payment_window_ms: Option<i64>,
     /// A queued sale's waiting room (`crate::admission`).
     pub queue: Option<QueueState>,
+    /// Paused (`crate::controls`), with the operator's reason (maybe empty); `None`: not paused.
+    pub paused: Option<String>,
 }
 
 /// A queued sale's waiting room, as its meta and state hold it.
@@ -63,6 +65,7 @@ struct ShardRead {
     suffixes: Option<String>,
     payment_window_ms: Option<i64>,
     queue: Option<QueueState>,
+    paused: Option<String>,
 }
 
 impl Sales {
@@ -88,6 +91,7 @@ impl Sales {
             shards: layout.shards(),
             payment_window_ms: home.payment_window_ms,
             queue: home.queue,
+            paused: home.paused,
         };
         let others = layout.keys(self.redis.prefix(), sale).split_off(1);
         for (keys, shard) in others.iter().zip(try_join_all(others.iter().map(|k| self.read_shard(k))).await?) {
@@ -114,9 +118,21 @@ impl Sales {
             Option<i64>,
             Option<u32>,
             Option<String>,
+            Option<String>,
         );
         let (
-            (stock_initial, starts_at_ms, ends_at_ms, shards, suffixes, payment_window_ms, opens_at_ms, rate, seed),
+            (
+                stock_initial,
+                starts_at_ms,
+                ends_at_ms,
+                shards,
+                suffixes,
+                payment_window_ms,
+                opens_at_ms,
+                rate,
+                seed,
+                paused,
+            ),
             stock_left,
             sold,
             released,
@@ -135,6 +151,7 @@ impl Sales {
                 "queue_opens_at_ms",
                 "queue_rate",
                 "queue_seed",
+                "paused",
             ])
             .get(&keys.stock)
             .scard(&keys.buyers)
@@ -153,6 +170,7 @@ impl Sales {
             shards,
             suffixes,
             payment_window_ms,
+            paused,
             queue: match (opens_at_ms, rate, seed) {
                 (Some(opens_at_ms), Some(rate), Some(seed)) => Some(QueueState { opens_at_ms, rate, seed }),
                 _ => None,

@@ -84,12 +84,8 @@ impl Sales {
                 other => return Err(unexpected_reply("seed.lua", other)),
             }
         }
-        // Every instance drops its sold-out flag for the sale. Should this fail, the flags lapse
-        // by themselves (crate::purchase::sold_out::FLAG_TTL); the seed itself has happened.
-        let published: RedisResult<i64> = self.redis.conn().publish(self.redis.events_channel(), sale.as_str()).await;
-        if let Err(err) = published {
-            tracing::warn!(sale_id = %sale, error = %err, "seed event not published");
-        }
+        // Every instance drops its sold-out flag for the sale; the seed itself has happened.
+        self.announce(sale, "seed").await;
         Ok(SeedOutcome::Seeded)
     }
 

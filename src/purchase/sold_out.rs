@@ -5,10 +5,13 @@
 //! its order id, not 410. The copy says "queued" for an order it did not see confirmed, and is
 //! copied again each time Redis renews the flag until every order in it is confirmed.
 //!
-//! A sold-out sale can come back only by a re-seed (possible while it has no buyers, e.g. after a
-//! seed with stock 0). Seeding publishes the sale id on the deployment's events channel, and every
-//! instance's [`listen`] clears its flag at once. A flag also lapses after its time to live, so an
-//! instance that missed the event (a dropped subscription) catches up within that time.
+//! A sold-out sale comes back by a re-seed (possible while it has no buyers, e.g. after a seed
+//! with stock 0) or when its stock rises (a top-up, `crate::controls`; a reservation's unit given
+//! back). Each publishes the sale id on the deployment's events channel, and every instance's
+//! listener (`super::events`) clears its flag at once; a sold-out answer that raced the clear (its
+//! purchase asked before it) does not set the flag again ([`SoldOutFlags::set_since`]). A flag
+//! also lapses after its time to live, so an instance that missed the event (a dropped
+//! subscription) catches up within that time.
 //!
 //! The flags are bounded: they live in a `moka` cache weighed by the buyers each one holds
 //! ([`MAX_HELD_BUYERS`] in all, least recently used first out), and a flag nobody asked about for
@@ -17,14 +20,9 @@
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use secrecy::{ExposeSecret, SecretString};
-use tokio_util::sync::CancellationToken;
-
 use crate::domain::{SaleId, UserId};
 use crate::purchase::Sales;
 use crate::purchase::receipt::{BuyerCopy, Receipt};
-use crate::redis::connection::RedisTarget;
 
 /// How long a flag holds without being confirmed by Redis again.
 pub const FLAG_TTL: Duration = Duration::from_secs(5);
@@ -86,6 +84,11 @@ type FlagCell = Arc<RwLock<Flag>>;
 pub struct SoldOutFlags {
     flags: moka::sync::Cache<Box<str>, FlagCell>,
     ttl: Duration,
+    /// When each sale's flag was last cleared, kept for a time to live: an answer to a purchase
+    /// asked before then may be older than the clear.
+    cleared: moka::sync::Cache<Box<str>, Instant>,
+    /// When every flag was last cleared.
+    all_cleared: RwLock<Option<Instant>>,
 }
 
 impl std::fmt::Debug for SoldOutFlags {
@@ -113,7 +116,8 @@ impl SoldOutFlags {
             .weigher(|_, cell: &FlagCell| read(cell).weight())
             .time_to_idle(idle)
             .build();
-        Self { flags, ttl }
+        let cleared = moka::sync::Cache::builder().max_capacity(10_000).time_to_live(ttl).build();
+        Self { flags, ttl, cleared, all_cleared: RwLock::new(None) }
     }
 
     /// `None` unless the sale's flag is set and has not lapsed.
@@ -168,12 +172,22 @@ impl SoldOutFlags {
 
     /// The sale was re-seeded (or retired).
     pub fn clear(&self, sale: &str) {
+        self.cleared.insert(sale.into(), Instant::now());
         self.flags.invalidate(sale);
     }
 
     /// Events may have been missed: forget every flag.
     pub fn clear_all(&self) {
+        *self.all_cleared.write().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         self.flags.invalidate_all();
+    }
+
+    /// [`Self::set`] for Redis's answer to a purchase asked at `asked`, unless the flag was
+    /// cleared since (the answer may predate a top-up or a re-seed): then false, nothing set.
+    pub fn set_since(&self, sale: &SaleId, asked: Instant) -> bool {
+        let all = *self.all_cleared.read().unwrap_or_else(|e| e.into_inner());
+        let cleared = self.cleared.get(sale.as_str()).into_iter().chain(all).any(|at| at >= asked);
+        !cleared && self.set(sale)
     }
 
     /// Buyers held in all the flags (the cache's weight; eviction is applied lazily, so this
@@ -206,86 +220,6 @@ pub async fn load_buyers(flags: Arc<SoldOutFlags>, sales: Sales, sale: SaleId) {
         }
     };
     flags.store_buyers(&sale, buyers);
-}
-
-/// Pause before subscribing again after the subscription was lost.
-const RESUBSCRIBE_PAUSE: Duration = Duration::from_secs(1);
-
-/// Prefix of a retirement's message on the events channel: `retired:<sale id>` (a seed's message
-/// is the bare sale id, which never holds a `:`).
-pub const RETIRED_EVENT: &str = "retired:";
-
-/// One message of the deployment's events channel, as [`listen`] hands it on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SaleEvent<'a> {
-    /// The sale was seeded: drop its sold-out flag.
-    Seeded(&'a str),
-    /// The sale was retired (`crate::retire`): drop everything held about it.
-    Retired(&'a str),
-    /// (Re)subscribed: events may have been missed, forget every flag.
-    Missed,
-}
-
-impl<'a> SaleEvent<'a> {
-    /// The event a message's payload carries.
-    pub fn parse(payload: &'a str) -> Self {
-        match payload.strip_prefix(RETIRED_EVENT) {
-            Some(sale) => Self::Retired(sale),
-            None => Self::Seeded(payload),
-        }
-    }
-}
-
-/// Hands each event arriving on `channel` to `on_event`, until `shutdown`. Subscribes again after
-/// a failure, and reports [`SaleEvent::Missed`] on each (re)subscription, since events sent while
-/// it was away are lost. On a cluster it subscribes on one seed node, the next one after each
-/// failure: a cluster delivers every PUBLISH to subscribers on all nodes.
-pub async fn listen(
-    redis_url: SecretString,
-    channel: String,
-    on_event: &(dyn Fn(SaleEvent<'_>) + Send + Sync),
-    shutdown: CancellationToken,
-) {
-    let urls = match RedisTarget::parse(redis_url.expose_secret()) {
-        Ok(target) => target.urls().to_vec(),
-        Err(err) => return tracing::error!(error = %err, "no seed events: SECKILL_REDIS_URL is invalid"),
-    };
-    for attempt in 0.. {
-        if shutdown.is_cancelled() {
-            return;
-        }
-        let url = &urls[attempt % urls.len()];
-        let result = tokio::select! {
-            result = subscribe_and_apply(url, &channel, on_event) => result,
-            _ = shutdown.cancelled() => return,
-        };
-        if let Err(err) = result {
-            tracing::warn!(error = %err, "seed events subscription lost; subscribing again in 1 s");
-        }
-        on_event(SaleEvent::Missed);
-        tokio::select! {
-            _ = tokio::time::sleep(RESUBSCRIBE_PAUSE) => {}
-            _ = shutdown.cancelled() => return,
-        }
-    }
-}
-
-async fn subscribe_and_apply(
-    redis_url: &str,
-    channel: &str,
-    on_event: &(dyn Fn(SaleEvent<'_>) + Send + Sync),
-) -> redis::RedisResult<()> {
-    let client = redis::Client::open(redis_url)?;
-    let connecting = tokio::time::timeout(Duration::from_secs(5), client.get_async_pubsub());
-    let mut pubsub = connecting.await.map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
-    pubsub.subscribe(channel).await?;
-    on_event(SaleEvent::Missed);
-    let mut messages = pubsub.on_message();
-    while let Some(message) = messages.next().await {
-        let payload: String = message.get_payload()?;
-        on_event(SaleEvent::parse(&payload));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -383,9 +317,16 @@ mod tests {
     }
 
     #[test]
-    fn events_tell_a_seed_from_a_retirement() {
-        assert_eq!(SaleEvent::parse("demo"), SaleEvent::Seeded("demo"));
-        assert_eq!(SaleEvent::parse("retired:demo"), SaleEvent::Retired("demo"));
+    fn an_answer_asked_before_a_clear_does_not_set_the_flag_again() {
+        let flags = SoldOutFlags::default();
+        let asked = Instant::now();
+        flags.clear("a");
+        assert!(!flags.set_since(&sale("a"), asked), "sold out before the top-up");
+        assert_eq!(flags.check(&sale("a"), &user("u")), None);
+        assert!(flags.set_since(&sale("a"), Instant::now()), "sold out after it");
+        let asked = Instant::now();
+        flags.clear_all();
+        assert!(!flags.set_since(&sale("b"), asked));
     }
 
     #[test]

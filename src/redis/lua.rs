@@ -90,6 +90,12 @@ fn assemble(template: &str, limiter: &str) -> Script {
 /// `lua/seed.lua`: create or re-seed a sale unless it has buyers.
 pub static SEED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/seed.lua")));
 
+/// `lua/control.lua`: pause, resume or end a sale (one shard's meta).
+pub static CONTROL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/control.lua")));
+
+/// `lua/restock.lua`: add units to a sale's stock or take unsold ones back, with `stock_initial`.
+pub static RESTOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/restock.lua")));
+
 /// `lua/restore.lua`: put buyers Postgres holds and Redis lost back, stock lowered to match.
 pub static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/restore.lua")));
 

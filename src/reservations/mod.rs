@@ -30,7 +30,6 @@ pub mod sweeper;
 
 use std::sync::Arc;
 
-use redis::{AsyncCommands, RedisResult};
 use sqlx::PgPool;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -123,7 +122,7 @@ pub async fn release(sales: &Sales, pool: &PgPool, sale: &str, orders: &[Uuid]) 
         store::mark_restocked(pool, sale, page).await?;
     }
     if reopened {
-        announce_restock(sales, &sale_id).await;
+        sales.announce(&sale_id, "restock").await;
     }
     Ok(released)
 }
@@ -133,16 +132,6 @@ pub async fn release(sales: &Sales, pool: &PgPool, sale: &str, orders: &[Uuid]) 
 pub async fn release_all(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<u64, ReservationError> {
     let orders = store::released_orders(pool, sale).await?;
     release(sales, pool, sale.as_str(), &orders).await
-}
-
-/// Every instance drops its sold-out flag for the sale (the seed's event: the sale id). Should
-/// the publish fail, the flags lapse by themselves within their time to live.
-async fn announce_restock(sales: &Sales, sale: &SaleId) {
-    let keyspace = sales.keyspace();
-    let published: RedisResult<i64> = keyspace.conn().publish(keyspace.events_channel(), sale.as_str()).await;
-    if let Err(err) = published {
-        tracing::warn!(sale_id = %sale, error = %err, "restock not announced; sold-out flags lapse by themselves");
-    }
 }
 
 /// The reservations of one deployment: Postgres for their fate, Redis for their units.

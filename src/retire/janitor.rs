@@ -11,6 +11,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::{RetireError, RetireOutcome, Retirer};
+use crate::controls::audit;
 use crate::db;
 use crate::domain::SaleId;
 use crate::redis::keys::retire_lock_key;
@@ -91,7 +92,10 @@ impl Janitor {
 
     async fn retire(&self, sale: &SaleId) -> Result<bool, RetireError> {
         match self.retirer.retire(sale).await? {
-            RetireOutcome::Retired(_) => Ok(true),
+            RetireOutcome::Retired(report) => {
+                audit::record_retirement(&self.retirer.pool, sale, &report, Some("janitor")).await;
+                Ok(true)
+            }
             RetireOutcome::Refused(reasons) => {
                 tracing::info!(sale_id = %sale, ?reasons, "janitor: sale due but not retirable yet");
                 Ok(false)

@@ -36,7 +36,7 @@ use crate::db;
 use crate::domain::SaleId;
 use crate::metrics::Metrics;
 use crate::orders::worker::SALES_REFRESH;
-use crate::purchase::sold_out::RETIRED_EVENT;
+use crate::purchase::events::RETIRED_EVENT;
 use crate::purchase::{SaleState, Sales};
 use crate::reconcile;
 use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};

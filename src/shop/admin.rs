@@ -6,6 +6,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use super::{Error, Shop};
+use crate::controls::audit;
 use crate::db;
 use crate::domain::SaleId;
 use crate::orders::streams::WorkerReport;
@@ -125,6 +126,7 @@ impl Shop {
             RetireOutcome::Retired(report) => {
                 self.retired.mark(sale.as_str());
                 self.sold_out.clear(sale.as_str());
+                audit::record_retirement(&self.pool, sale, &report, None).await;
                 Ok(report)
             }
             RetireOutcome::Refused(reasons) => Err(Error::NotRetirable(reasons)),

@@ -114,13 +114,14 @@ impl Shop {
             BuyOutcome::UnknownSale => Err(Error::UnknownSale),
             BuyOutcome::NotStarted => Err(Error::SaleNotStarted),
             BuyOutcome::Ended => Err(Error::SaleEnded),
+            BuyOutcome::Paused => Err(Error::SalePaused),
             BuyOutcome::AlreadyPurchased(receipt) => Err(self.already_purchased(sale, user, receipt).await?),
             BuyOutcome::NotAdmitted => {
                 self.admission.learn_queued(sale);
                 Err(Error::NotAdmitted(Refused::Missing))
             }
             BuyOutcome::SoldOut => {
-                if self.sold_out.set(sale) {
+                if self.sold_out.set_since(sale, asked) {
                     self.board.invalidate(sale).await;
                     tokio::spawn(sold_out::load_buyers(self.sold_out.clone(), self.sales.clone(), sale.clone()));
                 }

@@ -27,6 +27,24 @@ pub enum Error {
     /// `sale_ended`.
     #[error("the sale has ended")]
     SaleEnded,
+    /// `sale_paused`: an operator paused the sale (`crate::controls`); nothing was bought.
+    #[error("the sale is paused; nothing was bought; retry later")]
+    SalePaused,
+    /// `stock_below_zero`: a stock change would take back more units than are left unsold.
+    #[error("only {stock_left} unit(s) are left unsold; no more can be taken back")]
+    StockBelowZero {
+        /// Units left unsold.
+        stock_left: i64,
+    },
+    /// `stock_too_large`: a stock change would make the sale hold more than `seed::MAX_STOCK`.
+    #[error("the sale has {stock_initial} unit(s) in all; it may not hold more than 10,000,000")]
+    StockTooLarge {
+        /// Units the sale holds in all.
+        stock_initial: i64,
+    },
+    /// `sale_sharded`: a sharded sale's stock cannot change (docs/stock-sharding.md).
+    #[error("the sale is split over shards; its stock cannot change (docs/stock-sharding.md)")]
+    Sharded,
     /// `already_purchased`, with the buyer's order when Redis holds its receipt.
     #[error("this user has already bought in this sale")]
     AlreadyPurchased(Option<Receipt>),
@@ -145,6 +163,10 @@ impl Error {
             Self::UnknownSale => "unknown_sale",
             Self::SaleNotStarted => "sale_not_started",
             Self::SaleEnded => "sale_ended",
+            Self::SalePaused => "sale_paused",
+            Self::StockBelowZero { .. } => "stock_below_zero",
+            Self::StockTooLarge { .. } => "stock_too_large",
+            Self::Sharded => "sale_sharded",
             Self::AlreadyPurchased(_) => "already_purchased",
             Self::SoldOut => "sold_out",
             Self::SaleInProgress => "sale_in_progress",

@@ -1,6 +1,7 @@
 //! The sale's use cases, one method of [`Shop`] each: buy (`buy`), read a sale (`sales`), read
 //! and cancel an order (`orders`), join and ask a waiting room (`queue`), take a payment event
-//! (`payments`), seed (`seed`), watch, retire and reconcile (`admin`), and readiness. Each takes
+//! (`payments`), seed (`seed`), watch, retire and reconcile (`admin`), pause, resume, end, change
+//! the stock and list the audit trail (`controls`), and readiness. Each takes
 //! validated ids and plain values and returns a typed outcome (with the rate limits' decision,
 //! for the limited ones: `limits`) or an [`Error`]; `http` only extracts, calls one method and
 //! turns the outcome into an answer. The types of the layers below that `http` names (in its
@@ -8,6 +9,7 @@
 
 mod admin;
 mod buy;
+mod controls;
 mod error;
 pub mod limits;
 mod orders;
@@ -40,6 +42,8 @@ pub use self::orders::Cancelled;
 pub use self::seed::SeedOrder;
 pub use crate::admission::token::ADMISSION_HEADER;
 pub use crate::admission::{Answer as QueueAnswer, commitment as seed_commitment, line::Stand};
+pub use crate::controls::Switch;
+pub use crate::controls::audit::{Entry as AuditEntry, MAX_LISTED as MAX_AUDIT_LISTED, MAX_REASON_CHARS};
 pub use crate::identity::Verifier;
 pub use crate::limiter::client_key;
 pub use crate::orders::lookup::{Found as FoundOrder, Place};

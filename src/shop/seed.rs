@@ -1,10 +1,12 @@
 //! Seeding a sale (creating it, or re-seeding one without buyers), in Redis and Postgres together.
 
+use serde_json::json;
 use time::OffsetDateTime;
 
 use super::admin::SaleReport;
 use super::{Error, Shop};
 use crate::admission::{self, MAX_RATE};
+use crate::controls::audit;
 use crate::db;
 use crate::domain::{QueueSpec, SaleId};
 use crate::purchase::shards::MAX_SHARDS;
@@ -118,6 +120,15 @@ impl Shop {
         db::upsert_sale(&mut tx, sale, stock, starts_at, ends_at, payment_window_ms, queue.as_ref()).await?;
         match self.sales.seed(sale, spec).await? {
             SeedOutcome::Seeded => {
+                let effect = json!({
+                    "stock": stock,
+                    "shards": shards,
+                    "starts_at": spec.starts_at_ms,
+                    "ends_at": spec.ends_at_ms,
+                    "payment_window_ms": payment_window_ms,
+                    "queue_rate": queue.map(|q| q.rate),
+                });
+                audit::record(&mut tx, sale, "seed", None, &effect, None).await?;
                 self.sold_out.clear(sale.as_str());
                 tx.commit().await?
             }

@@ -431,3 +431,31 @@ async fn a_queued_sale_lost_by_redis_comes_back_queued() {
     }
     assert_error(refused.expect("the sale is back"), 403, "not_admitted").await;
 }
+
+#[tokio::test]
+async fn a_paused_queued_sale_admits_nobody_until_it_resumes_and_a_top_up_lets_admission_move_again() {
+    let app = spawn_app().await;
+    let sale = seed_queued(&app, 1, time::Duration::seconds(2), 1000).await;
+    let admin = |action: &str| {
+        let url = app.url(&format!("/admin/sales/{sale}/{action}"));
+        app.client.post(url).bearer_auth(ADMIN_TOKEN)
+    };
+    assert_eq!(admin("pause").send().await.unwrap().status(), 200);
+    until_started(&app, &sale).await;
+    assert_eq!(join(&app, &sale, "p1").await["position"], 1);
+    tokio::time::sleep(Duration::from_millis(600)).await; // far past the rate's time for one
+    assert_eq!(standing(&app, &sale, "p1", None).await["state"], "waiting", "paused: nobody is admitted");
+
+    assert_eq!(admin("resume").send().await.unwrap().status(), 200);
+    let p1 = until_state(&app, &sale, "p1", "admitted", Duration::from_secs(5)).await;
+    assert_eq!(buy_with(&app, &sale, "p1", p1["admission"].as_str()).await.status(), 201);
+    assert_eq!(join(&app, &sale, "p2").await["position"], 2);
+    until_state(&app, &sale, "p2", "sold_out", Duration::from_secs(5)).await;
+
+    let top_up = admin("stock").json(&json!({"add": 1})).send().await.unwrap();
+    assert_eq!(top_up.status(), 200);
+    let p2 = until_state(&app, &sale, "p2", "admitted", Duration::from_secs(5)).await;
+    assert_eq!(buy_with(&app, &sale, "p2", p2["admission"].as_str()).await.status(), 201);
+    let status = app.wait_for_drain(&sale).await;
+    assert_eq!((status.stock_initial, status.stock_left, status.sold), (2, 0, 2));
+}

@@ -290,3 +290,24 @@ async fn a_token_in_the_fragment_signs_in_and_a_sale_sold_out_between_two_sample
     browser.screenshot("admin-page-fragment-sold-out.png").await;
     browser.client.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_live_page_shows_a_pause_with_its_reason_until_the_sale_resumes() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 10).await;
+    let switch = |action: &str, body: serde_json::Value| {
+        let url = app.url(&format!("/admin/sales/{sale}/{action}"));
+        app.client.post(url).bearer_auth(ADMIN_TOKEN).json(&body).send()
+    };
+    assert_eq!(switch("pause", json!({"reason": "price typo"})).await.unwrap().status(), 200);
+    let browser = Browser::start().await;
+    browser.client.goto(&app.url("/admin")).await.unwrap();
+    browser.log_in(ADMIN_TOKEN).await;
+    let state = async |b: &Browser| b.sale(&sale).await.map(|s| s.state);
+    let paused =
+        browser.wait_for("the paused sale", async |b| state(b).await.filter(|s| s.starts_with("paused"))).await;
+    assert_eq!(paused, "paused: price typo");
+    assert_eq!(switch("resume", json!({})).await.unwrap().status(), 200);
+    browser.wait_for("the sale open again", async |b| state(b).await.filter(|s| s == "open")).await;
+}

@@ -142,3 +142,19 @@ async fn every_lua_header_example_works_as_documented() {
     assert_eq!(buy.trim(), "not_admitted", "a queued sale wants a place");
     let _: () = redis.del(&keys).await.unwrap();
 }
+
+#[tokio::test]
+async fn the_sale_day_controls_examples_work_as_documented() {
+    // On a sale "drop" of their own: a pause of "demo" would stop the other examples' purchases.
+    let mut redis =
+        seckill::redis::connection::connect(&redis_url().into(), std::time::Duration::from_secs(5)).unwrap();
+    let (meta, stock) = ("seckill:{sale:drop}:meta", "seckill:{sale:drop}:stock");
+    let _: () = redis.del(&[meta, stock]).await.unwrap();
+    let _: () = redis.hset_multiple(meta, &[("stock_initial", "100"), ("shards", "1")]).await.unwrap();
+    let _: () = redis.set(stock, 100).await.unwrap();
+    assert_eq!(run("restock.lua").split_whitespace().collect::<Vec<_>>(), ["ok", "105", "105"], "5 more units");
+    assert_eq!(run("control.lua").split_whitespace().collect::<Vec<_>>(), ["ok", "0"], "paused, not before; no end");
+    let paused: Option<String> = redis.hget(meta, "paused").await.unwrap();
+    assert_eq!(paused.as_deref(), Some("price typo"));
+    let _: () = redis.del(&[meta, stock]).await.unwrap();
+}

@@ -13,6 +13,8 @@ mod buyer_view;
 mod chromium;
 mod client_limits;
 mod concurrency;
+mod controls;
+mod controls_model;
 mod health;
 mod helpers;
 mod identity;

@@ -76,13 +76,20 @@ impl ApiError {
     }
 }
 
-/// A use case's error's status code.
+/// `Retry-After` of `sale_paused`: a pause lasts as long as the operator needs (a price fixed, a
+/// question answered), so a crowd is asked to look again in a few seconds, not to hammer.
+pub const PAUSED_RETRY_AFTER_SECS: u64 = 5;
+
+/// A use case's error's status code. `sale_paused` is 403, beside `sale_not_started` and
+/// `sale_ended`: the sale's own state refuses the purchase, with nothing bought (a 503 would say
+/// the service failed, which it did not, and count in every outage alert; a 409 names a conflict
+/// with the buyer's own request, as `already_purchased` does).
 fn status_of(err: &E) -> StatusCode {
     match err {
         E::Invalid(_) => StatusCode::BAD_REQUEST,
         E::UnknownSale | E::UnknownOrder | E::NoOrder | E::NotInQueue => StatusCode::NOT_FOUND,
         E::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
-        E::SaleNotStarted | E::SaleEnded | E::NotAdmitted(_) | E::QueueNotOpen => StatusCode::FORBIDDEN,
+        E::SaleNotStarted | E::SaleEnded | E::SalePaused | E::NotAdmitted(_) | E::QueueNotOpen => StatusCode::FORBIDDEN,
         E::AlreadyPurchased(_)
         | E::SaleInProgress
         | E::SaleHasOrders { .. }
@@ -92,6 +99,9 @@ fn status_of(err: &E) -> StatusCode {
         | E::NotRetirable(_)
         | E::NotReserved(_)
         | E::NotQueued
+        | E::StockBelowZero { .. }
+        | E::StockTooLarge { .. }
+        | E::Sharded
         | E::EventReused => StatusCode::CONFLICT,
         E::SoldOut | E::SaleRetired => StatusCode::GONE,
         E::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -142,6 +152,9 @@ impl ResponseError for ApiError {
         match self {
             Self::Shop(E::RateLimited { retry_after_secs }) => {
                 response.insert_header((header::RETRY_AFTER, *retry_after_secs));
+            }
+            Self::Shop(E::SalePaused) => {
+                response.insert_header((header::RETRY_AFTER, PAUSED_RETRY_AFTER_SECS));
             }
             Self::MethodNotAllowed { allow } => {
                 response.insert_header((header::ALLOW, *allow));

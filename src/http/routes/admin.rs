@@ -125,6 +125,13 @@ pub struct SaleStatus {
     /// A queued sale's admission rate, buyers per second (`null`: no waiting room).
     #[serde(default)]
     pub queue_rate: Option<u32>,
+    /// Paused by an operator (`POST /admin/sales/{sale_id}/pause`): purchases are refused with
+    /// `sale_paused` and the waiting room admits nobody more. Absent when not paused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    /// The pause's reason, as the operator gave it; absent when not paused or none was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_reason: Option<String>,
 }
 
 /// The sale's state: `sold` and `queued` from Redis, `persisted` from Postgres.
@@ -163,6 +170,7 @@ impl From<SaleReport> for SaleStatus {
             shards,
             payment_window_ms,
             queue,
+            paused,
         } = redis;
         Self {
             sale_id: sale.to_string(),
@@ -182,6 +190,8 @@ impl From<SaleReport> for SaleStatus {
             expired: tally.map(|t| t.expired),
             late_payments: tally.map(|t| t.late_payments),
             queue_rate: queue.map(|q| q.rate),
+            paused: paused.is_some(),
+            paused_reason: paused.filter(|reason| !reason.is_empty()),
         }
     }
 }

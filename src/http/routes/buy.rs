@@ -87,10 +87,11 @@ pub struct BuyResponse {
             `invalid_token`: the token is refused (signature, algorithm, expired, not yet valid, issuer, audience, \
             user claim). `SECKILL_AUTH=jwt` only", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`, or `Bearer error=\"invalid_token\"`"))),
-        (status = 403, description = "`sale_not_started`, `sale_ended`, or `user_mismatch`: the body's user_id is not \
-            the token's buyer; `not_admitted`: the sale has a waiting room and the request carries no valid \
-            `Seckill-Admission` token of this buyer for this sale (missing, malformed, forged, another buyer's or \
-            sale's, or expired); nothing is bought", body = ErrorBody),
+        (status = 403, description = "`sale_not_started`, `sale_ended`, `sale_paused` (an operator paused the sale; \
+            `Retry-After`), or `user_mismatch`: the body's user_id is not the token's buyer; `not_admitted`: the \
+            sale has a waiting room and the request carries no valid `Seckill-Admission` token of this buyer for \
+            this sale (missing, malformed, forged, another buyer's or sale's, or expired); nothing is bought",
+            body = ErrorBody),
         UnknownSale,
         (status = 409, description = "`already_purchased`: this user already bought in this sale. The body carries \
             the order it was given (`order_id`, `status`, `created_at`), so a retry after a lost 201 learns its \
@@ -169,6 +170,7 @@ fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
         Err(ApiError::Shop(E::UnknownSale)) => "unknown_sale",
         Err(ApiError::Shop(E::SaleNotStarted)) => "not_started",
         Err(ApiError::Shop(E::SaleEnded)) => "ended",
+        Err(ApiError::Shop(E::SalePaused)) => "paused",
         Err(ApiError::Shop(E::RateLimited { .. })) => "rate_limited",
         Err(ApiError::Shop(E::Unavailable(_))) => "unavailable",
         Err(ApiError::Shop(E::OutcomeUnknown { .. })) => "outcome_unknown",

@@ -1,12 +1,14 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `payments`,
-//! `admin`, `seed`, `retire`, `reconcile`, `admin_page`, `buyer_page`, `health`, `openapi`; `page` is what the
-//! two HTML pages share, `object` what every JSON body is read as, `responses` and `user_id` what the routes'
-//! OpenAPI annotations share), and here the routing itself, 404/405, the sale id of a path and `GET /metrics`.
+//! `admin`, `seed`, `controls`, `retire`, `reconcile`, `admin_page`, `buyer_page`, `health`, `openapi`; `page`
+//! is what the two HTML pages share, `object` what every JSON body is read as, `responses` and `user_id` what
+//! the routes' OpenAPI annotations share), and here the routing itself, 404/405, the sale id of a path and
+//! `GET /metrics`.
 
 mod admin;
 mod admin_page;
 mod buy;
 mod buyer_page;
+mod controls;
 mod health;
 mod object;
 mod openapi;
@@ -98,6 +100,19 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
                 .route(web::delete().to(retire::retire))
                 .default_service(allow("DELETE, GET, HEAD, PUT")),
         )
+        .service(control("/admin/sales/{sale_id}/pause", controls::pause))
+        .service(control("/admin/sales/{sale_id}/resume", controls::resume))
+        .service(control("/admin/sales/{sale_id}/end", controls::end))
+        .service(
+            web::resource("/admin/sales/{sale_id}/stock")
+                .route(web::post().to(controls::stock))
+                .default_service(allow("POST")),
+        )
+        .service(
+            web::resource("/admin/sales/{sale_id}/audit")
+                .route(read().to(controls::audit))
+                .default_service(allow("GET, HEAD")),
+        )
         .service(
             web::resource("/admin/late-payments")
                 .route(read().to(payments::late_payments))
@@ -120,6 +135,16 @@ fn sale_of(raw: &str) -> Result<SaleId, ApiError> {
 
 async fn not_found(_req: HttpRequest) -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound)
+}
+
+/// A `POST`-only resource of the kill switch.
+fn control<F, Args>(path: &str, handler: F) -> actix_web::Resource
+where
+    F: actix_web::Handler<Args>,
+    Args: actix_web::FromRequest + 'static,
+    F::Output: actix_web::Responder + 'static,
+{
+    web::resource(path).route(web::post().to(handler)).default_service(allow("POST"))
 }
 
 /// A route for `GET` and `HEAD` alike (RFC 9110 §9.3.2: HEAD is GET without the body, which

@@ -9,7 +9,7 @@ use actix_web::{HttpResponse, web};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, admin_page, buy, buyer_page, health, payments, queue, reconcile, retire, sales, seed};
+use super::{admin, admin_page, buy, buyer_page, controls, health, payments, queue, reconcile, retire, sales, seed};
 use crate::http::AppState;
 
 #[derive(OpenApi)]
@@ -32,6 +32,11 @@ use crate::http::AppState;
         admin::status,
         payments::late_payments,
         retire::retire,
+        controls::pause,
+        controls::resume,
+        controls::end,
+        controls::stock,
+        controls::audit,
         reconcile::reconcile_check,
         reconcile::reconcile_repair,
         health::healthz,
@@ -46,7 +51,8 @@ use crate::http::AppState;
             admitted"),
         (name = "payments", description = "The shop's payment system: signed payment events that settle reservations"),
         (name = "buyer", description = "The buyer page: countdown, stock, Buy, the order's status"),
-        (name = "admin", description = "Seeding, inspecting and retiring sales (bearer token), and the live sale page"),
+        (name = "admin", description = "Seeding, inspecting, pausing, restocking and retiring sales, their audit \
+            trail (bearer token), and the live sale page"),
         (name = "health", description = "Liveness, readiness, metrics and this document"),
     )
 )]

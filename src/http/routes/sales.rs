@@ -29,6 +29,8 @@ pub enum SalePhase {
     Open,
     /// Started, not ended, no stock left.
     SoldOut,
+    /// Started, not ended, and paused by an operator: purchases are refused (`sale_paused`).
+    Paused,
     /// At or after `ends_at`.
     Ended,
 }
@@ -80,6 +82,7 @@ impl PublicSale {
         let phase = match (state.starts_at_ms, state.ends_at_ms) {
             (Some(start), _) if now < start => SalePhase::Upcoming,
             (_, Some(end)) if now >= end => SalePhase::Ended,
+            _ if state.paused.is_some() => SalePhase::Paused,
             _ if state.stock_left <= 0 => SalePhase::SoldOut,
             _ => SalePhase::Open,
         };

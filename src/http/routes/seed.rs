@@ -66,7 +66,7 @@ pub struct QueueRequest {
 
 /// An integer, also when written with a zero fraction (`2326.0`): JSON Schema's `integer`
 /// allows that, so a client generated from the document may send it.
-fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+pub(super) fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
     let number = serde_json::Number::deserialize(deserializer)?;
     match (number.as_i64(), number.as_f64()) {
         (Some(n), _) => Ok(n),

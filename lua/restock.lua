@@ -1,0 +1,42 @@
+-- restock.lua: add units to a sale's stock, or take unsold ones back, atomically with its
+-- purchases (src/controls/).
+--
+-- KEYS[1]  sale meta hash     seckill:{sale:<id>}:meta    (stock_initial, shards)
+-- KEYS[2]  stock counter      seckill:{sale:<id>}:stock
+-- ARGV[1]  add                an integer, not 0: units added (> 0) or taken back (< 0)
+-- ARGV[2]  max stock          the largest stock_initial the sale may reach
+--
+-- Returns {status, stock_initial, stock_left}, the figures after the call (before it, when
+-- refused):
+--   "ok"           stock_initial and the stock both moved by ARGV[1]
+--   "below_zero"   ARGV[1] would take back more units than are left unsold: nothing written
+--   "too_much"     stock_initial would exceed ARGV[2]: nothing written
+--   "sharded"      the sale is split over shards (docs/stock-sharding.md): nothing written
+-- or just {"unknown_sale"} (no meta or no stock key): nothing written.
+--
+-- Invariants kept: stock_initial and the stock move together in one call, so stock_initial =
+-- stock + SCARD(buyers) - SCARD(released) holds before and after, and a purchase (lua/buy.lua,
+-- one call too) sees the stock either before or after, never between. The stock never goes below
+-- 0: only unsold units are taken back. Both keys share the sale's hash tag, so the script runs on
+-- Redis Cluster.
+--
+-- Example (after seed.lua's example, run on a sale "drop" instead of "demo"):
+--   redis-cli --eval lua/restock.lua 'seckill:{sale:drop}:meta' 'seckill:{sale:drop}:stock' , 5 10000000
+
+local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'shards')
+local stock = tonumber(redis.call('GET', KEYS[2]))
+local initial = tonumber(meta[1])
+if not initial or not stock then
+  return {'unknown_sale'}
+end
+if (tonumber(meta[2]) or 1) > 1 then
+  return {'sharded', initial, stock}
+end
+local add = tonumber(ARGV[1])
+if stock + add < 0 then
+  return {'below_zero', initial, stock}
+end
+if initial + add > tonumber(ARGV[2]) then
+  return {'too_much', initial, stock}
+end
+return {'ok', redis.call('HINCRBY', KEYS[1], 'stock_initial', add), redis.call('INCRBY', KEYS[2], add)}

@@ -1,0 +1,90 @@
+//! The operators' audit trail: every seed, pause, resume, end, stock change and retirement of a
+//! sale, one row of `sale_audit` each (migration `20261128000000_sale_audit.sql`), written by the
+//! use case that did it, in the transaction of its Postgres change when it has one.
+
+use serde_json::Value;
+use sqlx::PgConnection;
+use time::OffsetDateTime;
+
+use crate::domain::SaleId;
+
+/// Most entries one listing returns.
+pub const MAX_LISTED: i64 = 100;
+
+/// Longest reason kept, in characters.
+pub const MAX_REASON_CHARS: usize = 200;
+
+/// One operator action.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// `seed`, `pause`, `resume`, `end`, `stock` or `retire`.
+    pub action: String,
+    /// The operator's reason, if given.
+    pub reason: Option<String>,
+    /// What the action did.
+    pub effect: Value,
+    /// Who did it, when known.
+    pub actor: Option<String>,
+    /// When it was recorded (Postgres's clock).
+    pub at: OffsetDateTime,
+}
+
+/// Records `action` on `sale` (inside the caller's transaction, or on a connection of its own).
+pub async fn record(
+    conn: &mut PgConnection,
+    sale: &SaleId,
+    action: &str,
+    reason: Option<&str>,
+    effect: &Value,
+    actor: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("insert into sale_audit (sale_id, action, reason, effect, actor) values ($1, $2, $3, $4::jsonb, $5)")
+        .bind(sale.as_str())
+        .bind(action)
+        .bind(reason.filter(|r| !r.is_empty()))
+        .bind(effect.to_string())
+        .bind(actor)
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// The sale's latest `limit` entries (at most [`MAX_LISTED`]), newest first.
+pub async fn list(pool: &sqlx::PgPool, sale: &SaleId, limit: i64) -> Result<Vec<Entry>, sqlx::Error> {
+    type Row = (String, Option<String>, String, Option<String>, OffsetDateTime);
+    let rows: Vec<Row> = sqlx::query_as(
+        "select action, reason, effect::text, actor, at from sale_audit where sale_id = $1 order by id desc limit $2",
+    )
+    .bind(sale.as_str())
+    .bind(limit.clamp(1, MAX_LISTED))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(action, reason, effect, actor, at)| Entry {
+            action,
+            reason,
+            effect: serde_json::from_str(&effect).unwrap_or(Value::Null),
+            actor,
+            at,
+        })
+        .collect())
+}
+
+/// Records a retirement that has happened (by `actor`: `None` for the admin route, `"janitor"`
+/// for the janitor's). A failure is logged, not returned: the sale is retired all the same.
+pub async fn record_retirement(
+    pool: &sqlx::PgPool,
+    sale: &SaleId,
+    effect: &impl serde::Serialize,
+    actor: Option<&str>,
+) {
+    let effect = serde_json::to_value(effect).unwrap_or(Value::Null);
+    let recorded = match pool.acquire().await {
+        Ok(mut conn) => record(&mut conn, sale, "retire", None, &effect, actor).await,
+        Err(err) => Err(err),
+    };
+    if let Err(err) = recorded {
+        tracing::warn!(sale_id = %sale, error = %err, "retirement not recorded in the audit trail");
+    }
+}

@@ -1,0 +1,313 @@
+//! The sale-day controls: the kill switch (pause, resume, end), stock on the fly, and the audit
+//! trail, on one instance and two.
+
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use serde_json::{Value, json};
+
+use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, new_sale_id, spawn_app, spawn_instance_of};
+
+/// `POST /admin/sales/{sale}/{action}` with `body` (`None`: no body).
+async fn control(app: &TestApp, sale: &str, action: &str, body: Option<Value>) -> reqwest::Response {
+    let request = app.client.post(app.url(&format!("/admin/sales/{sale}/{action}"))).bearer_auth(ADMIN_TOKEN);
+    let request = match body {
+        Some(body) => request.json(&body),
+        None => request,
+    };
+    request.send().await.unwrap()
+}
+
+async fn public_state(app: &TestApp, sale: &str) -> String {
+    let body: Value = app.client.get(app.url(&format!("/sales/{sale}"))).send().await.unwrap().json().await.unwrap();
+    body["state"].as_str().unwrap().to_owned()
+}
+
+async fn audit(app: &TestApp, sale: &str, query: &str) -> reqwest::Response {
+    let url = app.url(&format!("/admin/sales/{sale}/audit{query}"));
+    app.client.get(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_paused_sale_refuses_buys_with_nothing_bought_and_a_resume_reopens_it() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 5).await;
+    assert_eq!(app.buy(&sale, "early").await.status(), 201);
+
+    let paused = control(&app, &sale, "pause", Some(json!({"reason": "price typo"}))).await;
+    assert_eq!(paused.status(), 200);
+    let status: Value = paused.json().await.unwrap();
+    assert_eq!((status["paused"].as_bool(), status["paused_reason"].as_str()), (Some(true), Some("price typo")));
+
+    let refused = app.buy(&sale, "late").await;
+    assert_eq!(refused.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned()), Some("5".into()));
+    assert_error(refused, 403, "sale_paused").await;
+    assert_error(app.buy(&sale, "early").await, 409, "already_purchased").await;
+    assert_eq!(public_state(&app, &sale).await, "paused");
+    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"seckill_purchases_total{outcome="paused"} 1"#), "counted as paused");
+    let status = app.status(&sale).await;
+    assert_eq!((status.stock_left, status.sold, status.paused), (4, 1, true), "nothing bought: {status:?}");
+
+    assert_eq!(control(&app, &sale, "resume", None).await.status(), 200);
+    assert_eq!(app.buy(&sale, "late").await.status(), 201);
+    assert_eq!(public_state(&app, &sale).await, "open");
+    let status = app.status(&sale).await;
+    assert_eq!((status.stock_left, status.sold, status.paused, status.paused_reason), (3, 2, false, None));
+}
+
+#[tokio::test]
+async fn a_pause_and_a_resume_on_one_instance_are_obeyed_by_another_at_once() {
+    let here = spawn_app().await;
+    let there = spawn_instance_of(&here).await;
+    let sale = new_sale_id();
+    here.seed_stock(&sale, 5).await;
+    assert_eq!(there.buy(&sale, "a").await.status(), 201);
+    assert_eq!(control(&here, &sale, "pause", None).await.status(), 200);
+    assert_error(there.buy(&sale, "b").await, 403, "sale_paused").await;
+    assert_eq!(control(&here, &sale, "resume", None).await.status(), 200);
+    assert_eq!(there.buy(&sale, "b").await.status(), 201, "no cache there holds the pause");
+}
+
+#[tokio::test]
+async fn a_reason_is_bounded_and_an_unknown_sale_cannot_be_paused() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    assert_error(control(&app, &sale, "pause", None).await, 404, "unknown_sale").await;
+    app.seed_stock(&sale, 1).await;
+    let long = "x".repeat(201);
+    assert_error(control(&app, &sale, "pause", Some(json!({"reason": long}))).await, 400, "invalid_request").await;
+    assert_error(control(&app, &sale, "pause", Some(json!({"why": "no"}))).await, 400, "invalid_request").await;
+    assert_eq!(control(&app, &sale, "resume", Some(Value::Null)).await.status(), 200, "null is no body");
+    let anonymous = app.client.post(app.url(&format!("/admin/sales/{sale}/pause"))).send().await.unwrap();
+    assert_error(anonymous, 401, "unauthorized").await;
+    assert!(!app.status(&sale).await.paused, "nothing refused changed the sale");
+}
+
+#[tokio::test]
+async fn ending_a_sale_now_refuses_buys_as_ended_in_redis_and_postgres() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 3).await;
+    let ended = control(&app, &sale, "end", Some(json!({"reason": "warehouse fire"}))).await;
+    assert_eq!(ended.status(), 200);
+    let status: Value = ended.json().await.unwrap();
+    assert!(status["ends_at"].is_string(), "{status}");
+    assert_error(app.buy(&sale, "u").await, 403, "sale_ended").await;
+    assert_eq!(public_state(&app, &sale).await, "ended");
+    let in_postgres: Option<time::OffsetDateTime> = sqlx::query_scalar("select ends_at from sales where sale_id = $1")
+        .bind(&sale)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert!(in_postgres.is_some_and(|end| end <= time::OffsetDateTime::now_utc()), "{in_postgres:?}");
+}
+
+#[tokio::test]
+async fn stock_can_be_taken_back_only_while_unsold_and_stock_initial_follows_everywhere() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 5).await;
+    for user in ["a", "b"] {
+        assert_eq!(app.buy(&sale, user).await.status(), 201);
+    }
+    let take = |add: i64| control(&app, &sale, "stock", Some(json!({"add": add})));
+    assert_error(take(-4).await, 409, "stock_below_zero").await;
+    assert_eq!(take(0).await.status(), 200, "nothing to change");
+    assert_error(take(10_000_000).await, 409, "stock_too_large").await;
+    assert_eq!(app.status(&sale).await.stock_initial, 5, "a refusal changes nothing");
+
+    assert_eq!(take(-3).await.status(), 200);
+    let status = app.status(&sale).await;
+    assert_eq!((status.stock_initial, status.stock_left, status.sold), (2, 0, 2));
+    assert_eq!(app.sales_row_stock(&sale).await, 2, "Postgres's record follows");
+    assert_error(app.buy(&sale, "c").await, 410, "sold_out").await;
+
+    assert_eq!(take(1).await.status(), 200);
+    assert_eq!(app.buy(&sale, "c").await.status(), 201, "the instance that changed the stock sells at once");
+    let status = app.wait_for_drain(&sale).await;
+    assert_eq!((status.stock_initial, status.stock_left, status.sold), (3, 0, 3));
+    assert_eq!(app.sales_row_stock(&sale).await, 3);
+    let reconciled = app.client.get(app.url(&format!("/admin/sales/{sale}/reconcile"))).bearer_auth(ADMIN_TOKEN);
+    let report: Value = reconciled.send().await.unwrap().json().await.unwrap();
+    assert_eq!(report["consistent"], json!(true), "reconciliation agrees: {report}");
+
+    let sharded = new_sale_id();
+    assert_eq!(app.seed(&sharded, json!({"stock": 10, "shards": 2})).await.status(), 200);
+    let refused = control(&app, &sharded, "stock", Some(json!({"add": 5}))).await;
+    assert_error(refused, 409, "sale_sharded").await;
+}
+
+#[tokio::test]
+async fn a_top_up_on_one_instance_reopens_a_sold_out_sale_on_another_within_a_second() {
+    let here = spawn_app().await;
+    let there = spawn_instance_of(&here).await;
+    let sale = new_sale_id();
+    here.seed_stock(&sale, 1).await;
+    assert_eq!(here.buy(&sale, "first").await.status(), 201);
+    for _ in 0..2 {
+        assert_error(there.buy(&sale, "second").await, 410, "sold_out").await; // the flag is set there
+    }
+
+    let asked = Instant::now();
+    assert_eq!(control(&here, &sale, "stock", Some(json!({"add": 1}))).await.status(), 200);
+    let answered = asked.elapsed();
+    loop {
+        let response = there.buy(&sale, "second").await;
+        if response.status() == 201 {
+            break;
+        }
+        assert!(asked.elapsed() < Duration::from_secs(1), "still refused after 1 s: {}", response.status());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    println!("top-up answered in {answered:?}; the other instance sold {:?} after it was asked", asked.elapsed());
+}
+
+/// One buyer of a storm: when it asked and when it heard back, relative to the storm's start.
+struct Attempt {
+    instance: usize,
+    sent: Duration,
+    answered: Duration,
+    status: u16,
+    code: String,
+}
+
+/// `buyers` buyers, one every `spacing`, alternating between `apps`, each buying once.
+async fn storm(apps: [&TestApp; 2], sale: &str, buyers: usize, spacing: Duration, start: Instant) -> Vec<Attempt> {
+    join_all((0..buyers).map(|i| async move {
+        tokio::time::sleep_until((start + spacing * i as u32).into()).await;
+        let instance = i % 2;
+        let sent = start.elapsed();
+        let response = apps[instance].buy(sale, &format!("buyer-{i}")).await;
+        let answered = start.elapsed();
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or_default();
+        Attempt { instance, sent, answered, status, code: body["error"].as_str().unwrap_or_default().to_owned() }
+    }))
+    .await
+}
+
+#[tokio::test]
+async fn a_pause_mid_storm_stops_both_instances_at_once_and_nothing_sells_after_it_answered() {
+    let here = spawn_app().await;
+    let there = spawn_instance_of(&here).await;
+    let sale = new_sale_id();
+    here.seed_stock(&sale, 1_000).await;
+
+    let start = Instant::now();
+    let pause = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let sent = start.elapsed();
+        assert_eq!(control(&here, &sale, "pause", None).await.status(), 200);
+        (sent, start.elapsed())
+    };
+    let (attempts, (pause_sent, pause_answered)) =
+        tokio::join!(storm([&here, &there], &sale, 200, Duration::from_millis(5), start), pause);
+
+    let bought: Vec<&Attempt> = attempts.iter().filter(|a| a.status == 201).collect();
+    assert!(bought.iter().all(|a| a.sent < pause_answered), "a purchase sent after the pause answered was made");
+    for attempt in attempts.iter().filter(|a| a.sent >= pause_answered) {
+        assert_eq!((attempt.status, attempt.code.as_str()), (403, "sale_paused"));
+    }
+    assert!(!bought.is_empty() && bought.len() < 200, "the pause came mid-storm: {} bought", bought.len());
+    for instance in 0..2 {
+        let last_sale = bought.iter().filter(|a| a.instance == instance).map(|a| a.answered).max();
+        let first_refusal = attempts
+            .iter()
+            .filter(|a| a.instance == instance && a.code == "sale_paused")
+            .map(|a| a.answered)
+            .min()
+            .expect("refused after the pause");
+        println!(
+            "instance {instance}: pause sent at {pause_sent:?}, answered at {pause_answered:?}; last 201 answered at \
+             {last_sale:?}; first sale_paused answered {:?} after the pause was sent",
+            first_refusal.saturating_sub(pause_sent)
+        );
+        assert!(first_refusal.saturating_sub(pause_sent) < Duration::from_secs(1));
+    }
+    let status = here.assert_invariants(&sale, &Default::default()).await;
+    assert_eq!(status.sold as usize, bought.len(), "every 201 is a sale, and nothing else sold: {status:?}");
+    assert_eq!(status.persisted, Some(bought.len() as i64));
+}
+
+#[tokio::test]
+async fn a_top_up_mid_storm_sells_exactly_the_added_units_on_both_instances() {
+    let here = spawn_app().await;
+    let there = spawn_instance_of(&here).await;
+    let sale = new_sale_id();
+    here.seed_stock(&sale, 30).await;
+
+    let start = Instant::now();
+    let top_up = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            control(&there, &sale, "stock", Some(json!({"add": 20, "reason": "found a pallet"}))).await.status(),
+            200
+        );
+        start.elapsed()
+    };
+    let (attempts, topped_up) =
+        tokio::join!(storm([&here, &there], &sale, 300, Duration::from_millis(4), start), top_up);
+
+    let bought = attempts.iter().filter(|a| a.status == 201).count();
+    assert_eq!(bought, 50, "the seeded 30 and the added 20, never more");
+    let after = attempts.iter().filter(|a| a.status == 201 && a.sent >= topped_up).count();
+    println!("top-up answered at {topped_up:?}; {after} of the 20 added units were bought by requests sent after it");
+    for attempt in attempts.iter().filter(|a| a.status != 201) {
+        assert_eq!((attempt.status, attempt.code.as_str()), (410, "sold_out"));
+    }
+    let status = here.assert_invariants(&sale, &Default::default()).await;
+    assert_eq!((status.stock_initial, status.stock_left, status.sold, status.released), (50, 0, 50, 0));
+    assert_eq!(status.persisted, Some(50));
+    assert_eq!(here.sales_row_stock(&sale).await, 50);
+}
+
+#[tokio::test]
+async fn every_operator_action_is_in_the_audit_trail_newest_first() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    assert_error(audit(&app, &sale, "").await, 404, "unknown_sale").await;
+    app.seed_stock(&sale, 10).await;
+    assert_eq!(control(&app, &sale, "pause", Some(json!({"reason": "price typo"}))).await.status(), 200);
+    assert_eq!(control(&app, &sale, "resume", None).await.status(), 200);
+    assert_eq!(control(&app, &sale, "stock", Some(json!({"add": 5, "reason": "more"}))).await.status(), 200);
+    assert_error(control(&app, &sale, "stock", Some(json!({"add": -50}))).await, 409, "stock_below_zero").await;
+    assert_eq!(control(&app, &sale, "end", None).await.status(), 200);
+
+    let response = audit(&app, &sale, "").await;
+    assert_eq!(response.status(), 200);
+    let trail: Value = response.json().await.unwrap();
+    let entries = trail["entries"].as_array().unwrap();
+    let actions: Vec<&str> = entries.iter().map(|e| e["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["end", "stock", "resume", "pause", "seed"], "a refusal is not an action: {trail}");
+    assert_eq!(entries[1]["effect"], json!({"add": 5, "stock_initial": 15, "stock_left": 15}));
+    assert_eq!(entries[1]["reason"], "more");
+    assert_eq!(entries[3]["reason"], "price typo");
+    assert_eq!(entries[4]["effect"]["stock"], 10);
+    assert!(entries.iter().all(|e| e["at"].is_string()));
+
+    let two: Value = audit(&app, &sale, "?limit=2").await.json().await.unwrap();
+    assert_eq!(two["entries"].as_array().unwrap().len(), 2);
+    assert_error(audit(&app, &sale, "?limit=101").await, 400, "invalid_request").await;
+    let anonymous = app.client.get(app.url(&format!("/admin/sales/{sale}/audit"))).send().await.unwrap();
+    assert_error(anonymous, 401, "unauthorized").await;
+}
+
+#[tokio::test]
+async fn a_sharded_sale_pauses_on_every_shard() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    assert_eq!(app.seed(&sale, json!({"stock": 10, "shards": 2})).await.status(), 200);
+    let paused: Value = control(&app, &sale, "pause", None).await.json().await.unwrap();
+    assert_eq!(paused["paused"], true);
+    for i in 0..20 {
+        assert_error(app.buy(&sale, &format!("u{i}")).await, 403, "sale_paused").await; // users of both shards
+    }
+    assert_eq!(control(&app, &sale, "resume", None).await.status(), 200);
+    for i in 0..10 {
+        assert_eq!(app.buy(&sale, &format!("u{i}")).await.status(), 201, "u{i}");
+    }
+    let status = app.wait_for_drain(&sale).await;
+    assert_eq!((status.stock_initial, status.stock_left, status.sold, status.shards), (10, 0, 10, 2));
+}
