@@ -14,7 +14,7 @@ mod chromium;
 mod client_limits;
 mod concurrency;
 mod controls;
-mod controls_model;
+mod controls_service_model;
 mod health;
 mod helpers;
 mod identity;

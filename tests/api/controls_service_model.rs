@@ -1,6 +1,7 @@
-//! A stateful model of one sale with a payment window under random sequences of purchases,
-//! cancels, pauses, resumes, top-ups and take-backs (the sale-day controls): every answer is the
-//! one the model predicts, the admin figures follow it after every step, and once settled the
+//! A stateful model of one sale with a payment window, through the whole service (HTTP, the in-
+//! process flags, the worker, Postgres; `controls_model.rs` holds the scripts alone to a model),
+//! under random sequences of purchases, cancels, pauses, resumes, top-ups and take-backs: every
+//! answer is the one the model predicts, the admin figures follow it after every step, and once settled the
 //! sale balances in Redis and in Postgres (never oversold, each released unit back once, the
 //! buyers and the orders the same users). Expiries are left to `reservations.rs`, whose storms
 //! wait on real deadlines.
