@@ -15,6 +15,7 @@ mod client_limits;
 mod concurrency;
 mod controls;
 mod controls_model;
+mod controls_service_model;
 mod health;
 mod helpers;
 mod identity;
