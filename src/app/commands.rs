@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::build_worker;
 use crate::config::{AuthConfig, Config};
+use crate::controls::audit;
 use crate::db;
 use crate::domain::{SaleId, UserId};
 use crate::identity;
@@ -109,8 +110,12 @@ pub async fn run_retire(config: &Config, sale: &SaleId) -> ExitCode {
         let pool = connect_and_migrate(config).await?;
         let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
         let sales = Sales::new(Keyspace::new(redis, config.key_prefix.clone()));
-        let retirer = Retirer::new(sales, pool, Arc::new(Metrics::new()), config.worker_block);
-        retirer.retire(sale).await.map_err(|err| anyhow::Error::new(err).context("retiring"))
+        let retirer = Retirer::new(sales, pool.clone(), Arc::new(Metrics::new()), config.worker_block);
+        let outcome = retirer.retire(sale).await.map_err(|err| anyhow::Error::new(err).context("retiring"))?;
+        if let RetireOutcome::Retired(report) = &outcome {
+            audit::record_retirement(&pool, sale, report, Some("seckill retire")).await;
+        }
+        Ok(outcome)
     }
     .await;
     let json = |value: serde_json::Value| println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());

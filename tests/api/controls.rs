@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use serde_json::{Value, json};
 
-use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, new_sale_id, spawn_app, spawn_instance_of};
+use crate::helpers::{
+    ADMIN_TOKEN, TestApp, assert_error, new_sale_id, quick_janitor, spawn_app, spawn_app_with, spawn_instance_of,
+};
 
 /// `POST /admin/sales/{sale}/{action}` with `body` (`None`: no body).
 async fn control(app: &TestApp, sale: &str, action: &str, body: Option<Value>) -> reqwest::Response {
@@ -310,4 +312,30 @@ async fn a_sharded_sale_pauses_on_every_shard() {
     }
     let status = app.wait_for_drain(&sale).await;
     assert_eq!((status.stock_initial, status.stock_left, status.sold, status.shards), (10, 0, 10, 2));
+}
+
+#[tokio::test]
+async fn a_retirement_by_hand_and_one_by_the_janitor_are_in_the_audit_trail() {
+    let app = spawn_app_with(quick_janitor, true).await;
+    let (by_hand, by_janitor) = (new_sale_id(), new_sale_id());
+    app.seed(&by_hand, json!({"stock": 1, "starts_at": "2999-01-01T00:00:00Z"})).await;
+    app.seed_stock(&by_janitor, 1).await;
+    assert_eq!(app.buy(&by_janitor, "u").await.status(), 201);
+    assert_eq!(control(&app, &by_hand, "end", None).await.status(), 200);
+    let retired = app.client.delete(app.url(&format!("/admin/sales/{by_hand}"))).bearer_auth(ADMIN_TOKEN);
+    assert_eq!(retired.send().await.unwrap().status(), 200, "an ended sale without orders retires at once");
+
+    let hand: Value = audit(&app, &by_hand, "").await.json().await.unwrap();
+    assert_eq!((hand["entries"][0]["action"].as_str(), &hand["entries"][0]["actor"]), (Some("retire"), &Value::Null));
+    assert_eq!(hand["entries"][0]["effect"]["sale_id"], by_hand.as_str());
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let janitor: Value = audit(&app, &by_janitor, "").await.json().await.unwrap();
+        if janitor["entries"][0]["action"] == "retire" {
+            assert_eq!(janitor["entries"][0]["actor"], "janitor");
+            break;
+        }
+        assert!(Instant::now() < until, "the janitor did not retire the sold-out sale: {janitor}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

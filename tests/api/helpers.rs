@@ -81,6 +81,12 @@ pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_| {}, true).await
 }
 
+/// A janitor that retires a sale 300 ms after it is over, looking every 200 ms (for `spawn_app_with`).
+pub fn quick_janitor(config: &mut Config) {
+    config.retire.retire_after = Duration::from_millis(300);
+    config.retire.retire_interval = Duration::from_millis(200);
+}
+
 /// Starts the service after `tweak` adjusted the test configuration.
 pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config), run_worker: bool) -> TestApp {
     if std::env::var_os("TEST_LOG").is_some() {

@@ -12,7 +12,9 @@ use seckill::redis::keys::{sales_registry_key, shards_registry_key};
 use serde_json::{Value, json};
 
 use crate::common::scan_keys;
-use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, new_sale_id, spawn_app, spawn_app_with, spawn_instance_of};
+use crate::helpers::{
+    ADMIN_TOKEN, TestApp, assert_error, new_sale_id, quick_janitor, spawn_app, spawn_app_with, spawn_instance_of,
+};
 
 async fn retire(app: &TestApp, sale: &str) -> reqwest::Response {
     let url = app.url(&format!("/admin/sales/{sale}"));
@@ -162,14 +164,7 @@ async fn another_instance_answers_410_promptly_after_a_retirement() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_janitor_retires_a_sale_after_its_grace_and_leaves_open_ones() {
-    let app = spawn_app_with(
-        |config| {
-            config.retire.retire_after = Duration::from_millis(300);
-            config.retire.retire_interval = Duration::from_millis(200);
-        },
-        true,
-    )
-    .await;
+    let app = spawn_app_with(quick_janitor, true).await;
     let (done, open) = (new_sale_id(), new_sale_id());
     app.seed_stock(&done, 2).await;
     app.seed_stock(&open, 5).await;

@@ -61,7 +61,8 @@ pub struct AuditRecord {
     /// change's `add`, `stock_initial` and `stock_left`, a retirement's report.
     #[schema(value_type = Object)]
     pub effect: serde_json::Value,
-    /// Who did it, when known (`janitor` for its retirements; the admin token names nobody).
+    /// Who did it, when known (`janitor` or `seckill retire` for their retirements; the admin token
+    /// names nobody).
     pub actor: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
