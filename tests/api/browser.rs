@@ -1,6 +1,7 @@
 //! The live sale page (`GET /admin`) in a real browser: headless Chromium driven through
 //! chromedriver (WebDriver, `fantoccini`) during a small storm, and a sale with a payment window.
-//! Screenshots are written to `target/tmp/admin-page-{live,alert,reservations}.png` (cargo's
+//! Screenshots are written to
+//! `target/tmp/admin-page-{live,alert,reservations,fragment-sold-out,paused}.png` (cargo's
 //! `CARGO_TARGET_TMPDIR`).
 
 use std::time::Duration;
@@ -308,6 +309,7 @@ async fn the_live_page_shows_a_pause_with_its_reason_until_the_sale_resumes() {
     let paused =
         browser.wait_for("the paused sale", async |b| state(b).await.filter(|s| s.starts_with("paused"))).await;
     assert_eq!(paused, "paused: price typo");
+    browser.screenshot("admin-page-paused.png").await;
     assert_eq!(switch("resume", json!({})).await.unwrap().status(), 200);
     browser.wait_for("the sale open again", async |b| state(b).await.filter(|s| s == "open")).await;
 }

@@ -2,7 +2,7 @@
 //! server's clock, Buy enabled only while the sale is open, the order followed from "queued" to
 //! "confirmed", a second buy that shows the same order, sold out; and the token taken from the URL
 //! fragment; a reservation's deadline, its cancel and its payment. Screenshots:
-//! `target/tmp/buyer-page-{countdown,confirmed,already-bought,sold-out,reserved,cancelled,paid}.png`.
+//! `target/tmp/buyer-page-{countdown,confirmed,already-bought,sold-out,reserved,cancelled,paid,paused}.png`.
 
 use std::time::Duration;
 
@@ -309,5 +309,36 @@ async fn a_reservation_counts_down_to_its_deadline_and_can_be_cancelled_or_paid(
     browser.shows("bob's order paid", |s| s.order_status.as_deref() == Some("paid")).await;
     assert!(!browser.visible("cancel").await);
     browser.screenshot("buyer-page-paid.png").await;
+    browser.client.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_pause_shows_on_the_page_disables_buy_and_a_resume_enables_it_again() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let browser = Browser::start().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 3).await;
+    browser.client.goto(&app.url(&format!("/sale/{sale}"))).await.unwrap();
+    browser.fill("user-id", "dana").await;
+    browser.shows("the open sale", |s| s.state == "Open" && s.buy_enabled).await;
+
+    let switch = |action: &str| {
+        let url = app.url(&format!("/admin/sales/{sale}/{action}"));
+        app.client.post(url).bearer_auth(crate::helpers::ADMIN_TOKEN).json(&json!({"reason": "price typo"})).send()
+    };
+    assert_eq!(switch("pause").await.unwrap().status(), 200);
+    let paused = browser.shows("the paused sale", |s| s.state == "Paused").await;
+    assert!(!paused.buy_enabled, "Buy is disabled while paused: {paused:?}");
+    assert_eq!((paused.buy.as_str(), paused.stock_left.as_str(), paused.order_id), ("Paused", "3", None));
+    browser.screenshot("buyer-page-paused.png").await;
+    assert_error(app.buy(&sale, "dana").await, 403, "sale_paused").await;
+
+    assert_eq!(switch("resume").await.unwrap().status(), 200);
+    browser.shows("the sale open again", |s| s.state == "Open" && s.buy_enabled).await;
+    browser.click("buy").await;
+    // The stock shown follows on the page's next status poll.
+    let bought =
+        browser.shows("dana's order and the stock after it", |s| s.order_id.is_some() && s.stock_left == "2").await;
+    assert_eq!(bought.message, "You got one!", "{bought:?}");
     browser.client.close().await.unwrap();
 }
