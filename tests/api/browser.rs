@@ -39,6 +39,7 @@ impl Browser {
                 shards: card.querySelector('[data-field="shards"]').checkVisibility() ? text("shards") : "",
                 bar: [bar.value, bar.max], chart: card.querySelector("polyline").getAttribute("points"),
                 alerts: [...card.querySelectorAll(".alerts li")].map((li) => li.innerText),
+                audit: [...card.querySelectorAll('[data-field="audit"] li')].map((li) => li.innerText),
             };"#;
         serde_json::from_value(self.run(script, vec![json!(sale_id)]).await).unwrap()
     }
@@ -59,6 +60,8 @@ struct PageSale {
     bar: (f64, f64),
     chart: String,
     alerts: Vec<String>,
+    /// The operator actions listed on the card, newest first.
+    audit: Vec<String>,
 }
 
 /// A number as the page prints it (`1,234`).
@@ -309,7 +312,16 @@ async fn the_live_page_shows_a_pause_with_its_reason_until_the_sale_resumes() {
     let paused =
         browser.wait_for("the paused sale", async |b| state(b).await.filter(|s| s.starts_with("paused"))).await;
     assert_eq!(paused, "paused: price typo");
+    // The card lists the operator's actions: the seed, then the pause with its reason.
+    let audit = browser
+        .wait_for("the pause in the trail", async |b| b.sale(&sale).await.map(|s| s.audit).filter(|a| a.len() == 2))
+        .await;
+    assert!(audit[0].ends_with(" UTC pause: price typo") && audit[1].ends_with(" UTC seed"), "{audit:?}");
     browser.screenshot("admin-page-paused.png").await;
     assert_eq!(switch("resume", json!({})).await.unwrap().status(), 200);
     browser.wait_for("the sale open again", async |b| state(b).await.filter(|s| s == "open")).await;
+    let audit = browser
+        .wait_for("the resume in the trail", async |b| b.sale(&sale).await.map(|s| s.audit).filter(|a| a.len() == 3))
+        .await;
+    assert!(audit[0].ends_with(" UTC resume"), "{audit:?}");
 }
