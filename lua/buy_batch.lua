@@ -13,14 +13,14 @@
 -- line "-- @purchase" by lua/purchase.lua (crate::redis::lua::buy_batch; the example does it
 -- with sed).
 --
--- KEYS[1..6]   buy.lua's KEYS: the sale's keys (one shard's, for a sharded sale)
--- KEYS[7..]    the purchases' limiter keys, in order: `checks` keys for each purchase (below)
+-- KEYS[1..7]   buy.lua's KEYS: the sale's keys (one shard's, for a sharded sale)
+-- KEYS[8..]    the purchases' limiter keys, in order: `checks` keys for each purchase (below)
 -- ARGV[1]      sale id
 -- ARGV[2]      shards: how many shards the caller believes the sale has (buy.lua's ARGV[4])
 -- ARGV[3]      n: how many purchases follow
 -- then for each purchase, in order:
---   user id, order id, place ("" without one), traceparent ("" when traces are off),
---   checks (0, 1 or 2: how many limits to check first, as buy_limited.lua's ARGV[7]),
+--   user id, order id, place ("" without one), traceparent ("" when traces are off), quantity,
+--   checks (0, 1 or 2: how many limits to check first, as buy_limited.lua's ARGV[8]),
 --   then 5 limiter ARGV (limit, window_ms, burst, nonce, now_us) per check (the script adds its
 --   own reading of TIME as the limiter's ARGV[6])
 --
@@ -35,14 +35,14 @@
 -- shard count, admission, start, end, buyer, stock); the stock is checked against what is left
 -- after the purchases before it in the call, so it never goes below zero, and the one DECRBY at the
 -- end takes exactly the units the call sold, so stock_initial = stock + SCARD(buyers) -
--- SCARD(released) holds when the call ends (nothing else runs during it). A purchase's writes go in
+-- SCARD(released) (in units: buy.lua's) holds when the call ends (nothing else runs during it). A purchase's writes go in
 -- buy.lua's order (XADD, HSET, a queued sale's ZADD, then SADD), its error is caught (pcall) and
 -- leaves nothing of it written, as in buy.lua, and does not stop the others. All keys share the
 -- shard's hash tag on a Redis Cluster (the app sends a limit in its own call otherwise).
 --
 -- Example (gcra, 20 per second per client; dave then erin buy the demo sale, both from 127.0.0.1):
 --   sed -e '/^-- @limiter$/r lua/gcra.lua' -e '/^-- @purchase$/r lua/purchase.lua' lua/buy_batch.lua | sed -e '/^-- @limiter_preamble$/r lua/limiter_preamble.lua' > /tmp/seckill-buy-batch.lua
---   redis-cli --eval /tmp/seckill-buy-batch.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:queue:bought' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' , demo 1 2 dave 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6c '' '' 1 20 1000 20 - '' erin 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6d '' '' 1 20 1000 20 - ''
+--   redis-cli --eval /tmp/seckill-buy-batch.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:queue:bought' 'seckill:{sale:demo}:held' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' , demo 1 2 dave 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6c '' '' 1 1 20 1000 20 - '' erin 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6d '' '' 1 1 20 1000 20 - ''
 
 local function limit(KEYS, ARGV)
 -- @limiter
@@ -55,15 +55,15 @@ local shards = ARGV[2]
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) -- the limits' time (below 2^53: exact)
 
 local replies = {}
-local arg, key = 4, 7
+local arg, key = 4, 8
 -- Each purchase: its limits in order until one refuses, then the purchase, as buy_limited.lua
 -- does; an error raised in its part becomes its reply.
 for i = 1, tonumber(ARGV[3]) do
-  local checks = tonumber(ARGV[arg + 4])
+  local checks = tonumber(ARGV[arg + 5])
   local ok, reply = pcall(function()
     local decisions = {0, 0}
     for c = 1, checks do
-      local from = arg + 5 + (c - 1) * 5
+      local from = arg + 6 + (c - 1) * 5
       local decision = limit({KEYS[key + c - 1]},
         {ARGV[from], ARGV[from + 1], ARGV[from + 2], ARGV[from + 3], ARGV[from + 4], now_us})
       decisions[c] = decision
@@ -71,7 +71,7 @@ for i = 1, tonumber(ARGV[3]) do
         return {decisions[1], decisions[2], 0}
       end
     end
-    local bought = buy(ARGV[arg], ARGV[arg + 1], ARGV[arg + 2], ARGV[arg + 3])
+    local bought = buy(ARGV[arg], ARGV[arg + 1], ARGV[arg + 2], ARGV[arg + 3], ARGV[arg + 4])
     if checks == 0 then
       return bought
     end
@@ -82,7 +82,7 @@ for i = 1, tonumber(ARGV[3]) do
   else
     replies[i] = {'failed', type(reply) == 'table' and tostring(reply.err) or tostring(reply)}
   end
-  arg = arg + 5 + 5 * checks
+  arg = arg + 6 + 5 * checks
   key = key + checks
 end
 if sold > 0 then

@@ -3,23 +3,24 @@
 -- this file goes (crate::redis::lua splices it in; their examples do it with sed).
 --
 -- Expects, from the including script:
---   KEYS[1..6]  buy.lua's KEYS: the sale's meta, stock, buyers, orders, receipts, queue's buyers
---               (one shard's, for a sharded sale)
+--   KEYS[1..7]  buy.lua's KEYS: the sale's meta, stock, buyers, orders, receipts, queue's buyers
+--               (one shard's, for a sharded sale), and the units each buyer holds in the sale's group
 --   shards      a local: how many shards the caller believes the sale has (buy.lua's ARGV[4])
 -- Reads once, for every purchase of the call: the meta (with lua/control.lua's pause: no extra
 -- call), the stock and Redis TIME.
 -- Defines:
 --   t           that time, Redis TIME's reply (buy_batch.lua gives it to its limits)
---   buy(user, order_id, place, traceparent)
---               one purchase, decided and written by buy.lua's rules in buy.lua's order of checks
---               (unknown sale, shard count, admission, start, end, buyer, pause, stock); place and
---               traceparent "" when there are none. Returns buy.lua's reply, or raises an error (a
+--   buy(user, order_id, place, traceparent, quantity)
+--               one purchase of `quantity` units (1 when nil or ""), decided and written by buy.lua's
+--               rules in buy.lua's order of checks (unknown sale, shard count, admission, start, end,
+--               buyer, limit, pause, stock); place and traceparent "" when there are none. Returns buy.lua's reply, or raises an error (a
 --               damaged key) with nothing of the purchase written. It writes the entry, the
 --               receipt, a queued sale's place and the buyer, not the stock: the stock it checks
 --               is the one read less the units sold before it in the call
 --   sold        the units the call's purchases sold so far: the includer takes them off the stock
---               (DECR or DECRBY) before it returns, so stock_initial = stock + SCARD(buyers) -
---               SCARD(released) holds when the call ends
+--               (DECRBY) before it returns, so stock_initial = stock + units sold - units released
+--               holds when the call ends (units sold: SCARD(buyers) + the meta's extra_units; units
+--               released: SCARD(released) + the meta's extra_released, lua/release.lua's)
 --
 -- Invariants kept (buy.lua's): the duplicate check comes before any write; the stock is refused at
 -- <= 0; XADD, HSET, a queued sale's ZADD and SADD happen together or not at all (Redis does not roll
@@ -29,7 +30,7 @@
 
 -- What every purchase of the call reads alike, read once: the sale, its stock, the time.
 local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'shards', 'payment_window_ms',
-  'queue_rate', 'paused')
+  'queue_rate', 'paused', 'per_buyer', 'group', 'extra_units')
 local stock_raw = meta[1] and redis.call('GET', KEYS[2])
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -55,13 +56,20 @@ if stock_raw then
   local canonical = stock_raw == '0' or (#stock_raw <= 18 and string.match(stock_raw, '^%-?[1-9]%d*$'))
   stock = canonical and tonumber(stock_raw)
 end
+-- The units one buyer may take: in the sale, or across its group's sales (every sale of a group
+-- records the group's per_buyer, lua/seed.lua); a grouped sale counts them in KEYS[7].
+local per_buyer = tonumber(meta[8]) or 1
+local grouped = meta[9]
+-- HINCRBY takes only an integer: a damaged extra_units is found before any write.
+local extra_ok = not meta[10] or string.match(meta[10], '^%d+$')
 local created_at = string.format('%d', now_ms)
 local window = tonumber(meta[5])
 local pay_by = window and string.format('%d', now_ms + window)
 local sold = 0
 
 -- A purchase's entry: its id carries the call's time, its fields are the
--- order id and the buyer (then the payment deadline and the trace context, if any); the time goes
+-- order id and the buyer (then the quantity when over 1, the payment deadline and the trace
+-- context, if any); the time goes
 -- in a field only when the stream's last entry is later (the server's clock went back).
 local function append(order_id, user, ...)
   local entry = redis.pcall('XADD', KEYS[4], created_at .. '-*', 'order_id', order_id, 'user_id', user, ...)
@@ -72,7 +80,8 @@ local function append(order_id, user, ...)
 end
 
 -- One purchase, its stock being what the purchases before it in the call left.
-local function buy(user, order_id, place_arg, traceparent)
+local function buy(user, order_id, place_arg, traceparent, quantity)
+  local q = tonumber(quantity) or 1 -- the app validated 1..100
   if verdict then
     return verdict
   end
@@ -88,9 +97,20 @@ local function buy(user, order_id, place_arg, traceparent)
     if not receipt then
       return {'already_purchased'}
     end
-    local order, at, entry = string.match(receipt, '^(%S+) (%S+) (%S+)$')
+    local order, at, entry, units = string.match(receipt, '^(%S+) (%S+) (%S+) ?(%d*)$')
     local queued = #redis.call('XRANGE', KEYS[4], entry, entry) > 0
-    return {'already_purchased', order, at, queued and 'queued' or 'confirmed'}
+    return {'already_purchased', order, at, queued and 'queued' or 'confirmed', units ~= '' and units or '1'}
+  end
+  local held = 0
+  if grouped then
+    local raw = redis.call('HGET', KEYS[7], user)
+    if raw and not string.match(raw, '^%d+$') then
+      error('seckill lua/purchase.lua: the units the buyer holds in the group are damaged (' .. raw .. '): nothing written')
+    end
+    held = tonumber(raw) or 0
+  end
+  if held + q > per_buyer then
+    return {'limit_reached', tostring(held), tostring(per_buyer)}
   end
   if paused then
     return 'paused'
@@ -98,11 +118,26 @@ local function buy(user, order_id, place_arg, traceparent)
   if not stock then
     error('seckill lua/purchase.lua: the stock of the sale is damaged (' .. stock_raw .. '): nothing written')
   end
+  if q > 1 and not extra_ok then
+    error('seckill lua/purchase.lua: the extra_units of the sale is damaged (' .. meta[10] .. '): nothing written')
+  end
   if stock - sold <= 0 then
     return 'sold_out'
   end
+  if stock - sold < q then
+    return {'insufficient_stock', tostring(stock - sold)}
+  end
   local entry
-  if pay_by and traceparent ~= '' then
+  if q > 1 then
+    local more = {'quantity', tostring(q)}
+    if pay_by then
+      more[#more + 1], more[#more + 2] = 'pay_by_ms', pay_by
+    end
+    if traceparent ~= '' then
+      more[#more + 1], more[#more + 2] = 'traceparent', traceparent
+    end
+    entry = append(order_id, user, unpack(more))
+  elseif pay_by and traceparent ~= '' then
     entry = append(order_id, user, 'pay_by_ms', pay_by, 'traceparent', traceparent)
   elseif pay_by then
     entry = append(order_id, user, 'pay_by_ms', pay_by)
@@ -111,7 +146,11 @@ local function buy(user, order_id, place_arg, traceparent)
   else
     entry = append(order_id, user)
   end
-  local receipt = redis.pcall('HSET', KEYS[5], user, order_id .. ' ' .. created_at .. ' ' .. entry)
+  local kept = order_id .. ' ' .. created_at .. ' ' .. entry
+  if q > 1 then
+    kept = kept .. ' ' .. q
+  end
+  local receipt = redis.pcall('HSET', KEYS[5], user, kept)
   if type(receipt) == 'table' and receipt.err then
     redis.call('XDEL', KEYS[4], entry)
     error('seckill lua/purchase.lua: the receipts key of the sale is damaged (' .. receipt.err .. '): nothing written')
@@ -125,7 +164,13 @@ local function buy(user, order_id, place_arg, traceparent)
     end
   end
   redis.call('SADD', KEYS[3], user)
-  sold = sold + 1
+  if q > 1 then
+    redis.call('HINCRBY', KEYS[1], 'extra_units', q - 1)
+  end
+  if grouped then
+    redis.call('HINCRBY', KEYS[7], user, q)
+  end
+  sold = sold + q
   if pay_by then
     return {'reserved', pay_by}
   end

@@ -2,12 +2,14 @@
 -- each exactly once.
 --
 -- KEYS[1]  stock counter      seckill:{sale:<id>}:stock
--- KEYS[2]  released set       seckill:{sale:<id>}:released  (order ids whose unit went back)
--- ARGV     order ids          of orders Postgres moved from 'reserved' to 'cancelled' or 'expired'
---                             (src/reservations/store.rs); as many as fit one call
+-- KEYS[2]  released set       seckill:{sale:<id>}:released  (order ids whose units went back)
+-- KEYS[3]  sale meta hash     seckill:{sale:<id>}:meta  (extra_released: units released beyond one per order)
+-- ARGV     pairs: order id, units (its quantity, 1-100), of orders Postgres moved from 'reserved'
+--          to 'cancelled' or 'expired' (src/reservations/store.rs); as many as fit one call
 --
--- Returns {released, stock_before}:
---   released      how many of ARGV were not released before: the stock rose by as many
+-- Returns {released, stock_before, units}:
+--   released      how many of the orders were not released before
+--   units         their units: the stock rose by as many
 --   stock_before  the stock before this call (the caller announces a sale that was sold out and
 --                 now has stock again, so every instance drops its sold-out flag)
 -- Or "unknown_sale" when the stock key is missing (Redis lost the sale, or it was retired):
@@ -17,11 +19,12 @@
 -- names an order, and only then does the stock rise, so a release repeated by a second sweeper,
 -- by the re-drive after a crash, or by a retry after a lost reply returns its unit once. The
 -- buyer stays in the buyer set (one order per user per sale; buy.lua answers already_purchased),
--- so stock_initial = stock + SCARD(buyers) - SCARD(released) holds before and after. Both keys
+-- and in a grouped sale keeps the units it took of the group's limit, so stock_initial = stock +
+-- SCARD(buyers) + extra_units - SCARD(released) - extra_released holds before and after. The keys
 -- share the sale's hash tag, so the script runs on Redis Cluster.
 --
 -- Example:
---   redis-cli --eval lua/release.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:released' , 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69
+--   redis-cli --eval lua/release.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:released' 'seckill:{sale:demo}:meta' , 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1
 
 local stock_raw = redis.call('GET', KEYS[1])
 if not stock_raw then
@@ -31,11 +34,17 @@ local stock = tonumber(stock_raw)
 if not stock or stock ~= math.floor(stock) then
   error('seckill release.lua: the stock of the sale is damaged (' .. stock_raw .. '): nothing written')
 end
-local released = 0
-for i = 1, #ARGV do
-  released = released + redis.call('SADD', KEYS[2], ARGV[i])
+local released, units = 0, 0
+for i = 1, #ARGV, 2 do
+  if redis.call('SADD', KEYS[2], ARGV[i]) == 1 then
+    released = released + 1
+    units = units + tonumber(ARGV[i + 1])
+  end
 end
-if released > 0 then
-  redis.call('INCRBY', KEYS[1], released)
+if units > released then
+  redis.call('HINCRBY', KEYS[3], 'extra_released', units - released)
 end
-return {released, stock}
+if units > 0 then
+  redis.call('INCRBY', KEYS[1], units)
+end
+return {released, stock, units}

@@ -3,11 +3,15 @@
 --
 -- KEYS[1]  stock counter      seckill:{sale:<id>}:stock
 -- KEYS[2]  buyer set          seckill:{sale:<id>}:buyers
--- KEYS[3]  receipts hash      seckill:{sale:<id>}:receipts  (user id -> "<order id> <created_at_ms> <stream entry id>")
+-- KEYS[3]  receipts hash      seckill:{sale:<id>}:receipts  (user id -> "<order id> <created_at_ms> <stream entry id>",
+--                             then " <quantity>" when over 1, as lua/buy.lua keeps them)
 -- KEYS[4]  released set       seckill:{sale:<id>}:released  (lua/release.lua)
--- ARGV     quadruples: user id, order id, created_at_ms (Unix milliseconds), released ("1" for
---          an order Postgres holds as cancelled or expired, else "0"), of orders committed to
---          Postgres; as many as fit one call (the caller sends them in pages)
+-- KEYS[5]  sale meta hash     seckill:{sale:<id>}:meta  (group, extra_units, extra_released)
+-- KEYS[6]  group's holdings   seckill:{group:<g>}:held  (buy.lua's KEYS[7]; touched only in a grouped sale)
+-- ARGV     quintuples: user id, order id, created_at_ms (Unix milliseconds), released ("1" for
+--          an order Postgres holds as cancelled or expired, else "0"), units (the order's
+--          quantity), of orders committed to Postgres; as many as fit one call (the caller sends
+--          them in pages)
 --
 -- Returns {restored, overdrawn}:
 --   restored   users added to the buyer set (users already in it are left alone: idempotent)
@@ -17,31 +21,48 @@
 --
 -- Invariants kept: a restored buyer is refused a second purchase (SISMEMBER in buy.lua) and is
 -- told its Postgres order on a repeat: the receipt names entry "0-0", older than any stream
--- entry, so buy.lua reads it as confirmed. Each restored buyer of a live order takes one item of
+-- entry, so buy.lua reads it as confirmed. Each restored buyer of a live order takes its units of
 -- stock; a released order's buyer takes none and its order joins the released set, so a release
--- still owed for it finds the gate closed and does not add the unit a second time. So
--- stock_initial = stock + SCARD(buyers) - SCARD(released) holds across the loss and the restore. The stock key must
+-- still owed for it finds the gate closed and does not add the units a second time. The units
+-- beyond one go to the meta's extra_units (and extra_released), and in a grouped sale to the
+-- buyer's units held in the group. So stock_initial = stock + SCARD(buyers) + extra_units -
+-- SCARD(released) - extra_released holds across the loss and the restore. The stock key must
 -- exist (the sale is seeded): a missing stock key is refused with an error, nothing is written.
 --
 -- Example:
---   redis-cli --eval lua/restore.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:released' , bob 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a70 1732363200000 0
+--   redis-cli --eval lua/restore.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:released' 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:held' , bob 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a70 1732363200000 0 1
 
 local stock = tonumber(redis.call('GET', KEYS[1]))
 if not stock then
   return redis.error_reply('restore.lua: the sale has no stock key; seed it first')
 end
 
+local grouped = redis.call('HGET', KEYS[5], 'group')
 local restored = 0
 local taken = 0
-for i = 1, #ARGV, 4 do
+for i = 1, #ARGV, 5 do
   local user = ARGV[i]
+  local units = tonumber(ARGV[i + 4])
   if redis.call('SADD', KEYS[2], user) == 1 then
-    redis.call('HSET', KEYS[3], user, ARGV[i + 1] .. ' ' .. ARGV[i + 2] .. ' 0-0')
+    local receipt = ARGV[i + 1] .. ' ' .. ARGV[i + 2] .. ' 0-0'
+    if units > 1 then
+      receipt = receipt .. ' ' .. units
+    end
+    redis.call('HSET', KEYS[3], user, receipt)
     restored = restored + 1
+    if units > 1 then
+      redis.call('HINCRBY', KEYS[5], 'extra_units', units - 1)
+    end
+    if grouped then
+      redis.call('HINCRBY', KEYS[6], user, units)
+    end
     if ARGV[i + 3] == '1' then
       redis.call('SADD', KEYS[4], ARGV[i + 1])
+      if units > 1 then
+        redis.call('HINCRBY', KEYS[5], 'extra_released', units - 1)
+      end
     else
-      taken = taken + 1
+      taken = taken + units
     end
   end
 end

@@ -5,6 +5,9 @@
 -- KEYS[2]  stock counter      seckill:{sale:<id>}:stock
 -- KEYS[3]  buyer set          seckill:{sale:<id>}:buyers
 -- KEYS[4]  queue state        seckill:{sale:<id>}:queue:state (a queued sale's: its shuffle seed, lua/admit.lua's state)
+-- KEYS[5]  group meta         seckill:{group:<g>}:meta  (a grouped sale's: the group's per_buyer; a sale without a
+--                             group passes its own seckill:{sale:<id>}:group, never touched)
+-- KEYS[6]  group's sales      seckill:{group:<g>}:sales (the ids of the group's sales; likewise)
 -- ARGV[1]  stock              (integer >= 0; the app validated its bounds)
 -- ARGV[2]  starts_at_ms       (Unix epoch milliseconds, or "" for "open now")
 -- ARGV[3]  ends_at_ms         (Unix epoch milliseconds, or "" for "never ends")
@@ -21,15 +24,22 @@
 -- ARGV[11] shuffle seed       64 hex digits the app drew at random; kept if the queue has one already
 --                             (a re-seed before the start must not reshuffle the pre-queue); the
 --                             seed kept is copied to the meta hash (queue_seed), where the app reads it
+-- ARGV[12] per_buyer          units one buyer may buy in the sale, or across its group's sales (1-100);
+--                             "" or "1": one (the meta then records none, unless grouped)
+-- ARGV[13] group              the group's name (src/domain.rs: the sale id's part before its '.'), or ""
+-- ARGV[14] sale id            (joins the group's sales)
 --
 -- Returns one status string:
 --   "ok"                 seeded
 --   "sale_in_progress"   the buyer set is not empty; nothing is changed
 --   "sale_started"       a re-seed (ARGV[6]) of a shard of a sharded sale (ARGV[4] > 1) that has
 --                        started (Redis TIME at or after its starts_at_ms, or none); nothing is changed
+--   {"group_limit_differs", per_buyer}
+--                        the group exists with another per_buyer (its first seed's); nothing is changed
 --
 -- Invariants kept: a re-seed never resets stock under existing buyers, so stock_initial =
--- stock + SCARD(buyers) holds across re-seeds. A queued sale's seed is drawn once: its SHA-256 is
+-- stock + SCARD(buyers) holds across re-seeds. Every sale of a group records the group's one
+-- per_buyer, which lua/buy.lua reads from the sale's meta (no extra key on a purchase). A queued sale's seed is drawn once: its SHA-256 is
 -- public from the first seed on, so it never changes (HSETNX). A started shard of a sharded sale is never
 -- re-seeded: it may have answered "sold_out", and a user who then fell over to another shard
 -- could buy a second time if its stock rose again (docs/stock-sharding.md). The order stream is
@@ -38,10 +48,19 @@
 -- (src/redis/order_stream.rs).
 --
 -- Example:
---   redis-cli --eval lua/seed.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:queue:state' , 100 '' '' 1 '' 0 '' '' '' '' ''
+--   redis-cli --eval lua/seed.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:queue:state' 'seckill:{sale:demo}:group' 'seckill:{sale:demo}:group:sales' , 100 '' '' 1 '' 0 '' '' '' '' '' '' '' demo
 
 if redis.call('SCARD', KEYS[3]) > 0 then
   return 'sale_in_progress'
+end
+
+local group = ARGV[13] or ''
+local per_buyer = tonumber(ARGV[12]) or 1
+if group ~= '' then
+  local fixed = redis.call('HGET', KEYS[5], 'per_buyer')
+  if fixed and tonumber(fixed) ~= per_buyer then
+    return {'group_limit_differs', fixed}
+  end
 end
 
 local shards = tonumber(ARGV[4])
@@ -73,6 +92,13 @@ if ARGV[8] ~= '' then
   redis.call('HSET', KEYS[1], 'queue_opens_at_ms', ARGV[8], 'queue_rate', ARGV[9], 'queue_ttl_ms', ARGV[10])
   redis.call('HSETNX', KEYS[4], 'seed', ARGV[11])
   redis.call('HSET', KEYS[1], 'queue_seed', redis.call('HGET', KEYS[4], 'seed'))
+end
+if group ~= '' then
+  redis.call('HSET', KEYS[5], 'per_buyer', per_buyer)
+  redis.call('SADD', KEYS[6], ARGV[14])
+  redis.call('HSET', KEYS[1], 'per_buyer', per_buyer, 'group', group)
+elseif per_buyer > 1 then
+  redis.call('HSET', KEYS[1], 'per_buyer', per_buyer)
 end
 redis.call('SET', KEYS[2], stock)
 return 'ok'

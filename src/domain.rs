@@ -14,7 +14,10 @@ pub fn ms_to_time(ms: i64) -> time::OffsetDateTime {
         .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
 }
 
-/// A sale id: 1–64 characters of `[A-Za-z0-9_-]`. No braces, so it can sit inside a hash tag.
+/// A sale id: 1–64 characters of `[A-Za-z0-9_-]`, or a sale of a group, `<group>.<name>` (one
+/// `.` between two non-empty parts of those characters): the sales of one group share a buyer's
+/// limit and, on a Redis Cluster, the group's hash slot (`crate::redis::keys`). No braces or `:`,
+/// so it can sit inside a hash tag.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(transparent)]
 pub struct SaleId(String);
@@ -35,14 +38,25 @@ impl SaleId {
 
     /// Validates `raw`, or says what is wrong with it.
     pub fn parse(raw: &str) -> Result<Self, String> {
-        let valid = !raw.is_empty()
-            && raw.len() <= Self::MAX_LEN
-            && raw.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        let part = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        let valid = raw.len() <= Self::MAX_LEN
+            && match raw.split_once('.') {
+                None => part(raw),
+                Some((group, name)) => part(group) && part(name),
+            };
         if valid {
             Ok(Self(raw.to_owned()))
         } else {
-            Err(format!("sale_id must be 1-{} characters of A-Z, a-z, 0-9, '_' or '-'", Self::MAX_LEN))
+            Err(format!(
+                "sale_id must be 1-{} characters of A-Z, a-z, 0-9, '_' or '-', or '<group>.<name>' of those",
+                Self::MAX_LEN
+            ))
         }
+    }
+
+    /// The sale's group: the part before its `.`, for a sale of a group.
+    pub fn group(&self) -> Option<&str> {
+        self.0.split_once('.').map(|(group, _)| group)
     }
 
     /// The id as text.
@@ -125,7 +139,12 @@ pub struct Order {
     /// In a sale with a payment window, the reservation's deadline (Redis time, Unix
     /// milliseconds); `None`: the order is final at once.
     pub pay_by_ms: Option<i64>,
+    /// Units bought, 1 to [`MAX_PER_BUYER`].
+    pub quantity: u32,
 }
+
+/// The most units one buyer may be allowed in a sale or a group (`per_buyer`).
+pub const MAX_PER_BUYER: u32 = 100;
 
 /// Where an order stands, as Postgres (the authority) holds it. An order of a sale without a
 /// payment window is `Confirmed` at once; with one it is `Reserved` until exactly one of `Paid`,
@@ -194,12 +213,14 @@ mod tests {
 
     #[test]
     fn sale_ids_are_tag_safe() {
-        for ok in ["a", "flash-2026_11", &"x".repeat(64)] {
+        for ok in ["a", "flash-2026_11", &"x".repeat(64), "shoe.42", "a.b"] {
             assert!(SaleId::parse(ok).is_ok(), "{ok:?}");
         }
-        for bad in ["", "{a}", "a}b", "a b", "é", "a:b", &"x".repeat(65)] {
+        for bad in ["", "{a}", "a}b", "a b", "é", "a:b", &"x".repeat(65), ".a", "a.", "a.b.c", "."] {
             assert!(SaleId::parse(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(SaleId::parse("shoe.42").unwrap().group(), Some("shoe"));
+        assert_eq!(SaleId::parse("shoe").unwrap().group(), None);
     }
 
     #[test]

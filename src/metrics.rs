@@ -23,7 +23,7 @@ pub fn dependency_of(err: &anyhow::Error) -> Option<&'static str> {
 }
 
 /// Purchase outcomes, in the order of [`Metrics::purchase`]'s labels.
-pub const PURCHASE_OUTCOMES: [&str; 17] = [
+pub const PURCHASE_OUTCOMES: [&str; 19] = [
     "created",
     "already_purchased",
     "sold_out",
@@ -41,6 +41,8 @@ pub const PURCHASE_OUTCOMES: [&str; 17] = [
     "sale_retired",
     "not_admitted",
     "paused",
+    "limit_reached",
+    "insufficient_stock",
 ];
 
 /// Limiter decisions, in the order of [`Metrics::limiter_decision`]'s labels.

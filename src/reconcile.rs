@@ -28,7 +28,7 @@
 //! [`repair`] makes Redis whole again from what Postgres remembers. A sale Redis lost entirely is
 //! seeded again from its `sales` row; buyers Postgres has and Redis lost (`unknown_to_redis`) go
 //! back into the buyer set with their receipts, the stock lowered by as many
-//! (`lua/restore.lua`), so nobody buys twice and `stock_initial = stock_left + sold - released`
+//! (`lua/restore.lua`), so nobody buys twice and `stock_initial = stock_left + sold - released` (in units)
 //! holds across the loss; the units of cancelled or expired orders are released again (each
 //! returns at most once: `lua/release.lua`'s gate); missing orders are re-enqueued; a missing
 //! `sales` row is restored. It deletes
@@ -71,7 +71,14 @@ pub struct ReconcileReport {
     pub persisted: i64,
     /// Orders in the sale's stream, not yet committed to Postgres.
     pub queued: i64,
-    /// `stock_initial == stock_left + buyers - released && stock_left >= 0`.
+    /// Units the buyers bought (`buyers` when every order is of one unit), read atomically with
+    /// `stock_left`.
+    #[serde(default)]
+    pub units_sold: i64,
+    /// Units the released orders gave back (`released` when every order is of one unit).
+    #[serde(default)]
+    pub units_returned: i64,
+    /// `stock_initial == stock_left + units_sold - units_returned && stock_left >= 0`.
     pub stock_balanced: bool,
     /// `stock_initial` of the Postgres `sales` row; `None` if the row is missing.
     pub sales_row_stock: Option<i64>,
@@ -169,6 +176,7 @@ pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Optio
                 order_id: order.order_id,
                 created_at_ms,
                 released: order.standing.released(),
+                quantity: order.quantity,
             })
         })
         .collect();
@@ -187,6 +195,7 @@ pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Optio
             at(state.starts_at_ms),
             at(state.ends_at_ms),
             state.payment_window_ms,
+            state.per_buyer,
         )
         .await?;
     }
@@ -228,6 +237,7 @@ async fn reseed_lost_sale(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result
         payment_window_ms: row.payment_window_ms,
         // A queued sale comes back queued, with its seed: a repair never opens it to everyone.
         queue: row.queue,
+        per_buyer: row.per_buyer,
     };
     let outcome = sales.seed(sale, spec).await?;
     tracing::warn!(sale_id = %sale, ?outcome, "sale lost by Redis seeded again from its Postgres row");
@@ -259,7 +269,8 @@ async fn inspect(
     let unknown_to_redis = sorted(persisted.iter().filter(|u| !buyers_after.contains(*u)).cloned());
     let sales_row_stock = db::sales_row_stock(pool, sale).await?;
 
-    let stock_balanced = state.stock_initial == state.stock_left + state.sold - state.released && state.stock_left >= 0;
+    let stock_balanced =
+        state.stock_initial == state.stock_left + state.units_sold - state.units_released && state.stock_left >= 0;
     let releases_owed = reservations::store::tally(pool, sale).await?.releases_owed;
     let releases_lost = (restocked - state.released).max(0);
     let consistent = stock_balanced
@@ -277,6 +288,8 @@ async fn inspect(
         releases_lost,
         persisted: persisted.len() as i64,
         queued: state.queued,
+        units_sold: state.units_sold,
+        units_returned: state.units_released,
         stock_balanced,
         sales_row_stock,
         missing_in_postgres,

@@ -50,24 +50,9 @@ import encoding from 'k6/encoding';
 import exec from 'k6/execution';
 import { check, sleep } from 'k6';
 import { Counter, Rate, Trend } from 'k6/metrics';
+import { envInt, envFloat, BASE_URL } from './lib/env.js';
 
 // ---- settings (all from the environment, see load-tests/README.md) ----------------------------
-
-function envInt(name, fallback) {
-  const raw = __ENV[name];
-  if (raw === undefined || raw === '') return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got ${raw}`);
-  return n;
-}
-
-function envFloat(name, fallback) {
-  const raw = __ENV[name];
-  if (raw === undefined || raw === '') return fallback;
-  const n = Number(raw);
-  if (!Number.isFinite(n) || n < 0) throw new Error(`${name} must be a non-negative number, got ${raw}`);
-  return n;
-}
 
 // "500ms" | "10s" | "1m" -> seconds
 function durationSecs(text) {
@@ -80,7 +65,6 @@ function durationSecs(text) {
 const MODE = __ENV.MODE || 'crowd';
 if (MODE !== 'crowd' && MODE !== 'too_fast') throw new Error(`MODE must be crowd or too_fast, got ${MODE}`);
 
-const BASE_URL = (__ENV.BASE_URL || 'http://127.0.0.1:8080').replace(/\/+$/, '');
 const RUN_ID = __ENV.RUN_ID || String(Date.now()); // keeps user ids distinct across runs
 
 // crowd

@@ -23,16 +23,8 @@ import http from 'k6/http';
 import { check, sleep } from 'k6';
 import exec from 'k6/execution';
 import { Counter, Rate, Trend } from 'k6/metrics';
+import { envInt, BASE_URL } from './lib/env.js';
 
-function envInt(name, fallback) {
-  const raw = __ENV[name];
-  if (raw === undefined || raw === '') return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got ${raw}`);
-  return n;
-}
-
-const BASE_URL = (__ENV.BASE_URL || 'http://127.0.0.1:8080').replace(/\/+$/, '');
 const RUN_ID = __ENV.RUN_ID || String(Date.now());
 const SALE = __ENV.SALE || 'queued-1';
 const STARTS_AT_MS = envInt('STARTS_AT_MS', 0);

@@ -35,12 +35,13 @@ pub async fn insert_orders(pool: &PgPool, orders: &[Order]) -> Result<InsertRepo
     // A reservation (a sale with a payment window) is 'reserved' until its deadline; any other
     // order is 'confirmed', final at once.
     let pay_by: Vec<Option<OffsetDateTime>> = orders.iter().map(|o| o.pay_by_ms.map(ms_to_time)).collect();
+    let quantities: Vec<i32> = orders.iter().map(|o| o.quantity as i32).collect();
 
     let inserted: Vec<Uuid> = sqlx::query_scalar(
-        "insert into orders (order_id, sale_id, user_id, created_at, pay_by, status)
+        "insert into orders (order_id, sale_id, user_id, created_at, pay_by, quantity, status)
          select o.*, case when o.pay_by is null then 'confirmed' else 'reserved' end
-         from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[])
-              as o (order_id, sale_id, user_id, created_at, pay_by)
+         from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::integer[])
+              as o (order_id, sale_id, user_id, created_at, pay_by, quantity)
          on conflict do nothing
          returning order_id",
     )
@@ -49,6 +50,7 @@ pub async fn insert_orders(pool: &PgPool, orders: &[Order]) -> Result<InsertRepo
     .bind(&users)
     .bind(&times)
     .bind(&pay_by)
+    .bind(&quantities)
     .fetch_all(pool)
     .await?;
 
@@ -108,19 +110,21 @@ pub struct StoredOrder {
     pub standing: Standing,
     /// A reservation's deadline (a sale with a payment window).
     pub pay_by: Option<OffsetDateTime>,
+    /// Units bought.
+    pub quantity: u32,
 }
 
-type OrderTuple = (Uuid, String, OffsetDateTime, String, Option<OffsetDateTime>);
+type OrderTuple = (Uuid, String, OffsetDateTime, String, Option<OffsetDateTime>, i32);
 
-fn stored((order_id, user_id, created_at, status, pay_by): OrderTuple) -> Result<StoredOrder, sqlx::Error> {
+fn stored((order_id, user_id, created_at, status, pay_by, quantity): OrderTuple) -> Result<StoredOrder, sqlx::Error> {
     let standing = Standing::parse(&status).ok_or_else(|| sqlx::Error::Decode(format!("status {status:?}").into()))?;
-    Ok(StoredOrder { order_id, user_id, created_at, standing, pay_by })
+    Ok(StoredOrder { order_id, user_id, created_at, standing, pay_by, quantity: quantity.max(1) as u32 })
 }
 
 /// The user's order in the sale, if Postgres has it.
 pub async fn order_of(pool: &PgPool, sale: &SaleId, user: &UserId) -> Result<Option<StoredOrder>, sqlx::Error> {
     let row: Option<OrderTuple> = sqlx::query_as(
-        "select order_id, user_id, created_at, status, pay_by from orders where sale_id = $1 and user_id = $2",
+        "select order_id, user_id, created_at, status, pay_by, quantity from orders where sale_id = $1 and user_id = $2",
     )
     .bind(sale.as_str())
     .bind(user.as_str())
@@ -132,7 +136,8 @@ pub async fn order_of(pool: &PgPool, sale: &SaleId, user: &UserId) -> Result<Opt
 /// The orders of the given users in the sale.
 pub async fn orders_of_users(pool: &PgPool, sale: &SaleId, users: &[String]) -> Result<Vec<StoredOrder>, sqlx::Error> {
     let rows: Vec<OrderTuple> = sqlx::query_as(
-        "select order_id, user_id, created_at, status, pay_by from orders where sale_id = $1 and user_id = any($2)",
+        "select order_id, user_id, created_at, status, pay_by, quantity from orders \
+         where sale_id = $1 and user_id = any($2)",
     )
     .bind(sale.as_str())
     .bind(users)

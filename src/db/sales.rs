@@ -7,35 +7,29 @@ use crate::domain::{QueueSpec, SaleId};
 
 /// Records the sale's configuration (inside the admin seed's transaction). A queued sale's
 /// shuffle seed, once recorded, is kept (as Redis keeps it).
-pub async fn upsert_sale(
-    tx: &mut sqlx::PgConnection,
-    sale: &SaleId,
-    stock: i64,
-    starts_at: Option<OffsetDateTime>,
-    ends_at: Option<OffsetDateTime>,
-    payment_window_ms: Option<i64>,
-    queue: Option<&QueueSpec>,
-) -> Result<(), sqlx::Error> {
+pub async fn upsert_sale(tx: &mut sqlx::PgConnection, sale: &SaleId, row: &SaleRow) -> Result<(), sqlx::Error> {
+    let queue = row.queue.as_ref();
     sqlx::query(
         "insert into sales (sale_id, stock_initial, starts_at, ends_at, payment_window_ms,
-                            queue_opens_at, queue_rate, queue_ttl_ms, queue_seed)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                            queue_opens_at, queue_rate, queue_ttl_ms, queue_seed, per_buyer)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, 1))
          on conflict (sale_id) do update
          set stock_initial = excluded.stock_initial, starts_at = excluded.starts_at,
              ends_at = excluded.ends_at, payment_window_ms = excluded.payment_window_ms,
              queue_opens_at = excluded.queue_opens_at, queue_rate = excluded.queue_rate,
              queue_ttl_ms = excluded.queue_ttl_ms, queue_seed = coalesce(sales.queue_seed, excluded.queue_seed),
-             updated_at = now()",
+             per_buyer = excluded.per_buyer, updated_at = now()",
     )
     .bind(sale.as_str())
-    .bind(stock)
-    .bind(starts_at)
-    .bind(ends_at)
-    .bind(payment_window_ms)
+    .bind(row.stock_initial)
+    .bind(row.starts_at)
+    .bind(row.ends_at)
+    .bind(row.payment_window_ms)
     .bind(queue.map(|q| crate::db::ms_to_time(q.opens_at_ms)))
     .bind(queue.map(|q| q.rate as i32))
     .bind(queue.map(|q| q.ttl_ms))
     .bind(queue.map(|q| q.seed.to_vec()))
+    .bind(row.per_buyer as i32)
     .execute(tx)
     .await
     .map(drop)
@@ -50,9 +44,11 @@ pub async fn insert_sale_if_missing(
     starts_at: Option<OffsetDateTime>,
     ends_at: Option<OffsetDateTime>,
     payment_window_ms: Option<i64>,
+    per_buyer: u32,
 ) -> Result<bool, sqlx::Error> {
     let done = sqlx::query(
-        "insert into sales (sale_id, stock_initial, starts_at, ends_at, payment_window_ms) values ($1, $2, $3, $4, $5)
+        "insert into sales (sale_id, stock_initial, starts_at, ends_at, payment_window_ms, per_buyer)
+         values ($1, $2, $3, $4, $5, nullif($6, 1))
          on conflict (sale_id) do nothing",
     )
     .bind(sale.as_str())
@@ -60,6 +56,7 @@ pub async fn insert_sale_if_missing(
     .bind(starts_at)
     .bind(ends_at)
     .bind(payment_window_ms)
+    .bind(per_buyer as i32)
     .execute(pool)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -73,7 +70,7 @@ pub async fn sales_row_stock(pool: &PgPool, sale: &SaleId) -> Result<Option<i64>
         .await
 }
 
-/// A sale's record, as the admin last seeded it.
+/// A sale's record, as the admin last seeded it (and as a seed writes it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SaleRow {
     pub stock_initial: i64,
@@ -83,6 +80,8 @@ pub struct SaleRow {
     pub payment_window_ms: Option<i64>,
     /// A queued sale's waiting room.
     pub queue: Option<QueueSpec>,
+    /// Units one buyer may buy (in the sale or across its group).
+    pub per_buyer: u32,
 }
 
 /// The sale's `sales` row, if it has one.
@@ -96,16 +95,17 @@ pub async fn sale_row(pool: &PgPool, sale: &SaleId) -> Result<Option<SaleRow>, s
         Option<i32>,
         Option<i64>,
         Option<Vec<u8>>,
+        Option<i32>,
     );
     let row: Option<Row> = sqlx::query_as(
         "select stock_initial, starts_at, ends_at, payment_window_ms, queue_opens_at, queue_rate, queue_ttl_ms, \
-            queue_seed
+            queue_seed, per_buyer
          from sales where sale_id = $1",
     )
     .bind(sale.as_str())
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(|(stock_initial, starts_at, ends_at, payment_window_ms, opens_at, rate, ttl_ms, seed)| {
+    Ok(row.map(|(stock_initial, starts_at, ends_at, payment_window_ms, opens_at, rate, ttl_ms, seed, per_buyer)| {
         let queue = match (opens_at, rate, ttl_ms, seed.and_then(|s| <[u8; 32]>::try_from(s).ok())) {
             (Some(opens_at), Some(rate), Some(ttl_ms), Some(seed)) => Some(QueueSpec {
                 opens_at_ms: (opens_at.unix_timestamp_nanos() / 1_000_000) as i64,
@@ -115,6 +115,7 @@ pub async fn sale_row(pool: &PgPool, sale: &SaleId) -> Result<Option<SaleRow>, s
             }),
             _ => None,
         };
-        SaleRow { stock_initial, starts_at, ends_at, payment_window_ms, queue }
+        let per_buyer = per_buyer.map_or(1, |n| n.max(1) as u32);
+        SaleRow { stock_initial, starts_at, ends_at, payment_window_ms, queue, per_buyer }
     }))
 }

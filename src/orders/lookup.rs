@@ -47,6 +47,8 @@ pub struct Found {
     pub created_at: Option<OffsetDateTime>,
     /// A reservation's deadline (stored orders of a sale with a payment window).
     pub pay_by: Option<OffsetDateTime>,
+    /// Units bought (1 when not known).
+    pub quantity: u32,
 }
 
 /// Why a lookup failed.
@@ -71,7 +73,7 @@ pub async fn lookup(sales: &Sales, pool: &sqlx::PgPool, sale: &SaleId, user: &Us
         && receipt.status == OrderStatus::Queued
         && receipt.pay_by_ms.is_none()
     {
-        return Ok(queued(receipt.order_id, db::ms_to_time(receipt.created_at_ms)));
+        return Ok(queued(&receipt));
     }
     if let Some(order) = db::order_of(pool, sale, user).instrument(client_span("postgresql", "SELECT orders")).await? {
         return Ok(Lookup::Found(Found {
@@ -79,20 +81,22 @@ pub async fn lookup(sales: &Sales, pool: &sqlx::PgPool, sale: &SaleId, user: &Us
             order_id: Some(order.order_id),
             created_at: Some(order.created_at),
             pay_by: order.pay_by,
+            quantity: order.quantity,
         }));
     }
     Ok(match in_redis {
         Purchase::Bought(Some(receipt)) => match receipt.pay_by_ms {
-            None => queued(receipt.order_id, db::ms_to_time(receipt.created_at_ms)),
+            None => queued(&receipt),
             Some(pay_by_ms) => Lookup::Found(Found {
                 place: Place::Reserved,
                 order_id: Some(receipt.order_id),
                 created_at: Some(db::ms_to_time(receipt.created_at_ms)),
                 pay_by: Some(db::ms_to_time(pay_by_ms)),
+                quantity: receipt.quantity,
             }),
         },
         Purchase::Bought(None) => {
-            Lookup::Found(Found { place: Place::Queued, order_id: None, created_at: None, pay_by: None })
+            Lookup::Found(Found { place: Place::Queued, order_id: None, created_at: None, pay_by: None, quantity: 1 })
         }
         Purchase::NotBought => Lookup::NotBought,
         Purchase::UnknownSale => Lookup::UnknownSale,
@@ -129,8 +133,14 @@ pub async fn repeat_status(
     Receipt { status, ..receipt }
 }
 
-fn queued(order_id: Uuid, created_at: OffsetDateTime) -> Lookup {
-    Lookup::Found(Found { place: Place::Queued, order_id: Some(order_id), created_at: Some(created_at), pay_by: None })
+fn queued(receipt: &Receipt) -> Lookup {
+    Lookup::Found(Found {
+        place: Place::Queued,
+        order_id: Some(receipt.order_id),
+        created_at: Some(db::ms_to_time(receipt.created_at_ms)),
+        pay_by: None,
+        quantity: receipt.quantity,
+    })
 }
 
 /// A client span of the lookup's reads when traces are on (`crate::telemetry::traces`).

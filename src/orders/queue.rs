@@ -122,12 +122,13 @@ pub async fn requeue(sales: &Sales, sale: &SaleId, users: &[UserId]) -> RedisRes
             }
         }
         for (user, found) in chunk.iter().zip(found) {
-            let (shard, order_id, created_at_ms) = match found {
-                Some((shard, r)) => (shard, r.order_id, r.created_at_ms),
-                None => (0, Uuid::now_v7(), now_ms),
+            let (shard, order_id, created_at_ms, quantity) = match found {
+                Some((shard, r)) => (shard, r.order_id, r.created_at_ms, r.quantity),
+                None => (0, Uuid::now_v7(), now_ms, 1),
             };
             let pay_by_ms = window.map(|window| created_at_ms + window);
-            let order = Order { order_id, sale_id: sale.clone(), user_id: user.clone(), created_at_ms, pay_by_ms };
+            let user_id = user.clone();
+            let order = Order { order_id, sale_id: sale.clone(), user_id, created_at_ms, pay_by_ms, quantity };
             placed.push((shard, order, found.is_some()));
         }
     }

@@ -47,7 +47,7 @@ pub struct Target<'a> {
     /// The sale id (buy.lua's `ARGV[1]`).
     pub sale: &'a str,
     /// The shard's keys, as buy.lua's KEYS.
-    pub keys: [&'a str; 6],
+    pub keys: [&'a str; 7],
     /// How many shards the caller believes the sale has (buy.lua's `ARGV[4]`).
     pub shards: u32,
 }
@@ -62,7 +62,7 @@ impl<'a> Target<'a> {
 /// A [`Target`] a lane owns.
 struct OwnedTarget {
     sale: String,
-    keys: [String; 6],
+    keys: [String; 7],
     shards: u32,
 }
 
@@ -82,6 +82,8 @@ pub struct Part {
     pub place: String,
     /// The purchase's trace context ("": traces are off).
     pub traceparent: String,
+    /// Units to buy.
+    pub quantity: u32,
     /// The limits to check first, in order: each key and its policy (one algorithm for all).
     pub limits: Vec<(String, Policy)>,
 }
@@ -104,7 +106,8 @@ pub async fn run_one(con: &mut impl ConnectionLike, target: &Target<'_>, part: &
         .arg(&part.order_id)
         .arg(target.shards)
         .arg(&part.place)
-        .arg(&part.traceparent);
+        .arg(&part.traceparent)
+        .arg(part.quantity);
     if !part.limits.is_empty() {
         call.arg(part.limits.len());
         for (key, policy) in &part.limits {
@@ -127,7 +130,8 @@ async fn run_many(
     let mut call = algorithm.with_purchases().key(&target.keys[..]);
     call.arg(target.sale).arg(target.shards).arg(parts.len());
     for part in parts {
-        call.arg(&part.user).arg(&part.order_id).arg(&part.place).arg(&part.traceparent).arg(part.limits.len());
+        call.arg(&part.user).arg(&part.order_id).arg(&part.place).arg(&part.traceparent);
+        call.arg(part.quantity).arg(part.limits.len());
         for (key, policy) in &part.limits {
             call.key(key);
             policy.push_args(&mut call, &part.order_id, None); // nonce: the order id; Redis time

@@ -29,6 +29,9 @@ pub type BoardError = Arc<redis::RedisError>;
 #[derive(Debug)]
 pub struct Snapshot {
     pub state: SaleState,
+    /// A sale of a group: the group's registered sales (its own included), by id, at most
+    /// [`super::receipt::MAX_GROUP_SALES`]; empty for a sale without a group.
+    pub group: Vec<String>,
     /// Redis `TIME` at the read, Unix milliseconds.
     redis_time_ms: i64,
     /// This instance's monotonic clock at the read.
@@ -69,7 +72,7 @@ impl SaleBoard {
         if !registry.contains(sale.as_str()) {
             return Ok(None);
         }
-        self.snapshots.try_get_with(sale.as_str().into(), self.read(sale)).await
+        self.snapshots.try_get_with(sale.as_str().into(), self.read(sale, &registry)).await
     }
 
     /// Drops the sale's snapshot, so the next request reads it afresh (it just sold out).
@@ -82,11 +85,22 @@ impl SaleBoard {
         Ok(Arc::new(ids.into_iter().map(|id| id.as_str().to_owned()).collect()))
     }
 
-    async fn read(&self, sale: &SaleId) -> RedisResult<Option<Arc<Snapshot>>> {
+    async fn read(&self, sale: &SaleId, registry: &HashSet<String>) -> RedisResult<Option<Arc<Snapshot>>> {
         let (state, (secs, micros)) =
             tokio::try_join!(self.sales.sale_state(sale), self.sales.keyspace().server_time())?;
         let taken = Instant::now();
         let redis_time_ms = secs * 1000 + micros / 1000;
-        Ok(state.map(|state| Arc::new(Snapshot { state, redis_time_ms, taken })))
+        // The group's sales, from the registry already in hand: no read of their own.
+        let group = match sale.group() {
+            None => Vec::new(),
+            Some(group) => {
+                let prefix = format!("{group}.");
+                let mut ids: Vec<String> = registry.iter().filter(|id| id.starts_with(&prefix)).cloned().collect();
+                ids.sort_unstable();
+                ids.truncate(super::receipt::MAX_GROUP_SALES);
+                ids
+            }
+        };
+        Ok(state.map(|state| Arc::new(Snapshot { state, group, redis_time_ms, taken })))
     }
 }

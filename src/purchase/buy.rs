@@ -39,6 +39,12 @@ pub enum BuyOutcome {
     AlreadyPurchased(Option<Receipt>),
     /// Every shard answered sold out.
     SoldOut,
+    /// The quantity would take the buyer over the sale's (or its group's) `per_buyer`: the buyer
+    /// holds `held` units of the group (0 in a sale without one). Nothing was bought.
+    LimitReached { held: u32, per_buyer: u32 },
+    /// Fewer units are left than the quantity asked (`left` > 0): nothing was bought (a purchase
+    /// is never partly filled).
+    InsufficientStock { left: i64 },
     /// A queued sale (`crate::admission`), and no place was given: the buyer was not admitted.
     NotAdmitted,
     /// Bought, but fewer than `SECKILL_CONFIRM_REPLICAS` replicas acknowledged it in time (how
@@ -61,6 +67,8 @@ impl BuyOutcome {
             Self::Paused => "paused",
             Self::AlreadyPurchased(_) => "already_purchased",
             Self::SoldOut => "sold_out",
+            Self::LimitReached { .. } => "limit_reached",
+            Self::InsufficientStock { .. } => "insufficient_stock",
             Self::NotAdmitted => "not_admitted",
             Self::NotDurable { .. } => "not_durable",
         }
@@ -96,6 +104,8 @@ struct Limits<'g, 'p> {
     place: String,
     /// The purchase's trace context for its stream entry ("": traces are off).
     traceparent: String,
+    /// Units to buy.
+    quantity: u32,
 }
 
 /// Purchases one instance has on Redis at once. A command's response timeout
@@ -141,15 +151,17 @@ impl Sales {
     ///
     /// `place` is the buyer's place in a queued sale's line, from the admission token the caller
     /// verified (`crate::admission`); a queued sale refuses a purchase without one
-    /// ([`BuyOutcome::NotAdmitted`]).
+    /// ([`BuyOutcome::NotAdmitted`]). `quantity` is the units bought (1 to
+    /// [`crate::domain::MAX_PER_BUYER`]), all or none.
     pub async fn buy(
         &self,
         sale: &SaleId,
-        user: &UserId,
+        (user, quantity): (&UserId, u32),
         order_id: Uuid,
         place: Option<u64>,
         gates: &[Gate<'_>],
     ) -> Result<Verdict, BuyError> {
+        let user = (user, quantity);
         if !traces::on() {
             return self.buy_once(sale, user, order_id, place, gates, String::new()).await;
         }
@@ -176,7 +188,7 @@ impl Sales {
     async fn buy_once(
         &self,
         sale: &SaleId,
-        user: &UserId,
+        (user, quantity): (&UserId, u32),
         order_id: Uuid,
         place: Option<u64>,
         gates: &[Gate<'_>],
@@ -195,6 +207,7 @@ impl Sales {
             order_id: order_id.to_string(),
             place: place.map(|p| p.to_string()).unwrap_or_default(),
             traceparent,
+            quantity,
         };
         let Some(pool) = &self.confirm else {
             let outcome = self.buy_with(&mut self.redis.purchase_conn().await, sale, user, &mut limits).await?;
@@ -267,6 +280,7 @@ impl Sales {
                 order_id: limits.order_id.clone(),
                 place: limits.place.clone(),
                 traceparent: limits.traceparent.clone(),
+                quantity: limits.quantity,
                 limits: gates.iter().map(|gate| (gate.key.clone(), *gate.policy)).collect(),
             };
             let reply = match &self.batcher {
@@ -368,21 +382,30 @@ fn limited_reply(reply: Value, checked: usize, decisions: &mut Vec<Decision>) ->
     }
 }
 
-/// The array replies of `lua/buy.lua`: `{"reserved", pay_by_ms}`, and
-/// `{"already_purchased", order id, created_at_ms, status}` (or just `{"already_purchased"}` for
-/// a buyer without a receipt).
+/// The array replies of `lua/buy.lua`: `{"reserved", pay_by_ms}`,
+/// `{"already_purchased", order id, created_at_ms, status, quantity}` (or just
+/// `{"already_purchased"}` for a buyer without a receipt), `{"limit_reached", held, per_buyer}` and
+/// `{"insufficient_stock", left}`.
 fn array_reply(words: &[Value]) -> RedisResult<BuyOutcome> {
     let words: Vec<String> = words.iter().map(redis::from_redis_value_ref).collect::<Result<_, _>>()?;
     let bad = || unexpected_reply("buy.lua", &words.join(" "));
     match words.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["reserved", pay_by_ms] => Ok(BuyOutcome::Purchased { pay_by_ms: Some(pay_by_ms.parse().map_err(|_| bad())?) }),
         ["already_purchased"] => Ok(BuyOutcome::AlreadyPurchased(None)),
-        ["already_purchased", order_id, created_at_ms, status] => Ok(BuyOutcome::AlreadyPurchased(Some(Receipt {
-            order_id: Uuid::parse_str(order_id).map_err(|_| bad())?,
-            created_at_ms: created_at_ms.parse().map_err(|_| bad())?,
-            status: OrderStatus::parse(status).ok_or_else(bad)?,
-            pay_by_ms: None,
-        }))),
+        ["already_purchased", order_id, created_at_ms, status, quantity] => {
+            Ok(BuyOutcome::AlreadyPurchased(Some(Receipt {
+                order_id: Uuid::parse_str(order_id).map_err(|_| bad())?,
+                created_at_ms: created_at_ms.parse().map_err(|_| bad())?,
+                status: OrderStatus::parse(status).ok_or_else(bad)?,
+                pay_by_ms: None,
+                quantity: quantity.parse().map_err(|_| bad())?,
+            })))
+        }
+        ["limit_reached", held, per_buyer] => Ok(BuyOutcome::LimitReached {
+            held: held.parse().map_err(|_| bad())?,
+            per_buyer: per_buyer.parse().map_err(|_| bad())?,
+        }),
+        ["insufficient_stock", left] => Ok(BuyOutcome::InsufficientStock { left: left.parse().map_err(|_| bad())? }),
         _ => Err(bad()),
     }
 }

@@ -22,9 +22,15 @@ pub struct SaleState {
     pub stock_left: i64,
     /// Buyers in the buyer set(s).
     pub sold: i64,
-    /// Orders whose unit went back into the stock (cancelled or expired reservations):
-    /// `stock_initial = stock_left + sold - released`.
+    /// Orders whose units went back into the stock (cancelled or expired reservations).
     pub released: i64,
+    /// Units the buyers bought (`sold` plus the units beyond one per order):
+    /// `stock_initial = stock_left + units_sold - units_released`.
+    pub units_sold: i64,
+    /// Units the released orders gave back.
+    pub units_released: i64,
+    /// Units one buyer may buy in the sale (or across its group).
+    pub per_buyer: u32,
     /// Confirmed orders still in the stream(s) (not yet committed to Postgres).
     pub queued: i64,
     /// The start, Unix milliseconds (`None`: open from the seed).
@@ -52,12 +58,32 @@ pub struct QueueState {
     pub seed: String,
 }
 
+/// The meta's fields a sale's read takes, in one HMGET.
+const META_FIELDS: [&str; 13] = [
+    "stock_initial",
+    "starts_at_ms",
+    "ends_at_ms",
+    "shards",
+    "shard_suffixes",
+    "payment_window_ms",
+    "queue_opens_at_ms",
+    "queue_rate",
+    "queue_seed",
+    "paused",
+    "extra_units",
+    "extra_released",
+    "per_buyer",
+];
+
 /// One shard's figures and its meta's layout fields, read in one MULTI.
 struct ShardRead {
     stock_initial: Option<i64>,
     stock_left: Option<i64>,
     sold: i64,
     released: i64,
+    extra_units: i64,
+    extra_released: i64,
+    per_buyer: u32,
     queued: i64,
     starts_at_ms: Option<i64>,
     ends_at_ms: Option<i64>,
@@ -71,7 +97,7 @@ struct ShardRead {
 impl Sales {
     /// Reads the sale's state: each shard in one MULTI (its keys share a slot), shard 0 first,
     /// since it says where the others are. `None` if never seeded. Each shard keeps
-    /// `stock_initial = stock_left + sold - released` at the moment it is read, so the sums keep it too,
+    /// `stock_initial = stock_left + units_sold - units_released` at the moment it is read, so the sums keep it too,
     /// even though the shards are read at slightly different moments.
     pub async fn sale_state(&self, sale: &SaleId) -> RedisResult<Option<SaleState>> {
         let home = self.read_shard(&self.redis.sale_keys(sale)).await?;
@@ -85,6 +111,9 @@ impl Sales {
             stock_left,
             sold: home.sold,
             released: home.released,
+            units_sold: home.sold + home.extra_units,
+            units_released: home.released + home.extra_released,
+            per_buyer: home.per_buyer,
             queued: home.queued,
             starts_at_ms: home.starts_at_ms,
             ends_at_ms: home.ends_at_ms,
@@ -102,77 +131,52 @@ impl Sales {
             state.stock_left += left;
             state.sold += shard.sold;
             state.released += shard.released;
+            state.units_sold += shard.sold + shard.extra_units;
+            state.units_released += shard.released + shard.extra_released;
             state.queued += shard.queued;
         }
         Ok(Some(state))
     }
 
     async fn read_shard(&self, keys: &SaleKeys) -> RedisResult<ShardRead> {
-        type Meta = (
-            Option<i64>,
-            Option<i64>,
-            Option<i64>,
-            Option<i64>,
-            Option<String>,
-            Option<i64>,
-            Option<i64>,
-            Option<u32>,
-            Option<String>,
-            Option<String>,
-        );
-        let (
-            (
-                stock_initial,
-                starts_at_ms,
-                ends_at_ms,
-                shards,
-                suffixes,
-                payment_window_ms,
-                opens_at_ms,
-                rate,
-                seed,
-                paused,
-            ),
-            stock_left,
-            sold,
-            released,
-            queued,
-        ): (Meta, Option<i64>, i64, i64, i64) = redis::pipe()
-            .atomic()
-            .cmd("HMGET")
-            .arg(&keys.meta)
-            .arg(&[
-                "stock_initial",
-                "starts_at_ms",
-                "ends_at_ms",
-                "shards",
-                "shard_suffixes",
-                "payment_window_ms",
-                "queue_opens_at_ms",
-                "queue_rate",
-                "queue_seed",
-                "paused",
-            ])
-            .get(&keys.stock)
-            .scard(&keys.buyers)
-            .scard(&keys.released)
-            .xlen(&keys.orders)
-            .query_async(&mut self.redis.conn())
-            .await?;
+        // One HMGET of every meta field (13: more than a tuple reply reads), then each parsed.
+        let (meta, stock_left, sold, released, queued): (Vec<Option<String>>, Option<i64>, i64, i64, i64) =
+            redis::pipe()
+                .atomic()
+                .cmd("HMGET")
+                .arg(&keys.meta)
+                .arg(&META_FIELDS)
+                .get(&keys.stock)
+                .scard(&keys.buyers)
+                .scard(&keys.released)
+                .xlen(&keys.orders)
+                .query_async(&mut self.redis.conn())
+                .await?;
+        let field = |name: &str| meta.get(META_FIELDS.iter().position(|f| *f == name)?).cloned().flatten();
+        let number = |name: &str| -> RedisResult<Option<i64>> {
+            field(name)
+                .map(|raw| raw.parse().map_err(|_| unexpected_reply(&format!("the sale's meta {name}"), &raw)))
+                .transpose()
+        };
         Ok(ShardRead {
-            stock_initial,
+            stock_initial: number("stock_initial")?,
             stock_left,
             sold,
             released,
+            extra_units: number("extra_units")?.unwrap_or(0),
+            extra_released: number("extra_released")?.unwrap_or(0),
+            per_buyer: number("per_buyer")?.map_or(1, |n| n.clamp(1, i64::from(u32::MAX)) as u32),
             queued,
-            starts_at_ms,
-            ends_at_ms,
-            shards,
-            suffixes,
-            payment_window_ms,
-            paused,
-            queue: match (opens_at_ms, rate, seed) {
-                (Some(opens_at_ms), Some(rate), Some(seed)) => Some(QueueState { opens_at_ms, rate, seed }),
+            starts_at_ms: number("starts_at_ms")?,
+            ends_at_ms: number("ends_at_ms")?,
+            shards: number("shards")?,
+            suffixes: field("shard_suffixes"),
+            payment_window_ms: number("payment_window_ms")?,
+            paused: field("paused"),
+            queue: match (number("queue_opens_at_ms")?, number("queue_rate")?, field("queue_seed")) {
+                (Some(opens_at_ms), Some(rate), Some(seed)) => {
+                    Some(QueueState { opens_at_ms, rate: rate.clamp(0, i64::from(u32::MAX)) as u32, seed })
+                }
                 _ => None,
             },
         })

@@ -79,15 +79,20 @@ pub struct Receipt {
     /// A queued reservation's deadline, Unix milliseconds, from its stream entry
     /// ([`Sales::purchase_of`] only; `None` for any other order, and in the scripts' replies).
     pub pay_by_ms: Option<i64>,
+    /// Units bought.
+    pub quantity: u32,
 }
 
-/// A receipt as the hash holds it: `"<order id> <created_at_ms> <stream entry id>"`.
+/// A receipt as the hash holds it: `"<order id> <created_at_ms> <stream entry id>"`, then
+/// `" <quantity>"` when more than one unit was bought.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoredReceipt {
     pub order_id: Uuid,
     pub created_at_ms: i64,
     /// The stream entry id, `<ms>-<seq>`, as a pair that orders like the stream does.
     pub entry: EntryId,
+    /// Units bought (1 when the receipt does not say).
+    pub quantity: u32,
 }
 
 /// A stream entry id.
@@ -98,8 +103,8 @@ impl StoredReceipt {
     pub fn parse(value: &str) -> Result<Self, String> {
         let bad = || format!("a receipt reads {value:?}");
         let mut parts = value.split(' ');
-        let (Some(order_id), Some(created_at_ms), Some(entry), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
+        let (Some(order_id), Some(created_at_ms), Some(entry), quantity, None) =
+            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Err(bad());
         };
@@ -107,12 +112,14 @@ impl StoredReceipt {
             order_id: Uuid::parse_str(order_id).map_err(|_| bad())?,
             created_at_ms: created_at_ms.parse().map_err(|_| bad())?,
             entry: parse_entry_id(entry).ok_or_else(bad)?,
+            quantity: quantity.map_or(Ok(1), |q| q.parse().map_err(|_| bad()))?,
         })
     }
 
     /// The receipt, with its order's status.
     pub fn with_status(&self, status: OrderStatus) -> Receipt {
-        Receipt { order_id: self.order_id, created_at_ms: self.created_at_ms, status, pay_by_ms: None }
+        let (order_id, created_at_ms, quantity) = (self.order_id, self.created_at_ms, self.quantity);
+        Receipt { order_id, created_at_ms, status, pay_by_ms: None, quantity }
     }
 }
 
@@ -141,6 +148,9 @@ pub struct BuyerCopy {
     /// Every copied order was confirmed: the copy is final.
     pub settled: bool,
 }
+
+/// Most sales of one group [`Sales::group_orders`] reads (a group is a product's sizes or colours).
+pub const MAX_GROUP_SALES: usize = 100;
 
 impl Sales {
     /// What Redis knows of `user`'s purchase in `sale`: each shard's buyer set and receipt in one
@@ -171,6 +181,37 @@ impl Sales {
             Some((_, ms)) => Some(ms.parse().map_err(|_| unexpected_reply("an order entry's pay_by_ms", ms))?),
         };
         Ok(Purchase::Bought(Some(Receipt { pay_by_ms, ..stored.with_status(OrderStatus::Queued) })))
+    }
+
+    /// `user`'s orders in the sales of `sale`'s group (none for a sale without a group), as their
+    /// receipts say (status `Queued` or `Confirmed` is not looked up: `Confirmed` for all), in
+    /// one call on the group's slot: what a `limit_reached` refusal shows the buyer. At most
+    /// [`MAX_GROUP_SALES`] sales are read.
+    pub async fn group_orders(&self, sale: &SaleId, user: &UserId) -> RedisResult<Vec<(SaleId, Receipt)>> {
+        let keys = self.redis.sale_keys(sale);
+        if sale.group().is_none() {
+            return Ok(Vec::new());
+        }
+        let sales: Vec<String> = redis::cmd("SRANDMEMBER")
+            .arg(&keys.group_sales)
+            .arg(MAX_GROUP_SALES)
+            .query_async(&mut self.redis.conn())
+            .await?;
+        let mut sales: Vec<SaleId> = sales.iter().filter_map(|id| SaleId::parse(id).ok()).collect();
+        sales.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
+        let mut pipe = redis::pipe();
+        for sale in &sales {
+            pipe.hget(self.redis.sale_keys(sale).receipts, user.as_str());
+        }
+        let receipts: Vec<Option<String>> = pipe.query_async(&mut self.redis.conn()).await?;
+        Ok(sales
+            .into_iter()
+            .zip(receipts)
+            .filter_map(|(sale, receipt)| {
+                let stored = StoredReceipt::parse(&receipt?).ok()?;
+                Some((sale, stored.with_status(OrderStatus::Confirmed)))
+            })
+            .collect())
     }
 
     /// A copy of the sale's buyers and their receipts (for the sold-out flag), unless it has more

@@ -18,8 +18,10 @@ pub struct CommittedOrder {
     pub order_id: uuid::Uuid,
     /// The Redis time of the purchase, Unix milliseconds.
     pub created_at_ms: i64,
-    /// The order was cancelled or expired: its unit is in the stock, not the buyer's.
+    /// The order was cancelled or expired: its units are in the stock, not the buyer's.
     pub released: bool,
+    /// Units bought.
+    pub quantity: u32,
 }
 
 /// What a restore did.
@@ -33,8 +35,9 @@ pub struct Restored {
 
 impl Sales {
     /// Puts each user back into the buyer set of its home shard (where `buy.lua` looks first),
-    /// with a receipt naming its committed order, and lowers that shard's stock by as many live
-    /// orders (a released order's id joins the released set instead).
+    /// with a receipt naming its committed order, and lowers that shard's stock by the live
+    /// orders' units (a released order's id joins the released set instead); a grouped sale's
+    /// buyers hold their units in the group again.
     /// Users already in the set are left alone, so a repeated restore does nothing.
     pub async fn restore_buyers(&self, sale: &SaleId, orders: &[CommittedOrder]) -> RedisResult<Restored> {
         let shards = self.all_shard_keys(sale).await?;
@@ -44,12 +47,13 @@ impl Sales {
                 orders.iter().filter(|o| home_shard(&o.user_id, shards.len() as u32) == shard).collect();
             for page in mine.chunks(PAGE) {
                 let mut call = lua::RESTORE.key(&keys.stock);
-                call.key(&keys.buyers).key(&keys.receipts).key(&keys.released);
+                call.key(&keys.buyers).key(&keys.receipts).key(&keys.released).key(&keys.meta).key(&keys.held);
                 for order in page {
                     call.arg(order.user_id.as_str())
                         .arg(order.order_id.to_string())
                         .arg(order.created_at_ms)
-                        .arg(if order.released { "1" } else { "0" });
+                        .arg(if order.released { "1" } else { "0" })
+                        .arg(order.quantity);
                 }
                 let (buyers, overdrawn): (u64, u64) = lua::run(&call, &mut self.keyspace().conn()).await?;
                 done.buyers += buyers;

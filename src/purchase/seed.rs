@@ -24,6 +24,11 @@ pub enum SeedOutcome {
         /// The sale's shard count.
         shards: u32,
     },
+    /// The sale's group allows another `per_buyer` (its first seed's); nothing was changed.
+    GroupLimitDiffers {
+        /// The group's per_buyer.
+        per_buyer: u32,
+    },
 }
 
 /// A sale's schedule and stock, as an admin seeds it.
@@ -44,6 +49,10 @@ pub struct SaleSpec {
     /// A waiting room in front of the sale (`crate::admission`); `None`: anyone may buy from
     /// the start. Not with shards (the caller refuses the two together).
     pub queue: Option<QueueSpec>,
+    /// Units one buyer may buy in the sale or, for a sale of a group ([`SaleId::group`]), across
+    /// the group's sales: 1 to [`crate::domain::MAX_PER_BUYER`]. Not with shards, over 1 or in a
+    /// group (the caller refuses them together).
+    pub per_buyer: u32,
 }
 
 impl Sales {
@@ -77,11 +86,23 @@ impl Sales {
         let order: Vec<usize> =
             if existing.is_some() { std::iter::once(0).chain(others).collect() } else { others.chain([0]).collect() };
         for shard in order {
-            match self.seed_shard(&keys[shard], &layout, shard, spec, existing.is_some()).await?.as_str() {
-                "ok" => {}
-                "sale_in_progress" => return Ok(SeedOutcome::InProgress),
-                "sale_started" => return Ok(SeedOutcome::Started),
-                other => return Err(unexpected_reply("seed.lua", other)),
+            let reply: redis::Value =
+                self.seed_shard(sale, &keys[shard], &layout, shard, spec, existing.is_some()).await?;
+            match reply {
+                redis::Value::Array(words) => {
+                    match redis::from_redis_value::<(String, u32)>(redis::Value::Array(words))? {
+                        (word, per_buyer) if word == "group_limit_differs" => {
+                            return Ok(SeedOutcome::GroupLimitDiffers { per_buyer });
+                        }
+                        (other, _) => return Err(unexpected_reply("seed.lua", &other)),
+                    }
+                }
+                word => match redis::from_redis_value::<String>(word)?.as_str() {
+                    "ok" => {}
+                    "sale_in_progress" => return Ok(SeedOutcome::InProgress),
+                    "sale_started" => return Ok(SeedOutcome::Started),
+                    other => return Err(unexpected_reply("seed.lua", other)),
+                },
             }
         }
         // Every instance drops its sold-out flag for the sale; the seed itself has happened.
@@ -91,12 +112,13 @@ impl Sales {
 
     async fn seed_shard(
         &self,
+        sale: &SaleId,
         keys: &SaleKeys,
         layout: &Layout,
         shard: usize,
         spec: SaleSpec,
         reseed: bool,
-    ) -> RedisResult<String> {
+    ) -> RedisResult<redis::Value> {
         let opt = |v: Option<i64>| v.map(|ms| ms.to_string()).unwrap_or_default();
         let suffixes = if shard == 0 { layout.suffixes_field() } else { String::new() };
         // The group exists before the shard can take an order, so its orders reach the worker.
@@ -113,6 +135,7 @@ impl Sales {
             Some(queue) => call.arg(queue.opens_at_ms).arg(queue.rate).arg(queue.ttl_ms).arg(hex::encode(queue.seed)),
             None => call.arg("").arg("").arg("").arg(""),
         };
+        call.arg(spec.per_buyer).arg(sale.group().unwrap_or("")).arg(sale.as_str());
         lua::run(&call, &mut self.redis.conn()).await
     }
 

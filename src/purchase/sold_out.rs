@@ -236,7 +236,7 @@ mod tests {
     }
 
     fn receipt(status: OrderStatus) -> Receipt {
-        Receipt { order_id: uuid::Uuid::now_v7(), created_at_ms: 1, status, pay_by_ms: None }
+        Receipt { order_id: uuid::Uuid::now_v7(), created_at_ms: 1, status, pay_by_ms: None, quantity: 1 }
     }
 
     fn loaded(ids: &[&str], status: OrderStatus) -> Buyers {

@@ -1,5 +1,6 @@
 //! Redis key names. All keys of one sale share the hash tag `{sale:<id>}`, so a script that
-//! touches them all runs in one Redis Cluster slot.
+//! touches them all runs in one Redis Cluster slot; the sales of a group (ids `<group>.<name>`,
+//! [`SaleId::group`]) share their group's tag `{group:<group>}` with the group's own keys.
 
 use std::net::IpAddr;
 
@@ -26,6 +27,13 @@ pub struct SaleKeys {
     /// pre-queue, the later arrivals, the admitted buyers who bought, the admissions' times and
     /// the queue's state ([`QueueKeys`]).
     pub queue: QueueKeys,
+    /// Hash: buyer -> units bought in the sale's group (`lua/buy.lua`'s KEYS[7]). The group's, shared
+    /// by its sales; a sale without a group has one of its own that no script writes.
+    pub held: String,
+    /// Hash: the group's `per_buyer` (`lua/seed.lua`), likewise the group's or an unused one.
+    pub group_meta: String,
+    /// Set: the ids of the group's sales, likewise.
+    pub group_sales: String,
 }
 
 /// A queued sale's waiting room (`lua/queue_join.lua`, `lua/admit.lua`).
@@ -46,26 +54,40 @@ pub struct QueueKeys {
 impl SaleKeys {
     /// The sale's own keys (shard 0 of a sharded sale).
     pub fn new(prefix: &str, sale: &SaleId) -> Self {
-        Self::with_tag(prefix, &Self::tag(sale, None))
+        Self::with_tag(prefix, &Self::tag(sale, None), sale)
     }
 
     /// The keys of shard `suffix` of a sharded sale (`crate::purchase::shards`), in a slot of their own.
     pub fn of_shard(prefix: &str, sale: &SaleId, suffix: u32) -> Self {
-        Self::with_tag(prefix, &Self::tag(sale, Some(suffix)))
+        Self::with_tag(prefix, &Self::tag(sale, Some(suffix)), sale)
     }
 
     /// The hash tag's content: `sale:<id>`, or `sale:<id>:<suffix>` for a shard (a sale id has
-    /// no `:`, so a shard's tag is never another sale's).
+    /// no `:`, so a shard's tag is never another sale's); `group:<group>` for a sale of a group
+    /// (never sharded).
     pub fn tag(sale: &SaleId, shard_suffix: Option<u32>) -> String {
-        match shard_suffix {
-            None => format!("sale:{sale}"),
-            Some(suffix) => format!("sale:{sale}:{suffix}"),
+        match (sale.group(), shard_suffix) {
+            (Some(group), _) => format!("group:{group}"),
+            (None, None) => format!("sale:{sale}"),
+            (None, Some(suffix)) => format!("sale:{sale}:{suffix}"),
         }
     }
 
-    fn with_tag(prefix: &str, tag: &str) -> Self {
-        let base = format!("{prefix}:{{{tag}}}");
+    fn with_tag(prefix: &str, tag: &str, sale: &SaleId) -> Self {
+        let group = format!("{prefix}:{{{tag}}}");
+        // A group's sales keep their keys apart inside the group's slot; a sale alone owns its tag.
+        let base = match sale.group() {
+            Some(_) => format!("{group}:sale:{sale}"),
+            None => group.clone(),
+        };
+        let (held, group_meta, group_sales) = match sale.group() {
+            Some(_) => (format!("{group}:held"), format!("{group}:meta"), format!("{group}:sales")),
+            None => (format!("{base}:held"), format!("{base}:group"), format!("{base}:group:sales")),
+        };
         Self {
+            held,
+            group_meta,
+            group_sales,
             meta: format!("{base}:meta"),
             stock: format!("{base}:stock"),
             buyers: format!("{base}:buyers"),
@@ -82,14 +104,19 @@ impl SaleKeys {
         }
     }
 
-    /// The six keys, as KEYS[1..6] of buy.lua.
-    pub fn all(&self) -> [&str; 6] {
-        [&self.meta, &self.stock, &self.buyers, &self.orders, &self.receipts, &self.queue.bought]
+    /// The seven keys, as KEYS[1..7] of buy.lua.
+    pub fn all(&self) -> [&str; 7] {
+        [&self.meta, &self.stock, &self.buyers, &self.orders, &self.receipts, &self.queue.bought, &self.held]
     }
 
-    /// The sale's state without its order stream, as KEYS[1..4] of seed.lua.
-    pub fn state(&self) -> [&str; 4] {
-        [&self.meta, &self.stock, &self.buyers, &self.queue.state]
+    /// The sale's state without its order stream, as KEYS[1..6] of seed.lua.
+    pub fn state(&self) -> [&str; 6] {
+        [&self.meta, &self.stock, &self.buyers, &self.queue.state, &self.group_meta, &self.group_sales]
+    }
+
+    /// The group's keys (none for a sale without a group): removed with the group's last sale.
+    pub fn group_keys(&self, sale: &SaleId) -> Option<[&str; 3]> {
+        sale.group().map(|_| [self.held.as_str(), &self.group_meta, &self.group_sales])
     }
 
     /// KEYS[1..4] of queue_join.lua.
@@ -103,10 +130,11 @@ impl SaleKeys {
         [&self.meta, &self.stock, &q.prequeue, &q.late, &q.bought, &q.admits, &q.state]
     }
 
-    /// Every key of the sale in its slot, for its removal and tests.
+    /// Every key of the sale in its slot, for its removal and tests: not its group's, which its
+    /// group's other sales share ([`Self::group_keys`]).
     pub fn every(&self) -> [&str; 11] {
         let q = &self.queue;
-        let [meta, stock, buyers, orders, receipts, bought] = self.all();
+        let [meta, stock, buyers, orders, receipts, bought, _held] = self.all();
         [meta, stock, buyers, orders, receipts, &self.released, bought, &q.prequeue, &q.late, &q.admits, &q.state]
     }
 }
@@ -185,6 +213,24 @@ mod tests {
         }
         let shard = SaleKeys::of_shard("seckill", &SaleId::parse("demo").unwrap(), 7);
         assert_eq!(shard.orders, "seckill:{sale:demo:7}:orders");
+    }
+
+    #[test]
+    fn a_groups_sales_share_its_slot_and_keep_their_keys_apart() {
+        let size = |id| SaleKeys::new("seckill", &SaleId::parse(id).unwrap());
+        let (nine, ten) = (size("shoe.9"), size("shoe.10"));
+        assert_eq!(nine.meta, "seckill:{group:shoe}:sale:shoe.9:meta");
+        assert_eq!(nine.held, "seckill:{group:shoe}:held");
+        assert_eq!(nine.held, ten.held);
+        let nine_keys: Vec<&str> =
+            nine.every().into_iter().chain(nine.group_keys(&SaleId::parse("shoe.9").unwrap()).unwrap()).collect();
+        for key in &nine_keys {
+            assert_eq!(hash_tag(key), "group:shoe", "{key}");
+        }
+        assert!(ten.every().iter().all(|key| !nine.every().contains(key)), "two sizes share a key");
+        let alone = size("shoe");
+        assert_eq!(hash_tag(&alone.held), "sale:shoe");
+        assert!(alone.group_keys(&SaleId::parse("shoe").unwrap()).is_none());
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub const CREATED_AT_MS: &str = "created_at_ms";
 /// A reservation's deadline, Unix milliseconds (Redis time): only in a sale with a payment window.
 pub const PAY_BY_MS: &str = "pay_by_ms";
 
+/// Units bought, when more than one (without it: one).
+pub const QUANTITY: &str = "quantity";
+
 /// The purchase's W3C trace context, when traces are on (`crate::telemetry::traces`).
 pub const TRACEPARENT: &str = "traceparent";
 
@@ -75,7 +78,7 @@ pub async fn trim(con: &mut impl ConnectionLike, stream: &str) -> RedisResult<u6
 }
 
 /// The fields every purchase's entry starts with, in the order they are written; then
-/// [`PAY_BY_MS`] in a sale with a payment window, [`TRACEPARENT`] when traces are on.
+/// [`QUANTITY`] when over 1, [`PAY_BY_MS`] in a sale with a payment window, [`TRACEPARENT`] when traces are on.
 pub const PURCHASE_FIELDS: [&str; 2] = [ORDER_ID, USER_ID];
 
 /// The entry of `order` re-enqueued (its id will not carry its time), as XADD takes its fields.
@@ -85,6 +88,9 @@ pub fn encode(order: &Order) -> Vec<(&'static str, String)> {
         (USER_ID, order.user_id.to_string()),
         (CREATED_AT_MS, order.created_at_ms.to_string()),
     ];
+    if order.quantity > 1 {
+        fields.push((QUANTITY, order.quantity.to_string()));
+    }
     if let Some(pay_by_ms) = order.pay_by_ms {
         fields.push((PAY_BY_MS, pay_by_ms.to_string()));
     }
@@ -107,7 +113,11 @@ pub fn decode(entry: &StreamId, sale: &SaleId) -> Result<Order, &'static str> {
         None => None,
         Some(raw) => Some(raw.parse().map_err(|_| PAY_BY_MS)?),
     };
-    Ok(Order { order_id, sale_id, user_id, created_at_ms, pay_by_ms })
+    let quantity = match field(QUANTITY) {
+        None => 1,
+        Some(raw) => raw.parse().ok().filter(|q| (1..=crate::domain::MAX_PER_BUYER).contains(q)).ok_or(QUANTITY)?,
+    };
+    Ok(Order { order_id, sale_id, user_id, created_at_ms, pay_by_ms, quantity })
 }
 
 /// The user of an entry (`None` if it has no `user_id` field).
@@ -148,6 +158,7 @@ mod tests {
             user_id: UserId::parse("u").unwrap(),
             created_at_ms: 1_700_000_000_000,
             pay_by_ms: None,
+            quantity: 3,
         };
         let entry = |fields: &[(&str, String)]| StreamId {
             map: fields.iter().map(|(k, v)| (k.to_string(), redis::Value::BulkString(v.clone().into()))).collect(),
@@ -163,15 +174,22 @@ mod tests {
         assert_eq!(decode(&entry(&bad), sale), Err(USER_ID));
         assert_eq!(decode(&StreamId::default(), sale), Err(ORDER_ID));
 
-        // A purchase's entry (order id and user): its time is the entry id's, its sale the stream's.
+        // A purchase's entry (order id and user): its time is the entry id's, its sale the stream's,
+        // one unit unless it says more.
         let short = [encode(&order)[0].clone(), encode(&order)[1].clone()];
         let purchased = StreamId { id: "1700000000000-3".into(), ..entry(&short) };
-        assert_eq!(decode(&purchased, sale), Ok(order.clone()));
+        assert_eq!(decode(&purchased, sale), Ok(Order { quantity: 1, ..order.clone() }));
+        let many = [short[0].clone(), short[1].clone(), (QUANTITY, "3".into())];
+        assert_eq!(decode(&StreamId { id: "1700000000000-3".into(), ..entry(&many) }, sale), Ok(order.clone()));
+        for bad in ["0", "101", "x"] {
+            let wrong = [short[0].clone(), short[1].clone(), (QUANTITY, bad.into())];
+            assert_eq!(decode(&StreamId { id: "1700000000000-3".into(), ..entry(&wrong) }, sale), Err(QUANTITY));
+        }
         // An entry of an earlier release also names its sale, which is not read.
         let mut earlier = encode(&order);
         earlier.insert(1, ("sale_id", "another".into()));
         assert_eq!(decode(&entry(&earlier), sale), Ok(order.clone()));
-        let unnamed = StreamId { id: "x".into(), ..purchased.clone() };
+        let unnamed = StreamId { id: "x".into(), ..purchased };
         assert_eq!(decode(&unnamed, sale), Err(CREATED_AT_MS));
     }
 }

@@ -85,7 +85,8 @@ impl From<PaymentError> for ReservationError {
 }
 
 /// Gives the units of `orders` (cancelled or expired orders of `sale`) back to its stock, each
-/// once (`lua/release.lua`), then records them restocked. A sale that was sold out is announced
+/// order's quantity once (`lua/release.lua`; the quantities read from Postgres), then records them
+/// restocked. A sale that was sold out is announced
 /// on the events channel, so every instance drops its sold-out flag. Returns the units that went
 /// back (0 for orders released before). A sale Redis does not know keeps its releases owed.
 pub async fn release(sales: &Sales, pool: &PgPool, sale: &str, orders: &[Uuid]) -> Result<u64, ReservationError> {
@@ -97,13 +98,16 @@ pub async fn release(sales: &Sales, pool: &PgPool, sale: &str, orders: &[Uuid]) 
     let mut released = 0;
     let mut reopened = false;
     for page in orders.chunks(RELEASE_PAGE) {
+        let quantities = store::quantities(pool, sale, page).await?;
         let mut call = lua::RELEASE.key(&keys.stock);
-        call.key(&keys.released);
+        call.key(&keys.released).key(&keys.meta);
         for order in page {
-            call.arg(order.to_string());
+            // An order Postgres does not hold is not released here (every caller read it there).
+            let Some(quantity) = quantities.get(order) else { continue };
+            call.arg(order.to_string()).arg(quantity);
         }
         let reply: redis::Value = lua::run(&call, &mut sales.keyspace().conn()).await?;
-        let (units, stock_before): (u64, i64) = match reply {
+        let (_orders, stock_before, units): (u64, i64, u64) = match reply {
             redis::Value::Array(_) => redis::from_redis_value(reply).map_err(redis::RedisError::from)?,
             other => {
                 let word: String = redis::from_redis_value(other).map_err(redis::RedisError::from)?;

@@ -80,6 +80,21 @@ pub async fn restocked_count(pool: &PgPool, sale: &SaleId) -> Result<i64, sqlx::
         .await
 }
 
+/// The quantity of each of `orders` of `sale` that Postgres holds.
+pub async fn quantities(
+    pool: &PgPool,
+    sale: &str,
+    orders: &[Uuid],
+) -> Result<std::collections::HashMap<Uuid, i32>, sqlx::Error> {
+    let rows: Vec<(Uuid, i32)> =
+        sqlx::query_as("select order_id, quantity from orders where order_id = any($1) and sale_id = $2")
+            .bind(orders)
+            .bind(sale)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().collect())
+}
+
 /// Records that the units of `orders` (of `sale`) are back in the stock.
 pub async fn mark_restocked(pool: &PgPool, sale: &str, orders: &[Uuid]) -> Result<u64, sqlx::Error> {
     let done = sqlx::query(
@@ -305,6 +320,10 @@ pub struct Tally {
     pub late_payments: i64,
     /// Cancelled or expired orders whose unit is not yet back in the stock.
     pub releases_owed: i64,
+    /// Units of the live orders: confirmed, reserved and paid (an order may hold several).
+    pub units_confirmed: i64,
+    pub units_reserved: i64,
+    pub units_paid: i64,
 }
 
 /// The sale's [`Tally`].
@@ -316,22 +335,23 @@ pub async fn tally(pool: &PgPool, sale: &SaleId) -> Result<Tally, sqlx::Error> {
 /// The [`Tally`] of each of `sales` that has orders or payments.
 pub async fn tally_by_sale(pool: &PgPool, sales: &[SaleId]) -> Result<HashMap<String, Tally>, sqlx::Error> {
     let ids: Vec<&str> = sales.iter().map(SaleId::as_str).collect();
-    let rows: Vec<(String, String, i64, i64)> = sqlx::query_as(
+    let rows: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
         "select sale_id, status, count(*),
-                count(*) filter (where status in ('cancelled', 'expired') and restocked_at is null)
+                count(*) filter (where status in ('cancelled', 'expired') and restocked_at is null),
+                sum(quantity)::int8
          from orders where sale_id = any($1) group by sale_id, status",
     )
     .bind(&ids)
     .fetch_all(pool)
     .await?;
     let mut tallies: HashMap<String, Tally> = HashMap::new();
-    for (sale, status, count, owed) in rows {
+    for (sale, status, count, owed, units) in rows {
         let tally = tallies.entry(sale).or_default();
         tally.releases_owed += owed;
         match Standing::parse(&status) {
-            Some(Standing::Confirmed) => tally.confirmed = count,
-            Some(Standing::Reserved) => tally.reserved = count,
-            Some(Standing::Paid) => tally.paid = count,
+            Some(Standing::Confirmed) => (tally.confirmed, tally.units_confirmed) = (count, units),
+            Some(Standing::Reserved) => (tally.reserved, tally.units_reserved) = (count, units),
+            Some(Standing::Paid) => (tally.paid, tally.units_paid) = (count, units),
             Some(Standing::Cancelled) => tally.cancelled = count,
             Some(Standing::Expired) => tally.expired = count,
             None => {}

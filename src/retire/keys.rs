@@ -7,6 +7,7 @@
 
 use redis::RedisResult;
 
+use crate::domain::SaleId;
 use crate::redis::PAGE;
 use crate::redis::connection::SharedConnection;
 use crate::redis::keys::SaleKeys;
@@ -43,6 +44,23 @@ pub async fn remove_all(con: &mut SharedConnection, shards: &[SaleKeys]) -> Redi
         }
     }
     Ok(removed)
+}
+
+/// Takes a retired sale of a group out of its group; the group's last sale takes the group's
+/// keys with it (its buyers' holdings drained in pages, then its meta). A sale without a group
+/// has nothing to leave. (A seed of a new sale of the group racing the last retirement can lose
+/// the group's holdings: seed a group's sales before retiring its last.)
+pub async fn leave_group(con: &mut SharedConnection, sale: &SaleId, keys: &SaleKeys) -> RedisResult<()> {
+    let Some([held, group_meta, group_sales]) = keys.group_keys(sale) else {
+        return Ok(());
+    };
+    let _: i64 = redis::cmd("SREM").arg(group_sales).arg(sale.as_str()).query_async(con).await?;
+    let left: i64 = redis::cmd("SCARD").arg(group_sales).query_async(con).await?;
+    if left == 0 {
+        drain_hash(con, held).await?;
+        let _: i64 = redis::cmd("DEL").arg(group_meta).query_async(con).await?;
+    }
+    Ok(())
 }
 
 /// How many of the shard's keys exist (one EXISTS per key: they share a slot, but counting one

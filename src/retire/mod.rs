@@ -200,6 +200,7 @@ impl Retirer {
             tracing::warn!(sale_id = %sale, left, "keys of the retired sale came back; removing them again");
             removed.keys += keys::remove_all(&mut con, &shards).await?.keys;
         }
+        keys::leave_group(&mut con, sale, &shards[0]).await?;
         self.sales.forget_layout(sale.as_str());
         self.metrics.forget_sale(sale.as_str());
         let retired = RetireReport {

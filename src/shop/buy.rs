@@ -29,6 +29,8 @@ pub enum AdmissionToken<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct Bought {
     pub order_id: Uuid,
+    /// Units bought.
+    pub quantity: u32,
     /// In a sale with a payment window: the reservation's deadline (the Redis server's clock),
     /// in milliseconds since the epoch.
     pub pay_by_ms: Option<i64>,
@@ -42,22 +44,24 @@ impl Shop {
     /// then the buyer's) run in the purchase's own script call, so an abusive client costs one
     /// call, not a purchase attempt; once refused, it is answered from memory until the limit
     /// could admit it again. If a limit cannot answer, nothing is bought (fail closed).
+    /// `quantity` units are bought, all or none (the caller bounds it to
+    /// [`crate::domain::MAX_PER_BUYER`]).
     pub async fn buy(
         &self,
         sale: &SaleId,
-        user: &UserId,
+        (user, quantity): (&UserId, u32),
         client: IpAddr,
         token: AdmissionToken<'_>,
     ) -> Limited<Bought> {
         let mut meter = Meter::new(&self.limits, &self.metrics);
-        let outcome = self.purchase(sale, user, client, token, &mut meter).await;
+        let outcome = self.purchase(sale, (user, quantity), client, token, &mut meter).await;
         meter.finish(outcome)
     }
 
     async fn purchase(
         &self,
         sale: &SaleId,
-        user: &UserId,
+        (user, quantity): (&UserId, u32),
         client: IpAddr,
         token: AdmissionToken<'_>,
         meter: &mut Meter<'_>,
@@ -86,7 +90,7 @@ impl Shop {
 
         let gates = meter.gates(self.sales.keyspace().prefix(), client, user, sale)?;
         let (asked, order_id) = (Instant::now(), Uuid::now_v7());
-        let verdict = self.sales.buy(sale, user, order_id, place, &gates).await.map_err(|err| {
+        let verdict = self.sales.buy(sale, (user, quantity), order_id, place, &gates).await.map_err(|err| {
             // The limits ran in the failed call, or were to: they could not decide (fail closed).
             self.metrics.limiter_decision("error");
             let context = "the purchase and its rate limits";
@@ -105,7 +109,7 @@ impl Shop {
             return Err(Error::Unavailable(anyhow::anyhow!("the limits admitted the purchase but it did not run")));
         };
         match outcome {
-            BuyOutcome::Purchased { pay_by_ms } => Ok(Bought { order_id, pay_by_ms }),
+            BuyOutcome::Purchased { pay_by_ms } => Ok(Bought { order_id, quantity, pay_by_ms }),
             BuyOutcome::NotDurable { replicas } => {
                 tracing::warn!(%order_id, replicas, "purchase not confirmed by enough replicas: 503 not_durable");
                 Err(Error::NotDurable { order_id })
@@ -120,6 +124,15 @@ impl Shop {
                 self.admission.learn_queued(sale);
                 Err(Error::NotAdmitted(Refused::Missing))
             }
+            BuyOutcome::LimitReached { held, per_buyer } => {
+                // A refusal's read, on the group's slot: which orders hold the buyer's units.
+                let orders = self.sales.group_orders(sale, user).await.unwrap_or_else(|error| {
+                    tracing::warn!(%error, %sale, "the buyer's orders in the group could not be read");
+                    Vec::new()
+                });
+                Err(Error::LimitReached { per_buyer, held, orders })
+            }
+            BuyOutcome::InsufficientStock { left } => Err(Error::InsufficientStock { stock_left: left }),
             BuyOutcome::SoldOut => {
                 if self.sold_out.set_since(sale, asked) {
                     self.board.invalidate(sale).await;

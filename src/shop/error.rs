@@ -51,6 +51,25 @@ pub enum Error {
     /// `sold_out`.
     #[error("the sale is sold out")]
     SoldOut,
+    /// `limit_reached`: the quantity would take the buyer over the units one buyer may buy in
+    /// the sale or its group; nothing was bought. The buyer's orders in the group's sales.
+    #[error("one buyer may buy {per_buyer} unit(s) in this sale{}; this buyer holds {held}: nothing was bought",
+        if orders.is_empty() { "" } else { " and the others of its group" })]
+    LimitReached {
+        /// Units one buyer may buy.
+        per_buyer: u32,
+        /// Units the buyer holds in the group (0 in a sale without one).
+        held: u32,
+        /// The buyer's orders in the group's sales.
+        orders: Vec<(crate::domain::SaleId, Receipt)>,
+    },
+    /// `insufficient_stock`: fewer units are left than the quantity asked; nothing was bought (a
+    /// purchase is never partly filled).
+    #[error("only {stock_left} unit(s) are left; nothing was bought: ask for fewer")]
+    InsufficientStock {
+        /// Units left.
+        stock_left: i64,
+    },
     /// `sale_in_progress`: a re-seed of a sale with buyers.
     #[error("the sale already has buyers; it cannot be re-seeded")]
     SaleInProgress,
@@ -62,6 +81,14 @@ pub enum Error {
     SaleHasOrders {
         /// Orders of the sale in Postgres.
         orders: i64,
+    },
+    /// `group_limit_differs`: a seed of a group's sale with another `per_buyer` than the group's.
+    #[error(
+        "the sale's group allows {per_buyer} unit(s) per buyer; every sale of a group must seed the same per_buyer"
+    )]
+    GroupLimitDiffers {
+        /// The group's per_buyer.
+        per_buyer: u32,
     },
     /// `sale_started`: a re-seed of a sharded sale that has started.
     #[error("the sale is sharded and has started; it cannot be re-seeded")]
@@ -169,7 +196,10 @@ impl Error {
             Self::Sharded => "sale_sharded",
             Self::AlreadyPurchased(_) => "already_purchased",
             Self::SoldOut => "sold_out",
+            Self::LimitReached { .. } => "limit_reached",
+            Self::InsufficientStock { .. } => "insufficient_stock",
             Self::SaleInProgress => "sale_in_progress",
+            Self::GroupLimitDiffers { .. } => "group_limit_differs",
             Self::SaleHasOrders { .. } => "sale_has_orders",
             Self::SaleStarted => "sale_started",
             Self::ShardsFixed { .. } => "shards_fixed",

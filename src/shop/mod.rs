@@ -61,7 +61,7 @@ pub mod lower {
     }
     /// A bought order's status.
     pub mod purchase {
-        pub use crate::purchase::OrderStatus;
+        pub use crate::purchase::{OrderStatus, Receipt};
     }
     /// What reconciling a sale found.
     pub mod reconcile {

@@ -8,7 +8,7 @@ use super::{Error, Shop};
 use crate::admission::{self, MAX_RATE};
 use crate::controls::audit;
 use crate::db;
-use crate::domain::{QueueSpec, SaleId};
+use crate::domain::{MAX_PER_BUYER, QueueSpec, SaleId};
 use crate::purchase::shards::MAX_SHARDS;
 use crate::purchase::{SaleSpec, SeedOutcome};
 use crate::reservations;
@@ -31,6 +31,11 @@ pub struct SeedOrder {
     pub payment_window: Option<String>,
     /// A waiting room: when it opens, and buyers admitted per second.
     pub queue: Option<(OffsetDateTime, u32)>,
+    /// Units one buyer may buy, in the sale or across its group; `None`: 1.
+    pub per_buyer: Option<u32>,
+    /// The group the sale belongs to, as the request named it; a sale of a group is named
+    /// `<group>.<name>` ([`SaleId::group`]), so this only has to agree with the id.
+    pub group: Option<String>,
 }
 
 impl Shop {
@@ -41,8 +46,18 @@ impl Shop {
     /// retired sale (its row is locked in the transaction, so a retirement and a seed of one sale
     /// never interleave). Answers the sale's state after the seed.
     pub async fn seed(&self, sale: &SaleId, order: SeedOrder) -> Result<SaleReport, Error> {
-        let SeedOrder { stock, starts_at, ends_at, shards, payment_window, queue } = order;
+        let SeedOrder { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group } = order;
         let invalid = |message: String| Err(Error::Invalid(message));
+        let per_buyer = per_buyer.unwrap_or(1);
+        if !(1..=MAX_PER_BUYER).contains(&per_buyer) {
+            return invalid(format!("per_buyer must be between 1 and {MAX_PER_BUYER}"));
+        }
+        if let Some(group) = group
+            && sale.group() != Some(group.as_str())
+        {
+            // The id names the group, so every instance finds the group's hash slot from the id alone.
+            return invalid(format!("a sale of group {group:?} is named \"{group}.<name>\" (docs/stock-sharding.md)"));
+        }
         if !(0..=MAX_STOCK).contains(&stock) {
             return invalid(format!("stock must be between 0 and {MAX_STOCK}"));
         }
@@ -71,6 +86,11 @@ impl Shop {
             || (shards.is_none() && self.sales.layout(sale).await?.is_some_and(|layout| layout.is_sharded()));
         if sharded && asked_window.is_some() {
             return invalid("payment_window cannot be used with more than one shard".into());
+        }
+        // A shard's stock is its own: a purchase of several units, or a limit shared across a
+        // group's slot, would span shards (docs/stock-sharding.md).
+        if sharded && (per_buyer > 1 || sale.group().is_some()) {
+            return invalid("per_buyer over 1 and groups cannot be used with more than one shard".into());
         }
         let window = if sharded { None } else { asked_window.or(self.settings.default_payment_window) };
         let payment_window_ms = window.map(|w| w.as_millis() as i64);
@@ -104,6 +124,7 @@ impl Shop {
             shards,
             payment_window_ms,
             queue,
+            per_buyer,
         };
 
         // Checked first without a lock (a retired sale has orders Redis forgot: that is not what
@@ -117,7 +138,8 @@ impl Shop {
         if db::lock_retired(&mut tx, sale.as_str()).await? {
             return Err(Error::SeedRetired);
         }
-        db::upsert_sale(&mut tx, sale, stock, starts_at, ends_at, payment_window_ms, queue.as_ref()).await?;
+        let row = db::SaleRow { stock_initial: stock, starts_at, ends_at, payment_window_ms, queue, per_buyer };
+        db::upsert_sale(&mut tx, sale, &row).await?;
         match self.sales.seed(sale, spec).await? {
             SeedOutcome::Seeded => {
                 let effect = json!({
@@ -127,6 +149,7 @@ impl Shop {
                     "ends_at": spec.ends_at_ms,
                     "payment_window_ms": payment_window_ms,
                     "queue_rate": queue.map(|q| q.rate),
+                    "per_buyer": per_buyer,
                 });
                 audit::record(&mut tx, sale, "seed", None, &effect, None).await?;
                 self.sold_out.clear(sale.as_str());
@@ -135,6 +158,7 @@ impl Shop {
             SeedOutcome::InProgress => return Err(Error::SaleInProgress),
             SeedOutcome::Started => return Err(Error::SaleStarted),
             SeedOutcome::ShardsFixed { shards } => return Err(Error::ShardsFixed { shards }),
+            SeedOutcome::GroupLimitDiffers { per_buyer } => return Err(Error::GroupLimitDiffers { per_buyer }),
         }
         tracing::info!(sale_id = %sale, stock, shards, payment_window_ms, queue_rate = queue.map(|q| q.rate),
             "sale seeded");

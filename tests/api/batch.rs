@@ -116,7 +116,7 @@ async fn one_failing_purchase_in_a_call_leaves_the_others_standing() {
     let mut call = Algorithm::SlidingLog.with_purchases().key(&keys.all()[..]);
     call.arg(&sale).arg(1).arg(parts.len());
     for (user, order, limiter) in &parts {
-        call.arg(*user).arg(order.as_str()).arg("").arg("").arg(limiter.map_or(0, |_| 1));
+        call.arg(*user).arg(order.as_str()).arg("").arg("").arg(1).arg(limiter.map_or(0, |_| 1));
         if let Some(key) = limiter {
             call.key(key.as_str());
             policy.push_args(&mut call, order, None);
@@ -185,7 +185,7 @@ async fn a_purchase_whose_write_fails_leaves_nothing_written_in_either_script() 
         let order = Uuid::now_v7().to_string();
         let reply: Value = if batch {
             let mut call = Algorithm::SlidingLog.with_purchases().key(&keys.all()[..]);
-            call.arg(sale).arg(1).arg(1).arg(user).arg(&order).arg(7).arg("").arg(0);
+            call.arg(sale).arg(1).arg(1).arg(user).arg(&order).arg(7).arg("").arg(1).arg(0);
             let mut replies: Vec<Value> = call.invoke_async(&mut redis).await.map_err(|e| e.to_string())?;
             replies.remove(0)
         } else {
@@ -242,7 +242,10 @@ fn comparable(reply: &Value) -> Vec<String> {
         other => vec![redis::from_redis_value_ref(other).unwrap()],
     };
     match words.first().map(String::as_str) {
-        Some("already_purchased") if words.len() == 4 => vec![words[0].clone(), words[1].clone(), words[3].clone()],
+        // The time differs between the twin sales; the order, its state and its units do not.
+        Some("already_purchased") if words.len() == 5 => {
+            vec![words[0].clone(), words[1].clone(), words[3].clone(), words[4].clone()]
+        }
         Some("reserved") => vec![words[0].clone()],
         _ => words,
     }
@@ -304,7 +307,7 @@ async fn the_batch_script_decides_every_purchase_as_buy_lua_does() {
             let mut call = Algorithm::SlidingLog.with_purchases().key(&many_keys.all()[..]);
             call.arg(&many).arg(*shards).arg(chunk.len());
             for (user, order) in chunk {
-                call.arg(user).arg(order).arg("").arg("").arg(0);
+                call.arg(user).arg(order).arg("").arg("").arg(1).arg(0);
             }
             let replies: Vec<Value> = call.invoke_async(&mut redis).await.unwrap();
             together.extend(replies.iter().map(comparable));
@@ -330,6 +333,7 @@ fn plain_part(user: &str) -> seckill::purchase::batch::Part {
         order_id: Uuid::now_v7().to_string(),
         place: String::new(),
         traceparent: String::new(),
+        quantity: 1,
         limits: vec![],
     }
 }

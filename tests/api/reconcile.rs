@@ -80,6 +80,8 @@ async fn a_consistent_sale_is_reported_consistent() {
         releases_lost: 0,
         persisted: 4,
         queued: 0,
+        units_sold: 4,
+        units_returned: 0,
         stock_balanced: true,
         sales_row_stock: Some(10),
         missing_in_postgres: vec![],
@@ -217,6 +219,7 @@ async fn big_buyer_sets_and_queues_are_read_page_by_page() {
             user_id: UserId::parse(u).unwrap(),
             created_at_ms: 1,
             pay_by_ms: None,
+            quantity: 1,
         })
         .collect();
     queue::enqueue(app.store.keyspace(), &orders).await.unwrap();

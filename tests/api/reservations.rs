@@ -267,7 +267,7 @@ async fn an_event_or_a_cancel_that_overtakes_the_worker_is_applied_to_the_queued
         assert!(Instant::now() < until, "the queue did not drain");
     }
     let standings = app.standings(&sale).await;
-    assert_eq!(standings, Standings { paid: 1, cancelled: 1, ..Default::default() });
+    assert_eq!(standings, Standings { paid: 1, cancelled: 1, live_units: 1, released_units: 1, ..Default::default() });
     app.assert_settled(&sale, Duration::from_secs(5)).await;
 }
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -119,16 +119,7 @@ async fn the_page_is_a_waiting_room_from_the_pre_queue_to_the_order() {
 
     // The start: alice's place is drawn, the one the API gives her.
     let placed = browser.room_shows("alice's place", |r| r.position.is_some()).await;
-    let asked: Value = app
-        .client
-        .get(app.url(&format!("/sales/{sale}/queue")))
-        .query(&[("user_id", "alice")])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let asked = app.get_as(&format!("/sales/{sale}/queue"), "alice").await;
     assert_eq!(placed.position, Some(format!("#{}", asked["position"])), "{asked}");
 
     // bob joins after the start: the end of the line, behind all sixty and forty later ones.

@@ -121,6 +121,7 @@ async fn a_different_order_for_a_user_who_already_has_one_is_counted_and_acknowl
         user_id: UserId::parse("user-0").unwrap(),
         created_at_ms: 1,
         pay_by_ms: None,
+        quantity: 1,
     };
     let _: String = app.redis.clone().xadd(&stream, "*", &seckill::redis::order_stream::encode(&forged)).await.unwrap();
 

@@ -232,13 +232,24 @@ impl Probe {
     }
 
     /// The promises every run must keep, checked once the queue has drained:
-    /// (a) stock_initial = stock_left + sold and stock_left >= 0; (b) at most one order per user;
+    /// (a) stock_initial = stock_left + units_sold and stock_left >= 0, the units in Postgres
+    /// the units sold; (b) at most one order per user;
     /// (c) every order id the clients were told about is in Postgres exactly once;
     /// (d) the Redis buyer set and the Postgres orders hold the same users.
     pub async fn assert_invariants(&self, sale_id: &str, confirmed: &BTreeSet<Uuid>) -> SaleStatus {
         let status = self.wait_for_drain(sale_id).await;
-        assert_eq!(status.stock_initial, status.stock_left + status.sold, "(a) stock accounting: {status:?}");
+        let units = status.units_sold - status.units_released;
+        assert_eq!(status.stock_initial, status.stock_left + units, "(a) stock accounting in units: {status:?}");
         assert!(status.stock_left >= 0, "(a) negative stock: {status:?}");
+        assert!(status.units_sold >= status.sold, "(a) an order holds at least one unit: {status:?}");
+        let stored_units: i64 = sqlx::query_scalar(
+            "select coalesce(sum(quantity), 0)::int8 from orders where sale_id = $1 and status not in ('cancelled', 'expired')",
+        )
+        .bind(sale_id)
+        .fetch_one(&self.pool)
+        .await
+        .unwrap();
+        assert_eq!(stored_units, units, "(a) the units in Postgres are the units sold: {status:?}");
         let users = self.order_users(sale_id).await;
         assert!(users.iter().all(|(_, n)| *n == 1), "(b) a user has several orders: {users:?}");
         let stored = self.order_ids(sale_id).await;
@@ -271,6 +282,12 @@ impl Probe {
             .unwrap()
     }
 
+    /// `GET path?user_id=user_id` (a buyer's read under `SECKILL_AUTH=none`), its JSON body.
+    pub async fn get_as(&self, path: &str, user_id: &str) -> Value {
+        let response = self.client.get(self.url(path)).query(&[("user_id", user_id)]).send().await.unwrap();
+        response.json().await.unwrap()
+    }
+
     /// `DELETE /sales/{sale_id}/order` for `user_id` (under `SECKILL_AUTH=none`).
     pub async fn cancel(&self, sale_id: &str, user_id: &str) -> reqwest::Response {
         self.client
@@ -283,8 +300,9 @@ impl Probe {
 
     /// The sale's orders in Postgres by status, and how many releases are still owed.
     pub async fn standings(&self, sale_id: &str) -> Standings {
-        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
-            "select status, count(*), count(*) filter (where status in ('cancelled', 'expired') and restocked_at is null)
+        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+            "select status, count(*), count(*) filter (where status in ('cancelled', 'expired') and restocked_at is null),
+                    sum(quantity)::int8
              from orders where sale_id = $1 group by status",
         )
         .bind(sale_id)
@@ -292,8 +310,12 @@ impl Probe {
         .await
         .unwrap();
         let mut standings = Standings::default();
-        for (status, count, owed) in rows {
+        for (status, count, owed, units) in rows {
             standings.owed += owed;
+            match status.as_str() {
+                "confirmed" | "reserved" | "paid" => standings.live_units += units,
+                _ => standings.released_units += units,
+            }
             match status.as_str() {
                 "confirmed" => standings.confirmed = count,
                 "reserved" => standings.reserved = count,
@@ -307,7 +329,7 @@ impl Probe {
     }
 
     /// Waits (up to `limit`) until the queue has drained, no reservation is open and no
-    /// release is owed, then checks the reservations' promises: stock_initial = stock_left +
+    /// release is owed, then checks the reservations' promises in units: stock_initial = stock_left +
     /// reserved + paid + confirmed in Postgres and = stock_left + sold - released in Redis,
     /// stock_left >= 0 and never above stock_initial, every released order in the released set
     /// once, the buyers and the orders the same users.
@@ -341,13 +363,14 @@ impl Probe {
 
     /// The promises of [`Probe::assert_settled`] on a settled sale's figures.
     pub async fn assert_balanced(&self, sale_id: &str, status: &SaleStatus, standings: &Standings) {
-        let live = standings.reserved + standings.paid + standings.confirmed;
+        let live = standings.live_units;
         assert_eq!(status.stock_initial, status.stock_left + live, "Postgres accounting: {status:?} {standings:?}");
         assert_eq!(
             status.stock_initial,
-            status.stock_left + status.sold - status.released,
+            status.stock_left + status.units_sold - status.units_released,
             "Redis accounting: {status:?}"
         );
+        assert_eq!(status.units_released, standings.released_units, "units released: {status:?} {standings:?}");
         assert!(status.stock_left >= 0 && status.stock_left <= status.stock_initial, "stock out of bounds: {status:?}");
         assert_eq!(
             status.released,
@@ -391,6 +414,10 @@ pub struct Standings {
     pub cancelled: i64,
     pub expired: i64,
     pub owed: i64,
+    /// Units of the confirmed, reserved and paid orders.
+    pub live_units: i64,
+    /// Units of the cancelled and expired orders.
+    pub released_units: i64,
 }
 
 /// Reads an error body and checks its shape: `{"error": code, "message": non-empty}`.

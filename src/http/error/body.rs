@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::ApiError;
 use crate::domain::ms_to_time;
-use crate::http::views::{OrderStatus, Refusal};
+use crate::http::views::{HeldOrder, OrderStatus, Refusal};
 use crate::shop::Error as E;
 
 /// Every error answer's body.
@@ -37,9 +37,25 @@ pub struct ErrorBody<'a> {
     #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub created_at: Option<OffsetDateTime>,
+    /// `already_purchased` only: the units of that order, when more than one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quantity: Option<u32>,
     /// `not_retirable` only: why the sale cannot be retired yet.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasons: Option<Vec<Refusal>>,
+    /// `limit_reached` and `group_limit_differs`: the units one buyer may buy in the sale (or
+    /// across its group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_buyer: Option<u32>,
+    /// `limit_reached` only: the units the buyer holds in the sale's group (0 without a group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<u32>,
+    /// `limit_reached` only: the buyer's orders in the group's sales.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub orders: Option<Vec<HeldOrder>>,
+    /// `insufficient_stock` only: the units left.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stock_left: Option<i64>,
 }
 
 /// The refusals a crowd gets by the thousand (a sold-out, not yet open, over or unknown sale),
@@ -67,8 +83,25 @@ impl ApiError {
             },
             status: receipt.map(|r| r.status.into()),
             created_at: receipt.map(|r| ms_to_time(r.created_at_ms)),
+            quantity: receipt.map(|r| r.quantity).filter(|&q| q > 1),
             reasons: match self {
                 Self::Shop(E::NotRetirable(reasons)) => Some(reasons.iter().map(|&r| r.into()).collect()),
+                _ => None,
+            },
+            per_buyer: match self {
+                Self::Shop(E::LimitReached { per_buyer, .. } | E::GroupLimitDiffers { per_buyer }) => Some(*per_buyer),
+                _ => None,
+            },
+            held: match self {
+                Self::Shop(E::LimitReached { held, .. }) => Some(*held),
+                _ => None,
+            },
+            orders: match self {
+                Self::Shop(E::LimitReached { orders, .. }) => Some(orders.iter().map(HeldOrder::from).collect()),
+                _ => None,
+            },
+            stock_left: match self {
+                Self::Shop(E::InsufficientStock { stock_left }) => Some(*stock_left),
                 _ => None,
             },
         }

@@ -91,6 +91,9 @@ fn status_of(err: &E) -> StatusCode {
         E::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
         E::SaleNotStarted | E::SaleEnded | E::SalePaused | E::NotAdmitted(_) | E::QueueNotOpen => StatusCode::FORBIDDEN,
         E::AlreadyPurchased(_)
+        | E::LimitReached { .. }
+        | E::InsufficientStock { .. }
+        | E::GroupLimitDiffers { .. }
         | E::SaleInProgress
         | E::SaleHasOrders { .. }
         | E::SaleStarted

@@ -56,8 +56,8 @@ impl FromRequest for Admin {
 #[into_params(parameter_in = Path)]
 #[allow(dead_code)]
 pub struct SalePath {
-    /// 1-64 characters of `[A-Za-z0-9_-]`.
-    #[param(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
+    /// 1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`.
+    #[param(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$")]
     sale_id: String,
 }
 
@@ -132,6 +132,31 @@ pub struct SaleStatus {
     /// The pause's reason, as the operator gave it; absent when not paused or none was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_reason: Option<String>,
+    /// Units the buyers bought (an order holds 1 to `per_buyer`): `stock_initial = stock_left +
+    /// units_sold - units_released` (Redis). Without quantities, `sold`.
+    #[serde(default)]
+    pub units_sold: i64,
+    /// Units the released orders gave back (without quantities, `released`).
+    #[serde(default)]
+    pub units_released: i64,
+    /// Units of the reservations open and paid, in Postgres (`null` while it is unreachable):
+    /// with a payment window, once settled, `stock_initial = stock_left + units_reserved +
+    /// units_paid`.
+    #[serde(default)]
+    pub units_reserved: Option<i64>,
+    #[serde(default)]
+    pub units_paid: Option<i64>,
+    /// Units one buyer may buy in the sale, or across its group.
+    #[serde(default = "one")]
+    pub per_buyer: u32,
+    /// The sale's group (the part of its id before the `.`), whose sales share `per_buyer`;
+    /// absent for a sale without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// The sale's state: `sold` and `queued` from Redis, `persisted` from Postgres.
@@ -164,6 +189,9 @@ impl From<SaleReport> for SaleStatus {
             stock_left,
             sold,
             released,
+            units_sold,
+            units_released,
+            per_buyer,
             queued,
             starts_at_ms,
             ends_at_ms,
@@ -173,6 +201,7 @@ impl From<SaleReport> for SaleStatus {
             paused,
         } = redis;
         Self {
+            group: sale.group().map(str::to_owned),
             sale_id: sale.to_string(),
             stock_initial,
             stock_left,
@@ -192,6 +221,11 @@ impl From<SaleReport> for SaleStatus {
             queue_rate: queue.map(|q| q.rate),
             paused: paused.is_some(),
             paused_reason: paused.filter(|reason| !reason.is_empty()),
+            units_sold,
+            units_released,
+            units_reserved: tally.map(|t| t.units_reserved),
+            units_paid: tally.map(|t| t.units_paid),
+            per_buyer,
         }
     }
 }

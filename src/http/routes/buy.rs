@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::object::Object;
 use super::responses::{JsonBody, UnknownSale};
 use super::{sale_of, user_id};
-use crate::domain::{Standing, ms_to_time};
+use crate::domain::{MAX_PER_BUYER, Standing, ms_to_time};
 use crate::http::AppState;
 use crate::http::buyer::Buyer;
 use crate::http::error::{ApiError, ErrorBody};
@@ -19,9 +19,13 @@ use crate::shop::{ADMISSION_HEADER, AdmissionToken, Bought, Limited};
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BuyRequest {
-    /// 1-64 characters of `[A-Za-z0-9_-]`.
-    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
+    /// 1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>` for a sale of a group.
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$")]
     sale_id: String,
+    /// Units to buy, all or none: 1 (the default) up to the sale's `per_buyer` (at most 100).
+    #[schema(minimum = 1, maximum = 100, default = 1)]
+    #[serde(default)]
+    quantity: Option<u32>,
     /// The buyer: described in the document by [`user_id_schema`].
     #[schema(schema_with = user_id_schema)]
     #[serde(default)]
@@ -51,6 +55,8 @@ pub struct BuyResponse {
     pub order_id: Uuid,
     pub sale_id: String,
     pub user_id: String,
+    /// Units bought.
+    pub quantity: u32,
     /// `reserved`, in a sale with a payment window only: the order must be paid by `pay_by`.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, example = "reserved")]
@@ -97,7 +103,11 @@ pub struct BuyResponse {
             the order it was given (`order_id`, `status`, `created_at`), so a retry after a lost 201 learns its \
             order; `status` is what `GET /sales/{sale_id}/order` reads: `queued` or `confirmed`, where the order is \
             on its way to Postgres, and in a sale with a payment window its payment state (`reserved`, `paid`, \
-            `cancelled` or `expired`: a cancelled or expired buyer cannot buy again either)", body = ErrorBody),
+            `cancelled` or `expired`: a cancelled or expired buyer cannot buy again either; `quantity` when over 1). \
+            `limit_reached`: the quantity would take the buyer over the units one buyer may buy in the sale, or \
+            across its group's sales (`per_buyer`; `held`: the units the buyer holds in the group, `orders`: its \
+            orders there). `insufficient_stock`: fewer units are left (`stock_left`) than the quantity asked; \
+            nothing is bought, never part of it", body = ErrorBody),
         (status = 410, description = "`sold_out`; `sale_retired`: the sale is over and was retired (`GET \
             /sales/{sale_id}/order` still answers its buyers)", body = ErrorBody),
         JsonBody,
@@ -135,20 +145,23 @@ pub async fn buy(
             return refused.error_response();
         }
     };
-    let BuyRequest { sale_id, user_id } = body.into_inner().0;
-    let (outcome, reported) = match buyer.named(user_id).and_then(|user| Ok((sale_of(&sale_id)?, user))) {
+    let BuyRequest { sale_id, user_id, quantity } = body.into_inner().0;
+    let asked = buyer.named(user_id).and_then(|user| Ok((sale_of(&sale_id)?, user, quantity_of(quantity)?)));
+    let (outcome, reported) = match asked {
         Err(refused) => (Err(refused), None),
-        Ok((sale, user)) => {
+        Ok((sale, user, quantity)) => {
             let token = match req.headers().get(ADMISSION_HEADER) {
                 None => AdmissionToken::None,
                 Some(value) => value.to_str().map_or(AdmissionToken::Malformed, AdmissionToken::Presented),
             };
-            let Limited { outcome, reported } = state.shop.buy(&sale, &user, state.clients.of(&req), token).await;
-            let created = |Bought { order_id, pay_by_ms }| {
+            let client = state.clients.of(&req);
+            let Limited { outcome, reported } = state.shop.buy(&sale, (&user, quantity), client, token).await;
+            let created = |Bought { order_id, quantity, pay_by_ms }| {
                 HttpResponse::Created().json(BuyResponse {
                     order_id,
                     sale_id,
                     user_id: user.as_str().to_owned(),
+                    quantity,
                     status: pay_by_ms.map(|_| Standing::Reserved),
                     pay_by: pay_by_ms.map(ms_to_time),
                 })
@@ -160,6 +173,14 @@ pub async fn buy(
     state.rate_limit.respond(reported, outcome)
 }
 
+/// The request's quantity: 1 when absent, else 1 to [`MAX_PER_BUYER`].
+fn quantity_of(quantity: Option<u32>) -> Result<u32, ApiError> {
+    match quantity.unwrap_or(1) {
+        q @ 1..=MAX_PER_BUYER => Ok(q),
+        _ => Err(ApiError::InvalidRequest(format!("quantity must be 1-{MAX_PER_BUYER}"))),
+    }
+}
+
 /// The `outcome` label of `seckill_purchases_total`.
 fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
     use crate::shop::Error as E;
@@ -167,6 +188,8 @@ fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
         Ok(_) => "created",
         Err(ApiError::Shop(E::AlreadyPurchased(_))) => "already_purchased",
         Err(ApiError::Shop(E::SoldOut)) => "sold_out",
+        Err(ApiError::Shop(E::LimitReached { .. })) => "limit_reached",
+        Err(ApiError::Shop(E::InsufficientStock { .. })) => "insufficient_stock",
         Err(ApiError::Shop(E::UnknownSale)) => "unknown_sale",
         Err(ApiError::Shop(E::SaleNotStarted)) => "not_started",
         Err(ApiError::Shop(E::SaleEnded)) => "ended",

@@ -34,7 +34,7 @@ pub struct PaymentEvent {
     #[schema(rename = "type", pattern = "^order\\.paid$")]
     kind: String,
     /// The order's sale.
-    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$")]
     sale_id: String,
     /// The order (the `order_id` of its 201).
     order_id: Uuid,
@@ -117,8 +117,8 @@ pub async fn event(
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct LatePaymentsQuery {
-    /// Only this sale's (1-64 characters of `[A-Za-z0-9_-]`); unset: every sale's.
-    #[param(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$")]
+    /// Only this sale's (1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`); unset: every sale's.
+    #[param(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$")]
     sale_id: Option<String>,
 }
 

@@ -56,6 +56,21 @@ pub struct PublicSale {
     /// A queued sale's waiting room (`POST /sales/{sale_id}/queue`); absent for a sale without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue: Option<PublicQueue>,
+    /// Units one buyer may buy (`POST /buy`'s `quantity`), in the sale or across its group.
+    pub per_buyer: u32,
+    /// A sale of a group (a product's sizes): the group, whose sales share `per_buyer`; absent
+    /// for a sale without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<PublicGroup>,
+}
+
+/// A sale's group, as the buyer page shows its sizes.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PublicGroup {
+    /// The group's name (the sale id's part before the `.`).
+    pub name: String,
+    /// The group's sales, by id (each one's status is `GET /sales/{sale_id}`), at most 100.
+    pub sales: Vec<String>,
 }
 
 /// A queued sale's waiting room, and what lets anyone check its shuffle (docs/waiting-room.md).
@@ -100,6 +115,8 @@ impl PublicSale {
                 seed_sha256: seed_commitment(&queue.seed),
                 seed: state.starts_at_ms.is_some_and(|start| now >= start).then(|| queue.seed.clone()),
             }),
+            per_buyer: state.per_buyer,
+            group: sale.group().map(|name| PublicGroup { name: name.to_owned(), sales: snapshot.group.clone() }),
         }
     }
 
@@ -110,6 +127,10 @@ impl PublicSale {
             .hash(&mut hasher);
         if let Some(queue) = &self.queue {
             (queue.opens_at, queue.rate, &queue.seed_sha256, &queue.seed).hash(&mut hasher);
+        }
+        self.per_buyer.hash(&mut hasher);
+        if let Some(group) = &self.group {
+            (&group.name, &group.sales).hash(&mut hasher);
         }
         EntityTag::new_weak(format!("{:016x}", hasher.finish()))
     }
@@ -122,8 +143,8 @@ impl PublicSale {
     get,
     path = "/sales/{sale_id}",
     tag = "purchase",
-    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1,
-        max_length = 64, pattern = "^[A-Za-z0-9_-]+$")),
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`", min_length = 1,
+        max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$")),
     responses(
         (status = 200, description = "The sale's status", body = PublicSale,
             headers(("ETag" = String, description = "Weak validator of everything but `server_time`"),
@@ -217,6 +238,9 @@ pub struct OrderView {
     #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub pay_by: Option<OffsetDateTime>,
+    /// Units bought; absent for `none`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quantity: Option<u32>,
 }
 
 /// The caller's own order: `queued` (bought, in Redis, on its way to Postgres), `confirmed` (in
@@ -233,8 +257,8 @@ pub struct OrderView {
     get,
     path = "/sales/{sale_id}/order",
     tag = "purchase",
-    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1,
-        max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), OrderQuery),
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`", min_length = 1,
+        max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$"), OrderQuery),
     security((), ("bearer_jwt" = [])),
     responses(
         (status = 200, description = "The caller's order", body = OrderView,
@@ -262,9 +286,15 @@ pub async fn order(
         Ok((sale, user)) => {
             let Limited { outcome, reported } = state.shop.order(&sale, &user, state.clients.of(&req)).await;
             let view = |found: Option<FoundOrder>| match found {
-                None => OrderView { status: OrderState::None, order_id: None, created_at: None, pay_by: None },
-                Some(FoundOrder { place, order_id, created_at, pay_by }) => {
-                    OrderView { status: place.into(), order_id, created_at, pay_by }
+                None => OrderView {
+                    status: OrderState::None,
+                    order_id: None,
+                    created_at: None,
+                    pay_by: None,
+                    quantity: None,
+                },
+                Some(FoundOrder { place, order_id, created_at, pay_by, quantity }) => {
+                    OrderView { status: place.into(), order_id, created_at, pay_by, quantity: Some(quantity) }
                 }
             };
             let answer =
@@ -291,8 +321,8 @@ pub struct Cancelled {
     delete,
     path = "/sales/{sale_id}/order",
     tag = "purchase",
-    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`", min_length = 1,
-        max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), OrderQuery),
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`", min_length = 1,
+        max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$"), OrderQuery),
     security((), ("bearer_jwt" = [])),
     responses(
         (status = 200, description = "Cancelled; the unit is back in the sale", body = Cancelled),

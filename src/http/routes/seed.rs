@@ -48,6 +48,20 @@ pub struct SeedRequest {
     #[serde(default)]
     #[schema(value_type = Option<QueueRequest>)]
     queue: Option<Object<QueueRequest>>,
+    /// Units one buyer may buy in the sale, over its orders (1 to 100; default 1): `POST /buy`'s
+    /// `quantity` is taken against it. In a group, the units one buyer may buy across the group's
+    /// sales: every sale of a group must seed the same value (409 `group_limit_differs`). Over
+    /// 1 not with more than one shard.
+    #[schema(minimum = 1, maximum = 100)]
+    #[serde(default)]
+    per_buyer: Option<u32>,
+    /// The group the sale belongs to: sales of one group (a product's sizes) share each buyer's
+    /// `per_buyer`. A sale of group `G` is named `G.<name>` (e.g. `sneaker.42`), so every
+    /// instance finds the group's Redis Cluster slot from the id alone (docs/stock-sharding.md);
+    /// this field, if given, must agree with the id. Not with more than one shard.
+    #[schema(min_length = 1, max_length = 62, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$", example = "sneaker")]
+    #[serde(default)]
+    group: Option<String>,
 }
 
 /// A sale's waiting room, as a JSON object. Unknown fields are refused.
@@ -94,7 +108,8 @@ pub(super) fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Res
             `sale_has_orders`: Postgres holds orders of the sale that Redis lost (repair it with the reconcile route \
             instead); `sale_started`: a sharded sale that has started cannot be re-seeded; `shards_fixed`: the sale \
             exists with another shard count; `sale_retired`: the sale was retired and has no second life (seed \
-            another sale id)", body = ErrorBody),
+            another sale id); `group_limit_differs`: the sale's group allows another `per_buyer` (the body's \
+            `per_buyer`)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         AdminErrors,
@@ -107,9 +122,10 @@ pub async fn seed(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = sale_of(&path)?;
-    let SeedRequest { stock, starts_at, ends_at, shards, payment_window, queue } = body.into_inner().0;
+    let SeedRequest { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group } =
+        body.into_inner().0;
     let queue = queue.map(|Object(QueueRequest { opens_at, rate })| (opens_at, rate));
-    let order = SeedOrder { stock, starts_at, ends_at, shards, payment_window, queue };
+    let order = SeedOrder { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group };
     let report = state.shop.seed(&sale, order).await?;
     Ok(HttpResponse::Ok().json(SaleStatus::from(report)))
 }

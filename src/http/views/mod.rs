@@ -20,7 +20,7 @@ mod reconcile;
 mod retire;
 mod worker;
 
-pub use self::orders::{LatePayment, OrderStatus};
+pub use self::orders::{HeldOrder, LatePayment, OrderStatus};
 pub use self::reconcile::ReconcileReport;
 pub use self::retire::{Refusal, RetireReport};
 pub use self::worker::{StreamProblem, StreamState, WorkerReport};

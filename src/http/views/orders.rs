@@ -41,6 +41,30 @@ impl From<purchase::OrderStatus> for OrderStatus {
     }
 }
 
+/// One of a buyer's orders in a group's sales (a `limit_reached` refusal lists them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct HeldOrder {
+    pub sale_id: String,
+    pub order_id: Uuid,
+    /// Units bought.
+    pub quantity: u32,
+    /// When it was bought (the Redis server's clock).
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: OffsetDateTime,
+}
+
+impl From<&(crate::domain::SaleId, purchase::Receipt)> for HeldOrder {
+    fn from((sale, receipt): &(crate::domain::SaleId, purchase::Receipt)) -> Self {
+        Self {
+            sale_id: sale.to_string(),
+            order_id: receipt.order_id,
+            quantity: receipt.quantity,
+            created_at: crate::domain::ms_to_time(receipt.created_at_ms),
+        }
+    }
+}
+
 /// A payment to refund.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct LatePayment {

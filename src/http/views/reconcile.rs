@@ -34,7 +34,13 @@ pub struct ReconcileReport {
     pub persisted: i64,
     /// Orders in the sale's stream, not yet committed to Postgres.
     pub queued: i64,
-    /// `stock_initial == stock_left + buyers - released && stock_left >= 0`.
+    /// Units the buyers bought (`buyers` when every order is of one unit).
+    #[serde(default)]
+    pub units_sold: i64,
+    /// Units the released orders gave back (`released` when every order is of one unit).
+    #[serde(default)]
+    pub units_returned: i64,
+    /// `stock_initial == stock_left + units_sold - units_returned && stock_left >= 0`.
     pub stock_balanced: bool,
     /// `stock_initial` of the Postgres `sales` row; `None` if the row is missing.
     pub sales_row_stock: Option<i64>,
@@ -67,6 +73,6 @@ pub struct ReconcileReport {
 
 moved_from!(reconcile::ReconcileReport => ReconcileReport {
     sale_id, stock_initial, stock_left, buyers, released, releases_owed, releases_lost, persisted, queued,
-    stock_balanced, sales_row_stock, missing_in_postgres, unknown_to_redis, reenqueued, sales_row_restored,
+    units_sold, units_returned, stock_balanced, sales_row_stock, missing_in_postgres, unknown_to_redis, reenqueued, sales_row_restored,
     sale_restored, buyers_restored, overdrawn, units_released, consistent,
 });

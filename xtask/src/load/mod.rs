@@ -1,10 +1,12 @@
-//! `cargo xtask load k6|k6-queue|oha`: the flash crowd (k6, `load-tests/k6/flash-crowd.js`), a
-//! queued sale's crowd (k6, `load-tests/k6/waiting-room.js`) and the four
+//! `cargo xtask load k6|k6-queue|k6-drop|oha`: the flash crowd (k6, `load-tests/k6/flash-crowd.js`), a
+//! queued sale's crowd (k6, `load-tests/k6/waiting-room.js`), a drop in sizes (k6,
+//! `load-tests/k6/drop.js`) and the four
 //! single-path oha runs, each against its own throwaway stack, then the invariants per sale
 //! (`seckill reconcile`, and the 201s the generator saw = the orders in Postgres). Every
 //! generator run is bounded in time (and count) and only talks to 127.0.0.0/8. Exit status 1
 //! when a threshold, a run or an invariant failed.
 
+mod drop;
 mod k6;
 mod oha;
 mod orders;
@@ -40,6 +42,9 @@ enum Tool {
     /// A queued sale: a crowd joins its waiting room, polls and buys once admitted; bots that
     /// skip the line buy nothing (k6).
     K6Queue(queued::Args),
+    /// A drop: a product in sizes with a per-customer limit across them; a crowd buys random
+    /// quantities while an operator pauses one size and tops another up (k6).
+    K6Drop(drop::Args),
     /// In stock, sold out, /healthz and rate limited, one oha run each.
     Oha(oha::Args),
 }
@@ -131,11 +136,14 @@ impl Load {
         let n = |k: &str| r[k].as_i64().unwrap_or(-1);
         let v = |ok: bool| if ok { "ok" } else { "BROKEN" };
         let (initial, left, buyers, persisted) = (n("stock_initial"), n("stock_left"), n("buyers"), n("persisted"));
-        let released = r["released"].as_i64().unwrap_or(0);
+        // In units: an order may hold several (a sale's per_buyer); without quantities these are
+        // the buyers and the released orders.
+        let units = r["units_sold"].as_i64().unwrap_or(buyers);
+        let released = r["units_returned"].as_i64().unwrap_or_else(|| r["released"].as_i64().unwrap_or(0));
         let minus = if released != 0 { format!(" - released {released}") } else { String::new() };
         println!(
-            "invariant {sale}: stock_initial {initial} = stock_left {left} + sold {buyers}{minus} [{}], stock_left >= 0 [{}], buyers {buyers} = Postgres orders {persisted} [{}], queued {}, consistent {}",
-            v(initial == left + buyers - released),
+            "invariant {sale}: stock_initial {initial} = stock_left {left} + units sold {units}{minus} [{}], stock_left >= 0 [{}], buyers {buyers} = Postgres orders {persisted} [{}], queued {}, consistent {}",
+            v(initial == left + units - released),
             v(left >= 0),
             v(buyers == persisted),
             r["queued"],
@@ -143,7 +151,7 @@ impl Load {
         );
         if rc != 0
             || r["consistent"] != true
-            || initial != left + buyers - released
+            || initial != left + units - released
             || left < 0
             || buyers != persisted
             || r["queued"] != 0
@@ -179,6 +187,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let load = match &args.tool {
         Tool::K6(k) => Load::start("load k6", &args, "k6").and_then(|load| k6::run(k, load)),
         Tool::K6Queue(q) => Load::start("load k6-queue", &args, "k6").and_then(|load| queued::run(q, load)),
+        Tool::K6Drop(d) => Load::start("load k6-drop", &args, "k6").and_then(|load| drop::run(d, load)),
         Tool::Oha(o) => Load::start("load oha", &args, "oha").and_then(|load| oha::run(o, load)),
     };
     match (crate::steps::interrupted(), load) {

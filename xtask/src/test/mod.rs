@@ -1,7 +1,7 @@
 //! `cargo xtask test`: the one test command (what CI runs). On throwaway servers from `testbed`
 //! (a Redis, Postgres and a 3-master Redis Cluster): fmt check, clippy, `cargo test --workspace`,
 //! the API fuzz (schemathesis, see `fuzz`), the compose lint, the Kubernetes manifests' lint
-//! (`scripts/lint-k8s.sh`), quick k6 load runs (`cargo xtask load k6` and `k6-queue`, debug
+//! (`scripts/lint-k8s.sh`), quick k6 load runs (`cargo xtask load k6`, `k6-queue` and `k6-drop`, debug
 //! build), then the api integration tests once more against the Redis Cluster.
 //! Every step runs and is reported; the task closes with one table (each step, passed or failed,
 //! its tests passed and failed, its time) and a last line `N passed, N failed` (the tests of every
@@ -191,6 +191,31 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     "100",
                     "--bot-duration",
                     "3s",
+                    "--p99-ms",
+                    "5000",
+                ]),
+        );
+        // A drop: 5 sizes with a limit of 2 per customer across them; a pause and a top-up while
+        // 100 buyers a second buy random quantities.
+        report.command(
+            "load k6-drop (quick)",
+            cargo()
+                .args(["xtask", "load", "--profile", "debug", "--results-dir", "target/load-quick", "k6-drop"])
+                .args([
+                    "--arrival-rps",
+                    "100",
+                    "--duration",
+                    "5s",
+                    "--stock",
+                    "60",
+                    "--pause-at",
+                    "1s",
+                    "--pause-for",
+                    "2s",
+                    "--top-up-at",
+                    "3s",
+                    "--top-up",
+                    "20",
                     "--p99-ms",
                     "5000",
                 ]),
