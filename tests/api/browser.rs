@@ -1,7 +1,7 @@
 //! The live sale page (`GET /admin`) in a real browser: headless Chromium driven through
 //! chromedriver (WebDriver, `fantoccini`) during a small storm, and a sale with a payment window.
 //! Screenshots are written to
-//! `target/tmp/admin-page-{live,alert,reservations,fragment-sold-out,paused}.png` (cargo's
+//! `target/tmp/admin-page-{live,alert,reservations,fragment-sold-out,paused,marks}.png` (cargo's
 //! `CARGO_TARGET_TMPDIR`).
 
 use std::time::Duration;
@@ -40,6 +40,10 @@ impl Browser {
                 bar: [bar.value, bar.max], chart: card.querySelector("polyline").getAttribute("points"),
                 alerts: [...card.querySelectorAll(".alerts li")].map((li) => li.innerText),
                 audit: [...card.querySelectorAll('[data-field="audit"] li')].map((li) => li.innerText),
+                marks: [...card.querySelectorAll('[data-field="marks"] li')].map((li) => li.className + " " + li.innerText),
+                mark_lines: card.querySelectorAll("svg .lines line").length,
+                limit: card.querySelector('[data-field="limit"]').checkVisibility() ? text("limit") : "",
+                units_sold: card.querySelector('[data-field="units_box"]').checkVisibility() ? text("units_sold") : "",
             };"#;
         serde_json::from_value(self.run(script, vec![json!(sale_id)]).await).unwrap()
     }
@@ -62,6 +66,12 @@ struct PageSale {
     alerts: Vec<String>,
     /// The operator actions listed on the card, newest first.
     audit: Vec<String>,
+    /// The chart's marks as listed below it, `"<kind> <label>"`, oldest first, and the lines drawn.
+    marks: Vec<String>,
+    mark_lines: usize,
+    /// The per-buyer badge ("" while hidden) and the units sold ("" while they are the orders).
+    limit: String,
+    units_sold: String,
 }
 
 /// A number as the page prints it (`1,234`).
@@ -324,4 +334,44 @@ async fn the_live_page_shows_a_pause_with_its_reason_until_the_sale_resumes() {
         .wait_for("the resume in the trail", async |b| b.sale(&sale).await.map(|s| s.audit).filter(|a| a.len() == 3))
         .await;
     assert!(audit[0].ends_with(" UTC resume"), "{audit:?}");
+}
+
+#[tokio::test]
+async fn the_chart_marks_a_pause_a_resume_and_a_top_up_and_the_card_counts_units() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let group = format!("g{}", uuid::Uuid::now_v7().simple());
+    let sale = format!("{group}.42");
+    let seeded = app.seed(&sale, json!({"stock": 10, "group": group, "per_buyer": 2})).await;
+    assert_eq!(seeded.status(), 200);
+    let buy = |user: &'static str, quantity: u32| {
+        app.client.post(app.url("/buy")).json(&json!({"sale_id": sale, "user_id": user, "quantity": quantity})).send()
+    };
+    assert_eq!(buy("ann", 2).await.unwrap().status(), 201);
+    let browser = Browser::start().await;
+    browser.client.goto(&app.url("/admin")).await.unwrap();
+    browser.log_in(ADMIN_TOKEN).await;
+    let card = browser.wait_for("the card", async |b| b.sale(&sale).await.filter(|s| s.sold == "1")).await;
+    assert_eq!((card.limit.as_str(), card.units_sold.as_str()), (format!("2 per buyer across {group}").as_str(), "2"));
+    assert!(card.marks.is_empty(), "{:?}", card.marks);
+
+    let switch = |action: &str, body: serde_json::Value| {
+        let url = app.url(&format!("/admin/sales/{sale}/{action}"));
+        app.client.post(url).bearer_auth(ADMIN_TOKEN).json(&body).send()
+    };
+    let marked = async |what: &str, n: usize| {
+        browser.wait_for(what, async |b| b.sale(&sale).await.filter(|s| s.marks.len() == n)).await
+    };
+    assert_eq!(switch("pause", json!({"reason": "price typo"})).await.unwrap().status(), 200);
+    marked("the pause's mark", 1).await;
+    assert_eq!(switch("stock", json!({"add": 5})).await.unwrap().status(), 200);
+    marked("the top-up's mark", 2).await;
+    assert_eq!(switch("resume", json!({})).await.unwrap().status(), 200);
+    let card = marked("the resume's mark", 3).await;
+    let kinds: Vec<&str> = card.marks.iter().map(|m| m.split(' ').next().unwrap()).collect();
+    assert_eq!(kinds, ["mark-pause", "mark-stock", "mark-resume"], "{:?}", card.marks);
+    assert!(card.alerts.is_empty(), "the units add up: {:?}", card.alerts);
+    assert!(card.marks[0].contains("paused (price typo)") && card.marks[1].contains("stock +5"), "{:?}", card.marks);
+    assert_eq!(card.mark_lines, 3, "each mark drawn on the chart");
+    assert_eq!(card.stock_initial, "15", "the top-up kept the history: {card:?}");
+    browser.screenshot("admin-page-marks.png").await;
 }

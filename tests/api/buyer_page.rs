@@ -2,7 +2,7 @@
 //! server's clock, Buy enabled only while the sale is open, the order followed from "queued" to
 //! "confirmed", a second buy that shows the same order, sold out; and the token taken from the URL
 //! fragment; a reservation's deadline, its cancel and its payment. Screenshots:
-//! `target/tmp/buyer-page-{countdown,confirmed,already-bought,sold-out,reserved,cancelled,paid,paused}.png`.
+//! `target/tmp/buyer-page-{countdown,confirmed,already-bought,sold-out,reserved,cancelled,paid,paused,sizes,limit}.png`; a group's sizes and a quantity.
 
 use std::time::Duration;
 
@@ -340,5 +340,58 @@ async fn a_pause_shows_on_the_page_disables_buy_and_a_resume_enables_it_again() 
     let bought =
         browser.shows("dana's order and the stock after it", |s| s.order_id.is_some() && s.stock_left == "2").await;
     assert_eq!(bought.message, "You got one!", "{bought:?}");
+    browser.client.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_groups_sizes_show_with_their_stock_and_a_buyer_picks_a_quantity_up_to_the_limit() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let group = format!("g{}", Uuid::now_v7().simple());
+    for (size, stock) in [("40", 3), ("41", 1), ("42", 3)] {
+        let seeded =
+            app.seed(&format!("{group}.{size}"), json!({"stock": stock, "group": group, "per_buyer": 2})).await;
+        assert_eq!(seeded.status(), 200);
+    }
+    let browser = Browser::start().await;
+    browser.client.goto(&app.url(&format!("/sale/{group}.40"))).await.unwrap();
+    browser.fill("user-id", "erin").await;
+    let sizes = async |b: &Browser| -> Vec<String> {
+        let script =
+            r##"return [...document.querySelectorAll("#sizes button")].map((b) => b.innerText.replace(/\s+/g, " "));"##;
+        serde_json::from_value(b.run(script, vec![]).await).unwrap()
+    };
+    let listed = browser
+        .wait_for("the three sizes with their stock", async |b| {
+            Some(sizes(b).await).filter(|s| s.iter().all(|size| size.ends_with("left")) && s.len() == 3)
+        })
+        .await;
+    assert_eq!(listed, ["40 3 left", "41 1 left", "42 3 left"]);
+    assert!(browser.visible("quantity-box").await, "per_buyer 2: a quantity picker");
+    let options =
+        browser.run(r#"return [...document.getElementById("quantity").options].map((o) => o.value);"#, vec![]).await;
+    assert_eq!(options, json!(["1", "2"]));
+
+    browser.run(r#"document.getElementById("quantity").value = "2";"#, vec![]).await;
+    browser.shows("the open sale", |s| s.state == "Open" && s.buy_enabled).await;
+    browser.click("buy").await;
+    let bought = browser.shows("erin's two units", |s| s.order_id.is_some() && s.stock_left == "1").await;
+    assert!(bought.order_id.as_deref().is_some_and(|id| id.ends_with(" × 2")), "{bought:?}");
+    browser.screenshot("buyer-page-sizes.png").await;
+
+    // Another size: the limit across the group refuses, and says where the units are.
+    browser
+        .run(
+            r##"[...document.querySelectorAll("#sizes button")].find((b) => b.innerText.startsWith("42")).click();"##,
+            vec![],
+        )
+        .await;
+    browser.shows("size 42 open", |s| s.state == "Open" && s.buy_enabled && s.stock_left == "3").await;
+    browser.click("buy").await;
+    let refused = browser.shows("the limit", |s| s.message.starts_with("At most 2 per customer")).await;
+    let listed = sizes(&browser).await;
+    assert_eq!(listed, ["40 1 left", "41 1 left", "42 3 left"], "the size left keeps its stock on its button");
+    assert_eq!(refused.message, format!("At most 2 per customer: you hold 2 in {group}.40. Nothing was bought."));
+    assert_eq!(refused.order_id, None, "nothing bought in size 42");
+    browser.screenshot("buyer-page-limit.png").await;
     browser.client.close().await.unwrap();
 }
