@@ -14,7 +14,8 @@
 //! list and checks every `crate::` path in `src/` against it, so a new module needs its line here.
 //!
 //! 1. Domain
-//!    - [`domain`]: the validated ids (`SaleId`, `UserId`) and the `Order` a purchase makes.
+//!    - [`domain`]: the validated ids (`SaleId`, a group's sale `<group>.<name>`; `UserId`) and
+//!      the `Order` a purchase makes.
 //! 2. Observability
 //!    - [`telemetry`]: logging to stderr, as text or JSON lines; OpenTelemetry traces over OTLP
 //!      when an endpoint is configured (`traces`).
@@ -31,8 +32,9 @@
 //!    - [`limiter`]: the limiting algorithms (`algorithm`), their policy, decisions and header
 //!      fields, the client's limiting key (`client_key`: IPv6 grouped by prefix), the clients and
 //!      buyers refused lately (`memory`), the in-process limit on sold-out answers (`local`).
-//!    - [`purchase`]: seeding and buying (`lua/buy.lua` decrements the stock, enqueues the order
-//!      and keeps the buyer's receipt), a sale's state, a buyer's receipt (`receipt`), the public
+//!    - [`purchase`]: seeding and buying (`lua/buy.lua` decrements the stock by the quantity,
+//!      keeps each buyer within its `per_buyer` in the sale or its group, enqueues the order and
+//!      keeps the buyer's receipt), a sale's state, a buyer's receipt (`receipt`), the public
 //!      snapshots (`board`), sharded stock (`shards`), the sold-out flags (`sold_out`), the events
 //!      channel that tells every instance to drop them (`events`), purchases
 //!      that queue up for a shard sent together in one call (`batch`, `lua/buy_batch.lua`).
