@@ -254,7 +254,7 @@ fn comparable(reply: &Value) -> Vec<String> {
 /// Differential: the same purchases, one per `lua/buy.lua` call on one sale and in calls of 1 to 6
 /// of `lua/buy_batch.lua` on a twin sale, get the same replies and leave the same state, for
 /// every kind of sale: in stock until sold out, with a payment window, not started, ended, never
-/// seeded, and asked with the wrong shard count. Buyers repeat, so already-purchased answers (with
+/// seeded, asked with the wrong shard count, and with several units per buyer (random quantities). Buyers repeat, so already-purchased answers (with
 /// the first order, in the same call or an earlier one) are compared too.
 #[tokio::test]
 async fn the_batch_script_decides_every_purchase_as_buy_lua_does() {
@@ -267,6 +267,7 @@ async fn the_batch_script_decides_every_purchase_as_buy_lua_does() {
         (serde_json::json!({"stock": 5, "ends_at": "ended"}), 1), // seeded open, then ended in its meta
         (serde_json::Value::Null, 1),
         (serde_json::json!({"stock": 5}), 2),
+        (serde_json::json!({"stock": 7, "per_buyer": 3}), 1), // several units: limits and short stock
     ];
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let mut next = |bound: u64| {
@@ -288,15 +289,16 @@ async fn the_batch_script_decides_every_purchase_as_buy_lua_does() {
                 }
             }
         }
-        let purchases: Vec<(String, String)> =
-            (0..24).map(|_| (format!("buyer-{}", next(9)), Uuid::now_v7().to_string())).collect();
+        // Each asks 1 to 3 units: over a sale's per_buyer of 1 that is limit_reached.
+        let purchases: Vec<(String, String, u64)> =
+            (0..24).map(|_| (format!("buyer-{}", next(9)), Uuid::now_v7().to_string(), 1 + next(3))).collect();
         let key_of = |sale: &str| SaleKeys::new(&app.config.key_prefix, &SaleId::parse(sale).unwrap());
         let (one_keys, many_keys) = (key_of(&one), key_of(&many));
 
         let mut alone = vec![];
-        for (user, order) in &purchases {
+        for (user, order, quantity) in &purchases {
             let mut call = seckill::redis::lua::BUY.key(&one_keys.all()[..]);
-            call.arg(&one).arg(user).arg(order).arg(*shards).arg("").arg("");
+            call.arg(&one).arg(user).arg(order).arg(*shards).arg("").arg("").arg(*quantity);
             alone.push(comparable(&call.invoke_async::<Value>(&mut redis).await.unwrap()));
         }
         let mut together = vec![];
@@ -306,21 +308,22 @@ async fn the_batch_script_decides_every_purchase_as_buy_lua_does() {
             rest = after;
             let mut call = Algorithm::SlidingLog.with_purchases().key(&many_keys.all()[..]);
             call.arg(&many).arg(*shards).arg(chunk.len());
-            for (user, order) in chunk {
-                call.arg(user).arg(order).arg("").arg("").arg(1).arg(0);
+            for (user, order, quantity) in chunk {
+                call.arg(user).arg(order).arg("").arg("").arg(*quantity).arg(0);
             }
             let replies: Vec<Value> = call.invoke_async(&mut redis).await.unwrap();
             together.extend(replies.iter().map(comparable));
         }
-        for (i, ((user, _), (a, b))) in purchases.iter().zip(alone.iter().zip(&together)).enumerate() {
+        for (i, ((user, _, _), (a, b))) in purchases.iter().zip(alone.iter().zip(&together)).enumerate() {
             assert_eq!(a, b, "sale kind {kind} ({body}), purchase {i} by {user}");
         }
-        let state = async |keys: &SaleKeys| -> (Option<i64>, usize, usize) {
+        let state = async |keys: &SaleKeys| -> (Option<i64>, usize, usize, Option<i64>) {
             let mut redis = redis.clone();
             let stock: Option<i64> = redis.get(&keys.stock).await.unwrap();
             let buyers: usize = redis.scard(&keys.buyers).await.unwrap();
             let queued: usize = redis.xlen(&keys.orders).await.unwrap();
-            (stock, buyers, queued)
+            let extra_units: Option<i64> = redis.hget(&keys.meta, "extra_units").await.unwrap();
+            (stock, buyers, queued, extra_units)
         };
         assert_eq!(state(&one_keys).await, state(&many_keys).await, "sale kind {kind} ({body}): the state after");
     }

@@ -204,3 +204,28 @@ async fn a_lost_sale_is_restored_with_its_units_and_sells_no_more_than_is_left()
     assert_eq!((body["error"].as_str(), body["held"].as_u64()), (Some("limit_reached"), Some(3)), "{body}");
     app.assert_invariants(&sale, &BTreeSet::new()).await;
 }
+
+#[tokio::test]
+async fn a_groups_keys_go_with_its_last_retired_sale() {
+    let app = spawn_app().await;
+    let group = group_id();
+    let sizes = [size(&group, "a"), size(&group, "b")];
+    for sale in &sizes {
+        seeded(&app, sale, json!({"stock": 1, "group": group, "per_buyer": 2})).await;
+        bought(&app, sale, "fay", 1).await; // sold out: retirable once drained
+        app.wait_for_drain(sale).await;
+    }
+    let keys = app.store.keyspace().sale_keys(&seckill::domain::SaleId::parse(&sizes[0]).unwrap());
+    let exists = async |key: &str| -> bool { redis::AsyncCommands::exists(&mut app.redis.clone(), key).await.unwrap() };
+    let retire = async |sale: &str| {
+        let url = app.url(&format!("/admin/sales/{sale}"));
+        let response = app.client.delete(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+        assert_eq!(response.status(), 200, "retire {sale}: {}", response.text().await.unwrap());
+    };
+    retire(&sizes[0]).await;
+    assert!(exists(&keys.held).await && exists(&keys.group_meta).await, "the group lives on with its other sale");
+    retire(&sizes[1]).await;
+    for key in [&keys.held, &keys.group_meta, &keys.group_sales] {
+        assert!(!exists(key).await, "{key} outlived the group's last sale");
+    }
+}
