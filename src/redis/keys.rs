@@ -73,13 +73,23 @@ impl SaleKeys {
         }
     }
 
+    /// What every key of the sale (shard 0's) starts with: `<prefix>:{sale:<id>}`, or, for a sale
+    /// of a group, `<prefix>:{group:<group>}:sale:<id>` (its keys apart inside the group's slot).
+    pub fn base(prefix: &str, sale: &SaleId) -> String {
+        Self::base_of(&format!("{prefix}:{{{}}}", Self::tag(sale, None)), sale)
+    }
+
+    fn base_of(tagged: &str, sale: &SaleId) -> String {
+        match sale.group() {
+            Some(_) => format!("{tagged}:sale:{sale}"),
+            None => tagged.to_owned(),
+        }
+    }
+
     fn with_tag(prefix: &str, tag: &str, sale: &SaleId) -> Self {
         let group = format!("{prefix}:{{{tag}}}");
         // A group's sales keep their keys apart inside the group's slot; a sale alone owns its tag.
-        let base = match sale.group() {
-            Some(_) => format!("{group}:sale:{sale}"),
-            None => group.clone(),
-        };
+        let base = Self::base_of(&group, sale);
         let (held, group_meta, group_sales) = match sale.group() {
             Some(_) => (format!("{group}:held"), format!("{group}:meta"), format!("{group}:sales")),
             None => (format!("{base}:held"), format!("{base}:group"), format!("{base}:group:sales")),
@@ -179,14 +189,14 @@ pub fn buyer_rate_limit_key(prefix: &str, algorithm: &str, user: &UserId) -> Str
 
 /// The rate limiter's key for one client under one algorithm, counted per sale
 /// (`SECKILL_RATE_LIMIT_SCOPE=sale`): in the sale's hash slot, so the limit can join the
-/// purchase's script on a Redis Cluster.
+/// purchase's script on a Redis Cluster (a group's sale: the group's slot, still per sale).
 pub fn sale_rate_limit_key(prefix: &str, sale: &SaleId, algorithm: &str, client: IpAddr) -> String {
-    format!("{prefix}:{{{}}}:ratelimit:{algorithm}:{client}", SaleKeys::tag(sale, None))
+    format!("{}:ratelimit:{algorithm}:{client}", SaleKeys::base(prefix, sale))
 }
 
 /// The per-buyer rate limiter's key for one buyer under one algorithm, counted per sale.
 pub fn sale_buyer_rate_limit_key(prefix: &str, sale: &SaleId, algorithm: &str, user: &UserId) -> String {
-    format!("{prefix}:{{{}}}:ratelimit:{algorithm}:user:{user}", SaleKeys::tag(sale, None))
+    format!("{}:ratelimit:{algorithm}:user:{user}", SaleKeys::base(prefix, sale))
 }
 
 /// The part of `key` that Redis Cluster hashes: the text between the first `{` and the next
@@ -230,6 +240,12 @@ mod tests {
         assert!(ten.every().iter().all(|key| !nine.every().contains(key)), "two sizes share a key");
         let alone = size("shoe");
         assert_eq!(hash_tag(&alone.held), "sale:shoe");
+        // Per-sale limits stay per sale inside the group's slot.
+        let (nine_id, ten_id) = (SaleId::parse("shoe.9").unwrap(), SaleId::parse("shoe.10").unwrap());
+        let client = "::1".parse().unwrap();
+        let limit = sale_rate_limit_key("seckill", &nine_id, "gcra", client);
+        assert_eq!(limit, "seckill:{group:shoe}:sale:shoe.9:ratelimit:gcra:::1");
+        assert_ne!(limit, sale_rate_limit_key("seckill", &ten_id, "gcra", client));
         assert!(alone.group_keys(&SaleId::parse("shoe").unwrap()).is_none());
     }
 

@@ -103,25 +103,30 @@ fn rounds(args: &Args, services: &Services, labels: &[String; 2], scripts: &[Str
     redis.query::<()>(redis::cmd("CONFIG").arg("SET").arg("auto-aof-rewrite-percentage").arg(0))?;
     let shas: Vec<String> =
         scripts.iter().map(|s| redis.query(redis::cmd("SCRIPT").arg("LOAD").arg(s))).collect::<Result<_, _>>()?;
-    let keys: Vec<String> = ["meta", "stock", "buyers", "orders", "receipts", "queue:bought"]
+    let keys: Vec<String> = ["meta", "stock", "buyers", "orders", "receipts", "queue:bought", "held"]
         .iter()
         .map(|k| format!("script-ab:{{sale:sab}}:{k}"))
         .collect();
     let n = args.per_call as usize;
     // Each revision's call (redis-benchmark draws every __rand_int__ anew): its keys, then the
-    // sale, shards and n, then per purchase a new buyer, order and client limit key.
+    // sale, shards and n, then per purchase a new buyer, order (and, from issue 41 on, a quantity
+    // of 1) and client limit key. A revision's contract line says which: `KEYS[1..7]` from issue 41.
     let calls: Vec<Vec<String>> = shas
         .iter()
-        .map(|sha| {
-            let mut call: Vec<String> = vec!["EVALSHA".into(), sha.clone(), (6 + n).to_string()];
-            call.extend(keys.iter().cloned());
+        .zip(scripts)
+        .map(|(sha, script)| {
+            let quantities = script.contains("-- KEYS[1..7]");
+            let sale_keys = if quantities { 7 } else { 6 };
+            let mut call: Vec<String> = vec!["EVALSHA".into(), sha.clone(), (sale_keys + n).to_string()];
+            call.extend(keys.iter().take(sale_keys).cloned());
             call.extend((0..n).map(|_| "script-ab:{sale:sab}:limit:c__rand_int__".to_string()));
             call.extend(["sab".into(), "1".into(), n.to_string()]);
             for _ in 0..n {
-                call.extend(
-                    ["u__rand_int__", "o__rand_int__", "", "", "1", "100", "1000", "100", "n__rand_int__", ""]
-                        .map(String::from),
-                );
+                call.extend(["u__rand_int__", "o__rand_int__", "", ""].map(String::from));
+                if quantities {
+                    call.push("1".into());
+                }
+                call.extend(["1", "100", "1000", "100", "n__rand_int__", ""].map(String::from));
             }
             call
         })
