@@ -124,7 +124,8 @@ fn stored((order_id, user_id, created_at, status, pay_by, quantity): OrderTuple)
 /// The user's order in the sale, if Postgres has it.
 pub async fn order_of(pool: &PgPool, sale: &SaleId, user: &UserId) -> Result<Option<StoredOrder>, sqlx::Error> {
     let row: Option<OrderTuple> = sqlx::query_as(
-        "select order_id, user_id, created_at, status, pay_by, quantity from orders where sale_id = $1 and user_id = $2",
+        "select order_id, user_id, created_at, status, pay_by, quantity from orders \
+         where sale_id = $1 and user_id = $2",
     )
     .bind(sale.as_str())
     .bind(user.as_str())

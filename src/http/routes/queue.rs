@@ -107,8 +107,8 @@ pub struct QueueQuery {
     post,
     path = "/sales/{sale_id}/queue",
     tag = "waiting room",
-    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`", min_length = 1,
-        max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$"), OrderQuery),
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`",
+        min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$"), OrderQuery),
     security((), ("bearer_jwt" = [])),
     responses(
         (status = 200, description = "In the waiting room: where the buyer stands", body = QueueView),
@@ -151,8 +151,8 @@ pub async fn join(
     get,
     path = "/sales/{sale_id}/queue",
     tag = "waiting room",
-    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`", min_length = 1,
-        max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$"), QueueQuery),
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`",
+        min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$"), QueueQuery),
     security((), ("bearer_jwt" = [])),
     responses(
         (status = 200, description = "Where the buyer stands", body = QueueView),

@@ -143,8 +143,8 @@ impl PublicSale {
     get,
     path = "/sales/{sale_id}",
     tag = "purchase",
-    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`", min_length = 1,
-        max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$")),
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`",
+        min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$")),
     responses(
         (status = 200, description = "The sale's status", body = PublicSale,
             headers(("ETag" = String, description = "Weak validator of everything but `server_time`"),
@@ -257,8 +257,8 @@ pub struct OrderView {
     get,
     path = "/sales/{sale_id}/order",
     tag = "purchase",
-    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`", min_length = 1,
-        max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$"), OrderQuery),
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`",
+        min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$"), OrderQuery),
     security((), ("bearer_jwt" = [])),
     responses(
         (status = 200, description = "The caller's order", body = OrderView,
@@ -321,8 +321,8 @@ pub struct Cancelled {
     delete,
     path = "/sales/{sale_id}/order",
     tag = "purchase",
-    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`", min_length = 1,
-        max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$"), OrderQuery),
+    params(("sale_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`",
+        min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$"), OrderQuery),
     security((), ("bearer_jwt" = [])),
     responses(
         (status = 200, description = "Cancelled; the unit is back in the sale", body = Cancelled),

@@ -73,6 +73,6 @@ pub struct ReconcileReport {
 
 moved_from!(reconcile::ReconcileReport => ReconcileReport {
     sale_id, stock_initial, stock_left, buyers, released, releases_owed, releases_lost, persisted, queued,
-    units_sold, units_returned, stock_balanced, sales_row_stock, missing_in_postgres, unknown_to_redis, reenqueued, sales_row_restored,
-    sale_restored, buyers_restored, overdrawn, units_released, consistent,
+    units_sold, units_returned, stock_balanced, sales_row_stock, missing_in_postgres, unknown_to_redis, reenqueued,
+    sales_row_restored, sale_restored, buyers_restored, overdrawn, units_released, consistent,
 });
