@@ -210,3 +210,46 @@ async fn a_receiver_down_for_a_while_then_back_gets_every_event_in_order() {
     let metrics = reqwest::get(app.url("/metrics")).await.unwrap().text().await.unwrap();
     assert!(metrics.contains("seckill_webhook_deliveries_total{outcome=\"delivered\"} 9"), "{metrics}");
 }
+
+/// An admin route's answer: its status and JSON body.
+async fn admin(app: &TestApp, method: reqwest::Method, path: &str) -> (u16, Value) {
+    let response =
+        app.client.request(method, app.url(path)).bearer_auth(crate::common::ADMIN_TOKEN).send().await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn failed_deliveries_are_listed_and_sent_again_on_demand() {
+    let receiver = Receiver::start(Mode::Down).await;
+    let app = spawn_app_with(|c| webhooks_to(c, &receiver.url, 2), true).await;
+    let sale = seed(&app, 5, "1h").await;
+    let order = reserve(&app, &sale, "late-receiver").await;
+    let until = Instant::now() + Duration::from_secs(20);
+    let failed = loop {
+        let (status, listed) = admin(&app, reqwest::Method::GET, "/admin/events?status=failed").await;
+        assert_eq!(status, 200, "{listed}");
+        if listed["events"].as_array().unwrap().len() == 1 {
+            break listed["events"][0].clone();
+        }
+        assert!(Instant::now() < until, "no failed delivery listed: {listed}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!((failed["type"].as_str(), failed["order_id"].as_str()), (Some("order.created"), Some(order.as_str())));
+    assert_eq!(failed["deliveries"][0]["status"], "failed");
+    assert_eq!(failed["deliveries"][0]["attempts"], 2);
+    assert_eq!(receiver.attempts().len(), 2, "two attempts in all, then failed");
+
+    receiver.set_mode(Mode::Accept);
+    let id = failed["id"].as_i64().unwrap();
+    let (status, retried) = admin(&app, reqwest::Method::POST, &format!("/admin/events/{id}/retry")).await;
+    assert_eq!((status, retried["reopened"].as_u64()), (200, Some(1)), "{retried}");
+    let events = settled_events(&app, 1).await;
+    check_deliveries(&receiver.attempts(), &events);
+    let (_, all) = admin(&app, reqwest::Method::GET, &format!("/admin/events?after={}", id - 1)).await;
+    assert_eq!(
+        (all["events"][0]["deliveries"][0]["status"].as_str(), all["next_after"].as_i64()),
+        (Some("delivered"), Some(id))
+    );
+    let (status, unknown) = admin(&app, reqwest::Method::POST, "/admin/events/999999/retry").await;
+    assert_eq!((status, unknown["error"].as_str()), (404, Some("unknown_event")));
+}
