@@ -1,8 +1,8 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `payments`,
-//! `admin`, `seed`, `controls`, `events`, `retire`, `reconcile`, `admin_page`, `buyer_page`, `health`, `openapi`; `page`
-//! is what the two HTML pages share, `object` what every JSON body is read as, `responses` and `user_id` what
-//! the routes' OpenAPI annotations share), and here the routing itself, 404/405, the sale id of a path and
-//! `GET /metrics`.
+//! `admin`, `seed`, `controls`, `events`, `retire`, `reconcile`, `admin_page`, `buyer_page`, `health`,
+//! `openapi`; `page` is what the two HTML pages share, `object` what every JSON body is read as, `responses`
+//! and `user_id` what the routes' OpenAPI annotations share), and here the routing itself, 404/405, the sale
+//! id of a path and `GET /metrics`.
 
 mod admin;
 mod admin_page;
