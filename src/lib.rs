@@ -26,7 +26,8 @@
 //!      that wait for replicas (`confirm`), every key name (`keys`), the Lua scripts (`lua`), an
 //!      order stream's entry fields and consumer group (`order_stream`), and `Keyspace`, one
 //!      deployment's keys and the shared connection.
-//!    - [`db`]: the Postgres pool and migrations, the `orders` and `sales` tables.
+//!    - [`db`]: the Postgres pool and migrations, the `orders` and `sales` tables, the order
+//!      events' outbox that their writers fill (`outbox`).
 //! 4. Limiting and selling
 //!    - [`identity`]: who is buying: the bearer JWT's verification (built once) and HS256 signing.
 //!    - [`limiter`]: the limiting algorithms (`algorithm`), their policy, decisions and header
@@ -46,6 +47,9 @@
 //!    - [`reservations`]: payment windows: a reservation's transitions in Postgres (`store`),
 //!      the release of its unit (`lua/release.lua`), the sweeper that expires them on time and
 //!      re-drives owed releases (`sweeper`), the payment events' signature (`signature`).
+//!    - [`webhooks`]: order events out: the dispatcher that posts the outbox's events to the
+//!      endpoints, at least once and one order's in order (`dispatcher`), their Standard Webhooks
+//!      signatures (`signature`), the outbox's reads, claims and retries (`store`).
 //!    - [`controls`]: sale-day controls, their Redis side: the kill switch (pause, resume, end now:
 //!      `lua/control.lua`, read by the purchase script in its own call) and stock on the fly
 //!      (`lua/restock.lua`); the operators' audit trail in Postgres (`audit`).
@@ -87,3 +91,4 @@ pub mod reservations;
 pub mod retire;
 pub mod shop;
 pub mod telemetry;
+pub mod webhooks;

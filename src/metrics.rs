@@ -104,6 +104,12 @@ pub struct Metrics {
     pub units_released: IntCounter,
     /// Seconds from a reservation's deadline to its expiry in Postgres.
     pub expiry_lag_seconds: Histogram,
+    /// Webhook delivery attempts, by `outcome`: `delivered` (a 2xx), `retried` (another answer or
+    /// none; tried again later), `failed` (its last attempt) (`crate::webhooks`).
+    pub webhook_deliveries: IntCounterVec,
+    /// Age of the oldest event with a delivery still open, in seconds (0: none; sampled by the
+    /// dispatcher every second).
+    pub webhook_oldest_undelivered_seconds: prometheus::Gauge,
     /// The purchase and limiter counters of every label, resolved once: looking a labelled
     /// child up per request (a hash and a shared lock) was a measurable cost on the hot path.
     purchase_counters: Vec<IntCounter>,
@@ -216,6 +222,20 @@ impl Metrics {
                 "From a reservation's deadline to its expiry",
                 vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0],
             ),
+            webhook_deliveries: counter(
+                "seckill_webhook_deliveries_total",
+                "Webhook delivery attempts, by outcome",
+                &["outcome"],
+            ),
+            webhook_oldest_undelivered_seconds: {
+                let metric = prometheus::Gauge::new(
+                    "seckill_webhook_oldest_undelivered_seconds",
+                    "Age of the oldest event not yet delivered to every endpoint",
+                )
+                .expect("valid metric");
+                registry.register(Box::new(metric.clone())).expect("unique metric");
+                metric
+            },
             registry,
         }
     }

@@ -9,7 +9,7 @@ use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::build_worker;
+use super::{build_dispatcher, build_worker};
 use crate::config::{AuthConfig, Config};
 use crate::controls::audit;
 use crate::db;
@@ -29,9 +29,17 @@ pub async fn run_worker(config: &Config, shutdown: CancellationToken) -> anyhow:
     let metrics = Arc::new(Metrics::new());
     let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
     let sales = Sales::new(Keyspace::new(redis, config.key_prefix.clone()));
-    let sweeper = tokio::spawn(Reservations::new(sales, pool, metrics.clone()).sweep(shutdown.clone()));
+    let reservations = Reservations::new(sales, pool, metrics.clone()).with_outbox(config.webhooks.outbox());
+    let sweeper = tokio::spawn(reservations.sweep(shutdown.clone()));
+    let dispatcher_stop = CancellationToken::new();
+    let dispatcher = build_dispatcher(config, metrics.clone())?.map(|d| tokio::spawn(d.run(dispatcher_stop.clone())));
     build_worker(config, "worker", metrics)?.run(shutdown).await;
     sweeper.await.context("reservation sweeper")?;
+    // The dispatcher stops last: the worker's last batch may have written events.
+    dispatcher_stop.cancel();
+    if let Some(dispatcher) = dispatcher {
+        dispatcher.await.context("webhook dispatcher")?;
+    }
     Ok(())
 }
 

@@ -36,6 +36,7 @@ use crate::reservations::Reservations;
 use crate::retire::Retirer;
 use crate::retire::janitor::Janitor;
 use crate::shop::{Limits, Parts, Settings, Shop};
+use crate::webhooks::Dispatcher;
 
 pub use commands::{migrate, print_token, run_reconcile, run_retire, run_worker, send_payment};
 
@@ -50,6 +51,8 @@ pub struct Application {
     /// The reservations' sweeper, run with the worker.
     sweeper: Option<Reservations>,
     janitor: Janitor,
+    /// The webhook dispatcher, when `SECKILL_WEBHOOK_URL` names endpoints.
+    dispatcher: Option<Dispatcher>,
     events: SaleEvents,
     redis_url: SecretString,
     events_channel: String,
@@ -112,7 +115,9 @@ impl Application {
             config.consumer_name(&local_addr.port().to_string()),
         );
         let events = SaleEvents { sold_out: sold_out.clone(), retired: retired.clone(), sales: sales.clone() };
-        let reservations = Reservations::new(sales.clone(), pool.clone(), metrics.clone());
+        let reservations =
+            Reservations::new(sales.clone(), pool.clone(), metrics.clone()).with_outbox(config.webhooks.outbox());
+        let dispatcher = build_dispatcher(config, metrics.clone())?;
         // The sweeper runs where the worker runs: the processes that write orders to Postgres.
         let sweeper = run_worker.then(|| reservations.clone());
         let admission = Admission::new(redis.clone(), config.admission.key(config.admin_token.as_ref()).as_deref());
@@ -155,6 +160,7 @@ impl Application {
             worker,
             sweeper,
             janitor,
+            dispatcher,
             events,
             redis_url: config.redis_url.clone(),
             events_channel,
@@ -184,6 +190,8 @@ impl Application {
         });
         let janitor = tokio::spawn(self.janitor.run(worker_stop.clone()));
         let sweeper = self.sweeper.map(|s| tokio::spawn(s.sweep(worker_stop.clone())));
+        let dispatcher_stop = CancellationToken::new();
+        let dispatcher = self.dispatcher.map(|d| tokio::spawn(d.run(dispatcher_stop.clone())));
         let stopper = tokio::spawn({
             let shutdown = shutdown.clone();
             async move {
@@ -202,6 +210,11 @@ impl Application {
         }
         if let Some(worker) = worker {
             worker.await.context("worker task")?;
+        }
+        // Last: the worker's last batch and the sweeper's last round may have written events.
+        dispatcher_stop.cancel();
+        if let Some(dispatcher) = dispatcher {
+            dispatcher.await.context("webhook dispatcher")?;
         }
         served
     }
@@ -282,7 +295,25 @@ pub(crate) fn build_worker(config: &Config, role: &str, metrics: Arc<Metrics>) -
         claim_timeout: config.worker_claim_timeout,
         insert_timeout: config.database.worker_insert_timeout,
     };
-    Ok(Worker::new(redis, pool, settings, metrics))
+    Ok(Worker::new(redis, pool, settings, metrics).with_outbox(config.webhooks.outbox()))
+}
+
+/// Postgres connections of the dispatcher's own pool (its claims and outcomes never wait behind
+/// the requests', nor hold theirs).
+const DISPATCHER_DATABASE_CONNECTIONS: u32 = 4;
+
+/// The webhook dispatcher, when `SECKILL_WEBHOOK_URL` names endpoints, on a pool of its own.
+pub(crate) fn build_dispatcher(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<Option<Dispatcher>> {
+    let Some(settings) = config.webhooks.settings().map_err(anyhow::Error::msg).context("webhooks")? else {
+        return Ok(None);
+    };
+    let pool = db::connect_with_timeouts(
+        &config.database_url,
+        DISPATCHER_DATABASE_CONNECTIONS,
+        &config.database.session_parameters(),
+    )
+    .context("database url")?;
+    Ok(Some(Dispatcher::new(pool, settings, metrics).context("webhook client")?))
 }
 
 /// A token cancelled on Ctrl-C or SIGTERM.

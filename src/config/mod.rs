@@ -18,6 +18,7 @@ mod durability;
 mod edge;
 mod payments;
 mod retire;
+mod webhooks;
 
 pub use admission::AdmissionConfig;
 pub use auth::AuthConfig;
@@ -27,6 +28,7 @@ pub use durability::{DurabilityConfig, MAX_CONFIRM_REPLICAS};
 pub use edge::EdgeConfig;
 pub use payments::PaymentConfig;
 pub use retire::RetireConfig;
+pub use webhooks::{Schedule, WebhookConfig};
 
 /// The `seckill` command line.
 #[derive(Debug, Parser)]
@@ -204,6 +206,10 @@ pub struct Config {
     /// Waiting rooms: how long an admission lasts, the key of their tokens.
     #[command(flatten)]
     pub admission: AdmissionConfig,
+
+    /// Webhooks: the endpoints of the order events, their secret, timeout, schedule, retention.
+    #[command(flatten)]
+    pub webhooks: WebhookConfig,
 }
 
 impl Config {
@@ -231,6 +237,7 @@ impl Config {
         self.database.validate()?;
         self.payments.validate()?;
         self.admission.validate()?;
+        self.webhooks.validate()?;
         if let Some(token) = &self.admin_token {
             admin_token(token.expose_secret())?;
         }

@@ -3,11 +3,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use sqlx::PgPool;
+use sqlx::{PgExecutor, PgPool};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::ms_to_time;
+use super::outbox::{self, Outbox};
 use crate::domain::{Order, SaleId, Standing, UserId};
 
 /// What one batch insert did.
@@ -23,38 +24,25 @@ pub struct InsertReport {
 
 /// Inserts a batch of orders in one statement (idempotent: redeliveries are no-ops), then sorts
 /// the entries that were not inserted into redeliveries (their (sale, user) row holds their order
-/// id) and conflicts (it holds another).
-pub async fn insert_orders(pool: &PgPool, orders: &[Order]) -> Result<InsertReport, sqlx::Error> {
+/// id) and conflicts (it holds another). With the outbox on, the same statement writes each new
+/// order's `order.created`, and the same transaction the `sale.sold_out` of a sale it sold out.
+pub async fn insert_orders(pool: &PgPool, orders: &[Order], outbox: &Outbox) -> Result<InsertReport, sqlx::Error> {
     if orders.is_empty() {
         return Ok(InsertReport::default());
     }
-    let ids: Vec<Uuid> = orders.iter().map(|o| o.order_id).collect();
-    let sales: Vec<&str> = orders.iter().map(|o| o.sale_id.as_str()).collect();
-    let users: Vec<&str> = orders.iter().map(|o| o.user_id.as_str()).collect();
-    let times: Vec<OffsetDateTime> = orders.iter().map(|o| ms_to_time(o.created_at_ms)).collect();
-    // A reservation (a sale with a payment window) is 'reserved' until its deadline; any other
-    // order is 'confirmed', final at once.
-    let pay_by: Vec<Option<OffsetDateTime>> = orders.iter().map(|o| o.pay_by_ms.map(ms_to_time)).collect();
-    let quantities: Vec<i32> = orders.iter().map(|o| o.quantity as i32).collect();
-
-    let inserted: Vec<Uuid> = sqlx::query_scalar(
-        "insert into orders (order_id, sale_id, user_id, created_at, pay_by, quantity, status)
-         select o.*, case when o.pay_by is null then 'confirmed' else 'reserved' end
-         from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::integer[])
-              as o (order_id, sale_id, user_id, created_at, pay_by, quantity)
-         on conflict do nothing
-         returning order_id",
-    )
-    .bind(&ids)
-    .bind(&sales)
-    .bind(&users)
-    .bind(&times)
-    .bind(&pay_by)
-    .bind(&quantities)
-    .fetch_all(pool)
-    .await?;
-
-    let inserted: HashSet<Uuid> = inserted.into_iter().collect();
+    let inserted = if outbox.is_on() {
+        let mut tx = pool.begin().await?;
+        let inserted = insert(&mut *tx, orders, outbox).await?;
+        let mut sales: Vec<&str> = inserted.iter().map(|(_, sale, _)| sale.as_str()).collect();
+        sales.sort_unstable();
+        sales.dedup();
+        outbox::sold_out(&mut tx, outbox, &sales).await?;
+        tx.commit().await?;
+        inserted
+    } else {
+        insert(pool, orders, outbox).await?
+    };
+    let inserted: HashSet<Uuid> = inserted.into_iter().map(|(order, _, _)| order).collect();
     let missing: Vec<&Order> = orders.iter().filter(|o| !inserted.contains(&o.order_id)).collect();
     if missing.is_empty() {
         return Ok(InsertReport { inserted: inserted.len(), ..Default::default() });
@@ -77,6 +65,43 @@ pub async fn insert_orders(pool: &PgPool, orders: &[Order]) -> Result<InsertRepo
         already_stored: already.len(),
         conflicts: conflicts.into_iter().cloned().collect(),
     })
+}
+
+/// The batch insert itself (and each new order's event): the ids and sales of the new rows, and
+/// their events' ids (selected, so the calls cannot be planned away).
+async fn insert<'e>(
+    executor: impl PgExecutor<'e>,
+    orders: &[Order],
+    outbox: &Outbox,
+) -> Result<Vec<(Uuid, String, Option<i64>)>, sqlx::Error> {
+    let ids: Vec<Uuid> = orders.iter().map(|o| o.order_id).collect();
+    let sales: Vec<&str> = orders.iter().map(|o| o.sale_id.as_str()).collect();
+    let users: Vec<&str> = orders.iter().map(|o| o.user_id.as_str()).collect();
+    let times: Vec<OffsetDateTime> = orders.iter().map(|o| ms_to_time(o.created_at_ms)).collect();
+    // A reservation (a sale with a payment window) is 'reserved' until its deadline; any other
+    // order is 'confirmed', final at once.
+    let pay_by: Vec<Option<OffsetDateTime>> = orders.iter().map(|o| o.pay_by_ms.map(ms_to_time)).collect();
+    let quantities: Vec<i32> = orders.iter().map(|o| o.quantity as i32).collect();
+    let event = outbox::order_event("$7", "'order.created'", "", "");
+    sqlx::query_as(&format!(
+        "with new as (
+             insert into orders (order_id, sale_id, user_id, created_at, pay_by, quantity, status)
+             select o.*, case when o.pay_by is null then 'confirmed' else 'reserved' end
+             from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::integer[])
+                  as o (order_id, sale_id, user_id, created_at, pay_by, quantity)
+             on conflict do nothing
+             returning order_id, sale_id, user_id, status, quantity, pay_by)
+         select order_id, sale_id, {event} from new"
+    ))
+    .bind(&ids)
+    .bind(&sales)
+    .bind(&users)
+    .bind(&times)
+    .bind(&pay_by)
+    .bind(&quantities)
+    .bind(outbox.endpoints())
+    .fetch_all(executor)
+    .await
 }
 
 /// The users with an order in the sale (one each: the primary key `(sale_id, user_id)`).

@@ -115,6 +115,9 @@ pub enum Error {
     /// `unknown_order`: a payment event names no order of the sale.
     #[error("no order of this sale has that id")]
     UnknownOrder,
+    /// `unknown_event`: no order event with that id is kept.
+    #[error("no event with that id (it may be past its retention)")]
+    UnknownEvent,
     /// `no_order`: the buyer has no order in the sale (nothing to cancel).
     #[error("this buyer has no order in this sale")]
     NoOrder,
@@ -208,6 +211,7 @@ impl Error {
             Self::RateLimited { .. } => "rate_limited",
             Self::InvalidSignature(_) => "invalid_signature",
             Self::UnknownOrder => "unknown_order",
+            Self::UnknownEvent => "unknown_event",
             Self::NoOrder => "no_order",
             Self::NotReserved(_) => "not_reserved",
             Self::EventReused => "event_reused",

@@ -1,7 +1,8 @@
 //! The sale's use cases, one method of [`Shop`] each: buy (`buy`), read a sale (`sales`), read
 //! and cancel an order (`orders`), join and ask a waiting room (`queue`), take a payment event
 //! (`payments`), seed (`seed`), watch, retire and reconcile (`admin`), pause, resume, end, change
-//! the stock and list the audit trail (`controls`), and readiness. Each takes
+//! the stock and list the audit trail (`controls`), list and re-send the order events (`events`),
+//! and readiness. Each takes
 //! validated ids and plain values and returns a typed outcome (with the rate limits' decision,
 //! for the limited ones: `limits`) or an [`Error`]; `http` only extracts, calls one method and
 //! turns the outcome into an answer. The types of the layers below that `http` names (in its
@@ -11,6 +12,7 @@ mod admin;
 mod buy;
 mod controls;
 mod error;
+mod events;
 pub mod limits;
 mod orders;
 mod payments;
@@ -70,6 +72,10 @@ pub mod lower {
     /// A payment to refund.
     pub mod reservations {
         pub use crate::reservations::store::LatePayment;
+    }
+    /// The order events out and their deliveries.
+    pub mod webhooks {
+        pub use crate::webhooks::store::{Delivery, Event, MAX_LISTED};
     }
     /// Why a sale cannot be retired, and what a retirement removed.
     pub mod retire {

@@ -49,6 +49,7 @@ pub async fn test_config() -> Config {
             payment_secret: Some(SecretString::from(crate::common::PAYMENT_SECRET)),
         },
         admission: Default::default(),
+        webhooks: Default::default(),
     }
 }
 

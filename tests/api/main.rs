@@ -39,4 +39,5 @@ mod shards;
 mod shutdown;
 mod sold_out;
 mod waiting_room_page;
+mod webhooks;
 mod worker;

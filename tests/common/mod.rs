@@ -19,6 +19,8 @@ use sqlx::{Connection, PgConnection, PgPool};
 use testbed::Services;
 use uuid::Uuid;
 
+pub mod receiver;
+
 /// At least 32 bytes, as the service requires.
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
 /// The payment events' secret of the test services.

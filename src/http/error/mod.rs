@@ -87,7 +87,7 @@ pub const PAUSED_RETRY_AFTER_SECS: u64 = 5;
 fn status_of(err: &E) -> StatusCode {
     match err {
         E::Invalid(_) => StatusCode::BAD_REQUEST,
-        E::UnknownSale | E::UnknownOrder | E::NoOrder | E::NotInQueue => StatusCode::NOT_FOUND,
+        E::UnknownSale | E::UnknownOrder | E::UnknownEvent | E::NoOrder | E::NotInQueue => StatusCode::NOT_FOUND,
         E::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
         E::SaleNotStarted | E::SaleEnded | E::SalePaused | E::NotAdmitted(_) | E::QueueNotOpen => StatusCode::FORBIDDEN,
         E::AlreadyPurchased(_)

@@ -1,14 +1,15 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `payments`,
-//! `admin`, `seed`, `controls`, `retire`, `reconcile`, `admin_page`, `buyer_page`, `health`, `openapi`; `page`
-//! is what the two HTML pages share, `object` what every JSON body is read as, `responses` and `user_id` what
-//! the routes' OpenAPI annotations share), and here the routing itself, 404/405, the sale id of a path and
-//! `GET /metrics`.
+//! `admin`, `seed`, `controls`, `events`, `retire`, `reconcile`, `admin_page`, `buyer_page`, `health`,
+//! `openapi`; `page` is what the two HTML pages share, `object` what every JSON body is read as, `responses`
+//! and `user_id` what the routes' OpenAPI annotations share), and here the routing itself, 404/405, the sale
+//! id of a path and `GET /metrics`.
 
 mod admin;
 mod admin_page;
 mod buy;
 mod buyer_page;
 mod controls;
+mod events;
 mod health;
 mod object;
 mod openapi;
@@ -112,6 +113,12 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
             web::resource("/admin/sales/{sale_id}/audit")
                 .route(read().to(controls::audit))
                 .default_service(allow("GET, HEAD")),
+        )
+        .service(web::resource("/admin/events").route(read().to(events::list)).default_service(allow("GET, HEAD")))
+        .service(
+            web::resource("/admin/events/{id}/retry")
+                .route(web::post().to(events::retry))
+                .default_service(allow("POST")),
         )
         .service(
             web::resource("/admin/late-payments")

@@ -9,7 +9,9 @@ use actix_web::{HttpResponse, web};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, admin_page, buy, buyer_page, controls, health, payments, queue, reconcile, retire, sales, seed};
+use super::{
+    admin, admin_page, buy, buyer_page, controls, events, health, payments, queue, reconcile, retire, sales, seed,
+};
 use crate::http::AppState;
 
 #[derive(OpenApi)]
@@ -31,6 +33,8 @@ use crate::http::AppState;
         seed::seed,
         admin::status,
         payments::late_payments,
+        events::list,
+        events::retry,
         retire::retire,
         controls::pause,
         controls::resume,

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::streams::{StreamHealth, StreamState};
-use crate::db;
+use crate::db::{self, Outbox};
 use crate::domain::SaleId;
 use crate::metrics::Metrics;
 use crate::purchase::Sales;
@@ -115,6 +115,8 @@ pub struct Worker {
     stats: WorkerStats,
     metrics: Arc<Metrics>,
     queues_sampled_at: Option<Instant>,
+    /// Where each inserted order's `order.created` goes (off by default).
+    outbox: Outbox,
 }
 
 impl Worker {
@@ -137,7 +139,14 @@ impl Worker {
             stats: WorkerStats::default(),
             metrics,
             queues_sampled_at: None,
+            outbox: Outbox::default(),
         }
+    }
+
+    /// The same worker, writing each order's `order.created` (and a sale's `sale.sold_out`) to
+    /// `outbox` with its insert.
+    pub fn with_outbox(self, outbox: Outbox) -> Self {
+        Self { outbox, ..self }
     }
 
     /// The worker's report of its streams, for `/readyz` and the admin overview.
@@ -286,7 +295,7 @@ impl Worker {
             ),
             false => tracing::Span::none(),
         };
-        let insert = db::insert_orders(&self.pool, &orders).instrument(span);
+        let insert = db::insert_orders(&self.pool, &orders, &self.outbox).instrument(span);
         let insert = tokio::time::timeout(self.settings.insert_timeout, insert);
         let report = insert
             .await
