@@ -140,6 +140,7 @@ impl Application {
                 payment_secret: config.payments.payment_secret.clone(),
                 default_payment_window: config.payments.payment_window,
                 admission_ttl: config.admission.admission_ttl,
+                webhooks: !config.webhooks.webhook_url.is_empty(),
             },
             admission,
         });

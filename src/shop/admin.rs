@@ -51,6 +51,9 @@ pub struct SalesReport {
     pub refused: u64,
     /// Requests refused from memory since this process started.
     pub refused_from_memory: u64,
+    /// The order events' deliveries, when webhooks are on (`None` otherwise, or while Postgres
+    /// cannot be read).
+    pub webhooks: Option<crate::webhooks::store::Summary>,
     /// When this instance read the state.
     pub sampled_at: OffsetDateTime,
 }
@@ -108,7 +111,12 @@ impl Shop {
             })
             .collect();
         let refusals = |decision| self.metrics.limiter_decisions.with_label_values(&[decision]).get();
+        let webhooks = match self.settings.webhooks {
+            true => crate::webhooks::store::summary(&self.pool).await.inspect_err(warn_without_persisted).ok(),
+            false => None,
+        };
         Ok(SalesReport {
+            webhooks,
             sales,
             unreadable,
             worker: self.worker_report(),

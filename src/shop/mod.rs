@@ -75,7 +75,7 @@ pub mod lower {
     }
     /// The order events out and their deliveries.
     pub mod webhooks {
-        pub use crate::webhooks::store::{Delivery, Event, MAX_LISTED};
+        pub use crate::webhooks::store::{Delivery, Event, MAX_LISTED, Summary};
     }
     /// Why a sale cannot be retired, and what a retirement removed.
     pub mod retire {
@@ -120,6 +120,8 @@ pub struct Settings {
     pub default_payment_window: Option<Duration>,
     /// `SECKILL_ADMISSION_TTL`: how long an admission lasts, for sales seeded from now on.
     pub admission_ttl: Duration,
+    /// `SECKILL_WEBHOOK_URL` names endpoints: the order events go out (`crate::webhooks`).
+    pub webhooks: bool,
 }
 
 /// The parts a [`Shop`] is made of, built by the composition root (`crate::app`).

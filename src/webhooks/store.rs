@@ -111,6 +111,29 @@ pub async fn oldest_open_age(pool: &PgPool) -> Result<f64, sqlx::Error> {
     Ok(age.unwrap_or(0.0).max(0.0))
 }
 
+/// The deliveries as the live page shows them: how many are open, how many failed for good, and
+/// the age of the oldest open one's event (the delivery lag), in one read.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Summary {
+    pub open: i64,
+    pub failed: i64,
+    pub oldest_open_age_secs: f64,
+}
+
+/// The [`Summary`] of every delivery kept.
+pub async fn summary(pool: &PgPool) -> Result<Summary, sqlx::Error> {
+    let (open, failed, age): (i64, i64, Option<f64>) = sqlx::query_as(
+        "select count(*) filter (where d.delivered_at is null and d.failed_at is null),
+                count(*) filter (where d.failed_at is not null),
+                extract(epoch from now() - min(e.created_at)
+                    filter (where d.delivered_at is null and d.failed_at is null))::float8
+         from webhook_deliveries d join webhook_events e on e.id = d.event_id",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(Summary { open, failed, oldest_open_age_secs: age.unwrap_or(0.0).max(0.0) })
+}
+
 /// Deletes up to `limit` events older than `retention_secs` none of whose deliveries is open
 /// (delivered, or failed for good). Returns how many.
 pub async fn purge(pool: &PgPool, retention_secs: f64, limit: i64) -> Result<u64, sqlx::Error> {

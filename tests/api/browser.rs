@@ -1,7 +1,7 @@
 //! The live sale page (`GET /admin`) in a real browser: headless Chromium driven through
 //! chromedriver (WebDriver, `fantoccini`) during a small storm, and a sale with a payment window.
 //! Screenshots are written to
-//! `target/tmp/admin-page-{live,alert,reservations,fragment-sold-out,paused,marks}.png` (cargo's
+//! `target/tmp/admin-page-{live,alert,reservations,fragment-sold-out,paused,marks,webhooks}.png` (cargo's
 //! `CARGO_TARGET_TMPDIR`).
 
 use std::time::Duration;
@@ -374,4 +374,32 @@ async fn the_chart_marks_a_pause_a_resume_and_a_top_up_and_the_card_counts_units
     assert_eq!(card.mark_lines, 3, "each mark drawn on the chart");
     assert_eq!(card.stock_initial, "15", "the top-up kept the history: {card:?}");
     browser.screenshot("admin-page-marks.png").await;
+}
+
+#[tokio::test]
+async fn the_live_page_shows_the_order_events_deliveries_and_their_failures() {
+    let receiver = crate::common::receiver::Receiver::start(crate::common::receiver::Mode::Down).await;
+    let app = spawn_app_with(|c| crate::webhooks::webhooks_to(c, &receiver.url, 1), true).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 3).await;
+    assert_eq!(app.buy(&sale, "ann").await.status(), 201);
+    let browser = Browser::start().await;
+    browser.client.goto(&app.url("/admin")).await.unwrap();
+    browser.log_in(ADMIN_TOKEN).await;
+    let shown = browser
+        .wait_for("the failed delivery", async |b| {
+            let line: String = serde_json::from_value(
+                b.run(
+                    r#"const p = document.getElementById("webhooks"); return p.checkVisibility() ? p.innerText : "";"#,
+                    vec![],
+                )
+                .await,
+            )
+            .unwrap();
+            Some(line).filter(|l| l.contains("1 failed for good"))
+        })
+        .await;
+    assert!(shown.starts_with("Order events out: 0 deliveries open"), "{shown}");
+    assert!(shown.contains("GET /admin/events?status=failed"), "the way to the failures: {shown}");
+    browser.screenshot("admin-page-webhooks.png").await;
 }

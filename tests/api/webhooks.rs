@@ -12,7 +12,7 @@ use crate::common::receiver::{Attempt, Mode, Receiver, WEBHOOK_SECRET, signature
 use crate::helpers::{TestApp, new_sale_id, spawn_app_with};
 
 /// Webhooks to `url`, retried every 200 ms (`attempts` in all).
-fn webhooks_to(config: &mut seckill::config::Config, url: &str, attempts: usize) {
+pub(crate) fn webhooks_to(config: &mut seckill::config::Config, url: &str, attempts: usize) {
     config.webhooks.webhook_url = vec![url.to_owned()];
     config.webhooks.webhook_secret = Some(WEBHOOK_SECRET.to_owned().into());
     config.webhooks.webhook_timeout = Duration::from_secs(2);
@@ -238,6 +238,9 @@ async fn failed_deliveries_are_listed_and_sent_again_on_demand() {
     assert_eq!(failed["deliveries"][0]["status"], "failed");
     assert_eq!(failed["deliveries"][0]["attempts"], 2);
     assert_eq!(receiver.attempts().len(), 2, "two attempts in all, then failed");
+    // The live page's overview says it too.
+    let (_, overview) = admin(&app, reqwest::Method::GET, "/admin/sales").await;
+    assert_eq!((overview["webhooks"]["failed"].as_i64(), overview["webhooks"]["open"].as_i64()), (Some(1), Some(0)));
 
     receiver.set_mode(Mode::Accept);
     let id = failed["id"].as_i64().unwrap();

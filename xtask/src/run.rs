@@ -3,7 +3,9 @@
 //! Ctrl-C (or SIGTERM), which stops the service, then the servers. The service runs with
 //! `SECKILL_AUTH=jwt` and a fresh random HS256 secret; a token for `alice` is printed with the
 //! curl example. The demo sale has a payment window: the `seckill pay` line for alice's order is
-//! printed too (with the fresh `SECKILL_PAYMENT_SECRET`). `SECKILL_*` settings in the environment reach the service (e.g.
+//! printed too (with the fresh `SECKILL_PAYMENT_SECRET`). Order events go out as webhooks to a
+//! free loopback port, and the line that starts `scripts/webhook_receiver.py` there is printed.
+//! `SECKILL_*` settings in the environment reach the service (e.g.
 //! `SECKILL_RATE_LIMIT=100000/1s cargo xtask run`).
 
 use std::io::Write;
@@ -41,10 +43,16 @@ pub fn run(_args: Args) -> Result<ExitCode> {
     let services = Services::start(&Options::default())?; // the app runs against the single node
     let secret: String = (0..64).map(|_| fastrand::alphanumeric()).collect();
     let payment_secret: String = (0..64).map(|_| fastrand::alphanumeric()).collect();
+    // Order events go to a port where `scripts/webhook_receiver.py` can listen (printed below);
+    // 32 alphanumerics are valid base64, a 24-byte key.
+    let webhook_url = format!("http://127.0.0.1:{}/", testbed::free_port());
+    let webhook_secret = format!("whsec_{}", (0..32).map(|_| fastrand::alphanumeric()).collect::<String>());
     let auth = [
         ("SECKILL_AUTH", "jwt"),
         ("SECKILL_JWT_SECRET", secret.as_str()),
         ("SECKILL_PAYMENT_SECRET", payment_secret.as_str()),
+        ("SECKILL_WEBHOOK_URL", webhook_url.as_str()),
+        ("SECKILL_WEBHOOK_SECRET", webhook_secret.as_str()),
     ];
     let mut app = App::start(&services, &Profile::Release.binary(), &auth)?;
     let alice = token(&app, "alice")?;
@@ -96,7 +104,7 @@ impl EnvFile {
     }
 
     fn write(services: &Services, app: &App, alice: &str) -> Result<Self> {
-        let setting = |name: &str| app.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).unwrap_or_default();
+        let setting = |name: &str| setting(app, name).to_owned();
         let vars = [
             ("APP", app.url.clone()),
             ("TOKEN", alice.to_owned()),
@@ -104,6 +112,7 @@ impl EnvFile {
             ("SECKILL", app.binary.display().to_string()),
             ("SECKILL_JWT_SECRET", setting("SECKILL_JWT_SECRET")),
             ("SECKILL_PAYMENT_SECRET", setting("SECKILL_PAYMENT_SECRET")),
+            ("SECKILL_WEBHOOK_SECRET", setting("SECKILL_WEBHOOK_SECRET")),
             ("SECKILL_REDIS_URL", services.redis_url()),
             ("SECKILL_DATABASE_URL", services.database_url()),
         ];
@@ -134,6 +143,11 @@ fn token(app: &App, user: &str) -> Result<String> {
         .context("running seckill token")?;
     ensure!(output.status.success(), "seckill token: {}", String::from_utf8_lossy(&output.stderr));
     Ok(String::from_utf8(output.stdout)?.trim().to_owned())
+}
+
+/// The app's setting `name` ("" when it has none).
+fn setting<'a>(app: &'a App, name: &str) -> &'a str {
+    app.env.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str())
 }
 
 fn print_info(services: &Services, app: &App, alice: &str) {
@@ -173,11 +187,14 @@ Check the promises (drained queue, Redis buyers = Postgres orders):
   SECKILL_REDIS_URL={redis} SECKILL_DATABASE_URL={database} {binary} reconcile demo
 Orders:
   psql {database} -c 'select * from orders'
+Order events (webhooks to {webhook}): watch them arrive, signatures checked, in another shell:
+  source target/seckill-run.env && python3 scripts/webhook_receiver.py {webhook_port}
 "#,
+        webhook = setting(app, "SECKILL_WEBHOOK_URL"),
+        webhook_port = setting(app, "SECKILL_WEBHOOK_URL").trim_end_matches('/').rsplit(':').next().unwrap_or_default(),
         pid = app.pid(),
         window = DEMO_PAYMENT_WINDOW,
-        payment_secret =
-            app.env.iter().find(|(k, _)| k == "SECKILL_PAYMENT_SECRET").map(|(_, v)| v.as_str()).unwrap_or_default(),
+        payment_secret = setting(app, "SECKILL_PAYMENT_SECRET"),
         env = app
             .env
             .iter()

@@ -246,9 +246,24 @@ pub struct SalesOverview {
     /// How many sales are registered in all.
     pub sales_total: usize,
     pub limiter: LimiterRefusals,
+    /// The order events' deliveries (docs/webhooks.md); absent without `SECKILL_WEBHOOK_URL`, or
+    /// while Postgres cannot be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhooks: Option<WebhookDeliveries>,
     /// When this instance read the state (for rates between two samples).
     #[serde(with = "time::serde::rfc3339")]
     pub sampled_at: OffsetDateTime,
+}
+
+/// Where the order events' deliveries stand, over every endpoint.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct WebhookDeliveries {
+    /// Deliveries not yet accepted (due, in flight, or waiting for a retry).
+    pub open: i64,
+    /// Deliveries that failed for good (`GET /admin/events?status=failed`).
+    pub failed: i64,
+    /// Seconds since the oldest open delivery's event was written: the delivery lag (0: none open).
+    pub lag_seconds: f64,
 }
 
 /// A sale `GET /admin/sales` could not read.
@@ -281,7 +296,7 @@ pub struct LimiterRefusals {
     )
 )]
 pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let SalesReport { sales, unreadable, worker, sales_total, refused, refused_from_memory, sampled_at } =
+    let SalesReport { sales, unreadable, worker, sales_total, refused, refused_from_memory, webhooks, sampled_at } =
         state.shop.sales_report().await?;
     Ok(HttpResponse::Ok().json(SalesOverview {
         sales: sales.into_iter().map(SaleStatus::from).collect(),
@@ -292,6 +307,11 @@ pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpRespo
         worker: worker.map(WorkerReport::from),
         sales_total,
         limiter: LimiterRefusals { refused, refused_from_memory },
+        webhooks: webhooks.map(|w| WebhookDeliveries {
+            open: w.open,
+            failed: w.failed,
+            lag_seconds: w.oldest_open_age_secs,
+        }),
         sampled_at,
     }))
 }
