@@ -7,6 +7,9 @@ Listens on 127.0.0.1:PORT, checks each event's signature with SECKILL_WEBHOOK_SE
 bad signature gets 400. Python's standard library only: nothing to install.
 
     source target/seckill-run.env && python3 scripts/webhook_receiver.py 9000
+
+`--delay SECONDS` answers each event that late (a slow receiver: `cargo xtask ab` measures that
+`POST /buy` does not feel it); `--quiet` prints nothing per event.
 """
 
 import base64
@@ -14,13 +17,14 @@ import hashlib
 import hmac
 import json
 import os
-import sys
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_BODY = 64 * 1024
 KEY = base64.b64decode(os.environ["SECKILL_WEBHOOK_SECRET"].removeprefix("whsec_"))
 SEEN = set()
+DELAY = 0.0
+QUIET = False
 
 
 def signed(message_id, timestamp, body):
@@ -53,8 +57,10 @@ class Receiver(BaseHTTPRequestHandler):
         repeat = " (repeat)" if message_id in SEEN else ""
         SEEN.add(message_id)
         what = data.get("order_id") or data.get("sale_id", "")
-        print(f"{time.strftime('%H:%M:%S')} {event.get('type', '?')} {what} {data.get('status', '')} "
-              f"[{message_id}, signature ok]{repeat}", flush=True)
+        if not QUIET:
+            print(f"{time.strftime('%H:%M:%S')} {event.get('type', '?')} {what} {data.get('status', '')} "
+                  f"[{message_id}, signature ok]{repeat}", flush=True)
+        time.sleep(DELAY)
         self.send_response(204)
         self.end_headers()
 
@@ -63,6 +69,13 @@ class Receiver(BaseHTTPRequestHandler):
 
 
 if __name__ == "__main__":
-    port = int(sys.argv[1]) if len(sys.argv) > 1 else 9000
-    print(f"receiving webhooks on http://127.0.0.1:{port}/ (Ctrl-C stops)", flush=True)
-    HTTPServer(("127.0.0.1", port), Receiver).serve_forever()
+    import argparse
+
+    parser = argparse.ArgumentParser(description="A tiny Standard Webhooks receiver for seckill's demo.")
+    parser.add_argument("port", type=int, nargs="?", default=9000)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
+    parser.add_argument("--quiet", action="store_true", help="no line per event")
+    args = parser.parse_args()
+    DELAY, QUIET = args.delay, args.quiet
+    print(f"receiving webhooks on http://127.0.0.1:{args.port}/ (Ctrl-C stops)", flush=True)
+    ThreadingHTTPServer(("127.0.0.1", args.port), Receiver).serve_forever()
