@@ -25,15 +25,26 @@ pub struct InsertReport {
 /// Inserts a batch of orders in one statement (idempotent: redeliveries are no-ops), then sorts
 /// the entries that were not inserted into redeliveries (their (sale, user) row holds their order
 /// id) and conflicts (it holds another). With the outbox on, the same statement writes each new
-/// order's `order.created`, and the same transaction the `sale.sold_out` of a sale it sold out.
-pub async fn insert_orders(pool: &PgPool, orders: &[Order], outbox: &Outbox) -> Result<InsertReport, sqlx::Error> {
+/// order's `order.created`, and the same transaction the `sale.sold_out` of a sale it sold out,
+/// among `may_sell_out` (`None`: any; the check sums the sale's orders, so the worker names only
+/// the sales whose Redis stock is gone).
+pub async fn insert_orders(
+    pool: &PgPool,
+    orders: &[Order],
+    outbox: &Outbox,
+    may_sell_out: Option<&HashSet<String>>,
+) -> Result<InsertReport, sqlx::Error> {
     if orders.is_empty() {
         return Ok(InsertReport::default());
     }
     let inserted = if outbox.is_on() {
         let mut tx = pool.begin().await?;
         let inserted = insert(&mut *tx, orders, outbox).await?;
-        let mut sales: Vec<&str> = inserted.iter().map(|(_, sale, _)| sale.as_str()).collect();
+        let mut sales: Vec<&str> = inserted
+            .iter()
+            .map(|(_, sale, _)| sale.as_str())
+            .filter(|sale| may_sell_out.is_none_or(|watched| watched.contains(*sale)))
+            .collect();
         sales.sort_unstable();
         sales.dedup();
         outbox::sold_out(&mut tx, outbox, &sales).await?;

@@ -240,7 +240,7 @@ impl Reservations {
         wanted: impl Fn(&crate::domain::Order) -> bool,
     ) -> Result<(), ReservationError> {
         if let Some(order) = queue::find_queued(&self.sales, sale, |o| o.pay_by_ms.is_some() && wanted(o)).await? {
-            db::insert_orders(&self.pool, &[order], &self.outbox).await?;
+            db::insert_orders(&self.pool, &[order], &self.outbox, None).await?;
         }
         Ok(())
     }
