@@ -23,6 +23,11 @@ pub struct Claimed {
 /// past the lease, so a dispatcher that dies mid-attempt leaves them due again), skipping rows
 /// another dispatcher holds and every delivery whose order has an earlier event still open to
 /// the same endpoint (one order's events arrive in order).
+///
+/// Its cost is the batch's, not the backlog's: the due rows are read in the order of the index
+/// `webhook_deliveries_due` until `limit` are taken, and the update finds them by `ctid` (a
+/// TID scan; they are locked, so their `ctid` holds until it runs), where a join on the key let
+/// Postgres hash the whole table, delivered rows included, every round.
 pub async fn claim(
     pool: &PgPool,
     endpoints: &[String],
@@ -31,7 +36,7 @@ pub async fn claim(
 ) -> Result<Vec<Claimed>, sqlx::Error> {
     let rows: Vec<(i64, String, i32, String, String)> = sqlx::query_as(
         "with due as (
-             select d.event_id, d.endpoint from webhook_deliveries d
+             select d.ctid from webhook_deliveries d
              where d.delivered_at is null and d.failed_at is null and d.next_attempt_at <= now()
                and d.endpoint = any($1)
                and (d.order_id is null or not exists (
@@ -42,8 +47,8 @@ pub async fn claim(
              for update of d skip locked)
          update webhook_deliveries d
          set attempts = d.attempts + 1, next_attempt_at = now() + make_interval(secs => $3)
-         from due, webhook_events e
-         where d.event_id = due.event_id and d.endpoint = due.endpoint and e.id = d.event_id
+         from webhook_events e
+         where d.ctid = any(array(select ctid from due)) and e.id = d.event_id
          returning d.event_id, d.endpoint, d.attempts, e.event_id, e.body",
     )
     .bind(endpoints)

@@ -24,3 +24,4 @@ mod retire;
 mod soak;
 mod stock_and_sigterm;
 mod traces;
+mod webhooks;

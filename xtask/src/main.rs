@@ -15,7 +15,8 @@
 //! 3. Commands, one per task: `test/`, `run`, `bench/`, `ab`, `script_ab`, `shard_ceiling/`,
 //!    `load/` (the test suite with its API fuzz; the service with a demo sale; the benchmark and
 //!    its report; paired A/B rounds of two builds on `/buy`; of two revisions' purchase script on
-//!    Redis; the stock-sharding ceiling; the k6 and oha load runs with their invariants).
+//!    Redis; the stock-sharding ceiling; the k6 and oha load runs with their invariants, and the
+//!    webhook dispatcher's delivery lag under paced purchases).
 
 mod ab;
 mod bench;
@@ -52,7 +53,7 @@ enum Task {
     ScriptAb(script_ab::Args),
     /// Measures the stock-sharding ceiling (Redis and /buy) for K = 1..3 on a local cluster.
     ShardCeiling(shard_ceiling::Args),
-    /// Load runs with k6 (the flash crowd) or oha, then the invariants.
+    /// Load runs with k6 (the flash crowd), oha or wrk (the webhooks' delivery lag), then the invariants.
     Load(load::Args),
 }
 

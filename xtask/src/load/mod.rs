@@ -1,7 +1,8 @@
-//! `cargo xtask load k6|k6-queue|k6-drop|oha`: the flash crowd (k6, `load-tests/k6/flash-crowd.js`), a
+//! `cargo xtask load k6|k6-queue|k6-drop|oha|webhooks`: the flash crowd (k6, `load-tests/k6/flash-crowd.js`), a
 //! queued sale's crowd (k6, `load-tests/k6/waiting-room.js`), a drop in sizes (k6,
-//! `load-tests/k6/drop.js`) and the four
-//! single-path oha runs, each against its own throwaway stack, then the invariants per sale
+//! `load-tests/k6/drop.js`), the four
+//! single-path oha runs and the webhook dispatcher's delivery lag under paced purchases (wrk),
+//! each against its own throwaway stack, then the invariants per sale
 //! (`seckill reconcile`, and the 201s the generator saw = the orders in Postgres). Every
 //! generator run is bounded in time (and count) and only talks to 127.0.0.0/8. Exit status 1
 //! when a threshold, a run or an invariant failed.
@@ -12,6 +13,7 @@ mod oha;
 mod orders;
 mod queued;
 mod reservations;
+mod webhooks;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
@@ -47,6 +49,9 @@ enum Tool {
     K6Drop(drop::Args),
     /// In stock, sold out, /healthz and rate limited, one oha run each.
     Oha(oha::Args),
+    /// Webhooks on, a fast receiver on 127.0.0.1, paced in-stock purchases (wrk): the delivery
+    /// lag of every order event, and whether the dispatcher kept up.
+    Webhooks(webhooks::Args),
 }
 
 /// "1m", "20s", "500ms" -> whole seconds, rounded up.
@@ -189,6 +194,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Tool::K6Queue(q) => Load::start("load k6-queue", &args, "k6").and_then(|load| queued::run(q, load)),
         Tool::K6Drop(d) => Load::start("load k6-drop", &args, "k6").and_then(|load| drop::run(d, load)),
         Tool::Oha(o) => Load::start("load oha", &args, "oha").and_then(|load| oha::run(o, load)),
+        Tool::Webhooks(w) => Load::start("load webhooks", &args, "wrk").and_then(|load| webhooks::run(w, load)),
     };
     match (crate::steps::interrupted(), load) {
         (Some(code), _) => Ok(code),
