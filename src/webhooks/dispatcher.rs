@@ -86,7 +86,11 @@ impl Dispatcher {
 
     /// One round: claims what is due and attempts it; returns how many were claimed.
     pub async fn round(&self) -> Result<usize, sqlx::Error> {
-        let lease = (self.settings.timeout * 2 + Duration::from_secs(5)).as_secs_f64();
+        // The lease covers the whole round: its attempts go CONCURRENCY at a time, each at most
+        // the timeout, so a slow receiver cannot make a claim lapse (and another instance send it
+        // again) while this one still holds it.
+        let waves = (BATCH as u32).div_ceil(CONCURRENCY as u32);
+        let lease = (self.settings.timeout * (waves + 1) + Duration::from_secs(5)).as_secs_f64();
         let claimed = store::claim(&self.pool, &self.settings.endpoints, BATCH, lease).await?;
         let count = claimed.len();
         let attempts = futures::stream::iter(claimed).map(|c| self.attempt(c)).buffer_unordered(CONCURRENCY);
