@@ -13,8 +13,12 @@ impl Shop {
         if !(1..=store::MAX_LISTED).contains(&limit) {
             return Err(Error::Invalid(format!("limit must be between 1 and {}", store::MAX_LISTED)));
         }
+        let after = after.unwrap_or(0);
+        if after < 0 {
+            return Err(Error::Invalid("after must be 0 or an event id".into()));
+        }
         let listing = if failed { Listing::Failed } else { Listing::All };
-        Ok(store::list(&self.pool, after.unwrap_or(0).max(0), limit, listing).await?)
+        Ok(store::list(&self.pool, after, limit, listing).await?)
     }
 
     /// Sends the event `id` again to every endpoint it was delivered to or failed for (its

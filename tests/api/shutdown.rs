@@ -49,7 +49,7 @@ async fn the_batch_in_flight_at_shutdown_is_committed_after_the_http_workers_hav
     }
     // Wait until the worker has read a batch and its insert waits for the lock.
     let waiting_insert =
-        "select count(*) from pg_stat_activity where wait_event_type = 'Lock' and query ilike 'insert into orders%'";
+        "select count(*) from pg_stat_activity where wait_event_type = 'Lock' and query ilike '%insert into orders%'";
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while sqlx::query_scalar::<_, i64>(waiting_insert).fetch_one(&app.pool).await.unwrap() == 0 {
         assert!(tokio::time::Instant::now() < deadline, "the worker never tried to insert");
