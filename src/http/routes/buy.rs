@@ -23,9 +23,9 @@ pub struct BuyRequest {
     #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$")]
     sale_id: String,
     /// Units to buy, all or none: 1 (the default) up to the sale's `per_buyer` (at most 100).
-    #[schema(minimum = 1, maximum = 100, default = 1)]
-    #[serde(default)]
-    quantity: Option<u32>,
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 100, default = 1)]
+    #[serde(default, deserialize_with = "super::seed::integral_opt")]
+    quantity: Option<i64>,
     /// The buyer: described in the document by [`user_id_schema`].
     #[schema(schema_with = user_id_schema)]
     #[serde(default)]
@@ -174,9 +174,9 @@ pub async fn buy(
 }
 
 /// The request's quantity: 1 when absent, else 1 to [`MAX_PER_BUYER`].
-fn quantity_of(quantity: Option<u32>) -> Result<u32, ApiError> {
+fn quantity_of(quantity: Option<i64>) -> Result<u32, ApiError> {
     match quantity.unwrap_or(1) {
-        q @ 1..=MAX_PER_BUYER => Ok(q),
+        q @ 1..=100 if q <= i64::from(MAX_PER_BUYER) => Ok(q as u32),
         _ => Err(ApiError::InvalidRequest(format!("quantity must be 1-{MAX_PER_BUYER}"))),
     }
 }

@@ -52,9 +52,9 @@ pub struct SeedRequest {
     /// `quantity` is taken against it. In a group, the units one buyer may buy across the group's
     /// sales: every sale of a group must seed the same value (409 `group_limit_differs`). Over
     /// 1 not with more than one shard.
-    #[schema(minimum = 1, maximum = 100)]
-    #[serde(default)]
-    per_buyer: Option<u32>,
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 100)]
+    #[serde(default, deserialize_with = "integral_opt")]
+    per_buyer: Option<i64>,
     /// The group the sale belongs to: sales of one group (a product's sizes) share each buyer's
     /// `per_buyer`. A sale of group `G` is named `G.<name>` (e.g. `sneaker.42`), so every
     /// instance finds the group's Redis Cluster slot from the id alone (docs/stock-sharding.md);
@@ -76,6 +76,13 @@ pub struct QueueRequest {
     /// while the admitted buyers who have not bought could take twice the stock left.
     #[schema(minimum = 1, maximum = 100_000)]
     rate: u32,
+}
+
+/// [`integral`] for an optional field (absent or `null`: `None`).
+pub(super) fn integral_opt<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    #[derive(Deserialize)]
+    struct Integral(#[serde(deserialize_with = "integral")] i64);
+    Ok(Option::<Integral>::deserialize(deserializer)?.map(|Integral(n)| n))
 }
 
 /// An integer, also when written with a zero fraction (`2326.0`): JSON Schema's `integer`
@@ -125,6 +132,8 @@ pub async fn seed(
     let SeedRequest { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group } =
         body.into_inner().0;
     let queue = queue.map(|Object(QueueRequest { opens_at, rate })| (opens_at, rate));
+    // Out of u32's range reads as 0, which the seed refuses with the rest outside 1-100.
+    let per_buyer = per_buyer.map(|n| u32::try_from(n).unwrap_or(0));
     let order = SeedOrder { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group };
     let report = state.shop.seed(&sale, order).await?;
     Ok(HttpResponse::Ok().json(SaleStatus::from(report)))
