@@ -237,8 +237,9 @@ async fn a_bot_joining_a_thousand_times_from_many_addresses_holds_one_place() {
         positions.insert(response.json::<Value>().await.unwrap()["position"].as_u64().unwrap());
     }
     assert_eq!(positions.len(), 1, "the same place every time: {positions:?}");
-    let late: u64 = app.redis.clone().hlen(&keys.queue.late).await.unwrap();
-    assert_eq!(late, 0, "the bot's later joins added nobody");
+    // Only the human may be a late arrival (when a loaded host let it join after the start).
+    let late: Vec<String> = app.redis.clone().hkeys(&keys.queue.late).await.unwrap();
+    assert!(late.iter().all(|buyer| buyer == "human"), "the bot's later joins added nobody: {late:?}");
 }
 
 #[tokio::test]
