@@ -86,14 +86,15 @@ const POLL_MS = Math.max(50, envInt('POLL_MS', 500)); // the status poll's perio
 const WAIT_LIMIT_S = envInt('WAIT_LIMIT_S', 60); // a user stops waiting for the start after this
 const ORDER_POLLS = Math.max(1, envInt('ORDER_POLLS', 10)); // order polls per buyer, at most
 const ORDER_POLL_MS = Math.max(100, envInt('ORDER_POLL_MS', 1000));
-// Every latency threshold times LATENCY_SCALE (the test command's quick run: a debug build).
-const LATENCY_SCALE = Math.max(1, envFloat('LATENCY_SCALE', 1));
+// Latency thresholds catch a stall, not slowness: the defaults hold on a 2-core host with a cargo
+// build running (see load-tests/README.md). Every one times LATENCY_SCALE (the quick run: 3).
+const LATENCY_SCALE = Math.max(0.01, envFloat('LATENCY_SCALE', 1));
 const latency = (name, fallback) => Math.round(envInt(name, fallback) * LATENCY_SCALE);
-const P99_MS = latency('P99_MS', 250);
-const STATUS_P95_MS = latency('STATUS_P95_MS', 100);
-const BUY_P95_MS = latency('BUY_P95_MS', 250);
-const ORDER_P95_MS = latency('ORDER_P95_MS', 250);
-const CONFIRM_P95_MS = latency('CONFIRM_P95_MS', 3000);
+const P99_MS = latency('P99_MS', 2000);
+const STATUS_P95_MS = latency('STATUS_P95_MS', 1500);
+const BUY_P95_MS = latency('BUY_P95_MS', 1500);
+const ORDER_P95_MS = latency('ORDER_P95_MS', 1500);
+const CONFIRM_P95_MS = latency('CONFIRM_P95_MS', 5000);
 // Reservations: the flash sales' payment window (0: none, orders are final at once), and what the
 // buyers do with a reservation. PAYMENT_SECRET is the service's SECKILL_PAYMENT_SECRET.
 const PAYMENT_WINDOW_MS = envInt('PAYMENT_WINDOW_MS', 0);
@@ -108,8 +109,8 @@ if (MODE === 'crowd' && WINDOW && PAY_RATIO > 0 && PAYMENT_SECRET.length < 32) {
 // worker stored the order: the service then stores it from the queue first).
 const THINK_MS = envInt('THINK_MS', 0);
 if (WINDOW && THINK_MS >= PAYMENT_WINDOW_MS) throw new Error('THINK_MS must be shorter than the payment window');
-const PAY_P95_MS = latency('PAY_P95_MS', 250);
-const CANCEL_P95_MS = latency('CANCEL_P95_MS', 250);
+const PAY_P95_MS = latency('PAY_P95_MS', 1500);
+const CANCEL_P95_MS = latency('CANCEL_P95_MS', 1500);
 
 // too fast
 const TOO_FAST_SALE = __ENV.TOO_FAST_SALE || 'limiter';
@@ -610,8 +611,9 @@ function awaitConfirmed(sale, user, orderId, boughtAt, decision) {
 
 // The shop's payment system: a signed `order.paid` event for the order (HMAC-SHA256 of
 // "<t>.<raw body>" keyed by PAYMENT_SECRET, as the service's SECKILL_PAYMENT_SECRET). A payment the
-// service took in time is printed as `paid SALE ORDER_ID`.
-function pay(sale, user, orderId) {
+// service took in time is printed as `paid SALE ORDER_ID`. A payment still unanswered at `payBy` (a
+// loaded host) may be either: paid, or late with the order expired.
+function pay(sale, user, orderId, payBy) {
   const body = JSON.stringify({ id: `pay-${user}`, type: 'order.paid', sale_id: sale, order_id: orderId });
   const t = Math.floor(Date.now() / 1000);
   const signature = `t=${t},v1=${crypto.hmac('sha256', PAYMENT_SECRET, `${t}.${body}`, 'hex')}`;
@@ -626,6 +628,7 @@ function pay(sale, user, orderId) {
     return false;
   }
   const answer = jsonBody(res);
+  const answeredAt = Date.now();
   const late = answer !== null && answer.late_payment === true;
   if (late) paymentsLate.add(1);
   const ok = check(
@@ -638,7 +641,9 @@ function pay(sale, user, orderId) {
         ['paid', 'expired', 'cancelled'].includes(answer.status) &&
         typeof answer.late_payment === 'boolean' &&
         Object.keys(answer).length === 3,
-      'pay before the deadline is paid, not late': () => answer !== null && answer.status === 'paid' && !late,
+      'pay before the deadline is paid, not late': () =>
+        answer !== null &&
+        ((answer.status === 'paid' && !late) || (answeredAt >= payBy && answer.status === 'expired' && late)),
     },
     STEP_PAY,
   );
@@ -709,14 +714,14 @@ function cancel(sale, user, orderId) {
 // (PAY_RATIO), `cancel` (CANCEL_RATIO) or `expire` (nothing). Returns what the service took:
 // 'pay', 'cancel' or 'expire', or null when the payment or the cancel failed (counted as such
 // already; the order may then stand anywhere).
-function decide(sale, user, orderId) {
+function decide(sale, user, orderId, payBy) {
   const r = Math.random();
   if (r >= PAY_RATIO + CANCEL_RATIO) {
     leftToExpire.add(1);
     return 'expire';
   }
   if (THINK_MS > 0) sleep((THINK_MS / 1000) * Math.random());
-  if (r < PAY_RATIO) return pay(sale, user, orderId) ? 'pay' : null;
+  if (r < PAY_RATIO) return pay(sale, user, orderId, payBy) ? 'pay' : null;
   return cancel(sale, user, orderId) ? 'cancel' : null;
 }
 
@@ -753,7 +758,7 @@ function crowdUser(sale, user) {
   // whose 201 was seen (so was its `order` line): the driver checks it afterwards.
   let decision = null;
   if (created !== null && created.status === 'reserved' && created.order_id === orderId) {
-    decision = decide(sale, user, orderId);
+    decision = decide(sale, user, orderId, Date.parse(created.pay_by));
   }
   if (orderId) awaitConfirmed(sale, user, orderId, boughtAt, decision);
 }

