@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Validate deploy/k8s offline: every manifest of a Kubernetes kind against the Kubernetes 1.34
-# schemas in strict mode (kubernetes-validate from PyPI, pinned, in a venv under target/), then
+# schemas in strict mode (kubernetes-validate from PyPI, pinned, in target/py-venv, the venv of
+# every Python tool: testbed/src/python.rs), then
 # scripts/lint_k8s.py: the manifests agree with the binary (`seckill serve/worker --help`, the
 # routes) and with each other, and its self-test breaks them in memory to prove it notices.
 # Kinds of operators (CloudNativePG's Cluster, the Redis operator's RedisCluster, KEDA's
@@ -12,9 +13,9 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 
 KUBERNETES_VALIDATE=1.34.1
-venv="target/lint-k8s-venv"
+venv="${CARGO_TARGET_DIR:-target}/py-venv"
 if [ ! -x "$venv/bin/kubernetes-validate" ] || ! "$venv/bin/kubernetes-validate" --version | grep -q "$KUBERNETES_VALIDATE"; then
-    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+    if [ ! -x "$venv/bin/pip" ] && ! python3 -m venv "$venv" >/dev/null 2>&1; then
         if [ "$(id -u)" -eq 0 ]; then
             export DEBIAN_FRONTEND=noninteractive
             apt-get update
@@ -26,6 +27,7 @@ if [ ! -x "$venv/bin/kubernetes-validate" ] || ! "$venv/bin/kubernetes-validate"
             exit 1
         fi
     fi
+    echo "==> pip install kubernetes-validate==$KUBERNETES_VALIDATE into $venv (minutes the first time: its schemas)" >&2
     "$venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE"
 fi
 

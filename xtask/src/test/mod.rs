@@ -1,6 +1,6 @@
 //! `cargo xtask test`: the one test command (what CI runs). On throwaway servers from `testbed`
 //! (a Redis, Postgres and a 3-master Redis Cluster): fmt check, clippy, `cargo test --workspace`,
-//! the API fuzz (schemathesis, see `fuzz`), the compose lint, the Kubernetes manifests' lint
+//! the Python tools with Debian's python3 (`python`), the API fuzz (schemathesis, see `fuzz`), the compose lint, the Kubernetes manifests' lint
 //! (`scripts/lint-k8s.sh`), quick k6 load runs (`cargo xtask load k6`, `k6-queue` and `k6-drop`, debug
 //! build), then the api integration tests once more against the Redis Cluster.
 //! Every step runs and is reported; the task closes with one table (each step, passed or failed,
@@ -8,6 +8,7 @@
 //! `cargo test` step together), and fails if any step failed.
 
 mod fuzz;
+mod python;
 
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
@@ -148,6 +149,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     test.args(["test", "--workspace", "--locked"]).args(&args.cargo_test_args).env(Services::ENV, &handle);
     report.command("test", &mut test);
     if !extra {
+        report.step("python tools", "k6 and schemathesis into target/py-venv with Debian's python3", |_| {
+            python::run().map(|()| None)
+        });
         report.step("api fuzz (schemathesis)", "schemathesis against GET /openapi.json", |deadline| {
             fuzz::run(&services, deadline).map(|()| None)
         });
