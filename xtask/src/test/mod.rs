@@ -1,8 +1,9 @@
 //! `cargo xtask test`: the one test command (what CI runs). On throwaway servers from `testbed`
 //! (a Redis, Postgres and a 3-master Redis Cluster): fmt check, clippy, `cargo test --workspace`,
-//! the Python tools with Debian's python3 (`python`), the API fuzz (schemathesis, see `fuzz`), the compose lint, the Kubernetes manifests' lint
-//! (`scripts/lint-k8s.sh`), quick k6 load runs (`cargo xtask load k6`, `k6-queue` and `k6-drop`, debug
-//! build), then the api integration tests once more against the Redis Cluster.
+//! the Python tools with Debian's python3 (`python`), the API fuzz (schemathesis, see `fuzz`), the
+//! compose lint, the Kubernetes manifests' lint (`scripts/lint-k8s.sh`), quick k6 load runs
+//! (`cargo xtask load k6`, `k6-queue` and `k6-drop`, debug build), then the api integration tests
+//! once more against the Redis Cluster.
 //! Every step runs and is reported; the task closes with one table (each step, passed or failed,
 //! its tests passed and failed, its time) and a last line `N passed, N failed` (the tests of every
 //! `cargo test` step together), and fails if any step failed.
