@@ -2,9 +2,10 @@
 //! a ```text block is an example (the commands and what they print; in an expected line `[..]`
 //! stands for any text). A document's examples run in order in one bash, with the variables
 //! `cargo xtask run` writes to `target/seckill-run.env` (`APP`, `TOKEN`, `ADMIN_TOKEN`,
-//! `SECKILL`, `SECKILL_JWT_SECRET`, `SECKILL_PAYMENT_SECRET`, `SECKILL_WEBHOOK_SECRET`) and the
-//! Redis, Postgres and key prefix settings the CLI needs. (trycmd, the crate for tests of commands in Markdown, runs
-//! programs without a shell: no variables, pipes or `$(…)`, which these examples need.)
+//! `SECKILL`, `SECKILL_JWT_SECRET`, `SECKILL_JWT_AUDIENCE`, `SECKILL_PAYMENT_SECRET`,
+//! `SECKILL_WEBHOOK_SECRET`) and the Redis, Postgres and key prefix settings the CLI needs.
+//! (trycmd, the crate for tests of commands in Markdown, runs programs without a shell: no
+//! variables, pipes or `$(…)`, which these examples need.)
 
 use std::process::Command;
 
@@ -14,6 +15,8 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::helpers::{ADMIN_TOKEN, spawn_app_with};
 
 const SECRET: &str = "readme-test-secret-of-at-least-32-bytes";
+/// The audience `cargo xtask run` sets (`SECKILL_JWT_AUDIENCE`).
+const AUDIENCE: &str = "seckill-demo";
 
 /// One example: the commands and what they print.
 pub struct Example {
@@ -90,6 +93,7 @@ pub async fn run_verbatim(name: &str, examples: &[Example]) {
         |config| {
             config.auth.mode = AuthMode::Jwt;
             config.auth.jwt_secret = Some(SecretString::from(SECRET));
+            config.auth.jwt_audience = Some(AUDIENCE.to_owned());
             // Order events on, to a port nobody answers (as `cargo xtask run` without a receiver).
             crate::webhooks::webhooks_to(config, &format!("http://127.0.0.1:{}/", testbed::free_port()), 8);
         },
@@ -97,8 +101,12 @@ pub async fn run_verbatim(name: &str, examples: &[Example]) {
     )
     .await;
     let seckill = env!("CARGO_BIN_EXE_seckill");
-    let token =
-        Command::new(seckill).args(["token", "--user", "alice"]).env("SECKILL_JWT_SECRET", SECRET).output().unwrap();
+    let token = Command::new(seckill)
+        .args(["token", "--user", "alice"])
+        .env("SECKILL_JWT_SECRET", SECRET)
+        .env("SECKILL_JWT_AUDIENCE", AUDIENCE)
+        .output()
+        .unwrap();
     assert!(token.status.success(), "{token:?}");
 
     // One bash runs them all, in order, a marker line between two examples' outputs.
@@ -112,6 +120,7 @@ pub async fn run_verbatim(name: &str, examples: &[Example]) {
         .env("ADMIN_TOKEN", ADMIN_TOKEN)
         .env("SECKILL", seckill)
         .env("SECKILL_JWT_SECRET", SECRET)
+        .env("SECKILL_JWT_AUDIENCE", AUDIENCE)
         .env("SECKILL_PAYMENT_SECRET", crate::common::PAYMENT_SECRET)
         .env("SECKILL_WEBHOOK_SECRET", crate::common::receiver::WEBHOOK_SECRET)
         .env("SECKILL_REDIS_URL", app.config.redis_url.expose_secret())

@@ -28,6 +28,9 @@ const DEMO_OPENS_IN: Duration = Duration::from_secs(60);
 /// or its unit goes back to the sale.
 const DEMO_PAYMENT_WINDOW: &str = "3m";
 
+/// The demo's JWT audience (`SECKILL_JWT_AUDIENCE`): the service refuses tokens for another.
+const DEMO_AUDIENCE: &str = "seckill-demo";
+
 /// Runs the task; the exit code is the task's result.
 pub fn run(_args: Args) -> Result<ExitCode> {
     steps::handle_signals()?;
@@ -50,6 +53,8 @@ pub fn run(_args: Args) -> Result<ExitCode> {
     let auth = [
         ("SECKILL_AUTH", "jwt"),
         ("SECKILL_JWT_SECRET", secret.as_str()),
+        // An audience, as production should have: tokens `seckill token` signs here carry it.
+        ("SECKILL_JWT_AUDIENCE", DEMO_AUDIENCE),
         ("SECKILL_PAYMENT_SECRET", payment_secret.as_str()),
         ("SECKILL_WEBHOOK_URL", webhook_url.as_str()),
         ("SECKILL_WEBHOOK_SECRET", webhook_secret.as_str()),
@@ -83,13 +88,22 @@ pub fn run(_args: Args) -> Result<ExitCode> {
             app.stop();
             std::io::copy(&mut log, &mut stdout)?;
             drop(env_file);
+            let dir = services.dir().display().to_string();
             drop(services);
-            return Ok(steps::interrupted().unwrap_or(ExitCode::FAILURE));
+            let code = steps::interrupted().unwrap_or(ExitCode::FAILURE);
+            eprintln!(
+                "xtask run: stopped, cleaned up (seckill, Redis and Postgres stopped; {dir} and target/seckill-run.env removed)"
+            );
+            return Ok(code);
         }
         std::thread::sleep(Duration::from_millis(200));
     };
     std::io::copy(&mut log, &mut stdout)?;
     eprintln!("xtask run: seckill exited with {exit}");
+    drop(env_file);
+    let dir = services.dir().display().to_string();
+    drop(services);
+    eprintln!("xtask run: stopped, cleaned up (Redis and Postgres stopped; {dir} and target/seckill-run.env removed)");
     Ok(ExitCode::from(exit.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1)))
 }
 
@@ -111,6 +125,7 @@ impl EnvFile {
             ("ADMIN_TOKEN", app.admin_token.clone()),
             ("SECKILL", app.binary.display().to_string()),
             ("SECKILL_JWT_SECRET", setting("SECKILL_JWT_SECRET")),
+            ("SECKILL_JWT_AUDIENCE", setting("SECKILL_JWT_AUDIENCE")),
             ("SECKILL_PAYMENT_SECRET", setting("SECKILL_PAYMENT_SECRET")),
             ("SECKILL_WEBHOOK_SECRET", setting("SECKILL_WEBHOOK_SECRET")),
             ("SECKILL_REDIS_URL", services.redis_url()),
@@ -198,8 +213,9 @@ Order events (webhooks to {webhook}): watch them arrive, signatures checked, in 
         env = app
             .env
             .iter()
-            .find(|(k, _)| k == "SECKILL_JWT_SECRET")
+            .filter(|(k, _)| k == "SECKILL_JWT_SECRET" || k == "SECKILL_JWT_AUDIENCE")
             .map(|(k, v)| format!("{k}={v}"))
-            .unwrap_or_default(),
+            .collect::<Vec<_>>()
+            .join(" "),
     );
 }
