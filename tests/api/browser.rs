@@ -36,6 +36,7 @@ impl Browser {
             return {
                 stock_left: text("stock_left"), stock_initial: text("stock_initial"), sold: text("sold"),
                 persisted: text("persisted"), queued: text("queued"), peak: text("peak"), state: text("state"),
+                window: text("window"),
                 shards: card.querySelector('[data-field="shards"]').checkVisibility() ? text("shards") : "",
                 bar: [bar.value, bar.max], chart: card.querySelector("polyline").getAttribute("points"),
                 alerts: [...card.querySelectorAll(".alerts li")].map((li) => li.innerText),
@@ -59,6 +60,8 @@ struct PageSale {
     queued: String,
     peak: String,
     state: String,
+    /// The sale's times ("opened … · no end set").
+    window: String,
     /// The shard badge's text, "" while it is hidden (an unsharded sale).
     shards: String,
     bar: (f64, f64),
@@ -299,6 +302,8 @@ async fn a_token_in_the_fragment_signs_in_and_a_sale_sold_out_between_two_sample
     assert!(bought.iter().all(|s| *s == 201), "{bought:?}");
     let card =
         browser.wait_for("the sold-out card", async |b| b.sale(&sale).await.filter(|s| s.stock_left == "0")).await;
+    // Seeded without times: the card says so, and the badge says sold out (not "open now").
+    assert_eq!((card.window.as_str(), card.state.as_str()), ("no start or end time set", "sold out"), "{card:?}");
     let peak: f64 = card.peak.replace(',', "").parse().unwrap();
     assert!(peak > 0.0, "the 30 purchases have a rate: peak {peak}");
     browser.screenshot("admin-page-fragment-sold-out.png").await;

@@ -135,6 +135,17 @@ async fn the_page_is_served_at_the_root_and_per_sale_under_a_strict_policy() {
     assert_error(bad, 400, "invalid_request").await;
     let post = app.client.post(app.url("/sale/any")).send().await.unwrap();
     assert_eq!((post.status().as_u16(), post.headers()["allow"].to_str().unwrap()), (405, "GET, HEAD"));
+
+    // Both pages link the icon, which is served (the browser's default /favicon.ico, not a 404),
+    // and the policy lets them load it.
+    let admin_page = app.client.get(app.url("/admin")).send().await.unwrap().text().await.unwrap();
+    for page in [&root_page, &admin_page] {
+        assert!(page.contains(r#"<link rel="icon" href="/favicon.ico" type="image/svg+xml">"#), "the icon is linked");
+    }
+    assert!(csp.contains("img-src 'self'"), "{csp}");
+    let icon = app.client.get(app.url("/favicon.ico")).send().await.unwrap();
+    assert_eq!((icon.status().as_u16(), icon.headers()["content-type"].to_str().unwrap()), (200, "image/svg+xml"));
+    assert!(icon.text().await.unwrap().starts_with("<svg "), "an SVG");
 }
 
 #[tokio::test]
@@ -296,6 +307,8 @@ async fn a_reservation_counts_down_to_its_deadline_and_can_be_cancelled_or_paid(
     browser.click("cancel").await;
     let cancelled = browser.shows("the cancel", |s| s.order_status.as_deref() == Some("cancelled")).await;
     assert_eq!(cancelled.message, "Cancelled: the unit went back to the sale.");
+    // One order per buyer per sale: the button stays off and says why, not "Bought".
+    assert!(!cancelled.buy_enabled && cancelled.buy == "Cancelled: one order per buyer in this sale", "{cancelled:?}");
     assert!(!browser.visible("cancel").await && !browser.visible("pay-by").await);
     browser.shows("the unit back", |s| s.stock_left == "1" && s.state == "Open").await;
     browser.screenshot("buyer-page-cancelled.png").await;

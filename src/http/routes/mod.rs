@@ -1,8 +1,8 @@
-//! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `payments`,
-//! `admin`, `seed`, `controls`, `events`, `retire`, `reconcile`, `admin_page`, `buyer_page`, `health`,
-//! `openapi`; `page` is what the two HTML pages share, `object` what every JSON body is read as, `responses`
-//! and `user_id` what the routes' OpenAPI annotations share), and here the routing itself, 404/405, the sale
-//! id of a path and `GET /metrics`.
+//! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`,
+//! `payments`, `admin`, `seed`, `controls`, `events`, `retire`, `reconcile`, `admin_page`,
+//! `buyer_page`, `favicon`, `health`, `openapi`; `page` is what the two HTML pages share, `object`
+//! what every JSON body is read as, `responses` and `user_id` what the routes' OpenAPI annotations
+//! share), and here the routing itself, 404/405, the sale id of a path and `GET /metrics`.
 
 mod admin;
 mod admin_page;
@@ -10,6 +10,7 @@ mod buy;
 mod buyer_page;
 mod controls;
 mod events;
+mod favicon;
 mod health;
 mod object;
 mod openapi;
@@ -93,6 +94,7 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
             web::resource("/sale/{sale_id}").route(read().to(buyer_page::sale)).default_service(allow("GET, HEAD")),
         )
         .service(web::resource("/admin").route(read().to(admin_page::page)).default_service(allow("GET, HEAD")))
+        .service(web::resource("/favicon.ico").route(read().to(favicon::icon)).default_service(allow("GET, HEAD")))
         .service(web::resource("/admin/sales").route(read().to(admin::list)).default_service(allow("GET, HEAD")))
         .service(
             web::resource("/admin/sales/{sale_id}")

@@ -10,7 +10,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    admin, admin_page, buy, buyer_page, controls, events, health, payments, queue, reconcile, retire, sales, seed,
+    admin, admin_page, buy, buyer_page, controls, events, favicon, health, payments, queue, reconcile, retire, sales,
+    seed,
 };
 use crate::http::AppState;
 
@@ -29,6 +30,7 @@ use crate::http::AppState;
         buyer_page::home,
         buyer_page::sale,
         admin_page::page,
+        favicon::icon,
         admin::list,
         seed::seed,
         admin::status,
