@@ -81,11 +81,12 @@ async fn the_public_status_counts_down_on_the_redis_clock_then_opens_then_sells_
     let seeded = app.seed(&sale, json!({"stock": 2, "starts_at": starts_at.format(&Rfc3339).unwrap()})).await;
     assert_eq!(seeded.status(), 200);
 
+    // The Redis clock read before the request and after the answer brackets its server_time.
+    let before = redis_time(&app).await;
     let response = public_status(&app, &sale).await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()[CACHE_CONTROL], "public, max-age=1");
     assert!(response.headers()[ETAG].to_str().unwrap().starts_with("W/\""));
-    let before = redis_time(&app).await;
     let body: Value = response.json().await.unwrap();
     let after = redis_time(&app).await;
     assert_eq!(body["sale_id"], sale.as_str());
@@ -334,13 +335,22 @@ async fn a_storm_of_repeats_gets_one_order_id_per_buyer_the_same_every_time() {
     );
 
     let mut ids: HashMap<usize, BTreeSet<Uuid>> = HashMap::new();
-    let mut created = 0;
+    let (mut created, mut unavailable) = (0, 0);
     for (buyer, status, order_id) in answers {
+        // A 503 (an overloaded host: Redis or the pool timed out) carries no order id; the
+        // buyer's other tries say what it holds.
+        if status == 503 {
+            unavailable += 1;
+            continue;
+        }
         assert!(status == 201 || status == 409, "buyer-{buyer}: {status}");
         created += usize::from(status == 201);
         ids.entry(buyer).or_default().insert(order_id.unwrap_or_else(|| panic!("buyer-{buyer}: {status} without id")));
     }
-    assert_eq!(created, BUYERS, "one 201 per buyer");
+    assert!(unavailable * 20 < BUYERS * TRIES, "{unavailable} answers of 503: more than 1 in 20");
+    assert_eq!(ids.len(), BUYERS, "every buyer was told an order id");
+    // At most one 201 each; fewer only where a 503 left the outcome to the buyer's next try.
+    assert!(created <= BUYERS && created + unavailable >= BUYERS, "{created} × 201, {unavailable} × 503");
     assert!(ids.values().all(|set| set.len() == 1), "a buyer was told two order ids");
     let told: BTreeSet<Uuid> = ids.values().flatten().copied().collect();
     app.assert_invariants(&sale, &told).await;

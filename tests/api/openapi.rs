@@ -62,6 +62,7 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
         "GET /admin/sales/{sale_id}",
         "GET /admin/sales/{sale_id}/audit",
         "GET /admin/sales/{sale_id}/reconcile",
+        "GET /favicon.ico",
         "GET /healthz",
         "GET /metrics",
         "GET /openapi.json",
