@@ -107,8 +107,9 @@ async fn the_pre_queue_is_shuffled_fairly_and_later_arrivals_queue_in_arrival_or
     const LATE: usize = 500;
     let app = spawn_app().await;
     // 100 a second: the 2,500 are let in over 25 s, and the polls watch it happen (the 500 late
-    // joins alone, one at a time, took 8 s on a loaded two-core host).
-    let sale = seed_queued(&app, 10_000, time::Duration::seconds(12), 100).await;
+    // joins alone, one at a time, took 8 s on a loaded two-core host). The start is 25 s away: the
+    // 2,000 early joins took over 12 s on a two-core host at load 10.
+    let sale = seed_queued(&app, 10_000, time::Duration::seconds(25), 100).await;
     let before: Value = app.client.get(app.url(&format!("/sales/{sale}"))).send().await.unwrap().json().await.unwrap();
     let commitment = before["queue"]["seed_sha256"].as_str().unwrap().to_owned();
     assert!(before["queue"]["seed"].is_null(), "the seed stays secret before the start: {before}");
