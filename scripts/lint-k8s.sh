@@ -15,7 +15,7 @@ cd "$repo_root"
 KUBERNETES_VALIDATE=1.34.1
 venv="${CARGO_TARGET_DIR:-target}/py-venv"
 if [ ! -x "$venv/bin/kubernetes-validate" ] || ! "$venv/bin/kubernetes-validate" --version | grep -q "$KUBERNETES_VALIDATE"; then
-    if [ ! -x "$venv/bin/pip" ] && ! python3 -m venv "$venv" >/dev/null 2>&1; then
+    if [ ! -x "$venv/bin/python" ] && ! python3 -m venv "$venv" >/dev/null 2>&1; then
         if [ "$(id -u)" -eq 0 ]; then
             export DEBIAN_FRONTEND=noninteractive
             apt-get update
@@ -28,7 +28,8 @@ if [ ! -x "$venv/bin/kubernetes-validate" ] || ! "$venv/bin/kubernetes-validate"
         fi
     fi
     echo "==> pip install kubernetes-validate==$KUBERNETES_VALIDATE into $venv (minutes the first time: its schemas)" >&2
-    "$venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE"
+    # python -m pip, not bin/pip: a copied venv's scripts run the original's python.
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE"
 fi
 
 mapfile -t manifests < <(find deploy/k8s -name '*.yaml' | sort)

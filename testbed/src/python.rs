@@ -50,17 +50,20 @@ pub fn ensure(tool: PyTool, path: Option<&OsString>) -> Result<PathBuf> {
     }
     let spec = format!("{}=={}", tool.package, tool.version);
     eprintln!("==> pip install {spec} into {} (a minute or so the first time)", venv.display());
-    let status = Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", "--disable-pip-version-check", &spec])
+    // `python -m pip`, not `bin/pip`: a copied venv's scripts (`cp -a target`) still run the
+    // original's python, and would install into it.
+    let status = Command::new(venv.join("bin/python"))
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", &spec])
         .stdin(Stdio::null())
         .status()
         .context("running the venv's pip")?;
     ensure!(status.success(), "pip install {spec}: {status}");
     ensure!(
         prints_version(&program, tool),
-        "{} does not print version {} after the install",
+        "{} does not print version {} after the install (remove {} and rerun)",
         program.display(),
-        tool.version
+        tool.version,
+        venv.display()
     );
     Ok(program)
 }
