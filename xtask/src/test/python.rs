@@ -29,7 +29,15 @@ pub fn run() -> Result<()> {
         .env("PATH", &path)
         .output()
         .context("running /usr/bin/python3")?;
-    ensure!(!refused.status.success(), "Debian's python3 took a system-wide pip install: the check proves nothing");
+    // Refused for PEP 668, or no pip at all (a stock Debian without python3-pip); any other
+    // failure (the network, say) proves nothing.
+    let why = String::from_utf8_lossy(&refused.stderr);
+    ensure!(
+        !refused.status.success()
+            && (why.contains("externally-managed-environment") || why.contains("No module named pip")),
+        "Debian's python3 did not refuse a system-wide pip install for PEP 668 ({}): {why}",
+        refused.status
+    );
 
     // A venv another Python made (a developer's earlier run) is made again, by Debian's.
     if python::venv_home().is_ok_and(|home| home != Path::new("/usr/bin")) {
