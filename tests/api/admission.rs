@@ -180,7 +180,8 @@ async fn the_pre_queue_is_shuffled_fairly_and_later_arrivals_queue_in_arrival_or
             assert_eq!(answer["position"], *place, "{user}: {answer}");
             *ticket = answer["ticket"].as_str().unwrap().to_owned();
             match answer["state"].as_str().unwrap() {
-                "admitted" => {
+                // `closed`: admitted, and the admission lapsed unused (a minute: a slow look).
+                "admitted" | "closed" => {
                     admitted_from.get_or_insert(*place);
                 }
                 "waiting" => {
