@@ -87,7 +87,7 @@ const WAIT_LIMIT_S = envInt('WAIT_LIMIT_S', 60); // a user stops waiting for the
 const ORDER_POLLS = Math.max(1, envInt('ORDER_POLLS', 10)); // order polls per buyer, at most
 const ORDER_POLL_MS = Math.max(100, envInt('ORDER_POLL_MS', 1000));
 // Latency thresholds catch a stall, not slowness: the defaults hold on a 2-core host with a cargo
-// build running (see load-tests/README.md). Every one times LATENCY_SCALE (the quick run: 3).
+// build running (see load-tests/README.md). Every one times LATENCY_SCALE (the quick run: 4).
 const LATENCY_SCALE = Math.max(0.01, envFloat('LATENCY_SCALE', 1));
 const latency = (name, fallback) => Math.round(envInt(name, fallback) * LATENCY_SCALE);
 const P99_MS = latency('P99_MS', 2000);

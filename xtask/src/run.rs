@@ -87,24 +87,24 @@ pub fn run(_args: Args) -> Result<ExitCode> {
             eprintln!("xtask run: stopping seckill (pid {})", app.pid());
             app.stop();
             std::io::copy(&mut log, &mut stdout)?;
-            drop(env_file);
-            let dir = services.dir().display().to_string();
-            drop(services);
             let code = steps::interrupted().unwrap_or(ExitCode::FAILURE);
-            eprintln!(
-                "xtask run: stopped, cleaned up (seckill, Redis and Postgres stopped; {dir} and target/seckill-run.env removed)"
-            );
+            clean_up(env_file, services);
             return Ok(code);
         }
         std::thread::sleep(Duration::from_millis(200));
     };
     std::io::copy(&mut log, &mut stdout)?;
     eprintln!("xtask run: seckill exited with {exit}");
+    clean_up(env_file, services);
+    Ok(ExitCode::from(exit.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1)))
+}
+
+/// Removes the env file, stops the servers and deletes their temp dir, then says so in a last line.
+fn clean_up(env_file: EnvFile, services: Services) {
     drop(env_file);
     let dir = services.dir().display().to_string();
     drop(services);
     eprintln!("xtask run: stopped, cleaned up (Redis and Postgres stopped; {dir} and target/seckill-run.env removed)");
-    Ok(ExitCode::from(exit.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1)))
 }
 
 /// `target/seckill-run.env`: the variables the README's examples use, for `source` in another

@@ -63,7 +63,7 @@ pub struct Args {
     #[arg(long, default_value_t = 2000)]
     p99_ms: u32,
     /// Every latency threshold (the p99 and each step's p95) times this: below 1 on a quiet
-    /// dedicated host (0.125 gives p99 250 ms), 3 in the test command's quick run (the debug
+    /// dedicated host (0.125 gives p99 250 ms), 4 in the test command's quick run (the debug
     /// build). Checks and invariants are unchanged.
     #[arg(long, default_value_t = 1.0)]
     latency_scale: f64,
