@@ -5,8 +5,12 @@
 -- KEYS[2]  pre-queue          seckill:{sale:<id>}:queue        (sorted set: buyer -> shuffle score)
 -- KEYS[3]  late arrivals      seckill:{sale:<id>}:queue:late   (hash: buyer -> place, in arrival order)
 -- KEYS[4]  queue state        seckill:{sale:<id>}:queue:state  (hash: seed, frozen, upto, tick_ms, lapsed)
+-- KEYS[5]  spent challenges   seckill:{sale:<id>}:challenges   (sorted set: nonce -> expires_ms; lua/challenge_spend.lua)
 -- ARGV[1]  buyer              (user id, as the app validated it: no control characters)
 -- ARGV[2]  "join" | "ask"     ask never writes
+-- ARGV[3]  challenge nonce    join of a sale with a proof of work (meta challenge_cost): the nonce of the
+--                             solution the app verified (src/challenge/); "" or absent without one
+-- ARGV[4]  challenge expiry   when that challenge expires, Unix ms (the spent nonce is kept until then)
 --
 -- Returns:
 --   {"prequeue"}         the buyer is in the pre-queue (before starts_at: nobody has a place yet)
@@ -14,6 +18,8 @@
 --                        its shuffle score, a later buyer's its arrival order after all of them
 --   "not_in_queue"       ask only: the buyer never joined
 --   "queue_not_open"     join before queue_opens_at_ms
+--   "challenge_required" join without ARGV[3] of a sale whose meta has challenge_cost
+--   "challenge_replayed" join with a nonce spent before: nothing is written
 --   "ended"              at or after ends_at_ms
 --   "not_queued"         the sale has no waiting room
 --   "unknown_sale"       no meta
@@ -27,11 +33,13 @@
 -- Invariants kept: one place per buyer (ZADD NX; HGET before HSET, in one atomic call); the
 -- pre-queue is frozen from the first call on or after the start ("frozen", so a clock stepping
 -- back cannot add to it), which keeps every pre-queue place (ZRANK) fixed; late places are
--- ZCARD + HLEN + 1, so they follow every pre-queue place and each other in arrival order.
+-- ZCARD + HLEN + 1, so they follow every pre-queue place and each other in arrival order. A join of a
+-- sale with a proof of work spends its solution's nonce once (ZADD NX, kept until the challenge
+-- expires), whether or not the buyer had a place: each join costs its own work.
 --
 -- Example (after seeding a queued sale "demo"):
 --   sed -e '/^-- @queue_preamble$/r lua/queue_preamble.lua' lua/queue_join.lua > /tmp/seckill-queue-join.lua
---   redis-cli --eval /tmp/seckill-queue-join.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:queue' 'seckill:{sale:demo}:queue:late' 'seckill:{sale:demo}:queue:state' , alice join
+--   redis-cli --eval /tmp/seckill-queue-join.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:queue' 'seckill:{sale:demo}:queue:late' 'seckill:{sale:demo}:queue:state' 'seckill:{sale:demo}:challenges' , alice join
 
 -- @queue_preamble
 if meta[3] and now_ms >= tonumber(meta[3]) then
@@ -39,16 +47,32 @@ if meta[3] and now_ms >= tonumber(meta[3]) then
 end
 local state = redis.call('HMGET', KEYS[4], 'seed', 'frozen')
 local buyer, join = ARGV[1], ARGV[2] == 'join'
+local before_start = now_ms < tonumber(meta[2]) and not state[2]
 
-if now_ms < tonumber(meta[2]) and not state[2] then
+if join then
+  if before_start and now_ms < tonumber(meta[6]) then
+    return 'queue_not_open'
+  end
+  local nonce = ARGV[3] or ''
+  if nonce ~= '' then
+    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now_ms)
+    if redis.call('ZADD', KEYS[5], 'NX', ARGV[4], nonce) == 0 then
+      return 'challenge_replayed'
+    end
+    if redis.call('PTTL', KEYS[5]) < tonumber(ARGV[4]) - now_ms then
+      redis.call('PEXPIREAT', KEYS[5], ARGV[4])
+    end
+  elseif redis.call('HEXISTS', KEYS[1], 'challenge_cost') == 1 then
+    return 'challenge_required'
+  end
+end
+
+if before_start then
   if redis.call('ZSCORE', KEYS[2], buyer) then
     return {'prequeue'}
   end
   if not join then
     return 'not_in_queue'
-  end
-  if now_ms < tonumber(meta[6]) then
-    return 'queue_not_open'
   end
   if not state[1] then
     error('seckill queue_join.lua: the queue state has no seed: re-seed the sale')

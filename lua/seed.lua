@@ -28,6 +28,8 @@
 --                             "" or "1": one (the meta then records none, unless grouped)
 -- ARGV[13] group              the group's name (src/domain.rs: the sale id's part before its '.'), or ""
 -- ARGV[14] sale id            (joins the group's sales)
+-- ARGV[15] challenge cost     the proof of work a buyer solves to join or buy (src/challenge/): the tries
+--                             a solve takes on average; "" or absent: none (the meta then records none)
 --
 -- Returns one status string:
 --   "ok"                 seeded
@@ -48,7 +50,7 @@
 -- (src/redis/order_stream.rs).
 --
 -- Example:
---   redis-cli --eval lua/seed.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:queue:state' 'seckill:{sale:demo}:group' 'seckill:{sale:demo}:group:sales' , 100 '' '' 1 '' 0 '' '' '' '' '' '' '' demo
+--   redis-cli --eval lua/seed.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:queue:state' 'seckill:{sale:demo}:group' 'seckill:{sale:demo}:group:sales' , 100 '' '' 1 '' 0 '' '' '' '' '' '' '' demo ''
 
 if redis.call('SCARD', KEYS[3]) > 0 then
   return 'sale_in_progress'
@@ -99,6 +101,9 @@ if group ~= '' then
   redis.call('HSET', KEYS[1], 'per_buyer', per_buyer, 'group', group)
 elseif per_buyer > 1 then
   redis.call('HSET', KEYS[1], 'per_buyer', per_buyer)
+end
+if ARGV[15] and ARGV[15] ~= '' then
+  redis.call('HSET', KEYS[1], 'challenge_cost', ARGV[15])
 end
 redis.call('SET', KEYS[2], stock)
 return 'ok'

@@ -30,6 +30,9 @@
 //!      events' outbox that their writers fill (`outbox`).
 //! 4. Limiting and selling
 //!    - [`identity`]: who is buying: the bearer JWT's verification (built once) and HS256 signing.
+//!    - [`challenge`]: the proof of work at the door: ALTCHA challenges signed for a sale, a buyer
+//!      and an address, priced by the address's challenges in the last minute (`curve`,
+//!      `lua/challenge_count.lua`), their solutions checked in process and spent once.
 //!    - [`limiter`]: the limiting algorithms (`algorithm`), their policy, decisions and header
 //!      fields, the client's limiting key (`client_key`: IPv6 grouped by prefix), the clients and
 //!      buyers refused lately (`memory`), the in-process limit on sold-out answers (`local`).
@@ -75,6 +78,7 @@
 
 pub mod admission;
 pub mod app;
+pub mod challenge;
 pub mod config;
 pub mod controls;
 pub mod db;

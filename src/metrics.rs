@@ -97,6 +97,12 @@ pub struct Metrics {
     /// Waiting-room requests (`crate::admission`), by `kind` (`join`, `ask`) and `outcome`
     /// (`answered`, or the error code).
     pub queue_requests: IntCounterVec,
+    /// Proofs of work (`crate::challenge`), by `event` (`issued`, `solved`: checked in process)
+    /// and `cost`: the factor of the sale's cost it asked, rounded up to a power of two (1 to 1024).
+    pub challenges: IntCounterVec,
+    /// Proofs of work refused, by `reason`: `missing`, `malformed`, `forged`, `expired`,
+    /// `other_sale`, `other_buyer`, `other_address`, `wrong`, `replayed`.
+    pub challenge_refusals: IntCounterVec,
     /// Payment events that arrived after their order had expired or been cancelled
     /// (`outcome="late"`), or for an order already paid (`outcome="duplicate"`): to refund.
     pub late_payments: IntCounterVec,
@@ -210,6 +216,16 @@ impl Metrics {
                 "Waiting-room joins and asks, by outcome",
                 &["kind", "outcome"],
             ),
+            challenges: counter(
+                "seckill_challenges_total",
+                "Proofs of work issued and solved, by the factor of the sale's cost asked",
+                &["event", "cost"],
+            ),
+            challenge_refusals: counter(
+                "seckill_challenge_refusals_total",
+                "Proofs of work refused, by reason",
+                &["reason"],
+            ),
             late_payments: counter("seckill_late_payments_total", "Payments to refund, by outcome", &["outcome"]),
             units_released: {
                 let metric = IntCounter::new("seckill_units_released_total", "Units released reservations gave back")
@@ -252,6 +268,16 @@ impl Metrics {
         self.queue_requests.with_label_values(&[kind, outcome]).inc();
     }
 
+    /// Counts a proof of work `issued` or `solved` at `factor` times its sale's cost.
+    pub fn challenge(&self, event: &str, factor: u32) {
+        self.challenges.with_label_values(&[event, &cost_label(factor).to_string()]).inc();
+    }
+
+    /// Counts a refused proof of work.
+    pub fn challenge_refused(&self, reason: &str) {
+        self.challenge_refusals.with_label_values(&[reason]).inc();
+    }
+
     /// Counts a limiter decision, one of [`LIMITER_DECISIONS`].
     pub fn limiter_decision(&self, decision: &str) {
         if let Some(i) = LIMITER_DECISIONS.iter().position(|d| *d == decision) {
@@ -279,4 +305,9 @@ impl Metrics {
             self.dependency_errors.with_label_values(&[dependency, source]).inc();
         }
     }
+}
+
+/// The `cost` label of a factor: rounded up to a power of two, so the series stay few (1 to 1024).
+pub fn cost_label(factor: u32) -> u32 {
+    factor.clamp(1, 1024).next_power_of_two()
 }

@@ -28,6 +28,7 @@ use sha2::{Digest, Sha256};
 
 use self::line::{Line, Stand, Standing};
 use self::token::{Refused, Signer};
+use crate::challenge::Spent;
 use crate::domain::{SaleId, UserId};
 use crate::redis::Keyspace;
 use crate::redis::lua::{self, unexpected_reply};
@@ -68,6 +69,10 @@ pub enum QueueError {
     Ended,
     #[error("no admission key: set SECKILL_ADMISSION_SECRET or SECKILL_ADMIN_TOKEN")]
     Disabled,
+    #[error("the sale asks a proof of work and the join carried none")]
+    ChallengeRequired,
+    #[error("the proof of work's solution was spent before")]
+    ChallengeReplayed,
     #[error(transparent)]
     Redis(#[from] LineError),
 }
@@ -112,10 +117,11 @@ impl Admission {
         }
     }
 
-    /// Joins `buyer` to the sale's waiting room (again: the same place) and tells its standing.
-    pub async fn join(&self, sale: &SaleId, buyer: &UserId) -> Result<Answer, QueueError> {
+    /// Joins `buyer` to the sale's waiting room (again: the same place) and tells its standing,
+    /// spending `solution` (the proof of work `crate::challenge` verified) in the same call.
+    pub async fn join(&self, sale: &SaleId, buyer: &UserId, solution: Option<&Spent>) -> Result<Answer, QueueError> {
         let signer = self.signer.as_ref().ok_or(QueueError::Disabled)?;
-        let place = self.place(sale, buyer, "join").await?;
+        let place = self.place(sale, buyer, Mode::Join(solution)).await?;
         let line = self.line(sale).await?;
         Ok(self.answer(signer, &line, sale, buyer, place))
     }
@@ -139,7 +145,7 @@ impl Admission {
     pub async fn ask(&self, sale: &SaleId, buyer: &UserId) -> Result<Answer, QueueError> {
         let signer = self.signer.as_ref().ok_or(QueueError::Disabled)?;
         let line = self.line(sale).await?;
-        let place = self.place(sale, buyer, "ask").await?;
+        let place = self.place(sale, buyer, Mode::Ask).await?;
         Ok(self.answer(signer, &line, sale, buyer, place))
     }
 
@@ -186,10 +192,15 @@ impl Admission {
     }
 
     /// `lua/queue_join.lua`: the buyer's place (`None`: in the pre-queue).
-    async fn place(&self, sale: &SaleId, buyer: &UserId, mode: &str) -> Result<Option<u64>, QueueError> {
+    async fn place(&self, sale: &SaleId, buyer: &UserId, mode: Mode<'_>) -> Result<Option<u64>, QueueError> {
         let keys = self.redis.sale_keys(sale);
         let mut call = lua::QUEUE_JOIN.key(&keys.joining()[..]);
-        call.arg(buyer.as_str()).arg(mode);
+        call.arg(buyer.as_str());
+        match mode {
+            Mode::Ask => call.arg("ask"),
+            Mode::Join(None) => call.arg("join").arg("").arg(""),
+            Mode::Join(Some(spent)) => call.arg("join").arg(&spent.nonce).arg(spent.expires_ms),
+        };
         let reply: Value = lua::run(&call, &mut self.redis.conn()).await?;
         match &reply {
             Value::Array(parts) => match (parts.first().map(text).transpose()?.as_deref(), parts.get(1)) {
@@ -205,6 +216,8 @@ impl Admission {
                 "ended" => QueueError::Ended,
                 "not_queued" => QueueError::NotQueued,
                 "unknown_sale" => QueueError::UnknownSale,
+                "challenge_required" => QueueError::ChallengeRequired,
+                "challenge_replayed" => QueueError::ChallengeReplayed,
                 word => unexpected_reply("queue_join.lua", word).into(),
             }),
         }
@@ -220,6 +233,15 @@ impl Admission {
         };
         Answer { standing, ticket: signer.ticket(sale, buyer, place.unwrap_or(0)), admission }
     }
+}
+
+/// What `lua/queue_join.lua` is asked.
+#[derive(Clone, Copy)]
+enum Mode<'a> {
+    /// Where the buyer stands; writes nothing.
+    Ask,
+    /// Join, with the proof of work's solution to spend, if the sale asks one.
+    Join(Option<&'a Spent>),
 }
 
 /// A script's status word.

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::commands::connect_and_migrate;
 use crate::admission::Admission;
+use crate::challenge::Challenges;
 use crate::config::Config;
 use crate::db;
 use crate::http::AppState;
@@ -120,7 +121,10 @@ impl Application {
         let dispatcher = build_dispatcher(config, metrics.clone())?;
         // The sweeper runs where the worker runs: the processes that write orders to Postgres.
         let sweeper = run_worker.then(|| reservations.clone());
-        let admission = Admission::new(redis.clone(), config.admission.key(config.admin_token.as_ref()).as_deref());
+        let admission_key = config.admission.key(config.admin_token.as_ref());
+        let admission = Admission::new(redis.clone(), admission_key.as_deref());
+        let challenges =
+            Challenges::new(redis.clone(), admission_key.as_deref(), config.challenge.settings(), config.ipv6_prefix);
         let clients = ClientKeys {
             proxies: TrustedProxies::new(config.trusted_proxies.clone()),
             ipv6_prefix: config.ipv6_prefix,
@@ -141,8 +145,10 @@ impl Application {
                 default_payment_window: config.payments.payment_window,
                 admission_ttl: config.admission.admission_ttl,
                 webhooks: !config.webhooks.webhook_url.is_empty(),
+                challenge_cost: config.challenge.challenge_cost,
             },
             admission,
+            challenges,
         });
         let state = AppState {
             shop,

@@ -11,6 +11,7 @@ use crate::limiter::{Algorithm, DEFAULT_IPV6_PREFIX, Policy, RateLimit, Scope};
 use crate::telemetry::LogFormat;
 
 mod admission;
+mod challenge;
 mod auth;
 mod command;
 mod database;
@@ -21,6 +22,7 @@ mod retire;
 mod webhooks;
 
 pub use admission::AdmissionConfig;
+pub use challenge::{ChallengeConfig, MAX_COST as MAX_CHALLENGE_COST};
 pub use auth::AuthConfig;
 pub use command::Command;
 pub use database::DatabaseConfig;
@@ -206,6 +208,10 @@ pub struct Config {
     /// Waiting rooms: how long an admission lasts, the key of their tokens.
     #[command(flatten)]
     pub admission: AdmissionConfig,
+
+    /// Proof of work: a sale's default challenge, the work of a try, the curve for busy addresses.
+    #[command(flatten)]
+    pub challenge: ChallengeConfig,
 
     /// Webhooks: the endpoints of the order events, their secret, timeout, schedule, retention.
     #[command(flatten)]

@@ -45,6 +45,9 @@ pub struct SaleState {
     pub queue: Option<QueueState>,
     /// Paused (`crate::controls`), with the operator's reason (maybe empty); `None`: not paused.
     pub paused: Option<String>,
+    /// The proof of work a buyer solves to join (or, without a waiting room, to buy): the tries it
+    /// takes on average (`crate::challenge`); `None`: no challenge.
+    pub challenge_cost: Option<u32>,
 }
 
 /// A queued sale's waiting room, as its meta and state hold it.
@@ -59,7 +62,7 @@ pub struct QueueState {
 }
 
 /// The meta's fields a sale's read takes, in one HMGET.
-const META_FIELDS: [&str; 13] = [
+const META_FIELDS: [&str; 14] = [
     "stock_initial",
     "starts_at_ms",
     "ends_at_ms",
@@ -73,6 +76,7 @@ const META_FIELDS: [&str; 13] = [
     "extra_units",
     "extra_released",
     "per_buyer",
+    "challenge_cost",
 ];
 
 /// One shard's figures and its meta's layout fields, read in one MULTI.
@@ -92,6 +96,7 @@ struct ShardRead {
     payment_window_ms: Option<i64>,
     queue: Option<QueueState>,
     paused: Option<String>,
+    challenge_cost: Option<u32>,
 }
 
 impl Sales {
@@ -121,6 +126,7 @@ impl Sales {
             payment_window_ms: home.payment_window_ms,
             queue: home.queue,
             paused: home.paused,
+            challenge_cost: home.challenge_cost,
         };
         let others = layout.keys(self.redis.prefix(), sale).split_off(1);
         for (keys, shard) in others.iter().zip(try_join_all(others.iter().map(|k| self.read_shard(k))).await?) {
@@ -139,7 +145,7 @@ impl Sales {
     }
 
     async fn read_shard(&self, keys: &SaleKeys) -> RedisResult<ShardRead> {
-        // One HMGET of every meta field (13: more than a tuple reply reads), then each parsed.
+        // One HMGET of every meta field (14: more than a tuple reply reads), then each parsed.
         let (meta, stock_left, sold, released, queued): (Vec<Option<String>>, Option<i64>, i64, i64, i64) =
             redis::pipe()
                 .atomic()
@@ -173,6 +179,7 @@ impl Sales {
             suffixes: field("shard_suffixes"),
             payment_window_ms: number("payment_window_ms")?,
             paused: field("paused"),
+            challenge_cost: number("challenge_cost")?.map(|n| n.clamp(1, i64::from(u32::MAX)) as u32),
             queue: match (number("queue_opens_at_ms")?, number("queue_rate")?, field("queue_seed")) {
                 (Some(opens_at_ms), Some(rate), Some(seed)) => {
                     Some(QueueState { opens_at_ms, rate: rate.clamp(0, i64::from(u32::MAX)) as u32, seed })

@@ -53,6 +53,9 @@ pub struct SaleSpec {
     /// the group's sales: 1 to [`crate::domain::MAX_PER_BUYER`]. Not with shards, over 1 or in a
     /// group (the caller refuses them together).
     pub per_buyer: u32,
+    /// The proof of work a buyer solves to join or buy (`crate::challenge`): the tries a solve
+    /// takes on average; `None`: none.
+    pub challenge_cost: Option<u32>,
 }
 
 impl Sales {
@@ -135,7 +138,7 @@ impl Sales {
             Some(queue) => call.arg(queue.opens_at_ms).arg(queue.rate).arg(queue.ttl_ms).arg(hex::encode(queue.seed)),
             None => call.arg("").arg("").arg("").arg(""),
         };
-        call.arg(spec.per_buyer).arg(sale.group().unwrap_or("")).arg(sale.as_str());
+        call.arg(spec.per_buyer).arg(sale.group().unwrap_or("")).arg(sale.as_str()).arg(opt(spec.challenge_cost.map(i64::from)));
         lua::run(&call, &mut self.redis.conn()).await
     }
 

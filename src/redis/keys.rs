@@ -23,6 +23,9 @@ pub struct SaleKeys {
     /// Set: order ids of cancelled or expired reservations whose unit went back into the stock
     /// (`lua/release.lua`'s gate: each unit returns once).
     pub released: String,
+    /// Sorted set: the nonces of the proof-of-work solutions spent in the sale -> their challenge's
+    /// expiry, Unix ms (`lua/challenge_spend.lua`, `lua/queue_join.lua`; `crate::challenge`).
+    pub challenges: String,
     /// The waiting room of a queued sale (`crate::admission`), all in the sale's slot: the
     /// pre-queue, the later arrivals, the admitted buyers who bought, the admissions' times and
     /// the queue's state ([`QueueKeys`]).
@@ -104,6 +107,7 @@ impl SaleKeys {
             orders: format!("{base}:orders"),
             receipts: format!("{base}:receipts"),
             released: format!("{base}:released"),
+            challenges: format!("{base}:challenges"),
             queue: QueueKeys {
                 prequeue: format!("{base}:queue"),
                 late: format!("{base}:queue:late"),
@@ -129,9 +133,9 @@ impl SaleKeys {
         sale.group().map(|_| [self.held.as_str(), &self.group_meta, &self.group_sales])
     }
 
-    /// KEYS[1..4] of queue_join.lua.
-    pub fn joining(&self) -> [&str; 4] {
-        [&self.meta, &self.queue.prequeue, &self.queue.late, &self.queue.state]
+    /// KEYS[1..5] of queue_join.lua.
+    pub fn joining(&self) -> [&str; 5] {
+        [&self.meta, &self.queue.prequeue, &self.queue.late, &self.queue.state, &self.challenges]
     }
 
     /// KEYS[1..7] of admit.lua.
@@ -142,10 +146,11 @@ impl SaleKeys {
 
     /// Every key of the sale in its slot, for its removal and tests: not its group's, which its
     /// group's other sales share ([`Self::group_keys`]).
-    pub fn every(&self) -> [&str; 11] {
+    pub fn every(&self) -> [&str; 12] {
         let q = &self.queue;
         let [meta, stock, buyers, orders, receipts, bought, _held] = self.all();
-        [meta, stock, buyers, orders, receipts, &self.released, bought, &q.prequeue, &q.late, &q.admits, &q.state]
+        let challenges = &self.challenges;
+        [meta, stock, buyers, orders, receipts, &self.released, bought, &q.prequeue, &q.late, &q.admits, &q.state, challenges]
     }
 }
 
@@ -171,6 +176,12 @@ pub fn shards_registry_key(prefix: &str) -> String {
 /// the round; it lapses after one interval.
 pub fn retire_lock_key(prefix: &str) -> String {
     format!("{prefix}:retire-lock")
+}
+
+/// One client address's count of the challenges it took lately (`lua/challenge_count.lua`;
+/// `crate::challenge`), hash-tagged by the address (its limiting key, as the rate limits').
+pub fn challenge_count_key(prefix: &str, client: IpAddr) -> String {
+    format!("{prefix}:challenges:{{{client}}}")
 }
 
 /// The rate limiter's key for one client under one algorithm, by the algorithm's name

@@ -108,6 +108,14 @@ pub static QUEUE_JOIN: LazyLock<Script> = LazyLock::new(|| assemble(include_str!
 /// `lua/admit.lua`: move a queued sale's admission on and read how far it got.
 pub static ADMIT: LazyLock<Script> = LazyLock::new(|| assemble(include_str!("../../lua/admit.lua"), ""));
 
+/// `lua/challenge_count.lua`: a client address's challenges in the last minute (`crate::challenge`).
+pub static CHALLENGE_COUNT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/challenge_count.lua")));
+
+/// `lua/challenge_spend.lua`: spends a proof of work's solution once in its sale.
+pub static CHALLENGE_SPEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/challenge_spend.lua")));
+
 /// `lua/trim.lua`: XTRIM MINID of the entries the consumer group is done with.
 pub static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/trim.lua")));
 

@@ -1,6 +1,6 @@
 //! Removing a retired sale's Redis keys in steps: no command may block Redis on a big key. A
 //! buyer set (and a released set) is emptied by `SPOP <key> 1000` until it is gone, a waiting
-//! room's sorted sets by `ZPOPMIN <key> 1000`, a receipts hash (and the later arrivals) by `HSCAN` +
+//! room's sorted sets (and the spent challenges) by `ZPOPMIN <key> 1000`, a receipts hash (and the later arrivals) by `HSCAN` +
 //! `HDEL` of each page; the small keys (stock, the drained stream) by `DEL`; the meta last, since
 //! shard 0's meta is what says where the other shards are. Every command names one key, so on a
 //! Redis Cluster each goes to that key's own slot.
@@ -23,7 +23,7 @@ pub struct Removed {
     pub released: u64,
     /// Members popped from a queued sale's waiting room (pre-queue, later arrivals, its buyers).
     pub queued: u64,
-    /// Keys that existed and are gone (each shard's eleven at most).
+    /// Keys that existed and are gone (each shard's twelve at most).
     pub keys: u64,
 }
 
@@ -39,6 +39,7 @@ pub async fn remove_all(con: &mut SharedConnection, shards: &[SaleKeys]) -> Redi
         removed.queued += drain_sorted_set(con, &queue.prequeue).await?;
         removed.queued += drain_hash(con, &queue.late).await?;
         removed.queued += drain_sorted_set(con, &queue.bought).await?;
+        drain_sorted_set(con, &keys.challenges).await?;
         for key in [&queue.admits, &queue.state, &keys.stock, &keys.orders, &keys.meta] {
             let _: i64 = redis::cmd("DEL").arg(key).query_async(con).await?;
         }

@@ -7,7 +7,8 @@ use uuid::Uuid;
 
 use super::limits::{Limited, Meter};
 use super::{Error, Shop};
-use crate::admission::token::Refused;
+use crate::admission::token::Refused as NotAdmitted;
+use crate::challenge::Refused;
 use crate::domain::{SaleId, UserId};
 use crate::orders::lookup;
 use crate::purchase::sold_out::{self, Flagged};
@@ -45,16 +46,18 @@ impl Shop {
     /// call, not a purchase attempt; once refused, it is answered from memory until the limit
     /// could admit it again. If a limit cannot answer, nothing is bought (fail closed).
     /// `quantity` units are bought, all or none (the caller bounds it to
-    /// [`crate::domain::MAX_PER_BUYER`]).
+    /// [`crate::domain::MAX_PER_BUYER`]). In a sale without a waiting room that asks a proof of
+    /// work, `proof` (the `Seckill-Challenge` header) is checked in process and spent once in Redis
+    /// before the purchase (a queued sale's join asked for it instead).
     pub async fn buy(
         &self,
         sale: &SaleId,
         (user, quantity): (&UserId, u32),
         client: IpAddr,
-        token: AdmissionToken<'_>,
+        (token, proof): (AdmissionToken<'_>, Option<&str>),
     ) -> Limited<Bought> {
         let mut meter = Meter::new(&self.limits, &self.metrics);
-        let outcome = self.purchase(sale, (user, quantity), client, token, &mut meter).await;
+        let outcome = self.purchase(sale, (user, quantity), client, (token, proof), &mut meter).await;
         meter.finish(outcome)
     }
 
@@ -63,7 +66,7 @@ impl Shop {
         sale: &SaleId,
         (user, quantity): (&UserId, u32),
         client: IpAddr,
-        token: AdmissionToken<'_>,
+        (token, proof): (AdmissionToken<'_>, Option<&str>),
         meter: &mut Meter<'_>,
     ) -> Result<Bought, Error> {
         if self.retired.known(sale) {
@@ -72,7 +75,7 @@ impl Shop {
         }
         let token = match token {
             AdmissionToken::None => None,
-            AdmissionToken::Malformed => return Err(Error::NotAdmitted(Refused::Malformed)),
+            AdmissionToken::Malformed => return Err(Error::NotAdmitted(NotAdmitted::Malformed)),
             AdmissionToken::Presented(token) => Some(token),
         };
         let place = self.admission.admitted(sale, user, token).map_err(Error::NotAdmitted)?;
@@ -86,6 +89,10 @@ impl Shop {
                     Purchase::NotBought | Purchase::UnknownSale => Error::SoldOut,
                 },
             });
+        }
+
+        if place.is_none() {
+            self.spend_proof(sale, user, client, proof).await?;
         }
 
         let gates = meter.gates(self.sales.keyspace().prefix(), client, user, sale)?;
@@ -122,7 +129,7 @@ impl Shop {
             BuyOutcome::AlreadyPurchased(receipt) => Err(self.already_purchased(sale, user, receipt).await?),
             BuyOutcome::NotAdmitted => {
                 self.admission.learn_queued(sale);
-                Err(Error::NotAdmitted(Refused::Missing))
+                Err(Error::NotAdmitted(NotAdmitted::Missing))
             }
             BuyOutcome::LimitReached { held, per_buyer } => {
                 // A refusal's read, on the group's slot: which orders hold the buyer's units.
@@ -141,6 +148,20 @@ impl Shop {
                 Err(Error::SoldOut)
             }
         }
+    }
+
+    /// A sale without a waiting room that asks a proof of work (this instance's snapshot says so):
+    /// the solution, checked in process, then spent in its own call (a replay refused).
+    async fn spend_proof(&self, sale: &SaleId, user: &UserId, client: IpAddr, proof: Option<&str>) -> Result<(), Error> {
+        let asks = self.board.snapshot(sale).await?.is_some_and(|s| s.state.challenge_cost.is_some());
+        if !asks {
+            return Ok(());
+        }
+        let spent = self.proof(sale, user, client, proof)?;
+        if !self.challenges.spend(sale, &spent).await? {
+            return Err(self.refused(Refused::Replayed));
+        }
+        Ok(())
     }
 
     /// The refusal of a repeat purchase, naming the order as `GET /sales/{sale_id}/order` reads

@@ -5,6 +5,7 @@
 use uuid::Uuid;
 
 use crate::admission::token::Refused;
+use crate::challenge::{IssueError, Refused as ChallengeRefused};
 use crate::domain::Standing;
 use crate::purchase::Receipt;
 use crate::redis::connection::is_redis_outage;
@@ -130,6 +131,20 @@ pub enum Error {
     /// `not_admitted`: a queued sale, and no valid admission token of this buyer for it.
     #[error("not admitted: {0}")]
     NotAdmitted(Refused),
+    /// `challenge_required`: the sale asks a proof of work (`GET /sales/{sale_id}/challenge`)
+    /// and the request carried no solution.
+    #[error(
+        "this sale asks a proof of work: solve GET /sales/{{sale_id}}/challenge and send the solution in the \
+         Seckill-Challenge header"
+    )]
+    ChallengeRequired,
+    /// `challenge_failed`: the solution is refused (forged, expired, another sale's, buyer's or
+    /// address's, wrong, or used before).
+    #[error("the proof of work is refused: {0}")]
+    ChallengeFailed(ChallengeRefused),
+    /// `no_challenge`: the sale asks no proof of work.
+    #[error("this sale asks no proof of work")]
+    NoChallenge,
     /// `queue_not_open`: the sale's waiting room opens later.
     #[error("the waiting room of this sale is not open yet")]
     QueueNotOpen,
@@ -218,6 +233,9 @@ impl Error {
             Self::PaymentsDisabled => "payments_disabled",
             Self::NotAdmitted(_) => "not_admitted",
             Self::QueueNotOpen => "queue_not_open",
+            Self::ChallengeRequired => "challenge_required",
+            Self::ChallengeFailed(_) => "challenge_failed",
+            Self::NoChallenge => "no_challenge",
             Self::NotInQueue => "not_in_queue",
             Self::NotQueued => "not_queued",
             Self::AdmissionDisabled => "admission_disabled",
@@ -296,7 +314,19 @@ impl From<crate::admission::QueueError> for Error {
             E::NotInQueue => Self::NotInQueue,
             E::Ended => Self::SaleEnded,
             E::Disabled => Self::AdmissionDisabled,
+            E::ChallengeRequired => Self::ChallengeRequired,
+            E::ChallengeReplayed => Self::ChallengeFailed(ChallengeRefused::Replayed),
             E::Redis(err) => Self::from(err),
+        }
+    }
+}
+
+impl From<IssueError> for Error {
+    fn from(err: IssueError) -> Self {
+        match err {
+            IssueError::Disabled => Self::AdmissionDisabled,
+            IssueError::Redis(err) => Self::from(err),
+            IssueError::Internal(why) => Self::Internal(anyhow::anyhow!(why)),
         }
     }
 }

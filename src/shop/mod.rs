@@ -10,6 +10,7 @@
 
 mod admin;
 mod buy;
+mod challenge;
 mod controls;
 mod error;
 mod events;
@@ -27,6 +28,7 @@ use secrecy::SecretString;
 use sqlx::PgPool;
 
 use crate::admission::Admission;
+use crate::challenge::Challenges;
 use crate::metrics::Metrics;
 use crate::orders::streams::StreamHealth;
 use crate::purchase::Sales;
@@ -43,6 +45,7 @@ pub use self::limits::{Limit, Limited, Limits, Reported};
 pub use self::orders::Cancelled;
 pub use self::seed::SeedOrder;
 pub use crate::admission::token::ADMISSION_HEADER;
+pub use crate::challenge::{CHALLENGE_HEADER, Issued as IssuedChallenge, MAX_SOLUTION_BYTES};
 pub use crate::admission::{Answer as QueueAnswer, commitment as seed_commitment, line::Stand};
 pub use crate::controls::Switch;
 pub use crate::controls::audit::{Entry as AuditEntry, MAX_LISTED as MAX_AUDIT_LISTED, MAX_REASON_CHARS};
@@ -110,6 +113,8 @@ pub struct Shop {
     settings: Arc<Settings>,
     /// The waiting rooms of queued sales.
     admission: Admission,
+    /// The proofs of work at the door.
+    challenges: Challenges,
 }
 
 /// The settings the use cases read.
@@ -122,6 +127,8 @@ pub struct Settings {
     pub admission_ttl: Duration,
     /// `SECKILL_WEBHOOK_URL` names endpoints: the order events go out (`crate::webhooks`).
     pub webhooks: bool,
+    /// `SECKILL_CHALLENGE_COST`: the proof of work of sales seeded without one (0: none).
+    pub challenge_cost: u32,
 }
 
 /// The parts a [`Shop`] is made of, built by the composition root (`crate::app`).
@@ -137,6 +144,7 @@ pub struct Parts {
     pub reservations: Reservations,
     pub settings: Settings,
     pub admission: Admission,
+    pub challenges: Challenges,
 }
 
 impl Shop {
@@ -155,6 +163,7 @@ impl Shop {
             reservations: parts.reservations,
             settings: Arc::new(parts.settings),
             admission: parts.admission,
+            challenges: parts.challenges,
         }
     }
 

@@ -4,20 +4,34 @@
 
 use std::net::IpAddr;
 
-use super::Shop;
 use super::limits::{Limited, Meter};
-use crate::admission::Answer;
+use super::{Error, Shop};
+use crate::admission::{Answer, QueueError};
+use crate::challenge::Refused;
 use crate::domain::{SaleId, UserId};
 
 impl Shop {
     /// `user` joins `sale`'s waiting room (the pre-queue before the start, the end of the line
-    /// after it); joining again keeps the buyer's one place. Shares `POST /buy`'s rate limits.
-    pub async fn join(&self, sale: &SaleId, user: &UserId, client: IpAddr) -> Limited<Answer> {
+    /// after it); joining again keeps the buyer's one place. Shares `POST /buy`'s rate limits. A
+    /// sale that asks a proof of work needs `solution` (the `Seckill-Challenge` header), checked
+    /// here before any Redis call and spent in the join's own call.
+    pub async fn join(&self, sale: &SaleId, user: &UserId, client: IpAddr, solution: Option<&str>) -> Limited<Answer> {
         let mut meter = Meter::new(&self.limits, &self.metrics);
         let outcome = async {
-            self.queued_sale(sale).await?;
+            let snapshot = self.queued_sale(sale).await?;
+            let spent = match snapshot.state.challenge_cost {
+                Some(_) => Some(self.proof(sale, user, client, solution)?),
+                None => None,
+            };
             meter.check(self.sales.keyspace(), client, user, sale).await?;
-            Ok(self.admission.join(sale, user).await?)
+            match self.admission.join(sale, user, spent.as_ref()).await {
+                Err(QueueError::ChallengeReplayed) => Err(self.refused(Refused::Replayed)),
+                Err(QueueError::ChallengeRequired) => {
+                    self.metrics.challenge_refused("missing");
+                    Err(Error::ChallengeRequired)
+                }
+                joined => Ok(joined?),
+            }
         }
         .await;
         meter.finish(outcome)

@@ -24,9 +24,10 @@ impl Shop {
 
     /// The sale, once this instance's snapshot of it (no Redis call for a made-up id) says it
     /// has a waiting room.
-    pub(super) async fn queued_sale(&self, sale: &SaleId) -> Result<(), Error> {
-        match self.sale(sale).await?.state.queue {
-            Some(_) => Ok(()),
+    pub(super) async fn queued_sale(&self, sale: &SaleId) -> Result<Arc<Snapshot>, Error> {
+        let snapshot = self.sale(sale).await?;
+        match snapshot.state.queue {
+            Some(_) => Ok(snapshot),
             None => Err(Error::NotQueued),
         }
     }

@@ -6,6 +6,7 @@ use time::OffsetDateTime;
 use super::admin::SaleReport;
 use super::{Error, Shop};
 use crate::admission::{self, MAX_RATE};
+use crate::challenge::MAX_COST as MAX_CHALLENGE_COST;
 use crate::controls::audit;
 use crate::db;
 use crate::domain::{MAX_PER_BUYER, QueueSpec, SaleId};
@@ -36,6 +37,9 @@ pub struct SeedOrder {
     /// The group the sale belongs to, as the request named it; a sale of a group is named
     /// `<group>.<name>` ([`SaleId::group`]), so this only has to agree with the id.
     pub group: Option<String>,
+    /// The proof of work a buyer solves to join or buy: the tries a solve takes on average
+    /// (`Some(0)`: none); `None`: `SECKILL_CHALLENGE_COST`'s.
+    pub challenge: Option<u32>,
 }
 
 impl Shop {
@@ -46,7 +50,7 @@ impl Shop {
     /// retired sale (its row is locked in the transaction, so a retirement and a seed of one sale
     /// never interleave). Answers the sale's state after the seed.
     pub async fn seed(&self, sale: &SaleId, order: SeedOrder) -> Result<SaleReport, Error> {
-        let SeedOrder { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group } = order;
+        let SeedOrder { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group, challenge } = order;
         let invalid = |message: String| Err(Error::Invalid(message));
         let per_buyer = per_buyer.unwrap_or(1);
         if !(1..=MAX_PER_BUYER).contains(&per_buyer) {
@@ -92,6 +96,10 @@ impl Shop {
         if sharded && (per_buyer > 1 || sale.group().is_some()) {
             return invalid("per_buyer over 1 and groups cannot be used with more than one shard".into());
         }
+        let challenge_cost = challenge.unwrap_or(self.settings.challenge_cost);
+        if challenge_cost > MAX_CHALLENGE_COST {
+            return invalid(format!("challenge.cost must be between 0 and {MAX_CHALLENGE_COST}"));
+        }
         let window = if sharded { None } else { asked_window.or(self.settings.default_payment_window) };
         let payment_window_ms = window.map(|w| w.as_millis() as i64);
         let to_ms = |t: OffsetDateTime| (t.unix_timestamp_nanos() / 1_000_000) as i64;
@@ -125,6 +133,7 @@ impl Shop {
             payment_window_ms,
             queue,
             per_buyer,
+            challenge_cost: (challenge_cost > 0).then_some(challenge_cost),
         };
 
         // Checked first without a lock (a retired sale has orders Redis forgot: that is not what

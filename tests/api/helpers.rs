@@ -50,6 +50,7 @@ pub async fn test_config() -> Config {
         },
         admission: Default::default(),
         webhooks: Default::default(),
+        challenge: Default::default(),
     }
 }
 

@@ -89,7 +89,13 @@ fn status_of(err: &E) -> StatusCode {
         E::Invalid(_) => StatusCode::BAD_REQUEST,
         E::UnknownSale | E::UnknownOrder | E::UnknownEvent | E::NoOrder | E::NotInQueue => StatusCode::NOT_FOUND,
         E::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
-        E::SaleNotStarted | E::SaleEnded | E::SalePaused | E::NotAdmitted(_) | E::QueueNotOpen => StatusCode::FORBIDDEN,
+        E::SaleNotStarted
+        | E::SaleEnded
+        | E::SalePaused
+        | E::NotAdmitted(_)
+        | E::QueueNotOpen
+        | E::ChallengeRequired
+        | E::ChallengeFailed(_) => StatusCode::FORBIDDEN,
         E::AlreadyPurchased(_)
         | E::LimitReached { .. }
         | E::InsufficientStock { .. }
@@ -102,6 +108,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::NotRetirable(_)
         | E::NotReserved(_)
         | E::NotQueued
+        | E::NoChallenge
         | E::StockBelowZero { .. }
         | E::StockTooLarge { .. }
         | E::Sharded

@@ -153,6 +153,9 @@ pub struct SaleStatus {
     /// absent for a sale without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// The proof of work the sale asks (tries a solve takes on average); absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub challenge_cost: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -199,6 +202,7 @@ impl From<SaleReport> for SaleStatus {
             payment_window_ms,
             queue,
             paused,
+            challenge_cost,
         } = redis;
         Self {
             group: sale.group().map(str::to_owned),
@@ -226,6 +230,7 @@ impl From<SaleReport> for SaleStatus {
             units_reserved: tally.map(|t| t.units_reserved),
             units_paid: tally.map(|t| t.units_paid),
             per_buyer,
+            challenge_cost,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`,
+//! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `challenge`,
 //! `payments`, `admin`, `seed`, `controls`, `events`, `retire`, `reconcile`, `admin_page`,
 //! `buyer_page`, `favicon`, `health`, `openapi`; `page` is what the two HTML pages share, `object`
 //! what every JSON body is read as, `responses` and `user_id` what the routes' OpenAPI annotations
@@ -8,6 +8,7 @@ mod admin;
 mod admin_page;
 mod buy;
 mod buyer_page;
+mod challenge;
 mod controls;
 mod events;
 mod favicon;
@@ -85,6 +86,11 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
                 .route(read().to(queue::standing))
                 .route(web::post().to(queue::join))
                 .default_service(allow("GET, HEAD, POST")),
+        )
+        .service(
+            web::resource("/sales/{sale_id}/challenge")
+                .route(read().to(challenge::challenge))
+                .default_service(allow("GET, HEAD")),
         )
         .service(
             web::resource("/payments/events").route(web::post().to(payments::event)).default_service(allow("POST")),

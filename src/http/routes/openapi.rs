@@ -10,8 +10,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    admin, admin_page, buy, buyer_page, controls, events, favicon, health, payments, queue, reconcile, retire, sales,
-    seed,
+    admin, admin_page, buy, buyer_page, challenge, controls, events, favicon, health, payments, queue, reconcile, retire,
+    sales, seed,
 };
 use crate::http::AppState;
 
@@ -26,6 +26,7 @@ use crate::http::AppState;
         sales::cancel,
         queue::join,
         queue::standing,
+        challenge::challenge,
         payments::event,
         buyer_page::home,
         buyer_page::sale,

@@ -102,7 +102,9 @@ pub struct QueueQuery {
 /// Joins the sale's waiting room: from `queue.opens_at` to `starts_at` the pre-queue (no
 /// places yet; at the start they are drawn by the published seed), after it the end of the
 /// line. Joining again, from any tab, device or instance, keeps the buyer's one place. The buyer
-/// as for `GET …/order`; shares `POST /buy`'s rate limits.
+/// as for `GET …/order`; shares `POST /buy`'s rate limits. A sale that asks a proof of work
+/// (`challenge` in `GET /sales/{sale_id}`) needs a solution of `GET /sales/{sale_id}/challenge`
+/// in the `Seckill-Challenge` header, each usable once.
 #[utoipa::path(
     post,
     path = "/sales/{sale_id}/queue",
@@ -114,8 +116,10 @@ pub struct QueueQuery {
         (status = 200, description = "In the waiting room: where the buyer stands", body = QueueView),
         BadBuyerQuery,
         BuyerToken,
-        (status = 403, description = "`queue_not_open`: before `queue.opens_at`; `sale_ended`; `user_mismatch`",
-            body = ErrorBody),
+        (status = 403, description = "`queue_not_open`: before `queue.opens_at`; `sale_ended`; `user_mismatch`; \
+            `challenge_required`: the sale asks a proof of work and the request has no `Seckill-Challenge` header; \
+            `challenge_failed`: its solution is refused (malformed, forged, expired, another sale's, buyer's or client \
+            address's, wrong, or used before: each join spends one)", body = ErrorBody),
         UnknownSale,
         (status = 409, description = "`not_queued`: the sale has no waiting room (buy at once)", body = ErrorBody),
         SaleRetired,
@@ -134,7 +138,8 @@ pub async fn join(
     let (outcome, reported) = match buyer.named(query.into_inner().user_id).and_then(|u| Ok((u, sale_of(&sale_id)?))) {
         Err(refused) => (Err(refused), None),
         Ok((user, sale)) => {
-            let Limited { outcome, reported } = state.shop.join(&sale, &user, state.clients.of(&req)).await;
+            let proof = super::challenge::solution_of(&req);
+            let Limited { outcome, reported } = state.shop.join(&sale, &user, state.clients.of(&req), proof).await;
             (outcome.map(answer_of).map_err(ApiError::from), reported)
         }
     };

@@ -62,6 +62,18 @@ pub struct PublicSale {
     /// for a sale without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<PublicGroup>,
+    /// The proof of work the sale asks before a join (or, without a waiting room, a purchase):
+    /// `GET /sales/{sale_id}/challenge`; absent for a sale that asks none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<PublicChallenge>,
+}
+
+/// A sale's proof of work (docs/waiting-room.md, "Proof of work").
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PublicChallenge {
+    /// The tries (PBKDF2-SHA-256 derivations) a solve takes on average at the sale's own cost; a
+    /// client address that took many challenges in the last minute is asked more.
+    pub cost: u32,
 }
 
 /// A sale's group, as the buyer page shows its sizes.
@@ -117,6 +129,7 @@ impl PublicSale {
             }),
             per_buyer: state.per_buyer,
             group: sale.group().map(|name| PublicGroup { name: name.to_owned(), sales: snapshot.group.clone() }),
+            challenge: state.challenge_cost.map(|cost| PublicChallenge { cost }),
         }
     }
 
@@ -128,7 +141,7 @@ impl PublicSale {
         if let Some(queue) = &self.queue {
             (queue.opens_at, queue.rate, &queue.seed_sha256, &queue.seed).hash(&mut hasher);
         }
-        self.per_buyer.hash(&mut hasher);
+        (self.per_buyer, self.challenge.as_ref().map(|c| c.cost)).hash(&mut hasher);
         if let Some(group) = &self.group {
             (&group.name, &group.sales).hash(&mut hasher);
         }

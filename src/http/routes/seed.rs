@@ -62,6 +62,24 @@ pub struct SeedRequest {
     #[schema(min_length = 1, max_length = 62, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$", example = "sneaker")]
     #[serde(default)]
     group: Option<String>,
+    /// A proof of work before each join of the waiting room (or, without one, each purchase):
+    /// docs/waiting-room.md, "Proof of work". Unset: `SECKILL_CHALLENGE_COST`'s (0 by default:
+    /// none); `{"cost": 0}`: none.
+    #[serde(default)]
+    #[schema(value_type = Option<ChallengeRequest>)]
+    challenge: Option<Object<ChallengeRequest>>,
+}
+
+/// A sale's proof of work, as a JSON object. Unknown fields are refused.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChallengeRequest {
+    /// The tries (PBKDF2-SHA-256 derivations of `SECKILL_CHALLENGE_ITERATIONS` iterations) a
+    /// person's solve takes on average, 0 to 1,000,000; 1,000 takes a browser about a quarter of
+    /// a second. A client address that asks often is asked up to `SECKILL_CHALLENGE_MAX_FACTOR`
+    /// times more.
+    #[schema(minimum = 0, maximum = 1_000_000, example = 1000)]
+    cost: u32,
 }
 
 /// A sale's waiting room, as a JSON object. Unknown fields are refused.
@@ -129,12 +147,13 @@ pub async fn seed(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = sale_of(&path)?;
-    let SeedRequest { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group } =
+    let SeedRequest { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group, challenge } =
         body.into_inner().0;
+    let challenge = challenge.map(|Object(ChallengeRequest { cost })| cost);
     let queue = queue.map(|Object(QueueRequest { opens_at, rate })| (opens_at, rate));
     // Out of u32's range reads as 0, which the seed refuses with the rest outside 1-100.
     let per_buyer = per_buyer.map(|n| u32::try_from(n).unwrap_or(0));
-    let order = SeedOrder { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group };
+    let order = SeedOrder { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group, challenge };
     let report = state.shop.seed(&sale, order).await?;
     Ok(HttpResponse::Ok().json(SaleStatus::from(report)))
 }
