@@ -148,7 +148,8 @@ impl Challenges {
         };
         Self {
             redis,
-            keys: admission_key.map(|key| (derive(key, b"seckill challenge v1"), derive(key, b"seckill challenge key v1"))),
+            keys: admission_key
+                .map(|key| (derive(key, b"seckill challenge v1"), derive(key, b"seckill challenge key v1"))),
             curve: settings.curve,
             iterations: settings.iterations,
             ttl: settings.ttl,

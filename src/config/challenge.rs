@@ -38,7 +38,6 @@ pub struct ChallengeConfig {
     pub challenge_max_factor: u32,
 }
 
-
 impl Default for ChallengeConfig {
     fn default() -> Self {
         Self {

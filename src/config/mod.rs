@@ -11,8 +11,8 @@ use crate::limiter::{Algorithm, DEFAULT_IPV6_PREFIX, Policy, RateLimit, Scope};
 use crate::telemetry::LogFormat;
 
 mod admission;
-mod challenge;
 mod auth;
+mod challenge;
 mod command;
 mod database;
 mod durability;
@@ -22,8 +22,8 @@ mod retire;
 mod webhooks;
 
 pub use admission::AdmissionConfig;
-pub use challenge::{ChallengeConfig, MAX_COST as MAX_CHALLENGE_COST};
 pub use auth::AuthConfig;
+pub use challenge::{ChallengeConfig, MAX_COST as MAX_CHALLENGE_COST};
 pub use command::Command;
 pub use database::DatabaseConfig;
 pub use durability::{DurabilityConfig, MAX_CONFIRM_REPLICAS};

@@ -138,7 +138,10 @@ impl Sales {
             Some(queue) => call.arg(queue.opens_at_ms).arg(queue.rate).arg(queue.ttl_ms).arg(hex::encode(queue.seed)),
             None => call.arg("").arg("").arg("").arg(""),
         };
-        call.arg(spec.per_buyer).arg(sale.group().unwrap_or("")).arg(sale.as_str()).arg(opt(spec.challenge_cost.map(i64::from)));
+        call.arg(spec.per_buyer)
+            .arg(sale.group().unwrap_or(""))
+            .arg(sale.as_str())
+            .arg(opt(spec.challenge_cost.map(i64::from)));
         lua::run(&call, &mut self.redis.conn()).await
     }
 

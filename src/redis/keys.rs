@@ -150,7 +150,20 @@ impl SaleKeys {
         let q = &self.queue;
         let [meta, stock, buyers, orders, receipts, bought, _held] = self.all();
         let challenges = &self.challenges;
-        [meta, stock, buyers, orders, receipts, &self.released, bought, &q.prequeue, &q.late, &q.admits, &q.state, challenges]
+        [
+            meta,
+            stock,
+            buyers,
+            orders,
+            receipts,
+            &self.released,
+            bought,
+            &q.prequeue,
+            &q.late,
+            &q.admits,
+            &q.state,
+            challenges,
+        ]
     }
 }
 

@@ -152,7 +152,13 @@ impl Shop {
 
     /// A sale without a waiting room that asks a proof of work (this instance's snapshot says so):
     /// the solution, checked in process, then spent in its own call (a replay refused).
-    async fn spend_proof(&self, sale: &SaleId, user: &UserId, client: IpAddr, proof: Option<&str>) -> Result<(), Error> {
+    async fn spend_proof(
+        &self,
+        sale: &SaleId,
+        user: &UserId,
+        client: IpAddr,
+        proof: Option<&str>,
+    ) -> Result<(), Error> {
         let asks = self.board.snapshot(sale).await?.is_some_and(|s| s.state.challenge_cost.is_some());
         if !asks {
             return Ok(());
@@ -161,6 +167,7 @@ impl Shop {
         if !self.challenges.spend(sale, &spent).await? {
             return Err(self.refused(Refused::Replayed));
         }
+        self.solved(&spent);
         Ok(())
     }
 

@@ -25,19 +25,25 @@ impl Shop {
     }
 
     /// The solution `header` carries, checked in process (no Redis call): `challenge_required`
-    /// without one, `challenge_failed` if refused. The nonce is spent by the caller's Redis call.
-    pub(super) fn proof(&self, sale: &SaleId, user: &UserId, client: IpAddr, header: Option<&str>) -> Result<Spent, Error> {
+    /// without one, `challenge_failed` if refused. The nonce is spent by the caller's Redis call,
+    /// which then counts it solved ([`Shop::solved`]).
+    pub(super) fn proof(
+        &self,
+        sale: &SaleId,
+        user: &UserId,
+        client: IpAddr,
+        header: Option<&str>,
+    ) -> Result<Spent, Error> {
         let Some(header) = header else {
             self.metrics.challenge_refused("missing");
             return Err(Error::ChallengeRequired);
         };
-        match self.challenges.verify(header, sale, user, client) {
-            Ok(spent) => {
-                self.metrics.challenge("solved", spent.factor);
-                Ok(spent)
-            }
-            Err(refused) => Err(self.refused(refused)),
-        }
+        self.challenges.verify(header, sale, user, client).map_err(|refused| self.refused(refused))
+    }
+
+    /// Counts a solution spent: it let its buyer in.
+    pub(super) fn solved(&self, spent: &Spent) {
+        self.metrics.challenge("solved", spent.factor);
     }
 
     /// Counts a refused solution and says why.

@@ -30,7 +30,13 @@ impl Shop {
                     self.metrics.challenge_refused("missing");
                     Err(Error::ChallengeRequired)
                 }
-                joined => Ok(joined?),
+                joined => {
+                    let answer = joined?;
+                    if let Some(spent) = &spent {
+                        self.solved(spent);
+                    }
+                    Ok(answer)
+                }
             }
         }
         .await;

@@ -141,6 +141,13 @@ async fn every_lua_header_example_works_as_documented() {
     let buy = run("buy.lua");
     assert_eq!(buy.trim(), "not_admitted", "a queued sale wants a place");
     let _: () = redis.del(&keys).await.unwrap();
+
+    // The proof of work's scripts: an address's count, a solution spent once.
+    let spent = ["seckill:challenges:{127.0.0.1}", "seckill:{sale:demo}:challenges"];
+    let _: () = redis.del(&spent).await.unwrap();
+    assert_eq!((run("challenge_count.lua").trim(), run("challenge_count.lua").trim()), ("1", "2"));
+    assert_eq!((run("challenge_spend.lua").trim(), run("challenge_spend.lua").trim()), ("1", "0"), "once");
+    let _: () = redis.del(&spent).await.unwrap();
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ mod browser;
 mod buy;
 mod buyer_page;
 mod buyer_view;
+mod challenge;
 mod chromium;
 mod client_limits;
 mod concurrency;

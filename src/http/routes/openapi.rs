@@ -10,8 +10,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    admin, admin_page, buy, buyer_page, challenge, controls, events, favicon, health, payments, queue, reconcile, retire,
-    sales, seed,
+    admin, admin_page, buy, buyer_page, challenge, controls, events, favicon, health, payments, queue, reconcile,
+    retire, sales, seed,
 };
 use crate::http::AppState;
 

@@ -1,0 +1,232 @@
+//! The proof of work at the door (issue 44): a sale's challenge is bound to its sale, buyer and
+//! client address, short-lived, checked in process and spent once; a busy address pays more.
+
+use std::time::{Duration, Instant};
+
+use altcha::{Challenge, Payload, SolveChallengeOptions};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::common::Probe;
+use crate::helpers::{assert_error, new_sale_id, spawn_app_with};
+
+fn at(offset: time::Duration) -> String {
+    (OffsetDateTime::now_utc() + offset).format(&Rfc3339).unwrap()
+}
+
+/// Every test's app: client addresses from `X-Forwarded-For` (one loopback proxy), `iterations`
+/// PBKDF2 iterations per try, challenges valid for `ttl`.
+async fn app(iterations: u32, ttl: Duration) -> crate::helpers::TestApp {
+    spawn_app_with(
+        |c| {
+            c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+            c.challenge.challenge_iterations = iterations;
+            c.challenge.challenge_ttl = ttl;
+        },
+        true,
+    )
+    .await
+}
+
+/// Seeds a sale asking `cost` tries: queued (pre-queue open now, start in a minute) or not.
+async fn seed(app: &Probe, cost: u32, queued: bool) -> String {
+    let sale = new_sale_id();
+    let mut body = json!({"stock": 10_000, "challenge": {"cost": cost}});
+    if queued {
+        body["starts_at"] = json!(at(time::Duration::MINUTE));
+        body["queue"] = json!({"opens_at": at(-time::Duration::SECOND), "rate": 100});
+    }
+    let response = app.seed(&sale, body).await;
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    sale
+}
+
+/// `GET /sales/{sale}/challenge` for `user` from client address `from`.
+async fn challenge(app: &Probe, sale: &str, user: &str, from: &str) -> Value {
+    let url = app.url(&format!("/sales/{sale}/challenge"));
+    let response =
+        app.client.get(url).query(&[("user_id", user)]).header("X-Forwarded-For", from).send().await.unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    response.json().await.unwrap()
+}
+
+/// Solves a challenge as a script would (the altcha crate's solver): the header to send, and the
+/// derivations it took.
+fn solve(view: &Value) -> (String, u64) {
+    let challenge: Challenge =
+        serde_json::from_value(json!({"parameters": view["parameters"], "signature": view["signature"]})).unwrap();
+    let mut options = SolveChallengeOptions::new(&challenge);
+    options.timeout_ms = 0;
+    let solution = altcha::solve_challenge(options).unwrap().expect("solved");
+    let tries = u64::from(solution.counter) + 1;
+    let payload = serde_json::to_vec(&Payload { challenge, solution }).unwrap();
+    (STANDARD.encode(payload), tries)
+}
+
+async fn join(app: &Probe, sale: &str, user: &str, from: &str, proof: Option<&str>) -> reqwest::Response {
+    let mut request = app
+        .client
+        .post(app.url(&format!("/sales/{sale}/queue")))
+        .query(&[("user_id", user)])
+        .header("X-Forwarded-For", from);
+    if let Some(proof) = proof {
+        request = request.header("Seckill-Challenge", proof);
+    }
+    request.send().await.unwrap()
+}
+
+async fn refused(response: reqwest::Response, why: &str) {
+    assert_eq!(response.status(), 403);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"], "challenge_failed", "{body}");
+    assert!(body["message"].as_str().unwrap().contains(why), "{why}: {body}");
+}
+
+#[tokio::test]
+async fn a_join_needs_its_own_fresh_solution_and_spends_it_once() {
+    let app = app(10, Duration::from_secs(60)).await;
+    let sale = seed(&app, 20, true).await;
+    let other_sale = seed(&app, 20, true).await;
+    let status: Value = app.client.get(app.url(&format!("/sales/{sale}"))).send().await.unwrap().json().await.unwrap();
+    assert_eq!(status["challenge"]["cost"], 20, "the public status says the sale asks one: {status}");
+
+    assert_error(join(&app, &sale, "alice", "10.0.0.1", None).await, 403, "challenge_required").await;
+    let view = challenge(&app, &sale, "alice", "10.0.0.1").await;
+    assert_eq!((view["factor"].as_u64(), view["tries"].as_u64()), (Some(1), Some(20)), "{view}");
+    assert_eq!(view["parameters"]["algorithm"], "PBKDF2/SHA-256");
+    assert_eq!(view["parameters"]["cost"], 10);
+    let (proof, _) = solve(&view);
+
+    refused(join(&app, &sale, "bob", "10.0.0.1", Some(&proof)).await, "another buyer").await;
+    refused(join(&app, &other_sale, "alice", "10.0.0.1", Some(&proof)).await, "another sale").await;
+    refused(join(&app, &sale, "alice", "10.0.0.2", Some(&proof)).await, "another client address").await;
+    // A forged challenge: the data changed (another buyer's name) under the service's signature.
+    let mut payload: Value = serde_json::from_slice(&STANDARD.decode(&proof).unwrap()).unwrap();
+    payload["challenge"]["parameters"]["data"]["buyer"] = json!("mallory");
+    let forged = STANDARD.encode(serde_json::to_vec(&payload).unwrap());
+    refused(join(&app, &sale, "mallory", "10.0.0.1", Some(&forged)).await, "signature").await;
+    // A wrong key: the challenge is the service's, the solution not.
+    let mut payload: Value = serde_json::from_slice(&STANDARD.decode(&proof).unwrap()).unwrap();
+    payload["solution"]["derivedKey"] = json!("00".repeat(32));
+    let wrong = STANDARD.encode(serde_json::to_vec(&payload).unwrap());
+    refused(join(&app, &sale, "alice", "10.0.0.1", Some(&wrong)).await, "does not solve").await;
+    refused(join(&app, &sale, "alice", "10.0.0.1", Some("not base64 {")).await, "not base64").await;
+
+    let joined = join(&app, &sale, "alice", "10.0.0.1", Some(&proof)).await;
+    assert_eq!(joined.status(), 200, "{}", joined.text().await.unwrap());
+    refused(join(&app, &sale, "alice", "10.0.0.1", Some(&proof)).await, "used already").await;
+    // A second instance of the deployment refuses the replay too (the nonce is spent in Redis).
+    let other = crate::helpers::spawn_instance_of(&app).await;
+    refused(join(&other, &sale, "alice", "10.0.0.1", Some(&proof)).await, "used already").await;
+    // A fresh solution joins again, to the same one place.
+    let (again, _) = solve(&challenge(&other, &sale, "alice", "10.0.0.1").await);
+    assert_eq!(join(&other, &sale, "alice", "10.0.0.1", Some(&again)).await.status(), 200);
+
+    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for line in [
+        r#"seckill_challenges_total{cost="1",event="issued"} 1"#,
+        r#"seckill_challenges_total{cost="1",event="solved"} 1"#,
+        r#"seckill_challenge_refusals_total{reason="replayed"} 1"#,
+        r#"seckill_challenge_refusals_total{reason="other_buyer"} 1"#,
+        r#"seckill_challenge_refusals_total{reason="forged"} 1"#,
+        r#"seckill_challenge_refusals_total{reason="missing"} 1"#,
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
+}
+
+#[tokio::test]
+async fn an_expired_solution_is_refused() {
+    let app = app(10, Duration::from_secs(1)).await;
+    let sale = seed(&app, 5, true).await;
+    let (proof, _) = solve(&challenge(&app, &sale, "alice", "10.0.0.1").await);
+    // Expiry is in whole seconds: past it for sure after two.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    refused(join(&app, &sale, "alice", "10.0.0.1", Some(&proof)).await, "expired").await;
+}
+
+#[tokio::test]
+async fn a_sale_without_a_waiting_room_asks_it_on_buy_and_one_without_a_challenge_does_not() {
+    let app = app(10, Duration::from_secs(60)).await;
+    let sale = seed(&app, 5, false).await;
+    let buy = |user: &'static str, proof: Option<String>| {
+        let mut request = app
+            .client
+            .post(app.url("/buy"))
+            .header("X-Forwarded-For", "10.0.0.1")
+            .json(&json!({"sale_id": sale, "user_id": user, "quantity": 1}));
+        if let Some(proof) = proof {
+            request = request.header("Seckill-Challenge", proof);
+        }
+        request.send()
+    };
+    assert_error(buy("alice", None).await.unwrap(), 403, "challenge_required").await;
+    let (proof, _) = solve(&challenge(&app, &sale, "alice", "10.0.0.1").await);
+    let bought = buy("alice", Some(proof.clone())).await.unwrap();
+    assert_eq!(bought.status(), 201, "{}", bought.text().await.unwrap());
+    refused(buy("alice", Some(proof)).await.unwrap(), "used already").await;
+    assert_eq!(app.status(&sale).await.stock_left, 9_999, "one unit sold, to the one solution");
+
+    let plain = new_sale_id();
+    app.seed_stock(&plain, 3).await;
+    let ask = || app.client.get(app.url(&format!("/sales/{plain}/challenge"))).query(&[("user_id", "alice")]).send();
+    // The instance's registry of sales is at most 200 ms old: a sale seeded just now may be unknown.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut response = ask().await.unwrap();
+    while response.status() == 404 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        response = ask().await.unwrap();
+    }
+    assert_error(response, 409, "no_challenge").await;
+    assert_eq!(app.buy(&plain, "alice").await.status(), 201, "no challenge asked, none needed");
+}
+
+#[tokio::test]
+async fn a_script_taking_1000_places_from_one_address_works_far_more_than_a_person() {
+    // A hundredth of the default iterations and cost keep the run short; the ratios do not depend
+    // on them (each try is one derivation, whatever its iterations; the curve multiplies the cost).
+    let app = app(10, Duration::from_secs(60)).await;
+    let sale = seed(&app, 10, true).await;
+
+    // People: each from an address of its own, once.
+    let (mut person_tries, mut person_time) = (0, Duration::ZERO);
+    for i in 0..20 {
+        let from = format!("10.1.0.{i}");
+        let view = challenge(&app, &sale, &format!("person-{i}"), &from).await;
+        assert_eq!(view["factor"], 1, "{view}");
+        let started = Instant::now();
+        let (proof, tries) = solve(&view);
+        person_time += started.elapsed();
+        person_tries += tries;
+        assert_eq!(join(&app, &sale, &format!("person-{i}"), &from, Some(&proof)).await.status(), 200);
+    }
+    let (person_tries, person_time) = (person_tries as f64 / 20.0, person_time / 20);
+
+    // The script: a thousand accounts behind one address, one after another within the minute.
+    let (mut script_tries, mut script_time, mut factors) = (0u64, Duration::ZERO, Vec::new());
+    for i in 0..1000 {
+        let view = challenge(&app, &sale, &format!("bot-{i}"), "10.2.0.1").await;
+        factors.push(view["factor"].as_u64().unwrap());
+        let started = Instant::now();
+        let (proof, tries) = solve(&view);
+        script_time += started.elapsed();
+        script_tries += tries;
+        let response = join(&app, &sale, &format!("bot-{i}"), "10.2.0.1", Some(&proof)).await;
+        assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    }
+    let work = script_tries as f64 / person_tries;
+    let cpu = script_time.as_secs_f64() / person_time.as_secs_f64();
+    println!(
+        "1,000 places from one address: {script_tries} tries in {:.2} s of solving; one person: {person_tries:.0} \
+         tries in {:.2} ms; the script worked {work:.0}x a person's tries and {cpu:.0}x a person's solving time",
+        script_time.as_secs_f64(),
+        person_time.as_secs_f64() * 1000.0
+    );
+    assert_eq!(factors[..5], [1, 1, 1, 1, 1], "the first five of a minute at the sale's cost");
+    assert!(factors.windows(2).all(|w| w[0] <= w[1]), "the cost only grows within the minute");
+    assert_eq!(factors.last(), Some(&64), "up to the bound");
+    assert!(work >= 50.0 && cpu >= 50.0, "work {work:.0}x, time {cpu:.0}x");
+}
