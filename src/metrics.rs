@@ -273,6 +273,29 @@ impl Metrics {
         self.challenges.with_label_values(&[event, &cost_label(factor).to_string()]).inc();
     }
 
+    /// The proofs of work of this process so far: per `cost` label (ascending) the challenges
+    /// issued and solved, and the refusals by reason (for the live page).
+    pub fn challenge_tally(&self) -> ChallengeTally {
+        let mut by_cost = std::collections::BTreeMap::<u32, (u64, u64)>::new();
+        for metric in
+            prometheus::core::Collector::collect(&self.challenges).iter().flat_map(|family| family.get_metric())
+        {
+            let label = |name: &str| metric.get_label().iter().find(|l| l.name() == name).map(|l| l.value().to_owned());
+            let (Some(event), Some(cost)) = (label("event"), label("cost").and_then(|c| c.parse().ok())) else {
+                continue;
+            };
+            let count = metric.get_counter().get_value() as u64;
+            let entry = by_cost.entry(cost).or_default();
+            if event == "issued" { entry.0 += count } else { entry.1 += count }
+        }
+        let refused = prometheus::core::Collector::collect(&self.challenge_refusals)
+            .iter()
+            .flat_map(|family| family.get_metric())
+            .filter_map(|m| Some((m.get_label().first()?.value().to_owned(), m.get_counter().get_value() as u64)))
+            .collect();
+        (by_cost.into_iter().map(|(cost, (issued, solved))| (cost, issued, solved)).collect(), refused)
+    }
+
     /// Counts a refused proof of work.
     pub fn challenge_refused(&self, reason: &str) {
         self.challenge_refusals.with_label_values(&[reason]).inc();
@@ -306,6 +329,10 @@ impl Metrics {
         }
     }
 }
+
+/// The proofs of work of a process: `(cost label, issued, solved)` ascending, and
+/// `(reason, refused)`.
+pub type ChallengeTally = (Vec<(u32, u64, u64)>, Vec<(String, u64)>);
 
 /// The `cost` label of a factor: rounded up to a power of two, so the series stay few (1 to 1024).
 pub fn cost_label(factor: u32) -> u32 {

@@ -53,6 +53,10 @@ pub const ALGORITHM: &str = "PBKDF2/SHA-256";
 /// below the counter's 2^32.
 pub const MAX_COST: u32 = 1_000_000;
 
+/// A sale's cost when its seed asks a challenge without naming one (`"challenge": {}`): about a
+/// quarter of a second of a browser's solving on a 2-core host (docs/waiting-room.md).
+pub const DEFAULT_COST: u32 = 1000;
+
 /// The challenges' settings (`SECKILL_CHALLENGE_*`).
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {

@@ -12,12 +12,14 @@ use crate::challenge::{Curve, Settings};
 pub struct ChallengeConfig {
     /// The challenge of a sale whose seed names none: the tries a person's solve takes on average
     /// (each one PBKDF2 of SECKILL_CHALLENGE_ITERATIONS); 0: no challenge. Recorded at the seed.
-    #[arg(long, env = "SECKILL_CHALLENGE_COST", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=MAX_COST as i64), global = true)]
+    #[arg(long, env = "SECKILL_CHALLENGE_COST", default_value_t = 0, global = true,
+        value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_COST)))]
     pub challenge_cost: u32,
 
     /// PBKDF2-SHA-256 iterations of one try (10 to 100000). Issuing a challenge costs the server
     /// one such derivation; checking a solution, one HMAC.
-    #[arg(long, env = "SECKILL_CHALLENGE_ITERATIONS", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(10..=100_000), global = true)]
+    #[arg(long, env = "SECKILL_CHALLENGE_ITERATIONS", default_value_t = 1000, global = true,
+        value_parser = clap::value_parser!(u32).range(10..=100_000))]
     pub challenge_iterations: u32,
 
     /// How long a challenge can be solved and used (10s to 10m).
@@ -30,11 +32,13 @@ pub struct ChallengeConfig {
 
     /// Every this many challenges past SECKILL_CHALLENGE_FREE in a minute add the sale's cost once
     /// more to the address's next challenge (1 or more).
-    #[arg(long, env = "SECKILL_CHALLENGE_STEP", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..), global = true)]
+    #[arg(long, env = "SECKILL_CHALLENGE_STEP", default_value_t = 10, global = true,
+        value_parser = clap::value_parser!(u32).range(1..))]
     pub challenge_step: u32,
 
     /// The most the cost grows to: this many times the sale's cost (1 to 1024).
-    #[arg(long, env = "SECKILL_CHALLENGE_MAX_FACTOR", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024), global = true)]
+    #[arg(long, env = "SECKILL_CHALLENGE_MAX_FACTOR", default_value_t = 64, global = true,
+        value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub challenge_max_factor: u32,
 }
 

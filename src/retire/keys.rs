@@ -1,6 +1,7 @@
 //! Removing a retired sale's Redis keys in steps: no command may block Redis on a big key. A
 //! buyer set (and a released set) is emptied by `SPOP <key> 1000` until it is gone, a waiting
-//! room's sorted sets (and the spent challenges) by `ZPOPMIN <key> 1000`, a receipts hash (and the later arrivals) by `HSCAN` +
+//! room's sorted sets (and the spent challenges)
+//! by `ZPOPMIN <key> 1000`, a receipts hash (and the later arrivals) by `HSCAN` +
 //! `HDEL` of each page; the small keys (stock, the drained stream) by `DEL`; the meta last, since
 //! shard 0's meta is what says where the other shards are. Every command names one key, so on a
 //! Redis Cluster each goes to that key's own slot.

@@ -11,6 +11,7 @@ mod buy;
 mod buyer_page;
 mod buyer_view;
 mod challenge;
+mod challenge_page;
 mod chromium;
 mod client_limits;
 mod concurrency;

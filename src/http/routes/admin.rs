@@ -251,6 +251,9 @@ pub struct SalesOverview {
     /// How many sales are registered in all.
     pub sales_total: usize,
     pub limiter: LimiterRefusals,
+    /// This instance's proofs of work since it started (docs/waiting-room.md, "Proof of work").
+    #[serde(default)]
+    pub challenges: ChallengeCounts,
     /// The order events' deliveries (docs/webhooks.md); absent without `SECKILL_WEBHOOK_URL`, or
     /// while Postgres cannot be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -289,6 +292,26 @@ pub struct LimiterRefusals {
     pub refused_from_memory: u64,
 }
 
+/// This instance's proofs of work: issued and solved by cost, refused by reason.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+pub struct ChallengeCounts {
+    /// By the factor of its sale's cost a challenge asked (rounded up to a power of two), ascending.
+    pub by_cost: Vec<ChallengesAtCost>,
+    /// Solutions refused, by reason (`missing`, `malformed`, `forged`, `expired`, `other_sale`,
+    /// `other_buyer`, `other_address`, `wrong`, `replayed`).
+    pub refused: std::collections::BTreeMap<String, u64>,
+}
+
+/// The challenges asked at one cost.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ChallengesAtCost {
+    /// The factor of the sale's cost: 1, 2, 4, … 1024.
+    pub cost: u32,
+    pub issued: u64,
+    /// Solutions spent: each let a buyer in.
+    pub solved: u64,
+}
+
 /// Every registered sale's state (the first 100 by id) and this instance's limiter refusals.
 #[utoipa::path(
     get,
@@ -312,6 +335,16 @@ pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpRespo
         worker: worker.map(WorkerReport::from),
         sales_total,
         limiter: LimiterRefusals { refused, refused_from_memory },
+        challenges: {
+            let (by_cost, refused) = state.shop.metrics().challenge_tally();
+            ChallengeCounts {
+                by_cost: by_cost
+                    .into_iter()
+                    .map(|(cost, issued, solved)| ChallengesAtCost { cost, issued, solved })
+                    .collect(),
+                refused: refused.into_iter().collect(),
+            }
+        },
         webhooks: webhooks.map(|w| WebhookDeliveries {
             open: w.open,
             failed: w.failed,

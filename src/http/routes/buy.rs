@@ -96,8 +96,8 @@ pub struct BuyResponse {
         (status = 403, description = "`sale_not_started`, `sale_ended`, `sale_paused` (an operator paused the sale; \
             `Retry-After`), or `user_mismatch`: the body's user_id is not the token's buyer; `not_admitted`: the \
             sale has a waiting room and the request carries no valid `Seckill-Admission` token of this buyer for \
-            this sale (missing, malformed, forged, another buyer's or sale's, or expired); `challenge_required`: the sale \
-            (without a waiting room) asks a proof of work and the request has no `Seckill-Challenge` header; \
+            this sale (missing, malformed, forged, another buyer's or sale's, or expired); `challenge_required`: \
+            the sale (without a waiting room) asks a proof of work and the request has no `Seckill-Challenge` header; \
             `challenge_failed`: its solution is refused (malformed, forged, expired, another sale's, buyer's or client \
             address's, wrong, or used before); nothing is bought",
             body = ErrorBody),

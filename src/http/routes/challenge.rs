@@ -96,6 +96,26 @@ fn answer_of(issued: IssuedChallenge) -> HttpResponse {
     HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(view)
 }
 
+/// The buyer page's proof-of-work solver, run as a Web Worker (the pages' Content-Security-Policy
+/// allows workers from this origin only).
+const WORKER: &str = include_str!("challenge_worker.js");
+
+/// The buyer page's solver of a sale's proof of work: a Web Worker script that solves an ALTCHA
+/// PoW v2 challenge of `GET /sales/{sale_id}/challenge` with WebCrypto's PBKDF2.
+#[utoipa::path(
+    get,
+    path = "/challenge-worker.js",
+    tag = "buyer",
+    responses((status = 200, description = "The solver's JavaScript", content_type = "text/javascript")),
+)]
+pub async fn worker() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .body(WORKER)
+}
+
 /// The `Seckill-Challenge` header, if the request has one (one that is not text reads as empty:
 /// refused as malformed).
 pub(super) fn solution_of(req: &HttpRequest) -> Option<&str> {

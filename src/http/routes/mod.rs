@@ -100,6 +100,11 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
             web::resource("/sale/{sale_id}").route(read().to(buyer_page::sale)).default_service(allow("GET, HEAD")),
         )
         .service(web::resource("/admin").route(read().to(admin_page::page)).default_service(allow("GET, HEAD")))
+        .service(
+            web::resource("/challenge-worker.js")
+                .route(read().to(challenge::worker))
+                .default_service(allow("GET, HEAD")),
+        )
         .service(web::resource("/favicon.ico").route(read().to(favicon::icon)).default_service(allow("GET, HEAD")))
         .service(web::resource("/admin/sales").route(read().to(admin::list)).default_service(allow("GET, HEAD")))
         .service(

@@ -27,6 +27,7 @@ use crate::http::AppState;
         queue::join,
         queue::standing,
         challenge::challenge,
+        challenge::worker,
         payments::event,
         buyer_page::home,
         buyer_page::sale,

@@ -11,8 +11,8 @@ use sha2::{Digest, Sha256};
 /// A page and its Content-Security-Policy, computed once.
 pub struct InlinePage {
     html: &'static str,
-    /// Its one inline script and one inline style, allowed by hash; requests only to this
-    /// origin; no framing, no forms posted anywhere.
+    /// Its one inline script and one inline style, allowed by hash; requests and Web Workers
+    /// (the proof-of-work solver) only from this origin; no framing, no forms posted anywhere.
     csp: String,
 }
 
@@ -21,7 +21,7 @@ impl InlinePage {
     pub fn new(html: &'static str) -> Self {
         let csp = format!(
             "default-src 'none'; script-src '{}'; style-src '{}'; connect-src 'self'; img-src 'self'; \
-             base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+             worker-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
             inline_hash(html, "script"),
             inline_hash(html, "style"),
         );

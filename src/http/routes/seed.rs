@@ -11,7 +11,7 @@ use super::object::Object;
 use super::sale_of;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::shop::SeedOrder;
+use crate::shop::{DEFAULT_CHALLENGE_COST, SeedOrder};
 
 /// A sale to create or re-seed, as a JSON object. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -75,11 +75,12 @@ pub struct SeedRequest {
 #[serde(deny_unknown_fields)]
 pub struct ChallengeRequest {
     /// The tries (PBKDF2-SHA-256 derivations of `SECKILL_CHALLENGE_ITERATIONS` iterations) a
-    /// person's solve takes on average, 0 to 1,000,000; 1,000 takes a browser about a quarter of
-    /// a second. A client address that asks often is asked up to `SECKILL_CHALLENGE_MAX_FACTOR`
-    /// times more.
+    /// person's solve takes on average, 0 to 1,000,000 (0: none); default 1,000, about a quarter of
+    /// a second in a browser. A client address that asks often is asked up to
+    /// `SECKILL_CHALLENGE_MAX_FACTOR` times more.
     #[schema(minimum = 0, maximum = 1_000_000, example = 1000)]
-    cost: u32,
+    #[serde(default)]
+    cost: Option<u32>,
 }
 
 /// A sale's waiting room, as a JSON object. Unknown fields are refused.
@@ -149,7 +150,7 @@ pub async fn seed(
     let sale = sale_of(&path)?;
     let SeedRequest { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group, challenge } =
         body.into_inner().0;
-    let challenge = challenge.map(|Object(ChallengeRequest { cost })| cost);
+    let challenge = challenge.map(|Object(ChallengeRequest { cost })| cost.unwrap_or(DEFAULT_CHALLENGE_COST));
     let queue = queue.map(|Object(QueueRequest { opens_at, rate })| (opens_at, rate));
     // Out of u32's range reads as 0, which the seed refuses with the rest outside 1-100.
     let per_buyer = per_buyer.map(|n| u32::try_from(n).unwrap_or(0));

@@ -119,7 +119,8 @@ impl Report {
 
 /// Runs the task; the exit code is the task's result.
 /// The API tests' modules the Redis Cluster run skips.
-const ONCE: [&str; 6] = ["browser::", "buyer_page::", "waiting_room_page::", "readme::", "openapi::", "docs::"];
+const ONCE: [&str; 7] =
+    ["browser::", "buyer_page::", "waiting_room_page::", "challenge_page::", "readme::", "openapi::", "docs::"];
 
 pub fn run(args: Args) -> Result<ExitCode> {
     steps::handle_signals()?;
