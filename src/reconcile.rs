@@ -238,8 +238,8 @@ async fn reseed_lost_sale(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result
         // A queued sale comes back queued, with its seed: a repair never opens it to everyone.
         queue: row.queue,
         per_buyer: row.per_buyer,
-        // Postgres does not keep a sale's proof of work: a repaired sale asks none until re-seeded.
-        challenge_cost: None,
+        // A sale that asked a proof of work asks it again: a repair never opens the door wider.
+        challenge_cost: row.challenge_cost,
     };
     let outcome = sales.seed(sale, spec).await?;
     tracing::warn!(sale_id = %sale, ?outcome, "sale lost by Redis seeded again from its Postgres row");

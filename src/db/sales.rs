@@ -11,14 +11,14 @@ pub async fn upsert_sale(tx: &mut sqlx::PgConnection, sale: &SaleId, row: &SaleR
     let queue = row.queue.as_ref();
     sqlx::query(
         "insert into sales (sale_id, stock_initial, starts_at, ends_at, payment_window_ms,
-                            queue_opens_at, queue_rate, queue_ttl_ms, queue_seed, per_buyer)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, 1))
+                            queue_opens_at, queue_rate, queue_ttl_ms, queue_seed, per_buyer, challenge_cost)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, 1), $11)
          on conflict (sale_id) do update
          set stock_initial = excluded.stock_initial, starts_at = excluded.starts_at,
              ends_at = excluded.ends_at, payment_window_ms = excluded.payment_window_ms,
              queue_opens_at = excluded.queue_opens_at, queue_rate = excluded.queue_rate,
              queue_ttl_ms = excluded.queue_ttl_ms, queue_seed = coalesce(sales.queue_seed, excluded.queue_seed),
-             per_buyer = excluded.per_buyer, updated_at = now()",
+             per_buyer = excluded.per_buyer, challenge_cost = excluded.challenge_cost, updated_at = now()",
     )
     .bind(sale.as_str())
     .bind(row.stock_initial)
@@ -30,6 +30,7 @@ pub async fn upsert_sale(tx: &mut sqlx::PgConnection, sale: &SaleId, row: &SaleR
     .bind(queue.map(|q| q.ttl_ms))
     .bind(queue.map(|q| q.seed.to_vec()))
     .bind(row.per_buyer as i32)
+    .bind(row.challenge_cost.map(|cost| cost as i32))
     .execute(tx)
     .await
     .map(drop)
@@ -82,6 +83,8 @@ pub struct SaleRow {
     pub queue: Option<QueueSpec>,
     /// Units one buyer may buy (in the sale or across its group).
     pub per_buyer: u32,
+    /// The proof of work's tries on average (`crate::challenge`); `None`: none.
+    pub challenge_cost: Option<u32>,
 }
 
 /// The sale's `sales` row, if it has one.
@@ -96,26 +99,30 @@ pub async fn sale_row(pool: &PgPool, sale: &SaleId) -> Result<Option<SaleRow>, s
         Option<i64>,
         Option<Vec<u8>>,
         Option<i32>,
+        Option<i32>,
     );
     let row: Option<Row> = sqlx::query_as(
         "select stock_initial, starts_at, ends_at, payment_window_ms, queue_opens_at, queue_rate, queue_ttl_ms, \
-            queue_seed, per_buyer
+            queue_seed, per_buyer, challenge_cost
          from sales where sale_id = $1",
     )
     .bind(sale.as_str())
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(|(stock_initial, starts_at, ends_at, payment_window_ms, opens_at, rate, ttl_ms, seed, per_buyer)| {
-        let queue = match (opens_at, rate, ttl_ms, seed.and_then(|s| <[u8; 32]>::try_from(s).ok())) {
-            (Some(opens_at), Some(rate), Some(ttl_ms), Some(seed)) => Some(QueueSpec {
-                opens_at_ms: (opens_at.unix_timestamp_nanos() / 1_000_000) as i64,
-                rate: rate.max(1) as u32,
-                ttl_ms,
-                seed,
-            }),
-            _ => None,
-        };
-        let per_buyer = per_buyer.map_or(1, |n| n.max(1) as u32);
-        SaleRow { stock_initial, starts_at, ends_at, payment_window_ms, queue, per_buyer }
-    }))
+    Ok(row.map(
+        |(stock_initial, starts_at, ends_at, payment_window_ms, opens_at, rate, ttl_ms, seed, per_buyer, cost)| {
+            let queue = match (opens_at, rate, ttl_ms, seed.and_then(|s| <[u8; 32]>::try_from(s).ok())) {
+                (Some(opens_at), Some(rate), Some(ttl_ms), Some(seed)) => Some(QueueSpec {
+                    opens_at_ms: (opens_at.unix_timestamp_nanos() / 1_000_000) as i64,
+                    rate: rate.max(1) as u32,
+                    ttl_ms,
+                    seed,
+                }),
+                _ => None,
+            };
+            let per_buyer = per_buyer.map_or(1, |n| n.max(1) as u32);
+            let challenge_cost = cost.and_then(|n| u32::try_from(n).ok()).filter(|&n| n > 0);
+            SaleRow { stock_initial, starts_at, ends_at, payment_window_ms, queue, per_buyer, challenge_cost }
+        },
+    ))
 }

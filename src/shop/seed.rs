@@ -147,7 +147,16 @@ impl Shop {
         if db::lock_retired(&mut tx, sale.as_str()).await? {
             return Err(Error::SeedRetired);
         }
-        let row = db::SaleRow { stock_initial: stock, starts_at, ends_at, payment_window_ms, queue, per_buyer };
+        let challenge_cost = spec.challenge_cost;
+        let row = db::SaleRow {
+            stock_initial: stock,
+            starts_at,
+            ends_at,
+            payment_window_ms,
+            queue,
+            per_buyer,
+            challenge_cost,
+        };
         db::upsert_sale(&mut tx, sale, &row).await?;
         match self.sales.seed(sale, spec).await? {
             SeedOutcome::Seeded => {
@@ -159,6 +168,7 @@ impl Shop {
                     "payment_window_ms": payment_window_ms,
                     "queue_rate": queue.map(|q| q.rate),
                     "per_buyer": per_buyer,
+                    "challenge_cost": challenge_cost,
                 });
                 audit::record(&mut tx, sale, "seed", None, &effect, None).await?;
                 self.sold_out.clear(sale.as_str());

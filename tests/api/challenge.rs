@@ -230,3 +230,23 @@ async fn a_script_taking_1000_places_from_one_address_works_far_more_than_a_pers
     assert_eq!(factors.last(), Some(&64), "up to the bound");
     assert!(work >= 50.0 && cpu >= 50.0, "work {work:.0}x, time {cpu:.0}x");
 }
+
+#[tokio::test]
+async fn a_sale_redis_lost_comes_back_from_the_repair_still_asking_its_proof_of_work() {
+    let app = app(10, Duration::from_secs(60)).await;
+    let sale = seed(&app, 7, false).await;
+    let (proof, _) = solve(&challenge(&app, &sale, "alice", "10.0.0.1").await);
+    let request =
+        app.client.post(app.url("/buy")).header("X-Forwarded-For", "10.0.0.1").header("Seckill-Challenge", proof);
+    assert_eq!(request.json(&json!({"sale_id": sale, "user_id": "alice"})).send().await.unwrap().status(), 201);
+    app.wait_for_drain(&sale).await;
+    crate::redis_loss::lose_sale(&app, &sale).await;
+
+    let url = app.url(&format!("/admin/sales/{sale}/reconcile"));
+    let repaired = app.client.post(url).bearer_auth(crate::common::ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(repaired.status(), 200, "{}", repaired.text().await.unwrap());
+    let url = app.url(&format!("/admin/sales/{sale}"));
+    let status: Value =
+        app.client.get(url).bearer_auth(crate::common::ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
+    assert_eq!((status["challenge_cost"].as_u64(), status["sold"].as_i64()), (Some(7), Some(1)), "{status}");
+}
