@@ -22,6 +22,8 @@
 -- ARGV[6]  traceparent        the W3C trace context of the purchase, carried in its entry to the
 --                             worker's span (src/telemetry/traces.rs); "" when traces are off
 -- ARGV[7]  quantity           units to buy, 1-100 (the app validated it); "" or absent: 1
+-- ARGV[8]  proven             "1": the buyer's proof of work was verified and spent by the app
+--                             (src/challenge/, lua/challenge_spend.lua); "" or absent: none
 --
 -- Returns one status string, except for "already_purchased" and "reserved":
 --   "ok"                 user added, stock decremented by the quantity, order appended to the stream
@@ -37,6 +39,8 @@
 --                        the caller reads the sale's layout and asks again
 --   "not_admitted"       a queued sale, and no place given: the caller has no admission token (before or
 --                        after the start)
+--   "challenge_required" a sale without a waiting room whose meta has challenge_cost (src/challenge/),
+--                        and ARGV[8] is not "1": nothing is written
 --   "not_started"        Redis TIME is before starts_at_ms
 --   "ended"              Redis TIME is at or after ends_at_ms
 --   {"already_purchased", order id, created_at_ms, "queued"|"confirmed", quantity}
@@ -82,7 +86,7 @@
 local shards = ARGV[4]
 -- @purchase
 
-local reply = buy(ARGV[2], ARGV[3], ARGV[5], ARGV[6] or '', ARGV[7])
+local reply = buy(ARGV[2], ARGV[3], ARGV[5], ARGV[6] or '', ARGV[7], ARGV[8])
 -- The stock goes last, once the purchase wrote all else (DECRBY cannot fail: purchase.lua checked it).
 if sold > 0 then
   redis.call('DECRBY', KEYS[2], sold)

@@ -20,7 +20,8 @@
 -- ARGV[3]      n: how many purchases follow
 -- then for each purchase, in order:
 --   user id, order id, place ("" without one), traceparent ("" when traces are off), quantity,
---   checks (0, 1 or 2: how many limits to check first, as buy_limited.lua's ARGV[8]),
+--   proven (buy.lua's ARGV[8]), checks (0, 1 or 2: how many limits to check first, as
+--   buy_limited.lua's ARGV[9]),
 --   then 5 limiter ARGV (limit, window_ms, burst, nonce, now_us) per check (the script adds its
 --   own reading of TIME as the limiter's ARGV[6])
 --
@@ -42,7 +43,7 @@
 --
 -- Example (gcra, 20 per second per client; dave then erin buy the demo sale, both from 127.0.0.1):
 --   sed -e '/^-- @limiter$/r lua/gcra.lua' -e '/^-- @purchase$/r lua/purchase.lua' lua/buy_batch.lua | sed -e '/^-- @limiter_preamble$/r lua/limiter_preamble.lua' > /tmp/seckill-buy-batch.lua
---   redis-cli --eval /tmp/seckill-buy-batch.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:queue:bought' 'seckill:{sale:demo}:held' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' , demo 1 2 dave 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6c '' '' 1 1 20 1000 20 - '' erin 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6d '' '' 1 1 20 1000 20 - ''
+--   redis-cli --eval /tmp/seckill-buy-batch.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:queue:bought' 'seckill:{sale:demo}:held' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' , demo 1 2 dave 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6c '' '' 1 '' 1 20 1000 20 - '' erin 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6d '' '' 1 '' 1 20 1000 20 - ''
 
 local function limit(KEYS, ARGV)
 -- @limiter
@@ -59,11 +60,11 @@ local arg, key = 4, 8
 -- Each purchase: its limits in order until one refuses, then the purchase, as buy_limited.lua
 -- does; an error raised in its part becomes its reply.
 for i = 1, tonumber(ARGV[3]) do
-  local checks = tonumber(ARGV[arg + 5])
+  local checks = tonumber(ARGV[arg + 6])
   local ok, reply = pcall(function()
     local decisions = {0, 0}
     for c = 1, checks do
-      local from = arg + 6 + (c - 1) * 5
+      local from = arg + 7 + (c - 1) * 5
       local decision = limit({KEYS[key + c - 1]},
         {ARGV[from], ARGV[from + 1], ARGV[from + 2], ARGV[from + 3], ARGV[from + 4], now_us})
       decisions[c] = decision
@@ -71,7 +72,7 @@ for i = 1, tonumber(ARGV[3]) do
         return {decisions[1], decisions[2], 0}
       end
     end
-    local bought = buy(ARGV[arg], ARGV[arg + 1], ARGV[arg + 2], ARGV[arg + 3], ARGV[arg + 4])
+    local bought = buy(ARGV[arg], ARGV[arg + 1], ARGV[arg + 2], ARGV[arg + 3], ARGV[arg + 4], ARGV[arg + 5])
     if checks == 0 then
       return bought
     end
@@ -82,7 +83,7 @@ for i = 1, tonumber(ARGV[3]) do
   else
     replies[i] = {'failed', type(reply) == 'table' and tostring(reply.err) or tostring(reply)}
   end
-  arg = arg + 6 + 5 * checks
+  arg = arg + 7 + 5 * checks
   key = key + checks
 end
 if sold > 0 then

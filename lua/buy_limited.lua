@@ -9,12 +9,12 @@
 -- file's.
 --
 -- KEYS[1..7]    buy.lua's KEYS: the sale's keys (one shard's, for a sharded sale)
--- KEYS[8]       the client's limiter key, when ARGV[8] >= 1
--- KEYS[9]       the buyer's limiter key, when ARGV[8] = 2
--- ARGV[1..7]    buy.lua's ARGV: sale id, user id, order id, shards, place, traceparent, quantity
--- ARGV[8]       how many limits to check first: 0, 1 (the client's) or 2 (the client's, then the buyer's)
--- ARGV[9..13]   the client's limiter ARGV: limit, window_ms, burst, nonce, now_us ("" = Redis TIME)
--- ARGV[14..18]  the buyer's limiter ARGV, likewise
+-- KEYS[8]       the client's limiter key, when ARGV[9] >= 1
+-- KEYS[9]       the buyer's limiter key, when ARGV[9] = 2
+-- ARGV[1..8]    buy.lua's ARGV: sale id, user id, order id, shards, place, traceparent, quantity, proven
+-- ARGV[9]       how many limits to check first: 0, 1 (the client's) or 2 (the client's, then the buyer's)
+-- ARGV[10..14]  the client's limiter ARGV: limit, window_ms, burst, nonce, now_us ("" = Redis TIME)
+-- ARGV[15..19]  the buyer's limiter ARGV, likewise
 --
 -- Returns {client, buyer, purchase}:
 --   client, buyer  each limit's reply {allowed, remaining, retry_after_us, reset_us}, or 0 when
@@ -29,7 +29,7 @@
 --
 -- Example (gcra, 20 per second per client, then lua/buy.lua's purchase, by carol): assemble, then run
 --   sed -e '/^-- @limiter$/r lua/gcra.lua' -e '/^-- @buy$/r lua/buy.lua' lua/buy_limited.lua | sed -e '/^-- @limiter_preamble$/r lua/limiter_preamble.lua' -e '/^-- @purchase$/r lua/purchase.lua' > /tmp/seckill-buy-limited.lua
---   redis-cli --eval /tmp/seckill-buy-limited.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:queue:bought' 'seckill:{sale:demo}:held' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' , demo carol 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6b 1 '' '' 1 1 20 1000 20 - ''
+--   redis-cli --eval /tmp/seckill-buy-limited.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:queue:bought' 'seckill:{sale:demo}:held' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' , demo carol 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6b 1 '' '' 1 '' 1 20 1000 20 - ''
 
 local function limit(KEYS, ARGV)
 -- @limiter
@@ -39,10 +39,10 @@ local function buy(KEYS, ARGV)
 -- @buy
 end
 
-local checks = tonumber(ARGV[8])
+local checks = tonumber(ARGV[9])
 local decisions = {0, 0}
 for i = 1, checks do
-  local from = 9 + (i - 1) * 5
+  local from = 10 + (i - 1) * 5
   local decision = limit({KEYS[7 + i]}, {ARGV[from], ARGV[from + 1], ARGV[from + 2], ARGV[from + 3], ARGV[from + 4]})
   decisions[i] = decision
   if decision[1] ~= 1 then
@@ -50,4 +50,4 @@ for i = 1, checks do
   end
 end
 return {decisions[1], decisions[2], buy({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]},
-  {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]})}
+  {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]})}

@@ -10,10 +10,11 @@
 -- call), the stock and Redis TIME.
 -- Defines:
 --   t           that time, Redis TIME's reply (buy_batch.lua gives it to its limits)
---   buy(user, order_id, place, traceparent, quantity)
+--   buy(user, order_id, place, traceparent, quantity, proven)
 --               one purchase of `quantity` units (1 when nil or ""), decided and written by buy.lua's
---               rules in buy.lua's order of checks (unknown sale, shard count, admission, start, end,
---               buyer, limit, pause, stock); place and traceparent "" when there are none. Returns buy.lua's reply, or raises an error (a
+--               rules in buy.lua's order of checks (unknown sale, shard count, admission, proof of
+--               work, start, end, buyer, limit, pause, stock); place and traceparent "" when there
+--               are none; proven "1" when the app verified and spent a proof of work, else "" or nil. Returns buy.lua's reply, or raises an error (a
 --               damaged key) with nothing of the purchase written. It writes the entry, the
 --               receipt, a queued sale's place and the buyer, not the stock: the stock it checks
 --               is the one read less the units sold before it in the call
@@ -30,7 +31,7 @@
 
 -- What every purchase of the call reads alike, read once: the sale, its stock, the time.
 local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'shards', 'payment_window_ms',
-  'queue_rate', 'paused', 'per_buyer', 'group', 'extra_units')
+  'queue_rate', 'paused', 'per_buyer', 'group', 'extra_units', 'challenge_cost')
 local stock_raw = meta[1] and redis.call('GET', KEYS[2])
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -41,6 +42,8 @@ elseif (tonumber(meta[4]) or 1) ~= tonumber(shards) then
   verdict = 'wrong_shards'
 end
 local queued_sale = meta[6]
+-- A sale that asks a proof of work (src/challenge/) and has no waiting room (whose join asked it).
+local challenged = meta[11] and not queued_sale
 local paused = meta[7] -- lua/control.lua's: the reason (maybe ""), or false
 local starts_at, ends_at = tonumber(meta[2]), tonumber(meta[3])
 local timing
@@ -80,7 +83,7 @@ local function append(order_id, user, ...)
 end
 
 -- One purchase, its stock being what the purchases before it in the call left.
-local function buy(user, order_id, place_arg, traceparent, quantity)
+local function buy(user, order_id, place_arg, traceparent, quantity, proven)
   local q = tonumber(quantity) or 1 -- the app validated 1..100
   if verdict then
     return verdict
@@ -88,6 +91,9 @@ local function buy(user, order_id, place_arg, traceparent, quantity)
   local place = queued_sale and tonumber(place_arg)
   if queued_sale and not place then
     return 'not_admitted'
+  end
+  if challenged and proven ~= '1' then
+    return 'challenge_required'
   end
   if timing then
     return timing

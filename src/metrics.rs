@@ -23,7 +23,7 @@ pub fn dependency_of(err: &anyhow::Error) -> Option<&'static str> {
 }
 
 /// Purchase outcomes, in the order of [`Metrics::purchase`]'s labels.
-pub const PURCHASE_OUTCOMES: [&str; 19] = [
+pub const PURCHASE_OUTCOMES: [&str; 21] = [
     "created",
     "already_purchased",
     "sold_out",
@@ -43,6 +43,8 @@ pub const PURCHASE_OUTCOMES: [&str; 19] = [
     "paused",
     "limit_reached",
     "insufficient_stock",
+    "challenge_required",
+    "challenge_failed",
 ];
 
 /// Limiter decisions, in the order of [`Metrics::limiter_decision`]'s labels.

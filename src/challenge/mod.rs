@@ -57,6 +57,13 @@ pub const MAX_COST: u32 = 1_000_000;
 /// quarter of a second of a browser's solving on a 2-core host (docs/waiting-room.md).
 pub const DEFAULT_COST: u32 = 1000;
 
+/// Most sales one instance remembers to ask a proof of work.
+const MAX_SALES: u64 = 10_000;
+
+/// How long it remembers that (a re-seed can drop the challenge; until then a purchase without a
+/// solution is refused in process, after it by `lua/buy.lua`).
+const ASKED_MEMORY: Duration = Duration::from_secs(60);
+
 /// The challenges' settings (`SECKILL_CHALLENGE_*`).
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
@@ -139,6 +146,9 @@ pub struct Challenges {
     iterations: u32,
     ttl: Duration,
     ipv6_prefix: u8,
+    /// Sales this instance knows to ask a proof of work (a purchase without one is refused in
+    /// process; `lua/buy.lua` refuses it for the others).
+    asked: moka::sync::Cache<Box<str>, ()>,
 }
 
 impl Challenges {
@@ -158,7 +168,18 @@ impl Challenges {
             iterations: settings.iterations,
             ttl: settings.ttl,
             ipv6_prefix,
+            asked: moka::sync::Cache::builder().max_capacity(MAX_SALES).time_to_live(ASKED_MEMORY).build(),
         }
+    }
+
+    /// Whether this instance knows `sale` to ask a proof of work.
+    pub fn asks(&self, sale: &SaleId) -> bool {
+        self.asked.contains_key(sale.as_str())
+    }
+
+    /// Remembers that `sale` asks a proof of work (it issued one, or `lua/buy.lua` said so).
+    pub fn learn_asked(&self, sale: &SaleId) {
+        self.asked.insert(sale.as_str().into(), ());
     }
 
     /// The curve that raises a busy address's cost.

@@ -84,6 +84,8 @@ pub struct Part {
     pub traceparent: String,
     /// Units to buy.
     pub quantity: u32,
+    /// The buyer's proof of work was verified and spent (`crate::challenge`).
+    pub proven: bool,
     /// The limits to check first, in order: each key and its policy (one algorithm for all).
     pub limits: Vec<(String, Policy)>,
 }
@@ -107,7 +109,8 @@ pub async fn run_one(con: &mut impl ConnectionLike, target: &Target<'_>, part: &
         .arg(target.shards)
         .arg(&part.place)
         .arg(&part.traceparent)
-        .arg(part.quantity);
+        .arg(part.quantity)
+        .arg(proven(part));
     if !part.limits.is_empty() {
         call.arg(part.limits.len());
         for (key, policy) in &part.limits {
@@ -116,6 +119,11 @@ pub async fn run_one(con: &mut impl ConnectionLike, target: &Target<'_>, part: &
         }
     }
     lua::run(&call, con).await
+}
+
+/// The purchase scripts' `proven` argument.
+fn proven(part: &Part) -> &'static str {
+    if part.proven { "1" } else { "" }
 }
 
 /// Runs several purchases of one shard in one call of `lua/buy_batch.lua`: each one's reply, in
@@ -131,7 +139,7 @@ async fn run_many(
     call.arg(target.sale).arg(target.shards).arg(parts.len());
     for part in parts {
         call.arg(&part.user).arg(&part.order_id).arg(&part.place).arg(&part.traceparent);
-        call.arg(part.quantity).arg(part.limits.len());
+        call.arg(part.quantity).arg(proven(part)).arg(part.limits.len());
         for (key, policy) in &part.limits {
             call.key(key);
             policy.push_args(&mut call, &part.order_id, None); // nonce: the order id; Redis time

@@ -47,6 +47,9 @@ pub enum BuyOutcome {
     InsufficientStock { left: i64 },
     /// A queued sale (`crate::admission`), and no place was given: the buyer was not admitted.
     NotAdmitted,
+    /// A sale without a waiting room that asks a proof of work (`crate::challenge`), and none was
+    /// proven: nothing was bought.
+    ChallengeRequired,
     /// Bought, but fewer than `SECKILL_CONFIRM_REPLICAS` replicas acknowledged it in time (how
     /// many did; 0 as well when the `WAIT` itself failed). The purchase stands.
     NotDurable {
@@ -70,6 +73,7 @@ impl BuyOutcome {
             Self::LimitReached { .. } => "limit_reached",
             Self::InsufficientStock { .. } => "insufficient_stock",
             Self::NotAdmitted => "not_admitted",
+            Self::ChallengeRequired => "challenge_required",
             Self::NotDurable { .. } => "not_durable",
         }
     }
@@ -102,6 +106,8 @@ struct Limits<'g, 'p> {
     order_id: String,
     /// The buyer's place in a queued sale's line, from its admission token, as text ("": none).
     place: String,
+    /// The buyer's proof of work was verified and spent (`crate::challenge`).
+    proven: bool,
     /// The purchase's trace context for its stream entry ("": traces are off).
     traceparent: String,
     /// Units to buy.
@@ -151,17 +157,20 @@ impl Sales {
     ///
     /// `place` is the buyer's place in a queued sale's line, from the admission token the caller
     /// verified (`crate::admission`); a queued sale refuses a purchase without one
-    /// ([`BuyOutcome::NotAdmitted`]). `quantity` is the units bought (1 to
+    /// ([`BuyOutcome::NotAdmitted`]). `proven`: the buyer's proof of work was verified and spent
+    /// (`crate::challenge`); a sale without a waiting room that asks one refuses a purchase
+    /// without it ([`BuyOutcome::ChallengeRequired`]). `quantity` is the units bought (1 to
     /// [`crate::domain::MAX_PER_BUYER`]), all or none.
     pub async fn buy(
         &self,
         sale: &SaleId,
         (user, quantity): (&UserId, u32),
         order_id: Uuid,
-        place: Option<u64>,
+        (place, proven): (Option<u64>, bool),
         gates: &[Gate<'_>],
     ) -> Result<Verdict, BuyError> {
         let user = (user, quantity);
+        let place = (place, proven);
         if !traces::on() {
             return self.buy_once(sale, user, order_id, place, gates, String::new()).await;
         }
@@ -190,7 +199,7 @@ impl Sales {
         sale: &SaleId,
         (user, quantity): (&UserId, u32),
         order_id: Uuid,
-        place: Option<u64>,
+        (place, proven): (Option<u64>, bool),
         gates: &[Gate<'_>],
         traceparent: String,
     ) -> Result<Verdict, BuyError> {
@@ -206,6 +215,7 @@ impl Sales {
             decisions: Vec::with_capacity(gates.len()),
             order_id: order_id.to_string(),
             place: place.map(|p| p.to_string()).unwrap_or_default(),
+            proven,
             traceparent,
             quantity,
         };
@@ -279,6 +289,7 @@ impl Sales {
                 user: user.as_str().to_owned(),
                 order_id: limits.order_id.clone(),
                 place: limits.place.clone(),
+                proven: limits.proven,
                 traceparent: limits.traceparent.clone(),
                 quantity: limits.quantity,
                 limits: gates.iter().map(|gate| (gate.key.clone(), *gate.policy)).collect(),
@@ -357,6 +368,7 @@ fn shard_reply(mut reply: Value, checked: usize, decisions: &mut Vec<Decision>) 
         "ended" => BuyOutcome::Ended,
         "paused" => BuyOutcome::Paused,
         "not_admitted" => BuyOutcome::NotAdmitted,
+        "challenge_required" => BuyOutcome::ChallengeRequired,
         other => return Err(unexpected_reply("buy.lua", other)),
     };
     Ok(Some(ShardReply::Decided(outcome)))

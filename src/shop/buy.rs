@@ -91,26 +91,28 @@ impl Shop {
             });
         }
 
-        if place.is_none() {
-            self.spend_proof(sale, user, client, proof).await?;
-        }
+        let proven = match place {
+            Some(_) => false, // a queued sale: its join asked for the proof of work
+            None => self.spend_proof(sale, user, client, proof).await?,
+        };
 
         let gates = meter.gates(self.sales.keyspace().prefix(), client, user, sale)?;
         let (asked, order_id) = (Instant::now(), Uuid::now_v7());
-        let verdict = self.sales.buy(sale, (user, quantity), order_id, place, &gates).await.map_err(|err| {
-            // The limits ran in the failed call, or were to: they could not decide (fail closed).
-            self.metrics.limiter_decision("error");
-            let context = "the purchase and its rate limits";
-            match err {
-                BuyError::NotRun(err) if is_redis_outage(&err) => Error::from(err),
-                BuyError::NotRun(err) => Error::Unavailable(anyhow::Error::new(err).context(context)),
-                BuyError::OutcomeUnknown(err) => Error::OutcomeUnknown {
-                    order_id,
-                    sale_id: sale.to_string(),
-                    cause: anyhow::Error::new(err).context(context),
-                },
-            }
-        })?;
+        let verdict =
+            self.sales.buy(sale, (user, quantity), order_id, (place, proven), &gates).await.map_err(|err| {
+                // The limits ran in the failed call, or were to: they could not decide (fail closed).
+                self.metrics.limiter_decision("error");
+                let context = "the purchase and its rate limits";
+                match err {
+                    BuyError::NotRun(err) if is_redis_outage(&err) => Error::from(err),
+                    BuyError::NotRun(err) => Error::Unavailable(anyhow::Error::new(err).context(context)),
+                    BuyError::OutcomeUnknown(err) => Error::OutcomeUnknown {
+                        order_id,
+                        sale_id: sale.to_string(),
+                        cause: anyhow::Error::new(err).context(context),
+                    },
+                }
+            })?;
         meter.settle(&gates, asked, &verdict.limits)?;
         let Some(outcome) = verdict.outcome else {
             return Err(Error::Unavailable(anyhow::anyhow!("the limits admitted the purchase but it did not run")));
@@ -127,6 +129,11 @@ impl Shop {
             BuyOutcome::Ended => Err(Error::SaleEnded),
             BuyOutcome::Paused => Err(Error::SalePaused),
             BuyOutcome::AlreadyPurchased(receipt) => Err(self.already_purchased(sale, user, receipt).await?),
+            BuyOutcome::ChallengeRequired => {
+                self.challenges.learn_asked(sale);
+                self.metrics.challenge_refused("missing");
+                Err(Error::ChallengeRequired)
+            }
             BuyOutcome::NotAdmitted => {
                 self.admission.learn_queued(sale);
                 Err(Error::NotAdmitted(NotAdmitted::Missing))
@@ -150,25 +157,26 @@ impl Shop {
         }
     }
 
-    /// A sale without a waiting room that asks a proof of work (this instance's snapshot says so):
-    /// the solution, checked in process, then spent in its own call (a replay refused).
+    /// The proof of work of a purchase without an admission token: the one it carries, checked in
+    /// process and then spent in a call of its own (a replay refused), `true`; none, `false` (for
+    /// a sale this instance knows to ask one, `challenge_required` at once; otherwise
+    /// `lua/buy.lua` refuses it where the sale asks one). A sale without a challenge costs nothing.
     async fn spend_proof(
         &self,
         sale: &SaleId,
         user: &UserId,
         client: IpAddr,
         proof: Option<&str>,
-    ) -> Result<(), Error> {
-        let asks = self.board.snapshot(sale).await?.is_some_and(|s| s.state.challenge_cost.is_some());
-        if !asks {
-            return Ok(());
+    ) -> Result<bool, Error> {
+        if proof.is_none() && !self.challenges.asks(sale) {
+            return Ok(false);
         }
         let spent = self.proof(sale, user, client, proof)?;
         if !self.challenges.spend(sale, &spent).await? {
             return Err(self.refused(Refused::Replayed));
         }
         self.solved(&spent);
-        Ok(())
+        Ok(true)
     }
 
     /// The refusal of a repeat purchase, naming the order as `GET /sales/{sale_id}/order` reads

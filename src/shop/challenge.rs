@@ -15,6 +15,7 @@ impl Shop {
         let mut meter = Meter::new(&self.limits, &self.metrics);
         let outcome = async {
             let cost = self.sale(sale).await?.state.challenge_cost.ok_or(Error::NoChallenge)?;
+            self.challenges.learn_asked(sale);
             meter.check(self.sales.keyspace(), client, user, sale).await?;
             let issued = self.challenges.issue(sale, user, client, cost).await?;
             self.metrics.challenge("issued", issued.factor);

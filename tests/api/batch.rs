@@ -116,7 +116,7 @@ async fn one_failing_purchase_in_a_call_leaves_the_others_standing() {
     let mut call = Algorithm::SlidingLog.with_purchases().key(&keys.all()[..]);
     call.arg(&sale).arg(1).arg(parts.len());
     for (user, order, limiter) in &parts {
-        call.arg(*user).arg(order.as_str()).arg("").arg("").arg(1).arg(limiter.map_or(0, |_| 1));
+        call.arg(*user).arg(order.as_str()).arg("").arg("").arg(1).arg("").arg(limiter.map_or(0, |_| 1));
         if let Some(key) = limiter {
             call.key(key.as_str());
             policy.push_args(&mut call, order, None);
@@ -185,7 +185,7 @@ async fn a_purchase_whose_write_fails_leaves_nothing_written_in_either_script() 
         let order = Uuid::now_v7().to_string();
         let reply: Value = if batch {
             let mut call = Algorithm::SlidingLog.with_purchases().key(&keys.all()[..]);
-            call.arg(sale).arg(1).arg(1).arg(user).arg(&order).arg(7).arg("").arg(1).arg(0);
+            call.arg(sale).arg(1).arg(1).arg(user).arg(&order).arg(7).arg("").arg(1).arg("").arg(0);
             let mut replies: Vec<Value> = call.invoke_async(&mut redis).await.map_err(|e| e.to_string())?;
             replies.remove(0)
         } else {
@@ -337,6 +337,7 @@ fn plain_part(user: &str) -> seckill::purchase::batch::Part {
         place: String::new(),
         traceparent: String::new(),
         quantity: 1,
+        proven: false,
         limits: vec![],
     }
 }

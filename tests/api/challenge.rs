@@ -163,8 +163,11 @@ async fn a_sale_without_a_waiting_room_asks_it_on_buy_and_one_without_a_challeng
         }
         request.send()
     };
+    // Before this instance issued a challenge of the sale, lua/buy.lua refuses; after, the
+    // instance itself (it learned that the sale asks one).
     assert_error(buy("alice", None).await.unwrap(), 403, "challenge_required").await;
     let (proof, _) = solve(&challenge(&app, &sale, "alice", "10.0.0.1").await);
+    assert_error(buy("bob", None).await.unwrap(), 403, "challenge_required").await;
     let bought = buy("alice", Some(proof.clone())).await.unwrap();
     assert_eq!(bought.status(), 201, "{}", bought.text().await.unwrap());
     refused(buy("alice", Some(proof)).await.unwrap(), "used already").await;

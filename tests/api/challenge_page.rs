@@ -1,6 +1,7 @@
 //! The buyer page of a queued sale that asks a proof of work (issue 44), in headless Chromium:
 //! a person joining from the page solves the default cost in a Web Worker and gets the place
-//! the same join gets in a sale that asks none. Screenshot: `target/tmp/challenge-joined.png`.
+//! the same join gets in a sale that asks none; in a sale without a waiting room Buy sends it; the
+//! live page counts the challenges. Screenshots: `target/tmp/challenge-{joined,bought,live}.png`.
 
 use std::time::{Duration, Instant};
 
@@ -9,6 +10,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::chromium::{Browser, PAGE_DEADLINE};
+use crate::common::ADMIN_TOKEN;
 use crate::helpers::{new_sale_id, spawn_app_with};
 
 /// People joining, one after another, each sale.
@@ -105,5 +107,30 @@ async fn a_person_joins_from_the_page_with_the_default_proof_of_work_to_the_same
     let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
     let spent = format!(r#"seckill_challenges_total{{cost="1",event="solved"}} {PEOPLE}"#);
     assert!(metrics.lines().any(|l| l == spent), "{spent} in:\n{metrics}");
+
+    // A sale without a waiting room: Buy sends the proof, solved while the buyer looked.
+    let shop = new_sale_id();
+    assert_eq!(app.seed(&shop, json!({"stock": 5, "challenge": {}})).await.status(), 200);
+    browser.client.goto(&app.url(&format!("/sale/{shop}"))).await.unwrap();
+    browser.fill("user-id", "shopper").await;
+    let ready = "const b = document.getElementById('buy'); return !b.disabled;";
+    browser.wait_for("Buy enabled", async |b| b.run(ready, vec![]).await.as_bool().unwrap().then_some(())).await;
+    browser.click("buy").await;
+    let bought = "const s = document.getElementById('order-status'); return s.checkVisibility() ? s.innerText : null;";
+    browser.wait_for("the order", async |b| b.run(bought, vec![]).await.as_str().map(str::to_owned)).await;
+    let proof = browser.text("proof").await;
+    assert!(proof.contains("solved in"), "{proof}");
+    browser.screenshot("challenge-bought.png").await;
+    app.wait_for_drain(&shop).await;
+    assert_eq!(app.order_users(&shop).await, [("shopper".into(), 1)]);
+
+    // The live page: this instance's challenges by cost, none refused.
+    browser.client.goto(&app.url(&format!("/admin#token={ADMIN_TOKEN}"))).await.unwrap();
+    let live = "const p = document.getElementById('challenges'); return p.checkVisibility() ? p.innerText : null;";
+    let shown =
+        browser.wait_for("the challenges", async |b| b.run(live, vec![]).await.as_str().map(str::to_owned)).await;
+    let solved = format!("{} solved", PEOPLE + 1);
+    assert!(shown.contains("×1: ") && shown.contains(&solved) && shown.contains(" 0 refused"), "{shown}");
+    browser.screenshot("challenge-live.png").await;
     browser.client.close().await.unwrap();
 }

@@ -301,7 +301,7 @@ async fn a_kept_layout_that_leads_nowhere_is_read_again() {
     }
     for i in 0..10 {
         let user = UserId::parse(&format!("user-{i}")).unwrap();
-        let verdict = store.buy(&id, (&user, 1), Uuid::now_v7(), None, &[]).await.unwrap();
+        let verdict = store.buy(&id, (&user, 1), Uuid::now_v7(), (None, false), &[]).await.unwrap();
         assert_eq!(verdict.outcome, Some(seckill::purchase::BuyOutcome::Purchased { pay_by_ms: None }), "{user}");
     }
     assert_eq!(*store.layout(&id).await.unwrap().unwrap(), Layout::new(vec![777]));
