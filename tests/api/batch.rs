@@ -309,7 +309,7 @@ async fn the_batch_script_decides_every_purchase_as_buy_lua_does() {
             let mut call = Algorithm::SlidingLog.with_purchases().key(&many_keys.all()[..]);
             call.arg(&many).arg(*shards).arg(chunk.len());
             for (user, order, quantity) in chunk {
-                call.arg(user).arg(order).arg("").arg("").arg(*quantity).arg(0);
+                call.arg(user).arg(order).arg("").arg("").arg(*quantity).arg("").arg(0);
             }
             let replies: Vec<Value> = call.invoke_async(&mut redis).await.unwrap();
             together.extend(replies.iter().map(comparable));

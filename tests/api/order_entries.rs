@@ -41,7 +41,7 @@ async fn four_purchases(
     let mut call = Algorithm::SlidingLog.with_purchases().key(&keys.all()[..]);
     call.arg(sale.as_str()).arg(1).arg(2);
     for (user, trace) in [("carol", ""), ("dave", TRACE)] {
-        call.arg(user).arg(Uuid::now_v7().to_string()).arg("").arg(trace).arg(1).arg(0);
+        call.arg(user).arg(Uuid::now_v7().to_string()).arg("").arg(trace).arg(1).arg("").arg(0);
     }
     let replies: Vec<redis::Value> = call.invoke_async(redis).await.unwrap();
     for reply in &replies {

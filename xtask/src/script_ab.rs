@@ -9,7 +9,8 @@
 //! per cent where `ab`'s rounds swing by ten.
 //!
 //! Both revisions must take the batch script's ARGV as this tool sends them (sale, shards, n, then
-//! per purchase user, order, place, traceparent, checks and one limit's five ARGV).
+//! per purchase user, order, place, traceparent, quantity and proven where the revision takes them,
+//! checks and one limit's five ARGV).
 
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
@@ -110,12 +111,14 @@ fn rounds(args: &Args, services: &Services, labels: &[String; 2], scripts: &[Str
     let n = args.per_call as usize;
     // Each revision's call (redis-benchmark draws every __rand_int__ anew): its keys, then the
     // sale, shards and n, then per purchase a new buyer, order (and, from issue 41 on, a quantity
-    // of 1) and client limit key. A revision's contract line says which: `KEYS[1..7]` from issue 41.
+    // of 1; from issue 44 on, no proof of work) and client limit key. A revision's contract line says which: `KEYS[1..7]` from issue 41.
     let calls: Vec<Vec<String>> = shas
         .iter()
         .zip(scripts)
         .map(|(sha, script)| {
             let quantities = script.contains("-- KEYS[1..7]");
+            // From issue 44 on, each purchase says whether its proof of work was proven ("": no).
+            let proven = script.contains("proven (buy.lua's ARGV[8])");
             let sale_keys = if quantities { 7 } else { 6 };
             let mut call: Vec<String> = vec!["EVALSHA".into(), sha.clone(), (sale_keys + n).to_string()];
             call.extend(keys.iter().take(sale_keys).cloned());
@@ -125,6 +128,9 @@ fn rounds(args: &Args, services: &Services, labels: &[String; 2], scripts: &[Str
                 call.extend(["u__rand_int__", "o__rand_int__", "", ""].map(String::from));
                 if quantities {
                     call.push("1".into());
+                }
+                if proven {
+                    call.push(String::new());
                 }
                 call.extend(["1", "100", "1000", "100", "n__rand_int__", ""].map(String::from));
             }

@@ -95,7 +95,16 @@ fn check(scenario: &Scenario, form: Form) -> Result<(), TestCaseError> {
             }
             Form::WithPurchase => {
                 let mut call = scenario.policy.algorithm.with_purchase().key(&sale_keys.all()[..]);
-                call.arg(sale.as_str()).arg("prop-user").arg(&nonce).arg(1).arg("").arg("").arg(1).arg(1).key(&key);
+                call.arg(sale.as_str())
+                    .arg("prop-user")
+                    .arg(&nonce)
+                    .arg(1)
+                    .arg("")
+                    .arg("")
+                    .arg(1)
+                    .arg("")
+                    .arg(1)
+                    .key(&key);
                 gate.policy.push_args(&mut call, &nonce, Some(now));
                 let (decision, buyer, purchase): (Value, Value, Value) = call.invoke(&mut *redis).expect("script runs");
                 let decision: Reply = redis::from_redis_value(decision).expect("a decision");
@@ -133,7 +142,7 @@ fn check_in_batches(scenario: &Scenario) -> Result<(), TestCaseError> {
         call.arg(sale.as_str()).arg(1).arg(chunk.len());
         for (j, &now) in chunk.iter().enumerate() {
             let nonce = format!("n{}", c * 3 + j);
-            call.arg("prop-user").arg(&nonce).arg("").arg("").arg(1).arg(1).key(&key);
+            call.arg("prop-user").arg(&nonce).arg("").arg("").arg(1).arg("").arg(1).key(&key);
             scenario.policy.push_args(&mut call, &nonce, Some(now));
         }
         let replies: Vec<(Value, Value, Value)> = call.invoke(&mut *redis).expect("script runs");
