@@ -118,8 +118,9 @@ async fn a_person_joins_from_the_page_with_the_default_proof_of_work_to_the_same
     browser.click("buy").await;
     let bought = "const s = document.getElementById('order-status'); return s.checkVisibility() ? s.innerText : null;";
     browser.wait_for("the order", async |b| b.run(bought, vec![]).await.as_str().map(str::to_owned)).await;
-    let proof = browser.text("proof").await;
-    assert!(proof.contains("solved in"), "{proof}");
+    let solved = "const p = document.getElementById('proof').innerText; return p.includes('solved in') ? p : null;";
+    let proof = browser.wait_for("the solve time", async |b| b.run(solved, vec![]).await.as_str().map(str::to_owned)).await;
+    assert!(proof.contains("(1,000 tries on average)"), "{proof}");
     browser.screenshot("challenge-bought.png").await;
     app.wait_for_drain(&shop).await;
     assert_eq!(app.order_users(&shop).await, [("shopper".into(), 1)]);
