@@ -119,7 +119,8 @@ async fn a_person_joins_from_the_page_with_the_default_proof_of_work_to_the_same
     let bought = "const s = document.getElementById('order-status'); return s.checkVisibility() ? s.innerText : null;";
     browser.wait_for("the order", async |b| b.run(bought, vec![]).await.as_str().map(str::to_owned)).await;
     let solved = "const p = document.getElementById('proof').innerText; return p.includes('solved in') ? p : null;";
-    let proof = browser.wait_for("the solve time", async |b| b.run(solved, vec![]).await.as_str().map(str::to_owned)).await;
+    let proof =
+        browser.wait_for("the solve time", async |b| b.run(solved, vec![]).await.as_str().map(str::to_owned)).await;
     assert!(proof.contains("(1,000 tries on average)"), "{proof}");
     browser.screenshot("challenge-bought.png").await;
     app.wait_for_drain(&shop).await;
