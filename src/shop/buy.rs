@@ -131,8 +131,7 @@ impl Shop {
             BuyOutcome::AlreadyPurchased(receipt) => Err(self.already_purchased(sale, user, receipt).await?),
             BuyOutcome::ChallengeRequired => {
                 self.challenges.learn_asked(sale);
-                self.metrics.challenge_refused("missing");
-                Err(Error::ChallengeRequired)
+                Err(self.required())
             }
             BuyOutcome::NotAdmitted => {
                 self.admission.learn_queued(sale);

@@ -35,16 +35,19 @@ impl Shop {
         client: IpAddr,
         header: Option<&str>,
     ) -> Result<Spent, Error> {
-        let Some(header) = header else {
-            self.metrics.challenge_refused("missing");
-            return Err(Error::ChallengeRequired);
-        };
+        let Some(header) = header else { return Err(self.required()) };
         self.challenges.verify(header, sale, user, client).map_err(|refused| self.refused(refused))
     }
 
     /// Counts a solution spent: it let its buyer in.
     pub(super) fn solved(&self, spent: &Spent) {
         self.metrics.challenge("solved", spent.factor);
+    }
+
+    /// Counts a request that carried no solution where one is asked.
+    pub(super) fn required(&self) -> Error {
+        self.metrics.challenge_refused("missing");
+        Error::ChallengeRequired
     }
 
     /// Counts a refused solution and says why.

@@ -4,8 +4,8 @@
 
 use std::net::IpAddr;
 
+use super::Shop;
 use super::limits::{Limited, Meter};
-use super::{Error, Shop};
 use crate::admission::{Answer, QueueError};
 use crate::challenge::Refused;
 use crate::domain::{SaleId, UserId};
@@ -26,10 +26,7 @@ impl Shop {
             meter.check(self.sales.keyspace(), client, user, sale).await?;
             match self.admission.join(sale, user, spent.as_ref()).await {
                 Err(QueueError::ChallengeReplayed) => Err(self.refused(Refused::Replayed)),
-                Err(QueueError::ChallengeRequired) => {
-                    self.metrics.challenge_refused("missing");
-                    Err(Error::ChallengeRequired)
-                }
+                Err(QueueError::ChallengeRequired) => Err(self.required()),
                 joined => {
                     let answer = joined?;
                     if let Some(spent) = &spent {
