@@ -48,13 +48,14 @@ pub const PURCHASE_OUTCOMES: [&str; 21] = [
 ];
 
 /// Limiter decisions, in the order of [`Metrics::limiter_decision`]'s labels.
-pub const LIMITER_DECISIONS: [&str; 7] = [
+pub const LIMITER_DECISIONS: [&str; 8] = [
     "allowed",
     "refused",
     "refused_from_memory",
     "buyer_refused",
     "buyer_refused_from_memory",
     "sold_out_refused",
+    "proof_check_refused",
     "error",
 ];
 

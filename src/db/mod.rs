@@ -19,9 +19,7 @@ pub use orders::{
 };
 pub use outbox::Outbox;
 pub(crate) use outbox::{emit_order, order_event};
-pub use retired::{
-    last_activity, last_seeded, lock_retired, mark_retired, retired_among, sale_retired, unmark_retired,
-};
+pub use retired::{last_activity, last_seeded, lock_retired, mark_retired, rows_among, sale_retired, unmark_retired};
 pub use sales::{SaleRow, insert_sale_if_missing, sale_row, sales_row_stock, upsert_sale};
 
 /// The migrations in `migrations/`, compiled into the binary.

@@ -12,10 +12,10 @@ pub async fn sale_retired(pool: &PgPool, sale: &str) -> Result<Option<bool>, sql
         .await
 }
 
-/// Which of `sales` have a row marked retired (one query for many ids: `crate::purchase::retired`
-/// asks for a batch of the ids Redis does not know at once).
-pub async fn retired_among(pool: &PgPool, sales: &[&str]) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("select sale_id from sales where sale_id = any($1) and retired_at is not null")
+/// Which of `sales` have a row, each with whether it is marked retired (one query for many ids:
+/// `crate::purchase::retired` asks for a batch of the ids Redis does not know at once).
+pub async fn rows_among(pool: &PgPool, sales: &[&str]) -> Result<Vec<(String, bool)>, sqlx::Error> {
+    sqlx::query_as("select sale_id, retired_at is not null from sales where sale_id = any($1)")
         .bind(sales)
         .fetch_all(pool)
         .await

@@ -40,7 +40,7 @@ impl Scope {
     pub fn client_gate<'p>(self, policy: &'p Policy, prefix: &str, sale: &SaleId, client: IpAddr) -> Gate<'p> {
         let algorithm = policy.algorithm.name();
         let key = match self {
-            Self::Global => rate_limit_key(prefix, algorithm, client),
+            Self::Global => return Gate::client_everywhere(policy, prefix, client),
             Self::Sale => sale_rate_limit_key(prefix, sale, algorithm, client),
         };
         Gate { policy, key }
@@ -67,6 +67,12 @@ pub struct Gate<'p> {
 }
 
 impl<'p> Gate<'p> {
+    /// `policy`'s limit on `client` across every sale, whatever the scope (the `global` scope's
+    /// key): where requests naming sales that do not exist are counted.
+    pub fn client_everywhere(policy: &'p Policy, prefix: &str, client: IpAddr) -> Self {
+        Gate { policy, key: rate_limit_key(prefix, policy.algorithm.name(), client) }
+    }
+
     /// The gate as it counts on the shard whose hash tag is `shard_tag`: a key in the slot of the
     /// sale's shard 0 (`sale_tag`, the `sale` scope) moves to that shard's slot, so it joins the
     /// purchase's call there; any other key stays.

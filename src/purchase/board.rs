@@ -75,6 +75,13 @@ impl SaleBoard {
         self.snapshots.try_get_with(sale.as_str().into(), self.read(sale, &registry)).await
     }
 
+    /// Whether Redis's registry of sales holds `sale` (this instance's copy, at most
+    /// [`SNAPSHOT_TTL`] old: no read of its own for a made-up id).
+    pub async fn registered(&self, sale: &SaleId) -> Result<bool, BoardError> {
+        let registry = self.registry.try_get_with((), self.read_registry()).await?;
+        Ok(registry.contains(sale.as_str()))
+    }
+
     /// Drops the sale's snapshot, so the next request reads it afresh (it just sold out).
     pub async fn invalidate(&self, sale: &SaleId) {
         self.snapshots.invalidate(sale.as_str()).await;

@@ -1,6 +1,8 @@
-//! The retired sales this instance knows of. A retired sale has no Redis keys left, so Redis
-//! alone would answer 404 `unknown_sale`; Postgres remembers it (`sales.retired_at`), and this
-//! keeps the answer (410 `sale_retired`) in memory.
+//! The retired sales this instance knows of, and what Postgres holds of any sale Redis does not
+//! know ([`Stored`]). A retired sale has no Redis keys left, so Redis alone would answer 404
+//! `unknown_sale`; Postgres remembers it (`sales.retired_at`), and this keeps the answer (410
+//! `sale_retired`) in memory. The same lookup tells a made-up id (no row: the routes answer 404
+//! without reading anything else of it in Postgres) from a sale Redis lost (a row kept).
 //!
 //! Postgres is asked only when Redis does not know a sale (every caller asks Redis first), and
 //! never at the pace of the requests, however many distinct ids they name: the ids this instance
@@ -9,14 +11,15 @@
 //! most `1 s / TICK` queries a second per instance (10), not one per id. The first look after a
 //! quiet [`TICK`] is not delayed; under a storm an id waits at most a tick for its batch. Askers of
 //! the same id share one place in the batch. An id that finds [`MAX_BATCH`] ids already waiting,
-//! or whose batch is not answered within [`LOOKUP_WAIT`] (Postgres slow or down), answers "not
-//! retired" (the caller then answers 404), unkept, so waiting ids and memory stay bounded.
+//! or whose batch is not answered within [`LOOKUP_WAIT`] (Postgres slow or down), is not answered
+//! ([`Unanswered`]; [`RetiredSales::check`] takes it for "not retired", and the caller answers
+//! 404), unkept, so waiting ids and memory stay bounded.
 //!
 //! Answers are kept, both caches bounded in count and time: "retired" for an hour after the last
-//! ask (retirement is final), "not retired" for [`NOT_RETIRED_TTL`], the negative cache that
-//! answers a repeated unknown id from memory. The retirement's event (`retired:<id>` on the
+//! ask (retirement is final), any other for [`ANSWER_TTL`], the negative cache that answers a
+//! repeated unknown id from memory. The retirement's event (`retired:<id>` on the
 //! events channel) marks a sale retired on every instance at once; an instance that missed it
-//! learns it within [`NOT_RETIRED_TTL`].
+//! learns it within [`ANSWER_TTL`].
 //!
 //! What the negative cache cannot hide: a sale seeded after its id was kept as "not retired" is in
 //! Redis, which is asked first, so it is found (and sold) at once. A sale Redis lost while Postgres
@@ -24,7 +27,7 @@
 //! seed of it again is refused over its orders (409 `sale_has_orders`) by the seed route, which
 //! asks Postgres itself, not this cache (`tests/api/retire.rs`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,30 +44,45 @@ pub const TICK: Duration = Duration::from_millis(100);
 /// Most ids one query asks about; also the most ids waiting for the next query.
 pub const MAX_BATCH: usize = 1_000;
 
-/// How long a lookup waits for its batch's answer before it gives up.
-pub const LOOKUP_WAIT: Duration = Duration::from_millis(200);
+/// How long a lookup waits for its batch's answer before it gives up (a tick and the query, with
+/// room for a loaded host: 200 ms answered 12 of 2,000 lookups late on a 2-core host at load 12).
+pub const LOOKUP_WAIT: Duration = Duration::from_secs(1);
 
-/// How long an answer "not retired" is kept (a retirement whose event this instance missed is
-/// seen within this time).
-pub const NOT_RETIRED_TTL: Duration = Duration::from_secs(2);
+/// How long an answer other than "retired" is kept (a retirement whose event this instance missed
+/// is seen within this time).
+pub const ANSWER_TTL: Duration = Duration::from_secs(2);
 
-/// "Not retired" answers kept at most (the negative cache).
-const MAX_NOT_RETIRED: u64 = 10_000;
+/// Answers other than "retired" kept at most (the negative cache).
+const MAX_ANSWERS: u64 = 10_000;
 
 /// Retired sales remembered at most, each dropped after an hour nobody asked (and looked up again).
 const MAX_REMEMBERED: u64 = 100_000;
 const REMEMBERED_IDLE: Duration = Duration::from_secs(3600);
 
+/// What Postgres holds of a sale Redis does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// No row: an id never seeded (made up).
+    Absent,
+    /// A row, not retired: a sale Redis lost, or one seeded since this instance last read
+    /// Redis's registry of sales.
+    Kept,
+    /// A row marked retired.
+    Retired,
+}
+
 /// Why a lookup did not answer.
-#[derive(Debug)]
-enum LookupFailed {
+#[derive(Debug, thiserror::Error)]
+pub enum Unanswered {
     /// [`MAX_BATCH`] ids were waiting already, or the batch was not answered within [`LOOKUP_WAIT`].
+    #[error("the lookups of sales Redis does not know are busy")]
     Busy,
+    #[error(transparent)]
     Postgres(Arc<sqlx::Error>),
 }
 
-/// One batch's answer for one id: retired or not, or the query's error.
-type Answer = Result<bool, Arc<sqlx::Error>>;
+/// One batch's answer for one id, or the query's error.
+type Answer = Result<Stored, Arc<sqlx::Error>>;
 
 /// The ids waiting for the next query, each with its askers.
 #[derive(Default)]
@@ -85,12 +103,12 @@ impl Lookups {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether `sale` is retired, answered with the batch it joins.
-    async fn ask(self: &Arc<Self>, sale: &str) -> Result<bool, LookupFailed> {
+    /// What Postgres holds of `sale`, answered with the batch it joins.
+    async fn ask(self: &Arc<Self>, sale: &str) -> Result<Stored, Unanswered> {
         let answer = {
             let mut waiting = self.waiting();
             if waiting.ids.len() >= MAX_BATCH && !waiting.ids.contains_key(sale) {
-                return Err(LookupFailed::Busy);
+                return Err(Unanswered::Busy);
             }
             let (tell, answer) = oneshot::channel();
             waiting.ids.entry(sale.into()).or_default().push(tell);
@@ -101,9 +119,9 @@ impl Lookups {
             answer
         };
         match tokio::time::timeout(LOOKUP_WAIT, answer).await {
-            Ok(Ok(answer)) => answer.map_err(LookupFailed::Postgres),
+            Ok(Ok(answer)) => answer.map_err(Unanswered::Postgres),
             // Not answered in time, or the asking task was dropped (the runtime stops).
-            Err(_) | Ok(Err(_)) => Err(LookupFailed::Busy),
+            Err(_) | Ok(Err(_)) => Err(Unanswered::Busy),
         }
     }
 }
@@ -133,11 +151,15 @@ impl Asking {
             };
             let next = Instant::now() + TICK;
             let names: Vec<&str> = batch.iter().map(|(id, _)| &**id).collect();
-            match db::retired_among(&self.lookups.pool, &names).await {
-                Ok(retired) => {
-                    let retired: HashSet<String> = retired.into_iter().collect();
+            match db::rows_among(&self.lookups.pool, &names).await {
+                Ok(rows) => {
+                    let rows: HashMap<String, bool> = rows.into_iter().collect();
                     for (id, askers) in batch {
-                        let answer = retired.contains(&*id);
+                        let answer = match rows.get(&*id) {
+                            None => Stored::Absent,
+                            Some(false) => Stored::Kept,
+                            Some(true) => Stored::Retired,
+                        };
                         askers.into_iter().for_each(|tell| drop(tell.send(Ok(answer))));
                     }
                 }
@@ -166,8 +188,8 @@ impl Drop for Asking {
 pub struct RetiredSales {
     /// Sales known retired (retirement is final).
     retired: moka::sync::Cache<Box<str>, ()>,
-    /// Recent answers of Postgres, `true` for retired; one place in a batch per id at a time.
-    answers: moka::future::Cache<Box<str>, bool>,
+    /// Recent answers of Postgres; one place in a batch per id at a time.
+    answers: moka::future::Cache<Box<str>, Stored>,
     lookups: Arc<Lookups>,
 }
 
@@ -176,7 +198,7 @@ impl RetiredSales {
     pub fn new(pool: PgPool) -> Self {
         Self {
             retired: moka::sync::Cache::builder().max_capacity(MAX_REMEMBERED).time_to_idle(REMEMBERED_IDLE).build(),
-            answers: moka::future::Cache::builder().max_capacity(MAX_NOT_RETIRED).time_to_live(NOT_RETIRED_TTL).build(),
+            answers: moka::future::Cache::builder().max_capacity(MAX_ANSWERS).time_to_live(ANSWER_TTL).build(),
             lookups: Arc::new(Lookups { waiting: Mutex::default(), pool }),
         }
     }
@@ -194,24 +216,52 @@ impl RetiredSales {
     /// Whether the sale is retired, for a sale Redis does not know: from memory, else from its
     /// batch's Postgres query. A failed or refused lookup answers false (logged).
     pub async fn check(&self, sale: &SaleId) -> bool {
-        if self.known(sale) {
-            return true;
-        }
-        match self.answers.try_get_with(sale.as_str().into(), self.lookups.ask(sale.as_str())).await {
-            Ok(true) => {
-                self.mark(sale.as_str());
-                true
-            }
-            Ok(false) => false,
+        match self.stored(sale).await {
+            Ok(stored) => stored == Stored::Retired,
             Err(err) => {
-                match &*err {
-                    LookupFailed::Postgres(pg) => {
+                match &err {
+                    Unanswered::Postgres(pg) => {
                         tracing::warn!(sale_id = %sale, error = %pg, "retired sale lookup failed")
                     }
-                    LookupFailed::Busy => tracing::debug!(sale_id = %sale, "retired sale lookup skipped: lookups busy"),
+                    Unanswered::Busy => tracing::debug!(sale_id = %sale, "retired sale lookup skipped: lookups busy"),
                 }
                 false
             }
         }
+    }
+
+    /// What Postgres holds of a sale Redis does not know: from memory (an answer at most
+    /// [`ANSWER_TTL`] old), else from its batch's query.
+    pub async fn stored(&self, sale: &SaleId) -> Result<Stored, Unanswered> {
+        if self.known(sale) {
+            return Ok(Stored::Retired);
+        }
+        let stored = self.answers.try_get_with(sale.as_str().into(), self.lookups.ask(sale.as_str())).await;
+        self.remember(sale, stored.map_err(unshared))
+    }
+
+    /// The same, never from the negative cache (an operator's route: the sale may have been
+    /// seeded a moment ago on another instance); still in a batch.
+    pub async fn stored_now(&self, sale: &SaleId) -> Result<Stored, Unanswered> {
+        if self.known(sale) {
+            return Ok(Stored::Retired);
+        }
+        let stored = self.lookups.ask(sale.as_str()).await;
+        self.remember(sale, stored)
+    }
+
+    fn remember(&self, sale: &SaleId, stored: Result<Stored, Unanswered>) -> Result<Stored, Unanswered> {
+        if let Ok(Stored::Retired) = stored {
+            self.mark(sale.as_str());
+        }
+        stored
+    }
+}
+
+/// A shared lookup's error, for one asker.
+fn unshared(err: Arc<Unanswered>) -> Unanswered {
+    match &*err {
+        Unanswered::Busy => Unanswered::Busy,
+        Unanswered::Postgres(pg) => Unanswered::Postgres(pg.clone()),
     }
 }

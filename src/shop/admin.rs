@@ -130,6 +130,7 @@ impl Shop {
     /// Retires the sale (`crate::retire`): once it has ended or sold out, its queue has drained
     /// and it reconciles, its Redis keys go; Postgres keeps its orders and its row.
     pub async fn retire(&self, sale: &SaleId) -> Result<RetireReport, Error> {
+        self.existing_now(sale).await?;
         match self.retirer.retire(sale).await? {
             RetireOutcome::Retired(report) => {
                 self.retired.mark(sale.as_str());
@@ -146,6 +147,7 @@ impl Shop {
     /// The differences between the sale's Redis buyers and its Postgres orders; with `repair`,
     /// after repairing what Redis can repair (missing orders, a missing `sales` row).
     pub async fn reconcile(&self, sale: &SaleId, repair: bool) -> Result<ReconcileReport, Error> {
+        self.existing_now(sale).await?;
         let report = if repair {
             reconcile::repair(&self.sales, &self.pool, sale).await?
         } else {

@@ -96,7 +96,15 @@ impl Shop {
             None => self.spend_proof(sale, user, client, proof).await?,
         };
 
-        let gates = meter.gates(self.sales.keyspace().prefix(), client, user, sale)?;
+        let prefix = self.sales.keyspace().prefix();
+        // A client refused lately for naming sales that do not exist stays refused for them
+        // (memory, then this instance's registry: no Redis call of its own).
+        if let Some(refusal) = meter.unknown_sales_refusal(prefix, client)
+            && !self.board.registered(sale).await?
+        {
+            return Err(meter.refused_from_memory(refusal));
+        }
+        let gates = meter.gates(prefix, client, user, sale)?;
         let (asked, order_id) = (Instant::now(), Uuid::now_v7());
         let verdict =
             self.sales.buy(sale, (user, quantity), order_id, (place, proven), &gates).await.map_err(|err| {
@@ -123,8 +131,10 @@ impl Shop {
                 tracing::warn!(%order_id, replicas, "purchase not confirmed by enough replicas: 503 not_durable");
                 Err(Error::NotDurable { order_id })
             }
-            BuyOutcome::UnknownSale if self.retired.check(sale).await => Err(Error::SaleRetired),
-            BuyOutcome::UnknownSale => Err(Error::UnknownSale),
+            BuyOutcome::UnknownSale => {
+                meter.check_unknown_sale(self.sales.keyspace(), client).await?;
+                Err(if self.retired.check(sale).await { Error::SaleRetired } else { Error::UnknownSale })
+            }
             BuyOutcome::NotStarted => Err(Error::SaleNotStarted),
             BuyOutcome::Ended => Err(Error::SaleEnded),
             BuyOutcome::Paused => Err(Error::SalePaused),

@@ -14,7 +14,8 @@ impl Shop {
     pub async fn challenge(&self, sale: &SaleId, user: &UserId, client: IpAddr) -> Limited<Issued> {
         let mut meter = Meter::new(&self.limits, &self.metrics);
         let outcome = async {
-            let cost = self.sale(sale).await?.state.challenge_cost.ok_or(Error::NoChallenge)?;
+            let cost =
+                self.sale_metered(sale, client, &mut meter).await?.state.challenge_cost.ok_or(Error::NoChallenge)?;
             self.challenges.learn_asked(sale);
             meter.check(self.sales.keyspace(), client, user, sale).await?;
             let issued = self.challenges.issue(sale, user, client, cost).await?;
@@ -36,6 +37,7 @@ impl Shop {
         header: Option<&str>,
     ) -> Result<Spent, Error> {
         let Some(header) = header else { return Err(self.required()) };
+        self.limits.check_proof(&self.metrics, client)?;
         self.challenges.verify(header, sale, user, client).map_err(|refused| self.refused(refused))
     }
 

@@ -6,6 +6,7 @@
 use serde_json::json;
 
 use super::admin::SaleReport;
+use super::sales::Existing;
 use super::seed::MAX_STOCK;
 use super::{Error, Shop};
 use crate::controls::audit::{self, Entry, MAX_REASON_CHARS};
@@ -20,9 +21,7 @@ impl Shop {
     /// their deadlines. Answers the sale's state after it.
     pub async fn switch(&self, sale: &SaleId, switch: Switch, reason: Option<&str>) -> Result<SaleReport, Error> {
         let reason = checked_reason(reason)?;
-        if self.retired.known(sale) {
-            return Err(Error::SaleRetired);
-        }
+        self.live_now(sale).await?;
         let mut tx = self.pool.begin().await?;
         let redis_reason = if switch == Switch::Pause { reason.unwrap_or_default() } else { "" };
         let Some(switched) = controls::switch(&self.sales, sale, switch, redis_reason).await? else {
@@ -61,12 +60,10 @@ impl Shop {
     /// sale's state after it.
     pub async fn restock(&self, sale: &SaleId, add: i64, reason: Option<&str>) -> Result<SaleReport, Error> {
         let reason = checked_reason(reason)?;
-        if add.abs() > MAX_STOCK {
+        if !(-MAX_STOCK..=MAX_STOCK).contains(&add) {
             return Err(Error::Invalid(format!("add must be an integer between -{MAX_STOCK} and {MAX_STOCK}")));
         }
-        if self.retired.known(sale) {
-            return Err(Error::SaleRetired);
-        }
+        self.live_now(sale).await?;
         if add == 0 {
             return self.sale_report(sale).await; // nothing to change, nothing to record
         }
@@ -107,11 +104,21 @@ impl Shop {
     /// The sale's operator actions, newest first, at most `limit` (1 to
     /// [`audit::MAX_LISTED`]). A sale with none that Redis does not know is `unknown_sale`.
     pub async fn audit(&self, sale: &SaleId, limit: Option<i64>) -> Result<Vec<Entry>, Error> {
+        self.existing_now(sale).await?;
         let entries = audit::list(&self.pool, sale, limit.unwrap_or(audit::MAX_LISTED)).await?;
         if entries.is_empty() && self.sales.layout(sale).await?.is_none() {
             return Err(self.unknown_or_retired(sale).await);
         }
         Ok(entries)
+    }
+
+    /// A sale a control can change: not retired, and not a made-up id (which then costs no
+    /// Postgres transaction).
+    async fn live_now(&self, sale: &SaleId) -> Result<(), Error> {
+        match self.existing_now(sale).await? {
+            Existing::Retired => Err(Error::SaleRetired),
+            Existing::InRedis | Existing::Kept => Ok(()),
+        }
     }
 
     async fn unknown_or_retired(&self, sale: &SaleId) -> Error {

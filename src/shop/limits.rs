@@ -29,12 +29,24 @@ pub struct Limits {
     pub scope: Scope,
     /// The in-process limit on answers from memory (a sale known sold out or retired).
     pub from_memory: LocalLimiter,
+    /// The in-process per-client limit on proofs of work checked (each check costs two HMACs):
+    /// the address limit's rate, asked before a proof is checked, so a client sending bogus
+    /// solutions is refused at the cost of a table lookup.
+    pub proof_checks: LocalLimiter,
 }
 
 impl Limits {
     /// The `RateLimit-Policy` field of each limit: the address's, and the buyer's if set.
     pub fn policy_fields(&self) -> (String, Option<String>) {
         (self.address.policy.policy_field(), self.buyer.as_ref().map(|b| b.policy.policy_field()))
+    }
+
+    /// The in-process per-client limit on proofs of work checked.
+    pub(super) fn check_proof(&self, metrics: &Metrics, client: IpAddr) -> Result<(), Error> {
+        self.proof_checks.check(client).map_err(|wait| {
+            metrics.limiter_decision("proof_check_refused");
+            rate_limited(wait)
+        })
     }
 
     /// The in-process per-client limit on answers from memory.
@@ -153,9 +165,42 @@ impl<'a> Meter<'a> {
         sale: &SaleId,
     ) -> Result<(), Error> {
         let gates = self.gates(keyspace.prefix(), client, user, sale)?;
+        self.run(keyspace, &gates).await
+    }
+
+    /// A request that names a sale that does not exist: it counts against the client's quota of
+    /// such requests, the address limit on the client's key of the `global` scope whatever
+    /// `SECKILL_RATE_LIMIT_SCOPE` says, so inventing sale ids buys no fresh quota. Refused lately:
+    /// 429 from memory.
+    pub(super) async fn check_unknown_sale(&mut self, keyspace: &Keyspace, client: IpAddr) -> Result<(), Error> {
+        if let Some(refusal) = self.unknown_sales_refusal(keyspace.prefix(), client) {
+            return Err(self.refused_from_memory(refusal));
+        }
+        self.run(keyspace, &[self.unknown_sale_gate(keyspace.prefix(), client)]).await
+    }
+
+    /// The refusal of the client's quota of requests naming unknown sales that this instance
+    /// still remembers (memory only).
+    pub(super) fn unknown_sales_refusal(&self, prefix: &str, client: IpAddr) -> Option<Decision> {
+        self.limits.address.remembered(&self.unknown_sale_gate(prefix, client).key)
+    }
+
+    /// 429 from a refusal of the address limit remembered, reported as its decision.
+    pub(super) fn refused_from_memory(&mut self, refusal: Decision) -> Error {
+        self.metrics.limiter_decision("refused_from_memory");
+        self.decided = Some((Limit::Address, refusal));
+        rate_limited(refusal.retry_after)
+    }
+
+    fn unknown_sale_gate(&self, prefix: &str, client: IpAddr) -> Gate<'a> {
+        Gate::client_everywhere(&self.limits.address.policy, prefix, client)
+    }
+
+    /// `gates` checked one by one, each in a call of its own, until one refuses.
+    async fn run(&mut self, keyspace: &Keyspace, gates: &[Gate<'a>]) -> Result<(), Error> {
         let (asked, nonce) = (Instant::now(), Uuid::now_v7().simple().to_string());
         let mut decisions = Vec::with_capacity(gates.len());
-        for gate in &gates {
+        for gate in gates {
             let decision = gate.check(&mut keyspace.conn(), &nonce).await.context("rate limiter").map_err(|err| {
                 self.metrics.limiter_decision("error");
                 Error::Unavailable(err)
@@ -165,7 +210,7 @@ impl<'a> Meter<'a> {
                 break;
             }
         }
-        self.settle(&gates, asked, &decisions)
+        self.settle(gates, asked, &decisions)
     }
 
     /// The use case's answer with the decision to report.

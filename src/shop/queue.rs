@@ -18,7 +18,7 @@ impl Shop {
     pub async fn join(&self, sale: &SaleId, user: &UserId, client: IpAddr, solution: Option<&str>) -> Limited<Answer> {
         let mut meter = Meter::new(&self.limits, &self.metrics);
         let outcome = async {
-            let snapshot = self.queued_sale(sale).await?;
+            let snapshot = self.queued_sale(sale, client, &mut meter).await?;
             let spent = match snapshot.state.challenge_cost {
                 Some(_) => Some(self.proof(sale, user, client, solution)?),
                 None => None,
@@ -53,7 +53,7 @@ impl Shop {
     ) -> Limited<Answer> {
         let mut meter = Meter::new(&self.limits, &self.metrics);
         let outcome = async {
-            self.queued_sale(sale).await?;
+            self.queued_sale(sale, client, &mut meter).await?;
             if let Some(ticket) = ticket
                 && let Some(answer) = self.admission.from_ticket(sale, user, ticket).await?
             {

@@ -172,6 +172,15 @@ async fn a_sale_without_a_waiting_room_asks_it_on_buy_and_one_without_a_challeng
     assert_eq!(bought.status(), 201, "{}", bought.text().await.unwrap());
     refused(buy("alice", Some(proof)).await.unwrap(), "used already").await;
     assert_eq!(app.status(&sale).await.stock_left, 9_999, "one unit sold, to the one solution");
+    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for counted in
+        [r#"{outcome="challenge_required"} 2"#, r#"{outcome="challenge_failed"} 1"#, r#"{outcome="created"} 1"#]
+    {
+        let line = format!("seckill_purchases_total{counted}");
+        assert!(metrics.lines().any(|l| l == line), "{line} in /metrics");
+    }
+    let invalid = r#"seckill_purchases_total{outcome="invalid_request"} 0"#;
+    assert!(metrics.lines().any(|l| l == invalid), "no refused proof counted as bad input");
 
     let plain = new_sale_id();
     app.seed_stock(&plain, 3).await;

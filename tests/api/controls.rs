@@ -118,6 +118,10 @@ async fn stock_can_be_taken_back_only_while_unsold_and_stock_initial_follows_eve
     assert_error(take(-4).await, 409, "stock_below_zero").await;
     assert_eq!(take(0).await.status(), 200, "nothing to change");
     assert_error(take(10_000_000).await, 409, "stock_too_large").await;
+    // Out of bounds whatever its sign: the most negative i64 has no absolute value.
+    for add in [i64::MIN, i64::MIN + 1, -10_000_001, 10_000_001, i64::MAX] {
+        assert_error(take(add).await, 400, "invalid_request").await;
+    }
     assert_eq!(app.status(&sale).await.stock_initial, 5, "a refusal changes nothing");
 
     assert_eq!(take(-3).await.status(), 200);

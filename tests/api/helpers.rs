@@ -133,3 +133,30 @@ impl TestApp {
         )
     }
 }
+
+/// Transactions the app's database committed or rolled back so far. A backend reports its counts
+/// to `pg_stat_database` at the latest when it exits, so every backend on the database is ended
+/// first (the app's pool connects again when it next needs to).
+pub async fn transactions_of(app: &TestApp) -> i64 {
+    use secrecy::ExposeSecret;
+    use sqlx::Connection;
+    let url = app.config.database_url.expose_secret().to_owned();
+    let database = url.rsplit_once('/').unwrap().1.to_owned();
+    let mut conn = sqlx::PgConnection::connect(&crate::common::postgres_url()).await.unwrap();
+    sqlx::query("select pg_terminate_backend(pid) from pg_stat_activity where datname = $1")
+        .bind(&database)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let on_it = "select count(*) from pg_stat_activity where datname = $1";
+    while sqlx::query_scalar::<_, i64>(on_it).bind(&database).fetch_one(&mut conn).await.unwrap() > 0 {
+        assert!(tokio::time::Instant::now() < until, "the backends on {database} did not exit");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    sqlx::query_scalar("select xact_commit + xact_rollback from pg_stat_database where datname = $1")
+        .bind(&database)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+}

@@ -322,3 +322,21 @@ async fn under_jwt_a_buyer_cancels_only_its_own_reservation() {
     assert_eq!(own.status(), 200);
     assert_eq!(own.json::<Value>().await.unwrap()["status"], "cancelled");
 }
+
+/// docs/http-api.md ("Look-alikes are distinct buyers"): ids that only look like another are other
+/// accounts, each buying once; the spellings of one id that an exact comparison would miss are
+/// refused instead (the NFD spelling of `zoé` here).
+#[tokio::test]
+async fn look_alike_ids_are_distinct_buyers() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 10).await;
+    for user in ["carol", "ｃａｒｏｌ", "сarol", "carol\u{2800}", "zoé"] {
+        let bought = app.buy(&sale, user).await;
+        assert_eq!(bought.status(), 201, "{user:?} is a buyer of its own");
+        let body: Value = bought.json().await.unwrap();
+        assert_eq!(body["user_id"], user, "the id a buyer sends is the id its order carries");
+    }
+    assert_error(app.buy(&sale, "zoe\u{301}").await, 400, "invalid_request").await;
+    assert_eq!(app.status(&sale).await.stock_left, 5);
+}

@@ -42,6 +42,7 @@ mod script_cache;
 mod shards;
 mod shutdown;
 mod sold_out;
+mod unknown_sales;
 mod waiting_room_page;
 mod webhooks;
 mod worker;

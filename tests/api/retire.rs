@@ -202,33 +202,6 @@ async fn a_sharded_sale_retires_every_shard() {
     assert_eq!(app.order_users(&sale).await.len(), 6);
 }
 
-/// Transactions the app's database committed or rolled back so far. A backend reports its counts
-/// to `pg_stat_database` at the latest when it exits, so every backend on the database is ended
-/// first (the app's pool connects again when it next needs to).
-async fn transactions_of(app: &TestApp) -> i64 {
-    use secrecy::ExposeSecret;
-    use sqlx::Connection;
-    let url = app.config.database_url.expose_secret().to_owned();
-    let database = url.rsplit_once('/').unwrap().1.to_owned();
-    let mut conn = sqlx::PgConnection::connect(&crate::common::postgres_url()).await.unwrap();
-    sqlx::query("select pg_terminate_backend(pid) from pg_stat_activity where datname = $1")
-        .bind(&database)
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(10);
-    let on_it = "select count(*) from pg_stat_activity where datname = $1";
-    while sqlx::query_scalar::<_, i64>(on_it).bind(&database).fetch_one(&mut conn).await.unwrap() > 0 {
-        assert!(Instant::now() < until, "the backends on {database} did not exit");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    sqlx::query_scalar("select xact_commit + xact_rollback from pg_stat_database where datname = $1")
-        .bind(&database)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap()
-}
-
 /// Asks `GET /sales/{id}` for each id, 50 at a time; the statuses in order.
 async fn statuses(app: &TestApp, ids: &[String]) -> Vec<u16> {
     use futures::StreamExt;
@@ -237,21 +210,6 @@ async fn statuses(app: &TestApp, ids: &[String]) -> Vec<u16> {
         .buffered(50)
         .collect()
         .await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_thousand_made_up_sale_ids_cost_postgres_a_bounded_number_of_transactions() {
-    let app = spawn_app_with(|_| {}, false).await;
-    let ids: Vec<String> = (0..2_000).map(|_| format!("bogus{}", uuid::Uuid::new_v4().simple())).collect();
-    let before = transactions_of(&app).await;
-    let started = Instant::now();
-    let answers = statuses(&app, &ids).await;
-    let took = started.elapsed();
-    let spent = transactions_of(&app).await - before;
-    assert!(answers.iter().all(|&s| s == 404), "every made-up id is unknown_sale");
-    eprintln!("2,000 distinct made-up sale ids in {took:?} cost {spent} Postgres transactions");
-    // One query per 100 ms at most (seckill::purchase::retired::TICK), the pool's reconnections.
-    assert!(spent <= 100, "2,000 made-up sale ids cost {spent} Postgres transactions in {took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -293,7 +251,7 @@ async fn the_negative_cache_hides_no_sale_seeded_retired_or_lost_after_its_id_wa
     sqlx::query(retire_behind_its_back).bind(&missed).execute(&app.pool).await.unwrap();
     let asked = Instant::now();
     while app.buy(&missed, "late").await.status() != 410 {
-        let lapse = seckill::purchase::retired::NOT_RETIRED_TTL + Duration::from_millis(500);
+        let lapse = seckill::purchase::retired::ANSWER_TTL + Duration::from_millis(500);
         assert!(asked.elapsed() < lapse, "a retirement this instance missed is still unknown");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

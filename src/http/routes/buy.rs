@@ -207,6 +207,8 @@ fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
         Err(ApiError::UserMismatch) => "user_mismatch",
         Err(ApiError::Shop(E::SaleRetired)) => "sale_retired",
         Err(ApiError::Shop(E::NotAdmitted(_))) => "not_admitted",
+        Err(ApiError::Shop(E::ChallengeRequired)) => "challenge_required",
+        Err(ApiError::Shop(E::ChallengeFailed(_))) => "challenge_failed",
         Err(_) => "invalid_request",
     }
 }

@@ -151,7 +151,8 @@ impl PublicSale {
 
 /// The public status of a sale, from this instance's snapshot (at most 200 ms old; read again at
 /// once when the sale sells out here). Under a polling crowd Redis sees a bounded number of
-/// reads per instance and second whatever the request rate (docs/http-api.md). Not rate-limited.
+/// reads per instance and second whatever the request rate (docs/http-api.md). Not rate-limited,
+/// but an id that names no sale counts against the client's quota of unknown sales (429 beyond it).
 #[utoipa::path(
     get,
     path = "/sales/{sale_id}",
@@ -166,6 +167,7 @@ impl PublicSale {
         (status = 400, description = "`invalid_request`: the sale id is malformed", body = ErrorBody),
         UnknownSale,
         (status = 410, description = "`sale_retired`: the sale is over and was retired", body = ErrorBody),
+        RateLimited,
         (status = 503, description = "`unavailable`: Redis is unreachable", body = ErrorBody),
     )
 )]
@@ -175,7 +177,7 @@ pub async fn sale(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = sale_of(&sale_id)?;
-    let snapshot = state.shop.sale(&sale).await?;
+    let snapshot = state.shop.sale(&sale, state.clients.of(&req)).await?;
     let body = PublicSale::of(&sale, &snapshot);
     let etag = body.etag();
     let unchanged = match req.get_header::<IfNoneMatch>() {
