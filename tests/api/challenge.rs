@@ -262,3 +262,38 @@ async fn a_sale_redis_lost_comes_back_from_the_repair_still_asking_its_proof_of_
         app.client.get(url).bearer_auth(crate::common::ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
     assert_eq!((status["challenge_cost"].as_u64(), status["sold"].as_i64()), (Some(7), Some(1)), "{status}");
 }
+
+/// A client sending bogus solutions as fast as it can is refused by the in-process per-client
+/// limit before any is checked: past `SECKILL_RATE_LIMIT`'s burst, 429 without a verification
+/// (counted as `proof_check_refused`, none as a refused solution), while another address's
+/// solution is still checked and passes.
+#[tokio::test]
+async fn bogus_solutions_are_limited_per_client_before_they_are_checked() {
+    const LIMIT: u32 = 4;
+    let app = spawn_app_with(
+        |c| {
+            c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+            c.challenge.challenge_iterations = 10;
+            c.rate_limit = seckill::limiter::RateLimit { limit: LIMIT, window: Duration::from_secs(600) };
+        },
+        true,
+    )
+    .await;
+    let sale = seed(&app, 5, true).await;
+    let bogus = STANDARD.encode(br#"{"challenge":{},"solution":{}}"#);
+    let mut statuses = vec![];
+    for _ in 0..20 {
+        statuses.push(join(&app, &sale, "mallory", "10.9.0.1", Some(&bogus)).await.status().as_u16());
+    }
+    let checked = statuses.iter().filter(|s| **s == 403).count();
+    assert_eq!(checked, LIMIT as usize, "a burst of {LIMIT} checked, then refused unchecked: {statuses:?}");
+    assert!(statuses[LIMIT as usize..].iter().all(|s| *s == 429), "{statuses:?}");
+    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let line = r#"seckill_limiter_decisions_total{decision="proof_check_refused"} 16"#;
+    assert!(metrics.lines().any(|l| l == line), "{line} in /metrics");
+    let malformed = r#"seckill_challenge_refusals_total{reason="malformed"} 4"#;
+    assert!(metrics.lines().any(|l| l == malformed), "only {LIMIT} solutions were checked: {malformed}");
+
+    let (proof, _) = solve(&challenge(&app, &sale, "alice", "10.9.0.2").await);
+    assert_eq!(join(&app, &sale, "alice", "10.9.0.2", Some(&proof)).await.status(), 200, "another address");
+}
