@@ -1,8 +1,7 @@
 //! The live sale page (`GET /admin`) in a real browser: headless Chromium driven through
 //! chromedriver (WebDriver, `fantoccini`) during a small storm, and a sale with a payment window.
-//! Screenshots are written to
-//! `target/tmp/admin-page-{live,alert,reservations,fragment-sold-out,paused,marks,webhooks}.png` (cargo's
-//! `CARGO_TARGET_TMPDIR`).
+//! Screenshots are written to `target/tmp/admin-page-{live,alert,reservations,fragment-sold-out,
+//! paused,marks,webhooks,webhooks-quiet}.png` (cargo's `CARGO_TARGET_TMPDIR`).
 
 use std::time::Duration;
 
@@ -387,24 +386,23 @@ async fn the_live_page_shows_the_order_events_deliveries_and_their_failures() {
     let app = spawn_app_with(|c| crate::webhooks::webhooks_to(c, &receiver.url, 1), true).await;
     let sale = new_sale_id();
     app.seed_stock(&sale, 3).await;
-    assert_eq!(app.buy(&sale, "ann").await.status(), 201);
     let browser = Browser::start().await;
     browser.client.goto(&app.url("/admin")).await.unwrap();
     browser.log_in(ADMIN_TOKEN).await;
+    let line = async |b: &Browser| -> String {
+        let script = r#"const p = document.getElementById("webhooks"); return p.checkVisibility() ? p.innerText : "";"#;
+        serde_json::from_value(b.run(script, vec![]).await).unwrap()
+    };
+    // Before any event: the sentence closes without the hint, and without a space before its stop.
+    let quiet = browser.wait_for("the webhooks' line", async |b| Some(line(b).await).filter(|l| !l.is_empty())).await;
+    assert_eq!(quiet, "Order events out: 0 deliveries open, delivery lag 0 s, 0 failed for good.");
+    browser.screenshot("admin-page-webhooks-quiet.png").await;
+    assert_eq!(app.buy(&sale, "ann").await.status(), 201);
     let shown = browser
-        .wait_for("the failed delivery", async |b| {
-            let line: String = serde_json::from_value(
-                b.run(
-                    r#"const p = document.getElementById("webhooks"); return p.checkVisibility() ? p.innerText : "";"#,
-                    vec![],
-                )
-                .await,
-            )
-            .unwrap();
-            Some(line).filter(|l| l.contains("1 failed for good"))
-        })
+        .wait_for("the failed delivery", async |b| Some(line(b).await).filter(|l| l.contains("1 failed for good")))
         .await;
     assert!(shown.starts_with("Order events out: 0 deliveries open"), "{shown}");
+    assert!(shown.ends_with("failed for good (GET /admin/events?status=failed lists them, POST /admin/events/{id}/retry sends one again)."), "{shown}");
     assert!(shown.contains("GET /admin/events?status=failed"), "the way to the failures: {shown}");
     browser.screenshot("admin-page-webhooks.png").await;
 }
