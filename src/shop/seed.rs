@@ -178,6 +178,9 @@ impl Shop {
             SeedOutcome::Started => return Err(Error::SaleStarted),
             SeedOutcome::ShardsFixed { shards } => return Err(Error::ShardsFixed { shards }),
             SeedOutcome::GroupLimitDiffers { per_buyer } => return Err(Error::GroupLimitDiffers { per_buyer }),
+            SeedOutcome::GroupWindowDiffers { payment_window_ms } => {
+                return Err(Error::GroupWindowDiffers { payment_window_ms });
+            }
         }
         tracing::info!(sale_id = %sale, stock, shards, payment_window_ms, queue_rate = queue.map(|q| q.rate),
             "sale seeded");
