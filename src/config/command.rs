@@ -97,13 +97,14 @@ pub enum Command {
         #[arg(long, env = "SECKILL_PAYMENT_SECRET", value_parser = super::secret, hide_env_values = true)]
         payment_secret: Option<SecretString>,
     },
-    /// Solve a sale's proof of work outside a browser, as a script would: fetch a challenge from
-    /// a running service's GET /sales/{id}/challenge as the buyer (or read one with --challenge),
-    /// solve it with the altcha crate and print the Seckill-Challenge header's value, the one line
-    /// on stdout, for a POST /sales/{id}/queue (or a POST /buy). What it did goes to stderr.
-    /// The algorithm, for a solver of your own: docs/waiting-room.md. Exit status: 0 solved,
-    /// 1 refused by the service (its answer on stderr) or not solved within --timeout, 3 the
-    /// service could not be reached or the challenge not read.
+    /// Solve a sale's proof of work outside a browser; print the Seckill-Challenge header's value.
+    ///
+    /// Fetches a challenge from a running service's GET /sales/{id}/challenge as the buyer (or
+    /// reads one with --challenge), solves it with the altcha crate and prints the header's value,
+    /// the one line on stdout, for a POST /sales/{id}/queue (or a POST /buy); what it did goes to
+    /// stderr. The algorithm, for a solver of your own: docs/waiting-room.md. Exit status: 0
+    /// solved, 1 refused by the service (its answer on stderr) or not solved within --timeout, 3
+    /// the service could not be reached or the challenge not read.
     Solve(SolveArgs),
 }
 
