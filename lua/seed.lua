@@ -5,7 +5,8 @@
 -- KEYS[2]  stock counter      seckill:{sale:<id>}:stock
 -- KEYS[3]  buyer set          seckill:{sale:<id>}:buyers
 -- KEYS[4]  queue state        seckill:{sale:<id>}:queue:state (a queued sale's: its shuffle seed, lua/admit.lua's state)
--- KEYS[5]  group meta         seckill:{group:<g>}:meta  (a grouped sale's: the group's per_buyer; a sale without a
+-- KEYS[5]  group meta         seckill:{group:<g>}:meta  (a grouped sale's: the group's per_buyer and
+--                             payment_window_ms, "" for none; a sale without a
 --                             group passes its own seckill:{sale:<id>}:group, never touched)
 -- KEYS[6]  group's sales      seckill:{group:<g>}:sales (the ids of the group's sales; likewise)
 -- ARGV[1]  stock              (integer >= 0; the app validated its bounds)
@@ -38,10 +39,14 @@
 --                        started (Redis TIME at or after its starts_at_ms, or none); nothing is changed
 --   {"group_limit_differs", per_buyer}
 --                        the group exists with another per_buyer (its first seed's); nothing is changed
+--   {"group_window_differs", payment_window_ms}
+--                        the group's other sales have another payment window ARGV[7] ("" for none);
+--                        nothing is changed
 --
 -- Invariants kept: a re-seed never resets stock under existing buyers, so stock_initial =
 -- stock + SCARD(buyers) holds across re-seeds. Every sale of a group records the group's one
--- per_buyer, which lua/buy.lua reads from the sale's meta (no extra key on a purchase). A queued sale's seed is drawn once: its SHA-256 is
+-- per_buyer, which lua/buy.lua reads from the sale's meta (no extra key on a purchase), and the
+-- group's sales share one payment window (a sale alone in its group may change it). A queued sale's seed is drawn once: its SHA-256 is
 -- public from the first seed on, so it never changes (HSETNX). A started shard of a sharded sale is never
 -- re-seeded: it may have answered "sold_out", and a user who then fell over to another shard
 -- could buy a second time if its stock rose again (docs/stock-sharding.md). The order stream is
@@ -62,6 +67,11 @@ if group ~= '' then
   local fixed = redis.call('HGET', KEYS[5], 'per_buyer')
   if fixed and tonumber(fixed) ~= per_buyer then
     return {'group_limit_differs', fixed}
+  end
+  local window = redis.call('HGET', KEYS[5], 'payment_window_ms')
+  local others = redis.call('SCARD', KEYS[6]) - redis.call('SISMEMBER', KEYS[6], ARGV[14])
+  if window and others > 0 and window ~= ARGV[7] then
+    return {'group_window_differs', window}
   end
 end
 
@@ -96,7 +106,7 @@ if ARGV[8] ~= '' then
   redis.call('HSET', KEYS[1], 'queue_seed', redis.call('HGET', KEYS[4], 'seed'))
 end
 if group ~= '' then
-  redis.call('HSET', KEYS[5], 'per_buyer', per_buyer)
+  redis.call('HSET', KEYS[5], 'per_buyer', per_buyer, 'payment_window_ms', ARGV[7])
   redis.call('SADD', KEYS[6], ARGV[14])
   redis.call('HSET', KEYS[1], 'per_buyer', per_buyer, 'group', group)
 elseif per_buyer > 1 then

@@ -37,6 +37,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             return Ok(app::run_reconcile(&config, &sale_id, repair).await);
         }
         Command::Retire { sale_id, config } => return Ok(app::run_retire(&config, &sale_id).await),
+        Command::Solve(args) => return Ok(app::solve(args).await),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,4 +1,5 @@
-//! The bodies of the commands other than `serve`: `seckill worker`, `migrate`, `reconcile`, `retire` and `token`.
+//! The bodies of the commands other than `serve`: `seckill worker`, `migrate`, `reconcile`, `retire`,
+//! `token`, `pay` and `solve`.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -10,7 +11,8 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::{build_dispatcher, build_worker};
-use crate::config::{AuthConfig, Config};
+use crate::challenge::solve::{self as solver, SolveError};
+use crate::config::{AuthConfig, Config, SolveArgs};
 use crate::controls::audit;
 use crate::db;
 use crate::domain::{SaleId, UserId};
@@ -228,4 +230,91 @@ pub async fn send_payment(
         eprintln!("seckill pay: event {id}: HTTP {status}");
         ExitCode::from(EXIT_DIFFERENCES)
     }
+}
+
+/// The `seckill solve` command: fetches a challenge of `args.sale` from `args.url` as the buyer
+/// (or reads `args.challenge`), solves it, prints the `Seckill-Challenge` header's value on
+/// stdout and what it did on stderr; exits 0 solved, 1 refused or not solved in time, 3 the
+/// service could not be reached or the challenge not read.
+pub async fn solve(args: SolveArgs) -> ExitCode {
+    let answer = match &args.challenge {
+        Some(path) => read_challenge(path),
+        None => fetch_challenge(&args).await,
+    };
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(code) => return code,
+    };
+    let asked: serde_json::Value = serde_json::from_slice(&answer).unwrap_or_default();
+    let timeout = args.timeout;
+    let solved = tokio::task::spawn_blocking(move || solver::solve(&answer, timeout)).await;
+    match solved {
+        Ok(Ok(solved)) => {
+            println!("{}", solved.header);
+            eprintln!(
+                "seckill solve: {} tries ({} on average, {}x the sale's cost) of {} iterations each in {:.2} s; \
+                 valid until {}",
+                solved.tries(),
+                asked["tries"],
+                asked["factor"],
+                asked["parameters"]["cost"],
+                solved.took.as_secs_f64(),
+                asked["expires_at"].as_str().unwrap_or("?"),
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(Err(err @ SolveError::NotAChallenge(_))) => {
+            eprintln!("seckill solve: {err}");
+            ExitCode::from(EXIT_FAILED)
+        }
+        Ok(Err(err)) => {
+            eprintln!("seckill solve: {err}");
+            ExitCode::from(EXIT_DIFFERENCES)
+        }
+        Err(err) => {
+            eprintln!("seckill solve: the solver stopped: {err}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
+
+/// A challenge from a file, or stdin for `-`.
+fn read_challenge(path: &std::path::Path) -> Result<Vec<u8>, ExitCode> {
+    let read = if path.as_os_str() == "-" {
+        let mut bytes = vec![];
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes).map(|_| bytes)
+    } else {
+        std::fs::read(path)
+    };
+    read.map_err(|err| {
+        eprintln!("seckill solve: {}: {err}", path.display());
+        ExitCode::from(EXIT_FAILED)
+    })
+}
+
+/// `GET /sales/{sale}/challenge` as the buyer: its body, or the exit code of a refusal.
+async fn fetch_challenge(args: &SolveArgs) -> Result<Vec<u8>, ExitCode> {
+    let sale = args.sale.as_ref().expect("clap asks --sale without --challenge");
+    let endpoint = format!("{}/sales/{sale}/challenge", args.url.trim_end_matches('/'));
+    let mut request = reqwest::Client::new().get(&endpoint).timeout(Duration::from_secs(10));
+    if let Some(user) = &args.user {
+        request = request.query(&[("user_id", user.as_str())]);
+    }
+    if let Some(token) = &args.token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.map_err(|err| {
+        eprintln!("seckill solve: {endpoint}: {err}");
+        ExitCode::from(EXIT_FAILED)
+    })?;
+    let status = response.status();
+    let body = response.bytes().await.map_err(|err| {
+        eprintln!("seckill solve: {endpoint}: {err}");
+        ExitCode::from(EXIT_FAILED)
+    })?;
+    if !status.is_success() {
+        eprintln!("seckill solve: {endpoint}: HTTP {status}: {}", String::from_utf8_lossy(&body));
+        return Err(ExitCode::from(EXIT_DIFFERENCES));
+    }
+    Ok(body.to_vec())
 }

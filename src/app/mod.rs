@@ -1,6 +1,6 @@
 //! The composition root: builds the service from its configuration and runs it until told to
 //! stop ([`Application`]), with the ordered shutdown; the bodies of the other commands
-//! (`seckill worker`, `migrate`, `reconcile`, `retire`, `token`, `pay`) are in `commands`.
+//! (`seckill worker`, `migrate`, `reconcile`, `retire`, `token`, `pay`, `solve`) are in `commands`.
 
 mod commands;
 mod server;
@@ -39,7 +39,7 @@ use crate::retire::janitor::Janitor;
 use crate::shop::{Limits, Parts, Settings, Shop};
 use crate::webhooks::Dispatcher;
 
-pub use commands::{migrate, print_token, run_reconcile, run_retire, run_worker, send_payment};
+pub use commands::{migrate, print_token, run_reconcile, run_retire, run_worker, send_payment, solve};
 
 /// A built service: the HTTP server bound to its port, the listener that keeps its sold-out flags
 /// and retired sales fresh, the retirement janitor, and optionally the worker with the

@@ -18,6 +18,7 @@
 //! deriving the key again. Issuing costs one derivation.
 
 mod curve;
+pub mod solve;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

@@ -17,7 +17,8 @@ pub struct AuthConfig {
     #[arg(long = "auth", env = "SECKILL_AUTH", value_enum, default_value_t = AuthMode::None, global = true)]
     pub mode: AuthMode,
 
-    /// HS256 secret for jwt (at least 32 bytes); also what `seckill token` signs with.
+    /// HS256 secret for jwt (at least 32 bytes), used raw: the HMAC key is the value's own bytes,
+    /// never base64- or hex-decoded; also what `seckill token` signs with.
     #[arg(long, env = "SECKILL_JWT_SECRET", value_parser = secret, hide_env_values = true, global = true)]
     pub jwt_secret: Option<SecretString>,
 

@@ -1,6 +1,6 @@
 //! What `seckill` runs: its subcommands and their own arguments. The commands that talk to Redis
-//! and Postgres take every setting ([`super::Config`]); `token` takes only the JWT settings and
-//! `pay` only the payment settings, so each `--help` lists what its command reads.
+//! and Postgres take every setting ([`super::Config`]); `token` takes only the JWT settings,
+//! `pay` only the payment settings and `solve` none, so each `--help` lists what its command reads.
 
 use std::time::Duration;
 
@@ -97,6 +97,39 @@ pub enum Command {
         #[arg(long, env = "SECKILL_PAYMENT_SECRET", value_parser = super::secret, hide_env_values = true)]
         payment_secret: Option<SecretString>,
     },
+    /// Solve a sale's proof of work outside a browser; print the Seckill-Challenge header's value.
+    ///
+    /// Fetches a challenge from a running service's GET /sales/{id}/challenge as the buyer (or
+    /// reads one with --challenge), solves it with the altcha crate and prints the header's value,
+    /// the one line on stdout, for a POST /sales/{id}/queue (or a POST /buy); what it did goes to
+    /// stderr. The algorithm, for a solver of your own: docs/waiting-room.md. Exit status: 0
+    /// solved, 1 refused by the service (its answer on stderr) or not solved within --timeout, 3
+    /// the service could not be reached or the challenge not read.
+    Solve(SolveArgs),
+}
+
+/// `seckill solve`'s arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SolveArgs {
+    /// The sale whose challenge to fetch.
+    #[arg(long, value_parser = SaleId::parse, required_unless_present = "challenge")]
+    pub sale: Option<SaleId>,
+    /// The buyer's bearer token (SECKILL_AUTH=jwt): the challenge is bound to its buyer.
+    #[arg(long)]
+    pub token: Option<String>,
+    /// The buyer, as `user_id` (SECKILL_AUTH=none; with a token, it must be the token's).
+    #[arg(long, value_parser = UserId::parse)]
+    pub user: Option<UserId>,
+    /// The service's base URL (plain HTTP).
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// Solve this challenge instead of fetching one: a file holding the JSON answer of GET
+    /// /sales/{id}/challenge, or - for stdin.
+    #[arg(long, conflicts_with_all = ["sale", "token", "user"])]
+    pub challenge: Option<std::path::PathBuf>,
+    /// Give up if no solution is found within this long.
+    #[arg(long, default_value = "90s", value_parser = duration)]
+    pub timeout: Duration,
 }
 
 impl Command {
@@ -108,7 +141,7 @@ impl Command {
             | Self::Migrate { config }
             | Self::Reconcile { config, .. }
             | Self::Retire { config, .. } => Some(config),
-            Self::Token { .. } | Self::Pay { .. } => None,
+            Self::Token { .. } | Self::Pay { .. } | Self::Solve(_) => None,
         }
     }
 }
@@ -135,7 +168,9 @@ mod tests {
             assert!(helps[server].contains("--redis-url") && helps[server].contains("--jwt-secret"), "{server}");
         }
         assert!(helps["token"].contains("--jwt-secret") && helps["pay"].contains("--payment-secret"));
-        for (command, foreign) in [("token", "--payment-secret"), ("pay", "--jwt-secret"), ("", "--redis-url")] {
+        for (command, foreign) in
+            [("token", "--payment-secret"), ("pay", "--jwt-secret"), ("solve", "--jwt-secret"), ("", "--redis-url")]
+        {
             for server_setting in ["--listen", "--redis-url", "--database-url", "--rate-limit", foreign] {
                 assert!(!helps[command].contains(server_setting), "`seckill {command} --help` lists {server_setting}");
             }

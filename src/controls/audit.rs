@@ -29,6 +29,13 @@ pub struct Entry {
     pub at: OffsetDateTime,
 }
 
+/// An instant as an entry's `effect` writes it: RFC 3339 in UTC (`null` for none), as `at` is,
+/// whichever action wrote it (docs/http-api.md).
+pub fn instant(at: Option<OffsetDateTime>) -> Value {
+    at.and_then(|t| t.to_offset(time::UtcOffset::UTC).format(&time::format_description::well_known::Rfc3339).ok())
+        .map_or(Value::Null, Value::from)
+}
+
 /// Records `action` on `sale` (inside the caller's transaction, or on a connection of its own).
 pub async fn record(
     conn: &mut PgConnection,

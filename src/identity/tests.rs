@@ -38,6 +38,21 @@ fn a_signed_token_verifies_as_its_user() {
     assert_eq!(verifier.verify(&token), Ok(user));
 }
 
+/// The secret is used raw, its UTF-8 bytes as the HMAC key, never base64-decoded
+/// (docs/configuration.md): a token signed with the decoded bytes of a base64-looking secret fails.
+#[test]
+fn the_secret_is_its_raw_bytes_not_base64_decoded() {
+    use base64::Engine as _;
+    let looks_base64 = "c2Vja2lsbC1zZWNyZXQtb2YtYXQtbGVhc3QtMzItYnl0ZXM=";
+    let verifier = Verifier::new(settings(JwtKey::Secret(SecretString::from(looks_base64)))).unwrap();
+    let claims = json!({"sub": "a", "exp": now() + 60});
+    assert!(verifier.verify(&hs256(claims.clone(), looks_base64)).is_ok(), "the raw bytes sign");
+    let decoded = base64::engine::general_purpose::STANDARD.decode(looks_base64).unwrap();
+    let signed_decoded =
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(&decoded)).unwrap();
+    assert_eq!(verifier.verify(&signed_decoded).unwrap_err().0, "the token's signature does not verify");
+}
+
 #[test]
 fn a_short_secret_or_a_secret_with_a_public_key_algorithm_is_refused() {
     assert!(Verifier::new(settings(JwtKey::Secret(SecretString::from("short")))).is_err());

@@ -29,6 +29,11 @@ pub enum SeedOutcome {
         /// The group's per_buyer.
         per_buyer: u32,
     },
+    /// The sale's group has other sales with another payment window; nothing was changed.
+    GroupWindowDiffers {
+        /// Their payment window, ms (`None`: orders final at once).
+        payment_window_ms: Option<i64>,
+    },
 }
 
 /// A sale's schedule and stock, as an admin seeds it.
@@ -93,12 +98,20 @@ impl Sales {
                 self.seed_shard(sale, &keys[shard], &layout, shard, spec, existing.is_some()).await?;
             match reply {
                 redis::Value::Array(words) => {
-                    match redis::from_redis_value::<(String, u32)>(redis::Value::Array(words))? {
-                        (word, per_buyer) if word == "group_limit_differs" => {
-                            return Ok(SeedOutcome::GroupLimitDiffers { per_buyer });
+                    let (word, fixed) = redis::from_redis_value::<(String, String)>(redis::Value::Array(words))?;
+                    let bad = || unexpected_reply("seed.lua", &format!("{word} {fixed}"));
+                    return match word.as_str() {
+                        "group_limit_differs" => {
+                            Ok(SeedOutcome::GroupLimitDiffers { per_buyer: fixed.parse().map_err(|_| bad())? })
                         }
-                        (other, _) => return Err(unexpected_reply("seed.lua", &other)),
-                    }
+                        "group_window_differs" => Ok(SeedOutcome::GroupWindowDiffers {
+                            payment_window_ms: match fixed.as_str() {
+                                "" => None,
+                                ms => Some(ms.parse().map_err(|_| bad())?),
+                            },
+                        }),
+                        _ => Err(bad()),
+                    };
                 }
                 word => match redis::from_redis_value::<String>(word)?.as_str() {
                     "ok" => {}

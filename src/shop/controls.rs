@@ -42,7 +42,7 @@ impl Shop {
         let effect = json!({
             "was_paused": switched.was_paused,
             "paused": switch == Switch::Pause || (switched.was_paused && switch == Switch::End),
-            "ends_at": ends_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok()),
+            "ends_at": audit::instant(ends_at),
             "shards": switched.shards,
         });
         audit::record(&mut tx, sale, switch.action(), reason, &effect, None).await?;

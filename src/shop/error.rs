@@ -91,6 +91,16 @@ pub enum Error {
         /// The group's per_buyer.
         per_buyer: u32,
     },
+    /// `group_window_differs`: a seed of a group's sale with another payment window than the
+    /// group's other sales.
+    #[error(
+        "the sale's group has other sales {}; every sale of a group must have the same payment window (the body's payment_window, else SECKILL_PAYMENT_WINDOW)",
+        window_words(*payment_window_ms)
+    )]
+    GroupWindowDiffers {
+        /// Their payment window, ms (`None`: none).
+        payment_window_ms: Option<i64>,
+    },
     /// `sale_started`: a re-seed of a sharded sale that has started.
     #[error("the sale is sharded and has started; it cannot be re-seeded")]
     SaleStarted,
@@ -218,6 +228,7 @@ impl Error {
             Self::InsufficientStock { .. } => "insufficient_stock",
             Self::SaleInProgress => "sale_in_progress",
             Self::GroupLimitDiffers { .. } => "group_limit_differs",
+            Self::GroupWindowDiffers { .. } => "group_window_differs",
             Self::SaleHasOrders { .. } => "sale_has_orders",
             Self::SaleStarted => "sale_started",
             Self::ShardsFixed { .. } => "shards_fixed",
@@ -261,6 +272,17 @@ fn reasons_text(reasons: &[Refusal]) -> String {
         .map(|r| serde_json::to_value(r).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default())
         .collect();
     words.join(", ")
+}
+
+/// A group's payment window, for `group_window_differs`.
+fn window_words(payment_window_ms: Option<i64>) -> String {
+    match payment_window_ms {
+        Some(ms) => format!(
+            "with a payment window of {}",
+            humantime::format_duration(std::time::Duration::from_millis(ms.max(0) as u64))
+        ),
+        None => "without a payment window".to_owned(),
+    }
 }
 
 /// Why an order cannot be cancelled, for `not_reserved`.

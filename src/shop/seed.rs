@@ -9,7 +9,7 @@ use crate::admission::{self, MAX_RATE};
 use crate::challenge::MAX_COST as MAX_CHALLENGE_COST;
 use crate::controls::audit;
 use crate::db;
-use crate::domain::{MAX_PER_BUYER, QueueSpec, SaleId};
+use crate::domain::{MAX_PER_BUYER, QueueSpec, SaleId, ms_to_time};
 use crate::purchase::shards::MAX_SHARDS;
 use crate::purchase::{SaleSpec, SeedOutcome};
 use crate::reservations;
@@ -163,8 +163,8 @@ impl Shop {
                 let effect = json!({
                     "stock": stock,
                     "shards": shards,
-                    "starts_at": spec.starts_at_ms,
-                    "ends_at": spec.ends_at_ms,
+                    "starts_at": audit::instant(spec.starts_at_ms.map(ms_to_time)),
+                    "ends_at": audit::instant(spec.ends_at_ms.map(ms_to_time)),
                     "payment_window_ms": payment_window_ms,
                     "queue_rate": queue.map(|q| q.rate),
                     "per_buyer": per_buyer,
@@ -178,6 +178,9 @@ impl Shop {
             SeedOutcome::Started => return Err(Error::SaleStarted),
             SeedOutcome::ShardsFixed { shards } => return Err(Error::ShardsFixed { shards }),
             SeedOutcome::GroupLimitDiffers { per_buyer } => return Err(Error::GroupLimitDiffers { per_buyer }),
+            SeedOutcome::GroupWindowDiffers { payment_window_ms } => {
+                return Err(Error::GroupWindowDiffers { payment_window_ms });
+            }
         }
         tracing::info!(sale_id = %sale, stock, shards, payment_window_ms, queue_rate = queue.map(|q| q.rate),
             "sale seeded");

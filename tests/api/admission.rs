@@ -469,3 +469,35 @@ async fn a_paused_queued_sale_admits_nobody_until_it_resumes_and_a_top_up_lets_a
     let status = app.wait_for_drain(&sale).await;
     assert_eq!((status.stock_initial, status.stock_left, status.sold), (2, 0, 2));
 }
+
+/// After the end (here by the kill switch), a join and an ask without a ticket are refused 403
+/// `sale_ended`, while a poll with a placed ticket, answered from the instance's read of the line,
+/// reads `closed` (docs/waiting-room.md says both).
+#[tokio::test]
+async fn an_ended_sale_refuses_joins_and_asks_and_a_ticket_reads_closed() {
+    let app = spawn_app().await;
+    let sale = seed_queued(&app, 5, time::Duration::SECOND, 1000).await;
+    join(&app, &sale, "alice").await;
+    join(&app, &sale, "bob").await;
+    until_started(&app, &sale).await;
+    let placed = until_state(&app, &sale, "alice", "admitted", Duration::from_secs(30)).await;
+    let ticket = placed["ticket"].as_str().unwrap().to_owned();
+    let end = app.client.post(app.url(&format!("/admin/sales/{sale}/end"))).bearer_auth(ADMIN_TOKEN);
+    assert_eq!(end.send().await.unwrap().status(), 200);
+
+    let late = app.client.post(app.url(&format!("/sales/{sale}/queue"))).query(&[("user_id", "carol")]);
+    assert_error(late.send().await.unwrap(), 403, "sale_ended").await;
+    assert_error(poll(&app, &sale, "bob", None).await, 403, "sale_ended").await;
+    assert_error(poll(&app, &sale, "alice", None).await, 403, "sale_ended").await;
+    // The instance reads the line again within a tick (200 ms): then the ticket's answer is closed.
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = standing(&app, &sale, "alice", Some(&ticket)).await;
+        if answer["state"] == "closed" {
+            assert_eq!(answer.get("admission"), None, "no token after the end: {answer}");
+            break;
+        }
+        assert!(Instant::now() < until, "the ticket never read closed: {answer}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

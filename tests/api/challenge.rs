@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use altcha::{Challenge, Payload, SolveChallengeOptions};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
@@ -53,17 +52,12 @@ async fn challenge(app: &Probe, sale: &str, user: &str, from: &str) -> Value {
     response.json().await.unwrap()
 }
 
-/// Solves a challenge as a script would (the altcha crate's solver): the header to send, and the
-/// derivations it took.
+/// Solves a challenge as a script would (`seckill solve`'s solver, the altcha crate's): the
+/// header to send, and the derivations it took.
 fn solve(view: &Value) -> (String, u64) {
-    let challenge: Challenge =
-        serde_json::from_value(json!({"parameters": view["parameters"], "signature": view["signature"]})).unwrap();
-    let mut options = SolveChallengeOptions::new(&challenge);
-    options.timeout_ms = 0;
-    let solution = altcha::solve_challenge(options).unwrap().expect("solved");
-    let tries = u64::from(solution.counter) + 1;
-    let payload = serde_json::to_vec(&Payload { challenge, solution }).unwrap();
-    (STANDARD.encode(payload), tries)
+    let solved =
+        seckill::challenge::solve::solve(&serde_json::to_vec(view).unwrap(), Duration::from_secs(600)).unwrap();
+    (solved.header.clone(), solved.tries())
 }
 
 async fn join(app: &Probe, sale: &str, user: &str, from: &str, proof: Option<&str>) -> reqwest::Response {
@@ -296,4 +290,43 @@ async fn bogus_solutions_are_limited_per_client_before_they_are_checked() {
 
     let (proof, _) = solve(&challenge(&app, &sale, "alice", "10.9.0.2").await);
     assert_eq!(join(&app, &sale, "alice", "10.9.0.2", Some(&proof)).await.status(), 200, "another address");
+}
+
+/// `seckill solve`, the command a script runs: given a challenge another client fetched (on
+/// stdin) it prints a header that joins; fetching one from a sale that asks none, it exits 1
+/// with the service's answer on stderr and prints no header. (Fetching and solving, then
+/// buying: docs/waiting-room.md's example, run by `tests/api/docs.rs`.)
+#[tokio::test]
+async fn seckill_solve_prints_a_header_that_joins_and_says_why_it_has_none() {
+    use std::process::Stdio;
+    use tokio::io::AsyncWriteExt;
+
+    let app = app(1000, Duration::from_secs(120)).await;
+    let sale = seed(&app, 50, true).await;
+    let view = challenge(&app, &sale, "alice", "10.0.0.1").await;
+    let mut solve = tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill"))
+        .args(["solve", "--challenge", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    solve.stdin.take().unwrap().write_all(&serde_json::to_vec(&view).unwrap()).await.unwrap();
+    let solved = solve.wait_with_output().await.unwrap();
+    let (stdout, stderr) = (String::from_utf8(solved.stdout).unwrap(), String::from_utf8_lossy(&solved.stderr));
+    assert!(solved.status.success(), "{stderr}");
+    assert_eq!(stdout.lines().count(), 1, "the header alone: {stdout}");
+    assert!(stderr.contains(" tries (50 on average, 1x the sale's cost) of 1000 iterations each"), "{stderr}");
+    let joined = join(&app, &sale, "alice", "10.0.0.1", Some(stdout.trim())).await;
+    assert_eq!(joined.status(), 200, "{}", joined.text().await.unwrap());
+
+    let plain = seed(&app, 0, false).await;
+    let refused = tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill"))
+        .args(["solve", "--url", &app.url(""), "--sale", &plain, "--user", "alice"])
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(refused.stdout.is_empty() && stderr.contains("HTTP 409") && stderr.contains("no_challenge"), "{stderr}");
 }

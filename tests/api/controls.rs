@@ -275,7 +275,8 @@ async fn every_operator_action_is_in_the_audit_trail_newest_first() {
     let app = spawn_app().await;
     let sale = new_sale_id();
     assert_error(audit(&app, &sale, "").await, 404, "unknown_sale").await;
-    app.seed_stock(&sale, 10).await;
+    let seed = json!({"stock": 10, "starts_at": "2020-01-01T00:00:00Z", "ends_at": "2999-01-01T01:00:00.25+01:00"});
+    assert_eq!(app.seed(&sale, seed).await.status(), 200);
     assert_eq!(control(&app, &sale, "pause", Some(json!({"reason": "price typo"}))).await.status(), 200);
     assert_eq!(control(&app, &sale, "resume", None).await.status(), 200);
     assert_eq!(control(&app, &sale, "stock", Some(json!({"add": 5, "reason": "more"}))).await.status(), 200);
@@ -293,6 +294,21 @@ async fn every_operator_action_is_in_the_audit_trail_newest_first() {
     assert_eq!(entries[3]["reason"], "price typo");
     assert_eq!(entries[4]["effect"]["stock"], 10);
     assert!(entries.iter().all(|e| e["at"].is_string()));
+    // Every instant in an effect is RFC 3339 in UTC, whichever action wrote it.
+    assert_eq!(entries[4]["effect"]["starts_at"], "2020-01-01T00:00:00Z", "the seed's: {trail}");
+    assert_eq!(entries[4]["effect"]["ends_at"], "2999-01-01T00:00:00.25Z", "the seed's: {trail}");
+    let instants: Vec<&Value> = entries
+        .iter()
+        .flat_map(|e| e["effect"].as_object().unwrap().iter())
+        .filter(|(name, value)| name.ends_with("_at") && !value.is_null())
+        .map(|(_, value)| value)
+        .collect();
+    assert_eq!(instants.len(), 5, "the seed's two, and each switch's ends_at: {trail}");
+    for instant in instants {
+        let text = instant.as_str().unwrap_or_else(|| panic!("an instant that is no string: {instant}"));
+        let parsed = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339);
+        assert!(parsed.is_ok_and(|t| t.offset().is_utc()) && text.ends_with('Z'), "not RFC 3339 in UTC: {text}");
+    }
 
     let two: Value = audit(&app, &sale, "?limit=2").await.json().await.unwrap();
     assert_eq!(two["entries"].as_array().unwrap().len(), 2);

@@ -1,5 +1,9 @@
-//! The `redis-cli --eval` example in each Lua file's header runs and answers as documented.
+//! The `redis-cli --eval` example in each Lua file's header runs and answers as documented. The
+//! scripts an example assembles (`sed … > /tmp/seckill-<name>.lua`) go to a directory of this
+//! run's own instead of `/tmp`, removed at the end: concurrent runs (another checkout's scripts
+//! too) never share a file.
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use redis::AsyncCommands;
@@ -32,32 +36,66 @@ fn example(file: &str) -> Vec<String> {
     args
 }
 
-/// Runs the `sed` line of `lua/<file>`'s example, which assembles the script the example runs.
-fn assemble(file: &str) {
-    let source = std::fs::read_to_string(format!("{}/lua/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
-    let line = source
-        .lines()
-        .find_map(|l| l.trim_start_matches("--").trim().strip_prefix("sed ").map(|rest| format!("sed {rest}")))
-        .unwrap_or_else(|| panic!("lua/{file} has no sed line"));
-    let status = Command::new("sh").arg("-c").arg(&line).current_dir(env!("CARGO_MANIFEST_DIR")).status().unwrap();
-    assert!(status.success(), "{line}");
+/// The directory the headers' examples write to.
+const EXAMPLES_DIR: &str = "/tmp/";
+
+/// This run's own directory for the assembled scripts, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Self {
+        let unique = format!("seckill-lua-examples-{}-{}", std::process::id(), uuid::Uuid::now_v7().simple());
+        let dir = std::env::temp_dir().join(unique);
+        std::fs::create_dir(&dir).unwrap();
+        Self(dir)
+    }
+
+    /// `text` with the examples' directory replaced by this one.
+    fn place(&self, text: &str) -> String {
+        text.replace(EXAMPLES_DIR, &format!("{}/", self.0.display()))
+    }
+
+    /// Runs the `sed` line of `lua/<file>`'s example, which assembles the script the example runs.
+    fn assemble(&self, file: &str) {
+        let source = std::fs::read_to_string(format!("{}/lua/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let line = source
+            .lines()
+            .find_map(|l| l.trim_start_matches("--").trim().strip_prefix("sed ").map(|rest| format!("sed {rest}")))
+            .unwrap_or_else(|| panic!("lua/{file} has no sed line"));
+        assert!(
+            line.contains(&format!("> {EXAMPLES_DIR}seckill-")),
+            "lua/{file} assembles into {EXAMPLES_DIR}: {line}"
+        );
+        let line = self.place(&line);
+        let status = Command::new("sh").arg("-c").arg(&line).current_dir(env!("CARGO_MANIFEST_DIR")).status().unwrap();
+        assert!(status.success(), "{line}");
+    }
+
+    /// Runs `lua/<file>`'s example (an assembled script from this directory).
+    fn run(&self, file: &str) -> String {
+        let output = Command::new(&testbed().tools.redis_cli)
+            .arg("-c") // on a cluster, follow MOVED to the node that owns the key
+            .arg("-u")
+            .arg(first_redis_url())
+            .args(example(file).iter().map(|arg| self.place(arg)))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("redis-cli runs");
+        assert!(output.status.success(), "{file}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    }
 }
 
-fn run(file: &str) -> String {
-    let output = Command::new(&testbed().tools.redis_cli)
-        .arg("-c") // on a cluster, follow MOVED to the node that owns the key
-        .arg("-u")
-        .arg(first_redis_url())
-        .args(example(file))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("redis-cli runs");
-    assert!(output.status.success(), "{file}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8(output.stdout).unwrap()
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 #[tokio::test]
 async fn every_lua_header_example_works_as_documented() {
+    let scratch = Scratch::new();
+    let (run, assemble) = (|file: &str| scratch.run(file), |file: &str| scratch.assemble(file));
     // The examples use the default "seckill" prefix and sale "demo": start from a clean slate.
     let mut redis =
         seckill::redis::connection::connect(&redis_url().into(), std::time::Duration::from_secs(5)).unwrap();
@@ -152,6 +190,8 @@ async fn every_lua_header_example_works_as_documented() {
 
 #[tokio::test]
 async fn the_sale_day_controls_examples_work_as_documented() {
+    let scratch = Scratch::new();
+    let run = |file: &str| scratch.run(file);
     // On a sale "drop" of their own: a pause of "demo" would stop the other examples' purchases.
     let mut redis =
         seckill::redis::connection::connect(&redis_url().into(), std::time::Duration::from_secs(5)).unwrap();

@@ -229,3 +229,42 @@ async fn a_groups_keys_go_with_its_last_retired_sale() {
         assert!(!exists(key).await, "{key} outlived the group's last sale");
     }
 }
+
+/// A group's sales have one payment window: a size seeded with another (or with one where the
+/// others have none, as when `SECKILL_PAYMENT_WINDOW` differs between the instances that seed
+/// them) is refused 409 `group_window_differs` with nothing changed; a sale alone in its group
+/// may change its window on a re-seed.
+#[tokio::test]
+async fn a_groups_sales_have_one_payment_window() {
+    let app = spawn_app().await;
+    let group = group_id();
+    let (first, second) = (size(&group, "42"), size(&group, "43"));
+    seeded(&app, &first, json!({"stock": 3, "group": group, "payment_window": "2m"})).await;
+    seeded(&app, &first, json!({"stock": 3, "group": group, "payment_window": "5m"})).await;
+    seeded(&app, &second, json!({"stock": 4, "group": group, "payment_window": "300s"})).await;
+    for (body, why) in [
+        (json!({"stock": 4, "group": group, "payment_window": "2m"}), "another window"),
+        (json!({"stock": 4, "group": group}), "none where the others have one"),
+    ] {
+        let refused = app.seed(&size(&group, "44"), body).await;
+        assert_eq!(refused.status(), 409, "{why}");
+        let body: Value = refused.json().await.unwrap();
+        assert_eq!(body["error"], "group_window_differs", "{why}: {body}");
+        assert!(body["message"].as_str().unwrap().contains("with a payment window of 5m"), "{why}: {body}");
+        let again = app.seed(&first, json!({"stock": 3, "group": group, "payment_window": "2m"})).await;
+        assert_error(again, 409, "group_window_differs").await;
+    }
+    let unknown = app.client.get(app.url(&format!("/admin/sales/{}", size(&group, "44")))).bearer_auth(ADMIN_TOKEN);
+    assert_eq!(unknown.send().await.unwrap().status(), 404, "nothing was seeded");
+    for sale in [&first, &second] {
+        let status = app.status(sale).await;
+        assert_eq!(status.payment_window_ms, Some(300_000), "{sale}: {status:?}");
+    }
+
+    let finals = group_id();
+    seeded(&app, &size(&finals, "a"), json!({"stock": 1, "group": finals})).await;
+    let refused = app.seed(&size(&finals, "b"), json!({"stock": 1, "group": finals, "payment_window": "1m"})).await;
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], "group_window_differs", "{body}");
+    assert!(body["message"].as_str().unwrap().contains("without a payment window"), "{body}");
+}

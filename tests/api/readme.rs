@@ -16,3 +16,14 @@ async fn the_readme_examples_work_verbatim() {
     }
     run_verbatim("README", &examples).await;
 }
+
+/// The README is a front page: what seckill is, how to run and try it, where the rest is. The
+/// reference (every setting, route and status) lives in docs/.
+#[test]
+fn the_readme_is_a_front_page() {
+    const MOST_LINES: usize = 250;
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(lines > 50, "the README was read: {lines} lines");
+    assert!(lines <= MOST_LINES, "README.md has {lines} lines, more than {MOST_LINES}: move the detail into docs/");
+}

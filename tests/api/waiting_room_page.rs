@@ -11,17 +11,20 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::chromium::{Browser, PAGE_DEADLINE};
-use crate::helpers::{assert_error, new_sale_id, spawn_app_with};
+use crate::helpers::{ADMIN_TOKEN, assert_error, new_sale_id, spawn_app_with};
 
 /// Buyers who join the pre-queue through the API, besides the page's.
 const RIVALS: u64 = 59;
 /// Buyers who join after the start through the API, just before bob: bob's place is then
-/// RIVALS + LATE + 2 = 101, which admission reaches 25 s after the start at RATE, so bob waits in
-/// line even when a loaded machine lets him join many seconds after the start.
+/// RIVALS + LATE + 2 = 101.
 const LATE: u64 = 40;
 /// Buyers let in per second.
-const RATE: u64 = 4;
-/// How long bob may wait for his turn: his whole line at RATE, and a margin.
+const RATE: u64 = 20;
+/// The stock until bob's turn: admission holds while ceil(2 × stock left) admitted buyers have
+/// not bought, so the two first places hold the line (nobody buys) however slowly the steps
+/// before bob's join run; a top-up then lets it move on to him.
+const STOCK: u64 = 1;
+/// How long bob may wait for his turn once the line moves: his place at RATE, and a margin.
 const TURN_DEADLINE: Duration = Duration::from_secs(60);
 
 /// What the page's waiting room shows; `None` for an element that is hidden.
@@ -80,16 +83,23 @@ fn at(offset: time::Duration) -> String {
     (OffsetDateTime::now_utc() + offset).format(&Rfc3339).unwrap()
 }
 
+/// Seeds (again: nobody has bought, so a re-seed keeps the line) the sale with its room opening
+/// and its start `opens_in` and `starts_in` from now. The test moves the sale from one state to
+/// the next this way, when the page has shown the one before: no step races a clock.
+async fn seed_at(app: &crate::helpers::TestApp, sale: &str, opens_in: time::Duration, starts_in: time::Duration) {
+    let queue = json!({"opens_at": at(opens_in), "rate": RATE});
+    let body = json!({"stock": STOCK, "starts_at": at(starts_in), "queue": queue});
+    let seeded = app.seed(sale, body).await;
+    assert_eq!(seeded.status(), 200, "{}", seeded.text().await.unwrap());
+}
+
 #[tokio::test]
 async fn the_page_is_a_waiting_room_from_the_pre_queue_to_the_order() {
     let app = spawn_app_with(|_| {}, true).await;
     let browser = Browser::start().await;
     let sale = new_sale_id();
-    let queue = json!({"opens_at": at(time::Duration::seconds(3)), "rate": RATE});
-    // Stock 100: admitted buyers who have not bought may be 2 × 100, more than the 100 before bob
-    // (who never buy), so the stock cap never holds the line before his turn.
-    let body = json!({"stock": 100, "starts_at": at(time::Duration::seconds(14)), "queue": queue});
-    assert_eq!(app.seed(&sale, body).await.status(), 200);
+    let hour = time::Duration::HOUR;
+    seed_at(&app, &sale, hour, 2 * hour).await;
     browser.client.goto(&app.url(&format!("/sale/{sale}"))).await.unwrap();
     browser.fill("user-id", "alice").await;
 
@@ -99,6 +109,7 @@ async fn the_page_is_a_waiting_room_from_the_pre_queue_to_the_order() {
     assert_eq!((closed.join_enabled, closed.buy_enabled), (Some(false), false), "{closed:?}");
 
     // The room opens: alice joins the pre-queue; 59 rivals join through the API.
+    seed_at(&app, &sale, -time::Duration::SECOND, hour).await;
     browser.room_shows("Join enabled", |r| r.join_enabled == Some(true)).await;
     browser.click("join").await;
     let prequeue =
@@ -118,6 +129,7 @@ async fn the_page_is_a_waiting_room_from_the_pre_queue_to_the_order() {
     browser.screenshot("waiting-room-prequeue.png").await;
 
     // The start: alice's place is drawn, the one the API gives her.
+    seed_at(&app, &sale, -time::Duration::SECOND, time::Duration::SECOND).await;
     let placed = browser.room_shows("alice's place", |r| r.position.is_some()).await;
     let asked = app.get_as(&format!("/sales/{sale}/queue"), "alice").await;
     assert_eq!(placed.position, Some(format!("#{}", asked["position"])), "{asked}");
@@ -149,7 +161,9 @@ async fn the_page_is_a_waiting_room_from_the_pre_queue_to_the_order() {
     assert_eq!((waiting.buy.as_str(), waiting.buy_enabled), ("Wait for your turn", false));
     browser.screenshot("waiting-room-position.png").await;
 
-    // His turn: Buy lights up with the time left, and buys.
+    // His turn: more stock lets the line move; Buy lights up with the time left, and buys.
+    let top_up = app.client.post(app.url(&format!("/admin/sales/{sale}/stock"))).bearer_auth(ADMIN_TOKEN);
+    assert_eq!(top_up.json(&json!({"add": 100})).send().await.unwrap().status(), 200);
     let turn = browser.room_within("bob's turn", TURN_DEADLINE, |r| r.buy_enabled).await;
     assert_eq!((turn.queue_state.as_deref(), turn.ahead.as_deref()), (Some("Your turn"), Some("0")), "{turn:?}");
     assert!(turn.note.unwrap().starts_with("Your turn: buy within 00:"));

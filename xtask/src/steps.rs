@@ -50,11 +50,12 @@ pub fn interrupted() -> Option<ExitCode> {
 /// Runs `command` to completion in a process group of its own; at `deadline` (or on a signal
 /// received before it started) the group gets SIGTERM, then SIGKILL, and this returns an error.
 pub fn run(command: &mut Command, deadline: Instant) -> Result<ExitStatus> {
-    Ok(supervise(command, deadline, |_| ())?.0)
+    supervise(command, deadline, |_| ())?.0
 }
 
-/// Runs `command` as [`run`] does, its stdout echoed line by line as it comes and also returned.
-pub fn run_echoing(command: &mut Command, deadline: Instant) -> Result<(ExitStatus, Vec<String>)> {
+/// Runs `command` as [`run`] does, its stdout echoed line by line as it comes and also returned,
+/// the lines it printed before a timeout too (the outer error: it could not start).
+pub fn run_echoing(command: &mut Command, deadline: Instant) -> Result<(Result<ExitStatus>, Vec<String>)> {
     use std::io::{BufRead, Write};
     command.stdout(std::process::Stdio::piped());
     let (status, echo) = supervise(command, deadline, |child| {
@@ -74,12 +75,12 @@ pub fn run_echoing(command: &mut Command, deadline: Instant) -> Result<(ExitStat
 }
 
 /// Spawns `command` in a process group of its own, hands the child to `attach` (before waiting),
-/// then waits for it as [`run`] describes.
+/// then waits for it as [`run`] describes; the outer error: it could not start.
 fn supervise<T>(
     command: &mut Command,
     deadline: Instant,
     attach: impl FnOnce(&mut std::process::Child) -> T,
-) -> Result<(ExitStatus, T)> {
+) -> Result<(Result<ExitStatus>, T)> {
     use std::os::unix::process::CommandExt;
     if signalled() {
         anyhow::bail!("interrupted");
@@ -89,7 +90,7 @@ fn supervise<T>(
     GROUP.store(child.id(), Ordering::SeqCst);
     let result = wait(&mut child, deadline);
     GROUP.store(0, Ordering::SeqCst);
-    Ok((result.with_context(|| format!("{command:?}"))?, attached))
+    Ok((result.with_context(|| format!("{command:?}")), attached))
 }
 
 fn wait(child: &mut std::process::Child, deadline: Instant) -> Result<ExitStatus> {

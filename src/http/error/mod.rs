@@ -100,6 +100,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::LimitReached { .. }
         | E::InsufficientStock { .. }
         | E::GroupLimitDiffers { .. }
+        | E::GroupWindowDiffers { .. }
         | E::SaleInProgress
         | E::SaleHasOrders { .. }
         | E::SaleStarted

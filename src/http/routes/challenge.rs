@@ -20,16 +20,19 @@ use crate::shop::{CHALLENGE_HEADER, IssuedChallenge, Limited};
 /// libraries take), with what it asks.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ChallengeView {
-    /// ALTCHA PoW v2 parameters: `algorithm` (`PBKDF2/SHA-256`), `cost` (iterations of one try),
+    /// ALTCHA PoW v2 parameters: `algorithm` (`PBKDF2/SHA-256`), `cost` (ALTCHA's name for the
+    /// PBKDF2 iterations of one try, not the sale's cost in tries),
     /// `nonce`, `salt`, `keyLength`, `keyPrefix` (the first half of the key to find),
     /// `keySignature`, `expiresAt` (Unix seconds) and `data` (the sale, buyer and client address it
     /// is bound to). Find the counter `c` from 0 up whose PBKDF2(password = nonce bytes ‖ c as 4
-    /// big-endian bytes, salt, cost, keyLength) starts with `keyPrefix`.
+    /// big-endian bytes, salt bytes, cost, keyLength) starts with `keyPrefix`'s bytes
+    /// (docs/waiting-room.md, "Solving it outside a browser"; `seckill solve` does it).
     #[schema(value_type = Object)]
     pub parameters: serde_json::Value,
     /// The HMAC-SHA-256 of the parameters, the service's.
     pub signature: String,
-    /// Derivations a solve takes on average (at most twice that).
+    /// Tries (derivations) a solve takes on average, at most twice that: the sale's cost times
+    /// `factor`.
     pub tries: u64,
     /// How many times the sale's cost this client address is asked, for the challenges it took in
     /// the last minute (docs/waiting-room.md, "Proof of work").

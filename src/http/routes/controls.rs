@@ -58,7 +58,8 @@ pub struct AuditRecord {
     pub action: String,
     pub reason: Option<String>,
     /// What it did: a seed's settings, a switch's `was_paused`, `paused` and `ends_at`, a stock
-    /// change's `add`, `stock_initial` and `stock_left`, a retirement's report.
+    /// change's `add`, `stock_initial` and `stock_left`, a retirement's report. Its instants are
+    /// RFC 3339 in UTC, its durations milliseconds (`…_ms`).
     #[schema(value_type = Object)]
     pub effect: serde_json::Value,
     /// Who did it, when known (`janitor` or `seckill retire` for their retirements; the admin token

@@ -37,7 +37,8 @@ pub struct SeedRequest {
     /// How long a win may wait for its payment (a duration, 1s to 7d: `"15m"`, `"3s"`): each
     /// order is then a reservation, paid by its deadline or its unit goes back to the sale
     /// (docs/reservations.md). Unset: `SECKILL_PAYMENT_WINDOW`, and without it orders are final
-    /// at once. Not with more than one shard.
+    /// at once. Not with more than one shard. The sales of a group have one window (409
+    /// `group_window_differs` for another than its other sales').
     #[serde(default)]
     #[schema(example = "15m")]
     payment_window: Option<String>,
@@ -135,7 +136,8 @@ pub(super) fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Res
             instead); `sale_started`: a sharded sale that has started cannot be re-seeded; `shards_fixed`: the sale \
             exists with another shard count; `sale_retired`: the sale was retired and has no second life (seed \
             another sale id); `group_limit_differs`: the sale's group allows another `per_buyer` (the body's \
-            `per_buyer`)", body = ErrorBody),
+            `per_buyer`); `group_window_differs`: the sale's group has other sales with another payment window",
+            body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         AdminErrors,

@@ -4,9 +4,10 @@
 //! compose lint, the Kubernetes manifests' lint (`scripts/lint-k8s.sh`), quick k6 load runs
 //! (`cargo xtask load k6`, `k6-queue` and `k6-drop`, debug build), then the api integration tests
 //! once more against the Redis Cluster.
-//! Every step runs and is reported; the task closes with one table (each step, passed or failed,
-//! its tests passed and failed, its time) and a last line `N passed, N failed` (the tests of every
-//! `cargo test` step together), and fails if any step failed.
+//! Every step runs and is reported, and every test binary runs even after one failed
+//! (`--no-fail-fast`); the task closes with one table (each step, passed or failed, its tests
+//! passed, failed and not run, its time) and a last line `N passed, N failed, N not run` (the
+//! tests of every `cargo test` step together), and fails if any step failed.
 
 mod fuzz;
 mod python;
@@ -46,30 +47,81 @@ struct Report {
     rows: Vec<StepRow>,
 }
 
-/// One step of the closing table: name, passed, its tests (passed, failed) if it ran tests,
-/// seconds.
-type StepRow = (String, bool, Option<(u64, u64)>, f64);
+/// One step of the closing table: name, passed, its tests if it ran tests, seconds.
+type StepRow = (String, bool, Option<Counts>, f64);
 
-/// The tests passed and failed in `cargo test`'s output: the sum of its `test result:` lines
-/// (`test result: ok. 82 passed; 0 failed; ...`); `None` without one.
-fn test_counts(lines: &[String]) -> Option<(u64, u64)> {
-    let results: Vec<&String> = lines.iter().filter(|line| line.starts_with("test result:")).collect();
-    if results.is_empty() {
-        return None;
+/// The tests of a `cargo test` step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counts {
+    passed: u64,
+    failed: u64,
+    /// Announced by a test binary (`running N tests`) and given no verdict: the binary crashed or
+    /// was stopped before them.
+    not_run: u64,
+}
+
+impl std::ops::Add for Counts {
+    type Output = Self;
+    fn add(self, other: Self) -> Self {
+        Self {
+            passed: self.passed + other.passed,
+            failed: self.failed + other.failed,
+            not_run: self.not_run + other.not_run,
+        }
     }
+}
+
+/// The tests in `cargo test`'s output, binary by binary: each announces its tests (`running 12
+/// tests`) and closes with its `test result:` line (`test result: FAILED. 10 passed; 1 failed;
+/// 1 ignored; ...`), whose passed and failed count; a binary without one (it crashed, or the step
+/// was stopped) counts the tests it gave a verdict (`test a ... ok`, `test b ... FAILED`) and the
+/// rest of its announced tests as not run. `None` when no binary ran.
+fn test_counts(lines: &[String]) -> Option<Counts> {
     let count = |line: &str, what: &str| -> u64 {
         line.split(';')
             .find_map(|part| part.trim().strip_suffix(what).and_then(|n| n.rsplit(' ').next()?.parse().ok()))
             .unwrap_or(0)
     };
-    Some(results.iter().fold((0, 0), |(p, f), line| (p + count(line, " passed"), f + count(line, " failed"))))
+    // The binary running: its announced tests, and the verdicts it gave so far.
+    let mut running: Option<(u64, Counts, u64)> = None;
+    let unfinished = |(announced, seen, ignored): (u64, Counts, u64)| Counts {
+        not_run: announced.saturating_sub(seen.passed + seen.failed + ignored),
+        ..seen
+    };
+    let mut total: Option<Counts> = None;
+    for line in lines {
+        let add = |total: &mut Option<Counts>, counts: Counts| *total = Some(total.unwrap_or_default() + counts);
+        if let Some(announced) = line.strip_prefix("running ").and_then(|rest| {
+            rest.strip_suffix(" tests").or_else(|| rest.strip_suffix(" test")).and_then(|n| n.parse().ok())
+        }) {
+            if let Some(stopped) = running.replace((announced, Counts::default(), 0)) {
+                add(&mut total, unfinished(stopped));
+            }
+        } else if line.starts_with("test result:") {
+            let (announced, ..) = running.take().unwrap_or_default();
+            let (passed, failed) = (count(line, " passed"), count(line, " failed"));
+            let not_run = announced.saturating_sub(passed + failed + count(line, " ignored"));
+            add(&mut total, Counts { passed, failed, not_run });
+        } else if let (Some((_, seen, ignored)), true) = (running.as_mut(), line.starts_with("test ")) {
+            match line.rsplit(" ... ").next() {
+                Some("ok") => seen.passed += 1,
+                Some("FAILED") => seen.failed += 1,
+                Some(word) if word.starts_with("ignored") => *ignored += 1,
+                _ => {}
+            }
+        }
+    }
+    if let Some(stopped) = running {
+        total = Some(total.unwrap_or_default() + unfinished(stopped));
+    }
+    total
 }
 
 impl Report {
     /// Runs one step, printing `==> NAME: COMMAND` before it and `==> NAME: FAILED (...)` after
     /// it if it fails.
     /// Once xtask got a signal, no further step starts.
-    fn step(&mut self, name: &str, what: &str, step: impl FnOnce(Instant) -> Result<Option<(u64, u64)>>) {
+    fn step(&mut self, name: &str, what: &str, step: impl FnOnce(Instant) -> Result<Option<Counts>>) {
         if steps::signalled() {
             return;
         }
@@ -91,7 +143,9 @@ impl Report {
         let mut counts = None;
         self.step(name, &steps::describe(command), |deadline| {
             let (status, lines) = steps::run_echoing(command, deadline)?;
+            // Counted before a timeout's error: the tests it stopped are not run.
             counts = test_counts(&lines);
+            let status = status?;
             match status.success() {
                 true => Ok(counts),
                 false => Err(anyhow::anyhow!("{status}")),
@@ -103,17 +157,20 @@ impl Report {
         }
     }
 
-    /// The closing table, then `N passed, N failed` alone on the last line.
+    /// The closing table, then `N passed, N failed, N not run` alone on the last line.
     fn print_summary(&self) {
-        println!("\n| step | result | tests passed | tests failed | time |\n|---|---|---:|---:|---:|");
+        println!(
+            "\n| step | result | tests passed | tests failed | tests not run | time |\n|---|---|---:|---:|---:|---:|"
+        );
         for (name, ok, counts, seconds) in &self.rows {
-            let (passed, failed) = counts.map_or(("-".into(), "-".into()), |(p, f)| (p.to_string(), f.to_string()));
+            let [passed, failed, not_run] = counts.map_or(["-".into(), "-".into(), "-".into()], |c| {
+                [c.passed, c.failed, c.not_run].map(|n| n.to_string())
+            });
             let result = if *ok { "passed" } else { "FAILED" };
-            println!("| {name} | {result} | {passed} | {failed} | {seconds:.0} s |");
+            println!("| {name} | {result} | {passed} | {failed} | {not_run} | {seconds:.0} s |");
         }
-        let (passed, failed) =
-            self.rows.iter().filter_map(|row| row.2).fold((0, 0), |(p, f), (rp, rf)| (p + rp, f + rf));
-        println!("\n{passed} passed, {failed} failed");
+        let total = self.rows.iter().filter_map(|row| row.2).fold(Counts::default(), |sum, counts| sum + counts);
+        println!("\n{} passed, {} failed, {} not run", total.passed, total.failed, total.not_run);
     }
 }
 
@@ -148,7 +205,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let handle = services.handle_file(if args.against_cluster { Target::Cluster } else { Target::Server })?;
     let mut test = cargo();
-    test.args(["test", "--workspace", "--locked"]).args(&args.cargo_test_args).env(Services::ENV, &handle);
+    // --no-fail-fast: a failing test binary does not keep the others from running.
+    test.args(["test", "--workspace", "--locked", "--no-fail-fast"])
+        .args(&args.cargo_test_args)
+        .env(Services::ENV, &handle);
     report.command("test", &mut test);
     if !extra {
         report.step("python tools", "k6 and schemathesis into target/py-venv with Debian's python3", |_| {
@@ -235,7 +295,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             // --workspace: the first run's feature set, so nothing is compiled again.
             // The pages (Chromium), the docs' examples and the OpenAPI checks run once: what they
             // test does not depend on where the keys live.
-            test.args(["test", "--workspace", "--locked", "--test", "api", "--"])
+            test.args(["test", "--workspace", "--locked", "--no-fail-fast", "--test", "api", "--"])
                 .args(ONCE.iter().flat_map(|module| ["--skip", module]))
                 .env(Services::ENV, &handle);
             report.command("test (Redis Cluster)", &mut test);
@@ -258,19 +318,44 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use super::test_counts;
+    use super::{Counts, test_counts};
+
+    fn lines(text: &str) -> Vec<String> {
+        text.lines().map(str::trim).map(String::from).collect()
+    }
 
     #[test]
     fn the_counts_are_the_sum_of_the_test_result_lines() {
-        let lines: Vec<String> = [
-            "running 2 tests",
-            "test result: ok. 82 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1.26s",
-            "test a ... FAILED",
-            "test result: FAILED. 32 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 127.07s",
-        ]
-        .map(String::from)
-        .to_vec();
-        assert_eq!(test_counts(&lines), Some((114, 1)));
-        assert_eq!(test_counts(&lines[..1]), None);
+        let output = lines(
+            "running 82 tests
+            test result: ok. 82 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1.26s
+            running 33 tests
+            test a ... FAILED
+            test result: FAILED. 32 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 127.07s",
+        );
+        assert_eq!(test_counts(&output), Some(Counts { passed: 114, failed: 1, not_run: 0 }));
+        assert_eq!(test_counts(&output[..0]), None, "no binary ran");
+    }
+
+    #[test]
+    fn a_binary_that_stops_without_its_result_counts_the_tests_it_did_not_finish_as_not_run() {
+        let output = lines(
+            "running 5 tests
+            test a ... ok
+            test b ... FAILED
+            test c ... ignored, needs a cluster
+            running 1 test
+            test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.01s
+            running 64 tests
+            test d ... ok",
+        );
+        // The first binary crashed after three verdicts; the last one was stopped after one.
+        assert_eq!(test_counts(&output), Some(Counts { passed: 3, failed: 1, not_run: 2 + 63 }));
+        let ignored = lines("running 3 tests\ntest result: ok. 2 passed; 0 failed; 1 ignored; 0 measured");
+        assert_eq!(
+            test_counts(&ignored),
+            Some(Counts { passed: 2, failed: 0, not_run: 0 }),
+            "ignored is not 'not run'"
+        );
     }
 }
