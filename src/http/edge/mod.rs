@@ -239,15 +239,32 @@ impl Edge {
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_answer_is_http_with_a_json_error_of_its_exact_length() {
-        let settings = EdgeSettings {
+    fn settings() -> EdgeSettings {
+        EdgeSettings {
             read_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(10),
             max_pipelined: 4,
             max_head_bytes: 8192,
             max_connections_per_client: 64,
-        };
+        }
+    }
+
+    #[test]
+    fn the_metrics_listener_has_a_budget_of_its_own() {
+        let budget = Budget { public: 1, operations: Some(1) };
+        let edge = Edge::new(settings(), budget, 64, TrustedProxies::default(), &Metrics::new());
+        let peer = Some("192.0.2.1:1000".parse().unwrap());
+        let _held = edge.accept((), peer, false);
+        let _refused = edge.accept((), peer, false);
+        assert_eq!((edge.public.open().0, edge.refused[Edge::index(Refusal::TooManyConnections)].get()), (1, 1));
+        let _probe = edge.accept((), peer, true);
+        assert_eq!(edge.operations.as_ref().map(|o| o.open().0), Some(1), "admitted on the metrics listener");
+        assert_eq!(edge.most_held(), 2 + LINGERING_REFUSALS);
+    }
+
+    #[test]
+    fn every_answer_is_http_with_a_json_error_of_its_exact_length() {
+        let settings = settings();
         for refusal in Refusal::ALL {
             let answer = String::from_utf8(refusal.answer(&settings).into_vec()).unwrap();
             let (head, body) = answer.split_once("\r\n\r\n").unwrap();
