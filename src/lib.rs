@@ -69,12 +69,13 @@
 //! 8. HTTP
 //!    - [`http`]: the routes (each extracts, calls one use case, maps its outcome), `AppState`, the
 //!      API error and its status codes, the middleware, the client's address behind proxies, who is
-//!      buying (`buyer`), the `RateLimit` fields, the edge (`edge`: what a connection may hold
-//!      before a handler runs).
+//!      buying (`buyer`), the `RateLimit` fields, the edge (`edge`: the connection budget and each
+//!      client's share, what a connection may hold before a handler runs).
 //! 9. Application
 //!    - [`config`]: the command line and every setting, with its default.
 //!    - [`app`]: builds and runs the service with its ordered shutdown (the server assembled
-//!      behind the edge in `server`); the other commands.
+//!      behind the edge in `server`, its connection budget from `nofile` in `descriptors`); the
+//!      other commands.
 
 pub mod admission;
 pub mod app;

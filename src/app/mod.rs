@@ -3,6 +3,7 @@
 //! (`seckill worker`, `migrate`, `reconcile`, `retire`, `token`, `pay`, `solve`) are in `commands`.
 
 mod commands;
+mod descriptors;
 mod server;
 
 use std::net::{SocketAddr, TcpListener};
@@ -95,7 +96,7 @@ impl Application {
         let sizes = Some(metrics.purchase_batch_size.clone());
         let sales = Sales::new(redis.clone()).batching(config.purchase_batch, sizes, workers, cpus);
         let sales = confirmed(sales, config)?;
-        server::raise_open_files_limit();
+        let nofile = server::raise_open_files_limit();
         let listener = bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
         let local_addr = listener.local_addr()?;
         let metrics_listener = match config.edge.metrics_listen {
@@ -130,7 +131,15 @@ impl Application {
             proxies: TrustedProxies::new(config.trusted_proxies.clone()),
             ipv6_prefix: config.ipv6_prefix,
         };
-        let edge = Edge::new(config.edge.settings(), config.ipv6_prefix, clients.proxies.clone(), &metrics);
+        let descriptors = descriptors::plan(config, workers, run_worker, nofile, descriptors::open_now());
+        descriptors.log(config.edge.max_connections_per_client);
+        let edge = Edge::new(
+            config.edge.settings(),
+            descriptors.budget,
+            config.ipv6_prefix,
+            clients.proxies.clone(),
+            &metrics,
+        );
         let shop = Shop::new(Parts {
             sales,
             sold_out,

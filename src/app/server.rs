@@ -1,8 +1,9 @@
 //! The HTTP server of `seckill serve`: actix-web's `App` on an `actix-server` server assembled
 //! as `actix_web::HttpServer` assembles it, with one difference: every accepted stream passes
-//! the edge first (`crate::http::edge`: connections per client, head size, read deadline), which
-//! `HttpServer` has no hook for. The optional metrics listener (`SECKILL_METRICS_LISTEN`) is a
-//! second listener of the same server (same workers), with only the operations routes.
+//! the edge first (`crate::http::edge`: the connection budget and each client's share, head size,
+//! read deadline), which `HttpServer` has no hook for. The optional metrics listener
+//! (`SECKILL_METRICS_LISTEN`) is a second listener of the same server (same workers), with only
+//! the operations routes and a budget of its own.
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use actix_web::App;
 use actix_web::dev::AppConfig;
 use actix_web::rt::net::TcpStream;
 
-use crate::http::edge::Edge;
+use crate::http::edge::{Edge, QUEUED_CONNECTIONS};
 use crate::http::routes::{self, Listener};
 use crate::http::{AppState, middleware};
 
@@ -38,6 +39,11 @@ pub struct Listeners {
 
 /// The server over `listeners`, not yet running: stopped by its handle (no signal handling of
 /// its own), letting in-flight requests finish for up to `shutdown_timeout`.
+///
+/// The edge refuses a connection over its budget at once; behind it, each worker holds at most its
+/// part of what the edge may hold plus [`QUEUED_CONNECTIONS`] waiting to be admitted or refused,
+/// past which actix-server's accept loop waits for a connection to close: the process never runs
+/// out of descriptors for its clients' connections.
 pub fn build(
     listeners: Listeners,
     state: AppState,
@@ -45,7 +51,12 @@ pub fn build(
     workers: usize,
     shutdown_timeout: Duration,
 ) -> std::io::Result<Server> {
-    let builder = Server::build().workers(workers).disable_signals().shutdown_timeout(shutdown_timeout.as_secs());
+    let per_worker = (edge.most_held() + QUEUED_CONNECTIONS).div_ceil(workers.max(1) as u32);
+    let builder = Server::build()
+        .workers(workers)
+        .max_concurrent_connections(per_worker as usize)
+        .disable_signals()
+        .shutdown_timeout(shutdown_timeout.as_secs());
     let public = if listeners.metrics.is_some() { Listener::Public } else { Listener::All };
     let mut builder = listen(builder, "seckill-api", listeners.public, state.clone(), edge.clone(), public)?;
     if let Some(metrics) = listeners.metrics {
@@ -60,13 +71,12 @@ pub fn default_workers() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
-/// Raises this process's soft limit of open files (sockets included) to its hard limit, so that
-/// the per-client connection cap, not a low default, decides who is refused; logs the figure.
-pub fn raise_open_files_limit() {
-    match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(limit) => tracing::info!(limit, "open files limit"),
-        Err(err) => tracing::warn!(%err, "the open files limit could not be read or raised"),
-    }
+/// Raises this process's soft limit of open files (sockets included) to its hard limit and
+/// returns it, the connection budget's start (`None`: unknown).
+pub fn raise_open_files_limit() -> Option<u64> {
+    rlimit::increase_nofile_limit(u64::MAX)
+        .inspect_err(|err| tracing::warn!(%err, "the open files limit could not be read or raised"))
+        .ok()
 }
 
 /// Adds `listener` to `builder`, serving the routes of `routes` behind the edge.
@@ -100,11 +110,12 @@ fn listen(
             .local_addr(local)
             // The default AppConfig: its host and address serve only URL generation, unused here.
             .finish(map_config(app, |_| AppConfig::default()));
+        let operations = routes == Listener::Operations;
         fn_service(move |io: TcpStream| {
             let edge = edge.clone();
             async move {
                 let peer = io.peer_addr().ok();
-                Ok::<_, DispatchError>((edge.accept(io, peer), Protocol::Http1, peer))
+                Ok::<_, DispatchError>((edge.accept(io, peer, operations), Protocol::Http1, peer))
             }
         })
         .and_then(http)

@@ -19,8 +19,9 @@ use crate::metrics::Metrics;
 
 /// Deliveries claimed per round.
 const BATCH: i64 = 200;
-/// Attempts in flight at once.
-const CONCURRENCY: usize = 32;
+/// Attempts in flight at once (the client keeps as many connections to each endpoint: the
+/// connection budget reserves them, `crate::app::descriptors`).
+pub const CONCURRENCY: usize = 32;
 /// Pause between two rounds that found nothing due.
 const POLL: Duration = Duration::from_millis(100);
 /// Pause after a failed round.

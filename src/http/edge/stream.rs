@@ -16,7 +16,9 @@
 //!   the connection (counted as `write_timeout`).
 //!
 //! Each refusal writes its JSON answer, half-closes the socket, lingers, and ends the stream, so
-//! actix closes the connection.
+//! actix closes the connection. A connection refused at once (over its client's share or the
+//! budget) holds a descriptor the budget does not count: it lingers only if fewer than
+//! `LINGERING_REFUSALS` do, else it ends as soon as its answer is written.
 //!
 //! On the fast path (a whole request in one read, its answer written at once) this adds one
 //! parse of the head where it lies and a few flags; the timers are armed only when a read waits
@@ -33,7 +35,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::connections::ConnectionSlot;
 use super::framing::{Followed, Framing};
-use super::{Edge, Refusal};
+use super::{Edge, LingerPermit, Refusal};
 
 /// A client connection's stream (see the module documentation).
 pub struct EdgeStream<S> {
@@ -63,7 +65,10 @@ pub struct EdgeStream<S> {
     refusal: Option<(Refusal, Closing)>,
     /// The refusal's answer is written: the stream has ended for actix.
     ended: bool,
-    _slot: Option<ConnectionSlot>,
+    /// Its place in the budget, none for a connection refused at once.
+    slot: Option<ConnectionSlot>,
+    /// A connection refused at once, lingering: its place among those that may.
+    linger_permit: Option<LingerPermit>,
 }
 
 /// How a refused connection closes: its answer written, then what the client still sends read
@@ -123,7 +128,8 @@ impl<S> EdgeStream<S> {
             write_timed_out: false,
             refusal: None,
             ended: false,
-            _slot: slot,
+            slot,
+            linger_permit: None,
         };
         if let Some(refusal) = refusal {
             stream.refuse(refusal);
@@ -137,6 +143,16 @@ impl<S> EdgeStream<S> {
         self.refusal = Some((refusal, Closing::Writing(0)));
         self.framing.stop();
         self.held = Vec::new();
+    }
+
+    /// Whether the connection lingers after its refusal's answer: always when it holds a place
+    /// in the budget, else if it gets one of the places to linger.
+    fn may_linger(&mut self) -> bool {
+        if self.slot.is_some() {
+            return true;
+        }
+        self.linger_permit = self.edge.linger();
+        self.linger_permit.is_some()
     }
 
     /// Requests actix may be handed now (at least one: the request under way always goes on).
@@ -212,8 +228,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> EdgeStream<S> {
                     ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
                     // An error here means the client is gone already: the stream ends either way.
                     let _ = ready!(Pin::new(&mut self.inner).poll_shutdown(cx));
-                    arm(&mut self.deadline, linger(refusal));
-                    self.refusal = Some((refusal, Closing::Lingering(0)));
+                    if self.may_linger() {
+                        arm(&mut self.deadline, linger(refusal));
+                        self.refusal = Some((refusal, Closing::Lingering(0)));
+                    } else {
+                        self.refusal = None;
+                        self.ended = true;
+                    }
                 }
                 Closing::Lingering(dropped) => {
                     let mut scratch = [0; 4096];
@@ -233,6 +254,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> EdgeStream<S> {
                     if done {
                         self.refusal = None;
                         self.ended = true;
+                        self.linger_permit = None;
                     }
                 }
             }
@@ -372,7 +394,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
-    use crate::http::edge::EdgeSettings;
+    use crate::http::edge::{EdgeSettings, LINGERING_REFUSALS};
     use crate::metrics::Metrics;
 
     fn edge(max_head_bytes: usize) -> Arc<Edge> {
@@ -383,7 +405,8 @@ mod tests {
             max_head_bytes,
             max_connections_per_client: 0,
         };
-        Edge::new(settings, 64, Default::default(), &Metrics::new())
+        let budget = crate::http::edge::Budget { public: 100, operations: None };
+        Edge::new(settings, budget, 64, Default::default(), &Metrics::new())
     }
 
     #[tokio::test]
@@ -433,5 +456,30 @@ mod tests {
         client_read.read_to_string(&mut answer).await.unwrap();
         assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
         assert!(answer.contains(r#""error":"request_timeout""#), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn connections_refused_at_once_linger_only_while_few_do() {
+        let edge = edge(1024);
+        let refused = || {
+            let (client, server) = tokio::io::duplex(4096);
+            (client, EdgeStream::new(server, edge.clone(), None, Some(Refusal::TooManyConnections)))
+        };
+        let mut lingering = Vec::new();
+        for _ in 0..LINGERING_REFUSALS {
+            let (client, mut stream) = refused();
+            assert!(stream.read(&mut [0; 16]).now_or_never().is_none(), "answered, then lingering");
+            lingering.push((client, stream));
+        }
+        let (mut client, mut stream) = refused();
+        let end = stream.read(&mut [0; 16]).now_or_never().map(Result::unwrap);
+        assert_eq!(end, Some(0), "one more ends as soon as its answer is written");
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+        assert!(answer.contains(r#""error":"too_many_connections""#), "{answer}");
+        lingering.pop();
+        let (_client, mut stream) = refused();
+        assert!(stream.read(&mut [0; 16]).now_or_never().is_none(), "a place given back lingers again");
     }
 }

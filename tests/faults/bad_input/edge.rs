@@ -49,7 +49,7 @@ fn status_and_code(answer: &str) -> (u16, String) {
 }
 
 /// `name{reason="..."}` of the service's /metrics.
-async fn refusals(deployment: &Deployment, reason: &str) -> u64 {
+pub(super) async fn refusals(deployment: &Deployment, reason: &str) -> u64 {
     let metrics = deployment.client.get(deployment.url("/metrics")).send().await.unwrap().text().await.unwrap();
     let series = format!("seckill_edge_refusals_total{{reason=\"{reason}\"}} ");
     metrics.lines().find_map(|l| l.strip_prefix(&series)).map_or(0, |v| v.trim().parse().unwrap())
@@ -63,7 +63,7 @@ fn proc_status_kb(service: &Seckill, field: &str) -> u64 {
 }
 
 /// Issue 25: "a body that never finishes holds its connection forever". The release of every
-/// such connection, not the client's patience, is what this checks: the service may open 512
+/// such connection, not the client's patience, is what this checks: the service may open 1,024
 /// files, one address opens 1,000 connections that each send a head and part of a body, then
 /// nothing. The connections over the per-client cap are answered 503 at once; the others 408 at
 /// the read deadline. Meanwhile `/healthz` and a purchase from another address answer.
@@ -71,7 +71,7 @@ fn proc_status_kb(service: &Seckill, field: &str) -> u64 {
 async fn a_thousand_slow_bodies_hold_nothing_and_healthz_keeps_answering() {
     let mut deployment = Deployment::new(&[]).await;
     let settings = [("SECKILL_MAX_CONNECTIONS_PER_CLIENT", "100"), ("SECKILL_REQUEST_READ_TIMEOUT", "3s")];
-    let _service = deployment.start_with_nofile(512, &settings).await;
+    let _service = deployment.start_with_nofile(1024, &settings).await;
     let sale = new_sale_id();
     deployment.seed_stock(&sale, 5).await;
     let head = format!(
@@ -192,7 +192,7 @@ async fn a_flood_of_malformed_requests_does_not_flood_the_log() {
 }
 
 /// The descriptors `service` holds open.
-fn open_files(service: &Seckill) -> usize {
+pub(super) fn open_files(service: &Seckill) -> usize {
     std::fs::read_dir(format!("/proc/{}/fd", service.pid())).map_or(0, |dir| dir.count())
 }
 
@@ -270,55 +270,4 @@ async fn every_refusal_the_server_sends_has_a_json_body() {
     assert!(after >= Duration::from_millis(900), "answered before the deadline: {after:?}");
     assert_eq!(refusals(&deployment, "bad_request").await, 5);
     assert_eq!(refusals(&deployment, "request_timeout").await, 2);
-}
-
-/// Issue 39: "a connect flood from one address exhausts descriptors despite the 256 cap". The
-/// service may open 1,024 files; one address opens 1,500 idle connections a second for 5 s and
-/// closes each after a second. The connections over its cap are refused at once, so descriptors
-/// never run out, and `/healthz` from another address answers within 250 ms throughout.
-#[tokio::test]
-async fn a_connect_flood_from_one_address_leaves_other_clients_served() {
-    let mut deployment = Deployment::new(&[]).await;
-    let service = deployment.start_with_nofile(1024, &[]).await;
-    // This process holds up to 1,500 of the flood's connections at once.
-    rlimit::increase_nofile_limit(4096).unwrap();
-    let port = deployment.port;
-    let flood = tokio::spawn(async move {
-        let attacker = Ipv4Addr::new(127, 0, 0, 4);
-        let mut open = std::collections::VecDeque::new();
-        let mut tick = tokio::time::interval(Duration::from_millis(10));
-        let started = Instant::now();
-        let mut opened = 0u64;
-        while started.elapsed() < Duration::from_secs(5) {
-            tick.tick().await;
-            for _ in 0..15 {
-                open.push_back((Instant::now(), connect_from(attacker, port).await));
-                opened += 1;
-            }
-            while open.front().is_some_and(|(at, _)| at.elapsed() > Duration::from_secs(1)) {
-                open.pop_front();
-            }
-        }
-        opened
-    });
-    let mut slowest = Duration::ZERO;
-    let mut probes = 0;
-    while !flood.is_finished() {
-        let asked = Instant::now();
-        let health = deployment.client.get(deployment.url("/healthz")).timeout(Duration::from_secs(2)).send().await;
-        assert_eq!(health.map(|r| r.status().as_u16()).ok(), Some(200), "/healthz during the flood");
-        slowest = slowest.max(asked.elapsed());
-        probes += 1;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let opened = flood.await.unwrap();
-    assert!(opened >= 5000, "the flood opened {opened} connections");
-    assert!(slowest < Duration::from_millis(250), "/healthz took up to {slowest:?} during the flood");
-    assert_eq!(service.log_lines("Too many open files"), 0, "log:\n{}", service.log_text());
-    // The cap frees a place each time the flood closes one of its admitted connections.
-    let refused = refusals(&deployment, "too_many_connections").await;
-    assert!(refused > opened / 2, "{refused} of {opened} refused");
-    eprintln!(
-        "figures connect-flood: connections={opened} refused={refused} probes={probes} slowest_healthz={slowest:?}"
-    );
 }

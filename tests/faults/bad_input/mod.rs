@@ -1,7 +1,9 @@
 //! Malformed requests: each gets a 4xx with the JSON error body, and none changes any state;
-//! the hostile edge cases (slow bodies, large heads, log floods) in `edge`; secrets in `secrets`.
+//! the hostile edge cases (slow bodies, large heads, log floods) in `edge`, connect floods in
+//! `flood`; secrets in `secrets`.
 
 mod edge;
+mod flood;
 mod secrets;
 
 use redis::AsyncCommands;
