@@ -17,7 +17,6 @@ pub use orders::{
     InsertReport, StoredOrder, count_orders, count_orders_by_sale, insert_orders, order_of, order_users,
     orders_of_users,
 };
-pub use outbox::Outbox;
 pub(crate) use outbox::{emit_order, order_event};
 pub use retired::{
     last_activity, last_seeded, lock_retired, mark_retired, retired_among, sale_retired, unmark_retired,

@@ -3,12 +3,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use sqlx::{PgExecutor, PgPool};
+use sqlx::PgPool;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::ms_to_time;
-use super::outbox::{self, Outbox};
+use super::outbox;
 use crate::domain::{Order, SaleId, Standing, UserId};
 
 /// What one batch insert did.
@@ -20,43 +20,31 @@ pub struct InsertReport {
     pub already_stored: usize,
     /// Entries refused because the user already has a *different* order in that sale.
     pub conflicts: Vec<Order>,
+    /// The insert wrote the new orders' events: a webhook endpoint is registered (false when
+    /// nothing was inserted).
+    pub hooked: bool,
 }
 
 /// Inserts a batch of orders in one statement (idempotent: redeliveries are no-ops), then sorts
 /// the entries that were not inserted into redeliveries (their (sale, user) row holds their order
-/// id) and conflicts (it holds another). With the outbox on, the same statement writes each new
-/// order's `order.created`, and the same transaction the `sale.sold_out` of a sale it sold out,
-/// among `may_sell_out` (`None`: any; the check sums the sale's orders, so the worker names only
-/// the sales whose Redis stock is gone).
+/// id) and conflicts (it holds another). When a webhook endpoint is registered, the same statement
+/// writes each new order's `order.created`, and the `sale.sold_out` of a sale it sold out, among
+/// `may_sell_out` (`None`: any; the check sums the sale's orders, so the worker names only the
+/// sales whose Redis stock is gone); without one, it writes neither and the check is not made.
 pub async fn insert_orders(
     pool: &PgPool,
     orders: &[Order],
-    outbox: &Outbox,
     may_sell_out: Option<&HashSet<String>>,
 ) -> Result<InsertReport, sqlx::Error> {
     if orders.is_empty() {
         return Ok(InsertReport::default());
     }
-    let inserted = if outbox.is_on() {
-        let mut tx = pool.begin().await?;
-        let inserted = insert(&mut *tx, orders, outbox).await?;
-        let mut sales: Vec<&str> = inserted
-            .iter()
-            .map(|(_, sale, _)| sale.as_str())
-            .filter(|sale| may_sell_out.is_none_or(|watched| watched.contains(*sale)))
-            .collect();
-        sales.sort_unstable();
-        sales.dedup();
-        outbox::sold_out(&mut tx, outbox, &sales).await?;
-        tx.commit().await?;
-        inserted
-    } else {
-        insert(pool, orders, outbox).await?
-    };
-    let inserted: HashSet<Uuid> = inserted.into_iter().map(|(order, _, _)| order).collect();
+    let inserted = insert(pool, orders, may_sell_out).await?;
+    let hooked = inserted.iter().any(|(_, _, event)| event.is_some());
+    let inserted: HashSet<Uuid> = inserted.into_iter().filter_map(|(order, _, _)| order).collect();
     let missing: Vec<&Order> = orders.iter().filter(|o| !inserted.contains(&o.order_id)).collect();
     if missing.is_empty() {
-        return Ok(InsertReport { inserted: inserted.len(), ..Default::default() });
+        return Ok(InsertReport { inserted: inserted.len(), hooked, ..Default::default() });
     }
     // The rows that kept them out, by key: the same order id is a redelivery, another a conflict.
     let stored: HashSet<Uuid> = sqlx::query_scalar(
@@ -75,16 +63,19 @@ pub async fn insert_orders(
         inserted: inserted.len(),
         already_stored: already.len(),
         conflicts: conflicts.into_iter().cloned().collect(),
+        hooked,
     })
 }
 
-/// The batch insert itself (and each new order's event): the ids and sales of the new rows, and
-/// their events' ids (selected, so the calls cannot be planned away).
-async fn insert<'e>(
-    executor: impl PgExecutor<'e>,
+/// The batch insert itself, with each new order's event and the sales it sold out's, in one
+/// statement (no transaction: nothing to begin nor commit when no endpoint is registered). Rows:
+/// each new order's id and sale with its event's id, then `(null, sale, event)` per sale sold
+/// out (selected, so the calls cannot be planned away).
+async fn insert(
+    pool: &PgPool,
     orders: &[Order],
-    outbox: &Outbox,
-) -> Result<Vec<(Uuid, String, Option<i64>)>, sqlx::Error> {
+    may_sell_out: Option<&HashSet<String>>,
+) -> Result<Vec<(Option<Uuid>, String, Option<i64>)>, sqlx::Error> {
     let ids: Vec<Uuid> = orders.iter().map(|o| o.order_id).collect();
     let sales: Vec<&str> = orders.iter().map(|o| o.sale_id.as_str()).collect();
     let users: Vec<&str> = orders.iter().map(|o| o.user_id.as_str()).collect();
@@ -93,7 +84,9 @@ async fn insert<'e>(
     // order is 'confirmed', final at once.
     let pay_by: Vec<Option<OffsetDateTime>> = orders.iter().map(|o| o.pay_by_ms.map(ms_to_time)).collect();
     let quantities: Vec<i32> = orders.iter().map(|o| o.quantity as i32).collect();
-    let event = outbox::order_event("$7", "'order.created'", "", "");
+    let watched: Option<Vec<&str>> = may_sell_out.map(|sales| sales.iter().map(String::as_str).collect());
+    let event = outbox::order_event("'order.created'", "", "");
+    let sold_out = outbox::sold_out_events("new", "$7");
     sqlx::query_as(&format!(
         "with new as (
              insert into orders (order_id, sale_id, user_id, created_at, pay_by, quantity, status)
@@ -102,7 +95,9 @@ async fn insert<'e>(
                   as o (order_id, sale_id, user_id, created_at, pay_by, quantity)
              on conflict do nothing
              returning order_id, sale_id, user_id, status, quantity, pay_by)
-         select order_id, sale_id, {event} from new"
+         select order_id, sale_id, {event} from new
+         union all
+         {sold_out}"
     ))
     .bind(&ids)
     .bind(&sales)
@@ -110,8 +105,8 @@ async fn insert<'e>(
     .bind(&times)
     .bind(&pay_by)
     .bind(&quantities)
-    .bind(outbox.endpoints())
-    .fetch_all(executor)
+    .bind(watched)
+    .fetch_all(pool)
     .await
 }
 
