@@ -43,5 +43,6 @@ mod shards;
 mod shutdown;
 mod sold_out;
 mod waiting_room_page;
+mod webhook_endpoints;
 mod webhooks;
 mod worker;
