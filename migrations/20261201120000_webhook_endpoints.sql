@@ -62,6 +62,22 @@ begin
 end
 $$;
 
+-- The units a sale's orders hold (all but those given back) and those given back, as the calling
+-- statement's snapshot sees them (stable: the worker's insert, which calls it for sale.sold_out,
+-- does not see its own new rows here and adds them itself). A plpgsql function, so that the
+-- planner of that insert counts one call and not a scan of a big sale's orders: without endpoints
+-- the branch that calls it never runs, but the scan in its estimate made Postgres JIT-compile
+-- every batch insert (0.9 s each, measured with 1.6 million orders in one sale).
+create function webhook_sale_units(sale text, out held bigint, out returned bigint)
+language plpgsql stable as $$
+begin
+    select coalesce(sum(quantity) filter (where restocked_at is null), 0),
+           coalesce(sum(quantity) filter (where restocked_at is not null), 0)
+    into held, returned
+    from orders where sale_id = sale;
+end
+$$;
+
 -- The previous version's writer, for its instances still running during a rolling upgrade: the
 -- endpoints they pass are ignored, the table decides.
 create or replace function webhook_emit(endpoints text[], kind text, sale text, orderid uuid, data jsonb,

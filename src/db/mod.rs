@@ -14,7 +14,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, Executor, PgPool};
 
 pub use orders::{
-    InsertReport, StoredOrder, count_orders, count_orders_by_sale, insert_orders, order_of, order_users,
+    Hint, InsertReport, StoredOrder, count_orders, count_orders_by_sale, insert_orders, order_of, order_users,
     orders_of_users,
 };
 pub(crate) use outbox::{emit_order, order_event};

@@ -30,13 +30,15 @@ pub(crate) fn order_event(kind: &str, extra: &str, row: &str) -> String {
     )
 }
 
-/// SQL that writes `sale.sold_out` for each sale of `sales` (a relation with a `sale_id`
-/// column: the sales a batch stored orders of) whose units held by orders reach its
-/// `stock_initial`, among `$watched` (a `text[]`; null: any). `new` is the batch's inserted rows,
-/// which the statement's own snapshot of `orders` does not see yet. Once per sale,
-/// `stock_initial` and units given back (the event's `dedup_key`): a redelivered batch writes
-/// nothing again, a sale restocked or given units back and sold out again writes a new one.
-/// Yields `(null, sale_id, event id)` rows, and none without endpoints.
+/// SQL that writes `sale.sold_out` for each sale of `new` (the batch's inserted rows, with
+/// `sale_id` and `quantity` columns) whose units held by orders reach its `stock_initial`, among
+/// `$watched` (a `text[]`; null: any). The statement's own snapshot of `orders` does not see
+/// `new` yet (nor does `webhook_sale_units`, a stable function), so its units are added. Once per
+/// sale, `stock_initial` and units given back (the event's `dedup_key`): a redelivered batch
+/// writes nothing again, a sale restocked or given units back and sold out again writes a new
+/// one. Yields `(null, sale_id, event id)` rows, and none (the branch not even run) without
+/// endpoints; its estimate is a function call per sale, never a scan of the sale's orders, which
+/// would make Postgres JIT-compile the whole insert.
 pub(crate) fn sold_out_events(new: &str, watched: &str) -> String {
     format!(
         "select null::uuid, s.sale_id,
@@ -44,15 +46,12 @@ pub(crate) fn sold_out_events(new: &str, watched: &str) -> String {
                     jsonb_build_object('sale_id', s.sale_id, 'stock_initial', s.stock_initial,
                                        'units_returned', u.returned),
                     'sale.sold_out:' || s.sale_id || ':' || s.stock_initial || ':' || u.returned)
-         from sales s
-         cross join lateral (
-             select coalesce(sum(quantity) filter (where restocked_at is null), 0)
-                        + (select coalesce(sum(n.quantity), 0) from {new} n where n.sale_id = s.sale_id) as held,
-                    coalesce(sum(quantity) filter (where restocked_at is not null), 0) as returned
-             from orders o where o.sale_id = s.sale_id) u
+         from sales s cross join lateral webhook_sale_units(s.sale_id) u
          where {HOOKED} and s.sale_id in (select sale_id from {new})
            and ({watched}::text[] is null or s.sale_id = any({watched}))
-           and s.stock_initial > 0 and u.held >= s.stock_initial"
+           and s.stock_initial > 0
+           and u.held + (select coalesce(sum(n.quantity), 0) from {new} n where n.sale_id = s.sale_id)
+               >= s.stock_initial"
     )
 }
 

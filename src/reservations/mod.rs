@@ -233,7 +233,7 @@ impl Reservations {
         wanted: impl Fn(&crate::domain::Order) -> bool,
     ) -> Result<(), ReservationError> {
         if let Some(order) = queue::find_queued(&self.sales, sale, |o| o.pay_by_ms.is_some() && wanted(o)).await? {
-            db::insert_orders(&self.pool, &[order], None).await?;
+            db::insert_orders(&self.pool, &[order], db::Hint::Quiet).await?;
         }
         Ok(())
     }

@@ -115,9 +115,9 @@ pub struct Worker {
     stats: WorkerStats,
     metrics: Arc<Metrics>,
     queues_sampled_at: Option<Instant>,
-    /// The last insert wrote events (a webhook endpoint is registered): only then are the
-    /// batch's sales checked in Redis for `sale.sold_out` (a hint: Postgres decides what is
-    /// written, and checks every sale of a batch the hint got wrong).
+    /// The last insert wrote events (a webhook endpoint is registered): the next one writes
+    /// them too, and the batch's sales are checked in Redis for `sale.sold_out` (a hint:
+    /// Postgres decides what is written, `db::Hint`).
     hooked: bool,
 }
 
@@ -318,7 +318,8 @@ impl Worker {
             false => tracing::Span::none(),
         };
         let may_sell_out = self.sold_out_in_redis(&orders).await;
-        let insert = db::insert_orders(&self.pool, &orders, may_sell_out.as_ref()).instrument(span);
+        let hint = if self.hooked { db::Hint::Hooked(may_sell_out.as_ref()) } else { db::Hint::Quiet };
+        let insert = db::insert_orders(&self.pool, &orders, hint).instrument(span);
         let insert = tokio::time::timeout(self.settings.insert_timeout, insert);
         let report = insert
             .await
@@ -326,9 +327,7 @@ impl Worker {
             .and_then(|r| r.map_err(anyhow::Error::from))
             .context("inserting orders")?;
         timer.observe_duration();
-        if report.inserted > 0 {
-            self.hooked = report.hooked;
-        }
+        self.hooked = report.hooked;
         self.metrics.worker_batch_size.observe(entries as f64);
         for conflict in &report.conflicts {
             tracing::warn!(order_id = %conflict.order_id, sale_id = %conflict.sale_id, user_id = %conflict.user_id,
