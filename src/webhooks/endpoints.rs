@@ -245,7 +245,8 @@ pub async fn failed(
              returning url, failing_since, disabled_at),
          closed as (
              update webhook_deliveries d
-             set failed_at = x.disabled_at, last_error = 'endpoint disabled; ' || coalesce(d.last_error, 'not attempted')
+             set failed_at = x.disabled_at,
+                 last_error = 'endpoint disabled; ' || coalesce(d.last_error, 'not attempted')
              from disabled x
              where d.endpoint = x.url and d.delivered_at is null and d.failed_at is null
              returning 1)
@@ -284,7 +285,8 @@ pub async fn settle_strays(pool: &PgPool) -> Result<(i64, i64), sqlx::Error> {
              returning 1),
          closed as (
              update webhook_deliveries d
-             set failed_at = s.disabled_at, last_error = 'endpoint disabled; ' || coalesce(d.last_error, 'not attempted')
+             set failed_at = s.disabled_at,
+                 last_error = 'endpoint disabled; ' || coalesce(d.last_error, 'not attempted')
              from strays s
              where s.disabled_at is not null and d.endpoint = s.url and d.delivered_at is null and d.failed_at is null
              returning 1)
