@@ -269,3 +269,48 @@ async fn an_endpoint_failing_for_long_is_disabled_then_enabled_again() {
     let (status, again) = admin(&app, Method::POST, &format!("/admin/webhooks/{id}/enable"), None).await;
     assert_eq!((status, again["reopened"].as_u64()), (200, Some(0)), "enabling an enabled endpoint changes nothing");
 }
+
+/// The migration that made endpoints data registers the URL of every delivery still open (so
+/// those go on being sent) and no other; and the previous version's writer, which its instances
+/// still call during a rolling upgrade with their own list, writes to the registered endpoints.
+#[tokio::test]
+async fn the_migration_keeps_open_deliveries_going_and_the_previous_writer_working() {
+    const ENDPOINTS_AS_DATA: i64 = 20261201120000;
+    let pool = sqlx::PgPool::connect(&crate::common::create_database().await).await.unwrap();
+    let migrate = async |keep: &dyn Fn(i64) -> bool| {
+        for migration in seckill::db::MIGRATOR.iter().filter(|m| keep(m.version)) {
+            sqlx::raw_sql(&migration.sql).execute(&pool).await.unwrap();
+        }
+    };
+    migrate(&|version| version < ENDPOINTS_AS_DATA).await;
+    let emit = "select webhook_emit($1, 'order.created', 's', gen_random_uuid(), '{}'::jsonb)";
+    let event: i64 = sqlx::query_scalar(emit)
+        .bind(["http://open.test/hook", "http://settled.test/hook"])
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    sqlx::query("update webhook_deliveries set delivered_at = now() where endpoint = 'http://settled.test/hook'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    migrate(&|version| version >= ENDPOINTS_AS_DATA).await;
+
+    let registered: Vec<String> =
+        sqlx::query_scalar("select url from webhook_endpoints order by id").fetch_all(&pool).await.unwrap();
+    assert_eq!(registered, ["http://open.test/hook"], "the URL with an open delivery, and only it");
+    let open: Vec<String> = sqlx::query_scalar(
+        "select endpoint from webhook_deliveries where event_id = $1 and delivered_at is null and failed_at is null",
+    )
+    .bind(event)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(open, ["http://open.test/hook"], "the open delivery is untouched");
+    let later: i64 = sqlx::query_scalar(emit).bind(["http://other.test/hook"]).fetch_one(&pool).await.unwrap();
+    let to: Vec<String> = sqlx::query_scalar("select endpoint from webhook_deliveries where event_id = $1")
+        .bind(later)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(to, ["http://open.test/hook"], "the table decides, not the previous version's list");
+}
