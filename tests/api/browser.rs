@@ -397,7 +397,7 @@ async fn the_live_page_shows_the_order_events_deliveries_and_their_failures() {
 #[tokio::test]
 async fn the_live_page_says_which_webhook_endpoint_is_disabled_and_why() {
     let disable_after = |c: &mut seckill::config::Config| c.webhooks.webhook_disable_after = Duration::from_secs(1);
-    let (receiver, _app, browser) = live_page_with_a_receiver_down(50, disable_after).await;
+    let (receiver, _app, browser) = live_page_with_a_receiver_down(200, disable_after).await;
     let shown = browser
         .wait_for("the disabled endpoint", async |b| {
             Some(visible_text(b, "webhooks-disabled").await).filter(|l| !l.is_empty())
