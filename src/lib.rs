@@ -27,7 +27,7 @@
 //!      order stream's entry fields and consumer group (`order_stream`), and `Keyspace`, one
 //!      deployment's keys and the shared connection.
 //!    - [`db`]: the Postgres pool and migrations, the `orders` and `sales` tables, the order
-//!      events' outbox that their writers fill (`outbox`).
+//!      events' outbox that their writers fill for every registered endpoint (`outbox`).
 //! 4. Limiting and selling
 //!    - [`identity`]: who is buying: the bearer JWT's verification (built once) and HS256 signing.
 //!    - [`challenge`]: the proof of work at the door: ALTCHA challenges signed for a sale, a buyer
@@ -50,9 +50,12 @@
 //!    - [`reservations`]: payment windows: a reservation's transitions in Postgres (`store`),
 //!      the release of its unit (`lua/release.lua`), the sweeper that expires them on time and
 //!      re-drives owed releases (`sweeper`), the payment events' signature (`signature`).
-//!    - [`webhooks`]: order events out: the dispatcher that posts the outbox's events to the
-//!      endpoints, at least once and one order's in order (`dispatcher`), their Standard Webhooks
-//!      signatures (`signature`), the outbox's reads, claims and retries (`store`).
+//!    - [`webhooks`]: order events out: the endpoints, data in Postgres every instance reads
+//!      (`endpoints`: registered, removed, disabled after failing too long, re-enabled); the
+//!      dispatcher that keeps a sender per enabled endpoint (`dispatcher`), each with its own claims
+//!      and concurrency, posting the outbox's events at least once and one order's in order
+//!      (`sender`); their Standard Webhooks signatures (`signature`), the outbox's reads, claims
+//!      and retries (`store`).
 //!    - [`controls`]: sale-day controls, their Redis side: the kill switch (pause, resume, end now:
 //!      `lua/control.lua`, read by the purchase script in its own call) and stock on the fly
 //!      (`lua/restock.lua`); the operators' audit trail in Postgres (`audit`).
@@ -63,9 +66,10 @@
 //! 7. Use cases
 //!    - [`shop`]: the sale's use cases, one method of `Shop` each (buy, read a sale, read and cancel
 //!      an order, join and ask a waiting room, take a payment event, seed, watch, retire,
-//!      reconcile, pause, resume, end, change the stock, list the audit trail (`controls`),
-//!      readiness), each returning a typed outcome or the use cases' `Error`; the rate
-//!      limits a buyer's request passes and the decision it reports (`limits`).
+//!      reconcile, pause, resume, end, change the stock, list the audit trail (`controls`), list
+//!      and re-send the order events (`events`), list, register, remove and re-enable the webhook
+//!      endpoints (`webhooks`), readiness), each returning a typed outcome or the use cases'
+//!      `Error`; the rate limits a buyer's request passes and the decision it reports (`limits`).
 //! 8. HTTP
 //!    - [`http`]: the routes (each extracts, calls one use case, maps its outcome), `AppState`, the
 //!      API error and its status codes, the middleware, the client's address behind proxies, who is

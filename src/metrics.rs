@@ -119,6 +119,12 @@ pub struct Metrics {
     /// Age of the oldest event with a delivery still open, in seconds (0: none; sampled by the
     /// dispatcher every second).
     pub webhook_oldest_undelivered_seconds: prometheus::Gauge,
+    /// Registered webhook endpoints, by `state` (`enabled`, `disabled`), as this instance's
+    /// dispatcher last read them (every 5 s).
+    pub webhook_endpoints: IntGaugeVec,
+    /// Webhook endpoints this instance's dispatcher disabled after failing for
+    /// `SECKILL_WEBHOOK_DISABLE_AFTER`.
+    pub webhook_endpoints_disabled: IntCounter,
     /// The purchase and limiter counters of every label, resolved once: looking a labelled
     /// child up per request (a hash and a shared lock) was a measurable cost on the hot path.
     purchase_counters: Vec<IntCounter>,
@@ -171,6 +177,12 @@ impl Metrics {
         )
         .expect("valid metric");
         registry.register(Box::new(worker_streams.clone())).expect("unique metric");
+        let webhook_endpoints = IntGaugeVec::new(
+            Opts::new("seckill_webhook_endpoints", "Registered webhook endpoints, by state"),
+            &["state"],
+        )
+        .expect("valid metric");
+        registry.register(Box::new(webhook_endpoints.clone())).expect("unique metric");
         let purchases = counter("seckill_purchases_total", "Purchase outcomes", &["outcome"]);
         let limiter_decisions = counter("seckill_limiter_decisions_total", "Rate limiter decisions", &["decision"]);
         Self {
@@ -250,6 +262,16 @@ impl Metrics {
                 let metric = prometheus::Gauge::new(
                     "seckill_webhook_oldest_undelivered_seconds",
                     "Age of the oldest event not yet delivered to every endpoint",
+                )
+                .expect("valid metric");
+                registry.register(Box::new(metric.clone())).expect("unique metric");
+                metric
+            },
+            webhook_endpoints,
+            webhook_endpoints_disabled: {
+                let metric = IntCounter::new(
+                    "seckill_webhook_endpoints_disabled_total",
+                    "Webhook endpoints disabled after failing for SECKILL_WEBHOOK_DISABLE_AFTER",
                 )
                 .expect("valid metric");
                 registry.register(Box::new(metric.clone())).expect("unique metric");

@@ -10,7 +10,7 @@ use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::{build_dispatcher, build_worker};
+use super::{build_dispatcher, build_worker, register_endpoints};
 use crate::challenge::solve::{self as solver, SolveError};
 use crate::config::{AuthConfig, Config, SolveArgs};
 use crate::controls::audit;
@@ -28,13 +28,15 @@ use crate::retire::{RetireOutcome, Retirer};
 /// The `seckill worker` command: the worker alone, until `shutdown` fires.
 pub async fn run_worker(config: &Config, shutdown: CancellationToken) -> anyhow::Result<()> {
     let pool = connect_and_migrate(config).await?;
+    register_endpoints(config, &pool).await?;
     let metrics = Arc::new(Metrics::new());
     let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
     let sales = Sales::new(Keyspace::new(redis, config.key_prefix.clone()));
-    let reservations = Reservations::new(sales, pool, metrics.clone()).with_outbox(config.webhooks.outbox());
+    let reservations = Reservations::new(sales, pool, metrics.clone());
     let sweeper = tokio::spawn(reservations.sweep(shutdown.clone()));
     let dispatcher_stop = CancellationToken::new();
-    let dispatcher = build_dispatcher(config, metrics.clone())?.map(|d| tokio::spawn(d.run(dispatcher_stop.clone())));
+    let dispatcher = build_dispatcher(config, metrics.clone(), Default::default())?
+        .map(|d| tokio::spawn(d.run(dispatcher_stop.clone())));
     build_worker(config, "worker", metrics)?.run(shutdown).await;
     sweeper.await.context("reservation sweeper")?;
     // The dispatcher stops last: the worker's last batch may have written events.

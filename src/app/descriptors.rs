@@ -9,7 +9,8 @@ use super::{DISPATCHER_DATABASE_CONNECTIONS, WORKER_DATABASE_CONNECTIONS};
 use crate::config::Config;
 use crate::http::edge::{Budget, LINGERING_REFUSALS, MAX_BUDGET, QUEUED_CONNECTIONS};
 use crate::redis::connection::RedisTarget;
-use crate::webhooks::dispatcher::CONCURRENCY as WEBHOOK_CONCURRENCY;
+use crate::webhooks::endpoints::MAX_ENDPOINTS;
+use crate::webhooks::sender::CONCURRENCY as WEBHOOK_CONCURRENCY;
 
 /// The nodes a Redis Cluster connection is taken to reach (one connection to each master and
 /// replica), unless `SECKILL_REDIS_URL` names more seed nodes.
@@ -81,10 +82,13 @@ pub fn plan(
     let confirming = if durability.enabled() { u64::from(durability.confirm_connections) } else { 0 };
     // The shared connection, one per HTTP worker, the events listener's, the worker's.
     let redis = (1 + workers + 1 + u64::from(run_worker) + confirming) * nodes;
-    let endpoints = config.webhooks.webhook_url.len() as u64;
+    // Endpoints are data (any instance may register one), so a sending instance (one with the
+    // signing secret) reserves for as many as there may be.
+    let sending = config.webhooks.webhook_secret.is_some();
+    let endpoints = if sending { MAX_ENDPOINTS as u64 } else { 0 };
     let postgres = u64::from(config.database_max_connections)
         + if run_worker { u64::from(WORKER_DATABASE_CONNECTIONS) } else { 0 }
-        + if endpoints > 0 { u64::from(DISPATCHER_DATABASE_CONNECTIONS) } else { 0 };
+        + if sending { u64::from(DISPATCHER_DATABASE_CONNECTIONS) } else { 0 };
     let metrics = config.edge.metrics_listen.map_or(0, |_| u64::from(METRICS_CONNECTIONS));
     let reserve = Reserve {
         redis,
@@ -166,13 +170,15 @@ mod tests {
             "50",
             "--webhook-url",
             "http://127.0.0.1:1/a,http://127.0.0.1:1/b",
+            "--webhook-secret",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
             "--metrics-listen",
             "127.0.0.1:9091",
         ]);
         let plan = plan(&busy, 4, false, Some(65_536), None);
         // The cluster's connections: shared, 4 per HTTP worker, events, 16 confirming; 12 nodes each.
         assert_eq!(plan.reserve.redis, (1 + 4 + 1 + 16) * CLUSTER_NODES);
-        assert_eq!((plan.reserve.postgres, plan.reserve.webhooks), (50 + 4, 2 * 32));
+        assert_eq!((plan.reserve.postgres, plan.reserve.webhooks), (50 + 4, 16 * 32));
         assert_eq!((plan.reserve.metrics, plan.reserve.files), (16, 32 + 16));
         assert_eq!(plan.budget.operations, Some(METRICS_CONNECTIONS));
         assert_eq!(u64::from(plan.budget.public), 65_536 - plan.reserve.total());

@@ -38,7 +38,7 @@ use crate::reservations::Reservations;
 use crate::retire::Retirer;
 use crate::retire::janitor::Janitor;
 use crate::shop::{Limits, Parts, Settings, Shop};
-use crate::webhooks::Dispatcher;
+use crate::webhooks::{self, Changes, Dispatcher};
 
 pub use commands::{migrate, print_token, run_reconcile, run_retire, run_worker, send_payment, solve};
 
@@ -53,7 +53,7 @@ pub struct Application {
     /// The reservations' sweeper, run with the worker.
     sweeper: Option<Reservations>,
     janitor: Janitor,
-    /// The webhook dispatcher, when `SECKILL_WEBHOOK_URL` names endpoints.
+    /// The webhook dispatcher, when `SECKILL_WEBHOOK_SECRET` is set.
     dispatcher: Option<Dispatcher>,
     events: SaleEvents,
     redis_url: SecretString,
@@ -83,6 +83,7 @@ impl Application {
             );
         }
         let pool = connect_and_migrate(config).await?;
+        register_endpoints(config, &pool).await?;
         let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
         if config.admin_token.is_none() {
             tracing::warn!("SECKILL_ADMIN_TOKEN is not set: admin routes will answer 403");
@@ -118,9 +119,9 @@ impl Application {
             config.consumer_name(&local_addr.port().to_string()),
         );
         let events = SaleEvents { sold_out: sold_out.clone(), retired: retired.clone(), sales: sales.clone() };
-        let reservations =
-            Reservations::new(sales.clone(), pool.clone(), metrics.clone()).with_outbox(config.webhooks.outbox());
-        let dispatcher = build_dispatcher(config, metrics.clone())?;
+        let reservations = Reservations::new(sales.clone(), pool.clone(), metrics.clone());
+        let endpoint_changes = Changes::default();
+        let dispatcher = build_dispatcher(config, metrics.clone(), endpoint_changes.clone())?;
         // The sweeper runs where the worker runs: the processes that write orders to Postgres.
         let sweeper = run_worker.then(|| reservations.clone());
         let admission_key = config.admission.key(config.admin_token.as_ref());
@@ -154,11 +155,11 @@ impl Application {
                 payment_secret: config.payments.payment_secret.clone(),
                 default_payment_window: config.payments.payment_window,
                 admission_ttl: config.admission.admission_ttl,
-                webhooks: !config.webhooks.webhook_url.is_empty(),
                 challenge_cost: config.challenge.challenge_cost,
             },
             admission,
             challenges,
+            endpoint_changes,
         });
         let state = AppState {
             shop,
@@ -312,15 +313,28 @@ pub(crate) fn build_worker(config: &Config, role: &str, metrics: Arc<Metrics>) -
         claim_timeout: config.worker_claim_timeout,
         insert_timeout: config.database.worker_insert_timeout,
     };
-    Ok(Worker::new(redis, pool, settings, metrics).with_outbox(config.webhooks.outbox()))
+    Ok(Worker::new(redis, pool, settings, metrics))
+}
+
+/// Registers the endpoints `SECKILL_WEBHOOK_URL` names (each once; a disabled one stays
+/// disabled, and the log says so).
+pub(crate) async fn register_endpoints(config: &Config, pool: &sqlx::PgPool) -> anyhow::Result<()> {
+    webhooks::endpoints::register_configured(pool, &config.webhooks.webhook_url)
+        .await
+        .context("registering the endpoints of SECKILL_WEBHOOK_URL (is Postgres reachable?)")
 }
 
 /// Postgres connections of the dispatcher's own pool (its claims and outcomes never wait behind
 /// the requests', nor hold theirs).
 const DISPATCHER_DATABASE_CONNECTIONS: u32 = 4;
 
-/// The webhook dispatcher, when `SECKILL_WEBHOOK_URL` names endpoints, on a pool of its own.
-pub(crate) fn build_dispatcher(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<Option<Dispatcher>> {
+/// The webhook dispatcher, when `SECKILL_WEBHOOK_SECRET` is set, on a pool of its own; it reads
+/// the endpoints again at once when `changes` says so.
+pub(crate) fn build_dispatcher(
+    config: &Config,
+    metrics: Arc<Metrics>,
+    changes: Changes,
+) -> anyhow::Result<Option<Dispatcher>> {
     let Some(settings) = config.webhooks.settings().map_err(anyhow::Error::msg).context("webhooks")? else {
         return Ok(None);
     };
@@ -330,7 +344,7 @@ pub(crate) fn build_dispatcher(config: &Config, metrics: Arc<Metrics>) -> anyhow
         &config.database.session_parameters(),
     )
     .context("database url")?;
-    Ok(Some(Dispatcher::new(pool, settings, metrics).context("webhook client")?))
+    Ok(Some(Dispatcher::new(pool, settings, metrics, changes).context("webhook client")?))
 }
 
 /// A token cancelled on Ctrl-C or SIGTERM.

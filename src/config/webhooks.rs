@@ -1,25 +1,30 @@
-//! Order events out (docs/webhooks.md): `SECKILL_WEBHOOK_URL`, the endpoints; the signing secret
-//! and an older one during a rotation; each attempt's timeout, the retry schedule and how long
-//! settled events are kept.
+//! Order events out (docs/webhooks.md): `SECKILL_WEBHOOK_URL`, endpoints registered at start (the
+//! endpoints are data in Postgres, `crate::webhooks::endpoints`); the signing secret and an older
+//! one during a rotation, which make an instance dispatch; each attempt's timeout, the retry
+//! schedule, how long an endpoint may fail before it is disabled and how long settled events are
+//! kept.
 
 use std::time::Duration;
 
 use secrecy::SecretString;
 
 use super::{duration, secret};
-use crate::db::Outbox;
+use crate::webhooks::endpoints::{self, MAX_ENDPOINTS};
 use crate::webhooks::{self, SCHEDULE, Signer};
 
 /// Webhooks: signed order events posted to the shop's endpoints.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WebhookConfig {
-    /// Comma-separated http(s) endpoints every order event is posted to. Unset: no event is
-    /// written nor sent (the outbox costs nothing).
+    /// Comma-separated http(s) endpoints registered at start (once; a disabled one stays
+    /// disabled), beside those registered with POST /admin/webhooks. Every instance writes every
+    /// order event to every registered endpoint, whatever its own settings; none registered: no
+    /// event is written (the outbox costs nothing).
     #[arg(long, env = "SECKILL_WEBHOOK_URL", value_delimiter = ',', value_parser = endpoint, global = true)]
     pub webhook_url: Vec<String>,
 
     /// The signing secret, whsec_ and 24 to 64 bytes in base64 (e.g. whsec_$(openssl rand -base64
-    /// 32)); required with SECKILL_WEBHOOK_URL.
+    /// 32)): with it, this instance sends the events to every registered endpoint (every
+    /// instance that has it must have the same); required with SECKILL_WEBHOOK_URL.
     #[arg(long, env = "SECKILL_WEBHOOK_SECRET", value_parser = secret, hide_env_values = true, global = true)]
     pub webhook_secret: Option<SecretString>,
 
@@ -32,6 +37,11 @@ pub struct WebhookConfig {
     /// Longest one delivery attempt may take before it counts as failed.
     #[arg(long, env = "SECKILL_WEBHOOK_TIMEOUT", default_value = "5s", value_parser = duration, global = true)]
     pub webhook_timeout: Duration,
+
+    /// How long an endpoint may fail every attempt before it is disabled: its open deliveries fail
+    /// and it gets no new ones until POST /admin/webhooks/{id}/enable (0s: never).
+    #[arg(long, env = "SECKILL_WEBHOOK_DISABLE_AFTER", default_value = "3d", value_parser = duration, global = true)]
+    pub webhook_disable_after: Duration,
 
     /// How long delivered (or failed) events are kept, listable and retryable, before the
     /// dispatcher deletes them.
@@ -51,6 +61,7 @@ impl Default for WebhookConfig {
             webhook_secret: None,
             webhook_secret_previous: None,
             webhook_timeout: Duration::from_secs(5),
+            webhook_disable_after: Duration::from_secs(3 * 24 * 3600),
             webhook_retention: Duration::from_secs(7 * 24 * 3600),
             webhook_schedule: schedule(SCHEDULE).expect("valid default schedule"),
         }
@@ -62,29 +73,30 @@ impl Default for WebhookConfig {
 pub struct Schedule(pub Vec<Duration>);
 
 impl WebhookConfig {
-    /// The dispatcher's settings, `None` without endpoints; a secret that is missing or
-    /// malformed is refused (the error never shows it).
+    /// The dispatcher's settings, `None` without a signing secret (this instance writes events
+    /// and sends none); a URL without a secret, or a secret that is malformed, is refused (the
+    /// error never shows it).
     pub fn settings(&self) -> Result<Option<webhooks::Settings>, String> {
-        if self.webhook_url.is_empty() {
-            return Ok(None);
+        if self.webhook_url.len() > MAX_ENDPOINTS as usize {
+            return Err(format!("SECKILL_WEBHOOK_URL names more than {MAX_ENDPOINTS} endpoints"));
         }
-        let secret = self.webhook_secret.as_ref().ok_or("SECKILL_WEBHOOK_URL needs SECKILL_WEBHOOK_SECRET")?;
+        let Some(secret) = self.webhook_secret.as_ref() else {
+            return match self.webhook_url.is_empty() {
+                true => Ok(None),
+                false => Err("SECKILL_WEBHOOK_URL needs SECKILL_WEBHOOK_SECRET".into()),
+            };
+        };
         let signer = Signer::new(secret, self.webhook_secret_previous.as_ref())?;
         if self.webhook_timeout.is_zero() {
             return Err("SECKILL_WEBHOOK_TIMEOUT must be more than 0".into());
         }
         Ok(Some(webhooks::Settings {
-            endpoints: self.webhook_url.clone(),
             signer,
             timeout: self.webhook_timeout,
             retention: self.webhook_retention,
             schedule: self.webhook_schedule.0.clone(),
+            disable_after: Some(self.webhook_disable_after).filter(|d| !d.is_zero()),
         }))
-    }
-
-    /// The outbox the writers fill: the endpoints (none: off).
-    pub fn outbox(&self) -> Outbox {
-        Outbox::to(self.webhook_url.clone())
     }
 
     /// The secrets, checked without printing them.
@@ -93,13 +105,9 @@ impl WebhookConfig {
     }
 }
 
-/// An http(s) URL with a host.
+/// An http(s) URL with a host (`endpoints::parse_url`, as the admin route reads it).
 fn endpoint(s: &str) -> Result<String, String> {
-    let url = reqwest::Url::parse(s.trim()).map_err(|e| format!("not a URL: {e}"))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
-        return Err("a webhook endpoint is an http:// or https:// URL with a host".into());
-    }
-    Ok(url.to_string())
+    endpoints::parse_url(s)
 }
 
 /// `0s,5s,5m`: 1 to 20 pauses of at most a day.
@@ -125,7 +133,8 @@ mod tests {
     #[test]
     fn webhooks_are_off_by_default_with_the_spec_schedule() {
         let config = parse(&[]).unwrap();
-        assert!(config.settings().unwrap().is_none() && !config.outbox().is_on());
+        assert!(config.settings().unwrap().is_none() && config.webhook_url.is_empty());
+        assert_eq!(config.webhook_disable_after, Duration::from_secs(3 * 24 * 3600));
         assert_eq!(config.webhook_schedule.0.len(), 8);
         assert_eq!(config.webhook_schedule.0[2], Duration::from_secs(300));
         assert_eq!(
@@ -144,7 +153,14 @@ mod tests {
         assert!(two.validate().unwrap_err().contains("SECKILL_WEBHOOK_SECRET"));
         let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
         let set = parse(&["--webhook-url", "http://127.0.0.1:9/a", "--webhook-secret", secret]).unwrap();
-        assert_eq!(set.settings().unwrap().unwrap().endpoints, ["http://127.0.0.1:9/a"]);
+        assert_eq!(set.webhook_url, ["http://127.0.0.1:9/a"]);
+        assert!(set.settings().unwrap().unwrap().disable_after.is_some());
+        // The secret alone: this instance sends to the endpoints registered by others.
+        let dispatching = parse(&["--webhook-secret", secret, "--webhook-disable-after", "0s"]).unwrap();
+        assert_eq!(dispatching.settings().unwrap().unwrap().disable_after, None, "0s: never disabled");
+        let many: Vec<String> = (0..=MAX_ENDPOINTS).map(|i| format!("http://127.0.0.1:9/{i}")).collect();
+        let too_many = parse(&["--webhook-url", &many.join(","), "--webhook-secret", secret]).unwrap();
+        assert!(too_many.validate().unwrap_err().contains("more than"));
         assert!(parse(&["--webhook-schedule", "0s,soon"]).is_err());
     }
 }

@@ -14,10 +14,9 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, Executor, PgPool};
 
 pub use orders::{
-    InsertReport, StoredOrder, count_orders, count_orders_by_sale, insert_orders, order_of, order_users,
+    Hint, InsertReport, StoredOrder, count_orders, count_orders_by_sale, insert_orders, order_of, order_users,
     orders_of_users,
 };
-pub use outbox::Outbox;
 pub(crate) use outbox::{emit_order, order_event};
 pub use retired::{last_activity, last_seeded, lock_retired, mark_retired, rows_among, sale_retired, unmark_retired};
 pub use sales::{SaleRow, insert_sale_if_missing, sale_row, sales_row_stock, upsert_sale};

@@ -3,12 +3,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use sqlx::{PgExecutor, PgPool};
+use sqlx::PgPool;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::ms_to_time;
-use super::outbox::{self, Outbox};
+use super::outbox::{self, HOOKED};
 use crate::domain::{Order, SaleId, Standing, UserId};
 
 /// What one batch insert did.
@@ -20,43 +20,45 @@ pub struct InsertReport {
     pub already_stored: usize,
     /// Entries refused because the user already has a *different* order in that sale.
     pub conflicts: Vec<Order>,
+    /// Events are being written (an endpoint is registered), as this insert saw it: the hint
+    /// for the next one.
+    pub hooked: bool,
 }
 
-/// Inserts a batch of orders in one statement (idempotent: redeliveries are no-ops), then sorts
-/// the entries that were not inserted into redeliveries (their (sale, user) row holds their order
-/// id) and conflicts (it holds another). With the outbox on, the same statement writes each new
-/// order's `order.created`, and the same transaction the `sale.sold_out` of a sale it sold out,
-/// among `may_sell_out` (`None`: any; the check sums the sale's orders, so the worker names only
-/// the sales whose Redis stock is gone).
-pub async fn insert_orders(
-    pool: &PgPool,
-    orders: &[Order],
-    outbox: &Outbox,
-    may_sell_out: Option<&HashSet<String>>,
-) -> Result<InsertReport, sqlx::Error> {
+/// Whether the last batch insert wrote events, as the caller remembers it. Only a hint: the
+/// statement reads the endpoints itself, and a wrong hint costs a second statement, never an
+/// event.
+#[derive(Debug, Clone, Copy)]
+pub enum Hint<'a> {
+    /// None were written: the orders alone, with no outbox in the statement (an `exists` Postgres
+    /// evaluates once); if an endpoint is registered after all, it stores nothing and the batch
+    /// goes again as `Hooked(None)`.
+    Quiet,
+    /// Events are written: each new order's `order.created`, and the `sale.sold_out` of a sale
+    /// the batch sold out, among these sales (`None`: any of the batch; the check sums the
+    /// sale's orders, so the worker names only the sales whose Redis stock is gone).
+    Hooked(Option<&'a HashSet<String>>),
+}
+
+/// Inserts a batch of orders in one statement (idempotent: redeliveries are no-ops), with their
+/// events when an endpoint is registered ([`Hint`]), then sorts the entries that were not
+/// inserted into redeliveries (their (sale, user) row holds their order id) and conflicts (it
+/// holds another).
+pub async fn insert_orders(pool: &PgPool, orders: &[Order], hint: Hint<'_>) -> Result<InsertReport, sqlx::Error> {
     if orders.is_empty() {
         return Ok(InsertReport::default());
     }
-    let inserted = if outbox.is_on() {
-        let mut tx = pool.begin().await?;
-        let inserted = insert(&mut *tx, orders, outbox).await?;
-        let mut sales: Vec<&str> = inserted
-            .iter()
-            .map(|(_, sale, _)| sale.as_str())
-            .filter(|sale| may_sell_out.is_none_or(|watched| watched.contains(*sale)))
-            .collect();
-        sales.sort_unstable();
-        sales.dedup();
-        outbox::sold_out(&mut tx, outbox, &sales).await?;
-        tx.commit().await?;
-        inserted
-    } else {
-        insert(pool, orders, outbox).await?
+    let batch = Batch::of(orders);
+    let (inserted, hooked) = match hint {
+        Hint::Quiet => match batch.insert_quiet(pool).await? {
+            Some(inserted) => (inserted, false),
+            None => batch.insert_hooked(pool, None).await?,
+        },
+        Hint::Hooked(may_sell_out) => batch.insert_hooked(pool, may_sell_out).await?,
     };
-    let inserted: HashSet<Uuid> = inserted.into_iter().map(|(order, _, _)| order).collect();
     let missing: Vec<&Order> = orders.iter().filter(|o| !inserted.contains(&o.order_id)).collect();
     if missing.is_empty() {
-        return Ok(InsertReport { inserted: inserted.len(), ..Default::default() });
+        return Ok(InsertReport { inserted: inserted.len(), hooked, ..Default::default() });
     }
     // The rows that kept them out, by key: the same order id is a redelivery, another a conflict.
     let stored: HashSet<Uuid> = sqlx::query_scalar(
@@ -75,45 +77,109 @@ pub async fn insert_orders(
         inserted: inserted.len(),
         already_stored: already.len(),
         conflicts: conflicts.into_iter().cloned().collect(),
+        hooked,
     })
 }
 
-/// The batch insert itself (and each new order's event): the ids and sales of the new rows, and
-/// their events' ids (selected, so the calls cannot be planned away).
-async fn insert<'e>(
-    executor: impl PgExecutor<'e>,
-    orders: &[Order],
-    outbox: &Outbox,
-) -> Result<Vec<(Uuid, String, Option<i64>)>, sqlx::Error> {
-    let ids: Vec<Uuid> = orders.iter().map(|o| o.order_id).collect();
-    let sales: Vec<&str> = orders.iter().map(|o| o.sale_id.as_str()).collect();
-    let users: Vec<&str> = orders.iter().map(|o| o.user_id.as_str()).collect();
-    let times: Vec<OffsetDateTime> = orders.iter().map(|o| ms_to_time(o.created_at_ms)).collect();
+/// A batch's columns, as the insert binds them.
+struct Batch<'a> {
+    ids: Vec<Uuid>,
+    sales: Vec<&'a str>,
+    users: Vec<&'a str>,
+    times: Vec<OffsetDateTime>,
+    pay_by: Vec<Option<OffsetDateTime>>,
+    quantities: Vec<i32>,
+}
+
+/// The insert of a batch (`$1` to `$6`), its new rows as the CTE `new`; `filter` a condition on
+/// the rows to insert.
+fn insert_new(filter: &str) -> String {
     // A reservation (a sale with a payment window) is 'reserved' until its deadline; any other
     // order is 'confirmed', final at once.
-    let pay_by: Vec<Option<OffsetDateTime>> = orders.iter().map(|o| o.pay_by_ms.map(ms_to_time)).collect();
-    let quantities: Vec<i32> = orders.iter().map(|o| o.quantity as i32).collect();
-    let event = outbox::order_event("$7", "'order.created'", "", "");
-    sqlx::query_as(&format!(
+    format!(
         "with new as (
              insert into orders (order_id, sale_id, user_id, created_at, pay_by, quantity, status)
              select o.*, case when o.pay_by is null then 'confirmed' else 'reserved' end
              from unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::integer[])
                   as o (order_id, sale_id, user_id, created_at, pay_by, quantity)
+             where {filter}
              on conflict do nothing
-             returning order_id, sale_id, user_id, status, quantity, pay_by)
-         select order_id, sale_id, {event} from new"
-    ))
-    .bind(&ids)
-    .bind(&sales)
-    .bind(&users)
-    .bind(&times)
-    .bind(&pay_by)
-    .bind(&quantities)
-    .bind(outbox.endpoints())
-    .fetch_all(executor)
-    .await
+             returning order_id, sale_id, user_id, status, quantity, pay_by)"
+    )
 }
+
+impl<'a> Batch<'a> {
+    fn of(orders: &'a [Order]) -> Self {
+        Self {
+            ids: orders.iter().map(|o| o.order_id).collect(),
+            sales: orders.iter().map(|o| o.sale_id.as_str()).collect(),
+            users: orders.iter().map(|o| o.user_id.as_str()).collect(),
+            times: orders.iter().map(|o| ms_to_time(o.created_at_ms)).collect(),
+            pay_by: orders.iter().map(|o| o.pay_by_ms.map(ms_to_time)).collect(),
+            quantities: orders.iter().map(|o| o.quantity as i32).collect(),
+        }
+    }
+
+    fn bind<'q>(
+        &'q self,
+        query: sqlx::query::QueryAs<'q, sqlx::Postgres, Row, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, Row, sqlx::postgres::PgArguments> {
+        query
+            .bind(&self.ids)
+            .bind(&self.sales)
+            .bind(&self.users)
+            .bind(&self.times)
+            .bind(&self.pay_by)
+            .bind(&self.quantities)
+    }
+
+    /// The orders alone, while no endpoint is registered: the new orders' ids; `None` (nothing
+    /// stored) when one is. Its only cost over a bare insert is two probes of the endpoints
+    /// table, each evaluated once.
+    async fn insert_quiet(&self, pool: &PgPool) -> Result<Option<HashSet<Uuid>>, sqlx::Error> {
+        let sql = format!(
+            "{}
+             select order_id, sale_id, null::bigint from new
+             union all
+             select null, null, null where {HOOKED}",
+            insert_new(&format!("not {HOOKED}")),
+        );
+        let rows = self.bind(sqlx::query_as(&sql)).fetch_all(pool).await?;
+        if rows.iter().any(|(order, _, _)| order.is_none()) {
+            return Ok(None);
+        }
+        Ok(Some(rows.into_iter().filter_map(|(order, _, _)| order).collect()))
+    }
+
+    /// The orders and their events in one statement (no transaction): each new order's
+    /// `order.created`, then `sale.sold_out` for the sales it sold out among `may_sell_out`
+    /// (selected, so the calls cannot be planned away). The new orders' ids, and whether events
+    /// are written (true when nothing was inserted: no new word).
+    async fn insert_hooked(
+        &self,
+        pool: &PgPool,
+        may_sell_out: Option<&HashSet<String>>,
+    ) -> Result<(HashSet<Uuid>, bool), sqlx::Error> {
+        let watched: Option<Vec<&str>> = may_sell_out.map(|sales| sales.iter().map(String::as_str).collect());
+        let sql = format!(
+            "{}
+             select order_id, sale_id, {} from new
+             union all
+             {}",
+            insert_new("true"),
+            outbox::order_event("'order.created'", "", ""),
+            outbox::sold_out_events("new", "$7"),
+        );
+        let rows = self.bind(sqlx::query_as(&sql)).bind(watched).fetch_all(pool).await?;
+        let inserted: HashSet<Uuid> = rows.iter().filter_map(|(order, _, _)| *order).collect();
+        let hooked = inserted.is_empty() || rows.iter().any(|(_, _, event)| event.is_some());
+        Ok((inserted, hooked))
+    }
+}
+
+/// A row of the batch insert: a new order's id and sale with its event's id; `(null, sale,
+/// event)` for a `sale.sold_out`; `(null, null, null)` when the quiet insert found an endpoint.
+type Row = (Option<Uuid>, Option<String>, Option<i64>);
 
 /// The users with an order in the sale (one each: the primary key `(sale_id, user_id)`).
 pub async fn order_users(pool: &PgPool, sale: &SaleId) -> Result<Vec<String>, sqlx::Error> {

@@ -35,7 +35,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use self::store::{Cancel, PaymentError, Settled};
-use crate::db::{self, Outbox};
+use crate::db;
 use crate::domain::{SaleId, UserId};
 use crate::metrics::Metrics;
 use crate::orders::queue;
@@ -144,18 +144,11 @@ pub struct Reservations {
     sales: Sales,
     pool: PgPool,
     metrics: Arc<Metrics>,
-    /// Where the transitions' events go (off by default).
-    outbox: Outbox,
 }
 
 impl Reservations {
     pub fn new(sales: Sales, pool: PgPool, metrics: Arc<Metrics>) -> Self {
-        Self { sales, pool, metrics, outbox: Outbox::default() }
-    }
-
-    /// The same, writing each transition's event to `outbox`.
-    pub fn with_outbox(self, outbox: Outbox) -> Self {
-        Self { outbox, ..self }
+        Self { sales, pool, metrics }
     }
 
     /// Applies a payment event (`store::pay`). An order still in the queue is stored from its
@@ -173,10 +166,10 @@ impl Reservations {
     }
 
     async fn pay_traced(&self, event_id: &str, sale: &SaleId, order_id: Uuid) -> Result<Settled, ReservationError> {
-        let settled = match store::pay(&self.pool, event_id, sale, order_id, &self.outbox).await {
+        let settled = match store::pay(&self.pool, event_id, sale, order_id).await {
             Err(PaymentError::UnknownOrder) => {
                 self.store_queued(sale, |o| o.order_id == order_id).await?;
-                store::pay(&self.pool, event_id, sale, order_id, &self.outbox).await?
+                store::pay(&self.pool, event_id, sale, order_id).await?
             }
             settled => settled?,
         };
@@ -202,10 +195,10 @@ impl Reservations {
     /// order still in the queue is stored from its stream entry first; Postgres is asked again
     /// after the queue in any case, as for [`Reservations::pay`].
     pub async fn cancel(&self, sale: &SaleId, user: &UserId) -> Result<Cancel, ReservationError> {
-        let cancelled = match store::cancel(&self.pool, sale, user, &self.outbox).await? {
+        let cancelled = match store::cancel(&self.pool, sale, user).await? {
             Cancel::Missing => {
                 self.store_queued(sale, |o| o.user_id == *user).await?;
-                store::cancel(&self.pool, sale, user, &self.outbox).await?
+                store::cancel(&self.pool, sale, user).await?
             }
             other => other,
         };
@@ -240,7 +233,7 @@ impl Reservations {
         wanted: impl Fn(&crate::domain::Order) -> bool,
     ) -> Result<(), ReservationError> {
         if let Some(order) = queue::find_queued(&self.sales, sale, |o| o.pay_by_ms.is_some() && wanted(o)).await? {
-            db::insert_orders(&self.pool, &[order], &self.outbox, None).await?;
+            db::insert_orders(&self.pool, &[order], db::Hint::Quiet).await?;
         }
         Ok(())
     }

@@ -10,7 +10,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::db::{self, Outbox};
+use crate::db;
 use crate::domain::{SaleId, Standing, UserId};
 
 /// An order whose unit is owed back to its sale's stock.
@@ -23,8 +23,8 @@ pub struct Owed {
 /// Expires up to `limit` reservations whose deadline has passed (oldest deadline first), rows
 /// another sweeper holds skipped, each with its `order.expired` in the same statement. Returns
 /// them with how late each expired, in seconds.
-pub async fn expire_due(pool: &PgPool, limit: i64, outbox: &Outbox) -> Result<Vec<(Owed, f64)>, sqlx::Error> {
-    let event = db::order_event("$2", "'order.expired'", "", "o");
+pub async fn expire_due(pool: &PgPool, limit: i64) -> Result<Vec<(Owed, f64)>, sqlx::Error> {
+    let event = db::order_event("'order.expired'", "", "o");
     let rows: Vec<(String, Uuid, f64, Option<i64>)> = sqlx::query_as(&format!(
         "update orders o set status = 'expired', resolved_at = now(), resolved_by = 'deadline'
          from (select sale_id, user_id from orders
@@ -34,7 +34,6 @@ pub async fn expire_due(pool: &PgPool, limit: i64, outbox: &Outbox) -> Result<Ve
          returning o.sale_id, o.order_id, extract(epoch from (now() - o.pay_by))::float8, {event}"
     ))
     .bind(limit)
-    .bind(outbox.endpoints())
     .fetch_all(pool)
     .await?;
     Ok(rows.into_iter().map(|(sale_id, order_id, lag, _)| (Owed { sale_id, order_id }, lag)).collect())
@@ -129,8 +128,8 @@ pub enum Cancel {
 /// update changes nothing, the row is read to say why; a reservation found open then was
 /// committed by the worker between the two statements, and the update is tried again. The
 /// cancel writes its `order.cancelled` in the same statement.
-pub async fn cancel(pool: &PgPool, sale: &SaleId, user: &UserId, outbox: &Outbox) -> Result<Cancel, sqlx::Error> {
-    let event = db::order_event("$3", "'order.cancelled'", "", "");
+pub async fn cancel(pool: &PgPool, sale: &SaleId, user: &UserId) -> Result<Cancel, sqlx::Error> {
+    let event = db::order_event("'order.cancelled'", "", "");
     for _ in 0..3 {
         let cancelled: Option<(Uuid, Option<i64>)> = sqlx::query_as(&format!(
             "update orders set status = 'cancelled', resolved_at = now(), resolved_by = 'buyer'
@@ -139,7 +138,6 @@ pub async fn cancel(pool: &PgPool, sale: &SaleId, user: &UserId, outbox: &Outbox
         ))
         .bind(sale.as_str())
         .bind(user.as_str())
-        .bind(outbox.endpoints())
         .fetch_optional(pool)
         .await?;
         if let Some((order, _)) = cancelled {
@@ -221,13 +219,7 @@ pub enum PaymentError {
 /// payment is late; an already paid order's is a duplicate. The event is stored with its outcome,
 /// and the order's events written in the same transaction: `order.paid`, or `order.expired` for
 /// an expiry here, and `order.late_payment` for a payment to refund (late or duplicate).
-pub async fn pay(
-    pool: &PgPool,
-    event_id: &str,
-    sale: &SaleId,
-    order_id: Uuid,
-    outbox: &Outbox,
-) -> Result<Settled, PaymentError> {
+pub async fn pay(pool: &PgPool, event_id: &str, sale: &SaleId, order_id: Uuid) -> Result<Settled, PaymentError> {
     let mut tx = pool.begin().await?;
     if let Some(stored) = stored_event(&mut tx, event_id, sale, order_id).await? {
         return Ok(stored);
@@ -258,13 +250,13 @@ pub async fn pay(
     };
     let sale_id = sale.as_str();
     if expired_now {
-        db::emit_order(&mut tx, outbox, "order.expired", sale_id, order_id, json!({})).await?;
+        db::emit_order(&mut tx, "order.expired", sale_id, order_id, json!({})).await?;
     }
     let (kind, extra) = match outcome {
         PaymentOutcome::Paid => ("order.paid", json!({ "payment_id": event_id })),
         late => ("order.late_payment", json!({ "payment_id": event_id, "outcome": late.as_str() })),
     };
-    db::emit_order(&mut tx, outbox, kind, sale_id, order_id, extra).await?;
+    db::emit_order(&mut tx, kind, sale_id, order_id, extra).await?;
     let inserted = sqlx::query(
         "insert into payment_events (event_id, sale_id, order_id, outcome, status) values ($1, $2, $3, $4, $5)
          on conflict (event_id) do nothing",

@@ -64,7 +64,7 @@ impl Reservations {
     /// releases if `redrive`; returns how long to sleep before the next round.
     pub async fn sweep_once(&self, redrive: bool) -> anyhow::Result<Duration> {
         while let Some((_, true)) = store::next_deadline(&self.pool).await? {
-            let expired = store::expire_due(&self.pool, BATCH, &self.outbox).await?;
+            let expired = store::expire_due(&self.pool, BATCH).await?;
             let full = expired.len() as i64 == BATCH;
             let mut owed = Vec::with_capacity(expired.len());
             for (order, lag) in expired {

@@ -15,6 +15,8 @@ use crate::reconcile::{self, ReconcileReport};
 use crate::redis::connection::is_redis_outage;
 use crate::reservations::store::{self, Tally};
 use crate::retire::{RetireOutcome, RetireReport};
+use crate::webhooks::endpoints::{self, Endpoint};
+use crate::webhooks::store::{self as webhook_store, Summary};
 
 /// Most sales [`Shop::sales_report`] reads (the first by sale id).
 pub const MAX_LISTED_SALES: usize = 100;
@@ -51,11 +53,18 @@ pub struct SalesReport {
     pub refused: u64,
     /// Requests refused from memory since this process started.
     pub refused_from_memory: u64,
-    /// The order events' deliveries, when webhooks are on (`None` otherwise, or while Postgres
-    /// cannot be read).
-    pub webhooks: Option<crate::webhooks::store::Summary>,
+    /// The order events' deliveries and the endpoints, when an endpoint is registered or a
+    /// delivery kept (`None` otherwise, or while Postgres cannot be read).
+    pub webhooks: Option<WebhooksReport>,
     /// When this instance read the state.
     pub sampled_at: OffsetDateTime,
+}
+
+/// The order events' deliveries over every endpoint, and each endpoint with its state.
+#[derive(Debug, Clone)]
+pub struct WebhooksReport {
+    pub summary: Summary,
+    pub endpoints: Vec<Endpoint>,
 }
 
 /// Whether this process's dependencies answer, and its worker's report.
@@ -111,10 +120,7 @@ impl Shop {
             })
             .collect();
         let refusals = |decision| self.metrics.limiter_decisions.with_label_values(&[decision]).get();
-        let webhooks = match self.settings.webhooks {
-            true => crate::webhooks::store::summary(&self.pool).await.inspect_err(warn_without_persisted).ok(),
-            false => None,
-        };
+        let webhooks = self.webhooks_report().await.inspect_err(warn_without_persisted).ok().flatten();
         Ok(SalesReport {
             webhooks,
             sales,
@@ -125,6 +131,15 @@ impl Shop {
             refused_from_memory: refusals("refused_from_memory"),
             sampled_at,
         })
+    }
+
+    /// The deliveries' summary and the endpoints; `None` when no endpoint is registered and no
+    /// delivery is kept (webhooks were never used).
+    async fn webhooks_report(&self) -> Result<Option<WebhooksReport>, sqlx::Error> {
+        let endpoints = endpoints::list(&self.pool).await?;
+        let summary = webhook_store::summary(&self.pool).await?;
+        let used = !endpoints.is_empty() || summary.open > 0 || summary.failed > 0;
+        Ok(used.then_some(WebhooksReport { summary, endpoints }))
     }
 
     /// Retires the sale (`crate::retire`): once it has ended or sold out, its queue has drained

@@ -129,6 +129,15 @@ pub enum Error {
     /// `unknown_event`: no order event with that id is kept.
     #[error("no event with that id (it may be past its retention)")]
     UnknownEvent,
+    /// `unknown_endpoint`: no webhook endpoint with that id is registered.
+    #[error("no webhook endpoint with that id (GET /admin/webhooks lists them)")]
+    UnknownEndpoint,
+    /// `too_many_endpoints`: as many webhook endpoints as allowed are registered.
+    #[error("{max} webhook endpoints are registered, the most allowed: remove one first")]
+    TooManyEndpoints {
+        /// The most endpoints registered at once.
+        max: i64,
+    },
     /// `no_order`: the buyer has no order in the sale (nothing to cancel).
     #[error("this buyer has no order in this sale")]
     NoOrder,
@@ -238,6 +247,8 @@ impl Error {
             Self::InvalidSignature(_) => "invalid_signature",
             Self::UnknownOrder => "unknown_order",
             Self::UnknownEvent => "unknown_event",
+            Self::UnknownEndpoint => "unknown_endpoint",
+            Self::TooManyEndpoints { .. } => "too_many_endpoints",
             Self::NoOrder => "no_order",
             Self::NotReserved(_) => "not_reserved",
             Self::EventReused => "event_reused",

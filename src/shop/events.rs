@@ -21,8 +21,9 @@ impl Shop {
         Ok(store::list(&self.pool, after, limit, listing).await?)
     }
 
-    /// Sends the event `id` again to every endpoint it was delivered to or failed for (its
-    /// receivers drop a duplicate by its `webhook-id`): the deliveries reopened.
+    /// Sends the event `id` again to every endpoint it was delivered to or failed for that is
+    /// still registered and enabled (its receivers drop a duplicate by its `webhook-id`): the
+    /// deliveries reopened.
     pub async fn retry_event(&self, id: i64) -> Result<u64, Error> {
         store::retry(&self.pool, id).await?.ok_or(Error::UnknownEvent)
     }

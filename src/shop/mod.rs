@@ -2,7 +2,7 @@
 //! and cancel an order (`orders`), join and ask a waiting room (`queue`), take a payment event
 //! (`payments`), seed (`seed`), watch, retire and reconcile (`admin`), pause, resume, end, change
 //! the stock and list the audit trail (`controls`), list and re-send the order events (`events`),
-//! and readiness. Each takes
+//! list, register, remove and re-enable the webhook endpoints (`webhooks`), and readiness. Each takes
 //! validated ids and plain values and returns a typed outcome (with the rate limits' decision,
 //! for the limited ones: `limits`) or an [`Error`]; `http` only extracts, calls one method and
 //! turns the outcome into an answer. The types of the layers below that `http` names (in its
@@ -20,6 +20,7 @@ mod payments;
 mod queue;
 mod sales;
 mod seed;
+mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,13 +38,15 @@ use crate::purchase::retired::RetiredSales;
 use crate::purchase::sold_out::SoldOutFlags;
 use crate::reservations::Reservations;
 use crate::retire::Retirer;
+use crate::webhooks::Changes;
 
-pub use self::admin::{Readiness, SaleReport, SalesReport};
+pub use self::admin::{Readiness, SaleReport, SalesReport, WebhooksReport};
 pub use self::buy::{AdmissionToken, Bought};
 pub use self::error::Error;
 pub use self::limits::{Limit, Limited, Limits, Reported};
 pub use self::orders::Cancelled;
 pub use self::seed::SeedOrder;
+pub use self::webhooks::RemovedEndpoint;
 pub use crate::admission::token::ADMISSION_HEADER;
 pub use crate::admission::{Answer as QueueAnswer, commitment as seed_commitment, line::Stand};
 pub use crate::challenge::{CHALLENGE_HEADER, DEFAULT_COST as DEFAULT_CHALLENGE_COST, Issued as IssuedChallenge};
@@ -78,6 +81,7 @@ pub mod lower {
     }
     /// The order events out and their deliveries.
     pub mod webhooks {
+        pub use crate::webhooks::endpoints::{Endpoint, MAX_ENDPOINTS, MAX_URL_BYTES};
         pub use crate::webhooks::store::{Delivery, Event, MAX_LISTED, Summary};
     }
     /// Why a sale cannot be retired, and what a retirement removed.
@@ -115,6 +119,8 @@ pub struct Shop {
     admission: Admission,
     /// The proofs of work at the door.
     challenges: Challenges,
+    /// Wakes this process's webhook dispatcher when an admin route changed the endpoints.
+    endpoint_changes: Changes,
 }
 
 /// The settings the use cases read.
@@ -125,8 +131,6 @@ pub struct Settings {
     pub default_payment_window: Option<Duration>,
     /// `SECKILL_ADMISSION_TTL`: how long an admission lasts, for sales seeded from now on.
     pub admission_ttl: Duration,
-    /// `SECKILL_WEBHOOK_URL` names endpoints: the order events go out (`crate::webhooks`).
-    pub webhooks: bool,
     /// `SECKILL_CHALLENGE_COST`: the proof of work of sales seeded without one (0: none).
     pub challenge_cost: u32,
 }
@@ -145,6 +149,7 @@ pub struct Parts {
     pub settings: Settings,
     pub admission: Admission,
     pub challenges: Challenges,
+    pub endpoint_changes: Changes,
 }
 
 impl Shop {
@@ -164,6 +169,7 @@ impl Shop {
             settings: Arc::new(parts.settings),
             admission: parts.admission,
             challenges: parts.challenges,
+            endpoint_changes: parts.endpoint_changes,
         }
     }
 

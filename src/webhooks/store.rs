@@ -19,26 +19,21 @@ pub struct Claimed {
     pub body: String,
 }
 
-/// Claims up to `limit` due deliveries to `endpoints` for `lease_secs` (their next attempt moves
+/// Claims up to `limit` due deliveries to `endpoint` for `lease_secs` (their next attempt moves
 /// past the lease, so a dispatcher that dies mid-attempt leaves them due again), skipping rows
 /// another dispatcher holds and every delivery whose order has an earlier event still open to
 /// the same endpoint (one order's events arrive in order).
 ///
-/// Its cost is the batch's, not the backlog's: the due rows are read in the order of the index
-/// `webhook_deliveries_due` until `limit` are taken, and the update finds them by `ctid` (a
-/// TID scan; they are locked, so their `ctid` holds until it runs), where a join on the key let
-/// Postgres hash the whole table, delivered rows included, every round.
-pub async fn claim(
-    pool: &PgPool,
-    endpoints: &[String],
-    limit: i64,
-    lease_secs: f64,
-) -> Result<Vec<Claimed>, sqlx::Error> {
+/// Its cost is the batch's, not the backlog's, whatever other endpoints have piled up: the
+/// endpoint's due rows are read in the order of the index `webhook_deliveries_due` (endpoint,
+/// next attempt, event) until `limit` are taken, and the update finds them by `ctid` (a TID scan;
+/// they are locked, so their `ctid` holds until it runs), where a join on the key let Postgres
+/// hash the whole table, delivered rows included, every round.
+pub async fn claim(pool: &PgPool, endpoint: &str, limit: i64, lease_secs: f64) -> Result<Vec<Claimed>, sqlx::Error> {
     let rows: Vec<(i64, String, i32, String, String)> = sqlx::query_as(
         "with due as (
              select d.ctid from webhook_deliveries d
-             where d.delivered_at is null and d.failed_at is null and d.next_attempt_at <= now()
-               and d.endpoint = any($1)
+             where d.endpoint = $1 and d.delivered_at is null and d.failed_at is null and d.next_attempt_at <= now()
                and (d.order_id is null or not exists (
                    select 1 from webhook_deliveries p
                    where p.order_id = d.order_id and p.endpoint = d.endpoint and p.event_id < d.event_id
@@ -51,7 +46,7 @@ pub async fn claim(
          where d.ctid = any(array(select ctid from due)) and e.id = d.event_id
          returning d.event_id, d.endpoint, d.attempts, e.event_id, e.body",
     )
-    .bind(endpoints)
+    .bind(endpoint)
     .bind(limit)
     .bind(lease_secs)
     .fetch_all(pool)
@@ -62,10 +57,31 @@ pub async fn claim(
         .collect())
 }
 
-/// Records a delivery's 2xx.
+/// Gives back claims never attempted (the dispatcher stopping mid-round): due again at once, their
+/// attempt not counted. A claim another dispatcher took since (its lease lapsed) is left alone.
+pub async fn release(pool: &PgPool, claims: &[Claimed]) -> Result<(), sqlx::Error> {
+    let events: Vec<i64> = claims.iter().map(|c| c.event).collect();
+    let endpoints: Vec<&str> = claims.iter().map(|c| c.endpoint.as_str()).collect();
+    let attempts: Vec<i32> = claims.iter().map(|c| c.attempts).collect();
+    sqlx::query(
+        "update webhook_deliveries d set attempts = d.attempts - 1, next_attempt_at = now()
+         from unnest($1::bigint[], $2::text[], $3::integer[]) as c (event_id, endpoint, attempts)
+         where d.event_id = c.event_id and d.endpoint = c.endpoint and d.attempts = c.attempts
+           and d.delivered_at is null and d.failed_at is null",
+    )
+    .bind(&events)
+    .bind(&endpoints)
+    .bind(&attempts)
+    .execute(pool)
+    .await
+    .map(drop)
+}
+
+/// Records a delivery's 2xx (also over a failure its endpoint's disabling recorded meanwhile: the
+/// receiver has it).
 pub async fn delivered(pool: &PgPool, claimed: &Claimed, status: u16) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "update webhook_deliveries set delivered_at = now(), last_status = $3, last_error = null
+        "update webhook_deliveries set delivered_at = now(), failed_at = null, last_status = $3, last_error = null
          where event_id = $1 and endpoint = $2 and delivered_at is null",
     )
     .bind(claimed.event)
@@ -249,8 +265,9 @@ pub async fn list(pool: &PgPool, after: i64, limit: i64, listing: Listing) -> Re
     Ok(events)
 }
 
-/// Sends the event again to every endpoint: each delivery that is closed (delivered or failed)
-/// is due at once with a fresh schedule. `None`: no such event.
+/// Sends the event again to every enabled endpoint it has a delivery to: each delivery that is
+/// closed (delivered or failed) is due at once with a fresh schedule (those to an endpoint removed
+/// or disabled stay as they are). `None`: no such event.
 pub async fn retry(pool: &PgPool, id: i64) -> Result<Option<u64>, sqlx::Error> {
     let mut tx = pool.begin().await?;
     let exists: Option<i64> =
@@ -261,7 +278,8 @@ pub async fn retry(pool: &PgPool, id: i64) -> Result<Option<u64>, sqlx::Error> {
     let reopened = sqlx::query(
         "update webhook_deliveries
          set attempts = 0, next_attempt_at = now(), delivered_at = null, failed_at = null, last_error = null
-         where event_id = $1 and (delivered_at is not null or failed_at is not null)",
+         where event_id = $1 and (delivered_at is not null or failed_at is not null)
+           and endpoint in (select url from webhook_endpoints where disabled_at is null)",
     )
     .bind(id)
     .execute(&mut *tx)

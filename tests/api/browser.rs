@@ -1,7 +1,7 @@
 //! The live sale page (`GET /admin`) in a real browser: headless Chromium driven through
 //! chromedriver (WebDriver, `fantoccini`) during a small storm, and a sale with a payment window.
 //! Screenshots are written to `target/tmp/admin-page-{live,alert,reservations,fragment-sold-out,
-//! paused,marks,webhooks,webhooks-quiet}.png` (cargo's `CARGO_TARGET_TMPDIR`).
+//! paused,marks,webhooks,webhooks-quiet,webhook-disabled}.png` (cargo's `CARGO_TARGET_TMPDIR`).
 
 use std::time::Duration;
 
@@ -411,4 +411,51 @@ async fn the_live_page_shows_the_order_events_deliveries_and_their_failures() {
     assert!(shown.ends_with("failed for good (GET /admin/events?status=failed lists them, POST /admin/events/{id}/retry sends one again)."), "{shown}");
     assert!(shown.contains("GET /admin/events?status=failed"), "the way to the failures: {shown}");
     browser.screenshot("admin-page-webhooks.png").await;
+}
+
+#[tokio::test]
+async fn the_live_page_says_which_webhook_endpoint_is_disabled_and_why() {
+    let disable_after = |c: &mut seckill::config::Config| c.webhooks.webhook_disable_after = Duration::from_secs(1);
+    let (receiver, _app, browser) = live_page_with_a_receiver_down(200, disable_after).await;
+    let shown = browser
+        .wait_for("the disabled endpoint", async |b| {
+            Some(visible_text(b, "webhooks-disabled").await).filter(|l| !l.is_empty())
+        })
+        .await;
+    let expected = format!("Webhook endpoint {} disabled since ", receiver.url);
+    assert!(shown.starts_with(&expected), "{shown}");
+    assert!(shown.contains("no attempt accepted since") && shown.contains("(1s or more); the last: "), "why: {shown}");
+    assert!(shown.contains("until POST /admin/webhooks/1/enable"), "the way back: {shown}");
+    browser.screenshot("admin-page-webhook-disabled.png").await;
+}
+
+/// The text of the element `id` while it is visible ("" while hidden).
+async fn visible_text(browser: &Browser, id: &str) -> String {
+    let script =
+        format!(r#"const e = document.getElementById("{id}"); return e.checkVisibility() ? e.innerText : "";"#);
+    serde_json::from_value(browser.run(&script, vec![]).await).unwrap()
+}
+
+/// The live page, logged in, of a service that sends webhooks to a receiver that is down
+/// (`attempts` each, `tweak` on top of that), after one order.
+async fn live_page_with_a_receiver_down(
+    attempts: usize,
+    tweak: impl FnOnce(&mut seckill::config::Config),
+) -> (crate::common::receiver::Receiver, TestApp, Browser) {
+    let receiver = crate::common::receiver::Receiver::start(crate::common::receiver::Mode::Down).await;
+    let app = spawn_app_with(
+        |c| {
+            crate::webhooks::webhooks_to(c, &receiver.url, attempts);
+            tweak(c);
+        },
+        true,
+    )
+    .await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 3).await;
+    assert_eq!(app.buy(&sale, "ann").await.status(), 201);
+    let browser = Browser::start().await;
+    browser.client.goto(&app.url("/admin")).await.unwrap();
+    browser.log_in(ADMIN_TOKEN).await;
+    (receiver, app, browser)
 }

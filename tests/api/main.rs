@@ -44,5 +44,6 @@ mod shutdown;
 mod sold_out;
 mod unknown_sales;
 mod waiting_room_page;
+mod webhook_endpoints;
 mod webhooks;
 mod worker;

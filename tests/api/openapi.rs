@@ -53,6 +53,7 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
     documented.sort();
     let expected = [
         "DELETE /admin/sales/{sale_id}",
+        "DELETE /admin/webhooks/{id}",
         "DELETE /sales/{sale_id}/order",
         "GET /",
         "GET /admin",
@@ -62,6 +63,7 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
         "GET /admin/sales/{sale_id}",
         "GET /admin/sales/{sale_id}/audit",
         "GET /admin/sales/{sale_id}/reconcile",
+        "GET /admin/webhooks",
         "GET /challenge-worker.js",
         "GET /favicon.ico",
         "GET /healthz",
@@ -79,6 +81,8 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
         "POST /admin/sales/{sale_id}/reconcile",
         "POST /admin/sales/{sale_id}/resume",
         "POST /admin/sales/{sale_id}/stock",
+        "POST /admin/webhooks",
+        "POST /admin/webhooks/{id}/enable",
         "POST /buy",
         "POST /payments/events",
         "POST /sales/{sale_id}/queue",

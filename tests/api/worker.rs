@@ -97,8 +97,7 @@ async fn a_crash_between_insert_and_ack_redelivers_without_duplicates() {
     let (sale, ids) = queued_sale(&app, 4).await;
     // A worker read the entries and committed them, then died before acknowledging.
     deliver_to(&app, &sale, "crashed").await;
-    let report =
-        db::insert_orders(&app.pool, &stream_orders(&app, &sale).await, &db::Outbox::default(), None).await.unwrap();
+    let report = db::insert_orders(&app.pool, &stream_orders(&app, &sale).await, db::Hint::Quiet).await.unwrap();
     assert_eq!(report.inserted, 4);
     tokio::time::sleep(Duration::from_millis(10)).await;
 

@@ -23,6 +23,9 @@ pub enum Mode {
     Accept,
     /// Closes every connection without an answer (a receiver that is down).
     Down,
+    /// Reads each request and never answers, holding the connection until the sender gives up (a
+    /// receiver that hangs).
+    Hang,
 }
 
 /// One request received.
@@ -115,7 +118,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         let mut state = state.lock().unwrap();
         let seen = state.attempts.iter().any(|a| a.id == id);
         let answered = match state.mode.unwrap_or(Mode::Accept) {
-            Mode::Down => 0,
+            Mode::Down | Mode::Hang => 0,
             Mode::Accept => 200,
             Mode::FailFirst if seen => 200,
             Mode::FailFirst => 500,
@@ -125,6 +128,10 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         answered
     };
     if answered == 0 {
+        if state.lock().unwrap().mode == Some(Mode::Hang) {
+            // Held open, unanswered, until the sender closes it.
+            while let Ok(1..) = stream.read(&mut chunk).await {}
+        }
         return; // dropped: the connection closes without an answer
     }
     let reason = if answered == 200 { "OK" } else { "Internal Server Error" };

@@ -24,4 +24,5 @@ mod retire;
 mod soak;
 mod stock_and_sigterm;
 mod traces;
+mod webhook_endpoints;
 mod webhooks;

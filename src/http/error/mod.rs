@@ -87,7 +87,9 @@ pub const PAUSED_RETRY_AFTER_SECS: u64 = 5;
 fn status_of(err: &E) -> StatusCode {
     match err {
         E::Invalid(_) => StatusCode::BAD_REQUEST,
-        E::UnknownSale | E::UnknownOrder | E::UnknownEvent | E::NoOrder | E::NotInQueue => StatusCode::NOT_FOUND,
+        E::UnknownSale | E::UnknownOrder | E::UnknownEvent | E::UnknownEndpoint | E::NoOrder | E::NotInQueue => {
+            StatusCode::NOT_FOUND
+        }
         E::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
         E::SaleNotStarted
         | E::SaleEnded
@@ -113,6 +115,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::StockBelowZero { .. }
         | E::StockTooLarge { .. }
         | E::Sharded
+        | E::TooManyEndpoints { .. }
         | E::EventReused => StatusCode::CONFLICT,
         E::SoldOut | E::SaleRetired => StatusCode::GONE,
         E::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,

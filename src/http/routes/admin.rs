@@ -17,11 +17,12 @@ use utoipa::ToSchema;
 
 use super::responses::{SaleRetired, UnknownSale};
 use super::sale_of;
+use super::webhooks::EndpointView;
 use crate::domain::ms_to_time;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::views::WorkerReport;
-use crate::shop::{SaleReport, SaleState, SalesReport};
+use crate::shop::{SaleReport, SaleState, SalesReport, WebhooksReport};
 
 /// Proof that the request carried the admin token. Extracted before the body, so an
 /// unauthenticated request is refused with 401 whatever its body.
@@ -254,8 +255,8 @@ pub struct SalesOverview {
     /// This instance's proofs of work since it started (docs/waiting-room.md, "Proof of work").
     #[serde(default)]
     pub challenges: ChallengeCounts,
-    /// The order events' deliveries (docs/webhooks.md); absent without `SECKILL_WEBHOOK_URL`, or
-    /// while Postgres cannot be read.
+    /// The order events' deliveries and endpoints (docs/webhooks.md); absent while no endpoint is
+    /// registered and no delivery kept, or while Postgres cannot be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhooks: Option<WebhookDeliveries>,
     /// When this instance read the state (for rates between two samples).
@@ -272,6 +273,9 @@ pub struct WebhookDeliveries {
     pub failed: i64,
     /// Seconds since the oldest open delivery's event was written: the delivery lag (0: none open).
     pub lag_seconds: f64,
+    /// Every registered endpoint, with its state (a disabled one says why) and counts.
+    #[serde(default)]
+    pub endpoints: Vec<EndpointView>,
 }
 
 /// A sale `GET /admin/sales` could not read.
@@ -345,10 +349,11 @@ pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpRespo
                 refused: refused.into_iter().collect(),
             }
         },
-        webhooks: webhooks.map(|w| WebhookDeliveries {
-            open: w.open,
-            failed: w.failed,
-            lag_seconds: w.oldest_open_age_secs,
+        webhooks: webhooks.map(|WebhooksReport { summary, endpoints }| WebhookDeliveries {
+            open: summary.open,
+            failed: summary.failed,
+            lag_seconds: summary.oldest_open_age_secs,
+            endpoints: endpoints.into_iter().map(EndpointView::from).collect(),
         }),
         sampled_at,
     }))

@@ -143,8 +143,9 @@ pub struct Retried {
     pub reopened: u64,
 }
 
-/// Sends the event again to every endpoint it was delivered to or failed for, at once and with a
-/// fresh schedule (the same `webhook-id` and body: receivers drop a duplicate).
+/// Sends the event again to every endpoint it was delivered to or failed for that is still
+/// registered and enabled, at once and with a fresh schedule (the same `webhook-id` and body:
+/// receivers drop a duplicate).
 #[utoipa::path(
     post,
     path = "/admin/events/{id}/retry",

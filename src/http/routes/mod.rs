@@ -1,5 +1,5 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `challenge`,
-//! `payments`, `admin`, `seed`, `controls`, `events`, `retire`, `reconcile`, `admin_page`,
+//! `payments`, `admin`, `seed`, `controls`, `events`, `webhooks`, `retire`, `reconcile`, `admin_page`,
 //! `buyer_page`, `favicon`, `health`, `openapi`; `page` is what the two HTML pages share, `object`
 //! what every JSON body is read as, `responses` and `user_id` what the routes' OpenAPI annotations
 //! share), and here the routing itself, 404/405, the sale id of a path and `GET /metrics`.
@@ -24,6 +24,7 @@ mod retire;
 mod sales;
 mod seed;
 mod user_id;
+mod webhooks;
 
 use actix_web::{HttpRequest, HttpResponse, guard, web};
 
@@ -131,6 +132,22 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
         .service(
             web::resource("/admin/events/{id}/retry")
                 .route(web::post().to(events::retry))
+                .default_service(allow("POST")),
+        )
+        .service(
+            web::resource("/admin/webhooks")
+                .route(read().to(webhooks::list))
+                .route(web::post().to(webhooks::register))
+                .default_service(allow("GET, HEAD, POST")),
+        )
+        .service(
+            web::resource("/admin/webhooks/{id}")
+                .route(web::delete().to(webhooks::remove))
+                .default_service(allow("DELETE")),
+        )
+        .service(
+            web::resource("/admin/webhooks/{id}/enable")
+                .route(web::post().to(webhooks::enable))
                 .default_service(allow("POST")),
         )
         .service(

@@ -11,7 +11,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::{
     admin, admin_page, buy, buyer_page, challenge, controls, events, favicon, health, payments, queue, reconcile,
-    retire, sales, seed,
+    retire, sales, seed, webhooks,
 };
 use crate::http::AppState;
 
@@ -39,6 +39,10 @@ use crate::http::AppState;
         payments::late_payments,
         events::list,
         events::retry,
+        webhooks::list,
+        webhooks::register,
+        webhooks::remove,
+        webhooks::enable,
         retire::retire,
         controls::pause,
         controls::resume,
@@ -60,7 +64,7 @@ use crate::http::AppState;
         (name = "payments", description = "The shop's payment system: signed payment events that settle reservations"),
         (name = "buyer", description = "The buyer page: countdown, stock, Buy, the order's status"),
         (name = "admin", description = "Seeding, inspecting, pausing, restocking and retiring sales, their audit \
-            trail (bearer token), and the live sale page"),
+            trail, the order events and their webhook endpoints (bearer token), and the live sale page"),
         (name = "health", description = "Liveness, readiness, metrics and this document"),
     )
 )]

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::streams::{StreamHealth, StreamState};
-use crate::db::{self, Outbox};
+use crate::db;
 use crate::domain::SaleId;
 use crate::metrics::Metrics;
 use crate::purchase::Sales;
@@ -115,18 +115,21 @@ pub struct Worker {
     stats: WorkerStats,
     metrics: Arc<Metrics>,
     queues_sampled_at: Option<Instant>,
-    /// Where each inserted order's `order.created` goes (off by default).
-    outbox: Outbox,
+    /// The last insert wrote events (a webhook endpoint is registered): the next one writes
+    /// them too, and the batch's sales are checked in Redis for `sale.sold_out` (a hint:
+    /// Postgres decides what is written, `db::Hint`).
+    hooked: bool,
 }
 
 impl Worker {
-    /// With the outbox on, the batch's sales whose Redis stock is gone (a `GET` per sale of the
-    /// batch, usually one): the only ones whose `sale.sold_out` the insert checks, a check that sums the sale's
-    /// orders and would cost a sale still selling that sum on every batch. `None` (check every
-    /// sale) without the outbox's need or when Redis does not answer. A sale whose units come back
-    /// before its last orders are stored may miss its event (docs/webhooks.md).
+    /// While events are written (the last insert's `hooked`), the batch's sales whose Redis
+    /// stock is gone (a `GET` per sale of the batch, usually one): the only ones whose
+    /// `sale.sold_out` the insert checks, a check that sums the sale's orders and would cost a
+    /// sale still selling that sum on every batch. `None` (the insert checks every sale of the
+    /// batch, if an endpoint is registered) otherwise, or when Redis does not answer. A sale whose
+    /// units come back before its last orders are stored may miss its event (docs/webhooks.md).
     async fn sold_out_in_redis(&self, orders: &[crate::domain::Order]) -> Option<std::collections::HashSet<String>> {
-        if !self.outbox.is_on() {
+        if !self.hooked {
             return None;
         }
         let mut sales: Vec<&SaleId> = orders.iter().map(|o| &o.sale_id).collect();
@@ -164,14 +167,8 @@ impl Worker {
             stats: WorkerStats::default(),
             metrics,
             queues_sampled_at: None,
-            outbox: Outbox::default(),
+            hooked: false,
         }
-    }
-
-    /// The same worker, writing each order's `order.created` (and a sale's `sale.sold_out`) to
-    /// `outbox` with its insert.
-    pub fn with_outbox(self, outbox: Outbox) -> Self {
-        Self { outbox, ..self }
     }
 
     /// The worker's report of its streams, for `/readyz` and the admin overview.
@@ -321,7 +318,8 @@ impl Worker {
             false => tracing::Span::none(),
         };
         let may_sell_out = self.sold_out_in_redis(&orders).await;
-        let insert = db::insert_orders(&self.pool, &orders, &self.outbox, may_sell_out.as_ref()).instrument(span);
+        let hint = if self.hooked { db::Hint::Hooked(may_sell_out.as_ref()) } else { db::Hint::Quiet };
+        let insert = db::insert_orders(&self.pool, &orders, hint).instrument(span);
         let insert = tokio::time::timeout(self.settings.insert_timeout, insert);
         let report = insert
             .await
@@ -329,6 +327,7 @@ impl Worker {
             .and_then(|r| r.map_err(anyhow::Error::from))
             .context("inserting orders")?;
         timer.observe_duration();
+        self.hooked = report.hooked;
         self.metrics.worker_batch_size.observe(entries as f64);
         for conflict in &report.conflicts {
             tracing::warn!(order_id = %conflict.order_id, sale_id = %conflict.sale_id, user_id = %conflict.user_id,
