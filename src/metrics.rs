@@ -48,7 +48,7 @@ pub const PURCHASE_OUTCOMES: [&str; 21] = [
 ];
 
 /// Limiter decisions, in the order of [`Metrics::limiter_decision`]'s labels.
-pub const LIMITER_DECISIONS: [&str; 8] = [
+pub const LIMITER_DECISIONS: [&str; 9] = [
     "allowed",
     "refused",
     "refused_from_memory",
@@ -56,6 +56,7 @@ pub const LIMITER_DECISIONS: [&str; 8] = [
     "buyer_refused_from_memory",
     "sold_out_refused",
     "proof_check_refused",
+    "unknown_sale_refused",
     "error",
 ];
 

@@ -71,6 +71,7 @@ impl Application {
             scope: config.rate_limit_scope,
             from_memory: LocalLimiter::new(config.sold_out_rate_limit()),
             proof_checks: LocalLimiter::new(config.rate_limit),
+            unknown_sales: LocalLimiter::new(config.rate_limit),
         };
         let rate_limit = RateLimitFields::new(&limits).context("rate limit policies")?;
         let verifier = config.auth.verifier().map_err(anyhow::Error::msg).context("SECKILL_AUTH")?;

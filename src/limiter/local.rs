@@ -30,6 +30,8 @@ pub struct LocalLimiter {
     capacity: usize,
     started: Instant,
     last_retain_ms: AtomicU64,
+    /// The clients refused, until when: what [`LocalLimiter::refused`] tells without spending.
+    refused: moka::sync::Cache<IpAddr, Instant>,
 }
 
 impl std::fmt::Debug for LocalLimiter {
@@ -55,6 +57,10 @@ impl LocalLimiter {
             capacity,
             started: Instant::now(),
             last_retain_ms: AtomicU64::new(0),
+            refused: moka::sync::Cache::builder()
+                .max_capacity(capacity as u64)
+                .time_to_live(rate.window.max(FULL_RETRY))
+                .build(),
         }
     }
 
@@ -65,7 +71,19 @@ impl LocalLimiter {
         if full && self.limiter.len() >= self.capacity {
             return Err(FULL_RETRY);
         }
-        self.limiter.check_key(&client).map_err(|not_until| not_until.wait_time_from(self.limiter.clock().now()))
+        let wait = match self.limiter.check_key(&client) {
+            Ok(()) => return Ok(()),
+            Err(not_until) => not_until.wait_time_from(self.limiter.clock().now()),
+        };
+        self.refused.insert(client, Instant::now() + wait);
+        Err(wait)
+    }
+
+    /// How long `client` must still wait, if its last request was refused and the wait has not
+    /// passed: asked without spending a request.
+    pub fn refused(&self, client: IpAddr) -> Option<Duration> {
+        let until = self.refused.get(&client)?;
+        until.checked_duration_since(Instant::now()).filter(|wait| !wait.is_zero())
     }
 
     /// Drops the lapsed clients, if it is time to (one caller at a time).
@@ -107,6 +125,20 @@ mod tests {
         let wait = limiter.check(ip(1)).unwrap_err();
         assert!(wait > Duration::from_secs(15) && wait <= Duration::from_secs(20), "{wait:?}");
         assert!(limiter.check(ip(2)).is_ok());
+    }
+
+    #[test]
+    fn a_refusal_is_told_without_spending_until_its_wait_passes() {
+        let limiter = LocalLimiter::new(RateLimit { limit: 1, window: Duration::from_millis(100) });
+        assert_eq!(limiter.refused(ip(1)), None, "never asked");
+        assert!(limiter.check(ip(1)).is_ok());
+        assert_eq!(limiter.refused(ip(1)), None, "admitted, not refused");
+        let wait = limiter.check(ip(1)).unwrap_err();
+        let told = limiter.refused(ip(1)).expect("refused");
+        assert!(told <= wait && !told.is_zero(), "{told:?} of {wait:?}");
+        std::thread::sleep(wait + Duration::from_millis(5));
+        assert_eq!(limiter.refused(ip(1)), None, "the wait passed");
+        assert!(limiter.check(ip(1)).is_ok(), "asking did not spend");
     }
 
     #[test]

@@ -87,6 +87,13 @@ impl SaleBoard {
         self.snapshots.invalidate(sale.as_str()).await;
     }
 
+    /// Drops the sale's snapshot and the registry, so the next request reads both afresh (the
+    /// sale was just seeded here).
+    pub async fn forget(&self, sale: &SaleId) {
+        self.registry.invalidate(&()).await;
+        self.invalidate(sale).await;
+    }
+
     async fn read_registry(&self) -> RedisResult<Arc<HashSet<String>>> {
         let ids = self.sales.sale_ids().await?;
         Ok(Arc::new(ids.into_iter().map(|id| id.as_str().to_owned()).collect()))

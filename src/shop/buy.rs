@@ -99,10 +99,11 @@ impl Shop {
         let prefix = self.sales.keyspace().prefix();
         // A client refused lately for naming sales that do not exist stays refused for them
         // (memory, then this instance's registry: no Redis call of its own).
-        if let Some(refusal) = meter.unknown_sales_refusal(prefix, client)
+        if let Some(wait) = meter.unknown_sales_refused(client)
             && !self.board.registered(sale).await?
         {
-            return Err(meter.refused_from_memory(refusal));
+            self.metrics.limiter_decision("unknown_sale_refused");
+            return Err(super::limits::rate_limited(wait));
         }
         let gates = meter.gates(prefix, client, user, sale)?;
         let (asked, order_id) = (Instant::now(), Uuid::now_v7());
@@ -132,7 +133,7 @@ impl Shop {
                 Err(Error::NotDurable { order_id })
             }
             BuyOutcome::UnknownSale => {
-                meter.check_unknown_sale(self.sales.keyspace(), client).await?;
+                meter.check_unknown_sale(client)?;
                 Err(if self.retired.check(sale).await { Error::SaleRetired } else { Error::UnknownSale })
             }
             BuyOutcome::NotStarted => Err(Error::SaleNotStarted),

@@ -94,7 +94,8 @@ pub enum Error {
     /// `group_window_differs`: a seed of a group's sale with another payment window than the
     /// group's other sales.
     #[error(
-        "the sale's group has other sales {}; every sale of a group must have the same payment window (the body's payment_window, else SECKILL_PAYMENT_WINDOW)",
+        "the sale's group has other sales {}; every sale of a group must have the same payment window \
+         (the body's payment_window, else SECKILL_PAYMENT_WINDOW)",
         window_words(*payment_window_ms)
     )]
     GroupWindowDiffers {

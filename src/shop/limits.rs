@@ -33,6 +33,10 @@ pub struct Limits {
     /// the address limit's rate, asked before a proof is checked, so a client sending bogus
     /// solutions is refused at the cost of a table lookup.
     pub proof_checks: LocalLimiter,
+    /// The in-process per-client quota of requests naming sales that exist nowhere, at the
+    /// address limit's rate, whatever the scope: inventing sale ids buys no fresh quota, and
+    /// costs Redis nothing.
+    pub unknown_sales: LocalLimiter,
 }
 
 impl Limits {
@@ -169,31 +173,18 @@ impl<'a> Meter<'a> {
     }
 
     /// A request that names a sale that does not exist: it counts against the client's quota of
-    /// such requests, the address limit on the client's key of the `global` scope whatever
-    /// `SECKILL_RATE_LIMIT_SCOPE` says, so inventing sale ids buys no fresh quota. Refused lately:
-    /// 429 from memory.
-    pub(super) async fn check_unknown_sale(&mut self, keyspace: &Keyspace, client: IpAddr) -> Result<(), Error> {
-        if let Some(refusal) = self.unknown_sales_refusal(keyspace.prefix(), client) {
-            return Err(self.refused_from_memory(refusal));
-        }
-        self.run(keyspace, &[self.unknown_sale_gate(keyspace.prefix(), client)]).await
+    /// such requests ([`Limits::unknown_sales`]); past it, 429.
+    pub(super) fn check_unknown_sale(&self, client: IpAddr) -> Result<(), Error> {
+        self.limits.unknown_sales.check(client).map_err(|wait| {
+            self.metrics.limiter_decision("unknown_sale_refused");
+            rate_limited(wait)
+        })
     }
 
-    /// The refusal of the client's quota of requests naming unknown sales that this instance
-    /// still remembers (memory only).
-    pub(super) fn unknown_sales_refusal(&self, prefix: &str, client: IpAddr) -> Option<Decision> {
-        self.limits.address.remembered(&self.unknown_sale_gate(prefix, client).key)
-    }
-
-    /// 429 from a refusal of the address limit remembered, reported as its decision.
-    pub(super) fn refused_from_memory(&mut self, refusal: Decision) -> Error {
-        self.metrics.limiter_decision("refused_from_memory");
-        self.decided = Some((Limit::Address, refusal));
-        rate_limited(refusal.retry_after)
-    }
-
-    fn unknown_sale_gate(&self, prefix: &str, client: IpAddr) -> Gate<'a> {
-        Gate::client_everywhere(&self.limits.address.policy, prefix, client)
+    /// Whether the client's quota of requests naming unknown sales refused it and it must still
+    /// wait (memory only, nothing spent).
+    pub(super) fn unknown_sales_refused(&self, client: IpAddr) -> Option<Duration> {
+        self.limits.unknown_sales.refused(client)
     }
 
     /// `gates` checked one by one, each in a call of its own, until one refuses.

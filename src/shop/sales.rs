@@ -105,7 +105,7 @@ impl Shop {
     /// A sale Redis's registry does not hold: the request counts against the client's quota of
     /// unknown sales, then Postgres says (in a batch) whether it holds the sale.
     async fn stored(&self, sale: &SaleId, client: IpAddr, meter: &mut Meter<'_>) -> Result<Existing, Error> {
-        meter.check_unknown_sale(self.sales.keyspace(), client).await?;
+        meter.check_unknown_sale(client)?;
         existing_of(self.retired.stored(sale).await)
     }
 }

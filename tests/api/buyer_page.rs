@@ -326,7 +326,10 @@ async fn a_reservation_counts_down_to_its_deadline_and_can_be_cancelled_or_paid(
     let secs = clock_secs(&left);
     let now = clock_secs(now.trim_start_matches("server time ").trim_end_matches(" UTC"));
     let deadline = clock_secs(deadline.trim_end_matches(" UTC"));
-    assert!(0 < secs && secs <= 600, "a 10-minute window shows {left} left");
+    // The page's estimate of the server's clock may lag it by half a round trip (the midpoint
+    // of the status request), so the time left, rounded up, may read one second over the window
+    // on a loaded host (00:10:01 seen at load 12), never more.
+    assert!(0 < secs && secs <= 601, "a 10-minute window shows {left} left");
     // Within a second: the deadline has milliseconds, and the time left may be drawn a tick after.
     let off_by = (now + secs + 86_400 + 1 - deadline) % 86_400;
     assert!(off_by <= 2, "{left} left at {now} s of the day, by {deadline} s");

@@ -126,7 +126,7 @@ async fn inventing_sale_ids_buys_no_fresh_quota_whatever_the_scope() {
     const LIMIT: usize = 5;
     let app = spawn_app_with(
         |config| {
-            config.rate_limit = RateLimit { limit: LIMIT as u32, window: Duration::from_secs(60) };
+            config.rate_limit = RateLimit { limit: LIMIT as u32, window: Duration::from_secs(600) };
             config.rate_limit_scope = Scope::Sale;
             config.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
         },

@@ -3,8 +3,9 @@
 //! wrapped in an [`EdgeStream`] (`stream`) that bounds each request's head size and read time,
 //! hands actix-http at most a few requests ahead of the answers it has written, and closes a
 //! connection whose answers are not taken within the write timeout, following the requests'
-//! heads and bodies as they arrive (`framing`). A refusal is a JSON answer like every other error (heads actix-http would refuse
-//! with an empty answer included), then the connection is closed, and it is counted in
+//! heads and bodies as they arrive (`framing`). A refusal is a JSON answer like every other
+//! error (heads actix-http would refuse with an empty answer included), then the connection is
+//! closed, and it is counted in
 //! `seckill_edge_refusals_total{reason}`, as are the connections closed at the write timeout. A
 //! connection refused at once holds a descriptor outside the budget while its answer is written
 //! and, for at most [`LINGERING_REFUSALS`] at a time, while it lingers.

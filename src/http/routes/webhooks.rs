@@ -20,7 +20,7 @@ use crate::shop::lower::webhooks::Endpoint;
 #[serde(deny_unknown_fields)]
 pub struct RegisterRequest {
     /// An http:// or https:// URL with a host, at most 2048 bytes.
-    #[schema(max_length = 2048, example = "https://shop.example/hooks/seckill")]
+    #[schema(max_length = 2048, pattern = "^https?://[^\\s/?#]+", example = "https://shop.example/hooks/seckill")]
     url: String,
 }
 
