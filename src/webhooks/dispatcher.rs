@@ -14,7 +14,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Changes, Settings, endpoints, sender, store};
+use super::sender::{self, Shared};
+use super::{Changes, Settings, endpoints, store};
 use crate::metrics::Metrics;
 
 /// How often the endpoints are read again (an admin change on another instance shows within it).
@@ -24,16 +25,6 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 const PURGE_EVERY: Duration = Duration::from_secs(60);
 /// Events deleted per purge.
 const PURGE_BATCH: i64 = 10_000;
-
-/// What the senders share: the pool, the settings, the HTTP client, the metrics and the word
-/// that the endpoints changed.
-pub(super) struct Shared {
-    pub pool: PgPool,
-    pub settings: Settings,
-    pub client: reqwest::Client,
-    pub metrics: Arc<Metrics>,
-    pub changes: Changes,
-}
 
 /// The dispatcher of one instance.
 pub struct Dispatcher {

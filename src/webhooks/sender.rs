@@ -13,9 +13,11 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio_util::sync::CancellationToken;
 
-use super::dispatcher::Shared;
-use super::endpoints;
+use sqlx::PgPool;
+
 use super::store::{self, Claimed};
+use super::{Changes, Settings, endpoints};
+use crate::metrics::Metrics;
 
 /// Deliveries one sender claims per round.
 const BATCH: i64 = 200;
@@ -29,6 +31,16 @@ const POLL: Duration = Duration::from_millis(100);
 const BACKOFF: Duration = Duration::from_secs(1);
 /// Most bytes of a refusing receiver's answer read (kept as its last error); the rest is never read.
 const MAX_ERROR_BODY: usize = 512;
+
+/// What the senders share: the pool, the settings, the HTTP client, the metrics and the word
+/// that the endpoints changed.
+pub(super) struct Shared {
+    pub pool: PgPool,
+    pub settings: Settings,
+    pub client: reqwest::Client,
+    pub metrics: Arc<Metrics>,
+    pub changes: Changes,
+}
 
 /// What came of one attempt.
 enum Outcome {

@@ -17,11 +17,10 @@ use utoipa::ToSchema;
 
 use super::responses::{SaleRetired, UnknownSale};
 use super::sale_of;
-use super::webhooks::EndpointView;
 use crate::domain::ms_to_time;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::http::views::WorkerReport;
+use crate::http::views::{EndpointView, WorkerReport};
 use crate::shop::{SaleReport, SaleState, SalesReport, WebhooksReport};
 
 /// Proof that the request carried the admin token. Extracted before the body, so an

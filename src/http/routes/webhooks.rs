@@ -5,15 +5,14 @@
 
 use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize};
-use time::OffsetDateTime;
 use utoipa::ToSchema;
 
 use super::admin::{Admin, AdminErrors};
 use super::object::Object;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
+use crate::http::views::EndpointView;
 use crate::shop::RemovedEndpoint;
-use crate::shop::lower::webhooks::Endpoint;
 
 /// An endpoint to register, as a JSON object. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -28,46 +27,6 @@ pub struct RegisterRequest {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct EndpointList {
     pub endpoints: Vec<EndpointView>,
-}
-
-/// One endpoint: where the order events go, whether they still do, and its deliveries.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct EndpointView {
-    /// The id of the routes `/admin/webhooks/{id}`.
-    pub id: i64,
-    pub url: String,
-    /// `enabled` (it gets every event), or `disabled` (it failed every attempt for
-    /// `SECKILL_WEBHOOK_DISABLE_AFTER`: it gets none until re-enabled).
-    pub state: String,
-    /// When its current run of failed attempts began (`null`: its last attempt was accepted).
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub failing_since: Option<OffsetDateTime>,
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub disabled_at: Option<OffsetDateTime>,
-    /// Why it was disabled: since when no attempt was accepted, and the last attempt's error.
-    pub disabled_reason: Option<String>,
-    /// Its deliveries not yet accepted (due, in flight, or waiting for a retry).
-    pub open: i64,
-    /// Its deliveries that failed for good (`GET /admin/events?status=failed`).
-    pub failed: i64,
-    #[serde(with = "time::serde::rfc3339")]
-    pub created_at: OffsetDateTime,
-}
-
-impl From<Endpoint> for EndpointView {
-    fn from(e: Endpoint) -> Self {
-        Self {
-            id: e.id,
-            state: if e.enabled() { "enabled" } else { "disabled" }.to_owned(),
-            url: e.url,
-            failing_since: e.failing_since,
-            disabled_at: e.disabled_at,
-            disabled_reason: e.disabled_reason,
-            open: e.open,
-            failed: e.failed,
-            created_at: e.created_at,
-        }
-    }
 }
 
 /// What removing an endpoint did.

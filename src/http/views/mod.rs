@@ -18,9 +18,11 @@ macro_rules! moved_from {
 mod orders;
 mod reconcile;
 mod retire;
+mod webhooks;
 mod worker;
 
 pub use self::orders::{HeldOrder, LatePayment, OrderStatus};
 pub use self::reconcile::ReconcileReport;
 pub use self::retire::{Refusal, RetireReport};
+pub use self::webhooks::EndpointView;
 pub use self::worker::{StreamProblem, StreamState, WorkerReport};
