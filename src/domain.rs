@@ -148,7 +148,8 @@ pub const MAX_PER_BUYER: u32 = 100;
 
 /// Where an order stands, as Postgres (the authority) holds it. An order of a sale without a
 /// payment window is `Confirmed` at once; with one it is `Reserved` until exactly one of `Paid`,
-/// `Cancelled` or `Expired` (each a compare-and-set from `Reserved`).
+/// `Cancelled` or `Expired` (each a compare-and-set from `Reserved`, an operator's cancel too); a
+/// `Paid` order may become `Refunded` (an operator's compare-and-set from `Paid`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Standing {
@@ -157,6 +158,8 @@ pub enum Standing {
     Paid,
     Cancelled,
     Expired,
+    /// A paid order whose refund an operator recorded (its units back only if asked).
+    Refunded,
 }
 
 impl Standing {
@@ -168,19 +171,15 @@ impl Standing {
             Self::Paid => "paid",
             Self::Cancelled => "cancelled",
             Self::Expired => "expired",
+            Self::Refunded => "refunded",
         }
     }
 
     /// Parses a stored status.
     pub fn parse(word: &str) -> Option<Self> {
-        [Self::Confirmed, Self::Reserved, Self::Paid, Self::Cancelled, Self::Expired]
+        [Self::Confirmed, Self::Reserved, Self::Paid, Self::Cancelled, Self::Expired, Self::Refunded]
             .into_iter()
             .find(|s| s.as_str() == word)
-    }
-
-    /// Whether the order gave its unit back (cancelled or expired).
-    pub fn released(self) -> bool {
-        matches!(self, Self::Cancelled | Self::Expired)
     }
 }
 
@@ -204,11 +203,11 @@ mod tests {
 
     #[test]
     fn standings_round_trip_through_their_names() {
-        for s in [Standing::Confirmed, Standing::Reserved, Standing::Paid, Standing::Cancelled, Standing::Expired] {
+        use Standing::*;
+        for s in [Confirmed, Reserved, Paid, Cancelled, Expired, Refunded] {
             assert_eq!(Standing::parse(s.as_str()), Some(s));
         }
         assert_eq!(Standing::parse("queued"), None);
-        assert!(Standing::Expired.released() && !Standing::Paid.released());
     }
 
     #[test]

@@ -95,7 +95,8 @@ pub struct Metrics {
     /// `bad_request`, `length_required`, `request_timeout` (each with its answer), and
     /// `write_timeout` (answers not taken in time) (`crate::http::edge`).
     pub edge_refusals: IntCounterVec,
-    /// Reservations that left `reserved`, by `outcome`: `paid`, `cancelled`, `expired`
+    /// Reservations that left `reserved`, by `outcome`: `paid`, `cancelled` (by the buyer or an
+    /// operator), `expired`; and paid orders an operator refunded, `refunded`
     /// (`crate::reservations`).
     pub reservations: IntCounterVec,
     /// Waiting-room requests (`crate::admission`), by `kind` (`join`, `ask`) and `outcome`
@@ -110,7 +111,7 @@ pub struct Metrics {
     /// Payment events that arrived after their order had expired or been cancelled
     /// (`outcome="late"`), or for an order already paid (`outcome="duplicate"`): to refund.
     pub late_payments: IntCounterVec,
-    /// Units cancelled or expired reservations gave back to their sale's stock.
+    /// Units cancelled or expired reservations (and refunds with restock) gave back to their sale's stock.
     pub units_released: IntCounter,
     /// Seconds from a reservation's deadline to its expiry in Postgres.
     pub expiry_lag_seconds: Histogram,

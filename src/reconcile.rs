@@ -175,7 +175,7 @@ pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Optio
                 user_id: valid_user(sale, &order.user_id)?,
                 order_id: order.order_id,
                 created_at_ms,
-                released: order.standing.released(),
+                released: order.returns_units,
                 quantity: order.quantity,
             })
         })

@@ -13,6 +13,7 @@ use secrecy::{ExposeSecret, SecretString};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, Executor, PgPool};
 
+pub(crate) use orders::RETURNS_UNITS;
 pub use orders::{
     Hint, InsertReport, StoredOrder, count_orders, count_orders_by_sale, insert_orders, order_of, order_users,
     orders_of_users,

@@ -202,6 +202,12 @@ pub async fn count_orders_by_sale(pool: &PgPool, sales: &[SaleId]) -> Result<Has
     Ok(rows.into_iter().collect())
 }
 
+/// SQL true for an order that gives its units back to the stock: cancelled or expired, or refunded
+/// with restock (an operator's refund, `crate::reservations::actions`). Its release is owed while
+/// `restocked_at` is null (the partial index `orders_release_owed` has this predicate).
+pub(crate) const RETURNS_UNITS: &str =
+    "(status in ('cancelled', 'expired') or (status = 'refunded' and refund_restock))";
+
 /// One order as Postgres holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredOrder {
@@ -214,37 +220,43 @@ pub struct StoredOrder {
     pub pay_by: Option<OffsetDateTime>,
     /// Units bought.
     pub quantity: u32,
+    /// The order gives its units back ([`RETURNS_UNITS`]).
+    pub returns_units: bool,
 }
 
-type OrderTuple = (Uuid, String, OffsetDateTime, String, Option<OffsetDateTime>, i32);
+type OrderTuple = (Uuid, String, OffsetDateTime, String, Option<OffsetDateTime>, i32, bool);
 
-fn stored((order_id, user_id, created_at, status, pay_by, quantity): OrderTuple) -> Result<StoredOrder, sqlx::Error> {
+/// The columns of an [`OrderTuple`].
+fn order_columns() -> String {
+    format!("order_id, user_id, created_at, status, pay_by, quantity, {RETURNS_UNITS}")
+}
+
+fn stored(
+    (order_id, user_id, created_at, status, pay_by, quantity, returns_units): OrderTuple,
+) -> Result<StoredOrder, sqlx::Error> {
     let standing = Standing::parse(&status).ok_or_else(|| sqlx::Error::Decode(format!("status {status:?}").into()))?;
-    Ok(StoredOrder { order_id, user_id, created_at, standing, pay_by, quantity: quantity.max(1) as u32 })
+    let quantity = quantity.max(1) as u32;
+    Ok(StoredOrder { order_id, user_id, created_at, standing, pay_by, quantity, returns_units })
 }
 
 /// The user's order in the sale, if Postgres has it.
 pub async fn order_of(pool: &PgPool, sale: &SaleId, user: &UserId) -> Result<Option<StoredOrder>, sqlx::Error> {
-    let row: Option<OrderTuple> = sqlx::query_as(
-        "select order_id, user_id, created_at, status, pay_by, quantity from orders \
-         where sale_id = $1 and user_id = $2",
-    )
-    .bind(sale.as_str())
-    .bind(user.as_str())
-    .fetch_optional(pool)
-    .await?;
+    let row: Option<OrderTuple> =
+        sqlx::query_as(&format!("select {} from orders where sale_id = $1 and user_id = $2", order_columns()))
+            .bind(sale.as_str())
+            .bind(user.as_str())
+            .fetch_optional(pool)
+            .await?;
     row.map(stored).transpose()
 }
 
 /// The orders of the given users in the sale.
 pub async fn orders_of_users(pool: &PgPool, sale: &SaleId, users: &[String]) -> Result<Vec<StoredOrder>, sqlx::Error> {
-    let rows: Vec<OrderTuple> = sqlx::query_as(
-        "select order_id, user_id, created_at, status, pay_by, quantity from orders \
-         where sale_id = $1 and user_id = any($2)",
-    )
-    .bind(sale.as_str())
-    .bind(users)
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<OrderTuple> =
+        sqlx::query_as(&format!("select {} from orders where sale_id = $1 and user_id = any($2)", order_columns()))
+            .bind(sale.as_str())
+            .bind(users)
+            .fetch_all(pool)
+            .await?;
     rows.into_iter().map(stored).collect()
 }

@@ -32,6 +32,8 @@ pub enum OrderStatus {
     Cancelled,
     /// A reservation not paid in time.
     Expired,
+    /// A paid order an operator refunded.
+    Refunded,
 }
 
 impl OrderStatus {
@@ -44,6 +46,7 @@ impl OrderStatus {
             Self::Paid => "paid",
             Self::Cancelled => "cancelled",
             Self::Expired => "expired",
+            Self::Refunded => "refunded",
         }
     }
 
@@ -65,6 +68,7 @@ impl From<Standing> for OrderStatus {
             Standing::Paid => Self::Paid,
             Standing::Cancelled => Self::Cancelled,
             Standing::Expired => Self::Expired,
+            Standing::Refunded => Self::Refunded,
         }
     }
 }

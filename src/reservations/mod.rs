@@ -24,6 +24,7 @@
 //! per user per sale, so a scalper cannot hold a unit forever by buying it again as it expires.
 //! The payment events' signature is in [`signature`].
 
+pub mod actions;
 pub mod signature;
 pub mod store;
 pub mod sweeper;

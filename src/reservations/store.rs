@@ -1,7 +1,7 @@
 //! The reservations' transitions in Postgres, the authority: each is one compare-and-set from
 //! `reserved` (an `update … where status = 'reserved'`), so of a payment, a cancel and an expiry
-//! racing for one order exactly one wins; and the outbox of releases still owed (a cancelled or
-//! expired order whose `restocked_at` is null).
+//! racing for one order exactly one wins; and the outbox of releases still owed (an order that
+//! gives its units back, [`RETURNS_UNITS`], whose `restocked_at` is null).
 
 use std::collections::HashMap;
 
@@ -10,7 +10,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::db;
+use crate::db::{self, RETURNS_UNITS};
 use crate::domain::{SaleId, Standing, UserId};
 
 /// An order whose unit is owed back to its sale's stock.
@@ -54,12 +54,12 @@ pub async fn next_deadline(pool: &PgPool) -> Result<Option<(OffsetDateTime, bool
 /// transition in flight releases its own unit; the outbox is for those whose releaser died or
 /// failed).
 pub async fn owed_releases(pool: &PgPool, grace_secs: f64, limit: i64) -> Result<Vec<Owed>, sqlx::Error> {
-    let rows: Vec<(String, Uuid)> = sqlx::query_as(
+    let rows: Vec<(String, Uuid)> = sqlx::query_as(&format!(
         "select sale_id, order_id from orders
-         where status in ('cancelled', 'expired') and restocked_at is null
-           and resolved_at <= now() - make_interval(secs => $1)
-         order by resolved_at limit $2",
-    )
+         where restocked_at is null and {RETURNS_UNITS}
+           and coalesce(refunded_at, resolved_at) <= now() - make_interval(secs => $1)
+         order by resolved_at limit $2"
+    ))
     .bind(grace_secs)
     .bind(limit)
     .fetch_all(pool)
@@ -67,10 +67,10 @@ pub async fn owed_releases(pool: &PgPool, grace_secs: f64, limit: i64) -> Result
     Ok(rows.into_iter().map(|(sale_id, order_id)| Owed { sale_id, order_id }).collect())
 }
 
-/// Every released order of the sale (reconciliation's repair releases them all again: the
-/// release's gate makes that harmless).
+/// Every order of the sale that gives its units back ([`RETURNS_UNITS`]; reconciliation's repair
+/// releases them all again: the release's gate makes that harmless).
 pub async fn released_orders(pool: &PgPool, sale: &SaleId) -> Result<Vec<Uuid>, sqlx::Error> {
-    sqlx::query_scalar("select order_id from orders where sale_id = $1 and status in ('cancelled', 'expired')")
+    sqlx::query_scalar(&format!("select order_id from orders where sale_id = $1 and {RETURNS_UNITS}"))
         .bind(sale.as_str())
         .fetch_all(pool)
         .await
@@ -127,9 +127,9 @@ pub enum Cancel {
 /// The buyer's cancel: `reserved` → `cancelled`, while its deadline has not passed. When the
 /// update changes nothing, the row is read to say why; a reservation found open then was
 /// committed by the worker between the two statements, and the update is tried again. The
-/// cancel writes its `order.cancelled` in the same statement.
+/// cancel writes its `order.cancelled` (`by: buyer`) in the same statement.
 pub async fn cancel(pool: &PgPool, sale: &SaleId, user: &UserId) -> Result<Cancel, sqlx::Error> {
-    let event = db::order_event("'order.cancelled'", "", "");
+    let event = db::order_event("'order.cancelled'", r#" || '{"by": "buyer"}'::jsonb"#, "");
     for _ in 0..3 {
         let cancelled: Option<(Uuid, Option<i64>)> = sqlx::query_as(&format!(
             "update orders set status = 'cancelled', resolved_at = now(), resolved_by = 'buyer'
@@ -335,12 +335,17 @@ pub struct Tally {
     pub expired: i64,
     /// Payment events to refund (late or duplicate).
     pub late_payments: i64,
-    /// Cancelled or expired orders whose unit is not yet back in the stock.
+    /// Refunded orders (an operator recorded the refund of a paid order).
+    pub refunded: i64,
+    /// Orders that give their units back (cancelled, expired, refunded with restock) whose units
+    /// are not yet back in the stock.
     pub releases_owed: i64,
     /// Units of the live orders: confirmed, reserved and paid (an order may hold several).
     pub units_confirmed: i64,
     pub units_reserved: i64,
     pub units_paid: i64,
+    /// Units of the orders refunded without restock: they stay out of the stock.
+    pub units_refunded_held: i64,
 }
 
 /// The sale's [`Tally`].
@@ -352,17 +357,18 @@ pub async fn tally(pool: &PgPool, sale: &SaleId) -> Result<Tally, sqlx::Error> {
 /// The [`Tally`] of each of `sales` that has orders or payments.
 pub async fn tally_by_sale(pool: &PgPool, sales: &[SaleId]) -> Result<HashMap<String, Tally>, sqlx::Error> {
     let ids: Vec<&str> = sales.iter().map(SaleId::as_str).collect();
-    let rows: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
+    let rows: Vec<(String, String, i64, i64, i64, i64)> = sqlx::query_as(&format!(
         "select sale_id, status, count(*),
-                count(*) filter (where status in ('cancelled', 'expired') and restocked_at is null),
-                sum(quantity)::int8
-         from orders where sale_id = any($1) group by sale_id, status",
-    )
+                count(*) filter (where {RETURNS_UNITS} and restocked_at is null),
+                sum(quantity)::int8,
+                coalesce(sum(quantity) filter (where status = 'refunded' and not refund_restock), 0)::int8
+         from orders where sale_id = any($1) group by sale_id, status"
+    ))
     .bind(&ids)
     .fetch_all(pool)
     .await?;
     let mut tallies: HashMap<String, Tally> = HashMap::new();
-    for (sale, status, count, owed, units) in rows {
+    for (sale, status, count, owed, units, held) in rows {
         let tally = tallies.entry(sale).or_default();
         tally.releases_owed += owed;
         match Standing::parse(&status) {
@@ -371,6 +377,7 @@ pub async fn tally_by_sale(pool: &PgPool, sales: &[SaleId]) -> Result<HashMap<St
             Some(Standing::Paid) => (tally.paid, tally.units_paid) = (count, units),
             Some(Standing::Cancelled) => tally.cancelled = count,
             Some(Standing::Expired) => tally.expired = count,
+            Some(Standing::Refunded) => (tally.refunded, tally.units_refunded_held) = (count, held),
             None => {}
         }
     }

@@ -145,6 +145,20 @@ pub enum Error {
     /// `not_reserved`: the order is not (or no longer) a reservation that can be cancelled.
     #[error("the order is not a reservation that can be cancelled: {}", not_reserved_text(*.0))]
     NotReserved(Standing),
+    /// `unknown_order`: an operator's action names no order of a sale with a payment window (the
+    /// orders of a sale without one are final; a queued order is stored within moments).
+    #[error(
+        "no order of a sale with a payment window has that id (an order of a sale without one is final; an order \
+         just bought is stored within moments)"
+    )]
+    UnknownOrderId,
+    /// `not_paid`: the order is not a paid order whose refund can be recorded.
+    #[error("the order is not a paid order that can be refunded: {}", not_paid_text(*.0))]
+    NotPaid(Standing),
+    /// `sale_retired`, to a refund with restock: the order's sale was retired, its stock is gone
+    /// (refund it without restock).
+    #[error("the order's sale was retired: its stock is gone; refund it with \"restock\": false")]
+    RestockRetired,
     /// `event_reused`: a payment event id was used before for another order.
     #[error("this event id was used before for another order")]
     EventReused,
@@ -242,11 +256,12 @@ impl Error {
             Self::SaleHasOrders { .. } => "sale_has_orders",
             Self::SaleStarted => "sale_started",
             Self::ShardsFixed { .. } => "shards_fixed",
-            Self::SaleRetired | Self::SeedRetired => "sale_retired",
+            Self::SaleRetired | Self::SeedRetired | Self::RestockRetired => "sale_retired",
             Self::NotRetirable(_) => "not_retirable",
             Self::RateLimited { .. } => "rate_limited",
             Self::InvalidSignature(_) => "invalid_signature",
-            Self::UnknownOrder => "unknown_order",
+            Self::UnknownOrder | Self::UnknownOrderId => "unknown_order",
+            Self::NotPaid(_) => "not_paid",
             Self::UnknownEvent => "unknown_event",
             Self::UnknownEndpoint => "unknown_endpoint",
             Self::TooManyEndpoints { .. } => "too_many_endpoints",
@@ -305,6 +320,16 @@ fn not_reserved_text(standing: Standing) -> &'static str {
         Standing::Paid => "the order is paid",
         Standing::Cancelled => "the reservation was cancelled",
         Standing::Expired => "the reservation expired",
+        Standing::Refunded => "the order was refunded",
+    }
+}
+
+/// Why a refund cannot be recorded, for `not_paid`.
+fn not_paid_text(standing: Standing) -> &'static str {
+    match standing {
+        Standing::Reserved => "it is a reservation, not paid yet (cancel it instead)",
+        Standing::Refunded => "its refund was recorded before",
+        other => not_reserved_text(other),
     }
 }
 

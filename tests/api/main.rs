@@ -29,6 +29,7 @@ mod limiters;
 mod lua_examples;
 mod metrics;
 mod openapi;
+mod order_actions;
 mod order_entries;
 mod quantities;
 mod rate_limit;

@@ -15,7 +15,7 @@ use crate::common::{PAYMENT_SECRET, Standings};
 use crate::helpers::{TestApp, assert_error, new_sale_id, spawn_app, spawn_app_with, spawn_instance_of};
 
 /// Seeds a sale open now with `stock` and a payment window.
-async fn seed_window(app: &TestApp, stock: i64, window: &str) -> String {
+pub(crate) async fn seed_window(app: &TestApp, stock: i64, window: &str) -> String {
     let sale = new_sale_id();
     let response = app.seed(&sale, json!({"stock": stock, "payment_window": window})).await;
     assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
@@ -23,7 +23,7 @@ async fn seed_window(app: &TestApp, stock: i64, window: &str) -> String {
 }
 
 /// Buys, expecting a reservation: its order id and deadline.
-async fn reserve(app: &TestApp, sale: &str, user: &str) -> (String, OffsetDateTime) {
+pub(crate) async fn reserve(app: &TestApp, sale: &str, user: &str) -> (String, OffsetDateTime) {
     let response = app.buy(sale, user).await;
     assert_eq!(response.status(), 201, "{user}");
     let body: Value = response.json().await.unwrap();
@@ -267,7 +267,10 @@ async fn an_event_or_a_cancel_that_overtakes_the_worker_is_applied_to_the_queued
         assert!(Instant::now() < until, "the queue did not drain");
     }
     let standings = app.standings(&sale).await;
-    assert_eq!(standings, Standings { paid: 1, cancelled: 1, live_units: 1, released_units: 1, ..Default::default() });
+    assert_eq!(
+        standings,
+        Standings { paid: 1, cancelled: 1, released: 1, live_units: 1, released_units: 1, ..Default::default() }
+    );
     app.assert_settled(&sale, Duration::from_secs(5)).await;
 }
 

@@ -245,7 +245,8 @@ impl Probe {
         assert!(status.stock_left >= 0, "(a) negative stock: {status:?}");
         assert!(status.units_sold >= status.sold, "(a) an order holds at least one unit: {status:?}");
         let stored_units: i64 = sqlx::query_scalar(
-            "select coalesce(sum(quantity), 0)::int8 from orders where sale_id = $1 and status not in ('cancelled', 'expired')",
+            "select coalesce(sum(quantity), 0)::int8 from orders where sale_id = $1
+             and not (status in ('cancelled', 'expired') or (status = 'refunded' and refund_restock))",
         )
         .bind(sale_id)
         .fetch_one(&self.pool)
@@ -302,21 +303,24 @@ impl Probe {
 
     /// The sale's orders in Postgres by status, and how many releases are still owed.
     pub async fn standings(&self, sale_id: &str) -> Standings {
-        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
-            "select status, count(*), count(*) filter (where status in ('cancelled', 'expired') and restocked_at is null),
+        // Grouped by status and whether the order gives its units back (a refund only with restock).
+        let rows: Vec<(String, bool, i64, i64, i64)> = sqlx::query_as(&format!(
+            "select status, {RETURNS_UNITS}, count(*), count(*) filter (where restocked_at is null),
                     sum(quantity)::int8
-             from orders where sale_id = $1 group by status",
-        )
+             from orders where sale_id = $1 group by 1, 2"
+        ))
         .bind(sale_id)
         .fetch_all(&self.pool)
         .await
         .unwrap();
         let mut standings = Standings::default();
-        for (status, count, owed, units) in rows {
-            standings.owed += owed;
-            match status.as_str() {
-                "confirmed" | "reserved" | "paid" => standings.live_units += units,
-                _ => standings.released_units += units,
+        for (status, returns, count, not_back, units) in rows {
+            if returns {
+                standings.owed += not_back;
+                standings.released += count;
+                standings.released_units += units;
+            } else {
+                standings.live_units += units;
             }
             match status.as_str() {
                 "confirmed" => standings.confirmed = count,
@@ -324,6 +328,7 @@ impl Probe {
                 "paid" => standings.paid = count,
                 "cancelled" => standings.cancelled = count,
                 "expired" => standings.expired = count,
+                "refunded" => standings.refunded += count,
                 other => panic!("status {other}"),
             }
         }
@@ -332,7 +337,7 @@ impl Probe {
 
     /// Waits (up to `limit`) until the queue has drained, no reservation is open and no
     /// release is owed, then checks the reservations' promises in units: stock_initial = stock_left +
-    /// reserved + paid + confirmed in Postgres and = stock_left + sold - released in Redis,
+    /// reserved + paid + confirmed + refunded-not-restocked in Postgres and = stock_left + sold - released in Redis,
     /// stock_left >= 0 and never above stock_initial, every released order in the released set
     /// once, the buyers and the orders the same users.
     pub async fn assert_settled(&self, sale_id: &str, limit: Duration) -> (SaleStatus, Standings) {
@@ -374,16 +379,12 @@ impl Probe {
         );
         assert_eq!(status.units_released, standings.released_units, "units released: {status:?} {standings:?}");
         assert!(status.stock_left >= 0 && status.stock_left <= status.stock_initial, "stock out of bounds: {status:?}");
-        assert_eq!(
-            status.released,
-            standings.cancelled + standings.expired,
-            "each release once: {status:?} {standings:?}"
-        );
+        assert_eq!(status.released, standings.released, "each release once: {status:?} {standings:?}");
         let released = self.store.keyspace().sale_keys(&SaleId::parse(sale_id).unwrap()).released;
         let gate: BTreeSet<String> = redis::AsyncCommands::smembers(&mut self.redis.clone(), &released).await.unwrap();
-        let stored: BTreeSet<String> = sqlx::query_scalar::<_, Uuid>(
-            "select order_id from orders where sale_id = $1 and status in ('cancelled', 'expired')",
-        )
+        let stored: BTreeSet<String> = sqlx::query_scalar::<_, Uuid>(&format!(
+            "select order_id from orders where sale_id = $1 and {RETURNS_UNITS}"
+        ))
         .bind(sale_id)
         .fetch_all(&self.pool)
         .await
@@ -415,12 +416,20 @@ pub struct Standings {
     pub paid: i64,
     pub cancelled: i64,
     pub expired: i64,
+    /// Paid orders an operator refunded (with restock or without).
+    pub refunded: i64,
+    /// Orders that give their units back whose units are not back yet.
     pub owed: i64,
-    /// Units of the confirmed, reserved and paid orders.
+    /// Orders that give their units back: cancelled, expired, refunded with restock.
+    pub released: i64,
+    /// Units of the orders that hold them: confirmed, reserved, paid, refunded without restock.
     pub live_units: i64,
-    /// Units of the cancelled and expired orders.
+    /// Units of the orders that give them back.
     pub released_units: i64,
 }
+
+/// SQL true for an order that gives its units back (as `seckill::db`'s own predicate).
+pub const RETURNS_UNITS: &str = "(status in ('cancelled', 'expired') or (status = 'refunded' and refund_restock))";
 
 /// Reads an error body and checks its shape: `{"error": code, "message": non-empty}`.
 pub async fn assert_error(response: reqwest::Response, status: u16, code: &str) {

@@ -87,9 +87,13 @@ pub const PAUSED_RETRY_AFTER_SECS: u64 = 5;
 fn status_of(err: &E) -> StatusCode {
     match err {
         E::Invalid(_) => StatusCode::BAD_REQUEST,
-        E::UnknownSale | E::UnknownOrder | E::UnknownEvent | E::UnknownEndpoint | E::NoOrder | E::NotInQueue => {
-            StatusCode::NOT_FOUND
-        }
+        E::UnknownSale
+        | E::UnknownOrder
+        | E::UnknownOrderId
+        | E::UnknownEvent
+        | E::UnknownEndpoint
+        | E::NoOrder
+        | E::NotInQueue => StatusCode::NOT_FOUND,
         E::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
         E::SaleNotStarted
         | E::SaleEnded
@@ -110,6 +114,8 @@ fn status_of(err: &E) -> StatusCode {
         | E::SeedRetired
         | E::NotRetirable(_)
         | E::NotReserved(_)
+        | E::NotPaid(_)
+        | E::RestockRetired
         | E::NotQueued
         | E::NoChallenge
         | E::StockBelowZero { .. }

@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 use utoipa::ToSchema;
 
 use super::admin::{Admin, AdminErrors, SalePath, SaleStatus};
-use super::object::Object;
+use super::object::{self, Object};
 use super::responses::UnknownSale;
 use super::sale_of;
 use super::seed::integral;
@@ -80,13 +80,7 @@ pub struct AuditQuery {
 
 /// The reason of an optional `{"reason"}` body (an empty body or `null`: none).
 fn reason_of(body: &web::Bytes) -> Result<Option<String>, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
-    }
-    // `null` is the document's "no body" as JSON (the request body is optional).
-    let request: Option<Object<ControlRequest>> =
-        serde_json::from_slice(body).map_err(|err| ApiError::InvalidRequest(format!("body: {err}")))?;
-    Ok(request.and_then(|Object(ControlRequest { reason })| reason))
+    Ok(object::optional::<ControlRequest>(body)?.reason)
 }
 
 async fn switch(path: &str, body: &web::Bytes, state: &AppState, switch: Switch) -> Result<HttpResponse, ApiError> {

@@ -1,5 +1,5 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `challenge`,
-//! `payments`, `admin`, `seed`, `controls`, `events`, `webhooks`, `retire`, `reconcile`, `admin_page`,
+//! `payments`, `admin`, `seed`, `controls`, `order_actions`, `events`, `webhooks`, `retire`, `reconcile`, `admin_page`,
 //! `buyer_page`, `favicon`, `health`, `openapi`; `page` is what the two HTML pages share, `object`
 //! what every JSON body is read as, `responses` and `user_id` what the routes' OpenAPI annotations
 //! share), and here the routing itself, 404/405, the sale id of a path and `GET /metrics`.
@@ -15,6 +15,7 @@ mod favicon;
 mod health;
 mod object;
 mod openapi;
+mod order_actions;
 mod page;
 mod payments;
 mod queue;
@@ -148,6 +149,16 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
         .service(
             web::resource("/admin/webhooks/{id}/enable")
                 .route(web::post().to(webhooks::enable))
+                .default_service(allow("POST")),
+        )
+        .service(
+            web::resource("/admin/orders/{order_id}/cancel")
+                .route(web::post().to(order_actions::cancel))
+                .default_service(allow("POST")),
+        )
+        .service(
+            web::resource("/admin/orders/{order_id}/refund")
+                .route(web::post().to(order_actions::refund))
                 .default_service(allow("POST")),
         )
         .service(

@@ -34,6 +34,17 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for OnlyMaps<T> {
     }
 }
 
+/// The `T` of an optional JSON object body: an empty body or `null` (the OpenAPI document's "no
+/// body" as JSON) is `T::default()`; anything else must be a JSON object (400 `invalid_request`).
+pub fn optional<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, crate::http::error::ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    let read: Option<Object<T>> = serde_json::from_slice(body)
+        .map_err(|err| crate::http::error::ApiError::InvalidRequest(format!("body: {err}")))?;
+    Ok(read.map(|Object(t)| t).unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use serde::Deserialize;

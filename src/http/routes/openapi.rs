@@ -10,8 +10,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    admin, admin_page, buy, buyer_page, challenge, controls, events, favicon, health, payments, queue, reconcile,
-    retire, sales, seed, webhooks,
+    admin, admin_page, buy, buyer_page, challenge, controls, events, favicon, health, order_actions, payments, queue,
+    reconcile, retire, sales, seed, webhooks,
 };
 use crate::http::AppState;
 
@@ -37,6 +37,8 @@ use crate::http::AppState;
         seed::seed,
         admin::status,
         payments::late_payments,
+        order_actions::cancel,
+        order_actions::refund,
         events::list,
         events::retry,
         webhooks::list,
@@ -64,7 +66,8 @@ use crate::http::AppState;
         (name = "payments", description = "The shop's payment system: signed payment events that settle reservations"),
         (name = "buyer", description = "The buyer page: countdown, stock, Buy, the order's status"),
         (name = "admin", description = "Seeding, inspecting, pausing, restocking and retiring sales, their audit \
-            trail, the order events and their webhook endpoints (bearer token), and the live sale page"),
+            trail, cancelling and refunding orders, the order events and their webhook endpoints (bearer token), \
+            and the live sale page"),
         (name = "health", description = "Liveness, readiness, metrics and this document"),
     )
 )]

@@ -218,10 +218,12 @@ pub enum OrderState {
     Reserved,
     /// Paid in time.
     Paid,
-    /// Given back by the buyer; the unit went back to the sale.
+    /// Given back by the buyer, or voided by an operator; the unit went back to the sale.
     Cancelled,
     /// Not paid by `pay_by`; the unit went back to the sale.
     Expired,
+    /// Paid, then refunded by an operator.
+    Refunded,
 }
 
 impl From<Place> for OrderState {
@@ -234,6 +236,7 @@ impl From<Place> for OrderState {
             Place::Stored(Standing::Paid) => Self::Paid,
             Place::Stored(Standing::Cancelled) => Self::Cancelled,
             Place::Stored(Standing::Expired) => Self::Expired,
+            Place::Stored(Standing::Refunded) => Self::Refunded,
         }
     }
 }

@@ -25,6 +25,8 @@ pub enum OrderStatus {
     Cancelled,
     /// A reservation not paid in time.
     Expired,
+    /// A paid order an operator refunded.
+    Refunded,
 }
 
 impl From<purchase::OrderStatus> for OrderStatus {
@@ -37,6 +39,7 @@ impl From<purchase::OrderStatus> for OrderStatus {
             Lower::Paid => Self::Paid,
             Lower::Cancelled => Self::Cancelled,
             Lower::Expired => Self::Expired,
+            Lower::Refunded => Self::Refunded,
         }
     }
 }
