@@ -107,13 +107,14 @@ impl Model {
     }
 }
 
-/// One process-wide runtime and app for every case (each case seeds its own sale).
-fn runtime() -> &'static tokio::runtime::Runtime {
+/// One process-wide runtime and app for every case (each case seeds its own sale; the other
+/// service models share them).
+pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap())
 }
 
-fn app() -> &'static TestApp {
+pub(crate) fn app() -> &'static TestApp {
     static APP: OnceLock<TestApp> = OnceLock::new();
     APP.get_or_init(|| runtime().block_on(spawn_app()))
 }

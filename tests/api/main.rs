@@ -30,6 +30,7 @@ mod lua_examples;
 mod metrics;
 mod openapi;
 mod order_actions;
+mod order_actions_model;
 mod order_entries;
 mod quantities;
 mod rate_limit;
