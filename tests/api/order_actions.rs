@@ -402,3 +402,50 @@ async fn an_operator_cancel_racing_the_expiry_wins_exactly_once() {
         standings.expired
     );
 }
+
+/// A refund's restock is a release like any other to reconciliation: a release Redis lost is
+/// reported and given back once, and a sale Redis lost entirely comes back with the refunded
+/// buyers restored, the restocked units in the stock and the others sold.
+#[tokio::test]
+async fn reconciliation_repairs_refunds_as_it_repairs_releases() {
+    let app = spawn_app().await;
+    let sale = seed_window(&app, 4, "1h").await;
+    let back = reserve(&app, &sale, "back").await;
+    let kept = reserve(&app, &sale, "kept").await;
+    reserve(&app, &sale, "open").await;
+    for order in [&back, &kept] {
+        assert_eq!(app.pay(&sale, order, &format!("pay-{order}")).await.status(), 200);
+    }
+    ok(act(&app, &back, "refund", Some(json!({"restock": true}))).await).await;
+    ok(act(&app, &kept, "refund", Some(json!({"restock": false}))).await).await;
+    let (status, _) = app.assert_released(&sale, Duration::from_secs(10)).await;
+    assert_eq!((status.stock_left, status.released), (2, 1));
+
+    // The loss of the release's last second: neither the gate's entry nor the unit.
+    let keys = app.store.keyspace().sale_keys(&seckill::domain::SaleId::parse(&sale).unwrap());
+    let _: () = redis::pipe()
+        .atomic()
+        .srem(&keys.released, &back)
+        .decr(&keys.stock, 1)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let reconcile = |method: reqwest::Method| {
+        let url = app.url(&format!("/admin/sales/{sale}/reconcile"));
+        app.client.request(method, url).bearer_auth(ADMIN_TOKEN).send()
+    };
+    let check = ok(reconcile(reqwest::Method::GET).await.unwrap()).await;
+    assert_eq!((check["releases_lost"].as_i64(), check["consistent"].as_bool()), (Some(1), Some(false)), "{check}");
+    let repaired = ok(reconcile(reqwest::Method::POST).await.unwrap()).await;
+    assert_eq!(repaired["units_released"], 1, "{repaired}");
+    let (status, _) = app.assert_released(&sale, Duration::from_secs(10)).await;
+    assert_eq!(status.stock_left, 2, "the refund's unit is back once");
+
+    crate::redis_loss::lose_sale(&app, &sale).await;
+    let repaired = ok(reconcile(reqwest::Method::POST).await.unwrap()).await;
+    assert_eq!((repaired["sale_restored"].as_bool(), repaired["buyers_restored"].as_u64()), (Some(true), Some(3)));
+    let again = ok(reconcile(reqwest::Method::POST).await.unwrap()).await;
+    assert_eq!(again["consistent"], true, "{again}");
+    let (status, standings) = app.assert_released(&sale, Duration::from_secs(10)).await;
+    assert_eq!((status.stock_left, status.released, standings.refunded), (2, 1, 2), "{status:?}");
+}
