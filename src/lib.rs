@@ -49,7 +49,8 @@
 //!      where a buyer stands in it (`line`), its signed tickets and admission tokens (`token`).
 //!    - [`reservations`]: payment windows: a reservation's transitions in Postgres (`store`),
 //!      the release of its unit (`lua/release.lua`), the sweeper that expires them on time and
-//!      re-drives owed releases (`sweeper`), the payment events' signature (`signature`).
+//!      re-drives owed releases (`sweeper`), the payment events' signature (`signature`), an
+//!      operator's cancel of a reservation and refund of a paid order (`actions`).
 //!    - [`webhooks`]: order events out: the endpoints, data in Postgres every instance reads
 //!      (`endpoints`: registered, removed, disabled after failing too long, re-enabled); the
 //!      dispatcher that keeps a sender per enabled endpoint (`dispatcher`), each with its own claims
@@ -65,7 +66,8 @@
 //!      by hand or by the janitor.
 //! 7. Use cases
 //!    - [`shop`]: the sale's use cases, one method of `Shop` each (buy, read a sale, read and cancel
-//!      an order, join and ask a waiting room, take a payment event, seed, watch, retire,
+//!      an order, join and ask a waiting room, take a payment event, an operator's cancel and
+//!      refund of an order (`order_actions`), seed, watch, retire,
 //!      reconcile, pause, resume, end, change the stock, list the audit trail (`controls`), list
 //!      and re-send the order events (`events`), list, register, remove and re-enable the webhook
 //!      endpoints (`webhooks`), readiness), each returning a typed outcome or the use cases'

@@ -25,7 +25,8 @@ impl Shop {
         let outcome = self.reservations.operator_cancel(order_id, note).await?;
         let acted = acted(outcome, Error::NotReserved)?;
         self.board.invalidate(&acted.sale_id).await;
-        tracing::info!(sale_id = %acted.sale_id, %order_id, actor, reason = note.reason, "order cancelled by an operator");
+        let reason = note.reason;
+        tracing::info!(sale_id = %acted.sale_id, %order_id, actor, reason, "order cancelled by an operator");
         Ok(acted)
     }
 

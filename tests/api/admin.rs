@@ -65,8 +65,8 @@ async fn seeding_creates_the_sale_in_redis_and_postgres_and_reports_its_state() 
         json!({"sale_id": sale, "stock_initial": 7, "stock_left": 7, "sold": 0, "persisted": 0, "queued": 0,
                "shards": 1, "starts_at": "2020-01-01T00:00:00Z", "ends_at": "2998-12-31T22:00:00Z",
                "payment_window_ms": null, "released": 0, "reserved": 0, "paid": 0, "cancelled": 0, "expired": 0,
-               "late_payments": 0, "queue_rate": null, "units_sold": 0, "units_released": 0, "units_reserved": 0,
-               "units_paid": 0, "per_buyer": 1})
+               "refunded": 0, "late_payments": 0, "queue_rate": null, "units_sold": 0, "units_released": 0,
+               "units_reserved": 0, "units_paid": 0, "units_refunded_held": 0, "per_buyer": 1})
     );
     assert_eq!(app.sales_row_stock(&sale).await, 7);
 }

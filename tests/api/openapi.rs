@@ -76,6 +76,8 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
         "GET /sales/{sale_id}/order",
         "GET /sales/{sale_id}/queue",
         "POST /admin/events/{id}/retry",
+        "POST /admin/orders/{order_id}/cancel",
+        "POST /admin/orders/{order_id}/refund",
         "POST /admin/sales/{sale_id}/end",
         "POST /admin/sales/{sale_id}/pause",
         "POST /admin/sales/{sale_id}/reconcile",

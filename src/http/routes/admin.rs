@@ -112,12 +112,15 @@ pub struct SaleStatus {
     /// Reservations paid in time.
     #[serde(default)]
     pub paid: Option<i64>,
-    /// Reservations the buyer gave back.
+    /// Reservations the buyer gave back, or an operator voided.
     #[serde(default)]
     pub cancelled: Option<i64>,
     /// Reservations not paid by their deadline.
     #[serde(default)]
     pub expired: Option<i64>,
+    /// Paid orders an operator refunded (`POST /admin/orders/{order_id}/refund`).
+    #[serde(default)]
+    pub refunded: Option<i64>,
     /// Payments to refund: arrived after their order expired or was cancelled, or paid an order
     /// twice (`GET /admin/late-payments` lists them).
     #[serde(default)]
@@ -146,6 +149,11 @@ pub struct SaleStatus {
     pub units_reserved: Option<i64>,
     #[serde(default)]
     pub units_paid: Option<i64>,
+    /// Units of the orders refunded without restock: they stay out of the stock, so
+    /// `stock_initial = stock_left + units_reserved + units_paid + units_refunded_held` (+ units
+    /// of confirmed orders) once the queue has drained and no release is owed.
+    #[serde(default)]
+    pub units_refunded_held: Option<i64>,
     /// Units one buyer may buy in the sale, or across its group.
     #[serde(default = "one")]
     pub per_buyer: u32,
@@ -221,6 +229,7 @@ impl From<SaleReport> for SaleStatus {
             paid: tally.map(|t| t.paid),
             cancelled: tally.map(|t| t.cancelled),
             expired: tally.map(|t| t.expired),
+            refunded: tally.map(|t| t.refunded),
             late_payments: tally.map(|t| t.late_payments),
             queue_rate: queue.map(|q| q.rate),
             paused: paused.is_some(),
@@ -229,6 +238,7 @@ impl From<SaleReport> for SaleStatus {
             units_released,
             units_reserved: tally.map(|t| t.units_reserved),
             units_paid: tally.map(|t| t.units_paid),
+            units_refunded_held: tally.map(|t| t.units_refunded_held),
             per_buyer,
             challenge_cost,
         }
