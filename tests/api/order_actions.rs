@@ -449,3 +449,42 @@ async fn reconciliation_repairs_refunds_as_it_repairs_releases() {
     let (status, standings) = app.assert_released(&sale, Duration::from_secs(10)).await;
     assert_eq!((status.stock_left, status.released, standings.refunded), (2, 1, 2), "{status:?}");
 }
+
+/// The actor a route passes (part of the named operators' work) reaches the audit entry and the
+/// event: here through the use case's Postgres step itself, as the route will call it.
+#[tokio::test]
+async fn a_named_actor_is_kept_in_the_audit_entry_and_the_event() {
+    use seckill::reservations::actions::{self, Note, Outcome};
+    let receiver = Receiver::start(Mode::Accept).await;
+    let app = spawn_app_with(|c| webhooks_to(c, &receiver.url, 3), true).await;
+    let sale = seed_window(&app, 3, "1h").await;
+    let voided = reserve(&app, &sale, "voided").await;
+    let refunded = reserve(&app, &sale, "refunded").await;
+    let restocked = reserve(&app, &sale, "restocked").await;
+    for order in [&refunded, &restocked] {
+        assert_eq!(app.pay(&sale, order, &format!("pay-{order}")).await.status(), 200);
+    }
+    app.wait_for_drain(&sale).await;
+    let note = Note { actor: Some("alice"), reason: Some("chargeback") };
+    let id = |order: &str| Uuid::parse_str(order).unwrap();
+    let cancelled = actions::cancel(&app.pool, id(&voided), note).await.unwrap();
+    assert!(matches!(cancelled, Outcome::Done(ref acted) if acted.restock), "{cancelled:?}");
+    let done = actions::refund(&app.pool, id(&refunded), false, note).await.unwrap();
+    assert!(matches!(done, Outcome::Done(ref acted) if !acted.restock), "{done:?}");
+    assert_eq!(
+        actions::refund(&app.pool, id(&refunded), true, note).await.unwrap(),
+        Outcome::Not(seckill::domain::Standing::Refunded)
+    );
+    for (order, kind) in [(&voided, "order.cancelled"), (&refunded, "order.refunded")] {
+        let data = event_data(&app, order, kind).await;
+        assert_eq!((data["actor"].as_str(), data["reason"].as_str()), (Some("alice"), Some("chargeback")), "{data}");
+    }
+    let entries = audit(&app, &sale).await;
+    let actors: Vec<_> = entries.iter().take(2).map(|e| (e["action"].as_str(), e["actor"].as_str())).collect();
+    assert_eq!(actors, [(Some("order_refund"), Some("alice")), (Some("order_cancel"), Some("alice"))]);
+    let done = actions::refund(&app.pool, id(&restocked), true, Note::default()).await.unwrap();
+    assert!(matches!(done, Outcome::Done(ref acted) if acted.restock), "{done:?}");
+    // The releases these Postgres steps owe are re-driven by the sweeper: each unit back once.
+    let (status, _) = app.assert_released(&sale, Duration::from_secs(20)).await;
+    assert_eq!((status.stock_left, status.released), (2, 2));
+}
