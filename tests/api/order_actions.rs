@@ -488,3 +488,20 @@ async fn a_named_actor_is_kept_in_the_audit_entry_and_the_event() {
     let (status, _) = app.assert_released(&sale, Duration::from_secs(20)).await;
     assert_eq!((status.stock_left, status.released), (2, 2));
 }
+
+/// A retired sale's stock is gone: a refund of its order with restock is refused and changes
+/// nothing; without restock it is recorded.
+#[tokio::test]
+async fn a_retired_sales_order_is_refunded_only_without_restock() {
+    let app = spawn_app().await;
+    let sale = seed_window(&app, 1, "1h").await;
+    let order = reserve(&app, &sale, "alice").await;
+    assert_eq!(app.pay(&sale, &order, "pay-alice").await.status(), 200);
+    app.wait_for_drain(&sale).await;
+    // The mark a retirement sets first (its Redis keys go after it).
+    sqlx::query("update sales set retired_at = now() where sale_id = $1").bind(&sale).execute(&app.pool).await.unwrap();
+    assert_error(act(&app, &order, "refund", Some(json!({"restock": true}))).await, 409, "sale_retired").await;
+    assert_eq!(status_of(&app, &order).await, "paid", "nothing changed");
+    let body = ok(act(&app, &order, "refund", None).await).await;
+    assert_eq!((body["status"].as_str(), body["restock"].as_bool()), (Some("refunded"), Some(false)));
+}
