@@ -127,7 +127,7 @@ impl Shop {
 }
 
 /// The operator's reason, at most [`MAX_REASON_CHARS`] characters; an empty one is none.
-fn checked_reason(reason: Option<&str>) -> Result<Option<&str>, Error> {
+pub(super) fn checked_reason(reason: Option<&str>) -> Result<Option<&str>, Error> {
     match reason.map(str::trim) {
         Some(r) if r.chars().count() > MAX_REASON_CHARS => {
             Err(Error::Invalid(format!("reason must be at most {MAX_REASON_CHARS} characters")))

@@ -87,9 +87,13 @@ pub const PAUSED_RETRY_AFTER_SECS: u64 = 5;
 fn status_of(err: &E) -> StatusCode {
     match err {
         E::Invalid(_) => StatusCode::BAD_REQUEST,
-        E::UnknownSale | E::UnknownOrder | E::UnknownEvent | E::UnknownEndpoint | E::NoOrder | E::NotInQueue => {
-            StatusCode::NOT_FOUND
-        }
+        E::UnknownSale
+        | E::UnknownDrop
+        | E::UnknownOrder
+        | E::UnknownEvent
+        | E::UnknownEndpoint
+        | E::NoOrder
+        | E::NotInQueue => StatusCode::NOT_FOUND,
         E::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
         E::SaleNotStarted
         | E::SaleEnded
@@ -104,6 +108,11 @@ fn status_of(err: &E) -> StatusCode {
         | E::GroupLimitDiffers { .. }
         | E::GroupWindowDiffers { .. }
         | E::SaleInProgress
+        | E::NotADrop
+        | E::DropInProgress(_)
+        | E::DropSizeMissing(_)
+        | E::DropSize
+        | E::DropStock { .. }
         | E::SaleHasOrders { .. }
         | E::SaleStarted
         | E::ShardsFixed { .. }

@@ -10,8 +10,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    admin, admin_page, buy, buyer_page, challenge, controls, events, favicon, health, payments, queue, reconcile,
-    retire, sales, seed, webhooks,
+    admin, admin_page, buy, buyer_page, challenge, controls, drops, events, favicon, health, payments, queue,
+    reconcile, retire, sales, seed, webhooks,
 };
 use crate::http::AppState;
 
@@ -49,6 +49,14 @@ use crate::http::AppState;
         controls::end,
         controls::stock,
         controls::audit,
+        drops::public,
+        drops::seed,
+        drops::status,
+        drops::pause,
+        drops::resume,
+        drops::end,
+        drops::stock,
+        drops::audit,
         reconcile::reconcile_check,
         reconcile::reconcile_repair,
         health::healthz,
