@@ -262,3 +262,32 @@ async fn a_drops_stock_changes_all_or_nothing() {
     }
     assert_eq!(audit_actions(&app, &drop).await, ["drop_stock", "drop_seed"]);
 }
+
+#[tokio::test]
+async fn the_drop_page_shows_each_sizes_state_and_stock() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    let sizes = json!({"40": {"stock": 3}, "41": {"stock": 1}, "42": {"stock": 2}});
+    assert_eq!(put_drop(&app, &drop, json!({"sizes": sizes, "per_buyer": 2})).await.status(), 200);
+    assert_eq!(app.buy(&format!("{drop}.41"), "ann").await.status(), 201);
+    assert_eq!(post_drop(&app, &drop, "stock", json!({"add": {"42": 1}})).await.status(), 200);
+    let browser = crate::chromium::Browser::start().await;
+    browser.client.goto(&app.url(&format!("/drop/{drop}"))).await.unwrap();
+    let rows = async |b: &crate::chromium::Browser| {
+        let script = r##"return [...document.querySelectorAll("#sizes tr")].map((r) => r.innerText.replace(/\s+/g, " ").trim());"##;
+        let rows: Vec<String> = serde_json::from_value(b.run(script, vec![]).await).unwrap();
+        (rows.len() == 3).then_some(rows)
+    };
+    let shown = browser.wait_for("three sizes", rows).await;
+    assert_eq!(shown, ["40 in stock 3 Buy", "41 sold out 0 Buy", "42 in stock 3 Buy"]);
+    assert_eq!(browser.text("summary").await, "6 of 7 left · at most 2 per customer across sizes");
+    browser.screenshot("drop-page.png").await;
+    assert_eq!(post_drop(&app, &drop, "pause", json!({})).await.status(), 200);
+    let paused = browser
+        .wait_for("the pause", async |b| {
+            rows(b).await.filter(|r| r.iter().filter(|r| r.contains("paused")).count() == 3)
+        })
+        .await;
+    assert_eq!(paused[1], "41 paused 0 Buy", "a paused drop shows paused in every size");
+    browser.screenshot("drop-page-paused.png").await;
+}

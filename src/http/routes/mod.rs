@@ -1,5 +1,5 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `challenge`,
-//! `payments`, `admin`, `seed`, `controls`, `drops`, `events`, `webhooks`, `retire`, `reconcile`, `admin_page`,
+//! `payments`, `admin`, `seed`, `controls`, `drops`, `drop_page`, `events`, `webhooks`, `retire`, `reconcile`, `admin_page`,
 //! `buyer_page`, `favicon`, `health`, `openapi`; `page` is what the two HTML pages share, `object`
 //! what every JSON body is read as, `responses` and `user_id` what the routes' OpenAPI annotations
 //! share), and here the routing itself, 404/405, the sale id of a path and `GET /metrics`.
@@ -10,6 +10,7 @@ mod buy;
 mod buyer_page;
 mod challenge;
 mod controls;
+mod drop_page;
 mod drops;
 mod events;
 mod favicon;
@@ -129,6 +130,7 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
                 .route(read().to(controls::audit))
                 .default_service(allow("GET, HEAD")),
         )
+        .service(web::resource("/drop/{drop_id}").route(read().to(drop_page::page)).default_service(allow("GET, HEAD")))
         .service(web::resource("/drops/{drop_id}").route(read().to(drops::public)).default_service(allow("GET, HEAD")))
         .service(
             web::resource("/admin/drops/{drop_id}")

@@ -10,8 +10,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    admin, admin_page, buy, buyer_page, challenge, controls, drops, events, favicon, health, payments, queue,
-    reconcile, retire, sales, seed, webhooks,
+    admin, admin_page, buy, buyer_page, challenge, controls, drop_page, drops, events, favicon, health, payments,
+    queue, reconcile, retire, sales, seed, webhooks,
 };
 use crate::http::AppState;
 
@@ -50,6 +50,7 @@ use crate::http::AppState;
         controls::stock,
         controls::audit,
         drops::public,
+        drop_page::page,
         drops::seed,
         drops::status,
         drops::pause,
