@@ -86,8 +86,8 @@ impl DropId {
         match valid.then(|| SaleId::parse(&format!("{}.{size}", self.0))) {
             Some(Ok(sale)) => Ok(sale),
             _ => Err(format!(
-                "size {size:?}: a size is 1+ characters of A-Z, a-z, 0-9, '_' or '-', and \"<drop_id>.<size>\" at most {} \
-                 characters",
+                "size {size:?}: a size is 1+ characters of A-Z, a-z, 0-9, '_' or '-', and \"<drop_id>.<size>\" at \
+                 most {} characters",
                 SaleId::MAX_LEN
             )),
         }

@@ -296,10 +296,13 @@ impl Shop {
                     .execute(&mut *tx)
                     .await?;
             }
+            let by_size = |figure: fn(&(SaleId, i64, i64)) -> i64| -> BTreeMap<String, i64> {
+                figures.iter().map(|f| (f.0.to_string(), figure(f))).collect()
+            };
             let effect = json!({
                 "add": adds.iter().map(|(sale, units)| (sale.to_string(), *units)).collect::<BTreeMap<_, _>>(),
-                "stock_initial": figures.iter().map(|(s, initial, _)| (s.to_string(), *initial)).collect::<BTreeMap<_, _>>(),
-                "stock_left": figures.iter().map(|(s, _, left)| (s.to_string(), *left)).collect::<BTreeMap<_, _>>(),
+                "stock_initial": by_size(|f| f.1),
+                "stock_left": by_size(|f| f.2),
             });
             audit::record_drop(&mut tx, drop, "drop_stock", reason, &effect, actor).await?;
             tx.commit().await
