@@ -291,3 +291,30 @@ async fn the_drop_page_shows_each_sizes_state_and_stock() {
     assert_eq!(paused[1], "41 paused 0 Buy", "a paused drop shows paused in every size");
     browser.screenshot("drop-page-paused.png").await;
 }
+
+#[tokio::test]
+async fn the_live_page_shows_a_drop_and_its_switch_pauses_every_size() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    let sizes = json!({"40": {"stock": 3}, "41": {"stock": 1}});
+    assert_eq!(put_drop(&app, &drop, json!({"sizes": sizes})).await.status(), 200);
+    let browser = crate::chromium::Browser::start().await;
+    browser.client.goto(&app.url("/admin")).await.unwrap();
+    browser.fill("token", ADMIN_TOKEN).await;
+    browser.run(r##"document.querySelector("#login button[type=submit]").click();"##, vec![]).await;
+    let line = async |b: &crate::chromium::Browser| {
+        let script = r#"const d = [...document.querySelectorAll(".drop")].find((d) => d.dataset.dropId === arguments[0]);
+            return d ? d.querySelector('[data-field="sizes"]').innerText : null;"#;
+        b.run(script, vec![json!(drop)]).await.as_str().map(str::to_owned)
+    };
+    let shown = browser.wait_for("the drop", line).await;
+    assert_eq!(shown, "40: open, 3 left · 41: open, 1 left");
+    browser.screenshot("admin-page-drop.png").await;
+    let click = r#"[...document.querySelectorAll(".drop")].find((d) => d.dataset.dropId === arguments[0])
+        .querySelector('[data-action="pause"]').click();"#;
+    browser.run(click, vec![json!(drop)]).await;
+    browser.wait_for("every size paused", async |b| line(b).await.filter(|l| l.matches("paused").count() == 2)).await;
+    assert_error(app.buy(&format!("{drop}.40"), "ann").await, 403, "sale_paused").await;
+    assert_eq!(audit_actions(&app, &drop).await, ["drop_pause", "drop_seed"]);
+    browser.screenshot("admin-page-drop-paused.png").await;
+}
