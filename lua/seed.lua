@@ -39,6 +39,8 @@
 --                        started (Redis TIME at or after its starts_at_ms, or none); nothing is changed
 --   {"group_limit_differs", per_buyer}
 --                        the group exists with another per_buyer (its first seed's); nothing is changed
+--   {"drop_size", sale_id}
+--                        the group is a drop (lua/drop_seed.lua seeds its sizes together); nothing is changed
 --   {"group_window_differs", payment_window_ms}
 --                        the group's other sales have another payment window ARGV[7] ("" for none);
 --                        nothing is changed
@@ -64,6 +66,9 @@ end
 local group = ARGV[13] or ''
 local per_buyer = tonumber(ARGV[12]) or 1
 if group ~= '' then
+  if redis.call('HGET', KEYS[5], 'drop') == '1' then
+    return {'drop_size', ARGV[14]}
+  end
   local fixed = redis.call('HGET', KEYS[5], 'per_buyer')
   if fixed and tonumber(fixed) ~= per_buyer then
     return {'group_limit_differs', fixed}

@@ -27,4 +27,5 @@ create index orders_release_owed on orders (resolved_at)
 alter table sale_audit
     drop constraint sale_audit_action_check,
     add constraint sale_audit_action_check
-        check (action in ('seed', 'pause', 'resume', 'end', 'stock', 'retire', 'order_cancel', 'order_refund'));
+        check (action in ('seed', 'pause', 'resume', 'end', 'stock', 'retire',
+            'drop_seed', 'drop_pause', 'drop_resume', 'drop_end', 'drop_stock', 'order_cancel', 'order_refund'));

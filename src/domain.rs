@@ -65,6 +65,51 @@ impl SaleId {
     }
 }
 
+/// A drop: a product whose sizes (or variants) are the sales of one group, `<drop>.<size>`
+/// ([`SaleId::group`]): 1–64 characters of `[A-Za-z0-9_-]`, no `.`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct DropId(String);
+
+impl DropId {
+    /// Validates `raw`, or says what is wrong with it.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        match SaleId::parse(raw) {
+            Ok(id) if id.group().is_none() => Ok(Self(raw.to_owned())),
+            _ => Err(format!("drop_id must be 1-{} characters of A-Z, a-z, 0-9, '_' or '-'", SaleId::MAX_LEN)),
+        }
+    }
+
+    /// The sale of the drop's size `size` (`<drop>.<size>`), or what is wrong with the name.
+    pub fn size(&self, size: &str) -> Result<SaleId, String> {
+        let valid = !size.contains('.') && SaleId::parse(size).is_ok();
+        match valid.then(|| SaleId::parse(&format!("{}.{size}", self.0))) {
+            Some(Ok(sale)) => Ok(sale),
+            _ => Err(format!(
+                "size {size:?}: a size is 1+ characters of A-Z, a-z, 0-9, '_' or '-', and \"<drop_id>.<size>\" at \
+                 most {} characters",
+                SaleId::MAX_LEN
+            )),
+        }
+    }
+
+    /// The size's name of `sale` if it is one of the drop's sales.
+    pub fn size_of<'a>(&self, sale: &'a SaleId) -> Option<&'a str> {
+        sale.as_str().strip_prefix(self.0.as_str())?.strip_prefix('.')
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for DropId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 impl UserId {
     /// The longest user id, in characters.
     pub const MAX_CHARS: usize = 128;
@@ -220,6 +265,20 @@ mod tests {
         }
         assert_eq!(SaleId::parse("shoe.42").unwrap().group(), Some("shoe"));
         assert_eq!(SaleId::parse("shoe").unwrap().group(), None);
+    }
+
+    #[test]
+    fn drop_ids_name_their_sizes() {
+        let drop = DropId::parse("sneaker").unwrap();
+        assert_eq!(drop.size("42").unwrap().as_str(), "sneaker.42");
+        assert_eq!(drop.size_of(&SaleId::parse("sneaker.42").unwrap()), Some("42"));
+        assert_eq!(drop.size_of(&SaleId::parse("sneakers.42").unwrap()), None);
+        for bad in ["", "a.b", "4 2", "{x}", &"x".repeat(60)] {
+            assert!(drop.size(bad).is_err(), "{bad:?}");
+        }
+        for bad in ["", "a.b", "a:b", &"x".repeat(65)] {
+            assert!(DropId::parse(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

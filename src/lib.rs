@@ -60,6 +60,9 @@
 //!    - [`controls`]: sale-day controls, their Redis side: the kill switch (pause, resume, end now:
 //!      `lua/control.lua`, read by the purchase script in its own call) and stock on the fly
 //!      (`lua/restock.lua`); the operators' audit trail in Postgres (`audit`).
+//!    - [`drops`]: a drop, a product whose sizes are the sales of one group, its Redis side: its
+//!      seed over every size and its line in one call (`lua/drop_seed.lua`), its one switch and its
+//!      stock (`lua/drop_control.lua`, `lua/drop_restock.lua`), its sizes, its Postgres row (`store`).
 //! 6. Reconciliation
 //!    - [`reconcile`]: whether a sale's Redis buyers and Postgres orders agree, and the repair.
 //!    - [`retire`]: retiring a sale that is over (its Redis keys go, Postgres keeps its orders),
@@ -68,7 +71,8 @@
 //!    - [`shop`]: the sale's use cases, one method of `Shop` each (buy, read a sale, read and cancel
 //!      an order, join and ask a waiting room, take a payment event, an operator's cancel and
 //!      refund of an order (`order_actions`), seed, watch, retire,
-//!      reconcile, pause, resume, end, change the stock, list the audit trail (`controls`), list
+//!      reconcile, pause, resume, end, change the stock, list the audit trail (`controls`), seed,
+//!      read, switch and restock a drop whole (`drops`), list
 //!      and re-send the order events (`events`), list, register, remove and re-enable the webhook
 //!      endpoints (`webhooks`), readiness), each returning a typed outcome or the use cases'
 //!      `Error`; the rate limits a buyer's request passes and the decision it reports (`limits`).
@@ -90,6 +94,7 @@ pub mod config;
 pub mod controls;
 pub mod db;
 pub mod domain;
+pub mod drops;
 pub mod http;
 pub mod identity;
 pub mod limiter;

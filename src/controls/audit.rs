@@ -6,7 +6,7 @@ use serde_json::Value;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
-use crate::domain::SaleId;
+use crate::domain::{DropId, SaleId};
 
 /// Most entries one listing returns.
 pub const MAX_LISTED: i64 = 100;
@@ -45,27 +45,70 @@ pub async fn record(
     effect: &Value,
     actor: Option<&str>,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("insert into sale_audit (sale_id, action, reason, effect, actor) values ($1, $2, $3, $4::jsonb, $5)")
-        .bind(sale.as_str())
-        .bind(action)
-        .bind(reason.filter(|r| !r.is_empty()))
-        .bind(effect.to_string())
-        .bind(actor)
-        .execute(conn)
-        .await
-        .map(drop)
+    insert(conn, (Some(sale.as_str()), None), action, reason, effect, actor).await
 }
 
-/// The sale's latest `limit` entries (at most [`MAX_LISTED`]), newest first.
-pub async fn list(pool: &sqlx::PgPool, sale: &SaleId, limit: i64) -> Result<Vec<Entry>, sqlx::Error> {
-    type Row = (String, Option<String>, String, Option<String>, OffsetDateTime);
-    let rows: Vec<Row> = sqlx::query_as(
-        "select action, reason, effect::text, actor, at from sale_audit where sale_id = $1 order by id desc limit $2",
+/// Records `action` (`drop_seed`, `drop_pause`, ...) on the whole `drop`: one entry for all its
+/// sizes, inside the caller's transaction.
+pub async fn record_drop(
+    conn: &mut PgConnection,
+    drop: &DropId,
+    action: &str,
+    reason: Option<&str>,
+    effect: &Value,
+    actor: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    insert(conn, (None, Some(drop.as_str())), action, reason, effect, actor).await
+}
+
+/// One entry, of a sale or of a drop (`(sale_id, drop_id)`).
+async fn insert(
+    conn: &mut PgConnection,
+    (sale, drop): (Option<&str>, Option<&str>),
+    action: &str,
+    reason: Option<&str>,
+    effect: &Value,
+    actor: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "insert into sale_audit (sale_id, drop_id, action, reason, effect, actor)
+         values ($1, $2, $3, $4, $5::jsonb, $6)",
     )
-    .bind(sale.as_str())
-    .bind(limit.clamp(1, MAX_LISTED))
-    .fetch_all(pool)
-    .await?;
+    .bind(sale)
+    .bind(drop)
+    .bind(action)
+    .bind(reason.filter(|r| !r.is_empty()))
+    .bind(effect.to_string())
+    .bind(actor)
+    .execute(conn)
+    .await
+    .map(|_| ())
+}
+
+/// The sale's latest `limit` entries (at most [`MAX_LISTED`]), newest first, its drop's among
+/// them for a size of a drop.
+pub async fn list(pool: &sqlx::PgPool, sale: &SaleId, limit: i64) -> Result<Vec<Entry>, sqlx::Error> {
+    listed(pool, "sale_id = $1 or (drop_id is not null and drop_id = $3)", sale.as_str(), sale.group(), limit).await
+}
+
+/// The drop's own latest `limit` entries (at most [`MAX_LISTED`]), newest first.
+pub async fn list_drop(pool: &sqlx::PgPool, drop: &DropId, limit: i64) -> Result<Vec<Entry>, sqlx::Error> {
+    listed(pool, "drop_id = $1 and $3::text is null", drop.as_str(), None, limit).await
+}
+
+async fn listed(
+    pool: &sqlx::PgPool,
+    filter: &str,
+    id: &str,
+    drop: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Entry>, sqlx::Error> {
+    type Row = (String, Option<String>, String, Option<String>, OffsetDateTime);
+    let sql = format!(
+        "select action, reason, effect::text, actor, at from sale_audit where {filter} order by id desc limit $2"
+    );
+    let rows: Vec<Row> =
+        sqlx::query_as(&sql).bind(id).bind(limit.clamp(1, MAX_LISTED)).bind(drop).fetch_all(pool).await?;
     Ok(rows
         .into_iter()
         .map(|(action, reason, effect, actor, at)| Entry {

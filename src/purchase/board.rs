@@ -82,6 +82,14 @@ impl SaleBoard {
         Ok(registry.contains(sale.as_str()))
     }
 
+    /// The registered sales of `group` (a drop's sizes), by id, at most
+    /// [`super::receipt::MAX_GROUP_SALES`]: from this instance's copy of the registry, so a
+    /// made-up group costs no read of its own.
+    pub async fn group_sales(&self, group: &str) -> Result<Vec<SaleId>, BoardError> {
+        let registry = self.registry.try_get_with((), self.read_registry()).await?;
+        Ok(members(&registry, group).iter().filter_map(|id| SaleId::parse(id).ok()).collect())
+    }
+
     /// Drops the sale's snapshot, so the next request reads it afresh (it just sold out).
     pub async fn invalidate(&self, sale: &SaleId) {
         self.snapshots.invalidate(sale.as_str()).await;
@@ -107,14 +115,17 @@ impl SaleBoard {
         // The group's sales, from the registry already in hand: no read of their own.
         let group = match sale.group() {
             None => Vec::new(),
-            Some(group) => {
-                let prefix = format!("{group}.");
-                let mut ids: Vec<String> = registry.iter().filter(|id| id.starts_with(&prefix)).cloned().collect();
-                ids.sort_unstable();
-                ids.truncate(super::receipt::MAX_GROUP_SALES);
-                ids
-            }
+            Some(group) => members(registry, group),
         };
         Ok(state.map(|state| Arc::new(Snapshot { state, group, redis_time_ms, taken })))
     }
+}
+
+/// The registry's sales of `group`, sorted, at most [`super::receipt::MAX_GROUP_SALES`].
+fn members(registry: &HashSet<String>, group: &str) -> Vec<String> {
+    let prefix = format!("{group}.");
+    let mut ids: Vec<String> = registry.iter().filter(|id| id.starts_with(&prefix)).cloned().collect();
+    ids.sort_unstable();
+    ids.truncate(super::receipt::MAX_GROUP_SALES);
+    ids
 }

@@ -29,6 +29,9 @@ pub enum SeedOutcome {
         /// The group's per_buyer.
         per_buyer: u32,
     },
+    /// The sale's group is a drop, whose sizes are seeded together (`crate::drops`); nothing was
+    /// changed.
+    DropSize,
     /// The sale's group has other sales with another payment window; nothing was changed.
     GroupWindowDiffers {
         /// Their payment window, ms (`None`: orders final at once).
@@ -104,6 +107,7 @@ impl Sales {
                         "group_limit_differs" => {
                             Ok(SeedOutcome::GroupLimitDiffers { per_buyer: fixed.parse().map_err(|_| bad())? })
                         }
+                        "drop_size" => Ok(SeedOutcome::DropSize),
                         "group_window_differs" => Ok(SeedOutcome::GroupWindowDiffers {
                             payment_window_ms: match fixed.as_str() {
                                 "" => None,

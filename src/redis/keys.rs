@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use crate::domain::{SaleId, UserId};
+use crate::domain::{DropId, SaleId, UserId};
 
 /// The keys of one sale, in the order the sale scripts take them as KEYS.
 #[derive(Debug, Clone)]
@@ -167,6 +167,33 @@ impl SaleKeys {
     }
 }
 
+/// A drop's own keys, in its group's slot `{group:<drop>}` beside its sizes' ([`SaleKeys`]).
+#[derive(Debug, Clone)]
+pub struct DropKeys {
+    /// Hash: the group's `per_buyer`, `payment_window_ms`, and `drop` = "1" for a drop seeded whole.
+    pub meta: String,
+    /// Set: the ids of the drop's sales (its sizes).
+    pub sales: String,
+    /// The drop's line (waiting room): its meta hash (`stock_initial` as a marker, times, rate,
+    /// `paused`, `challenge_cost`, as a queued sale's meta).
+    pub line_meta: String,
+    /// Hash: the line's shuffle seed and admission progress (`lua/admit.lua`'s state).
+    pub line_state: String,
+}
+
+impl DropKeys {
+    /// The drop's keys under `prefix`.
+    pub fn new(prefix: &str, drop: &DropId) -> Self {
+        let group = format!("{prefix}:{{group:{drop}}}");
+        Self {
+            meta: format!("{group}:meta"),
+            sales: format!("{group}:sales"),
+            line_meta: format!("{group}:line:meta"),
+            line_state: format!("{group}:line:queue:state"),
+        }
+    }
+}
+
 /// The pub/sub channel on which a seed announces the sale id, so every instance drops its
 /// sold-out flag for that sale (a channel, not a key: no hash slot).
 pub fn events_channel(prefix: &str) -> String {
@@ -271,6 +298,17 @@ mod tests {
         assert_eq!(limit, "seckill:{group:shoe}:sale:shoe.9:ratelimit:gcra:::1");
         assert_ne!(limit, sale_rate_limit_key("seckill", &ten_id, "gcra", client));
         assert!(alone.group_keys(&SaleId::parse("shoe").unwrap()).is_none());
+    }
+
+    #[test]
+    fn a_drops_keys_are_its_sizes_group_keys() {
+        let drop = DropKeys::new("seckill", &DropId::parse("shoe").unwrap());
+        let size = SaleKeys::new("seckill", &SaleId::parse("shoe.9").unwrap());
+        assert_eq!((drop.meta.as_str(), drop.sales.as_str()), (size.group_meta.as_str(), size.group_sales.as_str()));
+        assert_eq!(drop.line_meta, "seckill:{group:shoe}:line:meta");
+        for key in [&drop.line_meta, &drop.line_state] {
+            assert_eq!(hash_tag(key), "group:shoe", "{key}");
+        }
     }
 
     #[test]

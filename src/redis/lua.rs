@@ -96,6 +96,15 @@ pub static CONTROL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!
 /// `lua/restock.lua`: add units to a sale's stock or take unsold ones back, with `stock_initial`.
 pub static RESTOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/restock.lua")));
 
+/// `lua/drop_seed.lua`: seed or update a whole drop (every size, the group, the line) at once.
+pub static DROP_SEED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/drop_seed.lua")));
+
+/// `lua/drop_control.lua`: pause, resume or end every size of a drop (and its line) at once.
+pub static DROP_CONTROL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/drop_control.lua")));
+
+/// `lua/drop_restock.lua`: change several sizes' stock at once, all or nothing.
+pub static DROP_RESTOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/drop_restock.lua")));
+
 /// `lua/restore.lua`: put buyers Postgres holds and Redis lost back, stock lowered to match.
 pub static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/restore.lua")));
 

@@ -22,6 +22,33 @@ pub enum Error {
     /// `unknown_sale`.
     #[error("no sale with that id")]
     UnknownSale,
+    /// `unknown_drop`: no sale of the drop's group is known.
+    #[error("no drop with that id")]
+    UnknownDrop,
+    /// `not_a_drop`: the group's sales were seeded one by one (`PUT /admin/sales`), not as a drop.
+    #[error("the group's sales were seeded one by one with PUT /admin/sales/{{sale_id}}: it is not a drop")]
+    NotADrop,
+    /// `drop_in_progress`: a size of the drop has buyers; the drop cannot be re-seeded.
+    #[error(
+        "size {0} of the drop has buyers: the drop cannot be re-seeded (POST /admin/drops/{{drop_id}}/stock changes \
+         its stock, /end ends it)"
+    )]
+    DropInProgress(String),
+    /// `drop_size_missing`: a seed of a drop leaves out one of its sizes (a size is never removed).
+    #[error("size {0} of the drop is missing from the seed: a drop's size cannot be removed (seed it with stock 0)")]
+    DropSizeMissing(String),
+    /// `drop_size`: a sale seed of a drop's size (a drop is seeded whole).
+    #[error("this sale is a size of a drop: seed it with PUT /admin/drops/{{drop_id}}")]
+    DropSize,
+    /// `stock_below_zero` or `stock_too_large` for one size of a drop's stock change: nothing
+    /// changed in any size.
+    #[error("size {size}: {refusal}; no size changed")]
+    DropStock {
+        /// The size's sale id.
+        size: String,
+        /// The size's own refusal ([`Error::StockBelowZero`] or [`Error::StockTooLarge`]).
+        refusal: Box<Error>,
+    },
     /// `sale_not_started`.
     #[error("the sale has not started yet")]
     SaleNotStarted,
@@ -240,6 +267,12 @@ impl Error {
         match self {
             Self::Invalid(_) => "invalid_request",
             Self::UnknownSale => "unknown_sale",
+            Self::UnknownDrop => "unknown_drop",
+            Self::NotADrop => "not_a_drop",
+            Self::DropInProgress(_) => "drop_in_progress",
+            Self::DropSizeMissing(_) => "drop_size_missing",
+            Self::DropSize => "drop_size",
+            Self::DropStock { refusal, .. } => refusal.code(),
             Self::SaleNotStarted => "sale_not_started",
             Self::SaleEnded => "sale_ended",
             Self::SalePaused => "sale_paused",

@@ -1,7 +1,8 @@
 //! The sale's use cases, one method of [`Shop`] each: buy (`buy`), read a sale (`sales`), read
 //! and cancel an order (`orders`), join and ask a waiting room (`queue`), take a payment event
 //! (`payments`), seed (`seed`), watch, retire and reconcile (`admin`), pause, resume, end, change
-//! the stock and list the audit trail (`controls`), list and re-send the order events (`events`),
+//! the stock and list the audit trail (`controls`), seed, read, switch and restock a drop whole
+//! (`drops`), list and re-send the order events (`events`),
 //! list, register, remove and re-enable the webhook endpoints (`webhooks`), and readiness. Each takes
 //! validated ids and plain values and returns a typed outcome (with the rate limits' decision,
 //! for the limited ones: `limits`) or an [`Error`]; `http` only extracts, calls one method and
@@ -12,6 +13,7 @@ mod admin;
 mod buy;
 mod challenge;
 mod controls;
+mod drops;
 mod error;
 mod events;
 pub mod limits;
@@ -43,6 +45,7 @@ use crate::webhooks::Changes;
 
 pub use self::admin::{Readiness, SaleReport, SalesReport, WebhooksReport};
 pub use self::buy::{AdmissionToken, Bought};
+pub use self::drops::{DropOrder, DropReport, DropView};
 pub use self::error::Error;
 pub use self::limits::{Limit, Limited, Limits, Reported};
 pub use self::order_actions::OrderActed;

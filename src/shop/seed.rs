@@ -52,38 +52,19 @@ impl Shop {
     pub async fn seed(&self, sale: &SaleId, order: SeedOrder) -> Result<SaleReport, Error> {
         let SeedOrder { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group, challenge } = order;
         let invalid = |message: String| Err(Error::Invalid(message));
-        let per_buyer = per_buyer.unwrap_or(1);
-        if !(1..=MAX_PER_BUYER).contains(&per_buyer) {
-            return invalid(format!("per_buyer must be between 1 and {MAX_PER_BUYER}"));
-        }
+        let per_buyer = checked_per_buyer(per_buyer)?;
         if let Some(group) = group
             && sale.group() != Some(group.as_str())
         {
             // The id names the group, so every instance finds the group's hash slot from the id alone.
             return invalid(format!("a sale of group {group:?} is named \"{group}.<name>\" (docs/stock-sharding.md)"));
         }
-        if !(0..=MAX_STOCK).contains(&stock) {
-            return invalid(format!("stock must be between 0 and {MAX_STOCK}"));
-        }
+        checked_stock("stock", stock)?;
         if shards.is_some_and(|k| !(1..=MAX_SHARDS).contains(&k)) {
             return invalid(format!("shards must be between 1 and {MAX_SHARDS}"));
         }
-        if let (Some(start), Some(end)) = (starts_at, ends_at)
-            && start >= end
-        {
-            return invalid("starts_at must be before ends_at".into());
-        }
-        // A sale that has ended before it is seeded is a typo; seeded, the janitor would retire it
-        // and burn its id.
-        if ends_at.is_some_and(|end| end <= OffsetDateTime::now_utc()) {
-            return invalid("ends_at must be in the future".into());
-        }
-        let asked_window = match payment_window.as_deref() {
-            Some(raw) => {
-                Some(reservations::payment_window(raw).map_err(|e| Error::Invalid(format!("payment_window: {e}")))?)
-            }
-            None => None,
-        };
+        checked_times(starts_at, ends_at)?;
+        let asked_window = checked_window(payment_window.as_deref())?;
         // A shard never gets stock back (docs/stock-sharding.md), which a window's releases would
         // break: a sharded sale has no window, and asking for both is refused.
         let sharded = shards.unwrap_or(1) > 1
@@ -96,35 +77,15 @@ impl Shop {
         if sharded && (per_buyer > 1 || sale.group().is_some()) {
             return invalid("per_buyer over 1 and groups cannot be used with more than one shard".into());
         }
-        let challenge_cost = challenge.unwrap_or(self.settings.challenge_cost);
-        if challenge_cost > MAX_CHALLENGE_COST {
-            return invalid(format!("challenge.cost must be between 0 and {MAX_CHALLENGE_COST}"));
-        }
+        let challenge_cost = self.checked_challenge(challenge)?;
         let window = if sharded { None } else { asked_window.or(self.settings.default_payment_window) };
         let payment_window_ms = window.map(|w| w.as_millis() as i64);
-        let to_ms = |t: OffsetDateTime| (t.unix_timestamp_nanos() / 1_000_000) as i64;
-        let queue = match queue {
-            None => None,
-            Some((opens_at, rate)) => {
-                // A queued sale's purchases arrive at its rate: it never needs shards, and a shard's
-                // purchases would not see the line, which lives in the sale's own slot.
-                if sharded {
-                    return invalid("queue cannot be used with more than one shard".into());
-                }
-                if !(1..=MAX_RATE).contains(&rate) {
-                    return invalid(format!("queue.rate must be between 1 and {MAX_RATE}"));
-                }
-                if starts_at.is_none_or(|start| opens_at >= start) {
-                    return invalid("a queue needs starts_at, after queue.opens_at".into());
-                }
-                Some(QueueSpec {
-                    opens_at_ms: to_ms(opens_at),
-                    rate,
-                    ttl_ms: self.settings.admission_ttl.as_millis() as i64,
-                    seed: admission::draw_seed(),
-                })
-            }
-        };
+        // A queued sale's purchases arrive at its rate: it never needs shards, and a shard's
+        // purchases would not see the line, which lives in the sale's own slot.
+        if sharded && queue.is_some() {
+            return invalid("queue cannot be used with more than one shard".into());
+        }
+        let queue = self.checked_queue("queue", queue, starts_at)?;
         let spec = SaleSpec {
             stock,
             starts_at_ms: starts_at.map(to_ms),
@@ -178,6 +139,7 @@ impl Shop {
             SeedOutcome::Started => return Err(Error::SaleStarted),
             SeedOutcome::ShardsFixed { shards } => return Err(Error::ShardsFixed { shards }),
             SeedOutcome::GroupLimitDiffers { per_buyer } => return Err(Error::GroupLimitDiffers { per_buyer }),
+            SeedOutcome::DropSize => return Err(Error::DropSize),
             SeedOutcome::GroupWindowDiffers { payment_window_ms } => {
                 return Err(Error::GroupWindowDiffers { payment_window_ms });
             }
@@ -189,11 +151,43 @@ impl Shop {
         self.sale_report(sale).await
     }
 
+    /// The proof of work asked (`None`: `SECKILL_CHALLENGE_COST`'s), within its bounds.
+    pub(super) fn checked_challenge(&self, challenge: Option<u32>) -> Result<u32, Error> {
+        let cost = challenge.unwrap_or(self.settings.challenge_cost);
+        if cost > MAX_CHALLENGE_COST {
+            return Err(Error::Invalid(format!("challenge.cost must be between 0 and {MAX_CHALLENGE_COST}")));
+        }
+        Ok(cost)
+    }
+
+    /// A waiting room (`field` names it in the message): its rate within bounds, opening before
+    /// `starts_at`, with a fresh shuffle seed (a line that has one keeps it).
+    pub(super) fn checked_queue(
+        &self,
+        field: &str,
+        queue: Option<(OffsetDateTime, u32)>,
+        starts_at: Option<OffsetDateTime>,
+    ) -> Result<Option<QueueSpec>, Error> {
+        let Some((opens_at, rate)) = queue else { return Ok(None) };
+        if !(1..=MAX_RATE).contains(&rate) {
+            return Err(Error::Invalid(format!("{field}.rate must be between 1 and {MAX_RATE}")));
+        }
+        if starts_at.is_none_or(|start| opens_at >= start) {
+            return Err(Error::Invalid(format!("a {field} needs starts_at, after {field}.opens_at")));
+        }
+        Ok(Some(QueueSpec {
+            opens_at_ms: to_ms(opens_at),
+            rate,
+            ttl_ms: self.settings.admission_ttl.as_millis() as i64,
+            seed: admission::draw_seed(),
+        }))
+    }
+
     /// A seed must not start a second life over the orders Postgres holds: if the sale has orders
     /// there, it is refused, as `sale_in_progress` while Redis still knows buyers of it, else as
     /// `sale_has_orders` (Redis lost them; a seed would let them buy again and oversell). No buyer
     /// can appear in between: orders come only from buyers.
-    async fn refuse_if_redis_forgot_orders(&self, sale: &SaleId) -> Result<(), Error> {
+    pub(super) async fn refuse_if_redis_forgot_orders(&self, sale: &SaleId) -> Result<(), Error> {
         let orders = db::count_orders(&self.pool, sale).await?;
         if orders == 0 {
             return Ok(());
@@ -203,4 +197,46 @@ impl Shop {
             _ => Err(Error::SaleHasOrders { orders }),
         }
     }
+}
+
+/// Unix milliseconds of `t`.
+pub(super) fn to_ms(t: OffsetDateTime) -> i64 {
+    (t.unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+/// `per_buyer` (`None`: 1), within 1 to [`MAX_PER_BUYER`].
+pub(super) fn checked_per_buyer(per_buyer: Option<u32>) -> Result<u32, Error> {
+    let per_buyer = per_buyer.unwrap_or(1);
+    if !(1..=MAX_PER_BUYER).contains(&per_buyer) {
+        return Err(Error::Invalid(format!("per_buyer must be between 1 and {MAX_PER_BUYER}")));
+    }
+    Ok(per_buyer)
+}
+
+/// A stock (`field` names it), within 0 to [`MAX_STOCK`].
+pub(super) fn checked_stock(field: &str, stock: i64) -> Result<(), Error> {
+    if !(0..=MAX_STOCK).contains(&stock) {
+        return Err(Error::Invalid(format!("{field} must be between 0 and {MAX_STOCK}")));
+    }
+    Ok(())
+}
+
+/// A start before the end, and an end in the future: a sale that has ended before it is seeded is
+/// a typo; seeded, the janitor would retire it and burn its id.
+pub(super) fn checked_times(starts_at: Option<OffsetDateTime>, ends_at: Option<OffsetDateTime>) -> Result<(), Error> {
+    if let (Some(start), Some(end)) = (starts_at, ends_at)
+        && start >= end
+    {
+        return Err(Error::Invalid("starts_at must be before ends_at".into()));
+    }
+    if ends_at.is_some_and(|end| end <= OffsetDateTime::now_utc()) {
+        return Err(Error::Invalid("ends_at must be in the future".into()));
+    }
+    Ok(())
+}
+
+/// The payment window as written (`"15m"`), parsed; `None`: none asked.
+pub(super) fn checked_window(raw: Option<&str>) -> Result<Option<std::time::Duration>, Error> {
+    raw.map(|raw| reservations::payment_window(raw).map_err(|e| Error::Invalid(format!("payment_window: {e}"))))
+        .transpose()
 }

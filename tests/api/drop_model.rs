@@ -1,6 +1,8 @@
 //! A model of a drop: a group of three sales (a product's sizes) sharing each buyer's limit,
-//! under purchases of several units, releases (a reservation cancelled or expired: its units
-//! back, `lua/release.lua`, asked again at random), pauses and stock changes in any order. The
+//! seeded whole (`lua/drop_seed.lua`), under purchases of several units, releases (a reservation
+//! cancelled or expired: its units back, `lua/release.lua`, asked again at random), pauses and
+//! stock changes of one size and of the whole drop (`lua/drop_control.lua`, `lua/drop_restock.lua`:
+//! all or nothing), and re-seeds of the whole drop (refused once anyone bought), in any order. The
 //! scripts answer as the model does at every step; no sale is ever oversold, no buyer holds more
 //! than `per_buyer` units across the group, each released order's units come back exactly once,
 //! and `stock_initial = stock + units sold - units released` holds in every sale.
@@ -10,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use proptest::prelude::*;
 use redis::Value;
-use seckill::domain::SaleId;
-use seckill::redis::keys::SaleKeys;
+use seckill::domain::{DropId, SaleId};
+use seckill::redis::keys::{DropKeys, SaleKeys};
 use seckill::redis::lua;
 
 const SIZES: usize = 3;
@@ -25,6 +27,13 @@ enum Op {
     Pause(usize),
     Resume(usize),
     Add(usize, i64),
+    /// The drop's switch, every size at once.
+    DropPause,
+    DropResume,
+    /// Units added to (or taken back from) each size at once, all or nothing (0: the size is not named).
+    DropAdd([i64; SIZES]),
+    /// The whole drop seeded again with these stocks.
+    Reseed([i64; SIZES]),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -35,6 +44,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => size.clone().prop_map(Op::Pause),
         1 => size.clone().prop_map(Op::Resume),
         2 => (size, prop_oneof![-3..=-1i64, 1..=3i64]).prop_map(|(s, n)| Op::Add(s, n)),
+        1 => Just(Op::DropPause),
+        1 => Just(Op::DropResume),
+        2 => prop::array::uniform3(-3..=3i64).prop_map(Op::DropAdd),
+        1 => prop::array::uniform3(0..6i64).prop_map(Op::Reseed),
     ]
 }
 
@@ -87,6 +100,23 @@ impl Model {
                 self.sizes[s].paused = matches!(op, Op::Pause(_));
                 "ok"
             }
+            Op::DropPause | Op::DropResume => {
+                self.sizes.iter_mut().for_each(|size| size.paused = matches!(op, Op::DropPause));
+                "ok"
+            }
+            Op::DropAdd(adds) if self.sizes.iter().zip(adds).any(|(size, add)| size.stock + add < 0) => "below_zero",
+            Op::DropAdd(adds) => {
+                for (size, add) in self.sizes.iter_mut().zip(adds) {
+                    size.stock += add;
+                    size.initial += add;
+                }
+                "ok"
+            }
+            Op::Reseed(_) if self.sizes.iter().any(|size| !size.orders.is_empty()) => "drop_in_progress",
+            Op::Reseed(stocks) => {
+                self.sizes = stocks.iter().map(|&stock| Size { initial: stock, stock, ..Size::default() }).collect();
+                "ok"
+            }
             Op::Add(s, add) if self.sizes[s].stock + add < 0 => "below_zero",
             Op::Add(s, add) => {
                 self.sizes[s].stock += add;
@@ -107,16 +137,58 @@ fn first_word(reply: &Value) -> String {
     }
 }
 
+/// `lua/drop_seed.lua`'s call: every size with its stock, `per_buyer`, open now, no line.
+fn drop_seed<'a>(
+    drop: &DropKeys,
+    keys: &'a [SaleKeys],
+    sales: &[SaleId],
+    stocks: &[i64],
+    per_buyer: u32,
+) -> redis::ScriptInvocation<'a> {
+    let mut call = lua::DROP_SEED.key(&drop.meta);
+    call.key(&drop.sales).key(&drop.line_meta).key(&drop.line_state);
+    for size in keys {
+        call.key(&size.meta).key(&size.stock).key(&size.buyers);
+    }
+    let group = sales[0].group().unwrap();
+    call.arg(group).arg("").arg("").arg("").arg(per_buyer).arg("").arg("").arg("").arg("").arg("");
+    for (sale, stock) in sales.iter().zip(stocks) {
+        call.arg(sale.as_str()).arg(stock);
+    }
+    call
+}
+
 /// Runs `op` (a purchase under `order_id`, the id the model recorded if it bought).
 fn run(
     con: &mut dyn redis::ConnectionLike,
-    keys: &[SaleKeys],
+    (drop, keys): (&DropKeys, &[SaleKeys]),
     sales: &[SaleId],
     op: &Op,
     model: &Model,
     order_id: &str,
 ) -> Value {
     let call = match *op {
+        Op::DropPause | Op::DropResume => {
+            let mut call = lua::DROP_CONTROL.key(&drop.sales);
+            call.key(&drop.line_meta);
+            for size in keys {
+                call.key(&size.meta);
+            }
+            call.arg(if matches!(op, Op::DropPause) { "pause" } else { "resume" }).arg("");
+            for sale in sales {
+                call.arg(sale.as_str());
+            }
+            call
+        }
+        Op::DropAdd(adds) => {
+            let mut call = lua::DROP_RESTOCK.key(&drop.sales);
+            call.key(&drop.line_meta).arg(10_000_000);
+            for ((size, sale), add) in keys.iter().zip(sales).zip(adds).filter(|(_, add)| *add != 0) {
+                call.key(&size.meta).key(&size.stock).arg(sale.as_str()).arg(add);
+            }
+            call
+        }
+        Op::Reseed(stocks) => drop_seed(drop, keys, sales, &stocks, model.per_buyer),
         Op::Buy(s, user, q) => {
             let mut call = lua::BUY.key(&keys[s].all()[..]);
             call.arg(sales[s].as_str()).arg(format!("u{user}")).arg(order_id).arg(1).arg("").arg("").arg(q);
@@ -159,7 +231,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn a_groups_purchases_releases_pauses_and_top_ups_in_any_order_keep_every_limit(
+    fn a_drops_seeds_purchases_releases_switches_and_top_ups_in_any_order_keep_every_limit(
         seeded in prop::collection::vec(0..6i64, SIZES),
         per_buyer in 1..=3u32,
         ops in prop::collection::vec(op(), 1..80),
@@ -169,14 +241,10 @@ proptest! {
         let prefix = crate::common::new_key_prefix();
         let sales: Vec<SaleId> = (0..SIZES).map(|s| SaleId::parse(&format!("{group}.{s}")).unwrap()).collect();
         let keys: Vec<SaleKeys> = sales.iter().map(|sale| SaleKeys::new(&prefix, sale)).collect();
+        let drop = DropKeys::new(&prefix, &DropId::parse(&group).unwrap());
         let mut con = crate::common::sync_connection();
-        for ((sale, keys), stock) in sales.iter().zip(&keys).zip(&seeded) {
-            let mut seed = lua::SEED.key(&keys.state()[..]);
-            seed.arg(stock).arg("").arg("").arg(1).arg("").arg(0).arg("").arg("").arg("").arg("").arg("");
-            seed.arg(per_buyer).arg(&group).arg(sale.as_str());
-            let reply: String = seed.invoke(&mut *con).unwrap();
-            prop_assert_eq!(reply, "ok");
-        }
+        let reply: String = drop_seed(&drop, &keys, &sales, &seeded, per_buyer).invoke(&mut *con).unwrap();
+        prop_assert_eq!(reply, "ok");
         let sizes = seeded.iter().map(|&stock| Size { initial: stock, stock, ..Size::default() }).collect();
         let mut model = Model { per_buyer, sizes, held: BTreeMap::new() };
         for (step, op) in ops.iter().enumerate() {
@@ -187,7 +255,7 @@ proptest! {
             };
             let was_released = matches!(op, Op::Release(s, user) if model.sizes[*s].released.contains(user));
             let Some(expected) = model.apply(op, &order_id) else { continue };
-            let reply = run(&mut *con, &keys, &sales, op, &model, &order_id);
+            let reply = run(&mut *con, (&drop, &keys), &sales, op, &model, &order_id);
             prop_assert_eq!(first_word(&reply), expected, "step {}: {:?}", step, op);
             if let (Some((_, q)), Value::Array(words)) = (before, &reply) {
                 let units: i64 = redis::from_redis_value_ref(&words[2]).unwrap();
@@ -211,5 +279,6 @@ proptest! {
             let _: () = redis::cmd("DEL").arg(&keys.every()[..]).query(&mut *con).unwrap();
             let _: () = redis::cmd("DEL").arg(&keys.group_keys(sale).unwrap()[..]).query(&mut *con).unwrap();
         }
+        let _: () = redis::cmd("DEL").arg(&[&drop.line_meta, &drop.line_state]).query(&mut *con).unwrap();
     }
 }

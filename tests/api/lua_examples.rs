@@ -204,4 +204,30 @@ async fn the_sale_day_controls_examples_work_as_documented() {
     let paused: Option<String> = redis.hget(meta, "paused").await.unwrap();
     assert_eq!(paused.as_deref(), Some("price typo"));
     let _: () = redis.del(&[meta, stock]).await.unwrap();
+
+    // A drop's scripts, on the drop "kicks" (sizes 40 and 41, 3 pairs each).
+    let drop = seckill::redis::keys::DropKeys::new("seckill", &seckill::domain::DropId::parse("kicks").unwrap());
+    let sizes: Vec<_> = ["kicks.40", "kicks.41"]
+        .iter()
+        .map(|id| seckill::redis::keys::SaleKeys::new("seckill", &seckill::domain::SaleId::parse(id).unwrap()))
+        .collect();
+    let every: Vec<&str> = [&drop.meta, &drop.sales, &drop.line_meta, &drop.line_state]
+        .into_iter()
+        .chain(sizes.iter().flat_map(|s| [&s.meta, &s.stock, &s.buyers]))
+        .map(String::as_str)
+        .collect();
+    let _: () = redis.del(&every).await.unwrap();
+    assert_eq!(run("drop_seed.lua").trim(), "ok");
+    let control = run("drop_control.lua");
+    assert_eq!(control.split_whitespace().take(2).collect::<Vec<_>>(), ["ok", "0"], "paused, none before");
+    let paused: Vec<Option<String>> = redis::pipe()
+        .hget(&sizes[0].meta, "paused")
+        .hget(&sizes[1].meta, "paused")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(paused, [Some("price typo".into()), Some("price typo".into())], "both sizes at once");
+    let restocked: Vec<String> = run("drop_restock.lua").split_whitespace().map(str::to_owned).collect();
+    assert_eq!(restocked, ["ok", "5", "5", "2", "2"], "40: 3 + 2; 41: 3 - 1");
+    let _: () = redis.del(&every).await.unwrap();
 }

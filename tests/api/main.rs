@@ -20,6 +20,7 @@ mod controls_model;
 mod controls_service_model;
 mod docs;
 mod drop_model;
+mod drops;
 mod examples;
 mod health;
 mod helpers;

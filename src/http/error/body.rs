@@ -25,7 +25,8 @@ pub struct ErrorBody<'a> {
     /// order the purchase may have made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub order_id: Option<Uuid>,
-    /// `outcome_unknown` only: the sale of that purchase.
+    /// `outcome_unknown`: the sale of that purchase; a drop's `drop_in_progress`,
+    /// `drop_size_missing`, `stock_below_zero` and `stock_too_large`: the size (its sale id) refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sale_id: Option<String>,
     /// `already_purchased` only: as `GET /sales/{sale_id}/order` reads it, `queued` (bought, not
@@ -78,7 +79,12 @@ impl ApiError {
             message: self.to_string(),
             order_id,
             sale_id: match self {
-                Self::Shop(E::OutcomeUnknown { sale_id, .. }) => Some(sale_id.clone()),
+                Self::Shop(
+                    E::OutcomeUnknown { sale_id, .. }
+                    | E::DropInProgress(sale_id)
+                    | E::DropSizeMissing(sale_id)
+                    | E::DropStock { size: sale_id, .. },
+                ) => Some(sale_id.clone()),
                 _ => None,
             },
             status: receipt.map(|r| r.status.into()),
@@ -102,6 +108,10 @@ impl ApiError {
             },
             stock_left: match self {
                 Self::Shop(E::InsufficientStock { stock_left }) => Some(*stock_left),
+                Self::Shop(E::DropStock { refusal, .. }) => match **refusal {
+                    E::StockBelowZero { stock_left } => Some(stock_left),
+                    _ => None,
+                },
                 _ => None,
             },
         }

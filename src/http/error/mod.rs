@@ -90,6 +90,7 @@ fn status_of(err: &E) -> StatusCode {
         E::UnknownSale
         | E::UnknownOrder
         | E::UnknownOrderId
+        | E::UnknownDrop
         | E::UnknownEvent
         | E::UnknownEndpoint
         | E::NoOrder
@@ -108,6 +109,11 @@ fn status_of(err: &E) -> StatusCode {
         | E::GroupLimitDiffers { .. }
         | E::GroupWindowDiffers { .. }
         | E::SaleInProgress
+        | E::NotADrop
+        | E::DropInProgress(_)
+        | E::DropSizeMissing(_)
+        | E::DropSize
+        | E::DropStock { .. }
         | E::SaleHasOrders { .. }
         | E::SaleStarted
         | E::ShardsFixed { .. }

@@ -54,7 +54,8 @@ pub struct AuditTrail {
 /// One operator action.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct AuditRecord {
-    /// `seed`, `pause`, `resume`, `end`, `stock` or `retire`.
+    /// `seed`, `pause`, `resume`, `end`, `stock` or `retire`; a drop's own (listed with each of its
+    /// sizes' too): `drop_seed`, `drop_pause`, `drop_resume`, `drop_end` or `drop_stock`.
     pub action: String,
     pub reason: Option<String>,
     /// What it did: a seed's settings, a switch's `was_paused`, `paused` and `ends_at`, a stock
@@ -75,11 +76,11 @@ pub struct AuditRecord {
 pub struct AuditQuery {
     /// Entries to return, 1 to 100 (default 100).
     #[param(minimum = 1, maximum = 100)]
-    limit: Option<i64>,
+    pub(super) limit: Option<i64>,
 }
 
 /// The reason of an optional `{"reason"}` body (an empty body or `null`: none).
-fn reason_of(body: &web::Bytes) -> Result<Option<String>, ApiError> {
+pub(super) fn reason_of(body: &web::Bytes) -> Result<Option<String>, ApiError> {
     Ok(object::optional::<ControlRequest>(body)?.reason)
 }
 
@@ -224,13 +225,23 @@ pub async fn audit(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = sale_of(&path)?;
+    let limit = checked_limit(&query)?;
+    let entries = records(state.shop.audit(&sale, limit).await?);
+    Ok(HttpResponse::Ok().json(AuditTrail { sale_id: sale.to_string(), entries }))
+}
+
+/// `?limit=`, within 1 to 100.
+pub(super) fn checked_limit(query: &AuditQuery) -> Result<Option<i64>, ApiError> {
     if query.limit.is_some_and(|limit| !(1..=MAX_AUDIT_LISTED).contains(&limit)) {
         return Err(ApiError::InvalidRequest(format!("limit must be between 1 and {MAX_AUDIT_LISTED}")));
     }
-    let entries = state.shop.audit(&sale, query.limit).await?;
-    let entries = entries
+    Ok(query.limit)
+}
+
+/// The entries as the API shows them.
+pub(super) fn records(entries: Vec<AuditEntry>) -> Vec<AuditRecord> {
+    entries
         .into_iter()
         .map(|AuditEntry { action, reason, effect, actor, at }| AuditRecord { action, reason, effect, actor, at })
-        .collect();
-    Ok(HttpResponse::Ok().json(AuditTrail { sale_id: sale.to_string(), entries }))
+        .collect()
 }

@@ -1,6 +1,6 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `challenge`,
-//! `payments`, `admin`, `seed`, `controls`, `order_actions`, `events`, `webhooks`, `retire`, `reconcile`, `admin_page`,
-//! `buyer_page`, `favicon`, `health`, `openapi`; `page` is what the two HTML pages share, `object`
+//! `payments`, `admin`, `seed`, `controls`, `order_actions`, `drops`, `drop_page`, `events`, `webhooks`, `retire`,
+//! `reconcile`, `admin_page`, `buyer_page`, `favicon`, `health`, `openapi`; `page` is what the two HTML pages share, `object`
 //! what every JSON body is read as, `responses` and `user_id` what the routes' OpenAPI annotations
 //! share), and here the routing itself, 404/405, the sale id of a path and `GET /metrics`.
 
@@ -10,6 +10,8 @@ mod buy;
 mod buyer_page;
 mod challenge;
 mod controls;
+mod drop_page;
+mod drops;
 mod events;
 mod favicon;
 mod health;
@@ -127,6 +129,23 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
         .service(
             web::resource("/admin/sales/{sale_id}/audit")
                 .route(read().to(controls::audit))
+                .default_service(allow("GET, HEAD")),
+        )
+        .service(web::resource("/drop/{drop_id}").route(read().to(drop_page::page)).default_service(allow("GET, HEAD")))
+        .service(web::resource("/drops/{drop_id}").route(read().to(drops::public)).default_service(allow("GET, HEAD")))
+        .service(
+            web::resource("/admin/drops/{drop_id}")
+                .route(web::put().to(drops::seed))
+                .route(read().to(drops::status))
+                .default_service(allow("GET, HEAD, PUT")),
+        )
+        .service(control("/admin/drops/{drop_id}/pause", drops::pause))
+        .service(control("/admin/drops/{drop_id}/resume", drops::resume))
+        .service(control("/admin/drops/{drop_id}/end", drops::end))
+        .service(control("/admin/drops/{drop_id}/stock", drops::stock))
+        .service(
+            web::resource("/admin/drops/{drop_id}/audit")
+                .route(read().to(drops::audit))
                 .default_service(allow("GET, HEAD")),
         )
         .service(web::resource("/admin/events").route(read().to(events::list)).default_service(allow("GET, HEAD")))

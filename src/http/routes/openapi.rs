@@ -10,8 +10,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    admin, admin_page, buy, buyer_page, challenge, controls, events, favicon, health, order_actions, payments, queue,
-    reconcile, retire, sales, seed, webhooks,
+    admin, admin_page, buy, buyer_page, challenge, controls, drop_page, drops, events, favicon, health, order_actions,
+    payments, queue, reconcile, retire, sales, seed, webhooks,
 };
 use crate::http::AppState;
 
@@ -51,6 +51,15 @@ use crate::http::AppState;
         controls::end,
         controls::stock,
         controls::audit,
+        drops::public,
+        drop_page::page,
+        drops::seed,
+        drops::status,
+        drops::pause,
+        drops::resume,
+        drops::end,
+        drops::stock,
+        drops::audit,
         reconcile::reconcile_check,
         reconcile::reconcile_repair,
         health::healthz,

@@ -55,7 +55,9 @@ mod tests {
 
     #[test]
     fn each_policy_allows_exactly_its_pages_one_script_and_one_style() {
-        for page in [&*super::super::admin_page::PAGE, &*super::super::buyer_page::PAGE] {
+        for page in
+            [&*super::super::admin_page::PAGE, &*super::super::buyer_page::PAGE, &*super::super::drop_page::PAGE]
+        {
             let (html, csp) = (page.html, &page.csp);
             assert_eq!(html.matches("<script").count(), 1, "one script element, inline");
             assert_eq!(html.matches("<style").count(), 1, "one style element, inline");

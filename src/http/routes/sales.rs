@@ -17,7 +17,7 @@ use crate::domain::{SaleId, Standing, UserId, ms_to_time};
 use crate::http::AppState;
 use crate::http::buyer::Buyer;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::shop::{Cancelled as Given, FoundOrder, Limited, Place, Snapshot, seed_commitment};
+use crate::shop::{Cancelled as Given, FoundOrder, Limited, Place, SaleState, Snapshot, seed_commitment};
 
 /// Where a sale stands, on the Redis server's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, ToSchema)]
@@ -102,17 +102,24 @@ pub struct PublicQueue {
     pub seed: Option<String>,
 }
 
+impl SalePhase {
+    /// Where a sale in `state` stands at `now_ms` (the Redis server's clock).
+    pub(super) fn at(state: &SaleState, now_ms: i64) -> Self {
+        match (state.starts_at_ms, state.ends_at_ms) {
+            (Some(start), _) if now_ms < start => Self::Upcoming,
+            (_, Some(end)) if now_ms >= end => Self::Ended,
+            _ if state.paused.is_some() => Self::Paused,
+            _ if state.stock_left <= 0 => Self::SoldOut,
+            _ => Self::Open,
+        }
+    }
+}
+
 impl PublicSale {
     fn of(sale: &SaleId, snapshot: &Snapshot) -> Self {
         let state = &snapshot.state;
         let now = snapshot.server_time_ms();
-        let phase = match (state.starts_at_ms, state.ends_at_ms) {
-            (Some(start), _) if now < start => SalePhase::Upcoming,
-            (_, Some(end)) if now >= end => SalePhase::Ended,
-            _ if state.paused.is_some() => SalePhase::Paused,
-            _ if state.stock_left <= 0 => SalePhase::SoldOut,
-            _ => SalePhase::Open,
-        };
+        let phase = SalePhase::at(state, now);
         Self {
             sale_id: sale.to_string(),
             state: phase,

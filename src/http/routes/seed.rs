@@ -98,6 +98,20 @@ pub struct QueueRequest {
     rate: u32,
 }
 
+impl ChallengeRequest {
+    /// The cost asked (unset: the default proof of work's).
+    pub(super) fn cost(Object(request): Object<Self>) -> u32 {
+        request.cost.unwrap_or(DEFAULT_CHALLENGE_COST)
+    }
+}
+
+impl QueueRequest {
+    /// When the line opens, and its rate.
+    pub(super) fn pair(Object(request): Object<Self>) -> (OffsetDateTime, u32) {
+        (request.opens_at, request.rate)
+    }
+}
+
 /// [`integral`] for an optional field (absent or `null`: `None`).
 pub(super) fn integral_opt<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
     #[derive(Deserialize)]
@@ -152,8 +166,8 @@ pub async fn seed(
     let sale = sale_of(&path)?;
     let SeedRequest { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group, challenge } =
         body.into_inner().0;
-    let challenge = challenge.map(|Object(ChallengeRequest { cost })| cost.unwrap_or(DEFAULT_CHALLENGE_COST));
-    let queue = queue.map(|Object(QueueRequest { opens_at, rate })| (opens_at, rate));
+    let challenge = challenge.map(ChallengeRequest::cost);
+    let queue = queue.map(QueueRequest::pair);
     // Out of u32's range reads as 0, which the seed refuses with the rest outside 1-100.
     let per_buyer = per_buyer.map(|n| u32::try_from(n).unwrap_or(0));
     let order = SeedOrder { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group, challenge };

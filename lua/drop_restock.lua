@@ -1,0 +1,51 @@
+-- drop_restock.lua: add units to several sizes of a drop, or take unsold ones back, in one call,
+-- all or nothing (src/drops/).
+--
+-- KEYS[1]  group's sales      seckill:{group:<d>}:sales  (the ids of the drop's sizes)
+-- KEYS[2]  line meta          seckill:{group:<d>}:line:meta (its stock_initial follows the total)
+-- KEYS[3..] per size, 2 each  its meta and its stock counter
+-- ARGV[1]  max stock          the largest stock_initial one size may reach
+-- ARGV[2..] per size, 2 each  its sale id and the units added (> 0) or taken back (< 0), in KEYS' order
+--
+-- Returns {"ok", stock_initial, stock_left, ...}: each size's figures after the call, in KEYS'
+-- order. Or, with nothing written:
+--   {"unknown_size", sale_id}               not a size of the drop (or its keys are gone)
+--   {"below_zero", sale_id, stock_left}     it would take back more units than that size has unsold
+--   {"too_much", sale_id, stock_initial}    that size's stock_initial would exceed ARGV[1]
+--
+-- Invariants kept: every check comes before any write; in each size stock_initial and the stock
+-- move together, so stock_initial = stock + units sold - units released holds in every size, and a
+-- purchase (one call too) sees all the sizes before or after, never between. Every key shares
+-- {group:<d>}.
+--
+-- Example (after drop_seed.lua's example: 2 more of size 40, 1 fewer of size 41):
+--   redis-cli --eval lua/drop_restock.lua 'seckill:{group:kicks}:sales' 'seckill:{group:kicks}:line:meta' 'seckill:{group:kicks}:sale:kicks.40:meta' 'seckill:{group:kicks}:sale:kicks.40:stock' 'seckill:{group:kicks}:sale:kicks.41:meta' 'seckill:{group:kicks}:sale:kicks.41:stock' , 10000000 kicks.40 2 kicks.41 -1
+
+local sizes = (#KEYS - 2) / 2
+local max = tonumber(ARGV[1])
+local total = 0
+for i = 0, sizes - 1 do
+  local sale, add = ARGV[2 + 2 * i], tonumber(ARGV[3 + 2 * i])
+  local initial = tonumber(redis.call('HGET', KEYS[3 + 2 * i], 'stock_initial'))
+  local stock = tonumber(redis.call('GET', KEYS[4 + 2 * i]))
+  if redis.call('SISMEMBER', KEYS[1], sale) == 0 or not initial or not stock then
+    return {'unknown_size', sale}
+  end
+  if stock + add < 0 then
+    return {'below_zero', sale, stock}
+  end
+  if initial + add > max then
+    return {'too_much', sale, initial}
+  end
+  total = total + add
+end
+local figures = {'ok'}
+for i = 0, sizes - 1 do
+  local add = tonumber(ARGV[3 + 2 * i])
+  table.insert(figures, redis.call('HINCRBY', KEYS[3 + 2 * i], 'stock_initial', add))
+  table.insert(figures, redis.call('INCRBY', KEYS[4 + 2 * i], add))
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('HINCRBY', KEYS[2], 'stock_initial', total)
+end
+return figures

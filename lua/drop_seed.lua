@@ -1,0 +1,88 @@
+-- drop_seed.lua: seed or update a whole drop (src/drops/): every size (a sale of the drop's group,
+-- `<drop>.<size>`), the group's keys and the drop's line, in one call, unless somebody has
+-- bought in it. Per size it writes what lua/seed.lua writes for an unsharded sale of a group.
+--
+-- KEYS[1]  group meta         seckill:{group:<d>}:meta   (per_buyer, payment_window_ms, drop = "1")
+-- KEYS[2]  group's sales      seckill:{group:<d>}:sales  (the ids of the drop's sizes)
+-- KEYS[3]  line meta          seckill:{group:<d>}:line:meta (the drop's waiting room, src/admission/)
+-- KEYS[4]  line state         seckill:{group:<d>}:line:queue:state (its shuffle seed)
+-- KEYS[5..] per size, 3 each  its meta, stock and buyer set (seckill:{group:<d>}:sale:<d>.<size>:meta, ...)
+-- ARGV[1]  drop id
+-- ARGV[2]  starts_at_ms       Unix ms, or "" for "open now"
+-- ARGV[3]  ends_at_ms         Unix ms, or "" for "never ends"
+-- ARGV[4]  payment window     ms, or "" for none
+-- ARGV[5]  per_buyer          units one buyer may buy across the drop's sizes (1-100)
+-- ARGV[6]  challenge cost     the proof of work's average tries (on the line's meta with a line, else on
+--                             each size's), or "" for none
+-- ARGV[7]  line opens at      Unix ms the line opens (before starts_at_ms), or "" for a drop without a
+--                             line (ARGV[8..10] then "")
+-- ARGV[8]  line rate          buyers admitted per second
+-- ARGV[9]  admission ttl      ms an admitted buyer has to buy
+-- ARGV[10] shuffle seed       64 hex digits; kept if the line has one already (as lua/seed.lua)
+-- ARGV[11..] per size, 2 each its sale id and its stock (integer >= 0), in KEYS' order
+--
+-- Returns "ok" when seeded, or, with nothing changed:
+--   {"not_a_drop"}               the group has sales seeded one by one (PUT /admin/sales), not as a drop
+--   {"size_missing", sale_id}    a size of the drop is not in the call: a drop's size is never removed
+--   {"drop_in_progress", sale_id} that size has buyers: a drop with buyers is not re-seeded
+--
+-- Invariants kept: all checks come before any write; a re-seed never resets a stock under buyers
+-- (no size has any), so stock_initial = stock + SCARD(buyers) holds in every size; every size records
+-- the group's one per_buyer and payment window; the line's shuffle seed is drawn once (HSETNX). With
+-- a line, each size's meta has queue_rate (lua/purchase.lua asks an admission) and line = "drop";
+-- without one, the line's meta is removed (nobody can join). Every key shares {group:<d>}.
+--
+-- Example (a drop "kicks" of sizes 40 and 41, 3 pairs each, at most 2 per buyer, open now):
+--   redis-cli --eval lua/drop_seed.lua 'seckill:{group:kicks}:meta' 'seckill:{group:kicks}:sales' 'seckill:{group:kicks}:line:meta' 'seckill:{group:kicks}:line:queue:state' 'seckill:{group:kicks}:sale:kicks.40:meta' 'seckill:{group:kicks}:sale:kicks.40:stock' 'seckill:{group:kicks}:sale:kicks.40:buyers' 'seckill:{group:kicks}:sale:kicks.41:meta' 'seckill:{group:kicks}:sale:kicks.41:stock' 'seckill:{group:kicks}:sale:kicks.41:buyers' , kicks '' '' '' 2 '' '' '' '' '' kicks.40 3 kicks.41 3
+
+local sizes = (#KEYS - 4) / 3
+local listed = {}
+for i = 0, sizes - 1 do
+  listed[ARGV[11 + 2 * i]] = true
+end
+if redis.call('HGET', KEYS[1], 'drop') ~= '1' and redis.call('SCARD', KEYS[2]) > 0 then
+  return {'not_a_drop'}
+end
+for _, sale in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if not listed[sale] then
+    return {'size_missing', sale}
+  end
+end
+for i = 0, sizes - 1 do
+  if redis.call('SCARD', KEYS[7 + 3 * i]) > 0 then
+    return {'drop_in_progress', ARGV[11 + 2 * i]}
+  end
+end
+
+local line = ARGV[7] ~= ''
+local total = 0
+for i = 0, sizes - 1 do
+  local meta, stock, sale = KEYS[5 + 3 * i], KEYS[6 + 3 * i], ARGV[11 + 2 * i]
+  local units = tonumber(ARGV[12 + 2 * i])
+  total = total + units
+  redis.call('DEL', meta)
+  redis.call('HSET', meta, 'stock_initial', units, 'shards', 1, 'per_buyer', ARGV[5], 'group', ARGV[1])
+  if ARGV[2] ~= '' then redis.call('HSET', meta, 'starts_at_ms', ARGV[2]) end
+  if ARGV[3] ~= '' then redis.call('HSET', meta, 'ends_at_ms', ARGV[3]) end
+  if ARGV[4] ~= '' then redis.call('HSET', meta, 'payment_window_ms', ARGV[4]) end
+  if line then
+    redis.call('HSET', meta, 'queue_rate', ARGV[8], 'line', 'drop')
+  elseif ARGV[6] ~= '' then
+    redis.call('HSET', meta, 'challenge_cost', ARGV[6])
+  end
+  redis.call('SET', stock, units)
+  redis.call('SADD', KEYS[2], sale)
+end
+redis.call('HSET', KEYS[1], 'per_buyer', ARGV[5], 'payment_window_ms', ARGV[4], 'drop', '1')
+
+redis.call('DEL', KEYS[3])
+if line then
+  redis.call('HSET', KEYS[3], 'stock_initial', total, 'queue_opens_at_ms', ARGV[7], 'queue_rate', ARGV[8],
+    'queue_ttl_ms', ARGV[9])
+  if ARGV[2] ~= '' then redis.call('HSET', KEYS[3], 'starts_at_ms', ARGV[2]) end
+  if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], 'ends_at_ms', ARGV[3]) end
+  if ARGV[6] ~= '' then redis.call('HSET', KEYS[3], 'challenge_cost', ARGV[6]) end
+  redis.call('HSETNX', KEYS[4], 'seed', ARGV[10])
+  redis.call('HSET', KEYS[3], 'queue_seed', redis.call('HGET', KEYS[4], 'seed'))
+end
+return 'ok'

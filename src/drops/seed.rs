@@ -1,0 +1,100 @@
+//! Seeding a drop: `lua/drop_seed.lua` over every size at once.
+
+use redis::{AsyncCommands, RedisResult};
+
+use super::keys;
+use crate::domain::{DropId, QueueSpec, SaleId};
+use crate::purchase::Sales;
+use crate::redis::keys::sales_registry_key;
+use crate::redis::lua::{self, unexpected_reply};
+use crate::redis::order_stream;
+
+/// A drop as an operator seeds it: every size and the settings they share.
+#[derive(Debug, Clone)]
+pub struct DropSpec {
+    /// Each size's sale and its stock.
+    pub sizes: Vec<(SaleId, i64)>,
+    /// The start, Unix ms (`None`: open at once).
+    pub starts_at_ms: Option<i64>,
+    /// The end, Unix ms (`None`: never).
+    pub ends_at_ms: Option<i64>,
+    /// Milliseconds a reservation has to be paid (`None`: final at once).
+    pub payment_window_ms: Option<i64>,
+    /// Units one buyer may buy across the sizes.
+    pub per_buyer: u32,
+    /// The proof of work's average tries (`None`: none): at the line's join with a line, else at
+    /// each purchase.
+    pub challenge_cost: Option<u32>,
+    /// The drop's line (waiting room), one for every size.
+    pub line: Option<QueueSpec>,
+}
+
+/// What the seed decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DropSeed {
+    /// Every size, the group and the line are seeded.
+    Seeded,
+    /// The group's sales were seeded one by one (`PUT /admin/sales`), not as a drop.
+    NotADrop,
+    /// This size of the drop is not in the seed (a size is never removed).
+    SizeMissing(String),
+    /// This size has buyers: the drop is not re-seeded.
+    InProgress(String),
+}
+
+/// Registers every size (so workers read their streams) and creates their streams' consumer
+/// groups, then seeds the whole drop in one call. The registries are separate keys, written first:
+/// no size is live without its stream being known. On success every instance drops its sold-out
+/// flags of the sizes.
+pub async fn seed(sales: &Sales, drop: &DropId, spec: &DropSpec) -> RedisResult<DropSeed> {
+    let redis = sales.keyspace();
+    let ids: Vec<&str> = spec.sizes.iter().map(|(sale, _)| sale.as_str()).collect();
+    let _: i64 = redis.conn().sadd(sales_registry_key(redis.prefix()), &ids).await?;
+    let size_keys: Vec<_> = spec.sizes.iter().map(|(sale, _)| redis.sale_keys(sale)).collect();
+    for keys in &size_keys {
+        order_stream::create_group(&mut redis.conn(), &keys.orders).await?;
+    }
+    let drop_keys = keys(sales, drop);
+    let opt = |v: Option<i64>| v.map(|n| n.to_string()).unwrap_or_default();
+    let mut call = lua::DROP_SEED.key(&drop_keys.meta);
+    call.key(&drop_keys.sales).key(&drop_keys.line_meta).key(&drop_keys.line_state);
+    for keys in &size_keys {
+        call.key(&keys.meta).key(&keys.stock).key(&keys.buyers);
+    }
+    call.arg(drop.as_str())
+        .arg(opt(spec.starts_at_ms))
+        .arg(opt(spec.ends_at_ms))
+        .arg(opt(spec.payment_window_ms))
+        .arg(spec.per_buyer)
+        .arg(opt(spec.challenge_cost.map(i64::from)));
+    match &spec.line {
+        Some(line) => call.arg(line.opens_at_ms).arg(line.rate).arg(line.ttl_ms).arg(hex::encode(line.seed)),
+        None => call.arg("").arg("").arg("").arg(""),
+    };
+    for (sale, stock) in &spec.sizes {
+        call.arg(sale.as_str()).arg(stock);
+    }
+    let reply: redis::Value = lua::run(&call, &mut redis.conn()).await?;
+    let outcome = match reply {
+        redis::Value::Array(_) => {
+            let words: Vec<String> = redis::from_redis_value(reply)?;
+            match words.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+                ["not_a_drop"] => DropSeed::NotADrop,
+                ["size_missing", size] => DropSeed::SizeMissing(size.to_owned()),
+                ["drop_in_progress", size] => DropSeed::InProgress(size.to_owned()),
+                _ => return Err(unexpected_reply("drop_seed.lua", &words.join(" "))),
+            }
+        }
+        word => match redis::from_redis_value::<String>(word)?.as_str() {
+            "ok" => DropSeed::Seeded,
+            other => return Err(unexpected_reply("drop_seed.lua", other)),
+        },
+    };
+    if outcome == DropSeed::Seeded {
+        for (sale, _) in &spec.sizes {
+            sales.forget_layout(sale.as_str());
+            sales.announce(sale, "drop seed").await;
+        }
+    }
+    Ok(outcome)
+}

@@ -1,0 +1,320 @@
+//! Drops: a product's sizes seeded, read, switched and restocked whole (`PUT /admin/drops/{drop}`
+//! and the rest), on one instance and two.
+
+use redis::AsyncCommands;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, spawn_app, spawn_instance_of};
+
+fn new_drop_id() -> String {
+    format!("drop-{}", &Uuid::now_v7().simple().to_string()[..20])
+}
+
+async fn put_drop(app: &TestApp, drop: &str, body: Value) -> reqwest::Response {
+    let url = app.url(&format!("/admin/drops/{drop}"));
+    app.client.put(url).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap()
+}
+
+async fn admin_drop(app: &TestApp, drop: &str) -> reqwest::Response {
+    app.client.get(app.url(&format!("/admin/drops/{drop}"))).bearer_auth(ADMIN_TOKEN).send().await.unwrap()
+}
+
+async fn post_drop(app: &TestApp, drop: &str, action: &str, body: Value) -> reqwest::Response {
+    let url = app.url(&format!("/admin/drops/{drop}/{action}"));
+    app.client.post(url).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap()
+}
+
+async fn buy_units(app: &TestApp, sale: &str, user: &str, quantity: u32) -> reqwest::Response {
+    let body = json!({"sale_id": sale, "user_id": user, "quantity": quantity});
+    app.client.post(app.url("/buy")).json(&body).send().await.unwrap()
+}
+
+async fn audit_actions(app: &TestApp, drop: &str) -> Vec<String> {
+    let url = app.url(&format!("/admin/drops/{drop}/audit"));
+    let trail: Value = app.client.get(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
+    trail["entries"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap().to_owned()).collect()
+}
+
+/// Each size's `(name, state, stock_left)` in a drop's answer.
+fn sizes_of(body: &Value) -> Vec<(String, String, i64)> {
+    body["sizes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let left = s["sale"]["stock_left"].as_i64().or(s["stock_left"].as_i64()).unwrap();
+            (s["size"].as_str().unwrap().to_owned(), s["state"].as_str().unwrap().to_owned(), left)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_drop_is_seeded_whole_and_read_whole() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    let seeded =
+        put_drop(&app, &drop, json!({"sizes": {"40": {"stock": 3}, "41": {"stock": 2}}, "per_buyer": 2})).await;
+    assert_eq!(seeded.status(), 200);
+    let body: Value = seeded.json().await.unwrap();
+    assert_eq!(sizes_of(&body), [("40".into(), "open".into(), 3), ("41".into(), "open".into(), 2)]);
+    assert_eq!(body["totals"]["stock_initial"], 5);
+
+    // One limit across the sizes.
+    assert_eq!(buy_units(&app, &format!("{drop}.40"), "ann", 1).await.status(), 201);
+    assert_eq!(buy_units(&app, &format!("{drop}.41"), "ann", 1).await.status(), 201);
+    assert_error(buy_units(&app, &format!("{drop}.41"), "bob", 3).await, 409, "limit_reached").await;
+    assert_eq!(buy_units(&app, &format!("{drop}.41"), "bob", 1).await.status(), 201);
+
+    let body: Value = admin_drop(&app, &drop).await.json().await.unwrap();
+    assert_eq!(sizes_of(&body), [("40".into(), "open".into(), 2), ("41".into(), "sold_out".into(), 0)]);
+    assert_eq!((body["totals"]["stock_left"].as_i64(), body["totals"]["units_sold"].as_i64()), (Some(2), Some(3)));
+    let public: Value = app.client.get(app.url(&format!("/drops/{drop}"))).send().await.unwrap().json().await.unwrap();
+    assert_eq!(public["per_buyer"], 2);
+    assert_eq!(public["sizes"][1]["sale_id"], format!("{drop}.41"));
+    assert!(matches!(public["sizes"][1]["state"].as_str(), Some("sold_out" | "open")), "{public}");
+
+    // One transaction: both sizes' rows, the drop's row, one audit entry.
+    let rows: i64 = sqlx::query_scalar("select count(*) from sales where sale_id like $1")
+        .bind(format!("{drop}.%"))
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    let drops: i64 = sqlx::query_scalar("select count(*) from drops where drop_id = $1 and per_buyer = 2")
+        .bind(&drop)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!((rows, drops), (2, 1));
+    assert_eq!(audit_actions(&app, &drop).await, ["drop_seed"]);
+
+    // A drop with buyers is not re-seeded; a size is never left out; nothing changed.
+    let again = put_drop(&app, &drop, json!({"sizes": {"40": {"stock": 9}, "41": {"stock": 9}}, "per_buyer": 2})).await;
+    assert_eq!(again.status(), 409);
+    let refusal: Value = again.json().await.unwrap();
+    assert_eq!(
+        (refusal["error"].as_str(), refusal["sale_id"].as_str()),
+        (Some("drop_in_progress"), Some(&*format!("{drop}.40")))
+    );
+    let missing = put_drop(&app, &drop, json!({"sizes": {"40": {"stock": 9}}})).await;
+    let refusal: Value = missing.json().await.unwrap();
+    assert_eq!(refusal["error"], "drop_size_missing", "{refusal}");
+    assert_eq!(app.status(&format!("{drop}.40")).await.stock_initial, 3);
+    // A size is seeded with its drop, never alone.
+    assert_error(app.seed(&format!("{drop}.42"), json!({"stock": 1, "per_buyer": 2})).await, 409, "drop_size").await;
+    assert_eq!(audit_actions(&app, &drop).await, ["drop_seed"]);
+}
+
+#[tokio::test]
+async fn a_drop_seed_refuses_bad_input_and_unknown_drops_are_404() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    let too_many: serde_json::Map<String, Value> = (0..65).map(|i| (format!("s{i}"), json!({"stock": 1}))).collect();
+    for body in [
+        json!({"sizes": {}}),
+        json!({"sizes": too_many}),
+        json!({"sizes": {"4.0": {"stock": 1}}}),
+        json!({"sizes": {"x".repeat(60): {"stock": 1}}}),
+        json!({"sizes": {"40": {"stock": -1}}}),
+        json!({"sizes": {"40": {"stock": 1}}, "per_buyer": 0}),
+        json!({"sizes": {"40": {"stock": 1}}, "waiting_room": {"opens_at": "2030-01-01T00:00:00Z", "rate": 5}}),
+        json!({"sizes": {"40": {"stock": 1}}, "shards": 2}),
+    ] {
+        assert_error(put_drop(&app, &drop, body.clone()).await, 400, "invalid_request").await;
+    }
+    assert_error(put_drop(&app, "a.b", json!({"sizes": {"40": {"stock": 1}}})).await, 400, "invalid_request").await;
+    assert_error(admin_drop(&app, &drop).await, 404, "unknown_drop").await;
+    assert_error(app.client.get(app.url(&format!("/drops/{drop}"))).send().await.unwrap(), 404, "unknown_drop").await;
+    assert_error(post_drop(&app, &drop, "pause", json!({})).await, 404, "unknown_drop").await;
+    let rows: i64 = sqlx::query_scalar("select count(*) from sale_audit").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(rows, 0, "nothing recorded");
+
+    // A group seeded sale by sale is not taken over.
+    let group = new_drop_id();
+    app.seed_stock(&format!("{group}.1"), 1).await;
+    assert_error(put_drop(&app, &group, json!({"sizes": {"1": {"stock": 5}}})).await, 409, "not_a_drop").await;
+}
+
+#[tokio::test]
+async fn a_drop_with_a_waiting_room_writes_its_lines_meta() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    let body = json!({
+        "sizes": {"40": {"stock": 4}, "41": {"stock": 6}},
+        "starts_at": "2099-01-01T00:10:00Z",
+        "waiting_room": {"opens_at": "2099-01-01T00:00:00Z", "rate": 50},
+        "challenge": {"cost": 100},
+    });
+    assert_eq!(put_drop(&app, &drop, body).await.status(), 200);
+    let mut redis = app.redis.clone();
+    let prefix = &app.config.key_prefix;
+    let line: std::collections::HashMap<String, String> =
+        redis.hgetall(format!("{prefix}:{{group:{drop}}}:line:meta")).await.unwrap();
+    assert_eq!(line.get("stock_initial").map(String::as_str), Some("10"));
+    assert_eq!(line.get("queue_rate").map(String::as_str), Some("50"));
+    assert_eq!(line.get("challenge_cost").map(String::as_str), Some("100"));
+    assert_eq!(line.get("queue_opens_at_ms").map(String::as_str), Some("4070908800000"));
+    let seed: String = redis.hget(format!("{prefix}:{{group:{drop}}}:line:queue:state"), "seed").await.unwrap();
+    assert_eq!(line.get("queue_seed"), Some(&seed));
+    let size: std::collections::HashMap<String, String> =
+        redis.hgetall(format!("{prefix}:{{group:{drop}}}:sale:{drop}.41:meta")).await.unwrap();
+    assert_eq!(
+        (size.get("queue_rate").map(String::as_str), size.get("line").map(String::as_str)),
+        (Some("50"), Some("drop"))
+    );
+    assert!(!size.contains_key("challenge_cost"), "the line asks the proof, once per join: {size:?}");
+
+    // Without the waiting room, the line is gone; the seed stays for a line seeded again.
+    let body = json!({"sizes": {"40": {"stock": 4}, "41": {"stock": 6}}, "starts_at": "2099-01-01T00:10:00Z"});
+    assert_eq!(put_drop(&app, &drop, body).await.status(), 200);
+    let exists: bool = redis.exists(format!("{prefix}:{{group:{drop}}}:line:meta")).await.unwrap();
+    assert!(!exists);
+}
+
+#[tokio::test]
+async fn a_drop_pause_stops_every_size_on_every_instance_and_resume_and_end_follow() {
+    let app = spawn_app().await;
+    let other = spawn_instance_of(&app).await;
+    let drop = new_drop_id();
+    let sizes = json!({"40": {"stock": 5}, "41": {"stock": 5}, "42": {"stock": 5}});
+    assert_eq!(put_drop(&app, &drop, json!({"sizes": sizes, "per_buyer": 3})).await.status(), 200);
+    assert_eq!(other.buy(&format!("{drop}.42"), "warm").await.status(), 201);
+
+    let paused = post_drop(&app, &drop, "pause", json!({"reason": "price typo"})).await;
+    assert_eq!(paused.status(), 200);
+    let body: Value = paused.json().await.unwrap();
+    assert!(sizes_of(&body).iter().all(|(_, state, _)| state == "paused"), "{body}");
+    // From the answer on: no size sells, on either instance.
+    for (i, size) in ["40", "41", "42"].iter().enumerate() {
+        for instance in [&app, &other] {
+            assert_error(instance.buy(&format!("{drop}.{size}"), &format!("late{i}")).await, 403, "sale_paused").await;
+        }
+    }
+    assert_eq!(audit_actions(&app, &drop).await, ["drop_pause", "drop_seed"]);
+    let size_trail: Value = app
+        .client
+        .get(app.url(&format!("/admin/sales/{drop}.41/audit")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(size_trail["entries"][0]["reason"], "price typo", "a size's trail shows its drop's: {size_trail}");
+
+    assert_eq!(post_drop(&app, &drop, "resume", json!({})).await.status(), 200);
+    assert_eq!(other.buy(&format!("{drop}.40"), "after").await.status(), 201);
+
+    let ended = post_drop(&app, &drop, "end", json!({"reason": "done"})).await;
+    assert_eq!(ended.status(), 200);
+    for size in ["40", "41", "42"] {
+        assert_error(other.buy(&format!("{drop}.{size}"), "too-late").await, 403, "sale_ended").await;
+    }
+    let open_rows: i64 =
+        sqlx::query_scalar("select count(*) from sales where sale_id like $1 and (ends_at is null or ends_at > now())")
+            .bind(format!("{drop}.%"))
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    let drop_ended: bool = sqlx::query_scalar("select ends_at <= now() from drops where drop_id = $1")
+        .bind(&drop)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!((open_rows, drop_ended), (0, true));
+    assert_eq!(audit_actions(&app, &drop).await, ["drop_end", "drop_resume", "drop_pause", "drop_seed"]);
+}
+
+#[tokio::test]
+async fn a_drops_stock_changes_all_or_nothing() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    let sizes = json!({"40": {"stock": 2}, "41": {"stock": 2}, "42": {"stock": 1}});
+    assert_eq!(put_drop(&app, &drop, json!({"sizes": sizes})).await.status(), 200);
+    assert_eq!(app.buy(&format!("{drop}.42"), "ann").await.status(), 201);
+    assert_error(app.buy(&format!("{drop}.42"), "bob").await, 410, "sold_out").await;
+
+    let refused = post_drop(&app, &drop, "stock", json!({"add": {"40": 10, "41": -3}})).await;
+    assert_eq!(refused.status(), 409);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(
+        (body["error"].as_str(), body["sale_id"].as_str(), body["stock_left"].as_i64()),
+        (Some("stock_below_zero"), Some(&*format!("{drop}.41")), Some(2)),
+        "{body}"
+    );
+    let too_much = post_drop(&app, &drop, "stock", json!({"add": {"40": 1, "42": 10_000_000}})).await;
+    assert_error(too_much, 409, "stock_too_large").await;
+    assert_error(post_drop(&app, &drop, "stock", json!({"add": {"43": 1}})).await, 400, "invalid_request").await;
+    assert_error(post_drop(&app, &drop, "stock", json!({"add": {}})).await, 400, "invalid_request").await;
+    let body: Value = admin_drop(&app, &drop).await.json().await.unwrap();
+    assert_eq!(sizes_of(&body).iter().map(|s| s.2).collect::<Vec<_>>(), [2, 2, 0], "nothing changed");
+    assert_eq!(audit_actions(&app, &drop).await, ["drop_seed"]);
+
+    let done = post_drop(&app, &drop, "stock", json!({"add": {"40": 10, "41": -2, "42": 1}, "reason": "found"})).await;
+    assert_eq!(done.status(), 200);
+    let body: Value = done.json().await.unwrap();
+    assert_eq!(sizes_of(&body).iter().map(|s| s.2).collect::<Vec<_>>(), [12, 0, 1]);
+    // The sold-out size sells again, at once.
+    assert_eq!(app.buy(&format!("{drop}.42"), "bob").await.status(), 201);
+    for (size, stock) in [("40", 12), ("41", 0), ("42", 2)] {
+        assert_eq!(app.sales_row_stock(&format!("{drop}.{size}")).await, stock, "size {size}'s row follows");
+    }
+    assert_eq!(audit_actions(&app, &drop).await, ["drop_stock", "drop_seed"]);
+}
+
+#[tokio::test]
+async fn the_drop_page_shows_each_sizes_state_and_stock() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    let sizes = json!({"40": {"stock": 3}, "41": {"stock": 1}, "42": {"stock": 2}});
+    assert_eq!(put_drop(&app, &drop, json!({"sizes": sizes, "per_buyer": 2})).await.status(), 200);
+    assert_eq!(app.buy(&format!("{drop}.41"), "ann").await.status(), 201);
+    assert_eq!(post_drop(&app, &drop, "stock", json!({"add": {"42": 1}})).await.status(), 200);
+    let browser = crate::chromium::Browser::start().await;
+    browser.client.goto(&app.url(&format!("/drop/{drop}"))).await.unwrap();
+    let rows = async |b: &crate::chromium::Browser| {
+        let script = r##"return [...document.querySelectorAll("#sizes tr")].map((r) => r.innerText.replace(/\s+/g, " ").trim());"##;
+        let rows: Vec<String> = serde_json::from_value(b.run(script, vec![]).await).unwrap();
+        (rows.len() == 3).then_some(rows)
+    };
+    let shown = browser.wait_for("three sizes", rows).await;
+    assert_eq!(shown, ["40 in stock 3 Buy", "41 sold out 0 Buy", "42 in stock 3 Buy"]);
+    assert_eq!(browser.text("summary").await, "6 of 7 left · at most 2 per customer across sizes");
+    browser.screenshot("drop-page.png").await;
+    assert_eq!(post_drop(&app, &drop, "pause", json!({})).await.status(), 200);
+    let paused = browser
+        .wait_for("the pause", async |b| {
+            rows(b).await.filter(|r| r.iter().filter(|r| r.contains("paused")).count() == 3)
+        })
+        .await;
+    assert_eq!(paused[1], "41 paused 0 Buy", "a paused drop shows paused in every size");
+    browser.screenshot("drop-page-paused.png").await;
+}
+
+#[tokio::test]
+async fn the_live_page_shows_a_drop_and_its_switch_pauses_every_size() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    let sizes = json!({"40": {"stock": 3}, "41": {"stock": 1}});
+    assert_eq!(put_drop(&app, &drop, json!({"sizes": sizes})).await.status(), 200);
+    let browser = crate::chromium::Browser::start().await;
+    browser.client.goto(&app.url("/admin")).await.unwrap();
+    browser.fill("token", ADMIN_TOKEN).await;
+    browser.run(r##"document.querySelector("#login button[type=submit]").click();"##, vec![]).await;
+    let line = async |b: &crate::chromium::Browser| {
+        let script = r#"const d = [...document.querySelectorAll(".drop")].find((d) => d.dataset.dropId === arguments[0]);
+            return d ? d.querySelector('[data-field="sizes"]').innerText : null;"#;
+        b.run(script, vec![json!(drop)]).await.as_str().map(str::to_owned)
+    };
+    let shown = browser.wait_for("the drop", line).await;
+    assert_eq!(shown, "40: open, 3 left · 41: open, 1 left");
+    browser.screenshot("admin-page-drop.png").await;
+    let click = r#"[...document.querySelectorAll(".drop")].find((d) => d.dataset.dropId === arguments[0])
+        .querySelector('[data-action="pause"]').click();"#;
+    browser.run(click, vec![json!(drop)]).await;
+    browser.wait_for("every size paused", async |b| line(b).await.filter(|l| l.matches("paused").count() == 2)).await;
+    assert_error(app.buy(&format!("{drop}.40"), "ann").await, 403, "sale_paused").await;
+    assert_eq!(audit_actions(&app, &drop).await, ["drop_pause", "drop_seed"]);
+    browser.screenshot("admin-page-drop-paused.png").await;
+}
