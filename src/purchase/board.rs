@@ -82,6 +82,12 @@ impl SaleBoard {
         Ok(registry.contains(sale.as_str()))
     }
 
+    /// Whether the registry holds a sale of group `group` (a drop's size), from the same copy.
+    pub async fn group_registered(&self, group: &str) -> Result<bool, BoardError> {
+        let registry = self.registry.try_get_with((), self.read_registry()).await?;
+        Ok(registry.iter().any(|id| id.split_once('.').is_some_and(|(of, _)| of == group)))
+    }
+
     /// Drops the sale's snapshot, so the next request reads it afresh (it just sold out).
     pub async fn invalidate(&self, sale: &SaleId) {
         self.snapshots.invalidate(sale.as_str()).await;

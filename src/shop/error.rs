@@ -22,6 +22,16 @@ pub enum Error {
     /// `unknown_sale`.
     #[error("no sale with that id")]
     UnknownSale,
+    /// `unknown_drop`: no sale of the group that the drop id names.
+    #[error("no drop with that id")]
+    UnknownDrop,
+    /// `drop_line`: the sale is a size of a drop whose one line admits to every size; it has no
+    /// line of its own.
+    #[error("this sale is a size of drop {drop}, whose one line admits to every size: join POST /drops/{drop}/queue")]
+    DropLine {
+        /// The drop.
+        drop: String,
+    },
     /// `sale_not_started`.
     #[error("the sale has not started yet")]
     SaleNotStarted,
@@ -226,6 +236,8 @@ impl Error {
         match self {
             Self::Invalid(_) => "invalid_request",
             Self::UnknownSale => "unknown_sale",
+            Self::UnknownDrop => "unknown_drop",
+            Self::DropLine { .. } => "drop_line",
             Self::SaleNotStarted => "sale_not_started",
             Self::SaleEnded => "sale_ended",
             Self::SalePaused => "sale_paused",

@@ -87,9 +87,13 @@ pub const PAUSED_RETRY_AFTER_SECS: u64 = 5;
 fn status_of(err: &E) -> StatusCode {
     match err {
         E::Invalid(_) => StatusCode::BAD_REQUEST,
-        E::UnknownSale | E::UnknownOrder | E::UnknownEvent | E::UnknownEndpoint | E::NoOrder | E::NotInQueue => {
-            StatusCode::NOT_FOUND
-        }
+        E::UnknownSale
+        | E::UnknownDrop
+        | E::UnknownOrder
+        | E::UnknownEvent
+        | E::UnknownEndpoint
+        | E::NoOrder
+        | E::NotInQueue => StatusCode::NOT_FOUND,
         E::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
         E::SaleNotStarted
         | E::SaleEnded
@@ -111,6 +115,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::NotRetirable(_)
         | E::NotReserved(_)
         | E::NotQueued
+        | E::DropLine { .. }
         | E::NoChallenge
         | E::StockBelowZero { .. }
         | E::StockTooLarge { .. }
