@@ -19,7 +19,7 @@
 -- ARGV[2]  tick_ms            admission moves at most once per tick, whoever asks
 --
 -- Returns {now_ms, upto, lapsed, places, stock_left, starts_at_ms, ends_at_ms (-1: none), rate,
---          queue_ttl_ms, challenge_cost (-1: none), {upto_1, time_1, upto_2, time_2, ...}}:
+--          queue_ttl_ms, {upto_1, time_1, upto_2, time_2, ...}, challenge_cost (-1: none)}:
 --   upto         places 1..upto are admitted (0 before the start)
 --   lapsed       places 1..lapsed were admitted more than queue_ttl_ms ago: their windows are closed
 --   places       places handed out so far (pre-queue + late arrivals)
@@ -100,4 +100,4 @@ for i = 1, #list, 2 do
   pairs_out[#pairs_out + 1] = tonumber(string.match(list[i], ':(%d+)$'))
 end
 local cost = tonumber(redis.call('HGET', KEYS[1], 'challenge_cost')) or -1
-return {now_ms, math.floor(upto), lapsed, places, stock, starts_at, tonumber(meta[3]) or -1, rate, ttl, cost, pairs_out}
+return {now_ms, math.floor(upto), lapsed, places, stock, starts_at, tonumber(meta[3]) or -1, rate, ttl, pairs_out, cost}

@@ -73,6 +73,7 @@ impl Line {
         if parts.len() != 11 {
             return Err(bad(&format!("{} parts", parts.len())));
         }
+        let cost: i64 = redis::from_redis_value(parts.pop().expect("eleven parts"))?;
         let list: Vec<i64> = redis::from_redis_value(parts.pop().expect("eleven parts"))?;
         let n: Vec<i64> = parts.iter().map(redis::from_redis_value_ref).collect::<Result<_, _>>()?;
         let count = |v: i64| u64::try_from(v).map_err(|_| bad("a negative count"));
@@ -87,7 +88,7 @@ impl Line {
             ends_at_ms: (n[6] >= 0).then_some(n[6]),
             rate: count(n[7])?.max(1),
             ttl_ms: n[8],
-            challenge_cost: u32::try_from(n[9]).ok().filter(|&cost| cost > 0),
+            challenge_cost: u32::try_from(cost).ok().filter(|&cost| cost > 0),
             admits: list.chunks_exact(2).map(|pair| (pair[0].max(0) as u64, pair[1])).collect(),
         })
     }

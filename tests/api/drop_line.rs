@@ -14,61 +14,9 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use tokio::time::Instant;
 
+use crate::common::drop_line_seed::{new_drop_id, seed_drop_line, seed_drop_sizes};
 use crate::common::{ADMIN_TOKEN, Probe};
 use crate::helpers::{spawn_app, spawn_app_with};
-
-/// A fresh drop id (no `.`).
-fn new_drop_id() -> String {
-    format!("drop-{}", uuid::Uuid::now_v7().simple())
-}
-
-/// STAND-IN for part A's drop seed (`PUT /admin/drops/{drop}`, lua/drop_seed.lua), which the lead
-/// puts here at the merge: seeds each size `<drop>.<size>` with today's group seed (open now,
-/// `stock` each, `per_buyer` across the drop), then writes what the design's contract says a drop
-/// with a waiting room holds: the line's meta (started a second ago, `rate` a second, a minute's
-/// admissions, `challenge_cost` if any) and its queue state's seed, and in each size's meta
-/// `queue_rate` (so lua/purchase.lua asks an admission) and `line` = `drop`.
-pub async fn seed_drop_line(
-    app: &Probe,
-    sizes: &[&str],
-    stock: i64,
-    per_buyer: u32,
-    (rate, challenge_cost): (u32, Option<u32>),
-) -> String {
-    let drop = seed_drop_sizes(app, sizes, stock, per_buyer).await;
-    let prefix = app.store.keyspace().prefix();
-    let line = LineKeys::of_drop(prefix, &drop);
-    let now_ms = OffsetDateTime::now_utc().unix_timestamp() * 1000;
-    let mut fields = vec![
-        ("stock_initial", (stock * sizes.len() as i64).to_string()),
-        ("starts_at_ms", (now_ms - 1000).to_string()),
-        ("queue_opens_at_ms", (now_ms - 2000).to_string()),
-        ("queue_rate", rate.to_string()),
-        ("queue_ttl_ms", "60000".to_owned()),
-    ];
-    fields.extend(challenge_cost.map(|cost| ("challenge_cost", cost.to_string())));
-    let mut redis = app.redis.clone();
-    let _: () = redis.hset_multiple(&line.meta, &fields).await.unwrap();
-    let _: () = redis.hset(&line.queue.state, "seed", "ab".repeat(32)).await.unwrap();
-    for size in sizes {
-        let keys = app.store.keyspace().sale_keys(&seckill::domain::SaleId::parse(&format!("{drop}.{size}")).unwrap());
-        let _: () = redis
-            .hset_multiple(&keys.meta, &[("queue_rate", rate.to_string()), ("line", "drop".into())])
-            .await
-            .unwrap();
-    }
-    drop
-}
-
-/// The sizes alone, seeded with today's group seed: a drop without a line.
-async fn seed_drop_sizes(app: &Probe, sizes: &[&str], stock: i64, per_buyer: u32) -> String {
-    let drop = new_drop_id();
-    for size in sizes {
-        let response = app.seed(&format!("{drop}.{size}"), json!({"stock": stock, "per_buyer": per_buyer})).await;
-        assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
-    }
-    drop
-}
 
 /// The test deployment's admission key (derived from the admin token, as the service does).
 fn signer() -> Signer {
@@ -230,7 +178,7 @@ async fn a_size_of_a_drop_has_no_line_of_its_own_and_made_up_drops_are_unknown()
 async fn a_drop_asks_one_proof_of_work_per_join_not_one_per_size() {
     let app = spawn_app_with(
         |c| {
-            c.challenge.challenge_iterations = 1;
+            c.challenge.challenge_iterations = 10;
         },
         true,
     )
