@@ -140,6 +140,13 @@ impl SaleKeys {
         sale.group().map(|_| [self.held.as_str(), &self.group_meta, &self.group_sales])
     }
 
+    /// The line of the sale's drop (its group's, whether or not it has one): removed with the
+    /// group's last sale. `None` for a sale without a group.
+    pub fn drop_line(&self, sale: &SaleId) -> Option<LineKeys> {
+        sale.group()?;
+        self.group_meta.strip_suffix(":meta").map(|group| LineKeys::under(&format!("{group}:line")))
+    }
+
     /// The sale's own line: its meta, waiting room and spent challenges ([`LineKeys`]).
     pub fn line(&self) -> LineKeys {
         LineKeys { meta: self.meta.clone(), queue: self.queue.clone(), challenges: self.challenges.clone() }
@@ -185,8 +192,12 @@ pub struct LineKeys {
 impl LineKeys {
     /// The line of drop `drop` (a group's name: its sizes are the sales `<drop>.<size>`).
     pub fn of_drop(prefix: &str, drop: &str) -> Self {
-        let base = drop_line_base(prefix, drop);
-        Self { meta: format!("{base}:meta"), queue: QueueKeys::under(&base), challenges: format!("{base}:challenges") }
+        Self::under(&drop_line_base(prefix, drop))
+    }
+
+    /// A drop's line's keys under `base` (`<prefix>:{group:<drop>}:line`).
+    fn under(base: &str) -> Self {
+        Self { meta: format!("{base}:meta"), queue: QueueKeys::under(base), challenges: format!("{base}:challenges") }
     }
 
     /// KEYS[1..5] of queue_join.lua.
@@ -291,6 +302,20 @@ pub fn hash_tag(key: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_drops_line_is_in_its_sizes_slot_and_found_from_any_size() {
+        let size = SaleId::parse("shoe.42").unwrap();
+        let line = SaleKeys::new("seckill", &size).drop_line(&size).unwrap();
+        assert_eq!(line.meta, LineKeys::of_drop("seckill", "shoe").meta);
+        assert_eq!(line.meta, "seckill:{group:shoe}:line:meta");
+        assert_eq!(line.queue.bought, drop_line_bought_key("seckill", "shoe"));
+        for key in line.joining() {
+            assert_eq!(hash_tag(key), "group:shoe", "{key}");
+        }
+        let alone = SaleId::parse("shoe").unwrap();
+        assert!(SaleKeys::new("seckill", &alone).drop_line(&alone).is_none());
+    }
 
     #[test]
     fn sale_keys_share_one_hash_tag() {

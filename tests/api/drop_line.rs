@@ -218,3 +218,28 @@ async fn a_drop_asks_one_proof_of_work_per_join_not_one_per_size() {
     let response = app.client.get(url).query(&[("user_id", "alice")]).send().await.unwrap();
     refused_with(response, 409, "no_challenge", "a line without a proof of work").await;
 }
+
+#[tokio::test]
+async fn a_drops_line_goes_with_its_last_retired_size() {
+    let app = spawn_app().await;
+    let drop = seed_drop_line(&app, &["40", "41"], 1, 2, (1000, None)).await;
+    let token = admitted(&app, &drop, "fay").await["admission"].as_str().unwrap().to_owned();
+    let line = LineKeys::of_drop(app.store.keyspace().prefix(), &drop);
+    let exists = async |key: &str| -> bool { app.redis.clone().exists(key).await.unwrap() };
+    for size in ["40", "41"] {
+        let sale = format!("{drop}.{size}");
+        assert_eq!(buy_with(&app, &sale, "fay", Some(&token)).await.status(), 201, "{size}");
+        app.wait_for_drain(&sale).await; // sold out: retirable once drained
+    }
+    let retire = async |size: &str| {
+        let url = app.url(&format!("/admin/sales/{drop}.{size}"));
+        let response = app.client.delete(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+        assert_eq!(response.status(), 200, "retire {size}: {}", response.text().await.unwrap());
+    };
+    retire("40").await;
+    assert!(exists(&line.meta).await && exists(&line.queue.late).await, "the line lives on with the other size");
+    retire("41").await;
+    for key in [&line.meta, &line.queue.late, &line.queue.bought, &line.queue.admits, &line.queue.state] {
+        assert!(!exists(key).await, "{key} outlived the drop's last size");
+    }
+}
