@@ -178,6 +178,12 @@ impl Admission {
         self.queued.insert(sale.as_str().into(), ());
     }
 
+    /// The line as this instance read it within the last [`TICK`], if it did and it has one (no
+    /// Redis call).
+    pub async fn cached_line(&self, id: &LineId) -> Option<Arc<Line>> {
+        self.lines.get(id.tag().as_str()).await.flatten()
+    }
+
     /// The line, read at most once per [`TICK`] by this instance.
     pub async fn line(&self, id: &LineId) -> Result<Arc<Line>, QueueError> {
         let line = self.lines.try_get_with(id.tag().into(), self.read_line(id)).await?;
