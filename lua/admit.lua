@@ -1,20 +1,25 @@
--- admit.lua: move a queued sale's admission on, and read how far it got (src/admission/).
+-- admit.lua: move a line's admission on (a queued sale's, or a drop's), and read how far it got
+-- (src/admission/).
 --
 -- KEYS[1]  sale meta hash     seckill:{sale:<id>}:meta          (starts_at_ms, ends_at_ms, queue_rate,
---                                                                queue_ttl_ms)
--- KEYS[2]  stock counter      seckill:{sale:<id>}:stock
+--                                                                queue_ttl_ms, challenge_cost); a drop's line:
+--                                                                seckill:{group:<d>}:line:meta, and KEYS[3..7]
+--                                                                likewise under seckill:{group:<d>}:line
+-- KEYS[2]  stock counter      seckill:{sale:<id>}:stock         (a drop's: its first size's)
 -- KEYS[3]  pre-queue          seckill:{sale:<id>}:queue         (sorted set: buyer -> shuffle score)
 -- KEYS[4]  late arrivals      seckill:{sale:<id>}:queue:late    (hash: buyer -> place)
 -- KEYS[5]  admitted buyers    seckill:{sale:<id>}:queue:bought  (sorted set: buyer -> place, by buy.lua)
 -- KEYS[6]  admissions         seckill:{sale:<id>}:queue:admits  (sorted set: "<upto>:<time_ms>" scored
 --                                                                by upto: places 1..upto were admitted by then)
 -- KEYS[7]  queue state        seckill:{sale:<id>}:queue:state   (hash: upto, tick_ms, lapsed, frozen)
+-- KEYS[8..] more stock        a drop's line: its other sizes' stock counters (seckill:{group:<d>}:sale:<d>.<size>:stock);
+--                             the stock left is the sum of KEYS[2] and these. A sale's call passes none
 -- ARGV[1]  factor             admitted buyers whose window is open and who have not bought may be at
 --                             most ceil(stock left * factor)
 -- ARGV[2]  tick_ms            admission moves at most once per tick, whoever asks
 --
 -- Returns {now_ms, upto, lapsed, places, stock_left, starts_at_ms, ends_at_ms (-1: none), rate,
---          queue_ttl_ms, {upto_1, time_1, upto_2, time_2, ...}}:
+--          queue_ttl_ms, {upto_1, time_1, upto_2, time_2, ...}, challenge_cost (-1: none)}:
 --   upto         places 1..upto are admitted (0 before the start)
 --   lapsed       places 1..lapsed were admitted more than queue_ttl_ms ago: their windows are closed
 --   places       places handed out so far (pre-queue + late arrivals)
@@ -37,6 +42,9 @@
 local starts_at, rate, ttl = tonumber(meta[2]), tonumber(meta[4]), tonumber(meta[5])
 local factor, tick_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local stock = tonumber(redis.call('GET', KEYS[2])) or 0
+for i = 8, #KEYS do
+  stock = stock + math.max(tonumber(redis.call('GET', KEYS[i])) or 0, 0)
+end
 local places = redis.call('ZCARD', KEYS[3]) + redis.call('HLEN', KEYS[4])
 local state = redis.call('HMGET', KEYS[7], 'upto', 'tick_ms', 'lapsed', 'frozen')
 local upto = tonumber(state[1]) or 0
@@ -91,4 +99,5 @@ for i = 1, #list, 2 do
   pairs_out[#pairs_out + 1] = tonumber(list[i + 1])
   pairs_out[#pairs_out + 1] = tonumber(string.match(list[i], ':(%d+)$'))
 end
-return {now_ms, math.floor(upto), lapsed, places, stock, starts_at, tonumber(meta[3]) or -1, rate, ttl, pairs_out}
+local cost = tonumber(redis.call('HGET', KEYS[1], 'challenge_cost')) or -1
+return {now_ms, math.floor(upto), lapsed, places, stock, starts_at, tonumber(meta[3]) or -1, rate, ttl, pairs_out, cost}

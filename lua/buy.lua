@@ -8,7 +8,8 @@
 -- KEYS[5]  receipts hash      seckill:{sale:<id>}:receipts  (user id -> "<order id> <created_at_ms> <stream entry id>",
 --                             then " <quantity>" when over 1)
 -- KEYS[6]  queue's buyers     seckill:{sale:<id>}:queue:bought  (a queued sale's: user id -> place; lua/admit.lua
---                             counts the admitted places that were used)
+--                             counts the admitted places that were used); for a purchase admitted by
+--                             a drop's line (ARGV[5] "d<place>"), the line's seckill:{group:<d>}:line:queue:bought
 -- KEYS[7]  group's holdings   seckill:{group:<g>}:held  (a grouped sale's, docs/stock-sharding.md: user id ->
 --                             units bought in the group's sales; a sale without a group passes its own
 --                             seckill:{sale:<id>}:held, never touched)
@@ -18,7 +19,9 @@
 -- ARGV[4]  shards             how many shards the caller believes the sale has (1: unsharded;
 --                             docs/stock-sharding.md). KEYS are then those of one shard.
 -- ARGV[5]  place              in a queued sale (meta queue_rate): the buyer's place in line, from the
---                             admission token the app verified (src/admission/); "" without one
+--                             admission token the app verified (src/admission/); "" without one;
+--                             "d<place>" from a drop's line, taken only where the meta has line = "drop"
+--                             (a size of a drop with a line), where a plain place is refused
 -- ARGV[6]  traceparent        the W3C trace context of the purchase, carried in its entry to the
 --                             worker's span (src/telemetry/traces.rs); "" when traces are off
 -- ARGV[7]  quantity           units to buy, 1-100 (the app validated it); "" or absent: 1
@@ -38,7 +41,8 @@
 --   "wrong_shards"       the meta records another shard count than ARGV[4]: nothing is written,
 --                        the caller reads the sale's layout and asks again
 --   "not_admitted"       a queued sale, and no place given: the caller has no admission token (before or
---                        after the start)
+--                        after the start); or a place of the wrong line (a drop's in a sale, a sale's
+--                        in a drop's size)
 --   "challenge_required" a sale without a waiting room whose meta has challenge_cost (src/challenge/),
 --                        and ARGV[8] is not "1": nothing is written
 --   "not_started"        Redis TIME is before starts_at_ms

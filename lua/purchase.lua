@@ -4,7 +4,8 @@
 --
 -- Expects, from the including script:
 --   KEYS[1..7]  buy.lua's KEYS: the sale's meta, stock, buyers, orders, receipts, queue's buyers
---               (one shard's, for a sharded sale), and the units each buyer holds in the sale's group
+--               (one shard's, for a sharded sale; a drop-admitted purchase's: the drop line's), and
+--               the units each buyer holds in the sale's group
 --   shards      a local: how many shards the caller believes the sale has (buy.lua's ARGV[4])
 -- Reads once, for every purchase of the call: the meta (with lua/control.lua's pause: no extra
 -- call), the stock and Redis TIME.
@@ -14,7 +15,8 @@
 --               one purchase of `quantity` units (1 when nil or ""), decided and written by buy.lua's
 --               rules in buy.lua's order of checks (unknown sale, shard count, admission, proof of
 --               work, start, end, buyer, limit, pause, stock); place and traceparent "" when there
---               are none; proven "1" when the app verified and spent a proof of work, else "" or nil. Returns buy.lua's reply, or raises an error (a
+--               are none; a place is "<n>" from a sale's line, "d<n>" from a drop's (taken only by
+--               a size whose meta has line = "drop", as a plain one only by a sale without it); proven "1" when the app verified and spent a proof of work, else "" or nil. Returns buy.lua's reply, or raises an error (a
 --               damaged key) with nothing of the purchase written. It writes the entry, the
 --               receipt, a queued sale's place and the buyer, not the stock: the stock it checks
 --               is the one read less the units sold before it in the call
@@ -31,7 +33,7 @@
 
 -- What every purchase of the call reads alike, read once: the sale, its stock, the time.
 local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'shards', 'payment_window_ms',
-  'queue_rate', 'paused', 'per_buyer', 'group', 'extra_units', 'challenge_cost')
+  'queue_rate', 'paused', 'per_buyer', 'group', 'extra_units', 'challenge_cost', 'line')
 local stock_raw = meta[1] and redis.call('GET', KEYS[2])
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -42,6 +44,9 @@ elseif (tonumber(meta[4]) or 1) ~= tonumber(shards) then
   verdict = 'wrong_shards'
 end
 local queued_sale = meta[6]
+-- A size of a drop with a line (src/admission/): only the drop's line admits to it, with a place
+-- marked "d<place>"; a sale's own line admits with a plain place. Neither passes for the other.
+local place_pattern = meta[12] == 'drop' and '^d(%d+)$' or '^(%d+)$'
 -- A sale that asks a proof of work (src/challenge/) and has no waiting room (whose join asked it).
 local challenged = meta[11] and not queued_sale
 local paused = meta[7] -- lua/control.lua's: the reason (maybe ""), or false
@@ -88,7 +93,7 @@ local function buy(user, order_id, place_arg, traceparent, quantity, proven)
   if verdict then
     return verdict
   end
-  local place = queued_sale and tonumber(place_arg)
+  local place = queued_sale and tonumber(string.match(place_arg or '', place_pattern))
   if queued_sale and not place then
     return 'not_admitted'
   end

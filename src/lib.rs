@@ -45,8 +45,9 @@
 //! 5. Orders
 //!    - [`orders`]: the queue's reads and re-enqueues (`queue`), the worker that copies the
 //!      orders from the streams into Postgres (`worker`), and one buyer's order (`lookup`).
-//!    - [`admission`]: waiting rooms: a queued sale's line (`lua/queue_join.lua`, `lua/admit.lua`),
-//!      where a buyer stands in it (`line`), its signed tickets and admission tokens (`token`).
+//!    - [`admission`]: waiting rooms: a line, a queued sale's or a drop's for all its sizes
+//!      (`LineId`; `lua/queue_join.lua`, `lua/admit.lua`), where a buyer stands in it (`line`), its
+//!      signed tickets and admission tokens, a drop's buying any of its sizes (`token`).
 //!    - [`reservations`]: payment windows: a reservation's transitions in Postgres (`store`),
 //!      the release of its unit (`lua/release.lua`), the sweeper that expires them on time and
 //!      re-drives owed releases (`sweeper`), the payment events' signature (`signature`), an

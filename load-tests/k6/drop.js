@@ -17,6 +17,13 @@
 //   operator  one iteration: at PAUSE_AT_S pauses the first size (POST .../pause), resumes it
 //             PAUSE_S later; at TOPUP_AT_S adds TOPUP units to the second (POST .../stock).
 //
+// With DROP_LINE (the drop's id, the SIZES' group, seeded as a drop with a waiting room and no
+// proof of work), the drop is run as drop platforms run one (issue 52): each user first joins the
+// drop's one line (POST /drops/{DROP_LINE}/queue), polls it with its ticket until admitted, and
+// buys every size with its one admission token (Seckill-Admission); the operator pauses, resumes
+// and tops up the whole drop (POST /admin/drops/{DROP_LINE}/pause|resume|stock), so the pause
+// covers every size. Thresholds add: every user joins once (line_joins), no buy without a token.
+//
 // The driver then checks each size's invariants in units (stock_initial = stock_left + units
 // sold), that the 201s are the orders in Postgres, that no buyer holds more than PER_BUYER units
 // across the group, and that the top-up was added. k6 exits 99 when a threshold fails.
@@ -39,6 +46,7 @@ const TOPUP_AT_S = envInt('TOPUP_AT_S', 5);
 const TOPUP = envInt('TOPUP', 50);
 const P99_MS = envInt('P99_MS', 2000); // a stall, not slowness (load-tests/README.md)
 const REQUEST_TIMEOUT = '5s';
+const DROP_LINE = __ENV.DROP_LINE || '';
 
 const status201 = new Counter('status_201_created');
 const units201 = new Counter('units_bought');
@@ -52,6 +60,9 @@ const status5xx = new Counter('status_5xx');
 const statusOther = new Counter('status_other');
 const operatorFailed = new Counter('operator_failed');
 const buyDuration = new Trend('buy_duration', true);
+const lineJoins = new Counter('line_joins');
+const lineAdmitted = new Counter('line_admitted');
+const lineLeft = new Counter('line_left_unadmitted');
 
 export const options = {
   discardResponseBodies: false,
@@ -81,6 +92,7 @@ export const options = {
     status_other: ['count==0'],
     operator_failed: ['count==0'],
     status_201_created: ['count>0'],
+    ...(DROP_LINE ? { line_joins: ['count>0'], line_admitted: ['count>0'] } : {}),
     limit_refused: ['count>0'],
     sale_paused_seen: ['count>0'],
     'buy_duration': [`p(99)<${P99_MS}`],
@@ -105,18 +117,52 @@ function admin(path, body) {
 const elapsedS = () => (Date.now() - exec.scenario.startTime) / 1000;
 
 export function operator() {
+  // A drop with a line: its one switch, over every size (and its line); else the first size's.
+  const target = DROP_LINE ? `/admin/drops/${DROP_LINE}` : `/admin/sales/${SIZES[0]}`;
   sleep(PAUSE_AT_S);
-  admin(`/admin/sales/${SIZES[0]}/pause`, { reason: 'k6 drop' });
+  admin(`${target}/pause`, { reason: 'k6 drop' });
   sleep(PAUSE_S);
-  admin(`/admin/sales/${SIZES[0]}/resume`);
+  admin(`${target}/resume`, DROP_LINE ? { reason: 'k6 drop' } : undefined);
   sleep(Math.max(0, TOPUP_AT_S - elapsedS()));
-  if (TOPUP > 0) admin(`/admin/sales/${SIZES[1]}/stock`, { add: TOPUP, reason: 'k6 drop top-up' });
+  if (TOPUP > 0 && DROP_LINE) {
+    const size = SIZES[1].slice(SIZES[1].indexOf('.') + 1);
+    admin(`/admin/drops/${DROP_LINE}/stock`, { add: { [size]: TOPUP }, reason: 'k6 drop top-up' });
+  } else if (TOPUP > 0) {
+    admin(`/admin/sales/${SIZES[1]}/stock`, { add: TOPUP, reason: 'k6 drop top-up' });
+  }
 }
 
-function buy(user, sale, quantity) {
+// Joins the drop's line once and polls it with the ticket until admitted: the admission token,
+// or null when the line closes first (sold out, ended, the run's end near).
+function admission(user) {
+  const url = `${BASE_URL}/drops/${DROP_LINE}/queue?user_id=${encodeURIComponent(user)}`;
+  let response = http.post(url, null, { timeout: REQUEST_TIMEOUT, tags: { step: 'join' } });
+  if (!check(response, { 'join answered 200': (r) => r.status === 200 })) {
+    console.warn(`${user} joins: ${response.status} ${response.body}`);
+    return null;
+  }
+  lineJoins.add(1);
+  let body = response.json();
+  while (!body.admission) {
+    if (body.state === 'closed' || body.state === 'sold_out' || elapsedS() > DURATION_S + 20) {
+      lineLeft.add(1);
+      return null;
+    }
+    sleep(Math.min(body.refresh_after_s, 0.5));
+    response = http.get(`${url}&ticket=${encodeURIComponent(body.ticket)}`, { timeout: REQUEST_TIMEOUT, tags: { step: 'poll' } });
+    if (!check(response, { 'poll answered 200': (r) => r.status === 200 })) return null;
+    body = response.json();
+  }
+  lineAdmitted.add(1);
+  return body.admission;
+}
+
+function buy(user, sale, quantity, token) {
   const sent = elapsedS();
+  const headers = { 'Content-Type': 'application/json' };
+  if (token) headers['Seckill-Admission'] = token;
   const response = http.post(`${BASE_URL}/buy`, JSON.stringify({ sale_id: sale, user_id: user, quantity }), {
-    headers: { 'Content-Type': 'application/json' },
+    headers,
     timeout: REQUEST_TIMEOUT,
     tags: { step: 'buy' },
   });
@@ -128,6 +174,8 @@ function buy(user, sale, quantity) {
 
 export function crowd() {
   const user = `drop-${RUN_ID}-${exec.scenario.iterationInTest}`;
+  const token = DROP_LINE ? admission(user) : null;
+  if (DROP_LINE && !token) return;
   let held = 0;
   const order = SIZES.map((_, i) => i);
   for (let i = order.length - 1; i > 0; i--) { // a random order of the sizes
@@ -138,8 +186,8 @@ export function crowd() {
     const left = PER_BUYER - held;
     // Now and then ask one unit more than the allowance left: the limit must refuse it whole.
     const ask = Math.random() < 0.15 ? left + 1 : 1 + Math.floor(Math.random() * left);
-    const { response, body, sent, answered } = buy(user, SIZES[s], ask);
-    const inPause = s === 0 && sent >= PAUSE_AT_S + 0.5 && answered <= PAUSE_AT_S + PAUSE_S - 0.5;
+    const { response, body, sent, answered } = buy(user, SIZES[s], ask, token);
+    const inPause = (s === 0 || DROP_LINE) && sent >= PAUSE_AT_S + 0.5 && answered <= PAUSE_AT_S + PAUSE_S - 0.5;
     if (response.status === 201) {
       status201.add(1);
       units201.add(body.quantity);
@@ -176,6 +224,8 @@ export function handleSummary(data) {
   out.stdout = `drop: ${count('status_201_created')} orders, ${count('units_bought')} units; limit refusals ` +
     `${count('limit_refused')} (wrong ${count('limit_refused_wrongly')}), over the limit ${count('over_limit_bought')}, ` +
     `paused answers ${count('sale_paused_seen')} (bought while paused ${count('bought_while_paused')}), ` +
-    `sold out or short ${count('sold_out_or_short')}, 5xx ${count('status_5xx')}, other ${count('status_other')}\n`;
+    `sold out or short ${count('sold_out_or_short')}, 5xx ${count('status_5xx')}, other ${count('status_other')}` +
+    (DROP_LINE ? `; line: ${count('line_joins')} joins, ${count('line_admitted')} admitted, ` +
+      `${count('line_left_unadmitted')} left unadmitted` : '') + '\n';
   return out;
 }

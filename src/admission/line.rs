@@ -1,4 +1,4 @@
-//! One read of a queued sale's line (`lua/admit.lua`'s reply) and where a buyer stands in it,
+//! One read of a line (a queued sale's or a drop's) (`lua/admit.lua`'s reply) and where a buyer stands in it,
 //! worked out in-process: a crowd's polls cost no Redis call once the instance has a read.
 
 use std::time::Instant;
@@ -26,7 +26,10 @@ pub struct Line {
     pub lapsed: u64,
     /// Places handed out so far.
     pub places: u64,
+    /// Units left: the sale's, or the sum of the drop's sizes'.
     pub stock_left: i64,
+    /// The proof of work a join asks (tries on average); `None`: none.
+    pub challenge_cost: Option<u32>,
     /// `(upto, admitted at)`: place p was admitted at the time of the first pair with upto >= p.
     admits: Vec<(u64, i64)>,
 }
@@ -67,10 +70,11 @@ impl Line {
     pub fn from_reply(reply: Value) -> RedisResult<Self> {
         let bad = |why: &str| unexpected_reply("admit.lua", why);
         let Value::Array(mut parts) = reply else { return Err(bad("not an array")) };
-        if parts.len() != 10 {
+        if parts.len() != 11 {
             return Err(bad(&format!("{} parts", parts.len())));
         }
-        let list: Vec<i64> = redis::from_redis_value(parts.pop().expect("ten parts"))?;
+        let cost: i64 = redis::from_redis_value(parts.pop().expect("eleven parts"))?;
+        let list: Vec<i64> = redis::from_redis_value(parts.pop().expect("eleven parts"))?;
         let n: Vec<i64> = parts.iter().map(redis::from_redis_value_ref).collect::<Result<_, _>>()?;
         let count = |v: i64| u64::try_from(v).map_err(|_| bad("a negative count"));
         Ok(Self {
@@ -84,6 +88,7 @@ impl Line {
             ends_at_ms: (n[6] >= 0).then_some(n[6]),
             rate: count(n[7])?.max(1),
             ttl_ms: n[8],
+            challenge_cost: u32::try_from(cost).ok().filter(|&cost| cost > 0),
             admits: list.chunks_exact(2).map(|pair| (pair[0].max(0) as u64, pair[1])).collect(),
         })
     }
@@ -167,6 +172,7 @@ mod tests {
             lapsed,
             places: 100,
             stock_left: stock,
+            challenge_cost: None,
             admits,
         }
     }

@@ -1,5 +1,6 @@
-//! Waiting rooms: a queued sale admits its buyers in a fair order at a set rate, and only an
-//! admitted buyer can buy (docs/waiting-room.md has the picture).
+//! Waiting rooms: a line (a queued sale's, or a drop's for every size of the drop: [`LineId`])
+//! admits its buyers in a fair order at a set rate, and only an admitted buyer can buy
+//! (docs/waiting-room.md has the picture).
 //!
 //! ```text
 //!  opens_at        starts_at: the pre-queue is frozen; places by shuffle score, then arrivals
@@ -11,26 +12,31 @@
 //!  POST /buy + Seckill-Admission ──► checked here, in-process ──► lua/buy.lua (place recorded)
 //! ```
 //!
-//! Everything in Redis is in the sale's slot (`crate::redis::keys::QueueKeys`). The place a buyer
+//! Everything in Redis is in the sale's slot (`crate::redis::keys::LineKeys`; a drop's line in the
+//! drop's, beside its sizes, so a purchase's one call reaches both). The place a buyer
 //! holds never changes: a pre-queue buyer's is the rank of its shuffle score (`lua/queue_join.lua`,
 //! auditable from the seed the sale publishes), a later buyer's its arrival. The signed strings
 //! are in [`token`]; where a buyer stands, worked out from one read of the line, in [`line`].
 
 pub mod line;
+mod line_id;
 pub mod token;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use moka::future::Cache;
-use redis::{RedisResult, Value};
+use redis::{AsyncCommands, RedisResult, Value};
 use sha2::{Digest, Sha256};
 
 use self::line::{Line, Stand, Standing};
+pub use self::line_id::{LineId, Subject};
 use self::token::{Refused, Signer};
 use crate::challenge::Spent;
 use crate::domain::{SaleId, UserId};
+use crate::purchase::Admitted;
 use crate::redis::Keyspace;
+use crate::redis::keys::{SaleKeys, group_sales_key};
 use crate::redis::lua::{self, unexpected_reply};
 
 /// How often one instance reads a polled sale's line (and admission may move), at most.
@@ -41,8 +47,11 @@ pub const TICK: Duration = Duration::from_millis(200);
 /// window's length, few enough that a crowd is not let in to find the sale sold out.
 pub const FACTOR: f64 = 2.0;
 
-/// Most sales whose line (and whose being queued) one instance keeps.
+/// Most lines (sales' and drops') and queued sales one instance keeps.
 const MAX_SALES: u64 = 10_000;
+
+/// Most sizes of a drop whose stock its line sums (a drop has at most 64).
+const MAX_SIZES: usize = 256;
 
 /// How long this instance remembers that a sale is queued (a re-seed can add or drop a queue;
 /// until then a buy without a token is refused in-process, after it by `lua/buy.lua`).
@@ -98,8 +107,8 @@ pub struct Answer {
 pub struct Admission {
     redis: Keyspace,
     signer: Option<Signer>,
-    /// Sale id -> its line, read at most once per [`TICK`] (concurrent askers wait for the one
-    /// read); `None`: the sale is not queued (or not seeded).
+    /// Line tag ([`LineId::tag`]) -> its line, read at most once per [`TICK`] (concurrent askers
+    /// wait for the one read); `None`: the sale or drop has no line (or is not seeded).
     lines: Cache<Box<str>, Option<Arc<Line>>>,
     /// Sales known to be queued.
     queued: moka::sync::Cache<Box<str>, ()>,
@@ -117,42 +126,43 @@ impl Admission {
         }
     }
 
-    /// Joins `buyer` to the sale's waiting room (again: the same place) and tells its standing,
-    /// spending `solution` (the proof of work `crate::challenge` verified) in the same call.
-    pub async fn join(&self, sale: &SaleId, buyer: &UserId, solution: Option<&Spent>) -> Result<Answer, QueueError> {
+    /// Joins `buyer` to the line (again: the same place) and tells its standing, spending
+    /// `solution` (the proof of work `crate::challenge` verified) in the same call.
+    pub async fn join(&self, id: &LineId, buyer: &UserId, solution: Option<&Spent>) -> Result<Answer, QueueError> {
         let signer = self.signer.as_ref().ok_or(QueueError::Disabled)?;
-        let place = self.place(sale, buyer, Mode::Join(solution)).await?;
-        let line = self.line(sale).await?;
-        Ok(self.answer(signer, &line, sale, buyer, place))
+        let place = self.place(id, buyer, Mode::Join(solution)).await?;
+        let line = self.line(id).await?;
+        Ok(self.answer(signer, &line, id, buyer, place))
     }
 
     /// The standing of `buyer` from its `ticket` alone (no Redis call beyond the instance's read
     /// of the line), or `None` when the ticket cannot tell: none, not the buyer's, or a
     /// pre-queue ticket after the start ([`Admission::ask`] then looks the place up).
-    pub async fn from_ticket(&self, sale: &SaleId, buyer: &UserId, ticket: &str) -> Result<Option<Answer>, QueueError> {
+    pub async fn from_ticket(&self, id: &LineId, buyer: &UserId, ticket: &str) -> Result<Option<Answer>, QueueError> {
         let signer = self.signer.as_ref().ok_or(QueueError::Disabled)?;
-        let Some(place) = signer.place_of(ticket, sale, buyer) else { return Ok(None) };
-        let line = self.line(sale).await?;
+        let Some(place) = signer.place_of(ticket, id.subject(), buyer) else { return Ok(None) };
+        let line = self.line(id).await?;
         let place = match place {
             0 if line.started() => return Ok(None),
             0 => None,
             place => Some(place),
         };
-        Ok(Some(self.answer(signer, &line, sale, buyer, place)))
+        Ok(Some(self.answer(signer, &line, id, buyer, place)))
     }
 
     /// The standing of `buyer`, its place looked up in Redis.
-    pub async fn ask(&self, sale: &SaleId, buyer: &UserId) -> Result<Answer, QueueError> {
+    pub async fn ask(&self, id: &LineId, buyer: &UserId) -> Result<Answer, QueueError> {
         let signer = self.signer.as_ref().ok_or(QueueError::Disabled)?;
-        let line = self.line(sale).await?;
-        let place = self.place(sale, buyer, Mode::Ask).await?;
-        Ok(self.answer(signer, &line, sale, buyer, place))
+        let line = self.line(id).await?;
+        let place = self.place(id, buyer, Mode::Ask).await?;
+        Ok(self.answer(signer, &line, id, buyer, place))
     }
 
-    /// The place an admission token (`Seckill-Admission`) gives `buyer` in `sale`, checked
-    /// in-process: `Ok(None)` for a sale this instance does not know to be queued and no token
-    /// (`lua/buy.lua` then refuses it if the sale is queued).
-    pub fn admitted(&self, sale: &SaleId, buyer: &UserId, token: Option<&str>) -> Result<Option<u64>, Refused> {
+    /// The admission an admission token (`Seckill-Admission`) gives `buyer` in `sale` (a sale's
+    /// token, or its drop's for a size of a drop), checked in-process with one HMAC: `Ok(None)`
+    /// for a sale this instance does not know to be queued and no token (`lua/buy.lua` then
+    /// refuses it if the sale is queued, and a place of the wrong line).
+    pub fn admitted(&self, sale: &SaleId, buyer: &UserId, token: Option<&str>) -> Result<Option<Admitted>, Refused> {
         let Some(token) = token else {
             return if self.queued.contains_key(sale.as_str()) { Err(Refused::Missing) } else { Ok(None) };
         };
@@ -168,18 +178,46 @@ impl Admission {
         self.queued.insert(sale.as_str().into(), ());
     }
 
-    /// The sale's line, read at most once per [`TICK`] by this instance.
-    pub async fn line(&self, sale: &SaleId) -> Result<Arc<Line>, QueueError> {
-        let line = self.lines.try_get_with(sale.as_str().into(), self.read_line(sale)).await?;
+    /// The line as this instance read it within the last [`TICK`], if it did and it has one (no
+    /// Redis call).
+    pub async fn cached_line(&self, id: &LineId) -> Option<Arc<Line>> {
+        self.lines.get(id.tag().as_str()).await.flatten()
+    }
+
+    /// The line, read at most once per [`TICK`] by this instance.
+    pub async fn line(&self, id: &LineId) -> Result<Arc<Line>, QueueError> {
+        let line = self.lines.try_get_with(id.tag().into(), self.read_line(id)).await?;
         let line = line.ok_or(QueueError::NotQueued)?;
-        self.learn_queued(sale);
+        if let LineId::Sale(sale) = id {
+            self.learn_queued(sale);
+        }
         Ok(line)
     }
 
-    /// `lua/admit.lua`; `None` for a sale that is not queued or not seeded.
-    async fn read_line(&self, sale: &SaleId) -> RedisResult<Option<Arc<Line>>> {
-        let keys = self.redis.sale_keys(sale);
-        let mut call = lua::ADMIT.key(&keys.admitting()[..]);
+    /// `lua/admit.lua`; `None` for a line that is not queued or not seeded. A drop's line sums its
+    /// sizes' stocks: their ids are read first (the group's set of sales, in the drop's slot).
+    async fn read_line(&self, id: &LineId) -> RedisResult<Option<Arc<Line>>> {
+        let prefix = self.redis.prefix();
+        let stocks = match id {
+            LineId::Sale(sale) => vec![SaleKeys::new(prefix, sale).stock],
+            LineId::Drop(drop) => {
+                let sizes: Vec<String> = self.redis.conn().smembers(group_sales_key(prefix, drop.as_str())).await?;
+                let mut stocks: Vec<String> = sizes
+                    .iter()
+                    .filter_map(|size| SaleId::parse(size).ok())
+                    .filter(|size| size.group() == Some(drop.as_str()))
+                    .map(|size| SaleKeys::new(prefix, &size).stock)
+                    .collect();
+                if stocks.is_empty() {
+                    return Ok(None);
+                }
+                stocks.sort_unstable();
+                stocks.truncate(MAX_SIZES);
+                stocks
+            }
+        };
+        let keys = id.keys(prefix);
+        let mut call = lua::ADMIT.key(&keys.admitting(&stocks)[..]);
         call.arg(FACTOR).arg(TICK.as_millis() as u64);
         let reply: Value = lua::run(&call, &mut self.redis.conn()).await?;
         match reply {
@@ -192,8 +230,8 @@ impl Admission {
     }
 
     /// `lua/queue_join.lua`: the buyer's place (`None`: in the pre-queue).
-    async fn place(&self, sale: &SaleId, buyer: &UserId, mode: Mode<'_>) -> Result<Option<u64>, QueueError> {
-        let keys = self.redis.sale_keys(sale);
+    async fn place(&self, id: &LineId, buyer: &UserId, mode: Mode<'_>) -> Result<Option<u64>, QueueError> {
+        let keys = id.keys(self.redis.prefix());
         let mut call = lua::QUEUE_JOIN.key(&keys.joining()[..]);
         call.arg(buyer.as_str());
         match mode {
@@ -223,15 +261,15 @@ impl Admission {
         }
     }
 
-    fn answer(&self, signer: &Signer, line: &Line, sale: &SaleId, buyer: &UserId, place: Option<u64>) -> Answer {
-        let standing = line.standing(place, spread(sale, buyer));
+    fn answer(&self, signer: &Signer, line: &Line, id: &LineId, buyer: &UserId, place: Option<u64>) -> Answer {
+        let standing = line.standing(place, spread(id.id(), buyer));
         let admission = match standing.stand {
             Stand::Admitted { expires_ms } => {
-                Some(signer.admission(sale, buyer, place.unwrap_or(0), expires_ms.max(0) as u64))
+                Some(signer.admission(id.subject(), buyer, place.unwrap_or(0), expires_ms.max(0) as u64))
             }
             _ => None,
         };
-        Answer { standing, ticket: signer.ticket(sale, buyer, place.unwrap_or(0)), admission }
+        Answer { standing, ticket: signer.ticket(id.subject(), buyer, place.unwrap_or(0)), admission }
     }
 }
 

@@ -1,18 +1,23 @@
 //! The waiting room's two signed strings, HMAC-SHA256 under the admission key, each bound to
-//! its sale and buyer (the MAC covers them; the request names them, so they are not repeated):
+//! its line (a queued sale's, or a drop's) and buyer (the MAC covers them; the request names them,
+//! so they are not repeated):
 //!
 //! - the **ticket** `<place>.<mac>` says where a buyer stands (`0`: in the pre-queue, no place
 //!   yet). A poll that carries it is answered from the instance's snapshot, without Redis.
 //! - the **admission token** `<place>.<expires_ms>.<mac>` lets its buyer buy in its sale until
-//!   `expires_ms` (Unix ms, the Redis server's clock): `POST /buy` checks it in-process.
+//!   `expires_ms` (Unix ms, the Redis server's clock): `POST /buy` checks it in-process. A drop's
+//!   is `d<place>.<expires_ms>.<mac>` and lets its buyer buy any size `<drop>.<size>` of the drop.
 //!
-//! A label in the MAC keeps one kind from passing for the other. Compared in constant time
-//! (`Mac::verify_slice`).
+//! A label in the MAC keeps one kind from passing for another: a ticket for a token, a sale's
+//! string for a drop's (a sale and a drop may have the same id) and back. Compared in constant
+//! time (`Mac::verify_slice`); one HMAC per check, a forged token's included.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use super::line_id::Subject;
 use crate::domain::{SaleId, UserId};
+use crate::purchase::Admitted;
 
 /// The request header that carries the admission token to `POST /buy`.
 pub const ADMISSION_HEADER: &str = "Seckill-Admission";
@@ -38,29 +43,43 @@ impl Signer {
         Self { key: key.to_vec() }
     }
 
-    /// The ticket of `buyer` in `sale`, at `place` (0: in the pre-queue).
-    pub fn ticket(&self, sale: &SaleId, buyer: &UserId, place: u64) -> String {
-        format!("{place}.{}", hex::encode(self.mac(b"ticket", sale, buyer, &[place]).finalize().into_bytes()))
+    /// The ticket of `buyer` in `line`, at `place` (0: in the pre-queue).
+    pub fn ticket(&self, line: Subject<'_>, buyer: &UserId, place: u64) -> String {
+        let mac = self.mac(label(line, Kind::Ticket), line.id, buyer, &[place]).finalize().into_bytes();
+        format!("{place}.{}", hex::encode(mac))
     }
 
-    /// The place a ticket carries, if it is `buyer`'s in `sale`.
-    pub fn place_of(&self, ticket: &str, sale: &SaleId, buyer: &UserId) -> Option<u64> {
+    /// The place a ticket carries, if it is `buyer`'s in `line`.
+    pub fn place_of(&self, ticket: &str, line: Subject<'_>, buyer: &UserId) -> Option<u64> {
         if ticket.len() > MAX_LEN {
             return None;
         }
         let (place_text, mac) = ticket.rsplit_once('.')?;
         let place: u64 = place_text.parse().ok()?;
-        self.verify(b"ticket", sale, buyer, &[place], mac).then_some(place)
+        self.verify(label(line, Kind::Ticket), line.id, buyer, &[place], mac).then_some(place)
     }
 
-    /// The admission token of `buyer` in `sale`, at `place`, valid until `expires_ms`.
-    pub fn admission(&self, sale: &SaleId, buyer: &UserId, place: u64, expires_ms: u64) -> String {
-        let mac = self.mac(b"admission", sale, buyer, &[place, expires_ms]).finalize().into_bytes();
-        format!("{place}.{expires_ms}.{}", hex::encode(mac))
+    /// The admission token of `buyer` in `line`, at `place`, valid until `expires_ms`.
+    pub fn admission<'a>(&self, line: impl Into<Subject<'a>>, buyer: &UserId, place: u64, expires_ms: u64) -> String {
+        let line = line.into();
+        let mac = self.mac(label(line, Kind::Admission), line.id, buyer, &[place, expires_ms]).finalize().into_bytes();
+        let mark = if line.drop { "d" } else { "" };
+        format!("{mark}{place}.{expires_ms}.{}", hex::encode(mac))
     }
 
-    /// The place an admission token carries, if it is `buyer`'s in `sale` and valid at `now_ms`.
-    pub fn admitted(&self, token: &str, sale: &SaleId, buyer: &UserId, now_ms: u64) -> Result<u64, Refused> {
+    /// The place an admission token carries for a purchase in `sale`, if it is `buyer`'s and valid
+    /// at `now_ms`: a sale's token for the sale itself, a drop's (`d…`) for any sale of the drop
+    /// (`sale`'s group). Which one the token is, its mark says: one HMAC either way.
+    pub fn admitted(&self, token: &str, sale: &SaleId, buyer: &UserId, now_ms: u64) -> Result<Admitted, Refused> {
+        let (line, token) = match token.strip_prefix('d') {
+            Some(rest) => (Subject { drop: true, id: sale.group().ok_or(Refused::Forged)? }, rest),
+            None => (Subject { drop: false, id: sale.as_str() }, token),
+        };
+        self.admitted_in(token, line, buyer, now_ms).map(|place| Admitted { place, by_drop: line.drop })
+    }
+
+    /// The place a token (its mark taken off) carries in `line`.
+    fn admitted_in(&self, token: &str, line: Subject<'_>, buyer: &UserId, now_ms: u64) -> Result<u64, Refused> {
         if token.len() > MAX_LEN {
             return Err(Refused::Malformed);
         }
@@ -72,7 +91,7 @@ impl Signer {
         let (Ok(place), Ok(expires_ms)) = (place.parse::<u64>(), expires.parse::<u64>()) else {
             return Err(Refused::Malformed);
         };
-        if !self.verify(b"admission", sale, buyer, &[place, expires_ms], mac) {
+        if !self.verify(label(line, Kind::Admission), line.id, buyer, &[place, expires_ms], mac) {
             return Err(Refused::Forged);
         }
         if now_ms >= expires_ms {
@@ -81,17 +100,17 @@ impl Signer {
         Ok(place)
     }
 
-    fn verify(&self, label: &[u8], sale: &SaleId, buyer: &UserId, numbers: &[u64], mac_hex: &str) -> bool {
+    fn verify(&self, label: &[u8], line: &str, buyer: &UserId, numbers: &[u64], mac_hex: &str) -> bool {
         match hex::decode(mac_hex) {
-            Ok(given) => self.mac(label, sale, buyer, numbers).verify_slice(&given).is_ok(),
+            Ok(given) => self.mac(label, line, buyer, numbers).verify_slice(&given).is_ok(),
             Err(_) => false,
         }
     }
 
-    fn mac(&self, label: &[u8], sale: &SaleId, buyer: &UserId, numbers: &[u64]) -> Hmac<Sha256> {
+    fn mac(&self, label: &[u8], line: &str, buyer: &UserId, numbers: &[u64]) -> Hmac<Sha256> {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes a key of any length");
         // Neither id holds a NUL (both refuse control characters), so the fields cannot run together.
-        for part in [label, sale.as_str().as_bytes(), buyer.as_str().as_bytes()] {
+        for part in [label, line.as_bytes(), buyer.as_str().as_bytes()] {
             mac.update(part);
             mac.update(b"\0");
         }
@@ -102,14 +121,32 @@ impl Signer {
     }
 }
 
+/// Which of the two signed strings.
+#[derive(Clone, Copy)]
+enum Kind {
+    Ticket,
+    Admission,
+}
+
+/// The MAC's label of a kind of string in a kind of line (a sale's labels are the ones sales had
+/// before drops: their strings stay valid).
+fn label(line: Subject<'_>, kind: Kind) -> &'static [u8] {
+    match (line.drop, kind) {
+        (false, Kind::Ticket) => b"ticket",
+        (false, Kind::Admission) => b"admission",
+        (true, Kind::Ticket) => b"drop-ticket",
+        (true, Kind::Admission) => b"drop-admission",
+    }
+}
+
 /// Why an admission token is refused (403 `not_admitted` names it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
     #[error("no Seckill-Admission header: this sale has a waiting room (POST /sales/{{sale_id}}/queue)")]
     Missing,
-    #[error("the Seckill-Admission token is not <place>.<expires_ms>.<hex>")]
+    #[error("the Seckill-Admission token is not [d]<place>.<expires_ms>.<hex>")]
     Malformed,
-    #[error("the Seckill-Admission token is not this buyer's for this sale")]
+    #[error("the Seckill-Admission token is not this buyer's for this sale or its drop")]
     Forged,
     #[error("the Seckill-Admission token has expired")]
     Expired,
@@ -123,37 +160,76 @@ mod tests {
         (SaleId::parse(sale).unwrap(), UserId::parse(buyer).unwrap())
     }
 
+    fn sale(id: &str) -> Subject<'_> {
+        Subject { drop: false, id }
+    }
+
+    fn drop(id: &str) -> Subject<'_> {
+        Subject { drop: true, id }
+    }
+
+    fn place(place: u64) -> Result<Admitted, Refused> {
+        Ok(Admitted { place, by_drop: false })
+    }
+
     #[test]
     fn a_token_admits_its_buyer_in_its_sale_until_it_expires() {
         let signer = Signer::new(b"k");
-        let (sale, alice) = ids("s1", "alice");
-        let token = signer.admission(&sale, &alice, 7, 2_000);
-        assert_eq!(signer.admitted(&token, &sale, &alice, 1_999), Ok(7));
-        assert_eq!(signer.admitted(&token, &sale, &alice, 2_000), Err(Refused::Expired));
+        let (s1, alice) = ids("s1", "alice");
+        let token = signer.admission(sale("s1"), &alice, 7, 2_000);
+        assert_eq!(signer.admitted(&token, &s1, &alice, 1_999), place(7));
+        assert_eq!(signer.admitted(&token, &s1, &alice, 2_000), Err(Refused::Expired));
         let (other_sale, bob) = ids("s2", "bob");
-        assert_eq!(signer.admitted(&token, &sale, &bob, 0), Err(Refused::Forged));
+        assert_eq!(signer.admitted(&token, &s1, &bob, 0), Err(Refused::Forged));
         assert_eq!(signer.admitted(&token, &other_sale, &alice, 0), Err(Refused::Forged));
-        assert_eq!(Signer::new(b"other").admitted(&token, &sale, &alice, 0), Err(Refused::Forged));
+        assert_eq!(Signer::new(b"other").admitted(&token, &s1, &alice, 0), Err(Refused::Forged));
         let later = token.replacen(".2000.", ".9000.", 1);
-        assert_eq!(signer.admitted(&later, &sale, &alice, 0), Err(Refused::Forged), "the expiry is signed");
-        assert_eq!(signer.admitted("7.2000.zz", &sale, &alice, 0), Err(Refused::Forged), "no valid MAC");
-        for bad in ["", "7", "7.2000", "x.2000.00", "7.2000.00.00", &"7".repeat(200)] {
-            assert_eq!(signer.admitted(bad, &sale, &alice, 0), Err(Refused::Malformed), "{bad:?}");
+        assert_eq!(signer.admitted(&later, &s1, &alice, 0), Err(Refused::Forged), "the expiry is signed");
+        assert_eq!(signer.admitted("7.2000.zz", &s1, &alice, 0), Err(Refused::Forged), "no valid MAC");
+        for bad in ["", "7", "7.2000", "x.2000.00", "7.2000.00.00", "dd7.2000.00", &"7".repeat(200)] {
+            let expected = if bad.starts_with('d') { Refused::Forged } else { Refused::Malformed };
+            assert_eq!(signer.admitted(bad, &s1, &alice, 0), Err(expected), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_drop_token_admits_its_buyer_to_every_size_and_never_passes_for_a_sale_token() {
+        let signer = Signer::new(b"k");
+        let alice = UserId::parse("alice").unwrap();
+        let (size40, size41) = (SaleId::parse("shoe.40").unwrap(), SaleId::parse("shoe.41").unwrap());
+        let token = signer.admission(drop("shoe"), &alice, 3, 2_000);
+        assert!(token.starts_with("d3.2000."), "{token}");
+        for size in [&size40, &size41] {
+            assert_eq!(signer.admitted(&token, size, &alice, 0), Ok(Admitted { place: 3, by_drop: true }));
+        }
+        assert_eq!(signer.admitted(&token, &size40, &alice, 2_000), Err(Refused::Expired));
+        let other_drop = SaleId::parse("boot.40").unwrap();
+        assert_eq!(signer.admitted(&token, &other_drop, &alice, 0), Err(Refused::Forged));
+        assert_eq!(signer.admitted(&token, &size40, &UserId::parse("bob").unwrap(), 0), Err(Refused::Forged));
+        let alone = SaleId::parse("shoe").unwrap();
+        assert_eq!(signer.admitted(&token, &alone, &alice, 0), Err(Refused::Forged), "a sale has no drop");
+        // The same numbers and id under a sale's label: the mark or the label refuses each way.
+        let unmarked = token.strip_prefix('d').unwrap();
+        assert_eq!(signer.admitted(unmarked, &alone, &alice, 0), Err(Refused::Forged));
+        let sale_token = signer.admission(sale("shoe"), &alice, 3, 2_000);
+        assert_eq!(signer.admitted(&format!("d{sale_token}"), &size40, &alice, 0), Err(Refused::Forged));
+        let size_token = signer.admission(sale("shoe.40"), &alice, 3, 2_000);
+        assert_eq!(signer.admitted(&size_token, &size40, &alice, 0), place(3), "a size queued alone: Lua decides");
     }
 
     #[test]
     fn a_ticket_carries_its_place_and_is_no_admission() {
         let signer = Signer::new(b"k");
-        let (sale, alice) = ids("s1", "alice");
-        let ticket = signer.ticket(&sale, &alice, 42);
-        assert_eq!(signer.place_of(&ticket, &sale, &alice), Some(42));
-        assert_eq!(signer.place_of(&ticket, &sale, &ids("s1", "bob").1), None);
-        assert_eq!(signer.place_of(&ticket.replacen("42.", "1.", 1), &sale, &alice), None);
+        let (s1, alice) = ids("s1", "alice");
+        let ticket = signer.ticket(sale("s1"), &alice, 42);
+        assert_eq!(signer.place_of(&ticket, sale("s1"), &alice), Some(42));
+        assert_eq!(signer.place_of(&ticket, sale("s1"), &ids("s1", "bob").1), None);
+        assert_eq!(signer.place_of(&ticket, drop("s1"), &alice), None, "a sale's ticket is no drop's");
+        assert_eq!(signer.place_of(&ticket.replacen("42.", "1.", 1), sale("s1"), &alice), None);
         // Same numbers, other label: a ticket never passes for a token, nor a token for a ticket.
-        let (place, mac) = ticket.split_once('.').unwrap();
-        assert_ne!(signer.admitted(&format!("{place}.0.{mac}"), &sale, &alice, 0), Ok(42));
-        let token = signer.admission(&sale, &alice, 42, 0);
-        assert_eq!(signer.place_of(&token, &sale, &alice), None);
+        let (place_text, mac) = ticket.split_once('.').unwrap();
+        assert_ne!(signer.admitted(&format!("{place_text}.0.{mac}"), &s1, &alice, 0), place(42));
+        let token = signer.admission(sale("s1"), &alice, 42, 0);
+        assert_eq!(signer.place_of(&token, sale("s1"), &alice), None);
     }
 }

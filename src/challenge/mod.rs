@@ -109,7 +109,7 @@ pub enum Refused {
     Forged,
     #[error("the challenge has expired: ask for a new one")]
     Expired,
-    #[error("the challenge was issued for another sale")]
+    #[error("the challenge was issued for another sale or drop")]
     OtherSale,
     #[error("the challenge was issued to another buyer")]
     OtherBuyer,
@@ -188,9 +188,10 @@ impl Challenges {
         &self.curve
     }
 
-    /// A challenge for `buyer` in `sale` from `client`, asking `cost` derivations on average times
-    /// the address's factor (one Redis call: the address's count).
-    pub async fn issue(&self, sale: &SaleId, buyer: &UserId, client: IpAddr, cost: u32) -> Result<Issued, IssueError> {
+    /// A challenge for `buyer` at `door` (a sale's id, or a drop line's `drop:<drop>`) from
+    /// `client`, asking `cost` derivations on average times the address's factor (one Redis call:
+    /// the address's count).
+    pub async fn issue(&self, door: &str, buyer: &UserId, client: IpAddr, cost: u32) -> Result<Issued, IssueError> {
         let (secret, key_secret) = self.keys.as_ref().ok_or(IssueError::Disabled)?;
         let address = client_key(client, self.ipv6_prefix);
         let recent = self.count(address).await?;
@@ -199,7 +200,7 @@ impl Challenges {
         let counter = draw_counter(tries);
         let expires_at = unix_now().as_secs() + self.ttl.as_secs();
         let data = BTreeMap::from([
-            ("sale".to_owned(), Value::from(sale.as_str())),
+            ("sale".to_owned(), Value::from(door)),
             ("buyer".to_owned(), Value::from(buyer.as_str())),
             ("address".to_owned(), Value::from(address.to_string())),
             ("factor".to_owned(), Value::from(factor)),
@@ -219,9 +220,9 @@ impl Challenges {
     }
 
     /// Checks `header` (the [`CHALLENGE_HEADER`]) in process, without Redis: signed by this
-    /// deployment, not expired, issued for `sale`, `buyer` and `client`'s address, and solved.
-    /// The nonce it returns is still to be spent (once) in Redis.
-    pub fn verify(&self, header: &str, sale: &SaleId, buyer: &UserId, client: IpAddr) -> Result<Spent, Refused> {
+    /// deployment, not expired, issued for `door` (as [`Challenges::issue`]), `buyer` and
+    /// `client`'s address, and solved. The nonce it returns is still to be spent (once) in Redis.
+    pub fn verify(&self, header: &str, door: &str, buyer: &UserId, client: IpAddr) -> Result<Spent, Refused> {
         let (secret, key_secret) = self.keys.as_ref().ok_or(Refused::Forged)?;
         if header.len() > MAX_SOLUTION_BYTES {
             return Err(Refused::Malformed);
@@ -240,7 +241,7 @@ impl Challenges {
         // Signed by us, so the data is ours: compare it with the request.
         let params = &payload.challenge.parameters;
         let field = |name: &str| params.data.as_ref().and_then(|data| data.get(name)).and_then(Value::as_str);
-        if field("sale") != Some(sale.as_str()) {
+        if field("sale") != Some(door) {
             return Err(Refused::OtherSale);
         }
         if field("buyer") != Some(buyer.as_str()) {

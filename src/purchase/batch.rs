@@ -78,7 +78,7 @@ pub struct Part {
     pub user: String,
     /// The order id, also the limits' nonce.
     pub order_id: String,
-    /// The buyer's place in a queued sale's line ("": none).
+    /// The buyer's place in a queued sale's line ("": none; `d<place>`: admitted by the drop's line).
     pub place: String,
     /// The purchase's trace context ("": traces are off).
     pub traceparent: String,
@@ -177,6 +177,8 @@ struct LaneKey {
     meta: String,
     shards: u32,
     algorithm: Option<Algorithm>,
+    /// Admitted by a drop's line: its KEYS[6] is the drop line's, not the sale's.
+    by_drop: bool,
 }
 
 /// The calling thread's number: threads are numbered in the order they first buy.
@@ -242,6 +244,7 @@ impl Batcher {
             meta: target.keys[0].to_owned(),
             shards: target.shards,
             algorithm: part.algorithm(),
+            by_drop: part.place.starts_with('d'),
         };
         let queued = {
             let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());

@@ -90,6 +90,12 @@ impl SaleBoard {
         Ok(members(&registry, group).iter().filter_map(|id| SaleId::parse(id).ok()).collect())
     }
 
+    /// Whether the registry holds a sale of group `group` (a drop's size), from the same copy.
+    pub async fn group_registered(&self, group: &str) -> Result<bool, BoardError> {
+        let registry = self.registry.try_get_with((), self.read_registry()).await?;
+        Ok(!members(&registry, group).is_empty())
+    }
+
     /// Drops the sale's snapshot, so the next request reads it afresh (it just sold out).
     pub async fn invalidate(&self, sale: &SaleId) {
         self.snapshots.invalidate(sale.as_str()).await;

@@ -17,9 +17,20 @@ use super::{BuyError, Sales};
 use crate::domain::{SaleId, UserId};
 use crate::limiter::{Decision, Gate};
 use crate::purchase::shards::Layout;
-use crate::redis::keys::{SaleKeys, hash_tag};
+use crate::redis::keys::{SaleKeys, drop_line_bought_key, hash_tag};
 use crate::redis::lua::unexpected_reply;
 use crate::telemetry::traces;
+
+/// A buyer's admission, from the token the caller verified (`crate::admission`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    /// The buyer's place in its line.
+    pub place: u64,
+    /// Admitted by the line of the sale's drop (a size of a drop with a line), not the sale's
+    /// own: the place goes to `lua/buy.lua` marked `d<place>`, which takes it only in a sale whose
+    /// meta says `line` = `drop` (and a plain one only in a sale whose meta does not).
+    pub by_drop: bool,
+}
 
 /// What the purchase decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,8 +115,11 @@ struct Limits<'g, 'p> {
     decisions: Vec<Decision>,
     /// The order id, as text: also the limits' nonce (unique per request).
     order_id: String,
-    /// The buyer's place in a queued sale's line, from its admission token, as text ("": none).
+    /// The buyer's place in a queued sale's line, from its admission token, as text ("": none;
+    /// `d<place>` from a drop's line).
     place: String,
+    /// A drop-admitted purchase: the drop line's buyers (buy.lua's KEYS[6] instead of the sale's).
+    line_bought: Option<String>,
     /// The buyer's proof of work was verified and spent (`crate::challenge`).
     proven: bool,
     /// The purchase's trace context for its stream entry ("": traces are off).
@@ -166,7 +180,7 @@ impl Sales {
         sale: &SaleId,
         (user, quantity): (&UserId, u32),
         order_id: Uuid,
-        (place, proven): (Option<u64>, bool),
+        (place, proven): (Option<Admitted>, bool),
         gates: &[Gate<'_>],
     ) -> Result<Verdict, BuyError> {
         let user = (user, quantity);
@@ -199,7 +213,7 @@ impl Sales {
         sale: &SaleId,
         (user, quantity): (&UserId, u32),
         order_id: Uuid,
-        (place, proven): (Option<u64>, bool),
+        (place, proven): (Option<Admitted>, bool),
         gates: &[Gate<'_>],
         traceparent: String,
     ) -> Result<Verdict, BuyError> {
@@ -214,7 +228,15 @@ impl Sales {
             gates,
             decisions: Vec::with_capacity(gates.len()),
             order_id: order_id.to_string(),
-            place: place.map(|p| p.to_string()).unwrap_or_default(),
+            place: match place {
+                Some(Admitted { place, by_drop: true }) => format!("d{place}"),
+                Some(Admitted { place, by_drop: false }) => place.to_string(),
+                None => String::new(),
+            },
+            line_bought: place
+                .filter(|admitted| admitted.by_drop)
+                .and_then(|_| sale.group())
+                .map(|drop| drop_line_bought_key(self.redis.prefix(), drop)),
             proven,
             traceparent,
             quantity,
@@ -284,7 +306,10 @@ impl Sales {
             let Some(gates) = self.gates_joining(con, &keys, sale_tag, limits).await.map_err(BuyError::NotRun)? else {
                 return Ok(ShardReply::Limited);
             };
-            let target = Target::new(sale.as_str(), &keys, layout.shards());
+            let mut target = Target::new(sale.as_str(), &keys, layout.shards());
+            if let Some(bought) = &limits.line_bought {
+                target.keys[5] = bought;
+            }
             let part = Part {
                 user: user.as_str().to_owned(),
                 order_id: limits.order_id.clone(),

@@ -31,7 +31,7 @@ use crate::redis::confirm::ConfirmPool;
 use crate::redis::keys::SaleKeys;
 use crate::redis::lua::unexpected_reply;
 
-pub use buy::{BuyOutcome, Verdict};
+pub use buy::{Admitted, BuyOutcome, Verdict};
 pub use reads::{QueueState, SaleState};
 pub use receipt::{OrderStatus, Purchase, Receipt};
 pub use restore::{CommittedOrder, Restored};

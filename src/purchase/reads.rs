@@ -48,6 +48,9 @@ pub struct SaleState {
     /// The proof of work a buyer solves to join (or, without a waiting room, to buy): the tries it
     /// takes on average (`crate::challenge`); `None`: no challenge.
     pub challenge_cost: Option<u32>,
+    /// A size of a drop with a line (its meta's `line` = `drop`): only the drop's line admits to
+    /// it (`crate::admission`), the sale has no line of its own.
+    pub drop_line: bool,
 }
 
 /// A queued sale's waiting room, as its meta and state hold it.
@@ -62,7 +65,7 @@ pub struct QueueState {
 }
 
 /// The meta's fields a sale's read takes, in one HMGET.
-const META_FIELDS: [&str; 14] = [
+const META_FIELDS: [&str; 15] = [
     "stock_initial",
     "starts_at_ms",
     "ends_at_ms",
@@ -77,6 +80,7 @@ const META_FIELDS: [&str; 14] = [
     "extra_released",
     "per_buyer",
     "challenge_cost",
+    "line",
 ];
 
 /// One shard's figures and its meta's layout fields, read in one MULTI.
@@ -97,6 +101,7 @@ struct ShardRead {
     queue: Option<QueueState>,
     paused: Option<String>,
     challenge_cost: Option<u32>,
+    drop_line: bool,
 }
 
 impl Sales {
@@ -127,6 +132,7 @@ impl Sales {
             queue: home.queue,
             paused: home.paused,
             challenge_cost: home.challenge_cost,
+            drop_line: home.drop_line,
         };
         let others = layout.keys(self.redis.prefix(), sale).split_off(1);
         for (keys, shard) in others.iter().zip(try_join_all(others.iter().map(|k| self.read_shard(k))).await?) {
@@ -145,7 +151,7 @@ impl Sales {
     }
 
     async fn read_shard(&self, keys: &SaleKeys) -> RedisResult<ShardRead> {
-        // One HMGET of every meta field (14: more than a tuple reply reads), then each parsed.
+        // One HMGET of every meta field (15: more than a tuple reply reads), then each parsed.
         let (meta, stock_left, sold, released, queued): (Vec<Option<String>>, Option<i64>, i64, i64, i64) =
             redis::pipe()
                 .atomic()
@@ -180,6 +186,7 @@ impl Sales {
             payment_window_ms: number("payment_window_ms")?,
             paused: field("paused"),
             challenge_cost: number("challenge_cost")?.map(|n| n.clamp(1, i64::from(u32::MAX)) as u32),
+            drop_line: field("line").as_deref() == Some("drop"),
             queue: match (number("queue_opens_at_ms")?, number("queue_rate")?, field("queue_seed")) {
                 (Some(opens_at_ms), Some(rate), Some(seed)) => {
                     Some(QueueState { opens_at_ms, rate: rate.clamp(0, i64::from(u32::MAX)) as u32, seed })

@@ -54,6 +54,19 @@ pub struct QueueKeys {
     pub state: String,
 }
 
+impl QueueKeys {
+    /// A waiting room's keys under `base` (a sale's, or a drop's line's).
+    fn under(base: &str) -> Self {
+        Self {
+            prequeue: format!("{base}:queue"),
+            late: format!("{base}:queue:late"),
+            bought: format!("{base}:queue:bought"),
+            admits: format!("{base}:queue:admits"),
+            state: format!("{base}:queue:state"),
+        }
+    }
+}
+
 impl SaleKeys {
     /// The sale's own keys (shard 0 of a sharded sale).
     pub fn new(prefix: &str, sale: &SaleId) -> Self {
@@ -108,13 +121,7 @@ impl SaleKeys {
             receipts: format!("{base}:receipts"),
             released: format!("{base}:released"),
             challenges: format!("{base}:challenges"),
-            queue: QueueKeys {
-                prequeue: format!("{base}:queue"),
-                late: format!("{base}:queue:late"),
-                bought: format!("{base}:queue:bought"),
-                admits: format!("{base}:queue:admits"),
-                state: format!("{base}:queue:state"),
-            },
+            queue: QueueKeys::under(&base),
         }
     }
 
@@ -133,15 +140,16 @@ impl SaleKeys {
         sale.group().map(|_| [self.held.as_str(), &self.group_meta, &self.group_sales])
     }
 
-    /// KEYS[1..5] of queue_join.lua.
-    pub fn joining(&self) -> [&str; 5] {
-        [&self.meta, &self.queue.prequeue, &self.queue.late, &self.queue.state, &self.challenges]
+    /// The line of the sale's drop (its group's, whether or not it has one): removed with the
+    /// group's last sale. `None` for a sale without a group.
+    pub fn drop_line(&self, sale: &SaleId) -> Option<LineKeys> {
+        sale.group()?;
+        self.group_meta.strip_suffix(":meta").map(|group| LineKeys::under(&format!("{group}:line")))
     }
 
-    /// KEYS[1..7] of admit.lua.
-    pub fn admitting(&self) -> [&str; 7] {
-        let q = &self.queue;
-        [&self.meta, &self.stock, &q.prequeue, &q.late, &q.bought, &q.admits, &q.state]
+    /// The sale's own line: its meta, waiting room and spent challenges ([`LineKeys`]).
+    pub fn line(&self) -> LineKeys {
+        LineKeys { meta: self.meta.clone(), queue: self.queue.clone(), challenges: self.challenges.clone() }
     }
 
     /// Every key of the sale in its slot, for its removal and tests: not its group's, which its
@@ -192,6 +200,64 @@ impl DropKeys {
             line_state: format!("{group}:line:queue:state"),
         }
     }
+}
+
+/// A line's keys (`crate::admission`): a queued sale's own (its meta, [`SaleKeys::line`]), or a
+/// drop's, under `<prefix>:{group:<drop>}:line` in the drop's slot beside its sizes' keys
+/// ([`LineKeys::of_drop`]).
+#[derive(Debug, Clone)]
+pub struct LineKeys {
+    /// Hash: the line's settings (`stock_initial` as a marker, `starts_at_ms`, `ends_at_ms`,
+    /// `queue_rate`, `queue_ttl_ms`, `queue_opens_at_ms`, `paused`, `challenge_cost`).
+    pub meta: String,
+    /// The waiting room's keys.
+    pub queue: QueueKeys,
+    /// Sorted set: the nonces of the proof-of-work solutions spent at the line's joins.
+    pub challenges: String,
+}
+
+impl LineKeys {
+    /// The line of drop `drop` (a group's name: its sizes are the sales `<drop>.<size>`).
+    pub fn of_drop(prefix: &str, drop: &str) -> Self {
+        Self::under(&drop_line_base(prefix, drop))
+    }
+
+    /// A drop's line's keys under `base` (`<prefix>:{group:<drop>}:line`).
+    fn under(base: &str) -> Self {
+        Self { meta: format!("{base}:meta"), queue: QueueKeys::under(base), challenges: format!("{base}:challenges") }
+    }
+
+    /// KEYS[1..5] of queue_join.lua.
+    pub fn joining(&self) -> [&str; 5] {
+        [&self.meta, &self.queue.prequeue, &self.queue.late, &self.queue.state, &self.challenges]
+    }
+
+    /// KEYS of admit.lua: the meta, the first stock, the waiting room, then the other stocks
+    /// (a drop's line sums its sizes' stocks).
+    pub fn admitting<'a>(&'a self, stocks: &'a [String]) -> Vec<&'a str> {
+        let q = &self.queue;
+        let mut keys = Vec::with_capacity(6 + stocks.len());
+        keys.extend([self.meta.as_str(), stocks.first().map_or("", String::as_str)]);
+        keys.extend([q.prequeue.as_str(), &q.late, &q.bought, &q.admits, &q.state]);
+        keys.extend(stocks.iter().skip(1).map(String::as_str));
+        keys
+    }
+}
+
+/// What every key of drop `drop`'s line starts with: `<prefix>:{group:<drop>}:line`.
+pub fn drop_line_base(prefix: &str, drop: &str) -> String {
+    format!("{prefix}:{{group:{drop}}}:line")
+}
+
+/// Sorted set: buyer -> place, the buyers admitted by drop `drop`'s line who bought (any size):
+/// a drop-admitted purchase's KEYS[6] of lua/buy.lua ([`LineKeys::of_drop`]'s `queue.bought`).
+pub fn drop_line_bought_key(prefix: &str, drop: &str) -> String {
+    format!("{}:queue:bought", drop_line_base(prefix, drop))
+}
+
+/// The set of the ids of group `group`'s sales (a drop's sizes), as lua/seed.lua fills it.
+pub fn group_sales_key(prefix: &str, group: &str) -> String {
+    format!("{prefix}:{{group:{group}}}:sales")
 }
 
 /// The pub/sub channel on which a seed announces the sale id, so every instance drops its
@@ -263,6 +329,20 @@ pub fn hash_tag(key: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_drops_line_is_in_its_sizes_slot_and_found_from_any_size() {
+        let size = SaleId::parse("shoe.42").unwrap();
+        let line = SaleKeys::new("seckill", &size).drop_line(&size).unwrap();
+        assert_eq!(line.meta, LineKeys::of_drop("seckill", "shoe").meta);
+        assert_eq!(line.meta, "seckill:{group:shoe}:line:meta");
+        assert_eq!(line.queue.bought, drop_line_bought_key("seckill", "shoe"));
+        for key in line.joining() {
+            assert_eq!(hash_tag(key), "group:shoe", "{key}");
+        }
+        let alone = SaleId::parse("shoe").unwrap();
+        assert!(SaleKeys::new("seckill", &alone).drop_line(&alone).is_none());
+    }
 
     #[test]
     fn sale_keys_share_one_hash_tag() {

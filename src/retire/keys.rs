@@ -49,7 +49,8 @@ pub async fn remove_all(con: &mut SharedConnection, shards: &[SaleKeys]) -> Redi
 }
 
 /// Takes a retired sale of a group out of its group; the group's last sale takes the group's
-/// keys with it (its buyers' holdings drained in pages, then its meta). A sale without a group
+/// keys with it (its buyers' holdings drained in pages, its drop's line if it has one, then its
+/// meta). A sale without a group
 /// has nothing to leave. (A seed of a new sale of the group racing the last retirement can lose
 /// the group's holdings: seed a group's sales before retiring its last.)
 pub async fn leave_group(con: &mut SharedConnection, sale: &SaleId, keys: &SaleKeys) -> RedisResult<()> {
@@ -60,6 +61,16 @@ pub async fn leave_group(con: &mut SharedConnection, sale: &SaleId, keys: &SaleK
     let left: i64 = redis::cmd("SCARD").arg(group_sales).query_async(con).await?;
     if left == 0 {
         drain_hash(con, held).await?;
+        if let Some(line) = keys.drop_line(sale) {
+            let queue = &line.queue;
+            drain_sorted_set(con, &queue.prequeue).await?;
+            drain_hash(con, &queue.late).await?;
+            drain_sorted_set(con, &queue.bought).await?;
+            drain_sorted_set(con, &line.challenges).await?;
+            for key in [&queue.admits, &queue.state, &line.meta] {
+                let _: i64 = redis::cmd("DEL").arg(key).query_async(con).await?;
+            }
+        }
         let _: i64 = redis::cmd("DEL").arg(group_meta).query_async(con).await?;
     }
     Ok(())

@@ -181,7 +181,7 @@ impl Shop {
         if proof.is_none() && !self.challenges.asks(sale) {
             return Ok(false);
         }
-        let spent = self.proof(sale, user, client, proof)?;
+        let spent = self.proof(sale.as_str(), user, client, proof)?;
         if !self.challenges.spend(sale, &spent).await? {
             return Err(self.refused(Refused::Replayed));
         }

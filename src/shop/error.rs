@@ -49,6 +49,13 @@ pub enum Error {
         /// The size's own refusal ([`Error::StockBelowZero`] or [`Error::StockTooLarge`]).
         refusal: Box<Error>,
     },
+    /// `drop_line`: the sale is a size of a drop whose one line admits to every size; it has no
+    /// line of its own.
+    #[error("this sale is a size of drop {drop}, whose one line admits to every size: join POST /drops/{drop}/queue")]
+    DropLine {
+        /// The drop.
+        drop: String,
+    },
     /// `sale_not_started`.
     #[error("the sale has not started yet")]
     SaleNotStarted,
@@ -273,6 +280,7 @@ impl Error {
             Self::DropSizeMissing(_) => "drop_size_missing",
             Self::DropSize => "drop_size",
             Self::DropStock { refusal, .. } => refusal.code(),
+            Self::DropLine { .. } => "drop_line",
             Self::SaleNotStarted => "sale_not_started",
             Self::SaleEnded => "sale_ended",
             Self::SalePaused => "sale_paused",

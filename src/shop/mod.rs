@@ -53,7 +53,7 @@ pub use self::orders::Cancelled;
 pub use self::seed::SeedOrder;
 pub use self::webhooks::RemovedEndpoint;
 pub use crate::admission::token::ADMISSION_HEADER;
-pub use crate::admission::{Answer as QueueAnswer, commitment as seed_commitment, line::Stand};
+pub use crate::admission::{Answer as QueueAnswer, LineId, commitment as seed_commitment, line::Stand};
 pub use crate::challenge::{CHALLENGE_HEADER, DEFAULT_COST as DEFAULT_CHALLENGE_COST, Issued as IssuedChallenge};
 pub use crate::controls::Switch;
 pub use crate::controls::audit::{Entry as AuditEntry, MAX_LISTED as MAX_AUDIT_LISTED, MAX_REASON_CHARS};

@@ -58,21 +58,6 @@ impl Shop {
         }
     }
 
-    /// The sale, once this instance's snapshot of it (no Redis call for a made-up id) says it
-    /// has a waiting room.
-    pub(super) async fn queued_sale(
-        &self,
-        sale: &SaleId,
-        client: IpAddr,
-        meter: &mut Meter<'_>,
-    ) -> Result<Arc<Snapshot>, Error> {
-        let snapshot = self.sale_metered(sale, client, meter).await?;
-        match snapshot.state.queue {
-            Some(_) => Ok(snapshot),
-            None => Err(Error::NotQueued),
-        }
-    }
-
     /// Whether the sale a buyer's route names exists, before the route spends anything on it:
     /// `unknown_sale` for an id that names no sale anywhere.
     pub(super) async fn existing(

@@ -185,6 +185,16 @@ impl App {
         read_json(response, &format!("PUT /admin/sales/{sale}"))
     }
 
+    /// `PUT /admin/drops/DROP` with this body (a drop's seed, issue 52); fails unless 2xx.
+    pub fn put_drop(&self, drop: &str, body: &Value) -> Result<Value> {
+        let response = self
+            .http
+            .put(format!("{}/admin/drops/{drop}", self.url))
+            .header("Authorization", format!("Bearer {}", self.admin_token))
+            .send_json(body)?;
+        read_json(response, &format!("PUT /admin/drops/{drop}"))
+    }
+
     /// Creates or re-seeds a sale open now with `stock`, over `shards` stock shards if given.
     pub fn seed(&self, sale: &str, stock: u64, shards: Option<u32>) -> Result<Value> {
         let body = match shards {

@@ -19,6 +19,7 @@ mod controls;
 mod controls_model;
 mod controls_service_model;
 mod docs;
+mod drop_line;
 mod drop_model;
 mod drops;
 mod examples;

@@ -12,6 +12,7 @@ mod storm_client;
 mod bad_input;
 mod cluster;
 mod crash;
+mod drop_line_storm;
 mod drop_storm;
 mod http_workers;
 mod instances;

@@ -123,6 +123,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::NotPaid(_)
         | E::RestockRetired
         | E::NotQueued
+        | E::DropLine { .. }
         | E::NoChallenge
         | E::StockBelowZero { .. }
         | E::StockTooLarge { .. }

@@ -211,6 +211,7 @@ impl From<SaleReport> for SaleStatus {
             queue,
             paused,
             challenge_cost,
+            drop_line: _,
         } = redis;
         Self {
             group: sale.group().map(str::to_owned),

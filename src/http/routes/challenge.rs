@@ -9,12 +9,12 @@ use time::OffsetDateTime;
 use utoipa::ToSchema;
 
 use super::responses::{BadBuyerQuery, BuyerToken, RateLimited, SaleRetired, UnknownSale};
-use super::sale_of;
 use super::sales::OrderQuery;
+use super::{drop_line_of, sale_of};
 use crate::http::AppState;
 use crate::http::buyer::Buyer;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::shop::{CHALLENGE_HEADER, IssuedChallenge, Limited};
+use crate::shop::{CHALLENGE_HEADER, IssuedChallenge, Limited, LineId};
 
 /// A challenge to solve: ALTCHA's `parameters` and `signature` (what the ALTCHA widget and
 /// libraries take), with what it asks.
@@ -76,10 +76,52 @@ pub async fn challenge(
     query: web::Query<OrderQuery>,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    let (outcome, reported) = match buyer.named(query.into_inner().user_id).and_then(|u| Ok((u, sale_of(&sale_id)?))) {
+    issue(req, buyer, sale_of(&sale_id).map(LineId::Sale), query.into_inner(), state).await
+}
+
+/// A proof of work for the buyer at the drop's line: as `GET /sales/{sale_id}/challenge`, bound
+/// to the drop's line (`data.sale` is `drop:<drop_id>`); its solution goes in the
+/// `Seckill-Challenge` header of `POST /drops/{drop_id}/queue`: one per join, whatever the sizes.
+#[utoipa::path(
+    get,
+    path = "/drops/{drop_id}/challenge",
+    tag = "waiting room",
+    params(("drop_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`",
+        min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), OrderQuery),
+    security((), ("bearer_jwt" = [])),
+    responses(
+        (status = 200, description = "A challenge to solve", body = ChallengeView),
+        BadBuyerQuery,
+        BuyerToken,
+        (status = 403, description = "`user_mismatch`", body = ErrorBody),
+        (status = 404, description = "`unknown_drop`", body = ErrorBody),
+        (status = 409, description = "`not_queued`: the drop has no line; `no_challenge`: its line asks no proof of \
+            work", body = ErrorBody),
+        RateLimited,
+        (status = 503, description = "`unavailable`; `admission_disabled`", body = ErrorBody),
+    )
+)]
+pub async fn drop_challenge(
+    req: HttpRequest,
+    buyer: Buyer,
+    drop_id: web::Path<String>,
+    query: web::Query<OrderQuery>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    issue(req, buyer, drop_line_of(&drop_id), query.into_inner(), state).await
+}
+
+async fn issue(
+    req: HttpRequest,
+    buyer: Buyer,
+    line: Result<LineId, ApiError>,
+    query: OrderQuery,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let (outcome, reported) = match buyer.named(query.user_id).and_then(|u| Ok((u, line?))) {
         Err(refused) => (Err(refused), None),
-        Ok((user, sale)) => {
-            let Limited { outcome, reported } = state.shop.challenge(&sale, &user, state.clients.of(&req)).await;
+        Ok((user, line)) => {
+            let Limited { outcome, reported } = state.shop.challenge(&line, &user, state.clients.of(&req)).await;
             (outcome.map(answer_of).map_err(ApiError::from), reported)
         }
     };

@@ -34,6 +34,7 @@ use actix_web::{HttpRequest, HttpResponse, guard, web};
 use super::AppState;
 use super::error::ApiError;
 use crate::domain::SaleId;
+use crate::shop::LineId;
 
 pub use admin::{SaleStatus, SalesOverview};
 pub use openapi::ApiDoc;
@@ -94,6 +95,17 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
         .service(
             web::resource("/sales/{sale_id}/challenge")
                 .route(read().to(challenge::challenge))
+                .default_service(allow("GET, HEAD")),
+        )
+        .service(
+            web::resource("/drops/{drop_id}/queue")
+                .route(read().to(queue::drop_standing))
+                .route(web::post().to(queue::drop_join))
+                .default_service(allow("GET, HEAD, POST")),
+        )
+        .service(
+            web::resource("/drops/{drop_id}/challenge")
+                .route(read().to(challenge::drop_challenge))
                 .default_service(allow("GET, HEAD")),
         )
         .service(
@@ -198,6 +210,12 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
 /// The sale a path, a query or a body names: 400 `invalid_request` if malformed.
 fn sale_of(raw: &str) -> Result<SaleId, ApiError> {
     SaleId::parse(raw).map_err(ApiError::InvalidRequest)
+}
+
+/// A drop's line from the path's drop id: a sale id without a `.` (a group's name).
+fn drop_line_of(raw: &str) -> Result<LineId, ApiError> {
+    let refused = || ApiError::InvalidRequest("drop_id must be 1-64 characters of [A-Za-z0-9_-]".to_owned());
+    LineId::drop(SaleId::parse(raw).map_err(|_| refused())?).ok_or_else(refused)
 }
 
 async fn not_found(_req: HttpRequest) -> Result<HttpResponse, ApiError> {

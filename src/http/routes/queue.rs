@@ -1,6 +1,7 @@
-//! A queued sale's waiting room (`crate::shop::Shop::join`, `standing`): `POST /sales/{sale_id}/queue` joins,
-//! `GET /sales/{sale_id}/queue` asks where the buyer stands; both hand out the ticket for the
-//! next poll and, once admitted, the admission token `POST /buy` wants.
+//! A line's waiting room (`crate::shop::Shop::join`, `standing`), a queued sale's or a drop's:
+//! `POST /sales/{sale_id}/queue` (`POST /drops/{drop_id}/queue`) joins, `GET …/queue` asks where
+//! the buyer stands; both hand out the ticket for the next poll and, once admitted, the admission
+//! token `POST /buy` wants (a drop's buys any size of the drop).
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -9,13 +10,13 @@ use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
 
 use super::responses::{BadBuyerQuery, BuyerToken, RateLimited, SaleRetired, UnknownSale};
-use super::sale_of;
 use super::sales::OrderQuery;
+use super::{drop_line_of, sale_of};
 use crate::domain::ms_to_time;
 use crate::http::AppState;
 use crate::http::buyer::Buyer;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::shop::{Limited, QueueAnswer as Answer, Stand};
+use crate::shop::{Limited, LineId, QueueAnswer as Answer, Stand};
 
 /// Where the buyer stands.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
@@ -121,7 +122,8 @@ pub struct QueueQuery {
             `challenge_failed`: its solution is refused (malformed, forged, expired, another sale's, buyer's or client \
             address's, wrong, or used before: each join spends one)", body = ErrorBody),
         UnknownSale,
-        (status = 409, description = "`not_queued`: the sale has no waiting room (buy at once)", body = ErrorBody),
+        (status = 409, description = "`not_queued`: the sale has no waiting room (buy at once); `drop_line`: the sale \
+            is a size of a drop whose one line admits to every size (`POST /drops/{drop_id}/queue`)", body = ErrorBody),
         SaleRetired,
         RateLimited,
         (status = 503, description = "`unavailable`: Redis is unreachable; `admission_disabled`: no admission key is \
@@ -135,11 +137,56 @@ pub async fn join(
     query: web::Query<OrderQuery>,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    let (outcome, reported) = match buyer.named(query.into_inner().user_id).and_then(|u| Ok((u, sale_of(&sale_id)?))) {
+    let line = sale_of(&sale_id).map(LineId::Sale);
+    join_line(req, buyer, line, query.into_inner(), state).await
+}
+
+/// Joins the drop's one line, for every size of the drop: as `POST /sales/{sale_id}/queue`, with
+/// the drop's waiting room and proof of work (one solution per join, whatever the sizes bought).
+/// Once admitted, the admission token buys any size `<drop_id>.<size>` with `POST /buy`, within
+/// the drop's `per_buyer` and once per size.
+#[utoipa::path(
+    post,
+    path = "/drops/{drop_id}/queue",
+    tag = "waiting room",
+    params(("drop_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`",
+        min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), OrderQuery),
+    security((), ("bearer_jwt" = [])),
+    responses(
+        (status = 200, description = "In the drop's line: where the buyer stands", body = QueueView),
+        BadBuyerQuery,
+        BuyerToken,
+        (status = 403, description = "`queue_not_open`; `sale_ended`: the drop's line has ended; `user_mismatch`;             `challenge_required`; `challenge_failed` (as for a sale; a challenge of `GET /drops/{drop_id}/challenge`)",
+            body = ErrorBody),
+        (status = 404, description = "`unknown_drop`: no size of this drop is seeded", body = ErrorBody),
+        (status = 409, description = "`not_queued`: the drop has no line (buy each size at once)", body = ErrorBody),
+        RateLimited,
+        (status = 503, description = "`unavailable`; `admission_disabled`", body = ErrorBody),
+    )
+)]
+pub async fn drop_join(
+    req: HttpRequest,
+    buyer: Buyer,
+    drop_id: web::Path<String>,
+    query: web::Query<OrderQuery>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let line = drop_line_of(&drop_id);
+    join_line(req, buyer, line, query.into_inner(), state).await
+}
+
+async fn join_line(
+    req: HttpRequest,
+    buyer: Buyer,
+    line: Result<LineId, ApiError>,
+    query: OrderQuery,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let (outcome, reported) = match buyer.named(query.user_id).and_then(|u| Ok((u, line?))) {
         Err(refused) => (Err(refused), None),
-        Ok((user, sale)) => {
+        Ok((user, line)) => {
             let proof = super::challenge::solution_of(&req);
-            let Limited { outcome, reported } = state.shop.join(&sale, &user, state.clients.of(&req), proof).await;
+            let Limited { outcome, reported } = state.shop.join(&line, &user, state.clients.of(&req), proof).await;
             (outcome.map(answer_of).map_err(ApiError::from), reported)
         }
     };
@@ -165,7 +212,8 @@ pub async fn join(
         BuyerToken,
         (status = 403, description = "`user_mismatch`; `sale_ended`", body = ErrorBody),
         (status = 404, description = "`unknown_sale`; `not_in_queue`: the buyer never joined", body = ErrorBody),
-        (status = 409, description = "`not_queued`: the sale has no waiting room", body = ErrorBody),
+        (status = 409, description = "`not_queued`: the sale has no waiting room; `drop_line`: the sale is a size of a \
+            drop with a line (`GET /drops/{drop_id}/queue`)", body = ErrorBody),
         SaleRetired,
         (status = 429, description = "`rate_limited` (lookups without a ticket only)", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
@@ -179,19 +227,60 @@ pub async fn standing(
     query: web::Query<QueueQuery>,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    let QueueQuery { user_id, ticket } = query.into_inner();
-    // The request's own fields first (400 / 401 / 403 whatever the sale), then the sale.
+    let line = sale_of(&sale_id).map(LineId::Sale);
+    line_standing(req, buyer, line, query.into_inner(), state).await
+}
+
+/// Where the buyer stands in the drop's line: as `GET /sales/{sale_id}/queue`.
+#[utoipa::path(
+    get,
+    path = "/drops/{drop_id}/queue",
+    tag = "waiting room",
+    params(("drop_id" = String, Path, description = "1-64 characters of `[A-Za-z0-9_-]`",
+        min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+$"), QueueQuery),
+    security((), ("bearer_jwt" = [])),
+    responses(
+        (status = 200, description = "Where the buyer stands", body = QueueView),
+        (status = 400, description = "`invalid_request`", body = ErrorBody),
+        BuyerToken,
+        (status = 403, description = "`user_mismatch`; `sale_ended`", body = ErrorBody),
+        (status = 404, description = "`unknown_drop`; `not_in_queue`: the buyer never joined", body = ErrorBody),
+        (status = 409, description = "`not_queued`: the drop has no line", body = ErrorBody),
+        (status = 429, description = "`rate_limited` (lookups without a ticket only)", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Whole seconds until a request can be admitted"))),
+        (status = 503, description = "`unavailable`; `admission_disabled`", body = ErrorBody),
+    )
+)]
+pub async fn drop_standing(
+    req: HttpRequest,
+    buyer: Buyer,
+    drop_id: web::Path<String>,
+    query: web::Query<QueueQuery>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let line = drop_line_of(&drop_id);
+    line_standing(req, buyer, line, query.into_inner(), state).await
+}
+
+async fn line_standing(
+    req: HttpRequest,
+    buyer: Buyer,
+    line: Result<LineId, ApiError>,
+    QueueQuery { user_id, ticket }: QueueQuery,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    // The request's own fields first (400 / 401 / 403 whatever the line), then the line.
     let asked = buyer.named(user_id).and_then(|user| {
         if ticket.as_ref().is_some_and(|t| t.len() > MAX_TICKET_BYTES) {
             return Err(ApiError::InvalidRequest(format!("ticket must be at most {MAX_TICKET_BYTES} bytes")));
         }
-        Ok((user, sale_of(&sale_id)?))
+        Ok((user, line?))
     });
     let (outcome, reported) = match asked {
         Err(refused) => (Err(refused), None),
-        Ok((user, sale)) => {
+        Ok((user, line)) => {
             let client = state.clients.of(&req);
-            let Limited { outcome, reported } = state.shop.standing(&sale, &user, client, ticket.as_deref()).await;
+            let Limited { outcome, reported } = state.shop.standing(&line, &user, client, ticket.as_deref()).await;
             (outcome.map(answer_of).map_err(ApiError::from), reported)
         }
     };

@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::{Load, k6, orders, secs};
 use crate::measure::checks::psql;
+use crate::measure::clock::rfc3339;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -42,6 +43,14 @@ pub struct Args {
     /// cargo build running).
     #[arg(long, default_value_t = 2000)]
     p99_ms: u32,
+    /// Run it as a drop with one line (issue 52): seeded whole with `PUT /admin/drops/drop` with
+    /// a waiting room letting in `--line-rate` users a second; each user joins the line once and
+    /// buys its sizes with its one admission token; the operator pauses, resumes and tops up the
+    /// whole drop (`POST /admin/drops/drop/...`).
+    #[arg(long)]
+    line: bool,
+    #[arg(long, default_value_t = 1000)]
+    line_rate: u32,
     /// The crowd's source addresses.
     #[arg(long, default_value = "127.0.0.2-127.0.0.250")]
     local_ips: String,
@@ -50,8 +59,16 @@ pub struct Args {
 pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
     let app = load.app(&[])?;
     let sizes: Vec<String> = (0..a.sizes).map(|s| format!("drop.{}", 38 + s)).collect();
-    for size in &sizes {
-        app.put_sale(size, &json!({"stock": a.stock, "group": "drop", "per_buyer": a.per_buyer}))?;
+    if a.line {
+        let each: serde_json::Map<String, serde_json::Value> =
+            sizes.iter().map(|size| (size["drop.".len()..].to_owned(), json!({"stock": a.stock}))).collect();
+        let opens = rfc3339(SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs() as i64 - 1);
+        let waiting_room = json!({"opens_at": opens, "rate": a.line_rate});
+        app.put_drop("drop", &json!({"sizes": each, "per_buyer": a.per_buyer, "waiting_room": waiting_room}))?;
+    } else {
+        for size in &sizes {
+            app.put_sale(size, &json!({"stock": a.stock, "group": "drop", "per_buyer": a.per_buyer}))?;
+        }
     }
     load.log(&format!(
         "seeded {} sizes of {} units, {} per buyer across them; {} users/s for {}, {} paused at {} for {}, {} more units of {} at {}",
@@ -70,6 +87,7 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
         ("TOPUP_AT_S", secs(&a.top_up_at)?.to_string()),
         ("TOPUP", a.top_up.to_string()),
         ("P99_MS", a.p99_ms.to_string()),
+        ("DROP_LINE", if a.line { "drop".to_owned() } else { String::new() }),
     ];
     let extra = ["--local-ips".to_string(), a.local_ips.clone()];
     let limit = secs(&a.duration)? + 120;
