@@ -78,8 +78,8 @@ pub async fn list(pool: &sqlx::PgPool, sale: &SaleId, limit: i64) -> Result<Vec<
         .collect())
 }
 
-/// Records a retirement that has happened (by `actor`: `None` for the admin route, `"janitor"`
-/// for the janitor's, `"seckill retire"` for the command's). A failure is logged, not returned:
+/// Records a retirement that has happened (by `actor`: the operator's for the admin route,
+/// `"janitor"` for the janitor's, `"seckill retire"` for the command's). A failure is logged, not returned:
 /// the sale is retired all the same.
 pub async fn record_retirement(
     pool: &sqlx::PgPool,

@@ -215,6 +215,15 @@ pub enum Error {
         #[source]
         cause: anyhow::Error,
     },
+    /// `unknown_drop`: no sale `<drop>.<size>` in Postgres.
+    #[error("no drop with that id")]
+    UnknownDrop,
+    /// `too_many_exports`: this instance already streams its most order exports at once.
+    #[error(
+        "this instance is already streaming {} order exports; retry when one is done",
+        crate::exports::MAX_CONCURRENT
+    )]
+    TooManyExports,
     /// `internal`: anything else (the cause is logged, not shown).
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -265,6 +274,8 @@ impl Error {
             Self::NotDurable { .. } => "not_durable",
             Self::Unavailable(_) => "unavailable",
             Self::OutcomeUnknown { .. } => "outcome_unknown",
+            Self::UnknownDrop => "unknown_drop",
+            Self::TooManyExports => "too_many_exports",
             Self::Internal(_) => "internal",
         }
     }

@@ -13,6 +13,7 @@ mod bad_input;
 mod cluster;
 mod crash;
 mod drop_storm;
+mod export;
 mod http_workers;
 mod instances;
 mod logs;

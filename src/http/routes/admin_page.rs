@@ -21,11 +21,11 @@ pub(super) static PAGE: LazyLock<InlinePage> = LazyLock::new(|| InlinePage::new(
     tag = "admin",
     responses(
         (status = 200, description = "The live sale page", content_type = "text/html"),
-        (status = 403, description = "`admin_disabled`: no admin token is configured", body = ErrorBody),
+        (status = 403, description = "`admin_disabled`: no admin credential is configured", body = ErrorBody),
     )
 )]
 pub async fn page(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    if state.admin_token.is_none() {
+    if state.operators.is_empty() {
         return Err(ApiError::AdminDisabled);
     }
     Ok(PAGE.response())

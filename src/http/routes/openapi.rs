@@ -10,8 +10,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    admin, admin_page, buy, buyer_page, challenge, controls, events, favicon, health, payments, queue, reconcile,
-    retire, sales, seed, webhooks,
+    admin, admin_page, buy, buyer_page, challenge, controls, events, exports, favicon, health, payments, queue,
+    reconcile, retire, sales, seed, webhooks,
 };
 use crate::http::AppState;
 
@@ -33,6 +33,7 @@ use crate::http::AppState;
         buyer_page::sale,
         admin_page::page,
         favicon::icon,
+        admin::me,
         admin::list,
         seed::seed,
         admin::status,
@@ -49,6 +50,8 @@ use crate::http::AppState;
         controls::end,
         controls::stock,
         controls::audit,
+        exports::sale_orders,
+        exports::drop_orders,
         reconcile::reconcile_check,
         reconcile::reconcile_repair,
         health::healthz,
@@ -64,7 +67,8 @@ use crate::http::AppState;
         (name = "payments", description = "The shop's payment system: signed payment events that settle reservations"),
         (name = "buyer", description = "The buyer page: countdown, stock, Buy, the order's status"),
         (name = "admin", description = "Seeding, inspecting, pausing, restocking and retiring sales, their audit \
-            trail, the order events and their webhook endpoints (bearer token), and the live sale page"),
+            trail, the order exports, the order events and their webhook endpoints (bearer: an operator's token, or a \
+            viewer's for reads), and the live sale page"),
         (name = "health", description = "Liveness, readiness, metrics and this document"),
     )
 )]
