@@ -73,8 +73,8 @@
 //!      an order, join and ask a waiting room, take a payment event, seed, watch, retire,
 //!      reconcile, pause, resume, end, change the stock, list the audit trail (`controls`), list
 //!      and re-send the order events (`events`), list, register, remove and re-enable the webhook
-//!      endpoints (`webhooks`), readiness), each returning a typed outcome or the use cases'
-//!      `Error`; the rate limits a buyer's request passes and the decision it reports (`limits`).
+//!      endpoints (`webhooks`), export a sale's or a drop's orders (`exports`), readiness), each
+//!      returning a typed outcome or the use cases' `Error`; the rate limits a buyer's request passes and the decision it reports (`limits`).
 //! 8. HTTP
 //!    - [`http`]: the routes (each extracts, calls one use case, maps its outcome), `AppState`, the
 //!      API error and its status codes, the middleware, the client's address behind proxies, who is

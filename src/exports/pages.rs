@@ -54,8 +54,7 @@ pub fn stream(
             out.push_str(cursor.format.header());
         }
         // One page with orders per chunk: the sales without any (of those statuses) are skipped.
-        loop {
-            let Some(sale) = cursor.sale.clone() else { break };
+        while let Some(sale) = cursor.sale.clone() {
             let page = page(&cursor.pool, &sale, cursor.after.as_deref(), &cursor.statuses).await?;
             for order in &page {
                 cursor.format.write(order, &mut out);

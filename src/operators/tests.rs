@@ -36,7 +36,7 @@ fn the_inline_form_separates_entries_with_semicolons_and_an_empty_roster_disable
 fn a_bad_roster_is_refused_by_entry_without_echoing_the_hash() {
     let h = hash_hex("x");
     let cases = [
-        (format!("alice viewer"), "entry 1: expected"),
+        ("alice viewer".to_owned(), "entry 1: expected"),
         (format!("alice admin {h}"), "neither viewer nor operator"),
         (format!("al ice viewer {h}"), "expected"),
         (format!("al/ice viewer {h}"), "the name must be"),

@@ -54,9 +54,9 @@ async fn a_viewer_exports_a_sales_and_a_drops_orders_as_csv_or_ndjson_by_status(
         .unwrap();
     assert_eq!(stored, 3);
 
-    let paid =
-        export(&app, ADMIN_TOKEN, &format!("/admin/drops/{drop}/orders?format=ndjson&status=paid,expired"), None);
-    let paid: Vec<Value> = paid.await.text().await.unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let paid_path = format!("/admin/drops/{drop}/orders?format=ndjson&status=paid,expired");
+    let paid = export(&app, ADMIN_TOKEN, &paid_path, None).await.text().await.unwrap();
+    let paid: Vec<Value> = paid.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(paid.len(), 1);
     assert_eq!(
         (&paid[0]["user_id"], &paid[0]["status"], &paid[0]["sale_id"]),

@@ -1,6 +1,7 @@
 //! `GET /admin`: the live sale page, one HTML file (`admin_page.html`, with its CSS and JS inline)
-//! compiled into the binary. The page itself holds no data: it asks for the admin token, keeps it
-//! in the tab's `sessionStorage` only, and polls `GET /admin/sales` with it once a second.
+//! compiled into the binary. The page itself holds no data: it asks for an operator's token (or
+//! the admin token), keeps it in the tab's `sessionStorage` only, and polls `GET /admin/sales`
+//! with it once a second; `GET /admin/me` says who is signed in.
 
 use std::sync::LazyLock;
 
