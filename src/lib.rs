@@ -30,6 +30,9 @@
 //!      events' outbox that their writers fill for every registered endpoint (`outbox`).
 //! 4. Limiting and selling
 //!    - [`identity`]: who is buying: the bearer JWT's verification (built once) and HS256 signing.
+//!    - [`operators`]: who operates: the admin credentials, each naming its holder and role
+//!      (`viewer`, `operator`), kept as the SHA-256 of random tokens and checked in constant time;
+//!      the shared admin token an unnamed operator.
 //!    - [`challenge`]: the proof of work at the door: ALTCHA challenges signed for a sale, a buyer
 //!      and an address, priced by the address's challenges in the last minute (`curve`,
 //!      `lua/challenge_count.lua`), their solutions checked in process and spent once.
@@ -58,6 +61,8 @@
 //!      and concurrency, posting the outbox's events at least once and one order's in order
 //!      (`sender`); their Standard Webhooks signatures (`signature`), the outbox's reads, claims
 //!      and retries (`store`).
+//!    - [`exports`]: orders out: a sale's or a drop's orders as CSV or NDJSON, read a page at a
+//!      time in key order (`pages`), so memory is bounded whatever the count (`format`: a line).
 //!    - [`controls`]: sale-day controls, their Redis side: the kill switch (pause, resume, end now:
 //!      `lua/control.lua`, read by the purchase script in its own call) and stock on the fly
 //!      (`lua/restock.lua`); the operators' audit trail in Postgres (`audit`).
@@ -75,8 +80,8 @@
 //!      reconcile, pause, resume, end, change the stock, list the audit trail (`controls`), seed,
 //!      read, switch and restock a drop whole (`drops`), list
 //!      and re-send the order events (`events`), list, register, remove and re-enable the webhook
-//!      endpoints (`webhooks`), readiness), each returning a typed outcome or the use cases'
-//!      `Error`; the rate limits a buyer's request passes and the decision it reports (`limits`).
+//!      endpoints (`webhooks`), export a sale's or a drop's orders (`exports`), readiness), each
+//!      returning a typed outcome or the use cases' `Error`; the rate limits a buyer's request passes and the decision it reports (`limits`).
 //! 8. HTTP
 //!    - [`http`]: the routes (each extracts, calls one use case, maps its outcome), `AppState`, the
 //!      API error and its status codes, the middleware, the client's address behind proxies, who is
@@ -96,10 +101,12 @@ pub mod controls;
 pub mod db;
 pub mod domain;
 pub mod drops;
+pub mod exports;
 pub mod http;
 pub mod identity;
 pub mod limiter;
 pub mod metrics;
+pub mod operators;
 pub mod orders;
 pub mod purchase;
 pub mod reconcile;

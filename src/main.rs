@@ -38,6 +38,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Retire { sale_id, config } => return Ok(app::run_retire(&config, &sale_id).await),
         Command::Solve(args) => return Ok(app::solve(args).await),
+        Command::OperatorToken { name, role } => app::print_operator_token(&name, role)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -18,6 +18,7 @@ use crate::db;
 use crate::domain::{SaleId, UserId};
 use crate::identity;
 use crate::metrics::Metrics;
+use crate::operators::{self, Role};
 use crate::purchase::Sales;
 use crate::reconcile;
 use crate::redis::Keyspace;
@@ -156,6 +157,19 @@ pub async fn run_retire(config: &Config, sale: &SaleId) -> ExitCode {
             ExitCode::from(EXIT_FAILED)
         }
     }
+}
+
+/// The `seckill operator-token` command: a fresh token on stdout's first line, its roster line on
+/// the second; what to do with them on stderr.
+pub fn print_operator_token(name: &str, role: Role) -> anyhow::Result<()> {
+    let token = operators::new_token().map_err(anyhow::Error::msg)?;
+    println!("{token}");
+    println!("{name} {} {}", role.as_str(), operators::hash_hex(&token));
+    eprintln!(
+        "Give the token (first line) to {name}: it is shown only now, and seckill keeps only its hash. Add the \
+         second line to SECKILL_OPERATORS_FILE (or SECKILL_OPERATORS) and restart the service."
+    );
+    Ok(())
 }
 
 /// The `seckill token` command: prints an HS256 token naming `user`, valid for `ttl`, signed with

@@ -40,7 +40,9 @@ use crate::retire::janitor::Janitor;
 use crate::shop::{Limits, Parts, Settings, Shop};
 use crate::webhooks::{self, Changes, Dispatcher};
 
-pub use commands::{migrate, print_token, run_reconcile, run_retire, run_worker, send_payment, solve};
+pub use commands::{
+    migrate, print_operator_token, print_token, run_reconcile, run_retire, run_worker, send_payment, solve,
+};
 
 /// A built service: the HTTP server bound to its port, the listener that keeps its sold-out flags
 /// and retired sales fresh, the retirement janitor, and optionally the worker with the
@@ -86,8 +88,11 @@ impl Application {
         let pool = connect_and_migrate(config).await?;
         register_endpoints(config, &pool).await?;
         let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
-        if config.admin_token.is_none() {
-            tracing::warn!("SECKILL_ADMIN_TOKEN is not set: admin routes will answer 403");
+        let operators = config.operators.roster(config.admin_token.as_ref()).map_err(anyhow::Error::msg)?;
+        if operators.is_empty() {
+            tracing::warn!("neither SECKILL_ADMIN_TOKEN nor named operators are set: admin routes will answer 403");
+        } else {
+            tracing::info!(named = operators.named(), admin_token = config.admin_token.is_some(), "admin credentials");
         }
         let redis = Keyspace::new(redis, config.key_prefix.clone());
         let events_channel = redis.events_channel();
@@ -162,13 +167,7 @@ impl Application {
             challenges,
             endpoint_changes,
         });
-        let state = AppState {
-            shop,
-            verifier: verifier.map(Arc::new),
-            clients,
-            rate_limit,
-            admin_token: config.admin_token.clone(),
-        };
+        let state = AppState { shop, verifier: verifier.map(Arc::new), clients, rate_limit, operators };
         let listeners = server::Listeners { public: listener, metrics: metrics_listener };
         let server = server::build(listeners, state, edge, workers, config.shutdown_timeout)?;
         tracing::info!(%local_addr, metrics = ?metrics_addr, worker = run_worker, "listening");

@@ -10,6 +10,7 @@ use secrecy::SecretString;
 
 use super::{AuthConfig, Config, duration};
 use crate::domain::{SaleId, UserId};
+use crate::operators::{Role, check_name};
 
 /// What to run.
 #[derive(Debug, Clone, Subcommand)]
@@ -106,6 +107,21 @@ pub enum Command {
     /// solved, 1 refused by the service (its answer on stderr) or not solved within --timeout, 3
     /// the service could not be reached or the challenge not read.
     Solve(SolveArgs),
+    /// Make a named operator's credential: print a fresh random token (first line: give it to
+    /// the operator; seckill never sees it again) and its roster line `name role sha256hex`
+    /// (second line: add it to SECKILL_OPERATORS_FILE or SECKILL_OPERATORS, then restart).
+    OperatorToken {
+        /// The operator's name, as the audit will record it (1-64 of `[A-Za-z0-9_.@-]`).
+        #[arg(long, value_parser = operator_name)]
+        name: String,
+        /// viewer: reads, the live page and the exports; operator: everything.
+        #[arg(long, value_enum)]
+        role: Role,
+    },
+}
+
+fn operator_name(raw: &str) -> Result<String, String> {
+    check_name(raw).map(|()| raw.to_owned())
 }
 
 /// `seckill solve`'s arguments.
@@ -133,7 +149,7 @@ pub struct SolveArgs {
 }
 
 impl Command {
-    /// The service's settings, for the commands that have them (all but `token` and `pay`).
+    /// The service's settings, for the commands that have them (not `token`, `pay`, `solve`, `operator-token`).
     pub fn config(&self) -> Option<&Config> {
         match self {
             Self::Serve { config, .. }
@@ -141,7 +157,7 @@ impl Command {
             | Self::Migrate { config }
             | Self::Reconcile { config, .. }
             | Self::Retire { config, .. } => Some(config),
-            Self::Token { .. } | Self::Pay { .. } | Self::Solve(_) => None,
+            Self::Token { .. } | Self::Pay { .. } | Self::Solve(_) | Self::OperatorToken { .. } => None,
         }
     }
 }

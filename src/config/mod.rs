@@ -17,6 +17,7 @@ mod command;
 mod database;
 mod durability;
 mod edge;
+mod operators;
 mod payments;
 mod retire;
 mod webhooks;
@@ -28,6 +29,7 @@ pub use command::{Command, SolveArgs};
 pub use database::DatabaseConfig;
 pub use durability::{DurabilityConfig, MAX_CONFIRM_REPLICAS};
 pub use edge::EdgeConfig;
+pub use operators::OperatorsConfig;
 pub use payments::PaymentConfig;
 pub use retire::RetireConfig;
 pub use webhooks::{Schedule, WebhookConfig};
@@ -74,7 +76,8 @@ pub struct Config {
     pub database_url: SecretString,
 
     /// Bearer token for the /admin routes and the live page at /admin, at least 32 bytes (the
-    /// service refuses to start with a shorter one). Unset: they answer 403.
+    /// service refuses to start with a shorter one): an unnamed operator, `admin-token` in the
+    /// audit. Unset, and no named operator (SECKILL_OPERATORS_FILE): they answer 403.
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", value_parser = secret, hide_env_values = true, global = true)]
     pub admin_token: Option<SecretString>,
 
@@ -185,6 +188,10 @@ pub struct Config {
     #[command(flatten)]
     pub auth: AuthConfig,
 
+    /// Who operates: the named operators and their roles.
+    #[command(flatten)]
+    pub operators: OperatorsConfig,
+
     /// Postgres statement timeout, keepalives and the worker's insert deadline.
     #[command(flatten)]
     pub database: DatabaseConfig,
@@ -247,6 +254,7 @@ impl Config {
         if let Some(token) = &self.admin_token {
             admin_token(token.expose_secret())?;
         }
+        self.operators.roster(self.admin_token.as_ref())?;
         self.durability.validate(self.redis_timeout)
     }
 

@@ -121,8 +121,8 @@ async fn listed(
         .collect())
 }
 
-/// Records a retirement that has happened (by `actor`: `None` for the admin route, `"janitor"`
-/// for the janitor's, `"seckill retire"` for the command's). A failure is logged, not returned:
+/// Records a retirement that has happened (by `actor`: the operator's for the admin route,
+/// `"janitor"` for the janitor's, `"seckill retire"` for the command's). A failure is logged, not returned:
 /// the sale is retired all the same.
 pub async fn record_retirement(
     pool: &sqlx::PgPool,

@@ -143,14 +143,15 @@ impl Shop {
     }
 
     /// Retires the sale (`crate::retire`): once it has ended or sold out, its queue has drained
-    /// and it reconciles, its Redis keys go; Postgres keeps its orders and its row.
-    pub async fn retire(&self, sale: &SaleId) -> Result<RetireReport, Error> {
+    /// and it reconciles, its Redis keys go; Postgres keeps its orders and its row. Recorded in the
+    /// audit with `actor`.
+    pub async fn retire(&self, sale: &SaleId, actor: Option<&str>) -> Result<RetireReport, Error> {
         self.existing_now(sale).await?;
         match self.retirer.retire(sale).await? {
             RetireOutcome::Retired(report) => {
                 self.retired.mark(sale.as_str());
                 self.sold_out.clear(sale.as_str());
-                audit::record_retirement(&self.pool, sale, &report, None).await;
+                audit::record_retirement(&self.pool, sale, &report, actor).await;
                 Ok(report)
             }
             RetireOutcome::Refused(reasons) => Err(Error::NotRetirable(reasons)),

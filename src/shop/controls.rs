@@ -18,8 +18,14 @@ impl Shop {
     /// next call on (every instance at once: the script reads the switch in the purchase's own
     /// call) and stops its waiting room's admission; `Resume` lets them go on; `End` ends the sale
     /// now (Redis time), in Redis and in its Postgres record. Reservations and admissions keep
-    /// their deadlines. Answers the sale's state after it.
-    pub async fn switch(&self, sale: &SaleId, switch: Switch, reason: Option<&str>) -> Result<SaleReport, Error> {
+    /// their deadlines. Recorded in the audit with `actor`. Answers the sale's state after it.
+    pub async fn switch(
+        &self,
+        sale: &SaleId,
+        switch: Switch,
+        reason: Option<&str>,
+        actor: Option<&str>,
+    ) -> Result<SaleReport, Error> {
         let reason = checked_reason(reason)?;
         self.live_now(sale).await?;
         let mut tx = self.pool.begin().await?;
@@ -45,10 +51,10 @@ impl Shop {
             "ends_at": audit::instant(ends_at),
             "shards": switched.shards,
         });
-        audit::record(&mut tx, sale, switch.action(), reason, &effect, None).await?;
+        audit::record(&mut tx, sale, switch.action(), reason, &effect, actor).await?;
         tx.commit().await?;
         self.board.invalidate(sale).await;
-        tracing::info!(sale_id = %sale, action = switch.action(), reason, "sale switched");
+        tracing::info!(sale_id = %sale, action = switch.action(), reason, actor, "sale switched");
         self.sale_report(sale).await
     }
 
@@ -58,7 +64,13 @@ impl Shop {
     /// through the events channel). Refused, with nothing changed, below 0 units left, beyond
     /// the largest stock, or for a sharded sale; `add` 0 changes and records nothing. Answers the
     /// sale's state after it.
-    pub async fn restock(&self, sale: &SaleId, add: i64, reason: Option<&str>) -> Result<SaleReport, Error> {
+    pub async fn restock(
+        &self,
+        sale: &SaleId,
+        add: i64,
+        reason: Option<&str>,
+        actor: Option<&str>,
+    ) -> Result<SaleReport, Error> {
         let reason = checked_reason(reason)?;
         if !(-MAX_STOCK..=MAX_STOCK).contains(&add) {
             return Err(Error::Invalid(format!("add must be an integer between -{MAX_STOCK} and {MAX_STOCK}")));
@@ -87,7 +99,7 @@ impl Shop {
                 .execute(&mut *tx)
                 .await?;
             let effect = json!({ "add": add, "stock_initial": stock_initial, "stock_left": stock_left });
-            audit::record(&mut tx, sale, "stock", reason, &effect, None).await?;
+            audit::record(&mut tx, sale, "stock", reason, &effect, actor).await?;
             tx.commit().await
         };
         if let Err(err) = recorded.await {
@@ -97,7 +109,7 @@ impl Shop {
                 "stock changed in Redis but not recorded in Postgres");
             return Err(err.into());
         }
-        tracing::info!(sale_id = %sale, add, stock_initial, stock_left, "stock changed");
+        tracing::info!(sale_id = %sale, add, stock_initial, stock_left, actor, "stock changed");
         self.sale_report(sale).await
     }
 

@@ -263,6 +263,12 @@ pub enum Error {
         #[source]
         cause: anyhow::Error,
     },
+    /// `too_many_exports`: this instance already streams its most order exports at once.
+    #[error(
+        "this instance is already streaming {} order exports; retry when one is done",
+        crate::exports::MAX_CONCURRENT
+    )]
+    TooManyExports,
     /// `internal`: anything else (the cause is logged, not shown).
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -321,6 +327,7 @@ impl Error {
             Self::NotDurable { .. } => "not_durable",
             Self::Unavailable(_) => "unavailable",
             Self::OutcomeUnknown { .. } => "outcome_unknown",
+            Self::TooManyExports => "too_many_exports",
             Self::Internal(_) => "internal",
         }
     }

@@ -16,6 +16,7 @@ mod controls;
 mod drops;
 mod error;
 mod events;
+mod exports;
 pub mod limits;
 mod order_actions;
 mod orders;
@@ -47,6 +48,7 @@ pub use self::admin::{Readiness, SaleReport, SalesReport, WebhooksReport};
 pub use self::buy::{AdmissionToken, Bought};
 pub use self::drops::{DropOrder, DropReport, DropView};
 pub use self::error::Error;
+pub use self::exports::Lines as ExportLines;
 pub use self::limits::{Limit, Limited, Limits, Reported};
 pub use self::order_actions::OrderActed;
 pub use self::orders::Cancelled;
@@ -57,6 +59,7 @@ pub use crate::admission::{Answer as QueueAnswer, LineId, commitment as seed_com
 pub use crate::challenge::{CHALLENGE_HEADER, DEFAULT_COST as DEFAULT_CHALLENGE_COST, Issued as IssuedChallenge};
 pub use crate::controls::Switch;
 pub use crate::controls::audit::{Entry as AuditEntry, MAX_LISTED as MAX_AUDIT_LISTED, MAX_REASON_CHARS};
+pub use crate::exports::{Format as ExportFormat, STATUSES as ORDER_STATUSES};
 pub use crate::identity::Verifier;
 pub use crate::limiter::client_key;
 pub use crate::orders::lookup::{Found as FoundOrder, Place};
@@ -126,6 +129,8 @@ pub struct Shop {
     challenges: Challenges,
     /// Wakes this process's webhook dispatcher when an admin route changed the endpoints.
     endpoint_changes: Changes,
+    /// The order exports streaming now (at most `exports::MAX_CONCURRENT`).
+    exports: Arc<tokio::sync::Semaphore>,
 }
 
 /// The settings the use cases read.
@@ -175,6 +180,7 @@ impl Shop {
             admission: parts.admission,
             challenges: parts.challenges,
             endpoint_changes: parts.endpoint_changes,
+            exports: Arc::new(tokio::sync::Semaphore::new(crate::exports::MAX_CONCURRENT)),
         }
     }
 

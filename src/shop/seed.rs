@@ -48,8 +48,8 @@ impl Shop {
     /// never re-seeded, so nobody's purchase is erased; nor is a sale with orders in Postgres that
     /// Redis lost (`sale_has_orders`: reconciliation's repair restores it with its buyers), nor a
     /// retired sale (its row is locked in the transaction, so a retirement and a seed of one sale
-    /// never interleave). Answers the sale's state after the seed.
-    pub async fn seed(&self, sale: &SaleId, order: SeedOrder) -> Result<SaleReport, Error> {
+    /// never interleave). Recorded in the audit with `actor`. Answers the sale's state after the seed.
+    pub async fn seed(&self, sale: &SaleId, order: SeedOrder, actor: Option<&str>) -> Result<SaleReport, Error> {
         let SeedOrder { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group, challenge } = order;
         let invalid = |message: String| Err(Error::Invalid(message));
         let per_buyer = checked_per_buyer(per_buyer)?;
@@ -131,7 +131,7 @@ impl Shop {
                     "per_buyer": per_buyer,
                     "challenge_cost": challenge_cost,
                 });
-                audit::record(&mut tx, sale, "seed", None, &effect, None).await?;
+                audit::record(&mut tx, sale, "seed", None, &effect, actor).await?;
                 self.sold_out.clear(sale.as_str());
                 tx.commit().await?
             }

@@ -1,7 +1,7 @@
 //! The live sale page (`GET /admin`) in a real browser: headless Chromium driven through
 //! chromedriver (WebDriver, `fantoccini`) during a small storm, and a sale with a payment window.
 //! Screenshots are written to `target/tmp/admin-page-{live,alert,reservations,fragment-sold-out,
-//! paused,marks,webhooks,webhooks-quiet,webhook-disabled}.png` (cargo's `CARGO_TARGET_TMPDIR`).
+//! paused,marks,webhooks,webhooks-quiet,webhook-disabled,viewer}.png` (cargo's `CARGO_TARGET_TMPDIR`).
 
 use std::time::Duration;
 
@@ -336,14 +336,15 @@ async fn the_live_page_shows_a_pause_with_its_reason_until_the_sale_resumes() {
     let audit = browser
         .wait_for("the pause in the trail", async |b| b.sale(&sale).await.map(|s| s.audit).filter(|a| a.len() == 2))
         .await;
-    assert!(audit[0].ends_with(" UTC pause: price typo") && audit[1].ends_with(" UTC seed"), "{audit:?}");
+    let (pause, seed) = (" UTC pause: price typo by admin-token", " UTC seed by admin-token");
+    assert!(audit[0].ends_with(pause) && audit[1].ends_with(seed), "{audit:?}");
     browser.screenshot("admin-page-paused.png").await;
     assert_eq!(switch("resume", json!({})).await.unwrap().status(), 200);
     browser.wait_for("the sale open again", async |b| state(b).await.filter(|s| s == "open")).await;
     let audit = browser
         .wait_for("the resume in the trail", async |b| b.sale(&sale).await.map(|s| s.audit).filter(|a| a.len() == 3))
         .await;
-    assert!(audit[0].ends_with(" UTC resume"), "{audit:?}");
+    assert!(audit[0].ends_with(" UTC resume by admin-token"), "{audit:?}");
 }
 
 #[tokio::test]
@@ -458,4 +459,57 @@ async fn live_page_with_a_receiver_down(
     browser.client.goto(&app.url("/admin")).await.unwrap();
     browser.log_in(ADMIN_TOKEN).await;
     (receiver, app, browser)
+}
+
+/// A viewer signs in with a named token: the header names them and their role, every write
+/// control is hidden, and the card's export buttons download the sale's and the drop's orders.
+#[tokio::test]
+async fn a_viewer_signs_in_by_name_sees_no_write_control_and_exports_the_orders() {
+    let crew = crate::operators::Crew::new();
+    let app = spawn_app_with(|c| crew.enlist(c), true).await;
+    let group = format!("g{}", uuid::Uuid::now_v7().simple());
+    let sale = format!("{group}.42");
+    app.seed(&sale, json!({"stock": 10, "group": group, "per_buyer": 2})).await;
+    assert_eq!(app.buy(&sale, "ann").await.status(), 201);
+    app.wait_for_drain(&sale).await;
+    let browser = Browser::start().await;
+    browser.client.goto(&app.url("/admin")).await.unwrap();
+    browser.log_in(&crew.viewer).await;
+    browser.wait_for("the sale's card", async |b| b.sale(&sale).await).await;
+    let who = browser.wait_for("who is signed in", async |b| Some(b.text("who").await).filter(|t| !t.is_empty())).await;
+    assert_eq!(who.split_whitespace().collect::<Vec<_>>(), ["Signed", "in", "as", "vera", "viewer"]);
+    // A write control (as the drop's switch buttons are marked) is not shown to a viewer.
+    let hidden = browser
+        .run(
+            r#"const b = Object.assign(document.createElement("button"), { textContent: "Pause" });
+               b.dataset.needs = "operator"; document.body.appendChild(b);
+               const shown = b.checkVisibility(); b.remove();
+               return [shown, document.body.className];"#,
+            vec![],
+        )
+        .await;
+    assert_eq!(hidden, json!([false, "role-viewer"]));
+    let exports = browser
+        .run(
+            r#"const card = [...document.querySelectorAll(".sale")].find((c) => c.dataset.saleId === arguments[0]);
+               return [...card.querySelectorAll("button[data-export]")].filter((b) => b.checkVisibility())
+                   .map((b) => b.dataset.export + "." + b.dataset.format);"#,
+            vec![json!(sale)],
+        )
+        .await;
+    assert_eq!(exports, json!(["sale.csv", "sale.ndjson", "drop.csv", "drop.ndjson"]));
+    // The page's download (fetch with the token, then a file): what it fetched is the export.
+    let fetched = browser
+        .run(
+            r#"const token = sessionStorage.getItem("seckill.admin-token");
+               const xhr = new XMLHttpRequest();
+               xhr.open("GET", `/admin/drops/${arguments[0]}/orders?format=csv`, false);
+               xhr.setRequestHeader("Authorization", "Bearer " + token);
+               xhr.send();
+               return [xhr.status, xhr.responseText.split("\r\n").length];"#,
+            vec![json!(group)],
+        )
+        .await;
+    assert_eq!(fetched, json!([200, 3]), "the header, ann's order and the final line end");
+    browser.screenshot("admin-page-viewer.png").await;
 }

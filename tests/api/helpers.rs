@@ -40,6 +40,7 @@ pub async fn test_config() -> Config {
         purchase_batch: seckill::purchase::batch::DEFAULT_PURCHASE_BATCH,
         http_workers: None,
         auth: Default::default(),
+        operators: Default::default(),
         database: Default::default(),
         durability: Default::default(),
         retire: Default::default(),

@@ -14,6 +14,7 @@ mod cluster;
 mod crash;
 mod drop_line_storm;
 mod drop_storm;
+mod export;
 mod http_workers;
 mod instances;
 mod logs;

@@ -37,8 +37,16 @@ pub enum ApiError {
         allow: &'static str,
     },
     /// 401 `unauthorized`: no or a wrong admin bearer token.
-    #[error("a valid admin bearer token is required")]
+    #[error("a valid admin bearer token is required (SECKILL_ADMIN_TOKEN or an operator's token)")]
     Unauthorized,
+    /// 403 `forbidden_role`: the operator's role may not do this (a viewer on a write route).
+    #[error("operator {name:?} has the role {role}: this route needs the role operator")]
+    ForbiddenRole {
+        /// The operator's name.
+        name: String,
+        /// The operator's role.
+        role: &'static str,
+    },
     /// 401 `unauthenticated` (`SECKILL_AUTH=jwt`): no `Authorization: Bearer` header, or a
     /// malformed one.
     #[error("a bearer token naming the buyer is required (Authorization: Bearer <JWT>)")]
@@ -49,8 +57,8 @@ pub enum ApiError {
     /// 403 `user_mismatch`: the body's `user_id` is not the token's buyer.
     #[error("user_id is not the buyer the bearer token names")]
     UserMismatch,
-    /// 403 `admin_disabled`: no admin token is configured.
-    #[error("admin routes are disabled: no admin token is configured")]
+    /// 403 `admin_disabled`: no admin credential is configured.
+    #[error("admin routes are disabled: neither SECKILL_ADMIN_TOKEN nor named operators are configured")]
     AdminDisabled,
     /// A use case's refusal or failure, with its own code and message.
     #[error(transparent)]
@@ -67,6 +75,7 @@ impl ApiError {
             Self::NotFound => "not_found",
             Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::Unauthorized => "unauthorized",
+            Self::ForbiddenRole { .. } => "forbidden_role",
             Self::Unauthenticated => "unauthenticated",
             Self::InvalidToken(_) => "invalid_token",
             Self::UserMismatch => "user_mismatch",
@@ -131,7 +140,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::TooManyEndpoints { .. }
         | E::EventReused => StatusCode::CONFLICT,
         E::SoldOut | E::SaleRetired => StatusCode::GONE,
-        E::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+        E::RateLimited { .. } | E::TooManyExports => StatusCode::TOO_MANY_REQUESTS,
         E::Unavailable(_)
         | E::OutcomeUnknown { .. }
         | E::NotDurable { .. }
@@ -150,7 +159,7 @@ impl ResponseError for ApiError {
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized | Self::Unauthenticated | Self::InvalidToken(_) => StatusCode::UNAUTHORIZED,
-            Self::AdminDisabled | Self::UserMismatch => StatusCode::FORBIDDEN,
+            Self::AdminDisabled | Self::UserMismatch | Self::ForbiddenRole { .. } => StatusCode::FORBIDDEN,
             Self::Shop(err) => status_of(err),
         }
     }
@@ -179,6 +188,9 @@ impl ResponseError for ApiError {
         match self {
             Self::Shop(E::RateLimited { retry_after_secs }) => {
                 response.insert_header((header::RETRY_AFTER, *retry_after_secs));
+            }
+            Self::Shop(E::TooManyExports) => {
+                response.insert_header((header::RETRY_AFTER, 5));
             }
             Self::Shop(E::SalePaused) => {
                 response.insert_header((header::RETRY_AFTER, PAUSED_RETRY_AFTER_SECS));

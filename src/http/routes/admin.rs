@@ -1,17 +1,11 @@
-//! The admin token (`Admin`); `GET /admin/sales/{sale_id}` reports a sale's state and
+//! `GET /admin/sales/{sale_id}` reports a sale's state and
 //! `GET /admin/sales` every sale's (what the live page polls). Seeding is in `seed`,
 //! reconciling in `reconcile`, retiring (`DELETE /admin/sales/{sale_id}`) in `retire`, the
-//! payments to refund in `payments`. All need
-//! `Authorization: Bearer <SECKILL_ADMIN_TOKEN>`.
+//! payments to refund in `payments`, who is signed in in `GET /admin/me`. All need an admin
+//! credential (`crate::http::operators`: `Viewer` for reads, `Operator` for writes).
 
-use std::future::{Ready, ready};
-
-use actix_web::dev::Payload;
-use actix_web::http::header;
-use actix_web::{FromRequest, HttpRequest, HttpResponse, web};
-use secrecy::ExposeSecret;
+use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
@@ -20,36 +14,9 @@ use super::sale_of;
 use crate::domain::ms_to_time;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
+use crate::http::operators::Viewer;
 use crate::http::views::{EndpointView, WorkerReport};
 use crate::shop::{SaleReport, SaleState, SalesReport, WebhooksReport};
-
-/// Proof that the request carried the admin token. Extracted before the body, so an
-/// unauthenticated request is refused with 401 whatever its body.
-pub struct Admin;
-
-impl FromRequest for Admin {
-    type Error = ApiError;
-    type Future = Ready<Result<Self, ApiError>>;
-
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let expected = req.app_data::<web::Data<AppState>>().and_then(|s| s.admin_token.clone());
-        let Some(expected) = expected else {
-            return ready(Err(ApiError::AdminDisabled));
-        };
-        let presented = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or_default();
-        // Compared as SHA-256 digests: equal lengths whatever was presented, so the time taken
-        // tells nothing of the token's length either.
-        let digest = |token: &str| Sha256::digest(token.as_bytes());
-        let ok =
-            constant_time_eq::constant_time_eq_32(&digest(presented).into(), &digest(expected.expose_secret()).into());
-        ready(if ok { Ok(Admin) } else { Err(ApiError::Unauthorized) })
-    }
-}
 
 /// The `{sale_id}` of the admin routes (documentation: the handlers validate it themselves).
 #[derive(utoipa::IntoParams)]
@@ -59,6 +26,34 @@ pub struct SalePath {
     /// 1-64 characters of `[A-Za-z0-9_-]`, or `<group>.<name>`.
     #[param(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$")]
     sale_id: String,
+}
+
+/// Who the request's credential signs in.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SignedIn {
+    /// The operator's name; `null` for `SECKILL_ADMIN_TOKEN`, which names nobody.
+    pub name: Option<String>,
+    /// `viewer` (reads, the live page, exports) or `operator` (everything).
+    pub role: String,
+    /// What the audit records for this credential's actions: the name, or `admin-token`.
+    pub actor: String,
+}
+
+/// Who is signed in: the credential's operator and role (the live page shows them).
+#[utoipa::path(
+    get,
+    path = "/admin/me",
+    tag = "admin",
+    security(("bearer" = [])),
+    responses((status = 200, description = "Who is signed in", body = SignedIn), AdminErrors)
+)]
+pub async fn me(viewer: Viewer) -> HttpResponse {
+    let Viewer(signed) = viewer;
+    HttpResponse::Ok().json(SignedIn {
+        actor: signed.actor().to_owned(),
+        role: signed.role.as_str().to_owned(),
+        name: signed.name,
+    })
 }
 
 /// The errors every admin route can answer, for the OpenAPI document.
@@ -71,7 +66,8 @@ pub enum AdminErrors {
     /// `unauthorized`: missing or wrong bearer token
     #[response(status = 401)]
     Unauthorized(ErrorBody<'static>),
-    /// `admin_disabled`: no admin token is configured
+    /// `admin_disabled`: no admin credential is configured; `forbidden_role`: a viewer on a write
+    /// route
     #[response(status = 403)]
     AdminDisabled(ErrorBody<'static>),
     /// `internal`
@@ -185,7 +181,7 @@ fn one() -> u32 {
     )
 )]
 pub async fn status(
-    _admin: Admin,
+    _viewer: Viewer,
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
@@ -337,7 +333,7 @@ pub struct ChallengesAtCost {
         AdminErrors,
     )
 )]
-pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+pub async fn list(_viewer: Viewer, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let SalesReport { sales, unreadable, worker, sales_total, refused, refused_from_memory, webhooks, sampled_at } =
         state.shop.sales_report().await?;
     Ok(HttpResponse::Ok().json(SalesOverview {

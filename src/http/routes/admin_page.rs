@@ -1,6 +1,7 @@
 //! `GET /admin`: the live sale page, one HTML file (`admin_page.html`, with its CSS and JS inline)
-//! compiled into the binary. The page itself holds no data: it asks for the admin token, keeps it
-//! in the tab's `sessionStorage` only, and polls `GET /admin/sales` with it once a second.
+//! compiled into the binary. The page itself holds no data: it asks for an operator's token (or
+//! the admin token), keeps it in the tab's `sessionStorage` only, and polls `GET /admin/sales`
+//! with it once a second; `GET /admin/me` says who is signed in.
 
 use std::sync::LazyLock;
 
@@ -21,11 +22,11 @@ pub(super) static PAGE: LazyLock<InlinePage> = LazyLock::new(|| InlinePage::new(
     tag = "admin",
     responses(
         (status = 200, description = "The live sale page", content_type = "text/html"),
-        (status = 403, description = "`admin_disabled`: no admin token is configured", body = ErrorBody),
+        (status = 403, description = "`admin_disabled`: no admin credential is configured", body = ErrorBody),
     )
 )]
 pub async fn page(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    if state.admin_token.is_none() {
+    if state.operators.is_empty() {
         return Err(ApiError::AdminDisabled);
     }
     Ok(PAGE.response())

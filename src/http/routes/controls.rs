@@ -9,13 +9,14 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use super::admin::{Admin, AdminErrors, SalePath, SaleStatus};
+use super::admin::{AdminErrors, SalePath, SaleStatus};
 use super::object::{self, Object};
 use super::responses::UnknownSale;
 use super::sale_of;
 use super::seed::integral;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
+use crate::http::operators::{Operator, Viewer};
 use crate::shop::{AuditEntry, MAX_AUDIT_LISTED, Switch};
 
 /// An operator's reason, as an optional JSON object (the body may be empty). Unknown fields are
@@ -84,10 +85,16 @@ pub(super) fn reason_of(body: &web::Bytes) -> Result<Option<String>, ApiError> {
     Ok(object::optional::<ControlRequest>(body)?.reason)
 }
 
-async fn switch(path: &str, body: &web::Bytes, state: &AppState, switch: Switch) -> Result<HttpResponse, ApiError> {
+async fn switch(
+    operator: &Operator,
+    path: &str,
+    body: &web::Bytes,
+    state: &AppState,
+    switch: Switch,
+) -> Result<HttpResponse, ApiError> {
     let sale = sale_of(path)?;
     let reason = reason_of(body)?;
-    let report = state.shop.switch(&sale, switch, reason.as_deref()).await?;
+    let report = state.shop.switch(&sale, switch, reason.as_deref(), operator.actor()).await?;
     Ok(HttpResponse::Ok().json(SaleStatus::from(report)))
 }
 
@@ -110,12 +117,12 @@ async fn switch(path: &str, body: &web::Bytes, state: &AppState, switch: Switch)
     )
 )]
 pub async fn pause(
-    _admin: Admin,
+    operator: Operator,
     path: web::Path<String>,
     body: web::Bytes,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    switch(&path, &body, &state, Switch::Pause).await
+    switch(&operator, &path, &body, &state, Switch::Pause).await
 }
 
 /// Resumes a paused sale: purchases and admission go on from the next call (resuming a sale
@@ -135,12 +142,12 @@ pub async fn pause(
     )
 )]
 pub async fn resume(
-    _admin: Admin,
+    operator: Operator,
     path: web::Path<String>,
     body: web::Bytes,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    switch(&path, &body, &state, Switch::Resume).await
+    switch(&operator, &path, &body, &state, Switch::Resume).await
 }
 
 /// Ends the sale now: `ends_at` becomes the Redis server's time (an earlier end is kept), in
@@ -161,12 +168,12 @@ pub async fn resume(
     )
 )]
 pub async fn end(
-    _admin: Admin,
+    operator: Operator,
     path: web::Path<String>,
     body: web::Bytes,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    switch(&path, &body, &state, Switch::End).await
+    switch(&operator, &path, &body, &state, Switch::End).await
 }
 
 /// Adds units to the sale's stock, or takes unsold ones back (`add` < 0), atomically with its
@@ -193,14 +200,14 @@ pub async fn end(
     )
 )]
 pub async fn stock(
-    _admin: Admin,
+    operator: Operator,
     path: web::Path<String>,
     body: web::Json<Object<StockRequest>>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = sale_of(&path)?;
     let StockRequest { add, reason } = body.into_inner().0;
-    let report = state.shop.restock(&sale, add, reason.as_deref()).await?;
+    let report = state.shop.restock(&sale, add, reason.as_deref(), operator.actor()).await?;
     Ok(HttpResponse::Ok().json(SaleStatus::from(report)))
 }
 
@@ -219,7 +226,7 @@ pub async fn stock(
     )
 )]
 pub async fn audit(
-    _admin: Admin,
+    _viewer: Viewer,
     path: web::Path<String>,
     query: web::Query<AuditQuery>,
     state: web::Data<AppState>,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use super::admin::{Admin, AdminErrors, SaleStatus};
+use super::admin::{AdminErrors, SaleStatus};
 use super::controls::{AuditQuery, AuditRecord, ControlRequest, checked_limit, reason_of, records};
 use super::object::Object;
 use super::sales::SalePhase;
@@ -18,6 +18,7 @@ use super::seed::{ChallengeRequest, QueueRequest, integral};
 use crate::domain::{DropId, ms_to_time};
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
+use crate::http::operators::{Operator, Viewer};
 use crate::shop::{DropOrder, DropReport, DropView, Switch};
 
 /// The `{drop_id}` of the drop routes (documentation: the handlers validate it themselves).
@@ -249,7 +250,7 @@ impl From<DropView> for PublicDrop {
     )
 )]
 pub async fn seed(
-    _admin: Admin,
+    operator: Operator,
     path: web::Path<String>,
     body: web::Json<Object<DropRequest>>,
     state: web::Data<AppState>,
@@ -266,7 +267,7 @@ pub async fn seed(
         waiting_room: waiting_room.map(QueueRequest::pair),
         challenge: challenge.map(ChallengeRequest::cost),
     };
-    let report = state.shop.seed_drop(&drop, order, None).await?;
+    let report = state.shop.seed_drop(&drop, order, operator.actor()).await?;
     Ok(HttpResponse::Ok().json(DropStatus::from(report)))
 }
 
@@ -280,7 +281,7 @@ pub async fn seed(
     responses((status = 200, description = "The drop's state", body = DropStatus), UnknownDrop, AdminErrors)
 )]
 pub async fn status(
-    _admin: Admin,
+    _viewer: Viewer,
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
@@ -315,10 +316,16 @@ pub async fn public(
     Ok(HttpResponse::Ok().insert_header(("Cache-Control", "public, max-age=1")).json(PublicDrop::from(view)))
 }
 
-async fn switch(path: &str, body: &web::Bytes, state: &AppState, switch: Switch) -> Result<HttpResponse, ApiError> {
+async fn switch(
+    operator: &Operator,
+    path: &str,
+    body: &web::Bytes,
+    state: &AppState,
+    switch: Switch,
+) -> Result<HttpResponse, ApiError> {
     let drop = drop_of(path)?;
     let reason = reason_of(body)?;
-    let report = state.shop.switch_drop(&drop, switch, reason.as_deref(), None).await?;
+    let report = state.shop.switch_drop(&drop, switch, reason.as_deref(), operator.actor()).await?;
     Ok(HttpResponse::Ok().json(DropStatus::from(report)))
 }
 
@@ -335,12 +342,12 @@ async fn switch(path: &str, body: &web::Bytes, state: &AppState, switch: Switch)
     responses((status = 200, description = "Paused; the drop's state", body = DropStatus), UnknownDrop, AdminErrors)
 )]
 pub async fn pause(
-    _admin: Admin,
+    operator: Operator,
     path: web::Path<String>,
     body: web::Bytes,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    switch(&path, &body, &state, Switch::Pause).await
+    switch(&operator, &path, &body, &state, Switch::Pause).await
 }
 
 /// Resumes every size of the drop and its waiting room in one Redis call. One audit entry.
@@ -354,12 +361,12 @@ pub async fn pause(
     responses((status = 200, description = "Resumed; the drop's state", body = DropStatus), UnknownDrop, AdminErrors)
 )]
 pub async fn resume(
-    _admin: Admin,
+    operator: Operator,
     path: web::Path<String>,
     body: web::Bytes,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    switch(&path, &body, &state, Switch::Resume).await
+    switch(&operator, &path, &body, &state, Switch::Resume).await
 }
 
 /// Ends every size of the drop and its waiting room now (Redis time; an earlier end is kept), in
@@ -374,12 +381,12 @@ pub async fn resume(
     responses((status = 200, description = "Ended; the drop's state", body = DropStatus), UnknownDrop, AdminErrors)
 )]
 pub async fn end(
-    _admin: Admin,
+    operator: Operator,
     path: web::Path<String>,
     body: web::Bytes,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    switch(&path, &body, &state, Switch::End).await
+    switch(&operator, &path, &body, &state, Switch::End).await
 }
 
 /// Changes several sizes' stock in one Redis call, all or nothing: if one size would go below 0
@@ -402,14 +409,14 @@ pub async fn end(
     )
 )]
 pub async fn stock(
-    _admin: Admin,
+    operator: Operator,
     path: web::Path<String>,
     body: web::Json<Object<DropStockRequest>>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let drop = drop_of(&path)?;
     let DropStockRequest { add, reason } = body.into_inner().0;
-    let report = state.shop.restock_drop(&drop, add, reason.as_deref(), None).await?;
+    let report = state.shop.restock_drop(&drop, add, reason.as_deref(), operator.actor()).await?;
     Ok(HttpResponse::Ok().json(DropStatus::from(report)))
 }
 
@@ -425,7 +432,7 @@ pub async fn stock(
         UnknownDrop, AdminErrors)
 )]
 pub async fn audit(
-    _admin: Admin,
+    _viewer: Viewer,
     path: web::Path<String>,
     query: web::Query<AuditQuery>,
     state: web::Data<AppState>,

@@ -8,9 +8,10 @@ use time::OffsetDateTime;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::admin::{Admin, AdminErrors};
+use super::admin::AdminErrors;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
+use crate::http::operators::{Operator, Viewer};
 use crate::shop::lower::webhooks::{Delivery, Event};
 
 /// `?after=&limit=&status=` of the listing.
@@ -119,7 +120,7 @@ impl From<Event> for EventView {
     )
 )]
 pub async fn list(
-    _admin: Admin,
+    _viewer: Viewer,
     query: web::Query<EventsQuery>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
@@ -159,7 +160,11 @@ pub struct Retried {
         AdminErrors,
     )
 )]
-pub async fn retry(_admin: Admin, path: web::Path<i64>, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+pub async fn retry(
+    _operator: Operator,
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
     let id = path.into_inner();
     let reopened = state.shop.retry_event(id).await?;
     Ok(HttpResponse::Ok().json(Retried { id, reopened }))

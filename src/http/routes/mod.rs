@@ -1,6 +1,6 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `challenge`,
-//! `payments`, `admin`, `seed`, `controls`, `order_actions`, `drops`, `drop_page`, `events`, `webhooks`, `retire`,
-//! `reconcile`, `admin_page`, `buyer_page`, `favicon`, `health`, `openapi`; `page` is what the two HTML pages share, `object`
+//! `payments`, `admin`, `seed`, `controls`, `order_actions`, `drops`, `drop_page`, `exports`, `events`, `webhooks`,
+//! `retire`, `reconcile`, `admin_page`, `buyer_page`, `favicon`, `health`, `openapi`; `page` is what the two HTML pages share, `object`
 //! what every JSON body is read as, `responses` and `user_id` what the routes' OpenAPI annotations
 //! share), and here the routing itself, 404/405, the sale id of a path and `GET /metrics`.
 
@@ -13,6 +13,7 @@ mod controls;
 mod drop_page;
 mod drops;
 mod events;
+mod exports;
 mod favicon;
 mod health;
 mod object;
@@ -122,6 +123,7 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
                 .default_service(allow("GET, HEAD")),
         )
         .service(web::resource("/favicon.ico").route(read().to(favicon::icon)).default_service(allow("GET, HEAD")))
+        .service(web::resource("/admin/me").route(read().to(admin::me)).default_service(allow("GET, HEAD")))
         .service(web::resource("/admin/sales").route(read().to(admin::list)).default_service(allow("GET, HEAD")))
         .service(
             web::resource("/admin/sales/{sale_id}")
@@ -137,6 +139,16 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
             web::resource("/admin/sales/{sale_id}/stock")
                 .route(web::post().to(controls::stock))
                 .default_service(allow("POST")),
+        )
+        .service(
+            web::resource("/admin/sales/{sale_id}/orders")
+                .route(read().to(exports::sale_orders))
+                .default_service(allow("GET, HEAD")),
+        )
+        .service(
+            web::resource("/admin/drops/{drop_id}/orders")
+                .route(read().to(exports::drop_orders))
+                .default_service(allow("GET, HEAD")),
         )
         .service(
             web::resource("/admin/sales/{sale_id}/audit")

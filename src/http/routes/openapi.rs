@@ -10,8 +10,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    admin, admin_page, buy, buyer_page, challenge, controls, drop_page, drops, events, favicon, health, order_actions,
-    payments, queue, reconcile, retire, sales, seed, webhooks,
+    admin, admin_page, buy, buyer_page, challenge, controls, drop_page, drops, events, exports, favicon, health,
+    order_actions, payments, queue, reconcile, retire, sales, seed, webhooks,
 };
 use crate::http::AppState;
 
@@ -36,6 +36,7 @@ use crate::http::AppState;
         buyer_page::sale,
         admin_page::page,
         favicon::icon,
+        admin::me,
         admin::list,
         seed::seed,
         admin::status,
@@ -63,6 +64,8 @@ use crate::http::AppState;
         drops::end,
         drops::stock,
         drops::audit,
+        exports::sale_orders,
+        exports::drop_orders,
         reconcile::reconcile_check,
         reconcile::reconcile_repair,
         health::healthz,
@@ -78,8 +81,8 @@ use crate::http::AppState;
         (name = "payments", description = "The shop's payment system: signed payment events that settle reservations"),
         (name = "buyer", description = "The buyer page: countdown, stock, Buy, the order's status"),
         (name = "admin", description = "Seeding, inspecting, pausing, restocking and retiring sales, their audit \
-            trail, cancelling and refunding orders, the order events and their webhook endpoints (bearer token), \
-            and the live sale page"),
+            trail, cancelling and refunding orders, the order exports, the order events and their webhook endpoints \
+            (bearer: an operator's token, or a viewer's for reads), and the live sale page"),
         (name = "health", description = "Liveness, readiness, metrics and this document"),
     )
 )]

@@ -1,18 +1,19 @@
 //! An operator's actions on one order (`crate::shop::Shop::cancel_order`, `refund_order`):
 //! `POST /admin/orders/{order_id}/cancel` (`{"reason"}`, optional) voids a reservation and `POST
 //! /admin/orders/{order_id}/refund` (`{"reason", "restock"}`, optional) records a paid order's
-//! refund. Admin token, as every admin route; both audited (the sale's `GET …/audit`).
+//! refund. An operator's token (a viewer's is refused); both audited (the sale's `GET …/audit`).
 
 use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::admin::{Admin, AdminErrors};
+use super::admin::AdminErrors;
 use super::object;
 use crate::domain::Standing;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
+use crate::http::operators::Operator;
 use crate::shop::OrderActed;
 
 /// The order an action names.
@@ -89,13 +90,13 @@ impl OrderAction {
     )
 )]
 pub async fn cancel(
-    _admin: Admin,
+    operator: Operator,
     path: web::Path<OrderPath>,
     body: web::Bytes,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let CancelRequest { reason } = object::optional(&body)?;
-    let acted = state.shop.cancel_order(path.order_id, reason.as_deref(), None).await?;
+    let acted = state.shop.cancel_order(path.order_id, reason.as_deref(), operator.actor()).await?;
     Ok(HttpResponse::Ok().json(OrderAction::of(acted, Standing::Cancelled)))
 }
 
@@ -121,12 +122,12 @@ pub async fn cancel(
     )
 )]
 pub async fn refund(
-    _admin: Admin,
+    operator: Operator,
     path: web::Path<OrderPath>,
     body: web::Bytes,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let RefundRequest { reason, restock } = object::optional(&body)?;
-    let acted = state.shop.refund_order(path.order_id, restock, reason.as_deref(), None).await?;
+    let acted = state.shop.refund_order(path.order_id, restock, reason.as_deref(), operator.actor()).await?;
     Ok(HttpResponse::Ok().json(OrderAction::of(acted, Standing::Refunded)))
 }

@@ -8,13 +8,14 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::admin::{Admin, AdminErrors};
+use super::admin::AdminErrors;
 use super::object::Object;
 use super::responses::JsonBody;
 use super::{MAX_BODY_BYTES, sale_of};
 use crate::domain::Standing;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
+use crate::http::operators::Viewer;
 use crate::http::views::LatePayment;
 use crate::shop::{PaymentOutcome, SIGNATURE_HEADER};
 
@@ -137,7 +138,7 @@ pub struct LatePaymentsQuery {
     )
 )]
 pub async fn late_payments(
-    _admin: Admin,
+    _viewer: Viewer,
     query: web::Query<LatePaymentsQuery>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {

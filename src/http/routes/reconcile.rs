@@ -3,11 +3,12 @@
 
 use actix_web::{HttpResponse, web};
 
-use super::admin::{Admin, AdminErrors, SalePath};
+use super::admin::{AdminErrors, SalePath};
 use super::responses::UnknownSale;
 use super::sale_of;
 use crate::http::AppState;
 use crate::http::error::ApiError;
+use crate::http::operators::{Operator, Viewer};
 use crate::http::views::ReconcileReport;
 
 /// Reports the differences between the sale's Redis buyers and its Postgres orders.
@@ -24,7 +25,7 @@ use crate::http::views::ReconcileReport;
     )
 )]
 pub async fn reconcile_check(
-    _admin: Admin,
+    _viewer: Viewer,
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
@@ -45,7 +46,7 @@ pub async fn reconcile_check(
     )
 )]
 pub async fn reconcile_repair(
-    _admin: Admin,
+    _operator: Operator,
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {

@@ -2,10 +2,11 @@
 
 use actix_web::{HttpResponse, web};
 
-use super::admin::{Admin, AdminErrors, SalePath};
+use super::admin::{AdminErrors, SalePath};
 use super::sale_of;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
+use crate::http::operators::Operator;
 use crate::http::views::RetireReport;
 
 /// Retires the sale (`crate::retire`): once it has ended or sold out, its queue has drained and it
@@ -29,9 +30,9 @@ use crate::http::views::RetireReport;
     )
 )]
 pub async fn retire(
-    _admin: Admin,
+    operator: Operator,
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(RetireReport::from(state.shop.retire(&sale_of(&path)?).await?)))
+    Ok(HttpResponse::Ok().json(RetireReport::from(state.shop.retire(&sale_of(&path)?, operator.actor()).await?)))
 }

@@ -6,11 +6,12 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use super::admin::{Admin, AdminErrors, SalePath, SaleStatus};
+use super::admin::{AdminErrors, SalePath, SaleStatus};
 use super::object::Object;
 use super::sale_of;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
+use crate::http::operators::Operator;
 use crate::shop::{DEFAULT_CHALLENGE_COST, SeedOrder};
 
 /// A sale to create or re-seed, as a JSON object. Unknown fields are refused.
@@ -158,7 +159,7 @@ pub(super) fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Res
     )
 )]
 pub async fn seed(
-    _admin: Admin,
+    operator: Operator,
     path: web::Path<String>,
     body: web::Json<Object<SeedRequest>>,
     state: web::Data<AppState>,
@@ -171,6 +172,6 @@ pub async fn seed(
     // Out of u32's range reads as 0, which the seed refuses with the rest outside 1-100.
     let per_buyer = per_buyer.map(|n| u32::try_from(n).unwrap_or(0));
     let order = SeedOrder { stock, starts_at, ends_at, shards, payment_window, queue, per_buyer, group, challenge };
-    let report = state.shop.seed(&sale, order).await?;
+    let report = state.shop.seed(&sale, order, operator.actor()).await?;
     Ok(HttpResponse::Ok().json(SaleStatus::from(report)))
 }

@@ -7,10 +7,11 @@ use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::admin::{Admin, AdminErrors};
+use super::admin::AdminErrors;
 use super::object::Object;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
+use crate::http::operators::{Operator, Viewer};
 use crate::http::views::EndpointView;
 use crate::shop::RemovedEndpoint;
 
@@ -58,7 +59,7 @@ pub struct Enabled {
         AdminErrors,
     )
 )]
-pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+pub async fn list(_viewer: Viewer, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let endpoints = state.shop.webhook_endpoints().await?;
     Ok(HttpResponse::Ok().json(EndpointList { endpoints: endpoints.into_iter().map(EndpointView::from).collect() }))
 }
@@ -81,7 +82,7 @@ pub async fn list(_admin: Admin, state: web::Data<AppState>) -> Result<HttpRespo
     )
 )]
 pub async fn register(
-    _admin: Admin,
+    _operator: Operator,
     body: web::Json<Object<RegisterRequest>>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
@@ -104,7 +105,11 @@ pub async fn register(
         AdminErrors,
     )
 )]
-pub async fn remove(_admin: Admin, path: web::Path<i64>, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+pub async fn remove(
+    _operator: Operator,
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
     let RemovedEndpoint { id, url, dropped } = state.shop.remove_webhook(path.into_inner()).await?;
     Ok(HttpResponse::Ok().json(Removed { id, url, dropped }))
 }
@@ -124,7 +129,11 @@ pub async fn remove(_admin: Admin, path: web::Path<i64>, state: web::Data<AppSta
         AdminErrors,
     )
 )]
-pub async fn enable(_admin: Admin, path: web::Path<i64>, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+pub async fn enable(
+    _operator: Operator,
+    path: web::Path<i64>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
     let (endpoint, reopened) = state.shop.enable_webhook(path.into_inner()).await?;
     Ok(HttpResponse::Ok().json(Enabled { endpoint: EndpointView::from(endpoint), reopened }))
 }
