@@ -14,7 +14,7 @@ pub struct DropRow {
     pub ends_at: Option<OffsetDateTime>,
     pub payment_window_ms: Option<i64>,
     /// The line whole: when it opens, buyers admitted per second, the admission window and the
-    /// shuffle seed (a drop's row keeps the seed of its first line, as Redis does).
+    /// shuffle seed (kept while the drop keeps a line, as Redis keeps it).
     pub line: Option<QueueSpec>,
     pub challenge_cost: Option<u32>,
 }
@@ -29,7 +29,8 @@ pub async fn upsert(tx: &mut PgConnection, drop: &DropId, row: &DropRow) -> Resu
          set per_buyer = excluded.per_buyer, starts_at = excluded.starts_at, ends_at = excluded.ends_at,
              payment_window_ms = excluded.payment_window_ms, line_opens_at = excluded.line_opens_at,
              line_rate = excluded.line_rate, challenge_cost = excluded.challenge_cost,
-             line_ttl_ms = excluded.line_ttl_ms, line_seed = coalesce(drops.line_seed, excluded.line_seed),
+             line_ttl_ms = excluded.line_ttl_ms, line_seed = case when excluded.line_rate is null then null
+                              else coalesce(drops.line_seed, excluded.line_seed) end,
              updated_at = now()",
     )
     .bind(drop.as_str())
