@@ -1,6 +1,9 @@
 -- drop_seed.lua: seed or update a whole drop (src/drops/): every size (a sale of the drop's group,
 -- `<drop>.<size>`), the group's keys and the drop's line, in one call, unless somebody has
 -- bought in it. Per size it writes what lua/seed.lua writes for an unsharded sale of a group.
+-- In "restore" mode (reconciliation's repair after a Redis loss, src/reconcile.rs) it writes the
+-- same, from the drop's Postgres rows, but only what Redis lost: a size whose meta is gone, the
+-- group meta's fields, and the line's meta if gone; it checks nothing and resets no live key.
 --
 -- KEYS[1]  group meta         seckill:{group:<d>}:meta   (per_buyer, payment_window_ms, drop = "1")
 -- KEYS[2]  group's sales      seckill:{group:<d>}:sales  (the ids of the drop's sizes)
@@ -19,9 +22,12 @@
 -- ARGV[8]  line rate          buyers admitted per second
 -- ARGV[9]  admission ttl      ms an admitted buyer has to buy
 -- ARGV[10] shuffle seed       64 hex digits; kept if the line has one already (as lua/seed.lua)
--- ARGV[11..] per size, 2 each its sale id and its stock (integer >= 0), in KEYS' order
+-- ARGV[11] mode               "seed", or "restore"
+-- ARGV[12] line's stock       the line meta's stock_initial (the drop's stock, all sizes)
+-- ARGV[13..] per size, 2 each its sale id and its stock (integer >= 0), in KEYS' order
 --
--- Returns "ok" when seeded, or, with nothing changed:
+-- Returns, in "restore" mode, the number of sizes written again (0: Redis had them all). In
+-- "seed" mode, "ok" when seeded, or, with nothing changed:
 --   {"not_a_drop"}               the group has sales seeded one by one (PUT /admin/sales), not as a drop
 --   {"size_missing", sale_id}    a size of the drop is not in the call: a drop's size is never removed
 --   {"drop_in_progress", sale_id} that size has buyers: a drop with buyers is not re-seeded
@@ -30,59 +36,77 @@
 -- (no size has any), so stock_initial = stock + SCARD(buyers) holds in every size; every size records
 -- the group's one per_buyer and payment window; the line's shuffle seed is drawn once (HSETNX). With
 -- a line, each size's meta has queue_rate (lua/purchase.lua asks an admission) and line = "drop";
--- without one, the line's meta is removed (nobody can join). Every key shares {group:<d>}.
+-- without one, the line's meta is removed (nobody can join). A restore never opens a size wider
+-- than its seed did: a size comes back with queue_rate and line = "drop", the group with drop = "1"
+-- and its per_buyer, the line with its seed (kept if Redis still has one), paused if the line's
+-- meta Redis kept is; a size's buyers are restored next by lua/restore.lua. Every key shares {group:<d>}.
 --
 -- Example (a drop "kicks" of sizes 40 and 41, 3 pairs each, at most 2 per buyer, open now):
---   redis-cli --eval lua/drop_seed.lua 'seckill:{group:kicks}:meta' 'seckill:{group:kicks}:sales' 'seckill:{group:kicks}:line:meta' 'seckill:{group:kicks}:line:queue:state' 'seckill:{group:kicks}:sale:kicks.40:meta' 'seckill:{group:kicks}:sale:kicks.40:stock' 'seckill:{group:kicks}:sale:kicks.40:buyers' 'seckill:{group:kicks}:sale:kicks.41:meta' 'seckill:{group:kicks}:sale:kicks.41:stock' 'seckill:{group:kicks}:sale:kicks.41:buyers' , kicks '' '' '' 2 '' '' '' '' '' kicks.40 3 kicks.41 3
+--   redis-cli --eval lua/drop_seed.lua 'seckill:{group:kicks}:meta' 'seckill:{group:kicks}:sales' 'seckill:{group:kicks}:line:meta' 'seckill:{group:kicks}:line:queue:state' 'seckill:{group:kicks}:sale:kicks.40:meta' 'seckill:{group:kicks}:sale:kicks.40:stock' 'seckill:{group:kicks}:sale:kicks.40:buyers' 'seckill:{group:kicks}:sale:kicks.41:meta' 'seckill:{group:kicks}:sale:kicks.41:stock' 'seckill:{group:kicks}:sale:kicks.41:buyers' , kicks '' '' '' 2 '' '' '' '' '' seed 6 kicks.40 3 kicks.41 3
 
 local sizes = (#KEYS - 4) / 3
-local listed = {}
-for i = 0, sizes - 1 do
-  listed[ARGV[11 + 2 * i]] = true
-end
-if redis.call('HGET', KEYS[1], 'drop') ~= '1' and redis.call('SCARD', KEYS[2]) > 0 then
-  return {'not_a_drop'}
-end
-for _, sale in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  if not listed[sale] then
-    return {'size_missing', sale}
+local restore = ARGV[11] == 'restore'
+if not restore then
+  local listed = {}
+  for i = 0, sizes - 1 do
+    listed[ARGV[13 + 2 * i]] = true
   end
-end
-for i = 0, sizes - 1 do
-  if redis.call('SCARD', KEYS[7 + 3 * i]) > 0 then
-    return {'drop_in_progress', ARGV[11 + 2 * i]}
+  if redis.call('HGET', KEYS[1], 'drop') ~= '1' and redis.call('SCARD', KEYS[2]) > 0 then
+    return {'not_a_drop'}
+  end
+  for _, sale in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+    if not listed[sale] then
+      return {'size_missing', sale}
+    end
+  end
+  for i = 0, sizes - 1 do
+    if redis.call('SCARD', KEYS[7 + 3 * i]) > 0 then
+      return {'drop_in_progress', ARGV[13 + 2 * i]}
+    end
   end
 end
 
 local line = ARGV[7] ~= ''
-local total = 0
+local written = 0
+-- A size written back while the rest of the drop is paused comes back paused (the line's meta
+-- holds the drop's pause too; a drop that lost it, or has no line, comes back as a sale does).
+local paused = restore and line and redis.call('HGET', KEYS[3], 'paused')
 for i = 0, sizes - 1 do
-  local meta, stock, sale = KEYS[5 + 3 * i], KEYS[6 + 3 * i], ARGV[11 + 2 * i]
-  local units = tonumber(ARGV[12 + 2 * i])
-  total = total + units
-  redis.call('DEL', meta)
-  redis.call('HSET', meta, 'stock_initial', units, 'shards', 1, 'per_buyer', ARGV[5], 'group', ARGV[1])
-  if ARGV[2] ~= '' then redis.call('HSET', meta, 'starts_at_ms', ARGV[2]) end
-  if ARGV[3] ~= '' then redis.call('HSET', meta, 'ends_at_ms', ARGV[3]) end
-  if ARGV[4] ~= '' then redis.call('HSET', meta, 'payment_window_ms', ARGV[4]) end
-  if line then
-    redis.call('HSET', meta, 'queue_rate', ARGV[8], 'line', 'drop')
-  elseif ARGV[6] ~= '' then
-    redis.call('HSET', meta, 'challenge_cost', ARGV[6])
+  local meta, stock, sale = KEYS[5 + 3 * i], KEYS[6 + 3 * i], ARGV[13 + 2 * i]
+  local units = tonumber(ARGV[14 + 2 * i])
+  if not (restore and redis.call('EXISTS', meta) == 1) then
+    written = written + 1
+    redis.call('DEL', meta)
+    redis.call('HSET', meta, 'stock_initial', units, 'shards', 1, 'per_buyer', ARGV[5], 'group', ARGV[1])
+    if ARGV[2] ~= '' then redis.call('HSET', meta, 'starts_at_ms', ARGV[2]) end
+    if ARGV[3] ~= '' then redis.call('HSET', meta, 'ends_at_ms', ARGV[3]) end
+    if ARGV[4] ~= '' then redis.call('HSET', meta, 'payment_window_ms', ARGV[4]) end
+    if line then
+      redis.call('HSET', meta, 'queue_rate', ARGV[8], 'line', 'drop')
+    elseif ARGV[6] ~= '' then
+      redis.call('HSET', meta, 'challenge_cost', ARGV[6])
+    end
+    if paused then redis.call('HSET', meta, 'paused', paused) end
+    redis.call('SET', stock, units)
   end
-  redis.call('SET', stock, units)
   redis.call('SADD', KEYS[2], sale)
 end
 redis.call('HSET', KEYS[1], 'per_buyer', ARGV[5], 'payment_window_ms', ARGV[4], 'drop', '1')
 
+if restore and (not line or redis.call('EXISTS', KEYS[3]) == 1) then
+  return written
+end
 redis.call('DEL', KEYS[3])
 if line then
-  redis.call('HSET', KEYS[3], 'stock_initial', total, 'queue_opens_at_ms', ARGV[7], 'queue_rate', ARGV[8],
+  redis.call('HSET', KEYS[3], 'stock_initial', ARGV[12], 'queue_opens_at_ms', ARGV[7], 'queue_rate', ARGV[8],
     'queue_ttl_ms', ARGV[9])
   if ARGV[2] ~= '' then redis.call('HSET', KEYS[3], 'starts_at_ms', ARGV[2]) end
   if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], 'ends_at_ms', ARGV[3]) end
   if ARGV[6] ~= '' then redis.call('HSET', KEYS[3], 'challenge_cost', ARGV[6]) end
   redis.call('HSETNX', KEYS[4], 'seed', ARGV[10])
   redis.call('HSET', KEYS[3], 'queue_seed', redis.call('HGET', KEYS[4], 'seed'))
+end
+if restore then
+  return written
 end
 return 'ok'

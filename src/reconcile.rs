@@ -40,7 +40,8 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
 use crate::db;
-use crate::domain::{SaleId, UserId};
+use crate::domain::{DropId, SaleId, UserId};
+use crate::drops::{self, DropSpec};
 use crate::orders::queue;
 use crate::purchase::{CommittedOrder, SaleSpec, SaleState, Sales, SeedOutcome};
 use crate::reservations::{self, ReservationError};
@@ -182,6 +183,7 @@ pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Optio
         .collect();
     let restored = sales.restore_buyers(sale, &lost).await?;
     (report.buyers_restored, report.overdrawn) = (restored.buyers, restored.overdrawn);
+    restore_group_holdings(sales, pool, sale).await?;
     report.units_released = reservations::release_all(sales, pool, sale).await?;
     let users: Vec<UserId> = report.missing_in_postgres.iter().filter_map(|user| valid_user(sale, user)).collect();
     let orders = queue::requeue(sales, sale, &users).await?;
@@ -218,11 +220,17 @@ pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Optio
 /// Seeds a sale Redis does not know from its `sales` row, if it has one (unsharded, with the
 /// row's stock and schedule); true if it did. Its buyers are restored next.
 async fn reseed_lost_sale(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<bool, ReconcileError> {
-    if sales.sale_state(sale).await?.is_some() {
+    let lost = sales.sale_state(sale).await?.is_none();
+    // A retired sale has no second life, not even through a repair.
+    if lost && db::sale_retired(pool, sale.as_str()).await? == Some(true) {
         return Ok(false);
     }
-    // A retired sale has no second life, not even through a repair.
-    if db::sale_retired(pool, sale.as_str()).await? == Some(true) {
+    if let Some(drop) = sale.group().and_then(|group| DropId::parse(group).ok())
+        && let Some(row) = drops::store::row(pool, &drop).await?
+    {
+        return restore_drop_size(sales, pool, sale, &drop, row).await;
+    }
+    if !lost {
         return Ok(false);
     }
     let Some(row) = db::sale_row(pool, sale).await? else {
@@ -244,6 +252,65 @@ async fn reseed_lost_sale(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result
     let outcome = sales.seed(sale, spec).await?;
     tracing::warn!(sale_id = %sale, ?outcome, "sale lost by Redis seeded again from its Postgres row");
     Ok(outcome == SeedOutcome::Seeded)
+}
+
+/// Writes again what the drop's seed wrote for `sale`, one of its sizes, from the `drops` row and
+/// the size's `sales` row, if Redis lost it (`drops::restore`): the size with its line mark
+/// (`queue_rate`, `line` = "drop": it sells to admitted buyers only), the group's `per_buyer` (the
+/// buyers' units held in the group come back with the buyers) and the drop's line with its seed,
+/// whichever Redis lost; true if the size itself was lost. The drop's other sizes are left for
+/// their own repair: a size written back before its buyers would sell to them again.
+async fn restore_drop_size(
+    sales: &Sales,
+    pool: &PgPool,
+    sale: &SaleId,
+    drop: &DropId,
+    row: drops::store::DropRow,
+) -> Result<bool, ReconcileError> {
+    let Some(size) = db::sale_row(pool, sale).await? else {
+        return Ok(false);
+    };
+    let ms = |t: Option<time::OffsetDateTime>| t.map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64);
+    let spec = DropSpec {
+        sizes: vec![(sale.clone(), size.stock_initial)],
+        starts_at_ms: ms(size.starts_at),
+        ends_at_ms: ms(size.ends_at),
+        payment_window_ms: row.payment_window_ms,
+        per_buyer: row.per_buyer,
+        challenge_cost: row.challenge_cost,
+        line: row.line,
+    };
+    let line_stock = drops::store::stock(pool, drop).await?;
+    let written = drops::restore(sales, drop, &spec, line_stock).await?;
+    if written > 0 {
+        tracing::warn!(sale_id = %sale, drop_id = %drop, "size of a drop lost by Redis seeded again from Postgres");
+    }
+    Ok(written > 0)
+}
+
+/// Buyers per page of [`restore_group_holdings`].
+const HOLDINGS_PAGE: i64 = 500;
+
+/// Raises every buyer's units held in the sale's group to what Postgres holds over all the group's
+/// sales (a group's holdings are one key: a loss of it, or of the whole slot, takes the units of
+/// sizes not yet repaired too, which `lua/restore.lua` gives back only size by size). Pages of
+/// [`HOLDINGS_PAGE`] buyers: bounded memory however many buyers the group has.
+async fn restore_group_holdings(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<(), ReconcileError> {
+    let Some(group) = sale.group() else { return Ok(()) };
+    let mut after = String::new();
+    loop {
+        let page = db::group_units_page(pool, group, &after, HOLDINGS_PAGE).await?;
+        let Some((last, _)) = page.last() else { return Ok(()) };
+        after = last.clone();
+        let units: Vec<(UserId, u32)> = page
+            .iter()
+            .filter_map(|(user, units)| Some((valid_user(sale, user)?, u32::try_from(*units).ok()?)))
+            .collect();
+        sales.hold_at_least(sale, &units).await?;
+        if page.len() < HOLDINGS_PAGE as usize {
+            return Ok(());
+        }
+    }
 }
 
 fn valid_user(sale: &SaleId, user: &str) -> Option<UserId> {

@@ -15,8 +15,8 @@ use sqlx::{Connection, Executor, PgPool};
 
 pub(crate) use orders::RETURNS_UNITS;
 pub use orders::{
-    Hint, InsertReport, StoredOrder, count_orders, count_orders_by_sale, insert_orders, order_of, order_users,
-    orders_of_users,
+    Hint, InsertReport, StoredOrder, count_orders, count_orders_by_sale, group_units_page, insert_orders, order_of,
+    order_users, orders_of_users,
 };
 pub(crate) use outbox::{emit_order, order_event};
 pub use retired::{last_activity, last_seeded, lock_retired, mark_retired, rows_among, sale_retired, unmark_retired};

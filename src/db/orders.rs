@@ -186,6 +186,26 @@ pub async fn order_users(pool: &PgPool, sale: &SaleId) -> Result<Vec<String>, sq
     sqlx::query_scalar("select user_id from orders where sale_id = $1").bind(sale.as_str()).fetch_all(pool).await
 }
 
+/// Units each buyer bought over the sales of `group` (`<group>.<name>`), released orders included,
+/// for up to `limit` buyers after `after` in user id order (a page of a walk over every buyer).
+pub async fn group_units_page(
+    pool: &PgPool,
+    group: &str,
+    after: &str,
+    limit: i64,
+) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "select user_id, sum(quantity)::bigint from orders
+         where left(sale_id, length($1) + 1) = $1 || '.' and user_id > $2
+         group by user_id order by user_id limit $3",
+    )
+    .bind(group)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
 /// Orders committed for a sale.
 pub async fn count_orders(pool: &PgPool, sale: &SaleId) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("select count(*) from orders where sale_id = $1").bind(sale.as_str()).fetch_one(pool).await

@@ -47,6 +47,52 @@ pub enum DropSeed {
 /// no size is live without its stream being known. On success every instance drops its sold-out
 /// flags of the sizes.
 pub async fn seed(sales: &Sales, drop: &DropId, spec: &DropSpec) -> RedisResult<DropSeed> {
+    let line_stock: i64 = spec.sizes.iter().map(|(_, stock)| stock).sum();
+    let reply = run(sales, drop, spec, "seed", line_stock).await?;
+    let outcome = match reply {
+        redis::Value::Array(_) => {
+            let words: Vec<String> = redis::from_redis_value(reply)?;
+            match words.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+                ["not_a_drop"] => DropSeed::NotADrop,
+                ["size_missing", size] => DropSeed::SizeMissing(size.to_owned()),
+                ["drop_in_progress", size] => DropSeed::InProgress(size.to_owned()),
+                _ => return Err(unexpected_reply("drop_seed.lua", &words.join(" "))),
+            }
+        }
+        word => match redis::from_redis_value::<String>(word)?.as_str() {
+            "ok" => DropSeed::Seeded,
+            other => return Err(unexpected_reply("drop_seed.lua", other)),
+        },
+    };
+    if outcome == DropSeed::Seeded {
+        announce(sales, spec).await;
+    }
+    Ok(outcome)
+}
+
+/// Writes again what a drop's seed wrote and Redis lost (reconciliation's repair): the sizes of
+/// `spec` whose keys are gone (with their stock as seeded: their buyers are restored next), the
+/// group's `per_buyer`, window and drop mark, and the line's meta if gone, with `spec`'s shuffle
+/// seed unless Redis still has one; `line_stock` is the drop's stock over all its sizes (the
+/// line's `stock_initial`). Nothing Redis still has is reset. Answers how many sizes it wrote.
+pub async fn restore(sales: &Sales, drop: &DropId, spec: &DropSpec, line_stock: i64) -> RedisResult<u32> {
+    let written: u32 = redis::from_redis_value(run(sales, drop, spec, "restore", line_stock).await?)?;
+    if written > 0 {
+        announce(sales, spec).await;
+    }
+    Ok(written)
+}
+
+/// Every instance forgets what it knew of the sizes (layout, snapshot, sold-out flags).
+async fn announce(sales: &Sales, spec: &DropSpec) {
+    for (sale, _) in &spec.sizes {
+        sales.forget_layout(sale.as_str());
+        sales.announce(sale, "drop seed").await;
+    }
+}
+
+/// Registers the sizes, creates their streams' groups, and runs `lua/drop_seed.lua` in `mode`.
+async fn run(sales: &Sales, drop: &DropId, spec: &DropSpec, mode: &str, line_stock: i64) -> RedisResult<redis::Value> {
     let redis = sales.keyspace();
     let ids: Vec<&str> = spec.sizes.iter().map(|(sale, _)| sale.as_str()).collect();
     let _: i64 = redis.conn().sadd(sales_registry_key(redis.prefix()), &ids).await?;
@@ -71,30 +117,9 @@ pub async fn seed(sales: &Sales, drop: &DropId, spec: &DropSpec) -> RedisResult<
         Some(line) => call.arg(line.opens_at_ms).arg(line.rate).arg(line.ttl_ms).arg(hex::encode(line.seed)),
         None => call.arg("").arg("").arg("").arg(""),
     };
+    call.arg(mode).arg(line_stock);
     for (sale, stock) in &spec.sizes {
         call.arg(sale.as_str()).arg(stock);
     }
-    let reply: redis::Value = lua::run(&call, &mut redis.conn()).await?;
-    let outcome = match reply {
-        redis::Value::Array(_) => {
-            let words: Vec<String> = redis::from_redis_value(reply)?;
-            match words.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-                ["not_a_drop"] => DropSeed::NotADrop,
-                ["size_missing", size] => DropSeed::SizeMissing(size.to_owned()),
-                ["drop_in_progress", size] => DropSeed::InProgress(size.to_owned()),
-                _ => return Err(unexpected_reply("drop_seed.lua", &words.join(" "))),
-            }
-        }
-        word => match redis::from_redis_value::<String>(word)?.as_str() {
-            "ok" => DropSeed::Seeded,
-            other => return Err(unexpected_reply("drop_seed.lua", other)),
-        },
-    };
-    if outcome == DropSeed::Seeded {
-        for (sale, _) in &spec.sizes {
-            sales.forget_layout(sale.as_str());
-            sales.announce(sale, "drop seed").await;
-        }
-    }
-    Ok(outcome)
+    lua::run(&call, &mut redis.conn()).await
 }

@@ -4,7 +4,7 @@
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
-use crate::domain::DropId;
+use crate::domain::{DropId, QueueSpec, ms_to_time};
 
 /// A drop's settings as its row keeps them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,8 +13,9 @@ pub struct DropRow {
     pub starts_at: Option<OffsetDateTime>,
     pub ends_at: Option<OffsetDateTime>,
     pub payment_window_ms: Option<i64>,
-    /// The line: when it opens and buyers admitted per second.
-    pub line: Option<(OffsetDateTime, u32)>,
+    /// The line whole: when it opens, buyers admitted per second, the admission window and the
+    /// shuffle seed (kept while the drop keeps a line, as Redis keeps it).
+    pub line: Option<QueueSpec>,
     pub challenge_cost: Option<u32>,
 }
 
@@ -22,21 +23,26 @@ pub struct DropRow {
 pub async fn upsert(tx: &mut PgConnection, drop: &DropId, row: &DropRow) -> Result<(), sqlx::Error> {
     sqlx::query(
         "insert into drops (drop_id, per_buyer, starts_at, ends_at, payment_window_ms, line_opens_at, line_rate,
-                            challenge_cost)
-         values ($1, $2, $3, $4, $5, $6, $7, $8)
+                            challenge_cost, line_ttl_ms, line_seed)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
          on conflict (drop_id) do update
          set per_buyer = excluded.per_buyer, starts_at = excluded.starts_at, ends_at = excluded.ends_at,
              payment_window_ms = excluded.payment_window_ms, line_opens_at = excluded.line_opens_at,
-             line_rate = excluded.line_rate, challenge_cost = excluded.challenge_cost, updated_at = now()",
+             line_rate = excluded.line_rate, challenge_cost = excluded.challenge_cost,
+             line_ttl_ms = excluded.line_ttl_ms, line_seed = case when excluded.line_rate is null then null
+                              else coalesce(drops.line_seed, excluded.line_seed) end,
+             updated_at = now()",
     )
     .bind(drop.as_str())
     .bind(row.per_buyer as i32)
     .bind(row.starts_at)
     .bind(row.ends_at)
     .bind(row.payment_window_ms)
-    .bind(row.line.map(|(opens_at, _)| opens_at))
-    .bind(row.line.map(|(_, rate)| rate as i32))
+    .bind(row.line.map(|line| ms_to_time(line.opens_at_ms)))
+    .bind(row.line.map(|line| line.rate as i32))
     .bind(row.challenge_cost.map(|c| c as i32))
+    .bind(row.line.map(|line| line.ttl_ms))
+    .bind(row.line.map(|line| line.seed.to_vec()))
     .execute(tx)
     .await
     .map(|_| ())
@@ -65,4 +71,58 @@ pub async fn exists(pool: &sqlx::PgPool, drop: &DropId) -> Result<bool, sqlx::Er
         .bind(drop.as_str())
         .fetch_one(pool)
         .await
+}
+
+/// The drop's row, `None` if Postgres has none.
+pub async fn row(pool: &sqlx::PgPool, drop: &DropId) -> Result<Option<DropRow>, sqlx::Error> {
+    type Row = (
+        i32,
+        Option<OffsetDateTime>,
+        Option<OffsetDateTime>,
+        Option<i64>,
+        Option<OffsetDateTime>,
+        Option<i32>,
+        Option<i32>,
+        Option<i64>,
+        Option<Vec<u8>>,
+    );
+    let row: Option<Row> = sqlx::query_as(
+        "select per_buyer, starts_at, ends_at, payment_window_ms, line_opens_at, line_rate, challenge_cost,
+                line_ttl_ms, line_seed
+         from drops where drop_id = $1",
+    )
+    .bind(drop.as_str())
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(per_buyer, starts_at, ends_at, payment_window_ms, opens_at, rate, cost, ttl_ms, seed)| {
+        // The table's check keeps the line's four columns all set or all null.
+        let seed = seed.and_then(|s| <[u8; 32]>::try_from(s).ok());
+        let line = match (opens_at, rate, ttl_ms, seed) {
+            (Some(opens_at), Some(rate), Some(ttl_ms), Some(seed)) => Some(QueueSpec {
+                opens_at_ms: (opens_at.unix_timestamp_nanos() / 1_000_000) as i64,
+                rate: rate.max(1) as u32,
+                ttl_ms,
+                seed,
+            }),
+            _ => None,
+        };
+        DropRow {
+            per_buyer: per_buyer.max(1) as u32,
+            starts_at,
+            ends_at,
+            payment_window_ms,
+            line,
+            challenge_cost: cost.and_then(|n| u32::try_from(n).ok()).filter(|&n| n > 0),
+        }
+    }))
+}
+
+/// The stock the drop's sizes were seeded with, all sizes together, as their `sales` rows hold it.
+pub async fn stock(pool: &sqlx::PgPool, drop: &DropId) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "select coalesce(sum(stock_initial), 0)::bigint from sales where left(sale_id, length($1) + 1) = $1 || '.'",
+    )
+    .bind(drop.as_str())
+    .fetch_one(pool)
+    .await
 }

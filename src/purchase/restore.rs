@@ -34,6 +34,25 @@ pub struct Restored {
 }
 
 impl Sales {
+    /// Raises each buyer's units held in the group of `sale` to at least `units` (`lua/held_floor.lua`,
+    /// one call per page), never lowering one; answers how many it raised. Nothing for a sale
+    /// without a group.
+    pub async fn hold_at_least(&self, sale: &SaleId, units: &[(UserId, u32)]) -> RedisResult<u64> {
+        if sale.group().is_none() {
+            return Ok(0);
+        }
+        let keys = self.keyspace().sale_keys(sale);
+        let mut raised = 0;
+        for page in units.chunks(PAGE) {
+            let mut call = lua::HELD_FLOOR.key(&keys.held);
+            for (user, units) in page {
+                call.arg(user.as_str()).arg(units);
+            }
+            raised += lua::run::<u64>(&call, &mut self.keyspace().conn()).await?;
+        }
+        Ok(raised)
+    }
+
     /// Puts each user back into the buyer set of its home shard (where `buy.lua` looks first),
     /// with a receipt naming its committed order, and lowers that shard's stock by the live
     /// orders' units (a released order's id joins the released set instead); a grouped sale's

@@ -113,14 +113,7 @@ impl Shop {
             };
             db::upsert_sale(&mut tx, sale, &row).await?;
         }
-        let row = store::DropRow {
-            per_buyer,
-            starts_at,
-            ends_at,
-            payment_window_ms,
-            line: waiting_room.filter(|_| line.is_some()),
-            challenge_cost,
-        };
+        let row = store::DropRow { per_buyer, starts_at, ends_at, payment_window_ms, line, challenge_cost };
         store::upsert(&mut tx, drop, &row).await?;
         match drops::seed(&self.sales, drop, &spec).await? {
             DropSeed::Seeded => {}

@@ -33,7 +33,7 @@ async fn join(app: &Probe, drop: &str, user: &str, proof: Option<&str>) -> reqwe
 }
 
 /// Joins and polls the drop's line until `user` is admitted: its answer.
-async fn admitted(app: &Probe, drop: &str, user: &str) -> Value {
+pub(crate) async fn admitted(app: &Probe, drop: &str, user: &str) -> Value {
     let response = join(app, drop, user, None).await;
     assert_eq!(response.status(), 200, "{user} joins: {}", response.text().await.unwrap());
     let mut answer: Value = response.json().await.unwrap();
@@ -50,7 +50,7 @@ async fn admitted(app: &Probe, drop: &str, user: &str) -> Value {
     answer
 }
 
-async fn buy_with(app: &Probe, sale: &str, user: &str, token: Option<&str>) -> reqwest::Response {
+pub(crate) async fn buy_with(app: &Probe, sale: &str, user: &str, token: Option<&str>) -> reqwest::Response {
     let mut request = app.client.post(app.url("/buy")).json(&json!({"sale_id": sale, "user_id": user}));
     if let Some(token) = token {
         request = request.header("Seckill-Admission", token);
@@ -58,7 +58,7 @@ async fn buy_with(app: &Probe, sale: &str, user: &str, token: Option<&str>) -> r
     request.send().await.unwrap()
 }
 
-async fn refused_with(response: reqwest::Response, status: u16, code: &str, what: &str) -> Value {
+pub(crate) async fn refused_with(response: reqwest::Response, status: u16, code: &str, what: &str) -> Value {
     assert_eq!(response.status(), status, "{what}");
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"], code, "{what}: {body}");

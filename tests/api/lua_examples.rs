@@ -230,4 +230,13 @@ async fn the_sale_day_controls_examples_work_as_documented() {
     let restocked: Vec<String> = run("drop_restock.lua").split_whitespace().map(str::to_owned).collect();
     assert_eq!(restocked, ["ok", "5", "5", "2", "2"], "40: 3 + 2; 41: 3 - 1");
     let _: () = redis.del(&every).await.unwrap();
+
+    // The repair's floor of the buyers' holdings in the group: raised, never lowered.
+    let held = "seckill:{group:kicks}:held";
+    let _: () = redis.hset(held, "alice", 3).await.unwrap();
+    assert_eq!(run("held_floor.lua").trim(), "1", "bob raised to 1, alice's 3 kept");
+    let units: (i64, i64) =
+        redis::cmd("HMGET").arg(held).arg("alice").arg("bob").query_async(&mut redis).await.unwrap();
+    assert_eq!(units, (3, 1));
+    let _: () = redis.del(held).await.unwrap();
 }

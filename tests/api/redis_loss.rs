@@ -29,7 +29,7 @@ async fn repeat(app: &TestApp, sale: &str, user: &str) -> Uuid {
     body["order_id"].as_str().unwrap_or_else(|| panic!("no order id: {body}")).parse().unwrap()
 }
 
-async fn repair(app: &TestApp, sale: &str) -> ReconcileReport {
+pub(crate) async fn repair(app: &TestApp, sale: &str) -> ReconcileReport {
     let url = app.url(&format!("/admin/sales/{sale}/reconcile"));
     let response = app.client.post(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
     assert_eq!(response.status(), 200, "repair {sale}");
