@@ -21,6 +21,7 @@ mod controls_service_model;
 mod docs;
 mod drop_line;
 mod drop_model;
+mod drop_page;
 mod drops;
 mod examples;
 mod health;
