@@ -116,7 +116,7 @@ async fn a_buyer_joins_the_drops_line_once_and_buys_two_sizes_from_the_page() {
             .fetch_all(&app.pool)
             .await
             .unwrap();
-        let expected: Vec<(String, i32)> = if units > 0 { vec![("alice".into(), units as i32)] } else { vec![] };
+        let expected: Vec<(String, i32)> = if units > 0 { vec![("alice".into(), units)] } else { vec![] };
         assert_eq!(rows, expected, "{sale} in Postgres");
     }
     let line = LineKeys::of_drop(app.store.keyspace().prefix(), &drop);
