@@ -22,6 +22,7 @@ mod docs;
 mod drop_line;
 mod drop_loss;
 mod drop_model;
+mod drop_page;
 mod drops;
 mod examples;
 mod exports;

@@ -9,11 +9,12 @@ use std::sync::LazyLock;
 use actix_web::{HttpResponse, web};
 
 use super::admin::SalePath;
-use super::page::InlinePage;
+use super::page::{InlinePage, with_buyer_kit};
 use crate::domain::SaleId;
 use crate::http::error::{ApiError, ErrorBody};
 
-pub(super) static PAGE: LazyLock<InlinePage> = LazyLock::new(|| InlinePage::new(include_str!("buyer_page.html")));
+pub(super) static PAGE: LazyLock<InlinePage> =
+    LazyLock::new(|| InlinePage::new(with_buyer_kit(include_str!("buyer_page.html"))));
 
 /// The buyer page for the sale named in its field (`demo` until changed).
 #[utoipa::path(

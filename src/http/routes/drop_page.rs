@@ -8,11 +8,12 @@ use std::sync::LazyLock;
 use actix_web::{HttpResponse, web};
 
 use super::drops::DropPath;
-use super::page::InlinePage;
+use super::page::{InlinePage, with_buyer_kit};
 use crate::domain::DropId;
 use crate::http::error::{ApiError, ErrorBody};
 
-pub(super) static PAGE: LazyLock<InlinePage> = LazyLock::new(|| InlinePage::new(include_str!("drop_page.html")));
+pub(super) static PAGE: LazyLock<InlinePage> =
+    LazyLock::new(|| InlinePage::new(with_buyer_kit(include_str!("drop_page.html"))));
 
 /// The buyer page of a drop: each size's state and stock left. The drop need not exist yet: the
 /// page says so until it is seeded.

@@ -40,6 +40,15 @@ impl InlinePage {
     }
 }
 
+/// `page` with the buyer pages' shared script (`buyer_kit.js`) where its script says
+/// `// @buyer-kit`; made once per page (the pages are built once, in a `LazyLock`).
+pub fn with_buyer_kit(page: &'static str) -> &'static str {
+    assert!(page.contains(KIT_MARK), "the page names where the buyer kit goes");
+    Box::leak(page.replacen(KIT_MARK, include_str!("buyer_kit.js"), 1).into_boxed_str())
+}
+
+const KIT_MARK: &str = "// @buyer-kit\n";
+
 /// The CSP source (`sha256-…`) of the text of the page's one `<tag>` element.
 fn inline_hash(page: &str, tag: &str) -> String {
     let open = format!("<{tag}>");
@@ -67,6 +76,7 @@ mod tests {
             assert!(csp.contains(&format!("script-src {expected};")), "{csp}");
             assert!(csp.contains("style-src 'sha256-"));
             assert!(!csp.contains("unsafe"));
+            assert!(!html.contains("@buyer-kit"), "the shared script is in place");
         }
     }
 }

@@ -1,0 +1,45 @@
+// What the buyer pages (/sale/{id} and /drop/{id}) share, compiled into each page's one inline
+// script (src/http/routes/page.rs puts it at the marker line of each page's script).
+const kit = {
+  // A count of milliseconds as [Nd ]HH:MM:SS, rounded up.
+  duration(ms) {
+    const s = Math.max(0, Math.ceil(ms / 1000));
+    const two = (n) => String(n).padStart(2, "0");
+    const days = Math.floor(s / 86400);
+    const clock = `${two(Math.floor(s / 3600) % 24)}:${two(Math.floor(s / 60) % 60)}:${two(s % 60)}`;
+    return days > 0 ? `${days}d ${clock}` : clock;
+  },
+  // The token's `sub`, read only to show who buys (the service verifies the token), else null.
+  tokenSubject(jwt) {
+    try {
+      const claims = JSON.parse(atob(jwt.split(".")[1].replace(/-/g, "+").replace(/_/g, "/")));
+      return typeof claims.sub === "string" ? claims.sub : null;
+    } catch {
+      return null;
+    }
+  },
+  // How a buyer is named to the service: the bearer token, else user_id.
+  buyer(token, userId) {
+    return token ? { headers: { Authorization: `Bearer ${token}` }, userId: null } : { headers: {}, userId };
+  },
+  // Fetches a proof-of-work challenge (`url`, GET /sales/{id}/challenge or /drops/{id}/challenge)
+  // and solves it in the Web Worker /challenge-worker.js: {header (Seckill-Challenge), expiresAt
+  // (server ms), ms, tries}. Throws an Error whose `code` is the service's error code.
+  async solveChallenge(url, buyer) {
+    const params = new URLSearchParams();
+    if (buyer.userId !== null) params.set("user_id", buyer.userId);
+    const response = await fetch(`${url}?${params}`, { headers: buyer.headers, cache: "no-store" });
+    const body = await response.json().catch(() => ({}));
+    if (!response.ok) throw Object.assign(new Error(body.message || `${response.status} ${response.statusText}`), { code: body.error });
+    const solution = await new Promise((resolve, reject) => {
+      const worker = new Worker("/challenge-worker.js");
+      worker.onmessage = (event) => { worker.terminate(); resolve(event.data); };
+      worker.onerror = (event) => { worker.terminate(); reject(new Error(event.message || "the solver failed")); };
+      worker.postMessage(body.parameters);
+    });
+    const payload = JSON.stringify({ challenge: { parameters: body.parameters, signature: body.signature },
+      solution: { counter: solution.counter, derivedKey: solution.derivedKey } });
+    const header = btoa(Array.from(new TextEncoder().encode(payload), (b) => String.fromCharCode(b)).join(""));
+    return { header, expiresAt: Date.parse(body.expires_at), ms: solution.time, tries: body.tries };
+  },
+};
