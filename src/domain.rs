@@ -102,6 +102,12 @@ impl DropId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The drop's name as a sale id's (the same characters, valid by construction): what the
+    /// per-sale rate limits key a drop's line by.
+    pub fn as_sale_name(&self) -> SaleId {
+        SaleId(self.0.clone())
+    }
 }
 
 impl fmt::Display for DropId {

@@ -2,7 +2,8 @@
 // per-customer limit across them, a pause and a top-up while the crowd buys.
 //
 // The driver seeds the sales SIZES (comma-separated, `<group>.<size>`) of one group, open now,
-// each with its stock and `per_buyer` PER_BUYER. Two scenarios:
+// each with its stock and `per_buyer` PER_BUYER: by default as a drop with one line (DROP_LINE,
+// below), with `--line=false` one by one. Two scenarios:
 //
 //   crowd     constant-arrival-rate: ARRIVAL_RPS new users a second for DURATION_S seconds, from
 //             the --local-ips addresses. Each user buys a random quantity (1 to PER_BUYER) of a
@@ -17,8 +18,8 @@
 //   operator  one iteration: at PAUSE_AT_S pauses the first size (POST .../pause), resumes it
 //             PAUSE_S later; at TOPUP_AT_S adds TOPUP units to the second (POST .../stock).
 //
-// With DROP_LINE (the drop's id, the SIZES' group, seeded as a drop with a waiting room and no
-// proof of work), the drop is run as drop platforms run one (issue 52): each user first joins the
+// With DROP_LINE (the drop's id, the SIZES' group, seeded with PUT /admin/drops/{DROP_LINE} with a
+// waiting room and no proof of work; the driver's default), the drop is run as drop platforms run one (issue 52): each user first joins the
 // drop's one line (POST /drops/{DROP_LINE}/queue), polls it with its ticket until admitted, and
 // buys every size with its one admission token (Seckill-Admission); the operator pauses, resumes
 // and tops up the whole drop (POST /admin/drops/{DROP_LINE}/pause|resume|stock), so the pause

@@ -1,7 +1,9 @@
 //! Which line a buyer stands in: a queued sale's own, or a drop's, one line for every size of the
 //! drop (the sales `<drop>.<size>` of the group `<drop>`, whose sizes' metas say `line` = `drop`).
 
-use crate::domain::SaleId;
+use std::borrow::Cow;
+
+use crate::domain::{DropId, SaleId};
 use crate::redis::keys::{LineKeys, SaleKeys};
 
 /// A line: a queued sale's, or a drop's.
@@ -9,8 +11,8 @@ use crate::redis::keys::{LineKeys, SaleKeys};
 pub enum LineId {
     /// A queued sale's own line (its keys in the sale's slot).
     Sale(SaleId),
-    /// A drop's line: the id is the drop's (a group name, no `.`), its keys in the group's slot.
-    Drop(SaleId),
+    /// A drop's line: its keys in the drop's group's slot.
+    Drop(DropId),
 }
 
 /// What a line's signed strings are bound to: its kind and its id (`Copy`, borrowed).
@@ -30,21 +32,25 @@ impl<'a> From<&'a SaleId> for Subject<'a> {
 }
 
 impl LineId {
-    /// The line of drop `drop`: `None` for an id with a `.` (a sale of a group, not a drop).
-    pub fn drop(drop: SaleId) -> Option<Self> {
-        drop.group().is_none().then_some(Self::Drop(drop))
+    /// The sale's or the drop's id.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Sale(sale) => sale.as_str(),
+            Self::Drop(drop) => drop.as_str(),
+        }
     }
 
-    /// The sale's or the drop's id.
-    pub fn id(&self) -> &SaleId {
+    /// What the per-sale rate limits key the line by: the sale, or the drop's name.
+    pub fn limited_as(&self) -> Cow<'_, SaleId> {
         match self {
-            Self::Sale(id) | Self::Drop(id) => id,
+            Self::Sale(sale) => Cow::Borrowed(sale),
+            Self::Drop(drop) => Cow::Owned(drop.as_sale_name()),
         }
     }
 
     /// What its signed strings are bound to.
     pub fn subject(&self) -> Subject<'_> {
-        Subject { drop: matches!(self, Self::Drop(_)), id: self.id().as_str() }
+        Subject { drop: matches!(self, Self::Drop(_)), id: self.as_str() }
     }
 
     /// A name no other line has: the sale id, or `drop:<drop>` (a sale id has no `:`). The

@@ -262,7 +262,7 @@ impl Admission {
     }
 
     fn answer(&self, signer: &Signer, line: &Line, id: &LineId, buyer: &UserId, place: Option<u64>) -> Answer {
-        let standing = line.standing(place, spread(id.id(), buyer));
+        let standing = line.standing(place, spread(id.as_str(), buyer));
         let admission = match standing.stand {
             Stand::Admitted { expires_ms } => {
                 Some(signer.admission(id.subject(), buyer, place.unwrap_or(0), expires_ms.max(0) as u64))
@@ -289,8 +289,8 @@ fn text(value: &Value) -> RedisResult<String> {
 
 /// The buyer's own share of a second, the same on every instance (pre-queue buyers come back
 /// at the start spread over one second).
-fn spread(sale: &SaleId, buyer: &UserId) -> f64 {
-    let digest = Sha256::new().chain_update(sale.as_str()).chain_update([0]).chain_update(buyer.as_str()).finalize();
+fn spread(line: &str, buyer: &UserId) -> f64 {
+    let digest = Sha256::new().chain_update(line).chain_update([0]).chain_update(buyer.as_str()).finalize();
     f64::from(u16::from_be_bytes([digest[0], digest[1]])) / 65_536.0
 }
 

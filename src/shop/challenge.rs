@@ -26,7 +26,7 @@ impl Shop {
                 }
                 LineId::Drop(_) => self.door(line, client, &mut meter).await?.ok_or(Error::NoChallenge)?,
             };
-            meter.check(self.sales.keyspace(), client, user, line.id()).await?;
+            meter.check(self.sales.keyspace(), client, user, &line.limited_as()).await?;
             let issued = self.challenges.issue(&line.tag(), user, client, cost).await?;
             self.metrics.challenge("issued", issued.factor);
             Ok(issued)

@@ -10,7 +10,7 @@ use super::{Error, Shop};
 use crate::admission::line::Line;
 use crate::admission::{Answer, LineId, QueueError};
 use crate::challenge::Refused;
-use crate::domain::{SaleId, UserId};
+use crate::domain::{DropId, UserId};
 
 impl Shop {
     /// `user` joins the line (the pre-queue before the start, the end of the line after it);
@@ -24,7 +24,7 @@ impl Shop {
                 Some(_) => Some(self.proof(&line.tag(), user, client, solution)?),
                 None => None,
             };
-            meter.check(self.sales.keyspace(), client, user, line.id()).await?;
+            meter.check(self.sales.keyspace(), client, user, &line.limited_as()).await?;
             match self.admission.join(line, user, spent.as_ref()).await {
                 Err(QueueError::ChallengeReplayed) => Err(self.refused(Refused::Replayed)),
                 Err(QueueError::ChallengeRequired) => Err(self.required()),
@@ -60,7 +60,7 @@ impl Shop {
             {
                 return Ok(answer);
             }
-            meter.check(self.sales.keyspace(), client, user, line.id()).await?;
+            meter.check(self.sales.keyspace(), client, user, &line.limited_as()).await?;
             Ok(self.admission.ask(line, user).await?)
         }
         .await;
@@ -92,7 +92,7 @@ impl Shop {
     /// A drop's line as this instance last read it: `unknown_drop` for a drop none of whose
     /// sizes the registry holds (counted against `client`'s quota of unknown ids, no Redis call).
     /// A line this instance read within the last 200 ms exists: a polling crowd costs no look-up.
-    async fn drop_line(&self, drop: &SaleId, client: IpAddr, meter: &mut Meter<'_>) -> Result<Arc<Line>, Error> {
+    async fn drop_line(&self, drop: &DropId, client: IpAddr, meter: &mut Meter<'_>) -> Result<Arc<Line>, Error> {
         let line = LineId::Drop(drop.clone());
         if let Some(known) = self.admission.cached_line(&line).await {
             return Ok(known);

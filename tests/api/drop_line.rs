@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use tokio::time::Instant;
 
-use crate::common::drop_line_seed::{new_drop_id, seed_drop_line, seed_drop_sizes};
+use crate::common::drops::{new_drop_id, seed_drop_line, seed_drop_sizes};
 use crate::common::{ADMIN_TOKEN, Probe};
 use crate::helpers::{spawn_app, spawn_app_with};
 

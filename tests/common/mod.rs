@@ -19,7 +19,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 use testbed::Services;
 use uuid::Uuid;
 
-pub mod drop_line_seed;
+pub mod drops;
 pub mod receiver;
 
 /// At least 32 bytes, as the service requires.

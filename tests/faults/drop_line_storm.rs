@@ -11,14 +11,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use redis::AsyncCommands;
-use seckill::domain::SaleId;
 use seckill::redis::keys::LineKeys;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::common::{self, drop_line_seed};
+use crate::common::{self, drops};
 use crate::harness::Deployment;
 
 const SIZES: usize = 6;
@@ -59,8 +58,7 @@ async fn drop_line_storm(redis_url: &str) {
     let addresses = [first.address.clone(), second.address.clone()];
     let sizes: Vec<String> = (0..SIZES).map(|s| format!("{}", 40 + s)).collect();
     let size_refs: Vec<&str> = sizes.iter().map(String::as_str).collect();
-    // STAND-IN for part A's PUT /admin/drops/{drop}: the lead switches it at the merge.
-    let drop = drop_line_seed::seed_drop_line(&deployment, &size_refs, STOCK, PER_BUYER, (5_000, Some(1))).await;
+    let drop = drops::seed_drop_line(&deployment, &size_refs, STOCK, PER_BUYER, (5_000, Some(1))).await;
     let sale_ids: Vec<String> = sizes.iter().map(|size| format!("{drop}.{size}")).collect();
 
     let client = common::http_client(Duration::from_secs(30));
@@ -70,29 +68,23 @@ async fn drop_line_storm(redis_url: &str) {
     let paused_at: Arc<Mutex<Option<(Instant, i64)>>> = Arc::default();
     let started = Instant::now();
 
-    // The operator: pauses the whole drop after PAUSE_AFTER sales, in one atomic call over every
-    // size's meta and the line's. STAND-IN for part A's POST /admin/drops/{drop}/pause.
+    // The operator: pauses the whole drop after PAUSE_AFTER sales through POST
+    // /admin/drops/{drop}/pause (one Redis call over every size's meta and the line's).
     let operator = {
         let (created, paused, paused_at) = (created.clone(), paused.clone(), paused_at.clone());
-        let line_meta = LineKeys::of_drop(deployment.store.keyspace().prefix(), &drop).meta;
-        let metas: Vec<String> = sale_ids
-            .iter()
-            .map(|sale| deployment.store.keyspace().sale_keys(&SaleId::parse(sale).unwrap()).meta)
-            .chain([line_meta])
-            .collect();
-        let mut redis = deployment.redis.clone();
+        let pause = format!("{}/admin/drops/{drop}/pause", addresses[0]);
+        let client = client.clone();
         tokio::spawn(async move {
             while created.load(Ordering::Relaxed) < PAUSE_AFTER {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
-            // One script over every meta: atomic, and in the drop's one slot on a cluster too.
-            let pause = redis::Script::new("for i = 1, #KEYS do redis.call('HSET', KEYS[i], 'paused', ARGV[1]) end");
-            let mut call = pause.prepare_invoke();
-            call.key(&metas).arg("storm");
-            let () = call.invoke_async(&mut redis).await.expect("the drop's pause");
+            let response =
+                client.post(pause).bearer_auth(common::ADMIN_TOKEN).json(&json!({"reason": "storm"})).send().await;
+            let response = response.expect("the drop's pause");
             let answered_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
             *paused_at.lock().await = Some((Instant::now(), answered_ms));
             paused.store(true, Ordering::Relaxed);
+            assert_eq!(response.status(), 200, "the drop's pause: {}", response.text().await.unwrap());
         })
     };
 

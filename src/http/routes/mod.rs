@@ -34,7 +34,7 @@ use actix_web::{HttpRequest, HttpResponse, guard, web};
 
 use super::AppState;
 use super::error::ApiError;
-use crate::domain::SaleId;
+use crate::domain::{DropId, SaleId};
 use crate::shop::LineId;
 
 pub use admin::{SaleStatus, SalesOverview};
@@ -224,10 +224,9 @@ fn sale_of(raw: &str) -> Result<SaleId, ApiError> {
     SaleId::parse(raw).map_err(ApiError::InvalidRequest)
 }
 
-/// A drop's line from the path's drop id: a sale id without a `.` (a group's name).
+/// A drop's line from the path's drop id: 400 `invalid_request` if malformed.
 fn drop_line_of(raw: &str) -> Result<LineId, ApiError> {
-    let refused = || ApiError::InvalidRequest("drop_id must be 1-64 characters of [A-Za-z0-9_-]".to_owned());
-    LineId::drop(SaleId::parse(raw).map_err(|_| refused())?).ok_or_else(refused)
+    DropId::parse(raw).map(LineId::Drop).map_err(ApiError::InvalidRequest)
 }
 
 async fn not_found(_req: HttpRequest) -> Result<HttpResponse, ApiError> {

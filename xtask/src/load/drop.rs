@@ -1,6 +1,8 @@
 //! A drop with k6 (`load-tests/k6/drop.js`): a product in sizes (a group of sales) with a
-//! per-customer limit across them; a crowd buys random quantities of random sizes while an
-//! operator pauses one size and tops another up. Afterwards each size's invariants in units,
+//! per-customer limit across them, by default seeded whole as a drop with one line (`--line`);
+//! a crowd joins the line once and buys random quantities of random sizes with its one admission
+//! token while an operator pauses the whole drop and tops one size up (`--line=false`: sales
+//! seeded one by one, no line, one size paused). Afterwards each size's invariants in units,
 //! every 201 in Postgres, no buyer over the limit across the group, and the top-up added.
 
 use std::collections::HashMap;
@@ -43,11 +45,13 @@ pub struct Args {
     /// cargo build running).
     #[arg(long, default_value_t = 2000)]
     p99_ms: u32,
-    /// Run it as a drop with one line (issue 52): seeded whole with `PUT /admin/drops/drop` with
-    /// a waiting room letting in `--line-rate` users a second; each user joins the line once and
-    /// buys its sizes with its one admission token; the operator pauses, resumes and tops up the
-    /// whole drop (`POST /admin/drops/drop/...`).
-    #[arg(long)]
+    /// Run it as a drop with one line (issue 52; the default): seeded whole with
+    /// `PUT /admin/drops/drop` with a waiting room letting in `--line-rate` users a second and no
+    /// proof of work; each user joins the line once and buys its sizes with its one admission
+    /// token; the operator pauses, resumes and tops up the whole drop
+    /// (`POST /admin/drops/drop/...`). `--line=false`: the sizes seeded one by one as sales of a
+    /// group, no line, the first size paused alone.
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     line: bool,
     #[arg(long, default_value_t = 1000)]
     line_rate: u32,
@@ -62,17 +66,21 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
     if a.line {
         let each: serde_json::Map<String, serde_json::Value> =
             sizes.iter().map(|size| (size["drop.".len()..].to_owned(), json!({"stock": a.stock}))).collect();
-        let opens = rfc3339(SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs() as i64 - 1);
-        let waiting_room = json!({"opens_at": opens, "rate": a.line_rate});
-        app.put_drop("drop", &json!({"sizes": each, "per_buyer": a.per_buyer, "waiting_room": waiting_room}))?;
+        // A waiting room needs a start after its opening: both just past, so the line runs at once.
+        let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs() as i64;
+        let waiting_room = json!({"opens_at": rfc3339(now - 2), "rate": a.line_rate});
+        let body = json!({"sizes": each, "per_buyer": a.per_buyer, "starts_at": rfc3339(now - 1),
+            "waiting_room": waiting_room, "challenge": {"cost": 0}});
+        app.put_drop("drop", &body)?;
     } else {
         for size in &sizes {
             app.put_sale(size, &json!({"stock": a.stock, "group": "drop", "per_buyer": a.per_buyer}))?;
         }
     }
+    let paused = if a.line { "the drop (one line)" } else { sizes[0].as_str() };
     load.log(&format!(
-        "seeded {} sizes of {} units, {} per buyer across them; {} users/s for {}, {} paused at {} for {}, {} more units of {} at {}",
-        a.sizes, a.stock, a.per_buyer, a.arrival_rps, a.duration, sizes[0], a.pause_at, a.pause_for, a.top_up, sizes[1], a.top_up_at
+        "seeded {} sizes of {} units, {} per buyer across them; {} users/s for {}, {paused} paused at {} for {}, {} more units of {} at {}",
+        a.sizes, a.stock, a.per_buyer, a.arrival_rps, a.duration, a.pause_at, a.pause_for, a.top_up, sizes[1], a.top_up_at
     ));
     let env = [
         ("BASE_URL", app.url.clone()),
