@@ -95,7 +95,12 @@ impl Shop {
             if db::sale_retired(&self.pool, sale.as_str()).await? == Some(true) {
                 return Err(Error::SeedRetired);
             }
-            self.refuse_if_redis_forgot_orders(sale).await?;
+            match self.refuse_if_redis_forgot_orders(sale).await {
+                // Redis still knows the size's buyers: the drop's script refuses it (a size left
+                // out, else `drop_in_progress`), whether or not the worker stored them yet.
+                Err(Error::SaleInProgress) => {}
+                other => other?,
+            }
         }
         let mut tx = self.pool.begin().await?;
         for (sale, stock) in &spec.sizes {

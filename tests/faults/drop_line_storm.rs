@@ -13,6 +13,7 @@ use futures::StreamExt;
 use redis::AsyncCommands;
 use seckill::redis::keys::LineKeys;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -26,6 +27,9 @@ const PER_BUYER: u32 = 2;
 const BUYERS: usize = 2_000;
 /// Units sold before the operator pauses the whole drop.
 const PAUSE_AFTER: usize = 700;
+/// The named operator who pauses the drop (docs/operators.md), and its token.
+const OPERATOR: &str = "storm-operator";
+const OPERATOR_TOKEN: &str = "sko_the-storm-operators-token-of-at-least-32-bytes";
 
 /// What the storm's clients saw.
 #[derive(Default)]
@@ -51,7 +55,12 @@ async fn a_drop_line_storm_on_a_redis_cluster_keeps_every_promise() {
 }
 
 async fn drop_line_storm(redis_url: &str) {
-    let env = [("SECKILL_TRUSTED_PROXIES", "127.0.0.1/32"), ("SECKILL_CHALLENGE_ITERATIONS", "10")];
+    let roster = format!("{OPERATOR} operator {}", hex::encode(Sha256::digest(OPERATOR_TOKEN)));
+    let env = [
+        ("SECKILL_TRUSTED_PROXIES", "127.0.0.1/32"),
+        ("SECKILL_CHALLENGE_ITERATIONS", "10"),
+        ("SECKILL_OPERATORS", roster.as_str()),
+    ];
     let mut deployment = Deployment::on_redis(redis_url, &env).await;
     let first = deployment.start().await;
     let second = deployment.start_instance(&[]).await;
@@ -79,7 +88,7 @@ async fn drop_line_storm(redis_url: &str) {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             let response =
-                client.post(pause).bearer_auth(common::ADMIN_TOKEN).json(&json!({"reason": "storm"})).send().await;
+                client.post(pause).bearer_auth(OPERATOR_TOKEN).json(&json!({"reason": "storm"})).send().await;
             let response = response.expect("the drop's pause");
             let answered_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
             *paused_at.lock().await = Some((Instant::now(), answered_ms));
@@ -156,6 +165,25 @@ async fn drop_line_storm(redis_url: &str) {
     let elapsed = started.elapsed();
     let seen = Arc::try_unwrap(seen).ok().unwrap().into_inner();
     let (paused_instant, paused_ms) = paused_at.lock().await.expect("the pause happened mid-storm");
+
+    // Every audit entry of the drop names its actor: the seed the shared admin token's, the pause
+    // the named operator's.
+    let audit: Value = client
+        .get(format!("{}/admin/drops/{drop}/audit", addresses[1]))
+        .bearer_auth(OPERATOR_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let actors: Vec<(&str, &str)> = audit["entries"]
+        .as_array()
+        .expect("the drop's audit entries")
+        .iter()
+        .map(|entry| (entry["action"].as_str().unwrap(), entry["actor"].as_str().expect("an actor")))
+        .collect();
+    assert_eq!(actors, [("drop_pause", OPERATOR), ("drop_seed", "admin-token")], "{audit}");
 
     // Every order in Postgres (the worker drained the streams), each size's stock adding up.
     let mut units: BTreeMap<String, u32> = BTreeMap::new();
