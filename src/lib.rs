@@ -81,7 +81,8 @@
 //!      read, switch and restock a drop whole (`drops`), list
 //!      and re-send the order events (`events`), list, register, remove and re-enable the webhook
 //!      endpoints (`webhooks`), export a sale's or a drop's orders (`exports`), readiness), each
-//!      returning a typed outcome or the use cases' `Error`; the rate limits a buyer's request passes and the decision it reports (`limits`).
+//!      returning a typed outcome or the use cases' `Error`; the rate limits a buyer's request
+//!      passes and the decision it reports (`limits`).
 //! 8. HTTP
 //!    - [`http`]: the routes (each extracts, calls one use case, maps its outcome), `AppState`, the
 //!      API error and its status codes, the middleware, the client's address behind proxies, who is

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use self::client_ip::ClientKeys;
 use self::rate_limit::RateLimitFields;
-use crate::operators::Operators;
+use crate::shop::Operators;
 use crate::shop::{Shop, Verifier};
 
 /// What every handler can reach. Cheap to clone: the clients inside are shared handles.

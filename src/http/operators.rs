@@ -11,7 +11,7 @@ use actix_web::{FromRequest, HttpRequest, web};
 
 use super::AppState;
 use super::error::ApiError;
-use crate::operators::{Role, Signed};
+use crate::shop::{Role, Signed};
 
 /// Any admin credential: reads, the live page's data, the exports.
 #[derive(Debug)]

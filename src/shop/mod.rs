@@ -62,6 +62,7 @@ pub use crate::controls::audit::{Entry as AuditEntry, MAX_LISTED as MAX_AUDIT_LI
 pub use crate::exports::{Format as ExportFormat, STATUSES as ORDER_STATUSES};
 pub use crate::identity::Verifier;
 pub use crate::limiter::client_key;
+pub use crate::operators::{Operators, Role, Signed};
 pub use crate::orders::lookup::{Found as FoundOrder, Place};
 pub use crate::purchase::SaleState;
 pub use crate::purchase::board::Snapshot;

@@ -152,6 +152,8 @@ fn drop_seed<'a>(
     }
     let group = sales[0].group().unwrap();
     call.arg(group).arg("").arg("").arg("").arg(per_buyer).arg("").arg("").arg("").arg("").arg("");
+    // A seed (not a repair's restore); the line's stock is unused without a line.
+    call.arg("seed").arg(stocks.iter().sum::<i64>());
     for (sale, stock) in sales.iter().zip(stocks) {
         call.arg(sale.as_str()).arg(stock);
     }

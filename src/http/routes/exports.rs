@@ -24,6 +24,8 @@ pub struct ExportQuery {
     format: Option<String>,
     /// Only the orders of these statuses, comma-separated (`confirmed`, `reserved`, `paid`,
     /// `cancelled`, `expired`, `refunded`); unset: every order.
+    #[param(pattern = "^(confirmed|reserved|paid|cancelled|expired|refunded)\
+                   (,(confirmed|reserved|paid|cancelled|expired|refunded))*$")]
     status: Option<String>,
 }
 

@@ -1,6 +1,7 @@
 //! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `challenge`,
 //! `payments`, `admin`, `seed`, `controls`, `order_actions`, `drops`, `drop_page`, `exports`, `events`, `webhooks`,
-//! `retire`, `reconcile`, `admin_page`, `buyer_page`, `favicon`, `health`, `openapi`; `page` is what the two HTML pages share, `object`
+//! `retire`, `reconcile`, `admin_page`, `buyer_page`, `favicon`, `health`, `openapi`; `page` is what the two HTML
+//! pages share, `object`
 //! what every JSON body is read as, `responses` and `user_id` what the routes' OpenAPI annotations
 //! share), and here the routing itself, 404/405, the sale id of a path and `GET /metrics`.
 

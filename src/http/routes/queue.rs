@@ -156,7 +156,8 @@ pub async fn join(
         (status = 200, description = "In the drop's line: where the buyer stands", body = QueueView),
         BadBuyerQuery,
         BuyerToken,
-        (status = 403, description = "`queue_not_open`; `sale_ended`: the drop's line has ended; `user_mismatch`;             `challenge_required`; `challenge_failed` (as for a sale; a challenge of `GET /drops/{drop_id}/challenge`)",
+        (status = 403, description = "`queue_not_open`; `sale_ended`: the drop's line has ended; `user_mismatch`; \
+            `challenge_required`; `challenge_failed` (as for a sale; a challenge of `GET /drops/{drop_id}/challenge`)",
             body = ErrorBody),
         (status = 404, description = "`unknown_drop`: no size of this drop is seeded", body = ErrorBody),
         (status = 409, description = "`not_queued`: the drop has no line (buy each size at once)", body = ErrorBody),
