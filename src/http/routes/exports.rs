@@ -23,9 +23,9 @@ pub struct ExportQuery {
     #[param(pattern = "^(csv|ndjson)$")]
     format: Option<String>,
     /// Only the orders of these statuses, comma-separated (`confirmed`, `reserved`, `paid`,
-    /// `cancelled`, `expired`, `refunded`); unset: every order.
-    #[param(pattern = "^(confirmed|reserved|paid|cancelled|expired|refunded)\
-                   (,(confirmed|reserved|paid|cancelled|expired|refunded))*$")]
+    /// `cancelled`, `expired`, `refunded`); unset or empty: every order.
+    #[param(pattern = "^((confirmed|reserved|paid|cancelled|expired|refunded)\
+                       (,(confirmed|reserved|paid|cancelled|expired|refunded))*)?$")]
     status: Option<String>,
 }
 
@@ -115,11 +115,12 @@ fn choices(req: &HttpRequest, query: &ExportQuery) -> Result<(ExportFormat, Vec<
             if accept.contains("application/x-ndjson") { ExportFormat::Ndjson } else { ExportFormat::Csv }
         }
     };
-    let statuses = query
-        .status
-        .as_deref()
-        .map(|s| s.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
-        .unwrap_or_default();
+    // Unset or empty: every order; otherwise each comma-separated name exactly (the use case
+    // refuses an unknown or empty one, as the document's pattern does).
+    let statuses = match query.status.as_deref() {
+        None | Some("") => vec![],
+        Some(names) => names.split(',').map(str::to_owned).collect(),
+    };
     Ok((format, statuses))
 }
 
