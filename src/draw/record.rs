@@ -2,7 +2,7 @@
 //! once the seed is revealed, and `seckill draw verify` reads):
 //!
 //! ```text
-//! {"kind":"draw","drop":"sneaker","commitment":"<64 hex>","seed":"<64 hex>","stock":{"42":2},"limit":2,"waitlist_places":1}
+//! {"kind":"draw","drop":"sneaker","commitment":"<hex>","seed":"<hex>","stock":{"42":2},"limit":2,"waitlist_places":1}
 //! {"kind":"entry","entrant":"<64 hex>","sizes":["42","43"],"quantity":1}      one per entry, any order
 //! {"kind":"won","entrant":"<64 hex>","size":"42","quantity":1}                one result per entrant,
 //! {"kind":"waitlisted","entrant":"<64 hex>","position":3}                     any order (written in
