@@ -115,8 +115,8 @@ pub enum Problem {
     Io(#[from] io::Error),
     #[error("longer than {MAX_LINE} bytes")]
     TooLong,
-    #[error("not a record line: {0}")]
-    Json(#[from] serde_json::Error),
+    #[error("not a record line (column {column}): {message}")]
+    Json { column: usize, message: String },
     #[error("the record must open with its draw line ({{\"kind\":\"draw\",…}})")]
     NoDraw,
     #[error("a second draw line")]
@@ -150,7 +150,7 @@ pub fn read(mut input: impl BufRead) -> Result<Record, ParseError> {
         if buf.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let line: Line = serde_json::from_slice(&buf).map_err(|e| at(e.into()))?;
+        let line: Line = serde_json::from_slice(&buf).map_err(|e| at(json(&e)))?;
         let Some(record) = record.as_mut() else {
             record = Some(head(line).map_err(at)?);
             continue;
@@ -176,6 +176,13 @@ pub fn read(mut input: impl BufRead) -> Result<Record, ParseError> {
         record.results.push(entrant);
     }
     record.ok_or(ParseError { line: 1, problem: Problem::NoDraw })
+}
+
+/// A JSON error of one line, without serde's own position (always line 1 of the slice).
+fn json(err: &serde_json::Error) -> Problem {
+    let text = err.to_string();
+    let at = format!(" at line {} column {}", err.line(), err.column());
+    Problem::Json { column: err.column(), message: text.strip_suffix(&at).unwrap_or(&text).to_owned() }
 }
 
 /// The record begun by its first line, which must be the draw's.

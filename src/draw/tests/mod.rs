@@ -32,11 +32,6 @@ impl Rng {
         low + u32::try_from(self.next() % u64::from(high - low + 1)).unwrap()
     }
 
-    /// `true` one time in `n`.
-    fn one_in(&mut self, n: u32) -> bool {
-        self.range(1, n) == 1
-    }
-
     /// Fisher-Yates.
     fn shuffle<T>(&mut self, items: &mut [T]) {
         for i in (1..items.len()).rev() {

@@ -4,6 +4,11 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use proptest::prelude::*;
+use proptest::sample::Index;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::TestRunner;
+
 use super::{Rng, entry, seed};
 use crate::draw::allocate::{Entry, Outcome, Terms, allocate, validate};
 use crate::draw::rank::{ranking, ticket};
@@ -11,35 +16,46 @@ use crate::draw::waitlist::{Waiting, offer};
 
 const SIZES: [&str; 6] = ["38", "39", "40", "41", "42", "43"];
 
+/// A drop's sizes, stock and rules, and its entries: an entry is its sizes (best first), its
+/// quantity, and a defect in one entry of 20 (0: quantity 0, 1: over the limit, 2: no size,
+/// 3: a size the drop lacks, 4: a size twice).
+type Case = (Vec<u32>, u32, u32, Vec<(Vec<&'static str>, u32, Option<u8>)>, bool);
+
 /// A random drop: 1-6 sizes of 0-20 units, a limit of 1-4, 0-5 waitlist places, 0-40 entries
-/// (one in 20 malformed, one in 40 a second entry of an entrant).
-fn random_draw(rng: &mut Rng) -> (Terms, Vec<Entry>) {
-    let sizes = &SIZES[..rng.range(1, 6) as usize];
-    let stock = sizes.iter().map(|size| ((*size).to_owned(), rng.range(0, 20))).collect();
-    let terms = Terms { stock, limit: rng.range(1, 4), waitlist_places: rng.range(0, 5) };
-    let mut entries: Vec<Entry> = (0..rng.range(0, 40))
-        .map(|i| {
-            let mut wanted = sizes.to_vec();
-            rng.shuffle(&mut wanted);
-            wanted.truncate(rng.range(1, u32::try_from(sizes.len()).unwrap()) as usize);
-            let mut entry = entry(&format!("user{i}"), &wanted, rng.range(1, terms.limit));
-            if rng.one_in(20) {
-                match rng.range(0, 4) {
-                    0 => entry.quantity = 0,
-                    1 => entry.quantity = terms.limit + 1,
-                    2 => entry.sizes.clear(),
-                    3 => entry.sizes.push("99".to_owned()),
-                    _ => entry.sizes.push(entry.sizes[0].clone()),
-                }
-            }
-            entry
+/// (one in 20 malformed; in one drop of 20, a second entry of the first entrant).
+fn random_draw() -> impl Strategy<Value = (Terms, Vec<Entry>)> {
+    (1..=6usize, 1..=4u32)
+        .prop_flat_map(|(n, limit)| {
+            let sizes = SIZES[..n].to_vec();
+            let defect = prop_oneof![19 => Just(None), 1 => (0..5u8).prop_map(Some)];
+            let entry = (proptest::sample::subsequence(sizes, 1..=n).prop_shuffle(), 1..=limit, defect);
+            let entries = proptest::collection::vec(entry, 0..=40);
+            (proptest::collection::vec(0..=20u32, n), Just(limit), 0..=5u32, entries, proptest::bool::weighted(0.05))
         })
-        .collect();
-    if !entries.is_empty() && rng.one_in(40) {
-        let again = Entry { sizes: vec![sizes[0].to_owned()], quantity: 1, ..entries[0].clone() };
-        entries.push(again);
-    }
-    (terms, entries)
+        .prop_map(|(stock, limit, waitlist_places, raw, repeat): Case| {
+            let stock = stock.iter().zip(SIZES).map(|(units, size)| (size.to_owned(), *units)).collect();
+            let terms = Terms { stock, limit, waitlist_places };
+            let mut entries: Vec<Entry> = raw
+                .iter()
+                .enumerate()
+                .map(|(i, (wanted, quantity, defect))| {
+                    let mut entry = entry(&format!("user{i}"), wanted, *quantity);
+                    match defect {
+                        Some(0) => entry.quantity = 0,
+                        Some(1) => entry.quantity = limit + 1,
+                        Some(2) => entry.sizes.clear(),
+                        Some(3) => entry.sizes.push("99".to_owned()),
+                        Some(_) => entry.sizes.push(entry.sizes[0].clone()),
+                        None => {}
+                    }
+                    entry
+                })
+                .collect();
+            if repeat && !entries.is_empty() {
+                entries.push(Entry { sizes: vec![SIZES[0].to_owned()], quantity: 1, ..entries[0].clone() });
+            }
+            (terms, entries)
+        })
 }
 
 /// Each entrant's outcome in rank order.
@@ -90,55 +106,72 @@ fn reference(seed: &str, terms: &Terms, entries: &[Entry]) -> (Results, Units) {
     (results, stock)
 }
 
-#[test]
-fn the_allocation_equals_the_sequential_reference_and_keeps_every_unit_once() {
-    let mut rng = Rng::new(53);
-    let (mut won, mut waitlisted, mut invalid) = (0, 0, 0);
-    for case in 0..1_500 {
-        let (terms, entries) = random_draw(&mut rng);
-        let seed = seed(case);
-        let drawn = allocate(&terms, &ranking(&seed, entries.clone()));
-        let (results, left) = reference(&seed, &terms, &entries);
-        assert_eq!(drawn.results, results, "case {case}: {terms:?} {entries:?}");
-        assert_eq!(drawn.left.into_iter().collect::<Vec<_>>(), left, "case {case}");
-        let mut winners = HashSet::new();
-        let mut units_won: BTreeMap<&str, u32> = BTreeMap::new();
-        let mut positions = vec![];
-        for ((entrant, outcome), entry) in results.iter().zip(ranking(&seed, entries.clone())) {
-            assert_eq!(*entrant, entry.entrant);
-            invalid += usize::from(validate(&entry, &terms).is_err());
-            match outcome {
-                Outcome::Won { size, quantity } => {
-                    assert!(winners.insert(entrant), "case {case}: {entrant} won twice");
-                    assert!(*quantity == entry.quantity && *quantity <= terms.limit && entry.sizes.contains(size));
-                    *units_won.entry(size).or_default() += quantity;
-                    won += 1;
-                }
-                Outcome::Waitlisted { position } => positions.push(*position),
-                Outcome::Lost => {}
+/// Checks one drawn case against the reference and the invariants; the counts of winners,
+/// waitlisted and invalid entries.
+fn check(seed: &str, terms: &Terms, entries: &[Entry], returns: &[Index]) -> (usize, usize, usize) {
+    let drawn = allocate(terms, &ranking(seed, entries.to_vec()));
+    let (results, left) = reference(seed, terms, entries);
+    assert_eq!(drawn.results, results);
+    assert_eq!(drawn.left.into_iter().collect::<Vec<_>>(), left);
+    let (mut winners, mut invalid) = (HashSet::new(), 0);
+    let mut units_won: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut positions = vec![];
+    for ((entrant, outcome), entry) in results.iter().zip(ranking(seed, entries.to_vec())) {
+        assert_eq!(*entrant, entry.entrant);
+        invalid += usize::from(validate(&entry, terms).is_err());
+        match outcome {
+            Outcome::Won { size, quantity } => {
+                assert!(winners.insert(entrant), "{entrant} won twice");
+                assert!(*quantity == entry.quantity && *quantity <= terms.limit && entry.sizes.contains(size));
+                *units_won.entry(size).or_default() += quantity;
             }
+            Outcome::Waitlisted { position } => positions.push(*position),
+            Outcome::Lost => {}
         }
-        for (size, units) in &terms.stock {
-            let kept = left.iter().find(|(s, _)| s == size).unwrap().1;
-            assert_eq!(units_won.get(size.as_str()).unwrap_or(&0) + kept, *units, "case {case}: size {size}");
-        }
-        assert_eq!(positions, (1..=u32::try_from(positions.len()).unwrap()).collect::<Vec<_>>(), "case {case}");
-        waitlisted += positions.len();
-        waitlist_returns(&mut rng, &terms, &entries, &results, &left, case);
     }
-    assert!(won > 5_000 && waitlisted > 1_000 && invalid > 500, "inputs too tame: {won} {waitlisted} {invalid}");
+    for (size, units) in &terms.stock {
+        let kept = left.iter().find(|(s, _)| s == size).unwrap().1;
+        assert_eq!(units_won.get(size.as_str()).unwrap_or(&0) + kept, *units, "size {size}");
+    }
+    assert_eq!(positions, (1..=u32::try_from(positions.len()).unwrap()).collect::<Vec<_>>());
+    waitlist_returns(terms, entries, &results, &left, returns);
+    (winners.len(), positions.len(), invalid)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1_000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_allocation_equals_the_sequential_reference_and_keeps_every_unit_once(
+        (terms, entries) in random_draw(),
+        seed in any::<[u8; 32]>(),
+        returns in proptest::collection::vec(any::<Index>(), 0..40),
+    ) {
+        check(&hex::encode(seed), &terms, &entries, &returns);
+    }
+}
+
+#[test]
+fn the_random_drops_reach_winners_waitlists_and_invalid_entries() {
+    let mut runner = TestRunner::deterministic();
+    let (mut won, mut waitlisted, mut invalid) = (0, 0, 0);
+    for case in 0..500 {
+        let (terms, entries) = random_draw().new_tree(&mut runner).unwrap().current();
+        let (w, l, i) = check(&seed(case), &terms, &entries, &[]);
+        (won, waitlisted, invalid) = (won + w, waitlisted + l, invalid + i);
+    }
+    assert!(won > 2_000 && waitlisted > 500 && invalid > 200, "inputs too tame: {won} {waitlisted} {invalid}");
 }
 
 /// Winners give their units back in a random order; each return goes down the waitlist. No entrant
 /// is offered twice; each return's units are offered or back in stock; the offers are exactly
 /// the waitlist's walk; at the end, per size, stock = left + kept by winners + offered + returned.
 fn waitlist_returns(
-    rng: &mut Rng,
     terms: &Terms,
     entries: &[Entry],
     results: &[(String, Outcome)],
     left: &[(String, u32)],
-    case: u64,
+    returns: &[Index],
 ) {
     let entry_of = |entrant: &str| entries.iter().find(|e| e.entrant == entrant).unwrap();
     let mut waitlist: Vec<Waiting> = results
@@ -156,52 +189,56 @@ fn waitlist_returns(
             _ => None,
         })
         .collect();
-    rng.shuffle(&mut held);
     let mut back: Vec<(String, u32)> = left.to_vec();
     let mut offered = HashSet::new();
-    for _ in 0..rng.range(0, u32::try_from(held.len()).unwrap()) {
-        let (size, units) = held.pop().unwrap();
+    for index in returns {
+        if held.is_empty() {
+            break;
+        }
+        let (size, units) = held.remove(index.index(held.len()));
         let returned = offer(&waitlist, &size, units);
         let mut given = 0;
         for (i, made) in returned.offers.iter().enumerate() {
             let place = &mut waitlist[made.position as usize - 1];
-            assert!(offered.insert(made.entrant.clone()), "case {case}: {} offered twice", made.entrant);
+            assert!(offered.insert(made.entrant.clone()), "{} offered twice", made.entrant);
             assert!(place.waiting && place.entrant == made.entrant && place.sizes.contains(&size));
             assert!(made.size == size && made.quantity == place.quantity && made.quantity <= units - given);
-            assert!(i == 0 || returned.offers[i - 1].position < made.position, "case {case}: not in order");
+            assert!(i == 0 || returned.offers[i - 1].position < made.position, "not in order");
             given += made.quantity;
             place.waiting = false;
-            held.insert(0, (size.clone(), made.quantity)); // the offer is a reservation: it may come back too
+            held.push((size.clone(), made.quantity)); // the offer is a reservation: it may come back too
         }
-        assert_eq!(given + returned.to_stock, units, "case {case}");
+        assert_eq!(given + returned.to_stock, units);
         // Passed over: only a place not waiting, without the size, or wanting more than was left.
         for (index, place) in waitlist.iter().enumerate().filter(|(_, p)| p.waiting && p.sizes.contains(&size)) {
             let position = u32::try_from(index + 1).unwrap();
             let before: u32 = returned.offers.iter().filter(|o| o.position < position).map(|o| o.quantity).sum();
-            assert!(place.quantity > units - before, "case {case}: place {position} was passed over");
+            assert!(place.quantity > units - before, "place {position} was passed over");
         }
         back.iter_mut().find(|(s, _)| *s == size).unwrap().1 += returned.to_stock;
     }
     for (size, units) in &terms.stock {
         let held: u32 = held.iter().filter(|(s, _)| s == size).map(|(_, q)| q).sum();
         let back = back.iter().find(|(s, _)| s == size).unwrap().1;
-        assert_eq!(held + back, *units, "case {case}: size {size}");
+        assert_eq!(held + back, *units, "size {size}");
     }
 }
 
-#[test]
-fn the_ranking_does_not_depend_on_the_order_entries_arrived_in() {
-    let mut rng = Rng::new(7);
-    for case in 0..200 {
-        let (_, mut entries) = random_draw(&mut rng);
+proptest! {
+    #[test]
+    fn the_ranking_does_not_depend_on_the_order_entries_arrived_in(
+        (_, mut entries) in random_draw(),
+        seed in any::<[u8; 32]>(),
+        arrival in any::<u64>(),
+    ) {
         let mut seen = HashSet::new();
         entries.retain(|e| seen.insert(e.entrant.clone()));
-        let seed = seed(case);
+        let seed = hex::encode(seed);
         let ranked = ranking(&seed, entries.clone());
-        rng.shuffle(&mut entries);
-        assert_eq!(ranking(&seed, entries.clone()), ranked, "case {case}");
+        Rng::new(arrival).shuffle(&mut entries);
+        prop_assert_eq!(ranking(&seed, entries.clone()), ranked.clone());
         let tickets: Vec<[u8; 32]> = ranked.iter().map(|e| ticket(&seed, &e.entrant)).collect();
-        assert!(tickets.is_sorted(), "case {case}: tickets not ascending");
+        prop_assert!(tickets.is_sorted(), "tickets not ascending");
     }
 }
 

@@ -73,7 +73,8 @@ fn a_malformed_record_is_refused_naming_the_line() {
         changed.join("\n")
     };
     let (line, problem, message) = refused(&with(2, "{not json"));
-    assert!(line == 3 && matches!(problem, Problem::Json(_)) && message.starts_with("line 3: "), "{message}");
+    assert!(line == 3 && matches!(problem, Problem::Json { column: 2, .. }), "{message}");
+    assert!(message.starts_with("line 3: not a record line (column 2): ") && !message.contains("line 1"), "{message}");
     let (line, _, message) = refused(&with(1, r#"{"kind":"prize","entrant":"00"}"#));
     assert!(line == 2 && message.contains("unknown variant `prize`"), "{message}");
     let long = format!(r#"{{"kind":"lost","entrant":"{}"}}"#, "a".repeat(MAX_LINE));
