@@ -45,3 +45,40 @@ pub fn verify_draw(path: &Path) -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::process::ExitCode;
+
+    use super::verify_draw;
+    use crate::domain::DropId;
+    use crate::draw::allocate::{Entry, Outcome, Terms};
+    use crate::draw::record::{Record, write};
+
+    #[test]
+    fn verify_exits_0_for_an_honest_record_1_for_a_changed_or_malformed_one_3_for_no_file() {
+        let terms = Terms { stock: BTreeMap::from([("42".to_owned(), 1)]), limit: 1, waitlist_places: 0 };
+        let entries = ["a", "b"].map(|c| Entry { entrant: c.repeat(64), sizes: vec!["42".to_owned()], quantity: 1 });
+        let seed = "5".repeat(64);
+        let honest = Record::draw(DropId::parse("sneaker").unwrap(), &seed, terms, entries.to_vec());
+        let mut changed = honest.clone();
+        for (_, outcome) in &mut changed.results {
+            *outcome =
+                if *outcome == Outcome::Lost { Outcome::Won { size: "42".into(), quantity: 1 } } else { Outcome::Lost };
+        }
+        let dir = std::env::temp_dir().join(format!("seckill-draw-verify-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str, record: &Record| {
+            let path = dir.join(name);
+            write(record, std::fs::File::create(&path).unwrap()).unwrap();
+            path
+        };
+        let (honest, changed) = (file("honest.ndjson", &honest), file("changed.ndjson", &changed));
+        let malformed = dir.join("malformed.ndjson");
+        std::fs::write(&malformed, "{\"kind\":\"lost\"}\n").unwrap();
+        let codes = [&honest, &changed, &malformed, &dir.join("absent.ndjson")].map(|path| verify_draw(path));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(codes, [ExitCode::SUCCESS, ExitCode::from(1), ExitCode::from(1), ExitCode::from(3)]);
+    }
+}
