@@ -214,7 +214,6 @@ async fn the_sale_day_controls_examples_work_as_documented() {
     let every: Vec<&str> = [&drop.meta, &drop.sales, &drop.line_meta, &drop.line_state, &drop.draw]
         .into_iter()
         .chain([&drop.entries, &drop.entry_stream])
-        .into_iter()
         .chain(sizes.iter().flat_map(|s| [&s.meta, &s.stock, &s.buyers]))
         .map(String::as_str)
         .collect();

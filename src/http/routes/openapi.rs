@@ -132,13 +132,15 @@ pub async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
 /// The document, with `user_id` required where the body or query names the buyer.
 fn document(user_id_required: bool) -> Bytes {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
-    if user_id_required && let Some(required) = doc["components"]["schemas"]["BuyRequest"]["required"].as_array_mut() {
-        required.push("user_id".into());
+    for body in ["BuyRequest", "EntryRequest"] {
+        if user_id_required && let Some(required) = doc["components"]["schemas"][body]["required"].as_array_mut() {
+            required.push("user_id".into());
+        }
     }
-    for method in ["get", "delete"] {
-        if user_id_required
-            && let Some(params) = doc["paths"]["/sales/{sale_id}/order"][method]["parameters"].as_array_mut()
-        {
+    for (path, method) in
+        [("/sales/{sale_id}/order", "get"), ("/sales/{sale_id}/order", "delete"), ("/drops/{drop_id}/entry", "get")]
+    {
+        if user_id_required && let Some(params) = doc["paths"][path][method]["parameters"].as_array_mut() {
             params.iter_mut().filter(|p| p["name"] == "user_id").for_each(|p| p["required"] = true.into());
         }
     }

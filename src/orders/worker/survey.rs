@@ -4,6 +4,7 @@
 //! pruning dead consumers.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -58,8 +59,8 @@ impl Worker {
             }
         }
         for (key, tracked) in draws {
-            if !self.streams.contains_key(&key) {
-                self.streams.insert(key, tracked);
+            if let Entry::Vacant(slot) = self.streams.entry(key) {
+                slot.insert(tracked);
                 self.next_survey_at = Instant::now();
             }
         }
