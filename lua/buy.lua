@@ -40,6 +40,8 @@
 --   "unknown_sale"       no meta (no stock_initial in it) or no stock key: the sale was never seeded
 --   "wrong_shards"       the meta records another shard count than ARGV[4]: nothing is written,
 --                        the caller reads the sale's layout and asks again
+--   "draw_only"          a size of a drop in draw mode (meta line = "draw"): its units go to the draw's
+--                        winners, never to a purchase; nothing is written
 --   "not_admitted"       a queued sale, and no place given: the caller has no admission token (before or
 --                        after the start); or a place of the wrong line (a drop's in a sale, a sale's
 --                        in a drop's size)

@@ -13,7 +13,7 @@
 --   t           that time, Redis TIME's reply (buy_batch.lua gives it to its limits)
 --   buy(user, order_id, place, traceparent, quantity, proven)
 --               one purchase of `quantity` units (1 when nil or ""), decided and written by buy.lua's
---               rules in buy.lua's order of checks (unknown sale, shard count, admission, proof of
+--               rules in buy.lua's order of checks (unknown sale, shard count, draw mode, admission, proof of
 --               work, start, end, buyer, limit, pause, stock); place and traceparent "" when there
 --               are none; a place is "<n>" from a sale's line, "d<n>" from a drop's (taken only by
 --               a size whose meta has line = "drop", as a plain one only by a sale without it); proven "1" when the app verified and spent a proof of work, else "" or nil. Returns buy.lua's reply, or raises an error (a
@@ -42,6 +42,8 @@ if not stock_raw then
   verdict = 'unknown_sale'
 elseif (tonumber(meta[4]) or 1) ~= tonumber(shards) then
   verdict = 'wrong_shards'
+elseif meta[12] == 'draw' then
+  verdict = 'draw_only' -- a size of a drop in draw mode: its units go to the draw's winners only
 end
 local queued_sale = meta[6]
 -- A size of a drop with a line (src/admission/): only the drop's line admits to it, with a place

@@ -41,6 +41,7 @@ use sqlx::PgPool;
 
 use crate::db;
 use crate::domain::{DropId, SaleId, UserId};
+use crate::draw::entries::store as draw_store;
 use crate::drops::{self, DropSpec};
 use crate::orders::queue;
 use crate::purchase::{CommittedOrder, SaleSpec, SaleState, Sales, SeedOutcome};
@@ -279,6 +280,12 @@ async fn restore_drop_size(
         per_buyer: row.per_buyer,
         challenge_cost: row.challenge_cost,
         line: row.line,
+        draw: draw_store::row(pool, drop).await?.map(|draw| drops::DropDraw {
+            opens_at_ms: ms(Some(draw.opens_at)).unwrap_or_default(),
+            closes_at_ms: ms(Some(draw.closes_at)).unwrap_or_default(),
+            commitment: draw.commitment,
+            waitlist: draw.waitlist_places,
+        }),
     };
     let line_stock = drops::store::stock(pool, drop).await?;
     let written = drops::restore(sales, drop, &spec, line_stock).await?;

@@ -1,8 +1,10 @@
 //! The draw: a drop's raffle that anyone can verify (issue 53; docs/draw.md has the method and a
-//! worked example). Its pure core: who an entrant is in public ([`rank::entrant`]), the order of
-//! the entries ([`rank`]), who gets which size ([`allocate`]), who is offered a unit that comes
-//! back ([`waitlist`]), the published record ([`record`]) and its check ([`verify`]). Nothing here
-//! touches Redis, Postgres or HTTP: the draw's run calls these functions, and so does
+//! worked example). A drop seeded in draw mode takes entries for a window ([`entries`]: a buyer's
+//! one entry in one Redis call, `lua/draw_enter.lua`, copied to Postgres by the order worker
+//! exactly once; the `draws` row). The rest is pure, no Redis, Postgres or HTTP: who an entrant is
+//! in public ([`rank::entrant`]), the order of the entries ([`rank`]), who gets which size
+//! ([`allocate`]), who is offered a unit that comes back ([`waitlist`]), the published record
+//! ([`record`]) and its check ([`verify`]); the draw's run calls them, and so does
 //! `seckill draw verify`.
 //!
 //! ```text
@@ -28,6 +30,7 @@
 //! seed once entries are seen without the commitment giving it away.
 
 pub mod allocate;
+pub mod entries;
 pub mod rank;
 pub mod record;
 pub mod verify;

@@ -16,7 +16,7 @@ use crate::purchase::Sales;
 use crate::redis::keys::DropKeys;
 
 pub use control::{DropRestock, DropSwitched, NotSwitched, restock, switch};
-pub use seed::{DropSeed, DropSpec, restore, seed};
+pub use seed::{DropDraw, DropSeed, DropSpec, restore, seed};
 
 /// Most sizes one drop may have.
 pub const MAX_SIZES: usize = 64;

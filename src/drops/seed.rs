@@ -4,6 +4,7 @@ use redis::{AsyncCommands, RedisResult};
 
 use super::keys;
 use crate::domain::{DropId, QueueSpec, SaleId};
+use crate::draw::entries as draw_entries;
 use crate::purchase::Sales;
 use crate::redis::keys::sales_registry_key;
 use crate::redis::lua::{self, unexpected_reply};
@@ -27,6 +28,20 @@ pub struct DropSpec {
     pub challenge_cost: Option<u32>,
     /// The drop's line (waiting room), one for every size.
     pub line: Option<QueueSpec>,
+    /// Draw mode (`crate::draw`): entries for a window instead of purchases (never with a line).
+    pub draw: Option<DropDraw>,
+}
+
+/// A drop's draw as its seed writes it in Redis (the secret seed stays in Postgres).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DropDraw {
+    /// When entries open and close, Unix ms.
+    pub opens_at_ms: i64,
+    pub closes_at_ms: i64,
+    /// SHA-256 of the secret seed's hex digits, hex.
+    pub commitment: String,
+    /// Places on the waitlist.
+    pub waitlist: i64,
 }
 
 /// What the seed decided.
@@ -100,10 +115,13 @@ async fn run(sales: &Sales, drop: &DropId, spec: &DropSpec, mode: &str, line_sto
     for keys in &size_keys {
         order_stream::create_group(&mut redis.conn(), &keys.orders).await?;
     }
+    if spec.draw.is_some() {
+        draw_entries::register(redis, drop).await?;
+    }
     let drop_keys = keys(sales, drop);
     let opt = |v: Option<i64>| v.map(|n| n.to_string()).unwrap_or_default();
     let mut call = lua::DROP_SEED.key(&drop_keys.meta);
-    call.key(&drop_keys.sales).key(&drop_keys.line_meta).key(&drop_keys.line_state);
+    call.key(&drop_keys.sales).key(&drop_keys.line_meta).key(&drop_keys.line_state).key(&drop_keys.draw);
     for keys in &size_keys {
         call.key(&keys.meta).key(&keys.stock).key(&keys.buyers);
     }
@@ -118,6 +136,10 @@ async fn run(sales: &Sales, drop: &DropId, spec: &DropSpec, mode: &str, line_sto
         None => call.arg("").arg("").arg("").arg(""),
     };
     call.arg(mode).arg(line_stock);
+    match &spec.draw {
+        Some(draw) => call.arg(draw.opens_at_ms).arg(draw.closes_at_ms).arg(&draw.commitment).arg(draw.waitlist),
+        None => call.arg("").arg("").arg("").arg(""),
+    };
     for (sale, stock) in &spec.sizes {
         call.arg(sale.as_str()).arg(stock);
     }

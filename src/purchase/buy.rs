@@ -58,6 +58,8 @@ pub enum BuyOutcome {
     InsufficientStock { left: i64 },
     /// A queued sale (`crate::admission`), and no place was given: the buyer was not admitted.
     NotAdmitted,
+    /// A size of a drop in draw mode (`crate::draw`): its units go to the draw's winners only.
+    DrawOnly,
     /// A sale without a waiting room that asks a proof of work (`crate::challenge`), and none was
     /// proven: nothing was bought.
     ChallengeRequired,
@@ -84,6 +86,7 @@ impl BuyOutcome {
             Self::LimitReached { .. } => "limit_reached",
             Self::InsufficientStock { .. } => "insufficient_stock",
             Self::NotAdmitted => "not_admitted",
+            Self::DrawOnly => "draw_only",
             Self::ChallengeRequired => "challenge_required",
             Self::NotDurable { .. } => "not_durable",
         }
@@ -393,6 +396,7 @@ fn shard_reply(mut reply: Value, checked: usize, decisions: &mut Vec<Decision>) 
         "ended" => BuyOutcome::Ended,
         "paused" => BuyOutcome::Paused,
         "not_admitted" => BuyOutcome::NotAdmitted,
+        "draw_only" => BuyOutcome::DrawOnly,
         "challenge_required" => BuyOutcome::ChallengeRequired,
         other => return Err(unexpected_reply("buy.lua", other)),
     };

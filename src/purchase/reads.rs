@@ -51,6 +51,8 @@ pub struct SaleState {
     /// A size of a drop with a line (its meta's `line` = `drop`): only the drop's line admits to
     /// it (`crate::admission`), the sale has no line of its own.
     pub drop_line: bool,
+    /// A size of a drop in draw mode (its meta's `line` = `draw`): nobody buys it (`crate::draw`).
+    pub draw: bool,
 }
 
 /// A queued sale's waiting room, as its meta and state hold it.
@@ -102,6 +104,7 @@ struct ShardRead {
     paused: Option<String>,
     challenge_cost: Option<u32>,
     drop_line: bool,
+    draw: bool,
 }
 
 impl Sales {
@@ -133,6 +136,7 @@ impl Sales {
             paused: home.paused,
             challenge_cost: home.challenge_cost,
             drop_line: home.drop_line,
+            draw: home.draw,
         };
         let others = layout.keys(self.redis.prefix(), sale).split_off(1);
         for (keys, shard) in others.iter().zip(try_join_all(others.iter().map(|k| self.read_shard(k))).await?) {
@@ -187,6 +191,7 @@ impl Sales {
             paused: field("paused"),
             challenge_cost: number("challenge_cost")?.map(|n| n.clamp(1, i64::from(u32::MAX)) as u32),
             drop_line: field("line").as_deref() == Some("drop"),
+            draw: field("line").as_deref() == Some("draw"),
             queue: match (number("queue_opens_at_ms")?, number("queue_rate")?, field("queue_seed")) {
                 (Some(opens_at_ms), Some(rate), Some(seed)) => {
                     Some(QueueState { opens_at_ms, rate: rate.clamp(0, i64::from(u32::MAX)) as u32, seed })

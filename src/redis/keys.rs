@@ -187,6 +187,14 @@ pub struct DropKeys {
     pub line_meta: String,
     /// Hash: the line's shuffle seed and admission progress (`lua/admit.lua`'s state).
     pub line_state: String,
+    /// Hash: a draw's meta (`lua/drop_seed.lua`): `opens_at_ms`, `closes_at_ms`, `per_buyer`,
+    /// `sizes` (short names, comma-joined), `commitment`, `waitlist`, `state`, `challenge_cost`.
+    pub draw: String,
+    /// Hash: a draw's entries, buyer -> `"<sizes comma-joined> <quantity> <entered_ms>"`
+    /// (`lua/draw_enter.lua`); one field per entrant, gone with the drop.
+    pub entries: String,
+    /// Stream: the accepted entries not yet in Postgres (the worker copies and trims them).
+    pub entry_stream: String,
 }
 
 impl DropKeys {
@@ -198,6 +206,9 @@ impl DropKeys {
             sales: format!("{group}:sales"),
             line_meta: format!("{group}:line:meta"),
             line_state: format!("{group}:line:queue:state"),
+            draw: format!("{group}:draw"),
+            entries: format!("{group}:draw:entries"),
+            entry_stream: format!("{group}:draw:stream"),
         }
     }
 }
@@ -270,6 +281,12 @@ pub fn events_channel(prefix: &str) -> String {
 /// seed, so no sale can take orders without its stream being known.
 pub fn sales_registry_key(prefix: &str) -> String {
     format!("{prefix}:sales")
+}
+
+/// The set of every drop seeded in draw mode: the entry streams the workers read. Written before
+/// the draw's seed, so no entry is accepted without its stream being known.
+pub fn draws_registry_key(prefix: &str) -> String {
+    format!("{prefix}:draws")
 }
 
 /// The set of every shard k >= 1 of every sharded sale, as `<sale id>:<suffix>`: with the sales
@@ -386,7 +403,7 @@ mod tests {
         let size = SaleKeys::new("seckill", &SaleId::parse("shoe.9").unwrap());
         assert_eq!((drop.meta.as_str(), drop.sales.as_str()), (size.group_meta.as_str(), size.group_sales.as_str()));
         assert_eq!(drop.line_meta, "seckill:{group:shoe}:line:meta");
-        for key in [&drop.line_meta, &drop.line_state] {
+        for key in [&drop.line_meta, &drop.line_state, &drop.draw, &drop.entries, &drop.entry_stream] {
             assert_eq!(hash_tag(key), "group:shoe", "{key}");
         }
     }

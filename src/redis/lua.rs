@@ -105,6 +105,9 @@ pub static DROP_CONTROL: LazyLock<Script> = LazyLock::new(|| Script::new(include
 /// `lua/drop_restock.lua`: change several sizes' stock at once, all or nothing.
 pub static DROP_RESTOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/drop_restock.lua")));
 
+/// `lua/draw_enter.lua`: a buyer's one entry in a drop's draw (the entry kept and streamed).
+pub static DRAW_ENTER: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/draw_enter.lua")));
+
 /// `lua/held_floor.lua`: raise buyers' units held in a group to what Postgres holds.
 pub static HELD_FLOOR: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/held_floor.lua")));
 /// `lua/restore.lua`: put buyers Postgres holds and Redis lost back, stock lowered to match.

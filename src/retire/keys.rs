@@ -8,10 +8,10 @@
 
 use redis::RedisResult;
 
-use crate::domain::SaleId;
+use crate::domain::{DropId, SaleId};
 use crate::redis::PAGE;
 use crate::redis::connection::SharedConnection;
-use crate::redis::keys::SaleKeys;
+use crate::redis::keys::{DropKeys, SaleKeys, draws_registry_key};
 
 /// What removing one sale's keys took away.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +71,30 @@ pub async fn leave_group(con: &mut SharedConnection, sale: &SaleId, keys: &SaleK
                 let _: i64 = redis::cmd("DEL").arg(key).query_async(con).await?;
             }
         }
+        if let (Some(group), Some(base)) = (sale.group(), group_meta.strip_suffix(":meta")) {
+            leave_draw(con, group, base).await?;
+        }
         let _: i64 = redis::cmd("DEL").arg(group_meta).query_async(con).await?;
+    }
+    Ok(())
+}
+
+/// A retired drop's draw (`crate::draw`), if it had one: its entries hash (drained in pages), meta
+/// and entry stream go, and the registry forgets it, once the worker stored every entry (an
+/// empty stream: it trims what it committed). Entries still queued keep it all for a later
+/// retirement of the drop to finish (logged).
+async fn leave_draw(con: &mut SharedConnection, group: &str, base: &str) -> RedisResult<()> {
+    let (Some((prefix, _)), Ok(drop)) = (base.split_once(":{group:"), DropId::parse(group)) else { return Ok(()) };
+    let keys = DropKeys::new(prefix, &drop);
+    let queued: u64 = redis::cmd("XLEN").arg(&keys.entry_stream).query_async(con).await?;
+    if queued > 0 {
+        tracing::warn!(drop_id = group, queued, "draw entries not yet stored: the draw's keys are kept");
+        return Ok(());
+    }
+    let _: i64 = redis::cmd("SREM").arg(draws_registry_key(prefix)).arg(group).query_async(con).await?;
+    drain_hash(con, &keys.entries).await?;
+    for key in [&keys.draw, &keys.entry_stream] {
+        let _: i64 = redis::cmd("DEL").arg(key).query_async(con).await?;
     }
     Ok(())
 }

@@ -139,6 +139,7 @@ impl Shop {
             BuyOutcome::NotStarted => Err(Error::SaleNotStarted),
             BuyOutcome::Ended => Err(Error::SaleEnded),
             BuyOutcome::Paused => Err(Error::SalePaused),
+            BuyOutcome::DrawOnly => Err(Error::DrawOnly),
             BuyOutcome::AlreadyPurchased(receipt) => Err(self.already_purchased(sale, user, receipt).await?),
             BuyOutcome::ChallengeRequired => {
                 self.challenges.learn_asked(sale);

@@ -24,7 +24,14 @@ impl Shop {
                     self.challenges.learn_asked(sale);
                     cost
                 }
-                LineId::Drop(_) => self.door(line, client, &mut meter).await?.ok_or(Error::NoChallenge)?,
+                // A drop in draw mode has no line: its entries ask the draw's proof of work.
+                LineId::Drop(drop) => match self.door(line, client, &mut meter).await {
+                    Err(Error::NotQueued) => crate::draw::entries::info(self.sales.keyspace(), drop)
+                        .await?
+                        .and_then(|draw| draw.challenge_cost)
+                        .ok_or(Error::NoChallenge)?,
+                    cost => cost?.ok_or(Error::NoChallenge)?,
+                },
             };
             meter.check(self.sales.keyspace(), client, user, &line.limited_as()).await?;
             let issued = self.challenges.issue(&line.tag(), user, client, cost).await?;

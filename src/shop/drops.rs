@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde_json::json;
 use time::OffsetDateTime;
 
+use super::DrawOrder;
 use super::admin::SaleReport;
 use super::controls::checked_reason;
 use super::limits::Meter;
@@ -19,6 +20,7 @@ use crate::controls::Switch;
 use crate::controls::audit::{self, Entry};
 use crate::db;
 use crate::domain::{DropId, SaleId, ms_to_time};
+use crate::draw::entries::{self as draw_entries, DrawInfo, store as draw_store};
 use crate::drops::{self, DropRestock, DropSeed, DropSpec, MAX_SIZES, NotSwitched, store};
 use crate::purchase::board::Snapshot;
 use crate::reservations::store as reservations_store;
@@ -39,6 +41,8 @@ pub struct DropOrder {
     pub waiting_room: Option<(OffsetDateTime, u32)>,
     /// The proof of work (`Some(0)`: none); `None`: `SECKILL_CHALLENGE_COST`'s.
     pub challenge: Option<u32>,
+    /// Draw mode: entries for a window instead of purchases (`crate::draw`).
+    pub draw: Option<DrawOrder>,
 }
 
 /// A drop whole, as the operator reads it: each size's report (Redis's state, Postgres's counts)
@@ -48,6 +52,8 @@ pub struct DropReport {
     pub drop: DropId,
     pub sizes: Vec<(String, SaleReport)>,
     pub server_time_ms: i64,
+    /// The drop's draw, in draw mode.
+    pub draw: Option<DrawInfo>,
 }
 
 /// A drop whole, as the public reads it: each size's snapshot (this instance's, at most 200 ms
@@ -56,6 +62,8 @@ pub struct DropReport {
 pub struct DropView {
     pub drop: DropId,
     pub sizes: Vec<(String, Arc<Snapshot>)>,
+    /// The drop's draw, in draw mode (read afresh: its entries' count moves).
+    pub draw: Option<DrawInfo>,
 }
 
 impl Shop {
@@ -65,7 +73,7 @@ impl Shop {
     /// and setting until the drop has a buyer; it may not remove a size, nor re-seed a drop with
     /// buyers (`drop_in_progress`), nor take over a group seeded sale by sale (`not_a_drop`).
     pub async fn seed_drop(&self, drop: &DropId, order: DropOrder, actor: Option<&str>) -> Result<DropReport, Error> {
-        let DropOrder { sizes, per_buyer, starts_at, ends_at, payment_window, waiting_room, challenge } = order;
+        let DropOrder { sizes, per_buyer, starts_at, ends_at, payment_window, waiting_room, challenge, draw } = order;
         if sizes.is_empty() || sizes.len() > MAX_SIZES {
             return Err(Error::Invalid(format!("sizes must name 1 to {MAX_SIZES} sizes")));
         }
@@ -82,6 +90,11 @@ impl Shop {
         let payment_window_ms = window.map(|w| w.as_millis() as i64);
         let challenge_cost = Some(self.checked_challenge(challenge)?).filter(|&c| c > 0);
         let line = self.checked_queue("waiting_room", waiting_room, starts_at)?;
+        let stock = sizes.iter().map(|(_, stock)| stock).sum();
+        let draw = match draw {
+            Some(draw) => Some(self.checked_draw(drop, draw, (line.is_some(), payment_window_ms, stock)).await?),
+            None => None,
+        };
         let spec = DropSpec {
             sizes,
             starts_at_ms: starts_at.map(to_ms),
@@ -90,6 +103,7 @@ impl Shop {
             per_buyer,
             challenge_cost,
             line,
+            draw: draw.as_ref().map(|(_, draw)| draw.clone()),
         };
         for (sale, _) in &spec.sizes {
             if db::sale_retired(&self.pool, sale.as_str()).await? == Some(true) {
@@ -120,6 +134,9 @@ impl Shop {
         }
         let row = store::DropRow { per_buyer, starts_at, ends_at, payment_window_ms, line, challenge_cost };
         store::upsert(&mut tx, drop, &row).await?;
+        if let Some((row, _)) = &draw {
+            draw_store::upsert(&mut tx, drop, row).await?;
+        }
         match drops::seed(&self.sales, drop, &spec).await? {
             DropSeed::Seeded => {}
             DropSeed::NotADrop => return Err(Error::NotADrop),
@@ -134,6 +151,8 @@ impl Shop {
             "payment_window_ms": payment_window_ms,
             "waiting_room_rate": line.map(|l| l.rate),
             "challenge_cost": challenge_cost,
+            "draw": spec.draw.as_ref().map(|d| json!({"opens_at_ms": d.opens_at_ms, "closes_at_ms": d.closes_at_ms,
+                "commitment": d.commitment, "waitlist": d.waitlist})),
         });
         audit::record_drop(&mut tx, drop, "drop_seed", None, &effect, actor).await?;
         tx.commit().await?;
@@ -166,7 +185,8 @@ impl Shop {
                 Some((size, SaleReport { redis: redis?, sale, persisted, tally }))
             })
             .collect();
-        Ok(DropReport { drop: drop.clone(), sizes, server_time_ms: secs * 1000 + micros / 1000 })
+        let draw = draw_entries::info(self.sales.keyspace(), drop).await?;
+        Ok(DropReport { drop: drop.clone(), sizes, server_time_ms: secs * 1000 + micros / 1000, draw })
     }
 
     /// The drop whole, from this instance's snapshots of its sizes (no Redis read for a made-up
@@ -187,7 +207,11 @@ impl Shop {
         if sizes.is_empty() {
             return Err(Error::UnknownDrop);
         }
-        Ok(DropView { drop: drop.clone(), sizes })
+        let draw = match sizes.iter().any(|(_, snapshot)| snapshot.state.draw) {
+            true => draw_entries::info(self.sales.keyspace(), drop).await?,
+            false => None,
+        };
+        Ok(DropView { drop: drop.clone(), sizes, draw })
     }
 
     /// Turns the drop's one switch: every size and the line in one Redis call (from its answer on

@@ -56,6 +56,24 @@ pub enum Error {
         /// The drop.
         drop: String,
     },
+    /// `draw_only`: the sale is a size of a drop in draw mode; nothing was bought.
+    #[error("this sale is a size of a drop in draw mode: enter the draw with POST /drops/{{drop_id}}/entries")]
+    DrawOnly,
+    /// `not_a_draw`: the drop is not in draw mode (buy its sizes with POST /buy).
+    #[error("this drop is not in draw mode: buy its sizes with POST /buy")]
+    NotADraw,
+    /// `entries_not_open`: the draw's entries open later.
+    #[error("the draw's entries are not open yet")]
+    EntriesNotOpen,
+    /// `entries_closed`: the draw's entries have closed.
+    #[error("the draw's entries have closed")]
+    EntriesClosed,
+    /// `already_entered`: the buyer entered this draw before, with this entry.
+    #[error("this buyer has already entered this draw (one entry per buyer)")]
+    AlreadyEntered(crate::draw::entries::Entry),
+    /// `no_entry`: the buyer has not entered this draw.
+    #[error("this buyer has not entered this draw")]
+    NoEntry,
     /// `sale_not_started`.
     #[error("the sale has not started yet")]
     SaleNotStarted,
@@ -287,6 +305,12 @@ impl Error {
             Self::DropSize => "drop_size",
             Self::DropStock { refusal, .. } => refusal.code(),
             Self::DropLine { .. } => "drop_line",
+            Self::DrawOnly => "draw_only",
+            Self::NotADraw => "not_a_draw",
+            Self::EntriesNotOpen => "entries_not_open",
+            Self::EntriesClosed => "entries_closed",
+            Self::AlreadyEntered(_) => "already_entered",
+            Self::NoEntry => "no_entry",
             Self::SaleNotStarted => "sale_not_started",
             Self::SaleEnded => "sale_ended",
             Self::SalePaused => "sale_paused",

@@ -13,6 +13,7 @@ mod admin;
 mod buy;
 mod challenge;
 mod controls;
+mod draw_entries;
 mod drops;
 mod error;
 mod events;
@@ -46,6 +47,7 @@ use crate::webhooks::Changes;
 
 pub use self::admin::{Readiness, SaleReport, SalesReport, WebhooksReport};
 pub use self::buy::{AdmissionToken, Bought};
+pub use self::draw_entries::{DrawOrder, EntryOrder};
 pub use self::drops::{DropOrder, DropReport, DropView};
 pub use self::error::Error;
 pub use self::exports::Lines as ExportLines;
@@ -59,6 +61,7 @@ pub use crate::admission::{Answer as QueueAnswer, LineId, commitment as seed_com
 pub use crate::challenge::{CHALLENGE_HEADER, DEFAULT_COST as DEFAULT_CHALLENGE_COST, Issued as IssuedChallenge};
 pub use crate::controls::Switch;
 pub use crate::controls::audit::{Entry as AuditEntry, MAX_LISTED as MAX_AUDIT_LISTED, MAX_REASON_CHARS};
+pub use crate::draw::entries::{DrawInfo, Entry as DrawEntry};
 pub use crate::exports::{Format as ExportFormat, STATUSES as ORDER_STATUSES};
 pub use crate::identity::Verifier;
 pub use crate::limiter::client_key;

@@ -146,14 +146,14 @@ fn drop_seed<'a>(
     per_buyer: u32,
 ) -> redis::ScriptInvocation<'a> {
     let mut call = lua::DROP_SEED.key(&drop.meta);
-    call.key(&drop.sales).key(&drop.line_meta).key(&drop.line_state);
+    call.key(&drop.sales).key(&drop.line_meta).key(&drop.line_state).key(&drop.draw);
     for size in keys {
         call.key(&size.meta).key(&size.stock).key(&size.buyers);
     }
     let group = sales[0].group().unwrap();
     call.arg(group).arg("").arg("").arg("").arg(per_buyer).arg("").arg("").arg("").arg("").arg("");
     // A seed (not a repair's restore); the line's stock is unused without a line.
-    call.arg("seed").arg(stocks.iter().sum::<i64>());
+    call.arg("seed").arg(stocks.iter().sum::<i64>()).arg("").arg("").arg("").arg("");
     for (sale, stock) in sales.iter().zip(stocks) {
         call.arg(sale.as_str()).arg(stock);
     }

@@ -211,8 +211,9 @@ async fn the_sale_day_controls_examples_work_as_documented() {
         .iter()
         .map(|id| seckill::redis::keys::SaleKeys::new("seckill", &seckill::domain::SaleId::parse(id).unwrap()))
         .collect();
-    let every: Vec<&str> = [&drop.meta, &drop.sales, &drop.line_meta, &drop.line_state]
+    let every: Vec<&str> = [&drop.meta, &drop.sales, &drop.line_meta, &drop.line_state, &drop.draw]
         .into_iter()
+        .chain([&drop.entries, &drop.entry_stream])
         .chain(sizes.iter().flat_map(|s| [&s.meta, &s.stock, &s.buyers]))
         .map(String::as_str)
         .collect();
@@ -229,6 +230,12 @@ async fn the_sale_day_controls_examples_work_as_documented() {
     assert_eq!(paused, [Some("price typo".into()), Some("price typo".into())], "both sizes at once");
     let restocked: Vec<String> = run("drop_restock.lua").split_whitespace().map(str::to_owned).collect();
     assert_eq!(restocked, ["ok", "5", "5", "2", "2"], "40: 3 + 2; 41: 3 - 1");
+    // A draw's entry, on the same drop put in draw mode with its entries open.
+    let window = [("opens_at_ms", "0"), ("closes_at_ms", "99999999999999"), ("per_buyer", "2"), ("sizes", "40,41")];
+    let _: () = redis.hset_multiple(&drop.draw, &window).await.unwrap();
+    assert_eq!(run("draw_enter.lua").split_whitespace().next(), Some("entered"), "alice entered");
+    let again: Vec<String> = run("draw_enter.lua").split_whitespace().map(str::to_owned).collect();
+    assert_eq!(again[..2], ["duplicate", "41,40"], "once: {again:?}");
     let _: () = redis.del(&every).await.unwrap();
 
     // The repair's floor of the buyers' holdings in the group: raised, never lowered.

@@ -57,6 +57,21 @@ pub struct ErrorBody<'a> {
     /// `insufficient_stock` only: the units left.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stock_left: Option<i64>,
+    /// `already_entered` only: the buyer's entry in the draw, as it was accepted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry: Option<EntryBody>,
+}
+
+/// A buyer's entry in a draw, in an `already_entered` answer.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct EntryBody {
+    /// The sizes wanted, best first.
+    pub sizes: Vec<String>,
+    pub quantity: u32,
+    /// When it was accepted (the Redis server's clock).
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub entered_at: OffsetDateTime,
 }
 
 /// The refusals a crowd gets by the thousand (a sold-out, not yet open, over or unknown sale),
@@ -112,6 +127,14 @@ impl ApiError {
                     E::StockBelowZero { stock_left } => Some(stock_left),
                     _ => None,
                 },
+                _ => None,
+            },
+            entry: match self {
+                Self::Shop(E::AlreadyEntered(entry)) => Some(EntryBody {
+                    sizes: entry.sizes.clone(),
+                    quantity: entry.quantity,
+                    entered_at: ms_to_time(entry.entered_at_ms),
+                }),
                 _ => None,
             },
         }

@@ -103,6 +103,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::UnknownEvent
         | E::UnknownEndpoint
         | E::NoOrder
+        | E::NoEntry
         | E::NotInQueue => StatusCode::NOT_FOUND,
         E::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
         E::SaleNotStarted
@@ -133,6 +134,11 @@ fn status_of(err: &E) -> StatusCode {
         | E::RestockRetired
         | E::NotQueued
         | E::DropLine { .. }
+        | E::DrawOnly
+        | E::NotADraw
+        | E::EntriesNotOpen
+        | E::EntriesClosed
+        | E::AlreadyEntered(_)
         | E::NoChallenge
         | E::StockBelowZero { .. }
         | E::StockTooLarge { .. }

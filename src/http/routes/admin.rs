@@ -208,6 +208,7 @@ impl From<SaleReport> for SaleStatus {
             paused,
             challenge_cost,
             drop_line: _,
+            draw: _,
         } = redis;
         Self {
             group: sale.group().map(str::to_owned),

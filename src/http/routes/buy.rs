@@ -198,6 +198,7 @@ fn outcome_label(outcome: &Result<HttpResponse, ApiError>) -> &'static str {
         Err(ApiError::Shop(E::SaleNotStarted)) => "not_started",
         Err(ApiError::Shop(E::SaleEnded)) => "ended",
         Err(ApiError::Shop(E::SalePaused)) => "paused",
+        Err(ApiError::Shop(E::DrawOnly)) => "draw_only",
         Err(ApiError::Shop(E::RateLimited { .. })) => "rate_limited",
         Err(ApiError::Shop(E::Unavailable(_))) => "unavailable",
         Err(ApiError::Shop(E::OutcomeUnknown { .. })) => "outcome_unknown",

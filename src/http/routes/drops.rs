@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 
 use super::admin::{AdminErrors, SaleStatus};
 use super::controls::{AuditQuery, AuditRecord, ControlRequest, checked_limit, reason_of, records};
+use super::draw_entries::{DrawRequest, DrawView};
 use super::object::Object;
 use super::sales::SalePhase;
 use super::seed::{ChallengeRequest, QueueRequest, integral};
@@ -74,6 +75,12 @@ pub struct DropRequest {
     #[serde(default)]
     #[schema(value_type = Option<ChallengeRequest>)]
     challenge: Option<Object<ChallengeRequest>>,
+    /// Draw mode: buyers enter (`POST /drops/{drop_id}/entries`) from `opens_at` to `closes_at`
+    /// instead of buying (`POST /buy` of a size answers 409 `draw_only`). Needs a payment window;
+    /// no `waiting_room`. The draw's secret seed is drawn at the first seed and kept.
+    #[serde(default)]
+    #[schema(value_type = Option<DrawRequest>)]
+    draw: Option<Object<DrawRequest>>,
 }
 
 /// One size of a drop, as a JSON object. Unknown fields are refused.
@@ -110,6 +117,9 @@ pub struct DropStatus {
     /// The Redis server's clock at the read (the sizes' states are at it).
     #[serde(with = "time::serde::rfc3339")]
     pub server_time: OffsetDateTime,
+    /// The draw, for a drop in draw mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draw: Option<DrawView>,
 }
 
 /// One size of a drop, as the operator reads it.
@@ -147,6 +157,9 @@ pub struct PublicDrop {
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     pub server_time: OffsetDateTime,
+    /// The draw, for a drop in draw mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draw: Option<DrawView>,
 }
 
 /// One size of a drop, as the public reads it.
@@ -178,7 +191,7 @@ fn drop_of(raw: &str) -> Result<DropId, ApiError> {
 }
 
 impl From<DropReport> for DropStatus {
-    fn from(DropReport { drop, sizes, server_time_ms }: DropReport) -> Self {
+    fn from(DropReport { drop, sizes, server_time_ms, draw }: DropReport) -> Self {
         let mut totals = DropTotals { units_reserved: Some(0), units_paid: Some(0), ..DropTotals::default() };
         let sizes = sizes
             .into_iter()
@@ -193,12 +206,13 @@ impl From<DropReport> for DropStatus {
                 DropSize { size, state, sale }
             })
             .collect();
-        Self { drop_id: drop.to_string(), sizes, totals, server_time: ms_to_time(server_time_ms) }
+        let draw = draw.map(|draw| DrawView::at(draw, server_time_ms));
+        Self { drop_id: drop.to_string(), sizes, totals, server_time: ms_to_time(server_time_ms), draw }
     }
 }
 
 impl From<DropView> for PublicDrop {
-    fn from(DropView { drop, sizes }: DropView) -> Self {
+    fn from(DropView { drop, sizes, draw }: DropView) -> Self {
         let now = sizes.iter().map(|(_, snapshot)| snapshot.server_time_ms()).max().unwrap_or_default();
         let per_buyer = sizes.first().map_or(1, |(_, snapshot)| snapshot.state.per_buyer);
         let sizes: Vec<PublicSize> = sizes
@@ -223,6 +237,7 @@ impl From<DropView> for PublicDrop {
             stock_left: sizes.iter().map(|s| s.stock_left).sum(),
             sizes,
             server_time: ms_to_time(now),
+            draw: draw.map(|draw| DrawView::at(draw, now)),
         }
     }
 }
@@ -256,7 +271,7 @@ pub async fn seed(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let drop = drop_of(&path)?;
-    let DropRequest { sizes, per_buyer, starts_at, ends_at, payment_window, waiting_room, challenge } =
+    let DropRequest { sizes, per_buyer, starts_at, ends_at, payment_window, waiting_room, challenge, draw } =
         body.into_inner().0;
     let order = DropOrder {
         sizes: sizes.into_iter().map(|(size, Object(SizeRequest { stock }))| (size, stock)).collect(),
@@ -266,6 +281,7 @@ pub async fn seed(
         payment_window,
         waiting_room: waiting_room.map(QueueRequest::pair),
         challenge: challenge.map(ChallengeRequest::cost),
+        draw: draw.map(DrawRequest::order),
     };
     let report = state.shop.seed_drop(&drop, order, operator.actor()).await?;
     Ok(HttpResponse::Ok().json(DropStatus::from(report)))

@@ -11,6 +11,7 @@ mod buy;
 mod buyer_page;
 mod challenge;
 mod controls;
+mod draw_entries;
 mod drop_page;
 mod drops;
 mod events;
@@ -104,6 +105,16 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
                 .route(read().to(queue::drop_standing))
                 .route(web::post().to(queue::drop_join))
                 .default_service(allow("GET, HEAD, POST")),
+        )
+        .service(
+            web::resource("/drops/{drop_id}/entries")
+                .route(web::post().to(draw_entries::enter))
+                .default_service(allow("POST")),
+        )
+        .service(
+            web::resource("/drops/{drop_id}/entry")
+                .route(read().to(draw_entries::entry))
+                .default_service(allow("GET, HEAD")),
         )
         .service(
             web::resource("/drops/{drop_id}/challenge")

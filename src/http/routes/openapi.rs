@@ -10,8 +10,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    admin, admin_page, buy, buyer_page, challenge, controls, drop_page, drops, events, exports, favicon, health,
-    order_actions, payments, queue, reconcile, retire, sales, seed, webhooks,
+    admin, admin_page, buy, buyer_page, challenge, controls, draw_entries, drop_page, drops, events, exports, favicon,
+    health, order_actions, payments, queue, reconcile, retire, sales, seed, webhooks,
 };
 use crate::http::AppState;
 
@@ -30,6 +30,8 @@ use crate::http::AppState;
         queue::drop_join,
         queue::drop_standing,
         challenge::drop_challenge,
+        draw_entries::enter,
+        draw_entries::entry,
         challenge::worker,
         payments::event,
         buyer_page::home,
@@ -78,6 +80,7 @@ use crate::http::AppState;
         (name = "purchase", description = "Buying"),
         (name = "waiting room", description = "A queued sale's line: join before the start, poll your place, buy once \
             admitted"),
+        (name = "draw", description = "A drop in draw mode: enter once while entries are open, read your entry"),
         (name = "payments", description = "The shop's payment system: signed payment events that settle reservations"),
         (name = "buyer", description = "The buyer page: countdown, stock, Buy, the order's status"),
         (name = "admin", description = "Seeding, inspecting, pausing, restocking and retiring sales, their audit \
@@ -129,13 +132,15 @@ pub async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
 /// The document, with `user_id` required where the body or query names the buyer.
 fn document(user_id_required: bool) -> Bytes {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
-    if user_id_required && let Some(required) = doc["components"]["schemas"]["BuyRequest"]["required"].as_array_mut() {
-        required.push("user_id".into());
+    for body in ["BuyRequest", "EntryRequest"] {
+        if user_id_required && let Some(required) = doc["components"]["schemas"][body]["required"].as_array_mut() {
+            required.push("user_id".into());
+        }
     }
-    for method in ["get", "delete"] {
-        if user_id_required
-            && let Some(params) = doc["paths"]["/sales/{sale_id}/order"][method]["parameters"].as_array_mut()
-        {
+    for (path, method) in
+        [("/sales/{sale_id}/order", "get"), ("/sales/{sale_id}/order", "delete"), ("/drops/{drop_id}/entry", "get")]
+    {
+        if user_id_required && let Some(params) = doc["paths"][path][method]["parameters"].as_array_mut() {
             params.iter_mut().filter(|p| p["name"] == "user_id").for_each(|p| p["required"] = true.into());
         }
     }

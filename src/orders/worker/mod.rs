@@ -1,5 +1,7 @@
 //! The order worker: reads every sale's order stream with a consumer group, writes each batch to
 //! Postgres in one idempotent statement, and acknowledges (XACK, then `lua/trim.lua`) only after the commit.
+//! Every draw's entry stream (`crate::draw::entries`) is read, claimed and acknowledged alike, its
+//! entries written to `draw_entries` once (`entries`).
 //!
 //! Nothing is acknowledged early, so a crash at any point leaves the batch pending: this consumer
 //! re-reads its own pending entries when it restarts (or after an error), and any other consumer
@@ -12,6 +14,7 @@
 //! until the next survey instead of failing the step. Consumers idle past the claim timeout with
 //! nothing pending are removed (`lua/prune_consumers.lua`).
 
+mod entries;
 mod reads;
 mod survey;
 
@@ -27,7 +30,7 @@ use tracing::Instrument;
 
 use super::streams::{StreamHealth, StreamState};
 use crate::db;
-use crate::domain::SaleId;
+use crate::domain::{DropId, SaleId};
 use crate::metrics::Metrics;
 use crate::purchase::Sales;
 use crate::redis::Keyspace;
@@ -94,6 +97,8 @@ pub struct WorkerStats {
     pub malformed: u64,
     /// Entries claimed from a consumer presumed dead.
     pub reclaimed: u64,
+    /// Draw entries written to Postgres (a redelivered one is not counted).
+    pub draw_entries: u64,
 }
 
 /// One consumer of the order streams.
@@ -274,7 +279,13 @@ impl Worker {
         self.persist_batch(batches).instrument(span).await
     }
 
-    async fn persist_batch(&mut self, mut batches: Vec<(String, Vec<StreamId>)>) -> anyhow::Result<StepOutcome> {
+    async fn persist_batch(&mut self, batches: Vec<(String, Vec<StreamId>)>) -> anyhow::Result<StepOutcome> {
+        let (entries, mut batches): (Vec<_>, Vec<_>) =
+            batches.into_iter().partition(|(stream, _)| self.streams.get(stream).is_some_and(|t| t.draw.is_some()));
+        let entered = self.persist_entries(entries).await?;
+        if batches.is_empty() {
+            return Ok(StepOutcome::Processed { entries: entered });
+        }
         // An entry's sale is its stream's. Entries of a stream not tracked (none are read) stay
         // pending, never acknowledged.
         batches.retain(|(stream, ids)| {
@@ -356,14 +367,17 @@ impl Worker {
                 Err(err) => self.suspect(stream, &err),
             }
         }
-        Ok(StepOutcome::Processed { entries })
+        Ok(StepOutcome::Processed { entries: entries + entered })
     }
 }
 
 /// One registered stream as the worker knows it.
 #[derive(Debug, Clone)]
 struct Tracked {
+    /// The stream's sale; a draw's entry stream's: its drop's id, as the reports name it.
     sale: SaleId,
+    /// A draw's entry stream: its drop.
+    draw: Option<DropId>,
     /// The sale's meta key (shard 0's for every shard): gone means the sale is lost.
     meta: String,
     /// `None` until the first survey.
@@ -376,6 +390,6 @@ struct Tracked {
 
 impl Tracked {
     fn new(sale: SaleId, meta: String) -> Self {
-        Self { sale, meta, state: None, detail: String::new(), readable: false, suspect: None }
+        Self { sale, draw: None, meta, state: None, detail: String::new(), readable: false, suspect: None }
     }
 }

@@ -30,7 +30,7 @@ impl Worker {
         let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
         // Per sale: orders queued in all its shards, and the age of the oldest.
         let mut queues: HashMap<&SaleId, (i64, f64)> = HashMap::new();
-        for (stream, tracked) in self.streams.iter().filter(|(_, t)| t.readable) {
+        for (stream, tracked) in self.streams.iter().filter(|(_, t)| t.readable && t.draw.is_none()) {
             let mut con = self.redis.clone();
             let Ok(length) = redis::cmd("XLEN").arg(stream).query_async::<i64>(&mut con).await else { continue };
             let Ok(oldest) = redis::cmd("XRANGE")

@@ -4,6 +4,7 @@
 //! pruning dead consumers.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -36,9 +37,10 @@ impl Worker {
         }
         let listed: HashMap<String, SaleId> =
             queue::streams(&self.sales).await.context("listing sales")?.into_iter().collect();
+        let draws = self.draw_streams().await?;
         let mut dropped = Vec::new();
         self.streams.retain(|key, tracked| {
-            let keep = listed.contains_key(key);
+            let keep = listed.contains_key(key) || draws.contains_key(key);
             if !keep {
                 dropped.push(tracked.sale.clone());
             }
@@ -53,6 +55,12 @@ impl Worker {
             if !self.streams.contains_key(&key) {
                 let meta = self.sales.keyspace().sale_keys(&sale).meta;
                 self.streams.insert(key, Tracked::new(sale, meta));
+                self.next_survey_at = Instant::now();
+            }
+        }
+        for (key, tracked) in draws {
+            if let Entry::Vacant(slot) = self.streams.entry(key) {
+                slot.insert(tracked);
                 self.next_survey_at = Instant::now();
             }
         }

@@ -1,0 +1,306 @@
+//! A drop in draw mode, its entries side: seeded with an entry window (`draw` of `PUT
+//! /admin/drops/{drop}`), entered once per buyer (`POST /drops/{drop}/entries`), read back (`GET
+//! /drops/{drop}/entry`), never bought (`draw_only`), and every accepted entry in Postgres once.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::AsyncCommands;
+use redis::streams::{StreamReadOptions, StreamReadReply};
+use seckill::domain::DropId;
+use seckill::orders::worker::StepOutcome;
+use seckill::redis::keys::DropKeys;
+use seckill::redis::order_stream::CONSUMER_GROUP;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::common::drops::new_drop_id;
+use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, spawn_app, spawn_app_with, spawn_instance_of};
+
+/// RFC 3339 of now plus `seconds`.
+fn at(seconds: i64) -> String {
+    (OffsetDateTime::now_utc() + time::Duration::seconds(seconds)).format(&Rfc3339).unwrap()
+}
+
+/// `PUT /admin/drops/{drop}` of sizes 41, 42 and 43 (5 each, 2 per buyer, a payment window) with
+/// `draw`; the answer.
+async fn put_draw(app: &TestApp, drop: &str, draw: Value) -> reqwest::Response {
+    let sizes = json!({"41": {"stock": 5}, "42": {"stock": 5}, "43": {"stock": 5}});
+    let body = json!({"sizes": sizes, "per_buyer": 2, "payment_window": "10m", "challenge": {"cost": 0}, "draw": draw});
+    let url = app.url(&format!("/admin/drops/{drop}"));
+    app.client.put(url).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap()
+}
+
+/// A fresh drop whose entries opened a minute ago and close in an hour.
+async fn open_draw(app: &TestApp) -> String {
+    let drop = new_drop_id();
+    let response = put_draw(app, &drop, json!({"opens_at": at(-60), "closes_at": at(3600)})).await;
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    drop
+}
+
+async fn enter(app: &TestApp, drop: &str, body: Value) -> reqwest::Response {
+    app.client.post(app.url(&format!("/drops/{drop}/entries"))).json(&body).send().await.unwrap()
+}
+
+fn keys(app: &TestApp, drop: &str) -> DropKeys {
+    DropKeys::new(&app.config.key_prefix, &DropId::parse(drop).unwrap())
+}
+
+/// Entries Redis holds: the hash's and the stream's lengths.
+async fn in_redis(app: &TestApp, drop: &str) -> (i64, i64) {
+    let keys = keys(app, drop);
+    let hash: i64 = app.redis.clone().hlen(&keys.entries).await.unwrap();
+    let stream: i64 = app.redis.clone().xlen(&keys.entry_stream).await.unwrap();
+    (hash, stream)
+}
+
+async fn stored(app: &TestApp, drop: &str) -> i64 {
+    sqlx::query_scalar("select count(*) from draw_entries where drop_id = $1")
+        .bind(drop)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
+/// Waits until Postgres holds `n` entries of the drop (the worker copies them).
+async fn wait_stored(app: &TestApp, drop: &str, n: i64) {
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    while stored(app, drop).await != n {
+        assert!(tokio::time::Instant::now() < until, "Postgres holds {} entries, not {n}", stored(app, drop).await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn public(app: &TestApp, drop: &str) -> Value {
+    app.client.get(app.url(&format!("/drops/{drop}"))).send().await.unwrap().json().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_buyer_enters_once_reads_the_entry_back_and_it_reaches_postgres() {
+    let app = spawn_app().await;
+    let drop = open_draw(&app).await;
+    let response = enter(&app, &drop, json!({"sizes": ["42", "41"], "quantity": 2, "user_id": "ann"})).await;
+    assert_eq!(response.status(), 201);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!((&body["drop_id"], &body["sizes"], &body["quantity"]), (&json!(drop), &json!(["42", "41"]), &json!(2)));
+    assert_eq!(body["state"], "entered");
+    let entered_at = body["entered_at"].as_str().unwrap().to_owned();
+
+    let url = app.url(&format!("/drops/{drop}/entry"));
+    let read: Value = app.client.get(&url).query(&[("user_id", "ann")]).send().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        (&read["sizes"], &read["state"], &read["entered_at"]),
+        (&body["sizes"], &body["state"], &json!(entered_at))
+    );
+    assert_error(app.client.get(&url).query(&[("user_id", "bob")]).send().await.unwrap(), 404, "no_entry").await;
+
+    let again = enter(&app, &drop, json!({"sizes": ["43"], "user_id": "ann"})).await;
+    assert_eq!(again.status(), 409);
+    let refused: Value = again.json().await.unwrap();
+    assert_eq!(refused["error"], "already_entered");
+    assert_eq!(
+        (&refused["entry"]["sizes"], &refused["entry"]["entered_at"]),
+        (&json!(["42", "41"]), &json!(entered_at))
+    );
+
+    let view = public(&app, &drop).await;
+    assert_eq!((&view["draw"]["state"], &view["draw"]["entries"]), (&json!("open"), &json!(1)), "{view}");
+    let admin: Value = app
+        .client
+        .get(app.url(&format!("/admin/drops/{drop}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(admin["draw"]["commitment"], view["draw"]["commitment"]);
+    // The commitment is the SHA-256 of the secret seed Postgres keeps (never shown before the draw).
+    let (seed, commitment): (String, String) = sqlx::query_as("select seed, commitment from draws where drop_id = $1")
+        .bind(&drop)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(commitment, seckill::shop::seed_commitment(&seed));
+    assert_eq!(view["draw"]["commitment"], commitment);
+    assert!(!view.to_string().contains(&seed), "the seed stays secret");
+    wait_stored(&app, &drop, 1).await;
+
+    // A re-seed keeps the seed and its commitment.
+    let response = put_draw(&app, &drop, json!({"opens_at": at(-60), "closes_at": at(7200)})).await;
+    assert_eq!(response.status(), 200);
+    let kept: String =
+        sqlx::query_scalar("select seed from draws where drop_id = $1").bind(&drop).fetch_one(&app.pool).await.unwrap();
+    assert_eq!(kept, seed);
+}
+
+#[tokio::test]
+async fn five_hundred_parallel_entries_of_one_buyer_make_one_entry() {
+    let app = spawn_app().await;
+    let drop = open_draw(&app).await;
+    let statuses: Vec<(u16, String)> = futures::stream::iter(0..500)
+        .map(|_| async {
+            let response = enter(&app, &drop, json!({"sizes": ["41"], "user_id": "ann"})).await;
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap();
+            (status, body["error"].as_str().unwrap_or_default().to_owned())
+        })
+        .buffer_unordered(100)
+        .collect()
+        .await;
+    assert_eq!(statuses.iter().filter(|(s, _)| *s == 201).count(), 1);
+    assert_eq!(statuses.iter().filter(|(s, e)| *s == 409 && e == "already_entered").count(), 499);
+    assert_eq!(in_redis(&app, &drop).await.0, 1);
+    wait_stored(&app, &drop, 1).await;
+}
+
+#[tokio::test]
+async fn entries_are_refused_before_the_window_and_after_it() {
+    let app = spawn_app().await;
+    let upcoming = new_drop_id();
+    assert_eq!(put_draw(&app, &upcoming, json!({"opens_at": at(3600), "closes_at": at(7200)})).await.status(), 200);
+    let response = enter(&app, &upcoming, json!({"sizes": ["41"], "user_id": "ann"})).await;
+    assert_error(response, 409, "entries_not_open").await;
+    assert_eq!(public(&app, &upcoming).await["draw"]["state"], "upcoming");
+
+    let over = new_drop_id();
+    assert_eq!(put_draw(&app, &over, json!({"opens_at": at(-7200), "closes_at": at(-3600)})).await.status(), 200);
+    assert_error(enter(&app, &over, json!({"sizes": ["41"], "user_id": "ann"})).await, 409, "entries_closed").await;
+    assert_eq!(public(&app, &over).await["draw"]["state"], "closed");
+    assert_eq!((in_redis(&app, &upcoming).await, in_redis(&app, &over).await), ((0, 0), (0, 0)));
+}
+
+#[tokio::test]
+async fn bad_entries_are_refused_and_store_nothing() {
+    let app = spawn_app().await;
+    let drop = open_draw(&app).await;
+    let seven: Vec<String> = (0..7).map(|i| format!("s{i}")).collect();
+    let bad = [
+        json!({"sizes": ["44"], "user_id": "ann"}),
+        json!({"sizes": ["41", "41"], "user_id": "ann"}),
+        json!({"sizes": ["41"], "quantity": 0, "user_id": "ann"}),
+        json!({"sizes": ["41"], "quantity": 3, "user_id": "ann"}),
+        json!({"sizes": seven, "user_id": "ann"}),
+        json!({"sizes": [], "user_id": "ann"}),
+        json!({"sizes": ["4 1"], "user_id": "ann"}),
+        json!({"sizes": ["x".repeat(3000)], "user_id": "ann"}),
+        json!({"sizes": ["41"], "user_id": "ann", "extra": 1}),
+        json!({"sizes": ["41"]}),
+        json!(["41"]),
+    ];
+    for body in bad {
+        let response = enter(&app, &drop, body.clone()).await;
+        let status = response.status().as_u16();
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!((status, answer["error"].as_str()), (400, Some("invalid_request")), "{body}: {answer}");
+    }
+    let huge = json!({"sizes": ["41"], "user_id": "x".repeat(5000)});
+    assert_error(enter(&app, &drop, huge).await, 413, "payload_too_large").await;
+    assert_eq!(in_redis(&app, &drop).await, (0, 0), "nothing stored");
+    assert_error(enter(&app, &new_drop_id(), json!({"sizes": ["41"], "user_id": "ann"})).await, 404, "unknown_drop")
+        .await;
+    let plain = crate::common::drops::seed_drop_sizes(&app, &["41"], 5, 1).await;
+    assert_error(enter(&app, &plain, json!({"sizes": ["41"], "user_id": "ann"})).await, 409, "not_a_draw").await;
+}
+
+#[tokio::test]
+async fn a_size_of_a_draw_is_never_bought() {
+    let app = spawn_app().await;
+    let drop = open_draw(&app).await;
+    let body = json!({"sale_id": format!("{drop}.41"), "user_id": "ann"});
+    assert_error(app.client.post(app.url("/buy")).json(&body).send().await.unwrap(), 409, "draw_only").await;
+    let status = app.status(&format!("{drop}.41")).await;
+    assert_eq!((status.stock_left, status.sold), (5, 0), "nothing sold");
+}
+
+#[tokio::test]
+async fn a_draw_needs_a_payment_window_no_line_and_an_ordered_window() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    let url = app.url(&format!("/admin/drops/{drop}"));
+    let draw = json!({"opens_at": at(-60), "closes_at": at(3600)});
+    let seed = |body: Value| app.client.put(&url).bearer_auth(ADMIN_TOKEN).json(&body).send();
+    let sizes = json!({"41": {"stock": 5}});
+    let no_window = seed(json!({"sizes": sizes, "draw": draw})).await.unwrap();
+    let answer: Value = no_window.json().await.unwrap();
+    assert_eq!(answer["error"], "invalid_request");
+    assert!(answer["message"].as_str().unwrap().contains("payment_window"), "{answer}");
+    let line = json!({"opens_at": at(-60), "rate": 10});
+    let with_line =
+        seed(json!({"sizes": sizes, "payment_window": "5m", "starts_at": at(60), "waiting_room": line, "draw": draw}));
+    let answer: Value = with_line.await.unwrap().json().await.unwrap();
+    assert_eq!(answer["error"], "invalid_request");
+    assert!(answer["message"].as_str().unwrap().contains("waiting_room"), "{answer}");
+    let backwards = json!({"opens_at": at(3600), "closes_at": at(-60)});
+    let response = seed(json!({"sizes": sizes, "payment_window": "5m", "draw": backwards})).await.unwrap();
+    assert_error(response, 400, "invalid_request").await;
+    let rows: i64 = sqlx::query_scalar("select count(*) from draws where drop_id = $1")
+        .bind(&drop)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "nothing seeded");
+}
+
+#[tokio::test]
+async fn entries_left_pending_by_a_dead_worker_are_claimed_and_stored_once() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let drop = open_draw(&app).await;
+    for user in ["ann", "bob", "cat", "dan", "eve"] {
+        assert_eq!(enter(&app, &drop, json!({"sizes": ["41", "43"], "user_id": user})).await.status(), 201);
+    }
+    // A worker read the entries and died before its acknowledgement.
+    let stream = keys(&app, &drop).entry_stream;
+    let options = StreamReadOptions::default().group(CONSUMER_GROUP, "dead").count(100);
+    let read: Option<StreamReadReply> = app.redis.clone().xread_options(&[&stream], &[">"], &options).await.unwrap();
+    assert_eq!(read.unwrap().keys[0].ids.len(), 5);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+
+    let mut worker = app.manual_worker("rescuer", Duration::from_millis(20));
+    let mut rounds = 0;
+    while worker.step().await.unwrap() != StepOutcome::Idle || stored(&app, &drop).await < 5 {
+        rounds += 1;
+        assert!(rounds < 100, "the rescuer never stored the entries");
+    }
+    assert_eq!(worker.stats().reclaimed, 5);
+    assert_eq!(worker.stats().draw_entries, 5);
+    assert_eq!(stored(&app, &drop).await, 5);
+    let sizes: Vec<String> =
+        sqlx::query_scalar("select sizes[1] || ',' || sizes[2] from draw_entries where drop_id = $1")
+            .bind(&drop)
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert!(sizes.iter().all(|s| s == "41,43"), "{sizes:?}");
+    assert_eq!(in_redis(&app, &drop).await, (5, 0), "the hash keeps the entries, the stream is trimmed");
+    // A redelivery of stored entries writes nothing again.
+    let again: i64 = sqlx::query_scalar("select count(*) from draw_entries").fetch_one(&app.pool).await.unwrap();
+    assert_eq!(again, 5);
+}
+
+#[tokio::test]
+async fn a_storm_of_distinct_buyers_over_two_instances_is_stored_entry_for_entry() {
+    let app = spawn_app().await;
+    let other = spawn_instance_of(&app).await;
+    let drop = open_draw(&app).await;
+    let created = futures::stream::iter(0..2000)
+        .map(|i| {
+            let (app, other, drop) = (&app, &other, &drop);
+            async move {
+                let instance = if i % 2 == 0 { app } else { other };
+                let sizes = if i % 3 == 0 { json!(["41", "42"]) } else { json!(["43"]) };
+                enter(instance, drop, json!({"sizes": sizes, "user_id": format!("buyer-{i}")})).await.status().as_u16()
+            }
+        })
+        .buffer_unordered(64)
+        .filter(|status| std::future::ready(*status == 201))
+        .count()
+        .await as i64;
+    assert_eq!(created, 2000);
+    assert_eq!(in_redis(&app, &drop).await.0, created);
+    wait_stored(&app, &drop, created).await;
+    assert_eq!(public(&app, &drop).await["draw"]["entries"], created);
+}
