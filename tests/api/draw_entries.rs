@@ -135,6 +135,11 @@ async fn a_buyer_enters_once_reads_the_entry_back_and_it_reaches_postgres() {
     let kept: String =
         sqlx::query_scalar("select seed from draws where drop_id = $1").bind(&drop).fetch_one(&app.pool).await.unwrap();
     assert_eq!(kept, seed);
+    // A drop once in draw mode stays in it.
+    let sizes = json!({"41": {"stock": 5}, "42": {"stock": 5}, "43": {"stock": 5}});
+    let url = app.url(&format!("/admin/drops/{drop}"));
+    let plain = app.client.put(url).bearer_auth(ADMIN_TOKEN).json(&json!({"sizes": sizes})).send().await.unwrap();
+    assert_error(plain, 400, "invalid_request").await;
 }
 
 #[tokio::test]
@@ -303,4 +308,31 @@ async fn a_storm_of_distinct_buyers_over_two_instances_is_stored_entry_for_entry
     assert_eq!(in_redis(&app, &drop).await.0, created);
     wait_stored(&app, &drop, created).await;
     assert_eq!(public(&app, &drop).await["draw"]["entries"], created);
+}
+
+#[tokio::test]
+async fn a_draw_that_asks_a_proof_of_work_takes_one_solution_per_entry() {
+    let app = spawn_app_with(|c| c.challenge.challenge_iterations = 1, true).await;
+    let drop = new_drop_id();
+    let draw = json!({"opens_at": at(-60), "closes_at": at(3600)});
+    let body = json!({"sizes": {"41": {"stock": 5}}, "payment_window": "10m", "challenge": {"cost": 2}, "draw": draw});
+    let url = app.url(&format!("/admin/drops/{drop}"));
+    assert_eq!(app.client.put(url).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap().status(), 200);
+    let entry = json!({"sizes": ["41"], "user_id": "ann"});
+    assert_error(enter(&app, &drop, entry.clone()).await, 403, "challenge_required").await;
+
+    let url = app.url(&format!("/drops/{drop}/challenge"));
+    let response = app.client.get(url).query(&[("user_id", "ann")]).send().await.unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    let view: Value = response.json().await.unwrap();
+    let solved =
+        seckill::challenge::solve::solve(&serde_json::to_vec(&view).unwrap(), Duration::from_secs(60)).unwrap();
+    let post = |body: &Value| {
+        let url = app.url(&format!("/drops/{drop}/entries"));
+        app.client.post(url).header("Seckill-Challenge", solved.header.clone()).json(body).send()
+    };
+    let bob = json!({"sizes": ["41"], "user_id": "bob"});
+    assert_error(post(&bob).await.unwrap(), 403, "challenge_failed").await;
+    assert_eq!(post(&entry).await.unwrap().status(), 201, "ann's own solution");
+    assert_eq!(in_redis(&app, &drop).await, (1, 1));
 }
