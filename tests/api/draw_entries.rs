@@ -336,3 +336,30 @@ async fn a_draw_that_asks_a_proof_of_work_takes_one_solution_per_entry() {
     assert_eq!(post(&entry).await.unwrap().status(), 201, "ann's own solution");
     assert_eq!(in_redis(&app, &drop).await, (1, 1));
 }
+
+#[tokio::test]
+async fn a_draws_keys_go_with_its_drops_last_retired_size_and_postgres_keeps_its_entries() {
+    let app = spawn_app().await;
+    let drop = open_draw(&app).await;
+    for user in ["ann", "bob", "cat"] {
+        assert_eq!(enter(&app, &drop, json!({"sizes": ["42"], "user_id": user})).await.status(), 201);
+    }
+    wait_stored(&app, &drop, 3).await;
+    let url = app.url(&format!("/admin/drops/{drop}/end"));
+    assert_eq!(app.client.post(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap().status(), 200);
+    let keys = keys(&app, &drop);
+    let exists = async |key: &str| -> bool { app.redis.clone().exists(key).await.unwrap() };
+    for size in ["41", "42", "43"] {
+        assert!(exists(&keys.entries).await, "the draw lives on until the last size goes");
+        let url = app.url(&format!("/admin/sales/{drop}.{size}"));
+        let response = app.client.delete(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+        assert_eq!(response.status(), 200, "retire {size}: {}", response.text().await.unwrap());
+    }
+    for key in [&keys.draw, &keys.entries, &keys.entry_stream] {
+        assert!(!exists(key).await, "{key} outlived the drop");
+    }
+    let registry = seckill::redis::keys::draws_registry_key(&app.config.key_prefix);
+    let registered: bool = app.redis.clone().sismember(&registry, &drop).await.unwrap();
+    assert!(!registered, "the workers stop reading its stream");
+    assert_eq!(stored(&app, &drop).await, 3);
+}
