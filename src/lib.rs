@@ -66,8 +66,9 @@
 //!    - [`controls`]: sale-day controls, their Redis side: the kill switch (pause, resume, end now:
 //!      `lua/control.lua`, read by the purchase script in its own call) and stock on the fly
 //!      (`lua/restock.lua`); the operators' audit trail in Postgres (`audit`).
-//!    - [`draw`]: a drop in draw mode, its entries (`entries`: a buyer's one entry, `lua/draw_enter.lua`,
-//!      its stream the worker copies to Postgres once, the `draws` row).
+//!    - [`draw`]: a drop's raffle anyone can verify: its entries (`entries`: a buyer's one entry,
+//!      `lua/draw_enter.lua`, its stream the worker copies to Postgres once, the `draws` row); pure:
+//!      ranking, allocation, waitlist rule, the published record and its check (docs/draw.md).
 //!    - [`drops`]: a drop, a product whose sizes are the sales of one group, its Redis side: its
 //!      seed over every size and its line in one call (`lua/drop_seed.lua`), its one switch and its
 //!      stock (`lua/drop_control.lua`, `lua/drop_restock.lua`), its sizes, its Postgres row (`store`).

@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use seckill::app::{self, Application};
-use seckill::config::{Cli, Command};
+use seckill::config::{Cli, Command, DrawCommand};
 use seckill::telemetry;
 
 /// mimalloc: the request path makes many small, short-lived allocations (the README's benchmark
@@ -39,6 +39,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Retire { sale_id, config } => return Ok(app::run_retire(&config, &sale_id).await),
         Command::Solve(args) => return Ok(app::solve(args).await),
         Command::OperatorToken { name, role } => app::print_operator_token(&name, role)?,
+        Command::Draw(DrawCommand::Verify { record }) => return Ok(app::verify_draw(&record)),
     }
     Ok(ExitCode::SUCCESS)
 }

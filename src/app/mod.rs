@@ -1,9 +1,11 @@
 //! The composition root: builds the service from its configuration and runs it until told to
 //! stop ([`Application`]), with the ordered shutdown; the bodies of the other commands
-//! (`seckill worker`, `migrate`, `reconcile`, `retire`, `token`, `pay`, `solve`) are in `commands`.
+//! (`seckill worker`, `migrate`, `reconcile`, `retire`, `token`, `pay`, `solve`) are in `commands`,
+//! `seckill draw verify` in `draw`.
 
 mod commands;
 mod descriptors;
+mod draw;
 mod server;
 
 use std::net::{SocketAddr, TcpListener};
@@ -43,6 +45,7 @@ use crate::webhooks::{self, Changes, Dispatcher};
 pub use commands::{
     migrate, print_operator_token, print_token, run_reconcile, run_retire, run_worker, send_payment, solve,
 };
+pub use draw::verify_draw;
 
 /// A built service: the HTTP server bound to its port, the listener that keeps its sold-out flags
 /// and retired sales fresh, the retirement janitor, and optionally the worker with the

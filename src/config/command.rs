@@ -1,6 +1,7 @@
 //! What `seckill` runs: its subcommands and their own arguments. The commands that talk to Redis
 //! and Postgres take every setting ([`super::Config`]); `token` takes only the JWT settings,
-//! `pay` only the payment settings and `solve` none, so each `--help` lists what its command reads.
+//! `pay` only the payment settings, `solve` and `draw` none, so each `--help` lists what its command
+//! reads.
 
 use std::time::Duration;
 
@@ -107,6 +108,9 @@ pub enum Command {
     /// solved, 1 refused by the service (its answer on stderr) or not solved within --timeout, 3
     /// the service could not be reached or the challenge not read.
     Solve(SolveArgs),
+    /// The draw of a drop: check a published draw (docs/draw.md).
+    #[command(subcommand)]
+    Draw(DrawCommand),
     /// Make a named operator's credential: print a fresh random token (first line: give it to
     /// the operator; seckill never sees it again) and its roster line `name role sha256hex`
     /// (second line: add it to SECKILL_OPERATORS_FILE or SECKILL_OPERATORS, then restart).
@@ -122,6 +126,25 @@ pub enum Command {
 
 fn operator_name(raw: &str) -> Result<String, String> {
     check_name(raw).map(|()| raw.to_owned())
+}
+
+/// `seckill draw`'s subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum DrawCommand {
+    /// Check a drop's published draw: the seed is the one committed to, and the winners, the
+    /// waitlist and the losers are what the seed and the entries give. Prints a summary, or the
+    /// first entrant whose result differs.
+    ///
+    /// The record is the newline-delimited JSON a drop publishes once its draw is done and its seed
+    /// revealed (the draw line with the seed, the commitment and the stock, then every entry and
+    /// every result, entrants named by pseudonym). The method, a worked example and how to find
+    /// your own pseudonym: docs/draw.md. Exit status: 0 verified, 1 it does not verify (a result
+    /// differs, the commitment does not match, or the record is malformed, its line named), 3
+    /// the file could not be read.
+    Verify {
+        /// The draw's record: a file, or - for stdin.
+        record: std::path::PathBuf,
+    },
 }
 
 /// `seckill solve`'s arguments.
@@ -149,7 +172,8 @@ pub struct SolveArgs {
 }
 
 impl Command {
-    /// The service's settings, for the commands that have them (not `token`, `pay`, `solve`, `operator-token`).
+    /// The service's settings, for the commands that have them (not `token`, `pay`, `solve`,
+    /// `operator-token`, `draw`).
     pub fn config(&self) -> Option<&Config> {
         match self {
             Self::Serve { config, .. }
@@ -157,7 +181,7 @@ impl Command {
             | Self::Migrate { config }
             | Self::Reconcile { config, .. }
             | Self::Retire { config, .. } => Some(config),
-            Self::Token { .. } | Self::Pay { .. } | Self::Solve(_) | Self::OperatorToken { .. } => None,
+            Self::Token { .. } | Self::Pay { .. } | Self::Solve(_) | Self::OperatorToken { .. } | Self::Draw(_) => None,
         }
     }
 }
@@ -166,13 +190,17 @@ impl Command {
 mod tests {
     use super::super::Cli;
 
-    /// Each command's long help, by name ("" for `seckill --help`).
+    /// Each command's long help, by name ("" for `seckill --help`, "draw verify" for a subcommand's).
     fn helps() -> Vec<(String, String)> {
         use clap::CommandFactory;
         let mut cli = Cli::command();
         let mut helps = vec![(String::new(), cli.render_long_help().to_string())];
         for sub in cli.get_subcommands_mut() {
             helps.push((sub.get_name().to_owned(), sub.render_long_help().to_string()));
+            let name = sub.get_name().to_owned();
+            for nested in sub.get_subcommands_mut().filter(|nested| nested.get_name() != "help") {
+                helps.push((format!("{name} {}", nested.get_name()), nested.render_long_help().to_string()));
+            }
         }
         helps
     }
@@ -184,9 +212,13 @@ mod tests {
             assert!(helps[server].contains("--redis-url") && helps[server].contains("--jwt-secret"), "{server}");
         }
         assert!(helps["token"].contains("--jwt-secret") && helps["pay"].contains("--payment-secret"));
-        for (command, foreign) in
-            [("token", "--payment-secret"), ("pay", "--jwt-secret"), ("solve", "--jwt-secret"), ("", "--redis-url")]
-        {
+        for (command, foreign) in [
+            ("token", "--payment-secret"),
+            ("pay", "--jwt-secret"),
+            ("solve", "--jwt-secret"),
+            ("draw verify", "--jwt-secret"),
+            ("", "--redis-url"),
+        ] {
             for server_setting in ["--listen", "--redis-url", "--database-url", "--rate-limit", foreign] {
                 assert!(!helps[command].contains(server_setting), "`seckill {command} --help` lists {server_setting}");
             }

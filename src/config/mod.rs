@@ -25,7 +25,7 @@ mod webhooks;
 pub use admission::AdmissionConfig;
 pub use auth::AuthConfig;
 pub use challenge::{ChallengeConfig, MAX_COST as MAX_CHALLENGE_COST};
-pub use command::{Command, SolveArgs};
+pub use command::{Command, DrawCommand, SolveArgs};
 pub use database::DatabaseConfig;
 pub use durability::{DurabilityConfig, MAX_CONFIRM_REPLICAS};
 pub use edge::EdgeConfig;

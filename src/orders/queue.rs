@@ -74,6 +74,24 @@ pub async fn find_queued(sales: &Sales, sale: &SaleId, wanted: impl Fn(&Order) -
     Ok(None)
 }
 
+/// `user`'s order in `sale` while it is still queued, read at its own entry: the buyer's receipt
+/// (in whichever shard holds it) names the entry, so this costs a few commands however long the
+/// backlog. `None` when the entry has left the stream (committed). A buyer without a receipt (one
+/// restored by hand) is looked for in the whole backlog ([`find_queued`]).
+pub async fn queued_order_of(sales: &Sales, sale: &SaleId, user: &UserId) -> RedisResult<Option<Order>> {
+    for keys in sales.all_shard_keys(sale).await? {
+        let receipt: Option<String> = sales.keyspace().conn().hget(&keys.receipts, user.as_str()).await?;
+        let Some(receipt) = receipt.and_then(|value| StoredReceipt::parse(&value).ok()) else {
+            continue;
+        };
+        let (ms, seq) = receipt.entry;
+        let id = format!("{ms}-{seq}");
+        let entry: StreamRangeReply = sales.keyspace().conn().xrange_count(&keys.orders, &id, &id, 1).await?;
+        return Ok(entry.ids.first().and_then(|entry| order_stream::decode(entry, sale).ok()));
+    }
+    find_queued(sales, sale, |order| order.user_id == *user).await
+}
+
 /// Appends `orders` to their sales' streams (shard 0's) as `lua/buy.lua` does ([`order_stream`]),
 /// pipelined in steps. Each sale is first (re-)added to the registry, so a worker reads its
 /// stream.

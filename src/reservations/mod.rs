@@ -198,7 +198,11 @@ impl Reservations {
     pub async fn cancel(&self, sale: &SaleId, user: &UserId) -> Result<Cancel, ReservationError> {
         let cancelled = match store::cancel(&self.pool, sale, user).await? {
             Cancel::Missing => {
-                self.store_queued(sale, |o| o.user_id == *user).await?;
+                if let Some(order) = queue::queued_order_of(&self.sales, sale, user).await?
+                    && order.pay_by_ms.is_some()
+                {
+                    db::insert_orders(&self.pool, &[order], db::Hint::Quiet).await?;
+                }
                 store::cancel(&self.pool, sale, user).await?
             }
             other => other,

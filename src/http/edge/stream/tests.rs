@@ -1,0 +1,96 @@
+//! The edge stream's own tests: what a connection may hold, and when it is closed.
+
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+use crate::http::edge::{EdgeSettings, LINGERING_REFUSALS};
+use crate::metrics::Metrics;
+
+fn edge(max_head_bytes: usize) -> Arc<Edge> {
+    let settings = EdgeSettings {
+        read_timeout: Duration::from_millis(200),
+        write_timeout: Duration::from_millis(200),
+        max_pipelined: 2,
+        max_head_bytes,
+        max_connections_per_client: 0,
+    };
+    let budget = crate::http::edge::Budget { public: 100, operations: None };
+    Edge::new(settings, budget, 64, Default::default(), &Metrics::new())
+}
+
+#[tokio::test]
+async fn pipelined_requests_wait_until_the_answers_ahead_of_them_are_written() {
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let mut edge_side = EdgeStream::new(server, edge(1024), None, None);
+    let (_client_read, mut client_write) = tokio::io::split(client);
+    let get = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    client_write.write_all(&get.repeat(5)).await.unwrap();
+    let mut seen = vec![0; 4096];
+    let n = edge_side.read(&mut seen).await.unwrap();
+    assert_eq!(&seen[..n], &get.repeat(2)[..], "two requests handed on");
+    assert!(edge_side.read(&mut seen).now_or_never().is_none(), "the third waits for their answers");
+    edge_side.flush().await.unwrap();
+    assert!(edge_side.read(&mut seen).now_or_never().is_none(), "a flush with nothing written frees nothing");
+    edge_side.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await.unwrap();
+    edge_side.flush().await.unwrap();
+    let n = edge_side.read(&mut seen).await.unwrap();
+    assert_eq!(&seen[..n], &get.repeat(2)[..], "then two more, from what was held");
+}
+
+#[tokio::test]
+async fn answers_the_client_does_not_take_fail_at_the_write_deadline() {
+    let (_client, server) = tokio::io::duplex(1024);
+    let mut edge_side = EdgeStream::new(server, edge(1024), None, None);
+    let started = Instant::now();
+    let written = edge_side.write_all(&[b'x'; 4096]).await;
+    assert_eq!(written.map_err(|err| err.kind()), Err(io::ErrorKind::TimedOut));
+    assert!(started.elapsed() >= Duration::from_millis(200), "no sooner than the deadline");
+    assert!(edge_side.write(b"x").await.is_err(), "and every write after it fails");
+}
+
+#[tokio::test]
+async fn a_body_that_stops_arriving_gets_408_and_the_end_of_the_stream() {
+    let (client, server) = tokio::io::duplex(4096);
+    let mut edge_side = EdgeStream::new(server, edge(1024), None, None);
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    client_write.write_all(b"POST /buy HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\n{\"sale").await.unwrap();
+    let mut seen = vec![0; 4096];
+    let n = edge_side.read(&mut seen).await.unwrap();
+    assert!(n > 0, "the head and the start of the body reach actix");
+    let started = Instant::now();
+    let end = edge_side.read(&mut seen).await.unwrap();
+    assert_eq!(end, 0, "then the stream ends");
+    assert!(started.elapsed() >= Duration::from_millis(200), "no sooner than the deadline");
+    let mut answer = String::new();
+    client_read.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+    assert!(answer.contains(r#""error":"request_timeout""#), "{answer}");
+}
+
+#[tokio::test]
+async fn connections_refused_at_once_linger_only_while_few_do() {
+    let edge = edge(1024);
+    let refused = || {
+        let (client, server) = tokio::io::duplex(4096);
+        (client, EdgeStream::new(server, edge.clone(), None, Some(Refusal::TooManyConnections)))
+    };
+    let mut lingering = Vec::new();
+    for _ in 0..LINGERING_REFUSALS {
+        let (client, mut stream) = refused();
+        assert!(stream.read(&mut [0; 16]).now_or_never().is_none(), "answered, then lingering");
+        lingering.push((client, stream));
+    }
+    let (mut client, mut stream) = refused();
+    let end = stream.read(&mut [0; 16]).now_or_never().map(Result::unwrap);
+    assert_eq!(end, Some(0), "one more ends as soon as its answer is written");
+    let mut answer = String::new();
+    client.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+    assert!(answer.contains(r#""error":"too_many_connections""#), "{answer}");
+    lingering.pop();
+    let (_client, mut stream) = refused();
+    assert!(stream.read(&mut [0; 16]).now_or_never().is_none(), "a place given back lingers again");
+}
