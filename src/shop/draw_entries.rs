@@ -34,13 +34,23 @@ pub struct EntryOrder {
 
 impl Shop {
     /// The draw of a drop's seed: its row (the seed the drop's draw has, else a new one) and what
-    /// Redis gets. A draw needs a payment window (winners are reservations) and has no line.
+    /// Redis gets. A draw needs a payment window (winners are reservations) and has no line; a drop
+    /// once in draw mode stays in it (its entries are kept for the draw).
     pub(super) async fn checked_draw(
         &self,
         drop: &DropId,
-        order: DrawOrder,
+        order: Option<DrawOrder>,
         (has_line, payment_window_ms, stock): (bool, Option<i64>, i64),
-    ) -> Result<(DrawRow, DropDraw), Error> {
+    ) -> Result<Option<(DrawRow, DropDraw)>, Error> {
+        let existing = store::row(&self.pool, drop).await?;
+        let Some(order) = order else {
+            return match existing {
+                Some(_) => {
+                    Err(Error::Invalid("this drop is in draw mode: a re-seed keeps its draw (give draw)".into()))
+                }
+                None => Ok(None),
+            };
+        };
         if has_line {
             return Err(Error::Invalid("a draw cannot have a waiting_room: entries replace the line".into()));
         }
@@ -56,7 +66,7 @@ impl Shop {
         if !(0..=MAX_STOCK).contains(&waitlist) {
             return Err(Error::Invalid(format!("draw.waitlist must be between 0 and {MAX_STOCK}")));
         }
-        let (seed, commitment) = match store::row(&self.pool, drop).await? {
+        let (seed, commitment) = match existing {
             Some(row) => (row.seed, row.commitment),
             None => {
                 let seed = hex::encode(admission::draw_seed());
@@ -77,7 +87,7 @@ impl Shop {
             closes_at: order.closes_at,
             waitlist_places: waitlist,
         };
-        Ok((row, draw))
+        Ok(Some((row, draw)))
     }
 
     /// `user` enters the drop's draw once, while entries are open: sizes best first (1 to 6,

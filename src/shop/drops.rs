@@ -91,10 +91,7 @@ impl Shop {
         let challenge_cost = Some(self.checked_challenge(challenge)?).filter(|&c| c > 0);
         let line = self.checked_queue("waiting_room", waiting_room, starts_at)?;
         let stock = sizes.iter().map(|(_, stock)| stock).sum();
-        let draw = match draw {
-            Some(draw) => Some(self.checked_draw(drop, draw, (line.is_some(), payment_window_ms, stock)).await?),
-            None => None,
-        };
+        let draw = self.checked_draw(drop, draw, (line.is_some(), payment_window_ms, stock)).await?;
         let spec = DropSpec {
             sizes,
             starts_at_ms: starts_at.map(to_ms),

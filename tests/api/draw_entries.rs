@@ -6,26 +6,23 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use redis::AsyncCommands;
-use redis::streams::{StreamReadOptions, StreamReadReply};
 use seckill::domain::DropId;
-use seckill::orders::worker::StepOutcome;
 use seckill::redis::keys::DropKeys;
-use seckill::redis::order_stream::CONSUMER_GROUP;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::common::drops::new_drop_id;
-use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, spawn_app, spawn_app_with, spawn_instance_of};
+use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, spawn_app, spawn_app_with};
 
 /// RFC 3339 of now plus `seconds`.
-fn at(seconds: i64) -> String {
+pub(crate) fn at(seconds: i64) -> String {
     (OffsetDateTime::now_utc() + time::Duration::seconds(seconds)).format(&Rfc3339).unwrap()
 }
 
 /// `PUT /admin/drops/{drop}` of sizes 41, 42 and 43 (5 each, 2 per buyer, a payment window) with
 /// `draw`; the answer.
-async fn put_draw(app: &TestApp, drop: &str, draw: Value) -> reqwest::Response {
+pub(crate) async fn put_draw(app: &TestApp, drop: &str, draw: Value) -> reqwest::Response {
     let sizes = json!({"41": {"stock": 5}, "42": {"stock": 5}, "43": {"stock": 5}});
     let body = json!({"sizes": sizes, "per_buyer": 2, "payment_window": "10m", "challenge": {"cost": 0}, "draw": draw});
     let url = app.url(&format!("/admin/drops/{drop}"));
@@ -33,30 +30,30 @@ async fn put_draw(app: &TestApp, drop: &str, draw: Value) -> reqwest::Response {
 }
 
 /// A fresh drop whose entries opened a minute ago and close in an hour.
-async fn open_draw(app: &TestApp) -> String {
+pub(crate) async fn open_draw(app: &TestApp) -> String {
     let drop = new_drop_id();
     let response = put_draw(app, &drop, json!({"opens_at": at(-60), "closes_at": at(3600)})).await;
     assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
     drop
 }
 
-async fn enter(app: &TestApp, drop: &str, body: Value) -> reqwest::Response {
+pub(crate) async fn enter(app: &TestApp, drop: &str, body: Value) -> reqwest::Response {
     app.client.post(app.url(&format!("/drops/{drop}/entries"))).json(&body).send().await.unwrap()
 }
 
-fn keys(app: &TestApp, drop: &str) -> DropKeys {
+pub(crate) fn keys(app: &TestApp, drop: &str) -> DropKeys {
     DropKeys::new(&app.config.key_prefix, &DropId::parse(drop).unwrap())
 }
 
 /// Entries Redis holds: the hash's and the stream's lengths.
-async fn in_redis(app: &TestApp, drop: &str) -> (i64, i64) {
+pub(crate) async fn in_redis(app: &TestApp, drop: &str) -> (i64, i64) {
     let keys = keys(app, drop);
     let hash: i64 = app.redis.clone().hlen(&keys.entries).await.unwrap();
     let stream: i64 = app.redis.clone().xlen(&keys.entry_stream).await.unwrap();
     (hash, stream)
 }
 
-async fn stored(app: &TestApp, drop: &str) -> i64 {
+pub(crate) async fn stored(app: &TestApp, drop: &str) -> i64 {
     sqlx::query_scalar("select count(*) from draw_entries where drop_id = $1")
         .bind(drop)
         .fetch_one(&app.pool)
@@ -65,7 +62,7 @@ async fn stored(app: &TestApp, drop: &str) -> i64 {
 }
 
 /// Waits until Postgres holds `n` entries of the drop (the worker copies them).
-async fn wait_stored(app: &TestApp, drop: &str, n: i64) {
+pub(crate) async fn wait_stored(app: &TestApp, drop: &str, n: i64) {
     let until = tokio::time::Instant::now() + Duration::from_secs(30);
     while stored(app, drop).await != n {
         assert!(tokio::time::Instant::now() < until, "Postgres holds {} entries, not {n}", stored(app, drop).await);
@@ -73,7 +70,7 @@ async fn wait_stored(app: &TestApp, drop: &str, n: i64) {
     }
 }
 
-async fn public(app: &TestApp, drop: &str) -> Value {
+pub(crate) async fn public(app: &TestApp, drop: &str) -> Value {
     app.client.get(app.url(&format!("/drops/{drop}"))).send().await.unwrap().json().await.unwrap()
 }
 
@@ -135,6 +132,11 @@ async fn a_buyer_enters_once_reads_the_entry_back_and_it_reaches_postgres() {
     let kept: String =
         sqlx::query_scalar("select seed from draws where drop_id = $1").bind(&drop).fetch_one(&app.pool).await.unwrap();
     assert_eq!(kept, seed);
+    // A drop once in draw mode stays in it.
+    let sizes = json!({"41": {"stock": 5}, "42": {"stock": 5}, "43": {"stock": 5}});
+    let url = app.url(&format!("/admin/drops/{drop}"));
+    let plain = app.client.put(url).bearer_auth(ADMIN_TOKEN).json(&json!({"sizes": sizes})).send().await.unwrap();
+    assert_error(plain, 400, "invalid_request").await;
 }
 
 #[tokio::test]
@@ -246,61 +248,28 @@ async fn a_draw_needs_a_payment_window_no_line_and_an_ordered_window() {
 }
 
 #[tokio::test]
-async fn entries_left_pending_by_a_dead_worker_are_claimed_and_stored_once() {
-    let app = spawn_app_with(|_| {}, false).await;
-    let drop = open_draw(&app).await;
-    for user in ["ann", "bob", "cat", "dan", "eve"] {
-        assert_eq!(enter(&app, &drop, json!({"sizes": ["41", "43"], "user_id": user})).await.status(), 201);
-    }
-    // A worker read the entries and died before its acknowledgement.
-    let stream = keys(&app, &drop).entry_stream;
-    let options = StreamReadOptions::default().group(CONSUMER_GROUP, "dead").count(100);
-    let read: Option<StreamReadReply> = app.redis.clone().xread_options(&[&stream], &[">"], &options).await.unwrap();
-    assert_eq!(read.unwrap().keys[0].ids.len(), 5);
-    tokio::time::sleep(Duration::from_millis(30)).await;
+async fn a_draw_that_asks_a_proof_of_work_takes_one_solution_per_entry() {
+    let app = spawn_app_with(|c| c.challenge.challenge_iterations = 1, true).await;
+    let drop = new_drop_id();
+    let draw = json!({"opens_at": at(-60), "closes_at": at(3600)});
+    let body = json!({"sizes": {"41": {"stock": 5}}, "payment_window": "10m", "challenge": {"cost": 2}, "draw": draw});
+    let url = app.url(&format!("/admin/drops/{drop}"));
+    assert_eq!(app.client.put(url).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap().status(), 200);
+    let entry = json!({"sizes": ["41"], "user_id": "ann"});
+    assert_error(enter(&app, &drop, entry.clone()).await, 403, "challenge_required").await;
 
-    let mut worker = app.manual_worker("rescuer", Duration::from_millis(20));
-    let mut rounds = 0;
-    while worker.step().await.unwrap() != StepOutcome::Idle || stored(&app, &drop).await < 5 {
-        rounds += 1;
-        assert!(rounds < 100, "the rescuer never stored the entries");
-    }
-    assert_eq!(worker.stats().reclaimed, 5);
-    assert_eq!(worker.stats().draw_entries, 5);
-    assert_eq!(stored(&app, &drop).await, 5);
-    let sizes: Vec<String> =
-        sqlx::query_scalar("select sizes[1] || ',' || sizes[2] from draw_entries where drop_id = $1")
-            .bind(&drop)
-            .fetch_all(&app.pool)
-            .await
-            .unwrap();
-    assert!(sizes.iter().all(|s| s == "41,43"), "{sizes:?}");
-    assert_eq!(in_redis(&app, &drop).await, (5, 0), "the hash keeps the entries, the stream is trimmed");
-    // A redelivery of stored entries writes nothing again.
-    let again: i64 = sqlx::query_scalar("select count(*) from draw_entries").fetch_one(&app.pool).await.unwrap();
-    assert_eq!(again, 5);
-}
-
-#[tokio::test]
-async fn a_storm_of_distinct_buyers_over_two_instances_is_stored_entry_for_entry() {
-    let app = spawn_app().await;
-    let other = spawn_instance_of(&app).await;
-    let drop = open_draw(&app).await;
-    let created = futures::stream::iter(0..2000)
-        .map(|i| {
-            let (app, other, drop) = (&app, &other, &drop);
-            async move {
-                let instance = if i % 2 == 0 { app } else { other };
-                let sizes = if i % 3 == 0 { json!(["41", "42"]) } else { json!(["43"]) };
-                enter(instance, drop, json!({"sizes": sizes, "user_id": format!("buyer-{i}")})).await.status().as_u16()
-            }
-        })
-        .buffer_unordered(64)
-        .filter(|status| std::future::ready(*status == 201))
-        .count()
-        .await as i64;
-    assert_eq!(created, 2000);
-    assert_eq!(in_redis(&app, &drop).await.0, created);
-    wait_stored(&app, &drop, created).await;
-    assert_eq!(public(&app, &drop).await["draw"]["entries"], created);
+    let url = app.url(&format!("/drops/{drop}/challenge"));
+    let response = app.client.get(url).query(&[("user_id", "ann")]).send().await.unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    let view: Value = response.json().await.unwrap();
+    let solved =
+        seckill::challenge::solve::solve(&serde_json::to_vec(&view).unwrap(), Duration::from_secs(60)).unwrap();
+    let post = |body: &Value| {
+        let url = app.url(&format!("/drops/{drop}/entries"));
+        app.client.post(url).header("Seckill-Challenge", solved.header.clone()).json(body).send()
+    };
+    let bob = json!({"sizes": ["41"], "user_id": "bob"});
+    assert_error(post(&bob).await.unwrap(), 403, "challenge_failed").await;
+    assert_eq!(post(&entry).await.unwrap().status(), 201, "ann's own solution");
+    assert_eq!(in_redis(&app, &drop).await, (1, 1));
 }

@@ -19,6 +19,7 @@ mod controls;
 mod controls_model;
 mod controls_service_model;
 mod docs;
+mod draw_durability;
 mod draw_entries;
 mod drop_line;
 mod drop_loss;
