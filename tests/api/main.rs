@@ -20,6 +20,7 @@ mod controls_model;
 mod controls_service_model;
 mod docs;
 mod draw_entries;
+mod draw_run;
 mod drop_line;
 mod drop_loss;
 mod drop_model;
