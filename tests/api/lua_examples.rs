@@ -238,6 +238,7 @@ async fn the_sale_day_controls_examples_work_as_documented() {
     assert_eq!(again[..2], ["duplicate", "41,40"], "once: {again:?}");
     // A winner's award in size 40, put in draw mode: made once, then answered already_purchased.
     let _: () = redis.hset(&sizes[0].meta, "line", "draw").await.unwrap();
+    let _: () = redis.hdel(&sizes[0].meta, "paused").await.unwrap();
     scratch.assemble("draw_award.lua");
     assert_eq!(run("draw_award.lua").trim(), "ok", "awarded (no payment window in the example)");
     let again: Vec<String> = run("draw_award.lua").lines().map(str::to_owned).collect();
