@@ -225,3 +225,36 @@ async fn a_draw_runs_by_itself_once_its_entries_close() {
     let unknown = run_now(&app, &new_drop_id()).await;
     assert_error(unknown, 404, "unknown_drop").await;
 }
+
+#[tokio::test]
+async fn winners_are_awarded_in_chunks_each_call_well_under_50_ms() {
+    let app = spawn_app().await;
+    let drop = draw_drop(&app, [520, 0, 0], 3600).await;
+    let statuses: Vec<u16> = futures::stream::iter(0..520)
+        .map(|i| {
+            let (app, drop) = (&app, &drop);
+            async move {
+                let body = json!({"sizes": ["41"], "user_id": format!("c{i:03}")});
+                let response = app.client.post(app.url(&format!("/drops/{drop}/entries"))).json(&body).send().await;
+                response.unwrap().status().as_u16()
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    assert!(statuses.iter().all(|s| *s == 201), "{statuses:?}");
+    let id = DropId::parse(&drop).unwrap();
+    let (summary, awarded) = run::run_until(app.store.keyspace(), &app.pool, &id, DRAIN_WAIT, None).await.unwrap();
+    println!(
+        "award: {} winners in {} calls, the slowest {:?} (round trip)",
+        awarded.made, awarded.calls, awarded.slowest
+    );
+    assert_eq!(
+        (summary.won, awarded.made, awarded.calls, awarded.done),
+        (520, 520, 520usize.div_ceil(run::CHUNK), true)
+    );
+    assert!(awarded.slowest < Duration::from_millis(50), "{awarded:?}");
+    let results = results(&app, &drop).await;
+    verified_record(&app, &drop).await;
+    assert_reservations(&app, &drop, &results).await;
+}

@@ -8,7 +8,7 @@
 //!  lock (Postgres advisory, one run per drop) ─► close: Redis draw meta state "drawing", draws.state
 //!  ─► drain: count(draw_entries) = HLEN(entries), waited for ─► results: draw_results if any, else
 //!  rank + allocate + insert (one transaction, order ids chosen) ─► award: draw_award.lua per size,
-//!  ≤ 500 winners a call ─► reveal: draws.state 'drawn', revealed_at; the meta's state "drawn"
+//!  ≤ 250 winners a call ─► reveal: draws.state 'drawn', revealed_at; the meta's state "drawn"
 //! ```
 //!
 //! Every step can be redone: a crash anywhere and a re-run ends with the same results (never
