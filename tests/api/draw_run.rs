@@ -16,7 +16,7 @@ use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
 use crate::common::drops::new_drop_id;
-use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, spawn_app, spawn_instance_of};
+use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, spawn_app, spawn_app_with, spawn_instance_of};
 
 const SIZES: [&str; 3] = ["41", "42", "43"];
 
@@ -183,6 +183,11 @@ async fn a_draw_run_early_awards_each_winner_once_and_publishes_a_record_that_ve
     // A re-run changes nothing.
     let again: Value = run_now(&app, &drop).await.json().await.unwrap();
     assert_eq!(again, summary);
+    let audit = app.client.get(app.url(&format!("/admin/drops/{drop}/audit"))).bearer_auth(ADMIN_TOKEN).send();
+    let audit: Value = audit.await.unwrap().json().await.unwrap();
+    let draws: Vec<&Value> = audit["entries"].as_array().unwrap().iter().filter(|e| e["action"] == "draw").collect();
+    assert_eq!(draws.len(), 2, "one audit entry per operator's run: {audit}");
+    assert_eq!(draws[0]["effect"]["won"], summary["won"]);
     assert_eq!(results(&app, &drop).await, after);
     assert_reservations(&app, &drop, &after).await;
     let view: Value = app.client.get(app.url(&format!("/drops/{drop}"))).send().await.unwrap().json().await.unwrap();
@@ -253,4 +258,35 @@ async fn winners_are_awarded_in_chunks_each_call_well_under_50_ms() {
     let results = results(&app, &drop).await;
     verified_record(&app, &drop).await;
     assert_reservations(&app, &drop, &results).await;
+}
+
+#[tokio::test]
+async fn a_draw_waits_for_its_entries_in_postgres_and_is_refused_where_there_is_none() {
+    // No worker: the accepted entries never reach Postgres.
+    let app = spawn_app_with(|_| {}, false).await;
+    let drop = draw_drop(&app, [2, 2, 2], 3600).await;
+    enter_all(&app, &drop, 3).await;
+    let id = DropId::parse(&drop).unwrap();
+    let outcome = run::run(app.store.keyspace(), &app.pool, &id, Duration::from_millis(300)).await;
+    assert!(matches!(outcome, Err(run::RunError::EntriesQueued { stored: 0, accepted: 3 })), "{outcome:?}");
+    let late = app.client.post(app.url(&format!("/drops/{drop}/entries")));
+    let late = late.json(&json!({"sizes": ["41"], "user_id": "late"})).send().await.unwrap();
+    assert_error(late, 409, "entries_closed").await;
+    assert!(results(&app, &drop).await.is_empty(), "nothing drawn");
+
+    let plain = crate::common::drops::seed_drop_sizes(&app, &["41"], 5, 1).await;
+    assert_error(run_now(&app, &plain).await, 409, "not_a_draw").await;
+    let record = app.client.get(app.url(&format!("/drops/{plain}/draw"))).send().await.unwrap();
+    assert_error(record, 409, "not_a_draw").await;
+    let audit: Value = app
+        .client
+        .get(app.url(&format!("/admin/drops/{drop}/audit")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(audit["entries"].as_array().unwrap().iter().all(|e| e["action"] != "draw"), "{audit}");
 }
