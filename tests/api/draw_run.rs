@@ -278,15 +278,7 @@ async fn a_draw_waits_for_its_entries_in_postgres_and_is_refused_where_there_is_
     assert_error(run_now(&app, &plain).await, 409, "not_a_draw").await;
     let record = app.client.get(app.url(&format!("/drops/{plain}/draw"))).send().await.unwrap();
     assert_error(record, 409, "not_a_draw").await;
-    let audit: Value = app
-        .client
-        .get(app.url(&format!("/admin/drops/{drop}/audit")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let audit = app.client.get(app.url(&format!("/admin/drops/{drop}/audit"))).bearer_auth(ADMIN_TOKEN).send();
+    let audit: Value = audit.await.unwrap().json().await.unwrap();
     assert!(audit["entries"].as_array().unwrap().iter().all(|e| e["action"] != "draw"), "{audit}");
 }
