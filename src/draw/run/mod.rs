@@ -121,6 +121,8 @@ async fn locked(
 ) -> Result<(Summary, Awarded), RunError> {
     let draw = store::draw(pool, drop).await?.ok_or(RunError::NotADraw)?;
     if draw.state == "drawn" {
+        // A run that stopped between the two reveals finishes Redis's.
+        award::set_state(redis, drop, "drawn").await?;
         let results = store::results(pool, drop).await?;
         return Ok((Summary::of(&results), Awarded { done: true, ..Awarded::default() }));
     }
