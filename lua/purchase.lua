@@ -16,7 +16,9 @@
 --               rules in buy.lua's order of checks (unknown sale, shard count, draw mode, admission, proof of
 --               work, start, end, buyer, limit, pause, stock); place and traceparent "" when there
 --               are none; a place is "<n>" from a sale's line, "d<n>" from a drop's (taken only by
---               a size whose meta has line = "drop", as a plain one only by a sale without it); proven "1" when the app verified and spent a proof of work, else "" or nil. Returns buy.lua's reply, or raises an error (a
+--               a size whose meta has line = "drop", as a plain one only by a sale without it),
+--               "w<n>" a draw's award (lua/draw_award.lua: the only purchase a size whose meta has
+--               line = "draw" takes, and it skips the start check); proven "1" when the app verified and spent a proof of work, else "" or nil. Returns buy.lua's reply, or raises an error (a
 --               damaged key) with nothing of the purchase written. It writes the entry, the
 --               receipt, a queued sale's place and the buyer, not the stock: the stock it checks
 --               is the one read less the units sold before it in the call
@@ -42,9 +44,12 @@ if not stock_raw then
   verdict = 'unknown_sale'
 elseif (tonumber(meta[4]) or 1) ~= tonumber(shards) then
   verdict = 'wrong_shards'
-elseif meta[12] == 'draw' then
-  verdict = 'draw_only' -- a size of a drop in draw mode: its units go to the draw's winners only
 end
+-- A size of a drop in draw mode: its units go to the draw's winners only, each awarded by
+-- lua/draw_award.lua with a place "w<n>" (which the app never builds from a buyer's input); any
+-- other purchase of it is answered "draw_only". An award skips the start check (the size may
+-- open later than the draw), not the end.
+local draw_sale = meta[12] == 'draw'
 local queued_sale = meta[6]
 -- A size of a drop with a line (src/admission/): only the drop's line admits to it, with a place
 -- marked "d<place>"; a sale's own line admits with a plain place. Neither passes for the other.
@@ -95,6 +100,10 @@ local function buy(user, order_id, place_arg, traceparent, quantity, proven)
   if verdict then
     return verdict
   end
+  local award = draw_sale and string.match(place_arg or '', '^w(%d+)$')
+  if draw_sale and not award then
+    return 'draw_only'
+  end
   local place = queued_sale and tonumber(string.match(place_arg or '', place_pattern))
   if queued_sale and not place then
     return 'not_admitted'
@@ -102,7 +111,7 @@ local function buy(user, order_id, place_arg, traceparent, quantity, proven)
   if challenged and proven ~= '1' then
     return 'challenge_required'
   end
-  if timing then
+  if timing and not (award and timing == 'not_started') then
     return timing
   end
   if redis.call('SISMEMBER', KEYS[3], user) == 1 then

@@ -21,6 +21,7 @@ use crate::admission::Admission;
 use crate::challenge::Challenges;
 use crate::config::Config;
 use crate::db;
+use crate::draw::run::runner::Runner as DrawRunner;
 use crate::http::AppState;
 use crate::http::client_ip::{ClientKeys, TrustedProxies};
 use crate::http::edge::Edge;
@@ -58,6 +59,8 @@ pub struct Application {
     /// The reservations' sweeper, run with the worker.
     sweeper: Option<Reservations>,
     janitor: Janitor,
+    /// Runs the draws whose entries have closed (every instance; one run per draw at a time).
+    draws: DrawRunner,
     /// The webhook dispatcher, when `SECKILL_WEBHOOK_SECRET` is set.
     dispatcher: Option<Dispatcher>,
     events: SaleEvents,
@@ -127,6 +130,7 @@ impl Application {
             config.retire.retire_interval,
             config.consumer_name(&local_addr.port().to_string()),
         );
+        let draws = DrawRunner::new(sales.keyspace().clone(), pool.clone());
         let events = SaleEvents { sold_out: sold_out.clone(), retired: retired.clone(), sales: sales.clone() };
         let reservations = Reservations::new(sales.clone(), pool.clone(), metrics.clone());
         let endpoint_changes = Changes::default();
@@ -181,6 +185,7 @@ impl Application {
             worker,
             sweeper,
             janitor,
+            draws,
             dispatcher,
             events,
             redis_url: config.redis_url.clone(),
@@ -210,6 +215,7 @@ impl Application {
             async move { events::listen(url, channel, &|event| events.apply(event), stop).await }
         });
         let janitor = tokio::spawn(self.janitor.run(worker_stop.clone()));
+        let draws = tokio::spawn(self.draws.run(worker_stop.clone()));
         let sweeper = self.sweeper.map(|s| tokio::spawn(s.sweep(worker_stop.clone())));
         let dispatcher_stop = CancellationToken::new();
         let dispatcher = self.dispatcher.map(|d| tokio::spawn(d.run(dispatcher_stop.clone())));
@@ -226,6 +232,7 @@ impl Application {
         stopper.await.context("stopping the http server")?;
         events.await.context("seed events listener")?;
         janitor.await.context("retirement janitor")?;
+        draws.await.context("draw runner")?;
         if let Some(sweeper) = sweeper {
             sweeper.await.context("reservation sweeper")?;
         }

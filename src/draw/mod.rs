@@ -33,6 +33,7 @@ pub mod allocate;
 pub mod entries;
 pub mod rank;
 pub mod record;
+pub mod run;
 pub mod verify;
 pub mod waitlist;
 

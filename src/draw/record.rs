@@ -79,23 +79,43 @@ enum Line {
 
 /// Writes `record` as NDJSON: the draw line, the entries, the results.
 pub fn write(record: &Record, mut out: impl Write) -> io::Result<()> {
-    let Terms { stock, limit, waitlist_places } = record.terms.clone();
-    let (drop, commitment, seed) = (record.drop.to_string(), record.commitment.clone(), record.seed.clone());
-    let head = Line::Draw { drop, commitment, seed, stock, limit, waitlist_places };
-    let entries = record.entries.iter().map(|entry| Line::Entry(entry.clone()));
-    let results = record.results.iter().map(|(entrant, outcome)| {
-        let entrant = entrant.clone();
-        match outcome.clone() {
-            Outcome::Won { size, quantity } => Line::Won { entrant, size, quantity },
-            Outcome::Waitlisted { position } => Line::Waitlisted { entrant, position },
-            Outcome::Lost => Line::Lost { entrant },
-        }
-    });
-    for line in std::iter::once(head).chain(entries).chain(results) {
-        serde_json::to_writer(&mut out, &line)?;
-        out.write_all(b"\n")?;
+    let (drop, commitment, seed) = (&record.drop, record.commitment.as_str(), record.seed.as_str());
+    write_head(drop, (commitment, seed), &record.terms, &mut out)?;
+    for entry in &record.entries {
+        write_entry(entry, &mut out)?;
+    }
+    for (entrant, outcome) in &record.results {
+        write_result(entrant, outcome, &mut out)?;
     }
     out.flush()
+}
+
+/// Writes a record's draw line (its first), for a writer that goes a page at a time.
+pub fn write_head(drop: &DropId, (commitment, seed): (&str, &str), terms: &Terms, out: impl Write) -> io::Result<()> {
+    let Terms { stock, limit, waitlist_places } = terms.clone();
+    let (drop, commitment, seed) = (drop.to_string(), commitment.to_owned(), seed.to_owned());
+    line(&Line::Draw { drop, commitment, seed, stock, limit, waitlist_places }, out)
+}
+
+/// Writes a record's line of one entry.
+pub fn write_entry(entry: &Entry, out: impl Write) -> io::Result<()> {
+    line(&Line::Entry(entry.clone()), out)
+}
+
+/// Writes a record's line of one result.
+pub fn write_result(entrant: &str, outcome: &Outcome, out: impl Write) -> io::Result<()> {
+    let entrant = entrant.to_owned();
+    let result = match outcome.clone() {
+        Outcome::Won { size, quantity } => Line::Won { entrant, size, quantity },
+        Outcome::Waitlisted { position } => Line::Waitlisted { entrant, position },
+        Outcome::Lost => Line::Lost { entrant },
+    };
+    line(&result, out)
+}
+
+fn line(line: &Line, mut out: impl Write) -> io::Result<()> {
+    serde_json::to_writer(&mut out, line)?;
+    out.write_all(b"\n")
 }
 
 /// Why a record could not be read, and on which line (1 first).

@@ -108,6 +108,9 @@ pub static DROP_RESTOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include
 /// `lua/draw_enter.lua`: a buyer's one entry in a drop's draw (the entry kept and streamed).
 pub static DRAW_ENTER: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/draw_enter.lua")));
 
+/// `lua/draw_award.lua`: a draw's winners of one size get their reservations (`lua/purchase.lua`'s rules).
+pub static DRAW_AWARD: LazyLock<Script> = LazyLock::new(|| assemble(include_str!("../../lua/draw_award.lua"), ""));
+
 /// `lua/held_floor.lua`: raise buyers' units held in a group to what Postgres holds.
 pub static HELD_FLOOR: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/held_floor.lua")));
 /// `lua/restore.lua`: put buyers Postgres holds and Redis lost back, stock lowered to match.

@@ -130,13 +130,18 @@ impl Shop {
         meter.finish(outcome)
     }
 
-    /// The buyer's entry in the drop's draw: `no_entry` without one, `not_a_draw` for a drop not
-    /// in draw mode.
-    pub async fn draw_entry(&self, drop: &DropId, user: &UserId, client: IpAddr) -> Result<Entry, Error> {
+    /// The buyer's entry in the drop's draw, with its result once drawn (`super::DrawResult`):
+    /// `no_entry` without one, `not_a_draw` for a drop not in draw mode.
+    pub async fn draw_entry(
+        &self,
+        drop: &DropId,
+        user: &UserId,
+        client: IpAddr,
+    ) -> Result<(Entry, Option<super::DrawResult>), Error> {
         let meter = Meter::new(&self.limits, &self.metrics);
         self.known_drop(drop, client, &meter).await?;
         match entries::entry(self.sales.keyspace(), drop, user).await? {
-            Some(entry) => Ok(entry),
+            Some(entry) => Ok((entry, self.draw_result(drop, user).await?)),
             None if entries::info(self.sales.keyspace(), drop).await?.is_none() => Err(Error::NotADraw),
             None => Err(Error::NoEntry),
         }

@@ -204,10 +204,13 @@ impl Shop {
         if sizes.is_empty() {
             return Err(Error::UnknownDrop);
         }
-        let draw = match sizes.iter().any(|(_, snapshot)| snapshot.state.draw) {
+        let mut draw = match sizes.iter().any(|(_, snapshot)| snapshot.state.draw) {
             true => draw_entries::info(self.sales.keyspace(), drop).await?,
             false => None,
         };
+        if let Some(draw) = draw.as_mut().filter(|draw| draw.state == "drawn") {
+            draw.seed = crate::draw::run::store::draw(&self.pool, drop).await?.map(|row| row.seed);
+        }
         Ok(DropView { drop: drop.clone(), sizes, draw })
     }
 

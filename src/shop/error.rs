@@ -74,6 +74,18 @@ pub enum Error {
     /// `no_entry`: the buyer has not entered this draw.
     #[error("this buyer has not entered this draw")]
     NoEntry,
+    /// `entries_queued`: the draw cannot run yet, accepted entries are still on their way to
+    /// Postgres; the automatic run retries, an operator may retry shortly.
+    #[error("{stored} of {accepted} accepted entries are stored yet: the draw runs once all are; retry shortly")]
+    EntriesQueued {
+        /// Entries in Postgres.
+        stored: i64,
+        /// Entries Redis accepted.
+        accepted: u64,
+    },
+    /// `draw_not_revealed`: the draw has not been drawn yet, its record is not published.
+    #[error("the draw has not been drawn yet: its record is published once it is")]
+    DrawNotRevealed,
     /// `sale_not_started`.
     #[error("the sale has not started yet")]
     SaleNotStarted,
@@ -311,6 +323,8 @@ impl Error {
             Self::EntriesClosed => "entries_closed",
             Self::AlreadyEntered(_) => "already_entered",
             Self::NoEntry => "no_entry",
+            Self::EntriesQueued { .. } => "entries_queued",
+            Self::DrawNotRevealed => "draw_not_revealed",
             Self::SaleNotStarted => "sale_not_started",
             Self::SaleEnded => "sale_ended",
             Self::SalePaused => "sale_paused",

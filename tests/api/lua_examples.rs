@@ -236,6 +236,15 @@ async fn the_sale_day_controls_examples_work_as_documented() {
     assert_eq!(run("draw_enter.lua").split_whitespace().next(), Some("entered"), "alice entered");
     let again: Vec<String> = run("draw_enter.lua").split_whitespace().map(str::to_owned).collect();
     assert_eq!(again[..2], ["duplicate", "41,40"], "once: {again:?}");
+    // A winner's award in size 40, put in draw mode: made once, then answered already_purchased.
+    let _: () = redis.hset(&sizes[0].meta, "line", "draw").await.unwrap();
+    let _: () = redis.hdel(&sizes[0].meta, "paused").await.unwrap();
+    scratch.assemble("draw_award.lua");
+    assert_eq!(run("draw_award.lua").trim(), "ok", "awarded (no payment window in the example)");
+    let again: Vec<String> = run("draw_award.lua").lines().map(str::to_owned).collect();
+    assert_eq!(again[0], "already_purchased", "{again:?}");
+    let extra = ["orders", "receipts"].map(|k| format!("seckill:{{group:kicks}}:sale:kicks.40:{k}"));
+    let _: () = redis.del(&extra).await.unwrap();
     let _: () = redis.del(&every).await.unwrap();
 
     // The repair's floor of the buyers' holdings in the group: raised, never lowered.

@@ -68,6 +68,9 @@ pub struct DrawInfo {
     pub entries: u64,
     /// The proof of work an entry asks, if any.
     pub challenge_cost: Option<u32>,
+    /// The seed, once the draw is drawn (revealed: read from Postgres by the caller, never kept in
+    /// Redis); `None` before.
+    pub seed: Option<String>,
 }
 
 /// Enters `user` in the drop's draw with `sizes` (best first, checked by the caller: 1 to
@@ -144,6 +147,7 @@ pub async fn info(redis: &Keyspace, drop: &DropId) -> RedisResult<Option<DrawInf
         state: state.unwrap_or_else(|| "open".into()),
         entries,
         challenge_cost: cost.and_then(|c| c.parse().ok()).filter(|&c| c > 0),
+        seed: None,
     }))
 }
 

@@ -138,6 +138,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::NotADraw
         | E::EntriesNotOpen
         | E::EntriesClosed
+        | E::DrawNotRevealed
         | E::AlreadyEntered(_)
         | E::NoChallenge
         | E::StockBelowZero { .. }
@@ -148,6 +149,7 @@ fn status_of(err: &E) -> StatusCode {
         E::SoldOut | E::SaleRetired => StatusCode::GONE,
         E::RateLimited { .. } | E::TooManyExports => StatusCode::TOO_MANY_REQUESTS,
         E::Unavailable(_)
+        | E::EntriesQueued { .. }
         | E::OutcomeUnknown { .. }
         | E::NotDurable { .. }
         | E::PaymentsDisabled
@@ -212,6 +214,9 @@ impl ResponseError for ApiError {
                     header::WWW_AUTHENTICATE,
                     HeaderValue::from_static("Bearer error=\"invalid_token\""),
                 ));
+            }
+            Self::Shop(E::EntriesQueued { .. }) => {
+                response.insert_header((header::RETRY_AFTER, 5));
             }
             Self::Shop(E::Unavailable(_) | E::OutcomeUnknown { .. } | E::NotDurable { .. }) => {
                 response.insert_header((header::RETRY_AFTER, 1));

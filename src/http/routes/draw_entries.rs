@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use super::drops::DropPath;
+use super::drops::{DropPath, drop_of};
 use super::object::Object;
 use super::responses::{BuyerToken, JsonBody, RateLimited};
 use super::sales::OrderQuery;
@@ -16,7 +16,7 @@ use crate::domain::{DropId, ms_to_time};
 use crate::http::AppState;
 use crate::http::buyer::Buyer;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::shop::{DrawEntry, DrawInfo, DrawOrder, EntryOrder, Limited};
+use crate::shop::{DrawEntry, DrawInfo, DrawOrder, DrawResult, EntryOrder, Limited};
 
 /// A drop's draw, as its seed asks it: entries for a window instead of purchases. Unknown
 /// fields are refused.
@@ -71,6 +71,13 @@ pub struct DrawView {
     pub state: EntriesState,
     /// Entries accepted so far.
     pub entries: u64,
+    /// `drawn` once the draw has run (its record: `GET /drops/{drop_id}/draw`); absent before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "drawn")]
+    pub draw_state: Option<&'static str>,
+    /// The secret seed's 64 hex digits, revealed once drawn (public drop only); absent before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<String>,
 }
 
 impl DrawView {
@@ -87,6 +94,8 @@ impl DrawView {
             closes_at: ms_to_time(draw.closes_at_ms),
             state,
             entries: draw.entries,
+            draw_state: (draw.state == "drawn").then_some("drawn"),
+            seed: draw.seed,
         }
     }
 }
@@ -109,19 +118,35 @@ pub struct EntryRequest {
     user_id: Option<String>,
 }
 
-/// A buyer's entry (`state`: `entered`).
+/// A buyer's entry, and its result once the draw is drawn (`state`: `entered` before; then `won`
+/// with `size`, `order_id` and `pay_by`, `waitlisted` with `position`, or `lost`).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EntryView {
     pub drop_id: String,
     /// The sizes wanted, best first.
     pub sizes: Vec<String>,
+    /// Units wanted (won: the units of the reservation).
     pub quantity: u32,
     /// When the entry was accepted (the Redis server's clock).
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     pub entered_at: OffsetDateTime,
+    /// `entered`, `won`, `waitlisted` or `lost`.
     #[schema(example = "entered")]
     pub state: &'static str,
+    /// Won: the size of the reservation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    /// Won: the reservation (`GET /sales/<drop_id>.<size>/order` reads it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<uuid::Uuid>,
+    /// Won: the reservation's payment deadline (absent in the moment before Redis made it).
+    #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub pay_by: Option<OffsetDateTime>,
+    /// Waitlisted: the place on the waitlist (1 first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub position: Option<u32>,
 }
 
 impl EntryView {
@@ -132,12 +157,23 @@ impl EntryView {
             quantity: entry.quantity,
             entered_at: ms_to_time(entry.entered_at_ms),
             state: "entered",
+            size: None,
+            order_id: None,
+            pay_by: None,
+            position: None,
         }
     }
-}
 
-fn drop_of(raw: &str) -> Result<DropId, ApiError> {
-    DropId::parse(raw).map_err(ApiError::InvalidRequest)
+    fn with(self, result: Option<DrawResult>) -> Self {
+        match result {
+            None => self,
+            Some(DrawResult::Won { size, quantity, order_id, pay_by }) => {
+                Self { state: "won", size: Some(size), quantity, order_id: Some(order_id), pay_by, ..self }
+            }
+            Some(DrawResult::Waitlisted { position }) => Self { state: "waitlisted", position: Some(position), ..self },
+            Some(DrawResult::Lost) => Self { state: "lost", ..self },
+        }
+    }
 }
 
 /// Enters the buyer in the drop's draw, once, while its entries are open: ranked sizes and a
@@ -195,7 +231,7 @@ pub async fn enter(
     params(DropPath, OrderQuery),
     security((), ("bearer_jwt" = [])),
     responses(
-        (status = 200, description = "The buyer's entry", body = EntryView),
+        (status = 200, description = "The buyer's entry; once drawn, its result", body = EntryView),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
         BuyerToken,
         (status = 403, description = "`user_mismatch`", body = ErrorBody),
@@ -214,6 +250,7 @@ pub async fn entry(
 ) -> Result<HttpResponse, ApiError> {
     let user = buyer.named(query.into_inner().user_id)?;
     let drop = drop_of(&path)?;
-    let entry = state.shop.draw_entry(&drop, &user, state.clients.of(&req)).await?;
-    Ok(HttpResponse::Ok().insert_header(("Cache-Control", "no-store")).json(EntryView::of(&drop, entry)))
+    let (entry, result) = state.shop.draw_entry(&drop, &user, state.clients.of(&req)).await?;
+    let view = EntryView::of(&drop, entry).with(result);
+    Ok(HttpResponse::Ok().insert_header(("Cache-Control", "no-store")).json(view))
 }

@@ -186,7 +186,8 @@ pub struct DropAuditTrail {
     pub entries: Vec<AuditRecord>,
 }
 
-fn drop_of(raw: &str) -> Result<DropId, ApiError> {
+/// The path's drop id, or 400 `invalid_request`.
+pub(super) fn drop_of(raw: &str) -> Result<DropId, ApiError> {
     DropId::parse(raw).map_err(ApiError::InvalidRequest)
 }
 

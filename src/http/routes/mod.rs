@@ -12,6 +12,7 @@ mod buyer_page;
 mod challenge;
 mod controls;
 mod draw_entries;
+mod draw_run;
 mod drop_page;
 mod drops;
 mod events;
@@ -117,6 +118,11 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
                 .default_service(allow("GET, HEAD")),
         )
         .service(
+            web::resource("/drops/{drop_id}/draw")
+                .route(read().to(draw_run::record))
+                .default_service(allow("GET, HEAD")),
+        )
+        .service(
             web::resource("/drops/{drop_id}/challenge")
                 .route(read().to(challenge::drop_challenge))
                 .default_service(allow("GET, HEAD")),
@@ -179,6 +185,7 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
         .service(control("/admin/drops/{drop_id}/resume", drops::resume))
         .service(control("/admin/drops/{drop_id}/end", drops::end))
         .service(control("/admin/drops/{drop_id}/stock", drops::stock))
+        .service(control("/admin/drops/{drop_id}/draw", draw_run::run))
         .service(
             web::resource("/admin/drops/{drop_id}/audit")
                 .route(read().to(drops::audit))

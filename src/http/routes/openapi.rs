@@ -10,8 +10,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    admin, admin_page, buy, buyer_page, challenge, controls, draw_entries, drop_page, drops, events, exports, favicon,
-    health, order_actions, payments, queue, reconcile, retire, sales, seed, webhooks,
+    admin, admin_page, buy, buyer_page, challenge, controls, draw_entries, draw_run, drop_page, drops, events, exports,
+    favicon, health, order_actions, payments, queue, reconcile, retire, sales, seed, webhooks,
 };
 use crate::http::AppState;
 
@@ -32,6 +32,7 @@ use crate::http::AppState;
         challenge::drop_challenge,
         draw_entries::enter,
         draw_entries::entry,
+        draw_run::record,
         challenge::worker,
         payments::event,
         buyer_page::home,
@@ -65,6 +66,7 @@ use crate::http::AppState;
         drops::resume,
         drops::end,
         drops::stock,
+        draw_run::run,
         drops::audit,
         exports::sale_orders,
         exports::drop_orders,

@@ -1,0 +1,99 @@
+//! The draw's run (`crate::shop::Shop::run_draw`, `draw_record`): `POST /admin/drops/{drop_id}/draw`
+//! runs it now (early, or again after a crash) and `GET /drops/{drop_id}/draw` publishes its record
+//! once drawn.
+
+use actix_web::http::header;
+use actix_web::{HttpResponse, web};
+use futures::TryStreamExt;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::admin::AdminErrors;
+use super::drops::{DropPath, UnknownDrop, drop_of};
+use crate::http::AppState;
+use crate::http::error::{ApiError, ErrorBody};
+use crate::http::operators::Operator;
+use crate::shop::DrawSummary;
+
+/// What a draw's run gave out.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DrawRun {
+    /// `drawn`.
+    #[schema(example = "drawn")]
+    pub state: String,
+    /// Entries drawn.
+    pub entries: u64,
+    /// Entrants who won (each a reservation).
+    pub won: u64,
+    /// Entrants on the waitlist.
+    pub waitlisted: u64,
+    pub lost: u64,
+    /// Units the winners' reservations hold.
+    pub units_awarded: u64,
+}
+
+impl From<DrawSummary> for DrawRun {
+    fn from(summary: DrawSummary) -> Self {
+        let DrawSummary { entries, won, waitlisted, lost, units_awarded } = summary;
+        Self { state: "drawn".into(), entries, won, waitlisted, lost, units_awarded }
+    }
+}
+
+/// Runs the drop's draw now: its entries close at once (an early run), every accepted entry is
+/// awaited in Postgres, the entries are ranked and allocated with the committed seed, the winners
+/// get their reservations and the seed is revealed. A draw that stopped midway is finished with the
+/// same results; a drawn draw answers its summary again and changes nothing. One audit entry
+/// (`draw`). The automatic runner does the same once `closes_at` has passed.
+#[utoipa::path(
+    post,
+    path = "/admin/drops/{drop_id}/draw",
+    tag = "admin",
+    params(DropPath),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Drawn; what it gave out", body = DrawRun),
+        UnknownDrop,
+        (status = 409, description = "`not_a_draw`: the drop is not in draw mode", body = ErrorBody),
+        (status = 503, description = "`entries_queued`: accepted entries are still on their way to Postgres \
+            (`Retry-After`); `unavailable`", body = ErrorBody),
+        AdminErrors,
+    )
+)]
+pub async fn run(
+    operator: Operator,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let drop = drop_of(&path)?;
+    let summary = state.shop.run_draw(&drop, operator.actor()).await?;
+    Ok(HttpResponse::Ok().json(DrawRun::from(summary)))
+}
+
+/// The draw's published record, once drawn: newline-delimited JSON, the draw line first (the
+/// seed, its commitment, each size's stock, the limit, the waitlist's places), then every entry
+/// and every result by pseudonym (docs/draw.md). `seckill draw verify` checks it.
+#[utoipa::path(
+    get,
+    path = "/drops/{drop_id}/draw",
+    tag = "draw",
+    params(DropPath),
+    responses(
+        (status = 200, description = "The record", content((String = "application/x-ndjson"))),
+        (status = 400, description = "`invalid_request`: the drop id is malformed", body = ErrorBody),
+        UnknownDrop,
+        (status = 409, description = "`not_a_draw`; `draw_not_revealed`: not drawn yet", body = ErrorBody),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
+    )
+)]
+pub async fn record(path: web::Path<String>, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let drop = drop_of(&path)?;
+    let chunks = state.shop.draw_record(&drop).await?;
+    let body = chunks.map_ok(web::Bytes::from).map_err(|err| {
+        tracing::error!(error = %err, "a draw's record failed mid-way; its answer is cut short");
+        actix_web::error::ErrorServiceUnavailable("record failed")
+    });
+    Ok(HttpResponse::Ok()
+        .content_type("application/x-ndjson")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=60"))
+        .streaming(body))
+}

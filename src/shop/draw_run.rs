@@ -1,0 +1,120 @@
+//! The draw's run (`crate::draw::run`) as use cases: an operator's run now (early, or again after
+//! a crash), the automatic run of every draw whose entries closed, a buyer's result, and the
+//! published record once the draw is drawn.
+
+use futures::StreamExt;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::{Error, Shop};
+use crate::controls::audit;
+use crate::domain::{DropId, UserId};
+use crate::draw::Outcome;
+use crate::draw::run::{self, DRAIN_WAIT, RunError, Summary, publish, store};
+use crate::purchase::receipt::Purchase;
+
+/// A buyer's result in a drawn draw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrawResult {
+    /// Won `quantity` units of `size`: the reservation `order_id`, to pay by `pay_by`.
+    Won {
+        size: String,
+        quantity: u32,
+        order_id: Uuid,
+        pay_by: Option<OffsetDateTime>,
+    },
+    /// On the waitlist at `position` (1 first).
+    Waitlisted {
+        position: u32,
+    },
+    Lost,
+}
+
+/// The published record, chunk by chunk (NDJSON); a failure mid-way cuts the answer short.
+pub type RecordChunks = std::pin::Pin<Box<dyn futures::Stream<Item = Result<Vec<u8>, sqlx::Error>> + Send>>;
+
+impl From<RunError> for Error {
+    fn from(err: RunError) -> Self {
+        match err {
+            RunError::NotADraw => Self::NotADraw,
+            RunError::EntriesQueued { stored, accepted } => Self::EntriesQueued { stored, accepted },
+            RunError::Redis(err) => err.into(),
+            RunError::Postgres(err) => err.into(),
+            award @ RunError::Award(_) => Self::Internal(anyhow::Error::new(award)),
+        }
+    }
+}
+
+impl Shop {
+    /// Runs the drop's draw now (early: its entries close at once), or again after a run that
+    /// stopped midway; a drawn draw answers its summary and changes nothing. One audit entry.
+    pub async fn run_draw(&self, drop: &DropId, actor: Option<&str>) -> Result<Summary, Error> {
+        self.drawable(drop).await?;
+        let summary = run::run(self.sales.keyspace(), &self.pool, drop, DRAIN_WAIT).await?;
+        let effect = serde_json::json!({
+            "entries": summary.entries, "won": summary.won, "waitlisted": summary.waitlisted,
+            "lost": summary.lost, "units_awarded": summary.units_awarded,
+        });
+        let mut conn = self.pool.acquire().await?;
+        audit::record_drop(&mut conn, drop, "draw", None, &effect, actor).await?;
+        Ok(summary)
+    }
+
+    /// The buyer's result once the draw is drawn, `None` before (or without an entry).
+    pub async fn draw_result(&self, drop: &DropId, user: &UserId) -> Result<Option<DrawResult>, Error> {
+        let Some(result) = store::result(&self.pool, drop, user).await? else { return Ok(None) };
+        Ok(Some(match result.outcome {
+            Outcome::Won { size, quantity } => {
+                let order_id =
+                    result.order_id.ok_or_else(|| Error::Internal(anyhow::anyhow!("a win without order")))?;
+                let pay_by = self.pay_by(drop, &size, user, order_id).await?;
+                DrawResult::Won { size, quantity, order_id, pay_by }
+            }
+            Outcome::Waitlisted { position } => DrawResult::Waitlisted { position },
+            Outcome::Lost => DrawResult::Lost,
+        }))
+    }
+
+    /// The draw's published record (NDJSON), once drawn: `not_a_draw`, `draw_not_revealed` before.
+    pub async fn draw_record(&self, drop: &DropId) -> Result<RecordChunks, Error> {
+        let draw = self.drawable(drop).await?;
+        if draw.state != "drawn" {
+            return Err(Error::DrawNotRevealed);
+        }
+        let mut chunks: RecordChunks = Box::pin(publish::stream(self.pool.clone(), drop.clone(), draw));
+        let first = futures::TryStreamExt::try_next(&mut chunks).await?;
+        Ok(Box::pin(futures::stream::iter(first.map(Ok)).chain(chunks)))
+    }
+
+    /// The drop's draw row: `unknown_drop` for a drop with no size, `not_a_draw` without a draw.
+    async fn drawable(&self, drop: &DropId) -> Result<store::Draw, Error> {
+        if let Some(draw) = store::draw(&self.pool, drop).await? {
+            return Ok(draw);
+        }
+        let sizes = crate::exports::drop_sales(&self.pool, drop.as_str()).await?;
+        Err(if sizes.is_empty() { Error::UnknownDrop } else { Error::NotADraw })
+    }
+
+    /// A winner's deadline: its order row's, else its receipt's in Redis (before the worker stored it).
+    async fn pay_by(
+        &self,
+        drop: &DropId,
+        size: &str,
+        user: &UserId,
+        order: Uuid,
+    ) -> Result<Option<OffsetDateTime>, Error> {
+        let stored: Option<Option<OffsetDateTime>> =
+            sqlx::query_scalar("select pay_by from orders where order_id = $1")
+                .bind(order)
+                .fetch_optional(&self.pool)
+                .await?;
+        if let Some(pay_by) = stored {
+            return Ok(pay_by);
+        }
+        let sale = drop.size(size).map_err(Error::Invalid)?;
+        Ok(match self.sales.purchase_of(&sale, user).await? {
+            Purchase::Bought(Some(receipt)) => receipt.pay_by_ms.map(crate::domain::ms_to_time),
+            _ => None,
+        })
+    }
+}

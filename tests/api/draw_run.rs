@@ -1,0 +1,284 @@
+//! The draw's run (`seckill::draw::run`): an operator's run (`POST /admin/drops/{drop}/draw`), its
+//! published record (`GET /drops/{drop}/draw`) that `seckill::draw::verify` checks, the winners'
+//! reservations, the buyers' results, a re-run, a crash mid-award, two instances at once and the
+//! automatic run once the entries close.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use seckill::domain::DropId;
+use seckill::draw::run::{self, DRAIN_WAIT};
+use seckill::draw::{Outcome, record, verify};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use uuid::Uuid;
+
+use crate::common::drops::new_drop_id;
+use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, spawn_app, spawn_app_with, spawn_instance_of};
+
+const SIZES: [&str; 3] = ["41", "42", "43"];
+
+/// RFC 3339 of now plus `seconds`.
+fn at(seconds: i64) -> String {
+    (OffsetDateTime::now_utc() + time::Duration::seconds(seconds)).format(&Rfc3339).unwrap()
+}
+
+/// A fresh drop in draw mode: sizes 41, 42, 43 with `stock` units each, 2 per buyer, a payment
+/// window, entries open until `closes_in` seconds from now, 10 waitlist places.
+async fn draw_drop(app: &TestApp, stock: [u32; 3], closes_in: i64) -> String {
+    let drop = new_drop_id();
+    let sizes: serde_json::Map<String, Value> =
+        SIZES.iter().zip(stock).map(|(size, units)| (size.to_string(), json!({"stock": units}))).collect();
+    let draw = json!({"opens_at": at(-60), "closes_at": at(closes_in), "waitlist": 10});
+    let body = json!({"sizes": sizes, "per_buyer": 2, "payment_window": "10m", "challenge": {"cost": 0}, "draw": draw});
+    let url = app.url(&format!("/admin/drops/{drop}"));
+    let response = app.client.put(url).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    drop
+}
+
+/// `n` buyers `u000`… enter through the API, with varied preferences and quantities.
+async fn enter_all(app: &TestApp, drop: &str, n: usize) {
+    let body = |i: usize| {
+        let sizes: Vec<&str> = (0..1 + i % 3).map(|k| SIZES[(i + k) % 3]).collect();
+        json!({"sizes": sizes, "quantity": 1 + i.is_multiple_of(4) as u32, "user_id": format!("u{i:03}")})
+    };
+    enter_each(app, drop, (0..n).map(body).collect()).await;
+}
+
+/// Each entry of `bodies` through the API, 32 at a time: every one accepted.
+async fn enter_each(app: &TestApp, drop: &str, bodies: Vec<Value>) {
+    let statuses: Vec<u16> = futures::stream::iter(bodies)
+        .map(|body| async move {
+            let response = app.client.post(app.url(&format!("/drops/{drop}/entries"))).json(&body).send().await;
+            response.unwrap().status().as_u16()
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    assert!(statuses.iter().all(|s| *s == 201), "{statuses:?}");
+}
+
+async fn run_now(app: &TestApp, drop: &str) -> reqwest::Response {
+    app.client.post(app.url(&format!("/admin/drops/{drop}/draw"))).bearer_auth(ADMIN_TOKEN).send().await.unwrap()
+}
+
+/// The results in Postgres: user -> (outcome, size, quantity, position, order id).
+type Result = (String, Option<String>, i32, Option<i32>, Option<Uuid>);
+type Results = BTreeMap<String, Result>;
+
+async fn results(app: &TestApp, drop: &str) -> Results {
+    let rows: Vec<(String, Result)> =
+        sqlx::query_as::<_, (String, String, Option<String>, i32, Option<i32>, Option<Uuid>)>(
+            "select user_id, outcome, size, quantity, position, order_id from draw_results where drop_id = $1",
+        )
+        .bind(drop)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(u, o, s, q, p, id)| (u, (o, s, q, p, id)))
+        .collect();
+    rows.into_iter().collect()
+}
+
+/// The published record, read and verified.
+async fn verified_record(app: &TestApp, drop: &str) -> record::Record {
+    let response = app.client.get(app.url(&format!("/drops/{drop}/draw"))).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/x-ndjson");
+    let body = response.bytes().await.unwrap();
+    let record = record::read(&body[..]).unwrap();
+    verify(&record).unwrap_or_else(|err| panic!("the record does not verify: {err:?}"));
+    record
+}
+
+/// Waits until every winner's reservation is in Postgres; then checks each size's invariants.
+async fn assert_reservations(app: &TestApp, drop: &str, results: &Results) {
+    let winners: BTreeSet<Uuid> = results.values().filter_map(|r| r.4).collect();
+    for size in SIZES {
+        app.assert_invariants(&format!("{drop}.{size}"), &BTreeSet::new()).await;
+    }
+    let orders: Vec<(Uuid, String, String, i32, String)> = sqlx::query_as(
+        "select order_id, sale_id, user_id, quantity, status from orders where left(sale_id, length($1) + 1) = $1 || '.'",
+    )
+    .bind(drop)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(orders.len(), winners.len(), "one reservation per winner");
+    for (order_id, sale, user, quantity, status) in orders {
+        let (outcome, size, won, _, id) = &results[&user];
+        assert_eq!((outcome.as_str(), id.as_ref(), status.as_str()), ("won", Some(&order_id), "reserved"));
+        assert_eq!((sale, quantity), (format!("{drop}.{}", size.as_ref().unwrap()), *won));
+        assert!(quantity <= 2, "over the limit");
+    }
+}
+
+#[tokio::test]
+async fn a_draw_run_early_awards_each_winner_once_and_publishes_a_record_that_verifies() {
+    let app = spawn_app().await;
+    let drop = draw_drop(&app, [20, 15, 10], 3600).await;
+    enter_all(&app, &drop, 300).await;
+    let buy = json!({"sale_id": format!("{drop}.41"), "user_id": "u001"});
+    assert_error(app.client.post(app.url("/buy")).json(&buy).send().await.unwrap(), 409, "draw_only").await;
+    let early = app.client.get(app.url(&format!("/drops/{drop}/draw"))).send().await.unwrap();
+    assert_error(early, 409, "draw_not_revealed").await;
+
+    // A crash mid-award: the run stops after one award call (one size's winners).
+    let id = DropId::parse(&drop).unwrap();
+    let redis = app.store.keyspace();
+    let (_, partial) = run::run_until(redis, &app.pool, &id, DRAIN_WAIT, Some(1)).await.unwrap();
+    assert!(!partial.done && partial.calls == 1 && partial.made > 0, "{partial:?}");
+    println!("award: the slowest of {} call(s) took {:?}", partial.calls, partial.slowest);
+    assert!(partial.slowest < Duration::from_millis(50), "{partial:?}");
+    let before = results(&app, &drop).await;
+    assert_eq!(before.len(), 300);
+    let entered = app.client.post(app.url(&format!("/drops/{drop}/entries")));
+    let late = entered.json(&json!({"sizes": ["41"], "user_id": "late"})).send().await.unwrap();
+    assert_error(late, 409, "entries_closed").await;
+
+    let response = run_now(&app, &drop).await;
+    assert_eq!(response.status(), 200);
+    let summary: Value = response.json().await.unwrap();
+    assert_eq!((&summary["state"], &summary["entries"]), (&json!("drawn"), &json!(300)), "{summary}");
+    let after = results(&app, &drop).await;
+    assert_eq!(before, after, "the results and their order ids are the ones of the first run");
+    let won = after.values().filter(|r| r.0 == "won").count();
+    let units: i32 = after.values().filter(|r| r.0 == "won").map(|r| r.2).sum();
+    assert_eq!((summary["won"].as_u64(), summary["units_awarded"].as_u64()), (Some(won as u64), Some(units as u64)));
+    assert!((40..=45).contains(&units), "nearly every unit goes out: {units}");
+    assert_eq!(after.values().filter(|r| r.0 == "waitlisted").count(), 10);
+
+    let record = verified_record(&app, &drop).await;
+    assert_eq!(record.entries.len(), 300);
+    let announced: BTreeMap<&str, &Outcome> = record.results.iter().map(|(e, o)| (e.as_str(), o)).collect();
+    for (user, (outcome, size, quantity, position, _)) in &after {
+        let entrant = seckill::draw::entrant(&id, &seckill::domain::UserId::stored(user).unwrap());
+        let expected = match outcome.as_str() {
+            "won" => Outcome::Won { size: size.clone().unwrap(), quantity: *quantity as u32 },
+            "waitlisted" => Outcome::Waitlisted { position: position.unwrap() as u32 },
+            _ => Outcome::Lost,
+        };
+        assert_eq!(announced[entrant.as_str()], &expected, "{user}");
+    }
+    assert_reservations(&app, &drop, &after).await;
+
+    // Each buyer's result.
+    for (user, (outcome, size, _, position, order_id)) in after.iter().take(40) {
+        let entry = app.get_as(&format!("/drops/{drop}/entry"), user).await;
+        assert_eq!(entry["state"], outcome.as_str(), "{entry}");
+        match outcome.as_str() {
+            "won" => {
+                assert_eq!((&entry["size"], &entry["order_id"]), (&json!(size), &json!(order_id)), "{entry}");
+                assert!(entry["pay_by"].is_string(), "{entry}");
+            }
+            "waitlisted" => assert_eq!(entry["position"], json!(position), "{entry}"),
+            _ => {}
+        }
+    }
+
+    // A re-run changes nothing.
+    let again: Value = run_now(&app, &drop).await.json().await.unwrap();
+    assert_eq!(again, summary);
+    let audit = app.client.get(app.url(&format!("/admin/drops/{drop}/audit"))).bearer_auth(ADMIN_TOKEN).send();
+    let audit: Value = audit.await.unwrap().json().await.unwrap();
+    let draws: Vec<&Value> = audit["entries"].as_array().unwrap().iter().filter(|e| e["action"] == "draw").collect();
+    assert_eq!(draws.len(), 2, "one audit entry per operator's run: {audit}");
+    assert_eq!(draws[0]["effect"]["won"], summary["won"]);
+    assert_eq!(results(&app, &drop).await, after);
+    assert_reservations(&app, &drop, &after).await;
+    let view: Value = app.client.get(app.url(&format!("/drops/{drop}"))).send().await.unwrap().json().await.unwrap();
+    assert_eq!(view["draw"]["seed"], json!(record.seed), "the seed revealed: {view}");
+    let buy = json!({"sale_id": format!("{drop}.42"), "user_id": "u002"});
+    assert_error(app.client.post(app.url("/buy")).json(&buy).send().await.unwrap(), 409, "draw_only").await;
+}
+
+#[tokio::test]
+async fn two_instances_asked_at_once_give_one_set_of_results() {
+    let app = spawn_app().await;
+    let other = spawn_instance_of(&app).await;
+    let drop = draw_drop(&app, [3, 3, 3], 3600).await;
+    enter_all(&app, &drop, 40).await;
+    let (a, b) = tokio::join!(run_now(&app, &drop), run_now(&other, &drop));
+    assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+    let (a, b): (Value, Value) = (a.json().await.unwrap(), b.json().await.unwrap());
+    assert_eq!(a, b);
+    let results = results(&app, &drop).await;
+    assert_eq!(results.len(), 40);
+    verified_record(&other, &drop).await;
+    assert_reservations(&app, &drop, &results).await;
+}
+
+#[tokio::test]
+async fn a_draw_runs_by_itself_once_its_entries_close() {
+    let app = spawn_app().await;
+    let drop = draw_drop(&app, [2, 2, 2], 4).await;
+    enter_all(&app, &drop, 12).await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let state: Option<String> = sqlx::query_scalar("select state from draws where drop_id = $1")
+            .bind(&drop)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+        if state.as_deref() == Some("drawn") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "not drawn: {state:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let results = results(&app, &drop).await;
+    assert_eq!(results.len(), 12);
+    verified_record(&app, &drop).await;
+    assert_reservations(&app, &drop, &results).await;
+    let unknown = run_now(&app, &new_drop_id()).await;
+    assert_error(unknown, 404, "unknown_drop").await;
+}
+
+#[tokio::test]
+async fn winners_are_awarded_in_chunks_each_call_well_under_50_ms() {
+    let app = spawn_app().await;
+    let drop = draw_drop(&app, [520, 0, 0], 3600).await;
+    let bodies = (0..520).map(|i| json!({"sizes": ["41"], "user_id": format!("c{i:03}")})).collect();
+    enter_each(&app, &drop, bodies).await;
+    let id = DropId::parse(&drop).unwrap();
+    let (summary, awarded) = run::run_until(app.store.keyspace(), &app.pool, &id, DRAIN_WAIT, None).await.unwrap();
+    println!(
+        "award: {} winners in {} calls, the slowest {:?} (round trip)",
+        awarded.made, awarded.calls, awarded.slowest
+    );
+    assert_eq!(
+        (summary.won, awarded.made, awarded.calls, awarded.done),
+        (520, 520, 520usize.div_ceil(run::CHUNK), true)
+    );
+    assert!(awarded.slowest < Duration::from_millis(50), "{awarded:?}");
+    let results = results(&app, &drop).await;
+    verified_record(&app, &drop).await;
+    assert_reservations(&app, &drop, &results).await;
+}
+
+#[tokio::test]
+async fn a_draw_waits_for_its_entries_in_postgres_and_is_refused_where_there_is_none() {
+    // No worker: the accepted entries never reach Postgres.
+    let app = spawn_app_with(|_| {}, false).await;
+    let drop = draw_drop(&app, [2, 2, 2], 3600).await;
+    enter_all(&app, &drop, 3).await;
+    let id = DropId::parse(&drop).unwrap();
+    let outcome = run::run(app.store.keyspace(), &app.pool, &id, Duration::from_millis(300)).await;
+    assert!(matches!(outcome, Err(run::RunError::EntriesQueued { stored: 0, accepted: 3 })), "{outcome:?}");
+    let late = app.client.post(app.url(&format!("/drops/{drop}/entries")));
+    let late = late.json(&json!({"sizes": ["41"], "user_id": "late"})).send().await.unwrap();
+    assert_error(late, 409, "entries_closed").await;
+    assert!(results(&app, &drop).await.is_empty(), "nothing drawn");
+
+    let plain = crate::common::drops::seed_drop_sizes(&app, &["41"], 5, 1).await;
+    assert_error(run_now(&app, &plain).await, 409, "not_a_draw").await;
+    let record = app.client.get(app.url(&format!("/drops/{plain}/draw"))).send().await.unwrap();
+    assert_error(record, 409, "not_a_draw").await;
+    let audit = app.client.get(app.url(&format!("/admin/drops/{drop}/audit"))).bearer_auth(ADMIN_TOKEN).send();
+    let audit: Value = audit.await.unwrap().json().await.unwrap();
+    assert!(audit["entries"].as_array().unwrap().iter().all(|e| e["action"] != "draw"), "{audit}");
+}
