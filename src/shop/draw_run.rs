@@ -40,7 +40,7 @@ impl From<RunError> for Error {
             RunError::EntriesQueued { stored, accepted } => Self::EntriesQueued { stored, accepted },
             RunError::Redis(err) => err.into(),
             RunError::Postgres(err) => err.into(),
-            award @ RunError::Award(_) => Self::Internal(anyhow::Error::new(award)),
+            RunError::Award(why) => Self::AwardRefused(why),
         }
     }
 }

@@ -86,6 +86,11 @@ pub enum Error {
     /// `draw_not_revealed`: the draw has not been drawn yet, its record is not published.
     #[error("the draw has not been drawn yet: its record is published once it is")]
     DrawNotRevealed,
+    /// `draw_award_refused`: the purchase's rules refused a winner's reservation (its size ended,
+    /// was paused or retired): the results stand; the operator mends the size and runs the draw
+    /// again, which awards the rest.
+    #[error("{0}: mend the size (resume it, extend its end) and run the draw again; the results stand")]
+    AwardRefused(String),
     /// `sale_not_started`.
     #[error("the sale has not started yet")]
     SaleNotStarted,
@@ -325,6 +330,7 @@ impl Error {
             Self::NoEntry => "no_entry",
             Self::EntriesQueued { .. } => "entries_queued",
             Self::DrawNotRevealed => "draw_not_revealed",
+            Self::AwardRefused(_) => "draw_award_refused",
             Self::SaleNotStarted => "sale_not_started",
             Self::SaleEnded => "sale_ended",
             Self::SalePaused => "sale_paused",

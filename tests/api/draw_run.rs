@@ -282,3 +282,25 @@ async fn a_draw_waits_for_its_entries_in_postgres_and_is_refused_where_there_is_
     let audit: Value = audit.await.unwrap().json().await.unwrap();
     assert!(audit["entries"].as_array().unwrap().iter().all(|e| e["action"] != "draw"), "{audit}");
 }
+
+#[tokio::test]
+async fn a_winner_refused_by_a_paused_size_is_a_409_and_the_results_stand_until_a_run_after_the_resume() {
+    let app = spawn_app().await;
+    let drop = draw_drop(&app, [5, 5, 5], 600).await;
+    enter_all(&app, &drop, 6).await;
+    let switch = |action: &'static str| {
+        let url = app.url(&format!("/admin/drops/{drop}/{action}"));
+        app.client.post(url).bearer_auth(ADMIN_TOKEN).send()
+    };
+    assert_eq!(switch("pause").await.unwrap().status(), 200);
+
+    assert_error(run_now(&app, &drop).await, 409, "draw_award_refused").await;
+    let first = results(&app, &drop).await;
+    assert_eq!(first.len(), 6, "every entrant has a result once the allocation is kept");
+
+    assert_eq!(switch("resume").await.unwrap().status(), 200);
+    let response = run_now(&app, &drop).await;
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    assert_eq!(results(&app, &drop).await, first, "a run after the refusal awards the same results");
+    assert_reservations(&app, &drop, &first).await;
+}

@@ -139,6 +139,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::EntriesNotOpen
         | E::EntriesClosed
         | E::DrawNotRevealed
+        | E::AwardRefused(_)
         | E::AlreadyEntered(_)
         | E::NoChallenge
         | E::StockBelowZero { .. }

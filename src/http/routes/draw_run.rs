@@ -53,7 +53,9 @@ impl From<DrawSummary> for DrawRun {
     responses(
         (status = 200, description = "Drawn; what it gave out", body = DrawRun),
         UnknownDrop,
-        (status = 409, description = "`not_a_draw`: the drop is not in draw mode", body = ErrorBody),
+        (status = 409, description = "`not_a_draw`: the drop is not in draw mode; `draw_award_refused`: a \
+            winner's size refused its reservation (ended, paused, retired): mend it and run again, the results \
+            stand", body = ErrorBody),
         (status = 503, description = "`entries_queued`: accepted entries are still on their way to Postgres \
             (`Retry-After`); `unavailable`", body = ErrorBody),
         AdminErrors,
