@@ -131,20 +131,26 @@ impl Shop {
     }
 
     /// The buyer's entry in the drop's draw, with its result once drawn (`super::DrawResult`):
-    /// `no_entry` without one, `not_a_draw` for a drop not in draw mode.
+    /// `no_entry` without one, `not_a_draw` for a drop not in draw mode. Limited as the line's join is
+    /// (per client and buyer): a read costs Redis and, once drawn, Postgres.
     pub async fn draw_entry(
         &self,
         drop: &DropId,
         user: &UserId,
         client: IpAddr,
-    ) -> Result<(Entry, Option<super::DrawResult>), Error> {
-        let meter = Meter::new(&self.limits, &self.metrics);
-        self.known_drop(drop, client, &meter).await?;
-        match entries::entry(self.sales.keyspace(), drop, user).await? {
-            Some(entry) => Ok((entry, self.draw_result(drop, user).await?)),
-            None if entries::info(self.sales.keyspace(), drop).await?.is_none() => Err(Error::NotADraw),
-            None => Err(Error::NoEntry),
+    ) -> Limited<(Entry, Option<super::DrawResult>)> {
+        let mut meter = Meter::new(&self.limits, &self.metrics);
+        let outcome = async {
+            self.known_drop(drop, client, &meter).await?;
+            meter.check(self.sales.keyspace(), client, user, &LineId::Drop(drop.clone()).limited_as()).await?;
+            match entries::entry(self.sales.keyspace(), drop, user).await? {
+                Some(entry) => Ok((entry, self.draw_result(drop, user).await?)),
+                None if entries::info(self.sales.keyspace(), drop).await?.is_none() => Err(Error::NotADraw),
+                None => Err(Error::NoEntry),
+            }
         }
+        .await;
+        meter.finish(outcome)
     }
 
     /// `unknown_drop` for a drop none of whose sizes the registry holds (this instance's copy, no

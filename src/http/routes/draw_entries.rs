@@ -247,10 +247,17 @@ pub async fn entry(
     path: web::Path<String>,
     query: web::Query<OrderQuery>,
     state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let user = buyer.named(query.into_inner().user_id)?;
-    let drop = drop_of(&path)?;
-    let (entry, result) = state.shop.draw_entry(&drop, &user, state.clients.of(&req)).await?;
-    let view = EntryView::of(&drop, entry).with(result);
-    Ok(HttpResponse::Ok().insert_header(("Cache-Control", "no-store")).json(view))
+) -> HttpResponse {
+    let (outcome, reported) = match buyer.named(query.into_inner().user_id).and_then(|u| Ok((u, drop_of(&path)?))) {
+        Err(refused) => (Err(refused), None),
+        Ok((user, drop)) => {
+            let Limited { outcome, reported } = state.shop.draw_entry(&drop, &user, state.clients.of(&req)).await;
+            let found = |(entry, result)| {
+                let view = EntryView::of(&drop, entry).with(result);
+                HttpResponse::Ok().insert_header(("Cache-Control", "no-store")).json(view)
+            };
+            (outcome.map(found).map_err(ApiError::from), reported)
+        }
+    };
+    state.rate_limit.respond(reported, outcome)
 }
