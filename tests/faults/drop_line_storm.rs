@@ -206,11 +206,12 @@ async fn drop_line_storm(redis_url: &str) {
     .unwrap();
     assert_eq!(after_pause, 0, "orders created after the drop's pause answered");
     assert_eq!(seen.sold_after_pause, 0, "201s to purchases sent after the pause");
-    let lags: Vec<Duration> = seen
-        .first_paused
-        .iter()
-        .map(|first| first.expect("every instance answered sale_paused").saturating_duration_since(paused_instant))
-        .collect();
+    // Each instance's first sale_paused after the pause, if a purchase reached it after the pause
+    // (buyers still in the line then stop: on a slow host one instance may get none; the orders
+    // in Postgres above are the check that neither sold after it).
+    let lags: Vec<Option<Duration>> =
+        seen.first_paused.iter().map(|first| first.map(|at| at.saturating_duration_since(paused_instant))).collect();
+    assert!(lags.iter().any(Option::is_some), "no instance answered sale_paused after the pause");
 
     // Nobody over the drop's limit, and the same buyers and orders the clients saw.
     assert!(units.values().all(|&n| n <= PER_BUYER), "a buyer over {PER_BUYER} units across the drop");
@@ -248,7 +249,7 @@ async fn drop_line_storm(redis_url: &str) {
         seen.statuses,
         seen.bought.len(),
         seen.sold_after_pause,
-        lags.iter().map(|lag| lag.as_millis()).collect::<Vec<_>>(),
+        lags.iter().map(|lag| lag.map(|lag| lag.as_millis())).collect::<Vec<_>>(),
     );
 }
 
