@@ -117,7 +117,11 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
     invariant(
         &mut load,
         "draw stored",
-        &format!("Postgres entries {rows} = entries hash {hash:?} after {:.1} s", started.elapsed().as_secs_f64()),
+        &format!(
+            "Postgres entries {rows} = entries hash {} after {:.1} s",
+            hash.map_or("(unread)".to_owned(), |n| n.to_string()),
+            started.elapsed().as_secs_f64()
+        ),
         Some(rows) == hash,
     );
 
