@@ -1,7 +1,7 @@
 //! A storm of draw entries with k6 (`load-tests/k6/draw.js`, issue 53): a drop in draw mode, two
 //! instances, distinct entrants through both, and with `--kill-at` a `kill -9` of the second
-//! mid-storm (restarted after the storm, so its worker's pending entries are read again). Then:
-//! every accepted entry in Postgres once, the draw run (`POST /admin/drops/{drop}/draw`, its wall
+//! mid-storm, restarted `--restart-after` seconds later (its worker's pending entries read again).
+//! Then: every accepted entry in Postgres once, the draw run (`POST /admin/drops/{drop}/draw`, its wall
 //! time printed), its record (`GET /drops/{drop}/draw`) through `seckill draw verify`, and each
 //! size's invariants once the winners' reservations are stored.
 
@@ -44,6 +44,9 @@ pub struct Args {
     /// SIGKILL the second instance this many seconds into the storm (0: no kill).
     #[arg(long, default_value_t = 0)]
     kill_at: u64,
+    /// Restart it this many seconds after the kill.
+    #[arg(long, default_value_t = 2)]
+    restart_after: u64,
     /// The entry_duration p99 threshold, ms: a stall, not slowness.
     #[arg(long, default_value_t = 2000)]
     p99_ms: u32,
@@ -88,19 +91,37 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
     ];
     let extra = ["--local-ips".to_string(), a.local_ips.clone()];
     let name = "k6-draw";
-    let killer = (a.kill_at > 0).then(|| {
-        let (pid, at) = (second.pid(), Duration::from_secs(a.kill_at));
-        std::thread::spawn(move || {
-            std::thread::sleep(at);
-            testbed::signal_pid(pid, Signal::SIGKILL)
-        })
-    });
-    load.failures += u32::from(k6::run_script(&load, name, "draw.js", &env, &extra, storm + 120)? != 0);
-    if let Some(killer) = killer {
-        let killed = killer.join().unwrap_or(false);
-        load.log(&format!("instance 2 (pid {}) SIGKILLed: {killed}; restarting it", second.pid()));
+    // k6 appends to its console file: a previous run's entrants are not this one's.
+    let console_file = load.results.join(format!("{name}-console.log"));
+    if console_file.exists() {
+        std::fs::remove_file(&console_file)?;
+    }
+    // The kill and the restart run beside k6: the restarted instance (on a new port: k6 keeps
+    // retrying the old one elsewhere) reads its predecessor's pending entries mid-storm.
+    let (rc, restarted) = std::thread::scope(|scope| -> anyhow::Result<(i32, Option<App>)> {
+        let shared = &load;
+        let (pid, at, after) = (second.pid(), Duration::from_secs(a.kill_at), Duration::from_secs(a.restart_after));
+        let killer = (a.kill_at > 0).then(|| {
+            scope.spawn(move || {
+                std::thread::sleep(at);
+                let killed = testbed::signal_pid(pid, Signal::SIGKILL);
+                shared.log(&format!("instance 2 (pid {pid}) SIGKILLed: {killed}; restarting it in {after:?}"));
+                std::thread::sleep(after);
+                shared.app(&[])
+            })
+        });
+        let rc = k6::run_script(shared, name, "draw.js", &env, &extra, storm + 120)?;
+        let restarted = match killer.map(|k| k.join()) {
+            Some(Ok(app)) => Some(app?),
+            Some(Err(_)) => anyhow::bail!("the kill's thread panicked"),
+            None => None,
+        };
+        Ok((rc, restarted))
+    })?;
+    load.failures += u32::from(rc != 0);
+    if let Some(app) = restarted {
         second.stop();
-        second = load.app(&[])?;
+        second = app;
     }
 
     // Every accepted entry in Postgres: as many rows as the entries hash holds (bounded poll).
@@ -126,7 +147,7 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
     );
 
     // The k6 entrants printed as entered are Postgres's entries, each once.
-    let console = orders::read(&load.results.join(format!("{name}-console.log")))?;
+    let console = orders::read(&console_file)?;
     let printed: Vec<&str> = console.entered.iter().filter(|(d, _)| d == DROP).map(|(_, u)| u.as_str()).collect();
     let seen: HashSet<&str> = printed.iter().copied().collect();
     let users = psql(&load.services, &format!("select user_id from draw_entries where drop_id = '{DROP}'"))?;
