@@ -33,7 +33,7 @@ import http from 'k6/http';
 import { check, sleep } from 'k6';
 import exec from 'k6/execution';
 import { Counter, Trend } from 'k6/metrics';
-import { envInt, BASE_URL } from './lib/env.js';
+import { arrivals, envInt, BASE_URL } from './lib/env.js';
 
 const RUN_ID = __ENV.RUN_ID || String(Date.now());
 const SIZES = (__ENV.SIZES || 'drop.40,drop.41,drop.42').split(',');
@@ -68,15 +68,7 @@ const lineLeft = new Counter('line_left_unadmitted');
 export const options = {
   discardResponseBodies: false,
   scenarios: {
-    crowd: {
-      executor: 'constant-arrival-rate',
-      exec: 'crowd',
-      rate: ARRIVAL_RPS,
-      timeUnit: '1s',
-      duration: `${DURATION_S}s`,
-      preAllocatedVUs: Math.min(200, ARRIVAL_RPS),
-      maxVUs: Math.max(200, ARRIVAL_RPS * 2),
-    },
+    crowd: arrivals('crowd', ARRIVAL_RPS, DURATION_S),
     operator: {
       executor: 'shared-iterations',
       exec: 'operator',

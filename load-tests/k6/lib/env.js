@@ -20,3 +20,17 @@ export function envFloat(name, fallback) {
 
 // The service's base URL (BASE_URL), without a trailing slash.
 export const BASE_URL = (__ENV.BASE_URL || 'http://127.0.0.1:8080').replace(/\/+$/, '');
+
+// A constant-arrival-rate scenario running `exec`: `rate` new iterations a second for `durationS`
+// seconds (the crowds of drop.js and draw.js).
+export function arrivals(exec, rate, durationS) {
+  return {
+    executor: 'constant-arrival-rate',
+    exec,
+    rate,
+    timeUnit: '1s',
+    duration: `${durationS}s`,
+    preAllocatedVUs: Math.min(200, rate),
+    maxVUs: Math.max(200, rate * 2),
+  };
+}

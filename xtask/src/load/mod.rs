@@ -1,12 +1,13 @@
-//! `cargo xtask load k6|k6-queue|k6-drop|oha|webhooks`: the flash crowd (k6, `load-tests/k6/flash-crowd.js`), a
-//! queued sale's crowd (k6, `load-tests/k6/waiting-room.js`), a drop in sizes (k6,
-//! `load-tests/k6/drop.js`), the four
+//! `cargo xtask load k6|k6-queue|k6-drop|k6-draw|oha|webhooks`: the flash crowd (k6,
+//! `load-tests/k6/flash-crowd.js`), a queued sale's crowd (k6, `load-tests/k6/waiting-room.js`), a
+//! drop in sizes (k6, `load-tests/k6/drop.js`), a storm of draw entries (k6, `load-tests/k6/draw.js`), the four
 //! single-path oha runs and the webhook dispatcher's delivery lag under paced purchases (wrk),
 //! each against its own throwaway stack, then the invariants per sale
 //! (`seckill reconcile`, and the 201s the generator saw = the orders in Postgres). Every
 //! generator run is bounded in time (and count) and only talks to 127.0.0.0/8. Exit status 1
 //! when a threshold, a run or an invariant failed.
 
+mod draw;
 mod drop;
 mod k6;
 mod oha;
@@ -47,6 +48,9 @@ enum Tool {
     /// A drop: a product in sizes with a per-customer limit across them; a crowd buys random
     /// quantities while an operator pauses one size and tops another up (k6).
     K6Drop(drop::Args),
+    /// A storm of draw entries through two instances, one killed -9 mid-storm (`--kill-at`); then
+    /// every entry in Postgres once, the draw run, timed, and its record verified (k6).
+    K6Draw(draw::Args),
     /// In stock, sold out, /healthz and rate limited, one oha run each.
     Oha(oha::Args),
     /// Webhooks on, a fast receiver on 127.0.0.1, paced in-stock purchases (wrk): the delivery
@@ -182,6 +186,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Tool::K6(k) => Load::start("load k6", &args, "k6").and_then(|load| k6::run(k, load)),
         Tool::K6Queue(q) => Load::start("load k6-queue", &args, "k6").and_then(|load| queued::run(q, load)),
         Tool::K6Drop(d) => Load::start("load k6-drop", &args, "k6").and_then(|load| drop::run(d, load)),
+        Tool::K6Draw(d) => Load::start("load k6-draw", &args, "k6").and_then(|load| draw::run(d, load)),
         Tool::Oha(o) => Load::start("load oha", &args, "oha").and_then(|load| oha::run(o, load)),
         Tool::Webhooks(w) => Load::start("load webhooks", &args, "wrk").and_then(|load| webhooks::run(w, load)),
     };

@@ -26,13 +26,15 @@ pub struct Created {
 }
 
 /// What a k6 console file says: the 201s, the reservations paid and cancelled (sale, order id),
-/// the buyers a waiting room admitted (sale, user), and its other lines (k6's warnings).
+/// the buyers a waiting room admitted (sale, user), the draw entries accepted (drop, user, in
+/// the order printed), and its other lines (k6's warnings).
 #[derive(Debug, Default)]
 pub struct Console {
     pub created: Vec<Created>,
     pub paid: HashSet<(String, String)>,
     pub cancelled: HashSet<(String, String)>,
     pub admitted: HashSet<(String, String)>,
+    pub entered: Vec<(String, String)>,
     pub other: Vec<String>,
 }
 
@@ -51,8 +53,8 @@ impl Console {
     }
 }
 
-/// Reads a k6 console file: its `order SALE USER ORDER_ID`, `paid SALE ORDER_ID`,
-/// `cancelled SALE ORDER_ID` and `admitted SALE USER PLACE` lines, and the rest.
+/// Reads a k6 console file: its `order SALE USER ORDER_ID`, `entered DROP USER`,
+/// `paid SALE ORDER_ID`, `cancelled SALE ORDER_ID` and `admitted SALE USER PLACE` lines, and the rest.
 pub fn read(path: &Path) -> anyhow::Result<Console> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut console = Console::default();
@@ -70,6 +72,7 @@ pub fn read(path: &Path) -> anyhow::Result<Console> {
             ["admitted", sale, user, _place] => {
                 console.admitted.insert((sale.into(), user.into()));
             }
+            ["entered", drop, user] => console.entered.push((drop.into(), user.into())),
             _ => console.other.push(line.to_string()),
         }
     }
