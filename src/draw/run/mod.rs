@@ -93,8 +93,16 @@ impl From<award::AwardError> for RunError {
 
 /// Runs the drop's draw to its end (see the module's steps), one run per drop at a time over
 /// every instance; a drawn draw answers its summary and changes nothing.
+/// A run that awarded logs its calls and the longest (`slowest_award_ms`, the round trip: an
+/// upper bound of the time it held Redis).
 pub async fn run(redis: &Keyspace, pool: &PgPool, drop: &DropId, drain: Duration) -> Result<Summary, RunError> {
-    run_until(redis, pool, drop, drain, None).await.map(|(summary, _)| summary)
+    let (summary, awarded) = run_until(redis, pool, drop, drain, None).await?;
+    if awarded.calls > 0 {
+        let slowest_award_ms = awarded.slowest.as_secs_f64() * 1_000.0;
+        let (award_calls, winners) = (awarded.calls, awarded.made);
+        tracing::info!(drop_id = %drop, award_calls, winners, slowest_award_ms, "draw awarded");
+    }
+    Ok(summary)
 }
 
 /// [`run`], stopping after `max_calls` award calls (`None`: all) before the reveal when winners
