@@ -23,8 +23,14 @@
 -- SCARD(buyers) + extra_units - SCARD(released) - extra_released holds before and after. The keys
 -- share the sale's hash tag, so the script runs on Redis Cluster.
 --
+-- Assembled, not run as it stands: the line "-- @release_gate" below is followed by
+-- lua/release_gate.lua.
+--
 -- Example:
---   redis-cli --eval lua/release.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:released' 'seckill:{sale:demo}:meta' , 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1
+--   sed -e '/^-- @release_gate$/r lua/release_gate.lua' lua/release.lua > /tmp/seckill-release.lua
+--   redis-cli --eval /tmp/seckill-release.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:released' 'seckill:{sale:demo}:meta' , 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1
+
+-- @release_gate
 
 local stock_raw = redis.call('GET', KEYS[1])
 if not stock_raw then
@@ -34,16 +40,7 @@ local stock = tonumber(stock_raw)
 if not stock or stock ~= math.floor(stock) then
   error('seckill release.lua: the stock of the sale is damaged (' .. stock_raw .. '): nothing written')
 end
-local released, units = 0, 0
-for i = 1, #ARGV, 2 do
-  if redis.call('SADD', KEYS[2], ARGV[i]) == 1 then
-    released = released + 1
-    units = units + tonumber(ARGV[i + 1])
-  end
-end
-if units > released then
-  redis.call('HINCRBY', KEYS[3], 'extra_released', units - released)
-end
+local released, units = give_back(KEYS[2], KEYS[3], 1)
 if units > 0 then
   redis.call('INCRBY', KEYS[1], units)
 end

@@ -69,8 +69,10 @@
 //!    - [`draw`]: a drop's raffle anyone can verify: its entries (`entries`: a buyer's one entry,
 //!      `lua/draw_enter.lua`, its stream the worker copies to Postgres once, the `draws` row); pure:
 //!      ranking, allocation, waitlist rule, the published record and its check (docs/draw.md); the
-//!      run (`run`: close, drain, results once in `draw_results`, the winners' reservations by
-//!      `lua/draw_award.lua`, reveal; the record a page at a time; the automatic runner).
+//!      run (`run`: close, drain, results once in `draw_results`, the waitlist put in Redis, the
+//!      winners' reservations by `lua/draw_award.lua`, reveal; the record a page at a time; the
+//!      automatic runner); the units that come back offered to the waitlist first (`offers`,
+//!      `lua/draw_release.lua`, called by `reservations`' release).
 //!    - [`drops`]: a drop, a product whose sizes are the sales of one group, its Redis side: its
 //!      seed over every size and its line in one call (`lua/drop_seed.lua`), its one switch and its
 //!      stock (`lua/drop_control.lua`, `lua/drop_restock.lua`), its sizes, its Postgres row (`store`).

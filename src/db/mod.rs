@@ -18,7 +18,7 @@ pub use orders::{
     Hint, InsertReport, StoredOrder, count_orders, count_orders_by_sale, group_units_page, insert_orders, order_of,
     order_users, orders_of_users,
 };
-pub(crate) use outbox::{emit_order, order_event};
+pub(crate) use outbox::{emit_order, lost_events, order_event};
 pub use retired::{last_activity, last_seeded, lock_retired, mark_retired, rows_among, sale_retired, unmark_retired};
 pub use sales::{SaleRow, insert_sale_if_missing, sale_row, sales_row_stock, upsert_sale};
 

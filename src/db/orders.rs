@@ -151,8 +151,8 @@ impl<'a> Batch<'a> {
         Ok(Some(rows.into_iter().filter_map(|(order, _, _)| order).collect()))
     }
 
-    /// The orders and their events in one statement (no transaction): each new order's
-    /// `order.created`, then `sale.sold_out` for the sales it sold out among `may_sell_out`
+    /// The orders and their events in one statement (no transaction): an offer's `draw.offered`
+    /// (selected first: it precedes its order's), each new order's `order.created`, then `sale.sold_out` for the sales it sold out among `may_sell_out`
     /// (selected, so the calls cannot be planned away). The new orders' ids, and whether events
     /// are written (true when nothing was inserted: no new word).
     async fn insert_hooked(
@@ -163,10 +163,13 @@ impl<'a> Batch<'a> {
         let watched: Option<Vec<&str>> = may_sell_out.map(|sales| sales.iter().map(String::as_str).collect());
         let sql = format!(
             "{}
+             {}
+             union all
              select order_id, sale_id, {} from new
              union all
              {}",
             insert_new("true"),
+            outbox::offered_events("new"),
             outbox::order_event("'order.created'", "", ""),
             outbox::sold_out_events("new", "$7"),
         );

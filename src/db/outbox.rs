@@ -55,6 +55,37 @@ pub(crate) fn sold_out_events(new: &str, watched: &str) -> String {
     )
 }
 
+/// SQL that writes `draw.offered` for each row of `new` (the batch's inserted rows) that is an
+/// offer of units that came back to a draw's waitlisted entrant (`crate::draw::offers`): the
+/// buyer's draw result in the sale's drop is `waitlisted`. Its data is the order's with `drop_id`
+/// and `position`; its `order_id` the new reservation's, so it goes before that order's
+/// `order.created` when selected first. Yields `(null, sale_id, event id)` rows, none without
+/// endpoints.
+pub(crate) fn offered_events(new: &str) -> String {
+    format!(
+        "select null::uuid, n.sale_id,
+                webhook_publish('draw.offered', n.sale_id, n.order_id,
+                    webhook_order_data(n.order_id, n.sale_id, n.user_id, n.status, n.quantity, n.pay_by)
+                        || jsonb_build_object('drop_id', r.drop_id, 'position', r.position),
+                    'draw.offered:' || n.order_id)
+         from {new} n join draw_results r
+              on r.drop_id = split_part(n.sale_id, '.', 1) and r.user_id = n.user_id
+         where {HOOKED} and strpos(n.sale_id, '.') > 0 and r.outcome = 'waitlisted'"
+    )
+}
+
+/// SQL that writes `draw.lost` for every entrant the drop `$1`'s draw left without a unit or a
+/// place, once each (its `dedup_key`); nothing without endpoints. The event's `sale_id` is the
+/// drop's id; its data `drop_id`, `user_id` and `entrant` (the public pseudonym).
+pub(crate) fn lost_events() -> String {
+    format!(
+        "select webhook_publish('draw.lost', drop_id, null,
+                    jsonb_build_object('drop_id', drop_id, 'user_id', user_id, 'entrant', entrant),
+                    'draw.lost:' || drop_id || ':' || user_id)
+         from draw_results where {HOOKED} and drop_id = $1 and outcome = 'lost'"
+    )
+}
+
 /// Writes the event `kind` of the reservation `order_id` of `sale` as it stands in `tx`, with
 /// `extra` fields in its data (nothing without endpoints).
 pub(crate) async fn emit_order(

@@ -5,7 +5,8 @@
 //! in public ([`rank::entrant`]), the order of the entries ([`rank`]), who gets which size
 //! ([`allocate`]), who is offered a unit that comes back ([`waitlist`]), the published record
 //! ([`record`]) and its check ([`verify`]); the draw's run calls them, and so does
-//! `seckill draw verify`.
+//! `seckill draw verify`. The waitlist's Redis side, the offers of units that come back, is
+//! [`offers`].
 //!
 //! ```text
 //!  before entries open: seed = 32 random bytes (64 hex digits, admission::draw_seed), kept secret;
@@ -31,6 +32,7 @@
 
 pub mod allocate;
 pub mod entries;
+pub mod offers;
 pub mod rank;
 pub mod record;
 pub mod run;

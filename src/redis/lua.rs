@@ -62,6 +62,7 @@ fn piece(name: &str) -> &'static str {
     match name {
         "buy" => BUY_LUA,
         "purchase" => include_str!("../../lua/purchase.lua"),
+        "release_gate" => include_str!("../../lua/release_gate.lua"),
         "limiter_preamble" => include_str!("../../lua/limiter_preamble.lua"),
         "queue_preamble" => include_str!("../../lua/queue_preamble.lua"),
         _ => panic!("a Lua script names the piece {name:?}, which crate::redis::lua does not know"),
@@ -111,13 +112,19 @@ pub static DRAW_ENTER: LazyLock<Script> = LazyLock::new(|| Script::new(include_s
 /// `lua/draw_award.lua`: a draw's winners of one size get their reservations (`lua/purchase.lua`'s rules).
 pub static DRAW_AWARD: LazyLock<Script> = LazyLock::new(|| assemble(include_str!("../../lua/draw_award.lua"), ""));
 
+/// `lua/draw_waitlist.lua`: a draw's waitlist put in Redis, each place once.
+pub static DRAW_WAITLIST: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/draw_waitlist.lua")));
+
+/// `lua/draw_release.lua`: a drawn size's release, its units offered to the waitlist first.
+pub static DRAW_RELEASE: LazyLock<Script> = LazyLock::new(|| assemble(include_str!("../../lua/draw_release.lua"), ""));
+
 /// `lua/held_floor.lua`: raise buyers' units held in a group to what Postgres holds.
 pub static HELD_FLOOR: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/held_floor.lua")));
 /// `lua/restore.lua`: put buyers Postgres holds and Redis lost back, stock lowered to match.
 pub static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/restore.lua")));
 
 /// `lua/release.lua`: give cancelled or expired reservations' units back, each once.
-pub static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/release.lua")));
+pub static RELEASE: LazyLock<Script> = LazyLock::new(|| assemble(include_str!("../../lua/release.lua"), ""));
 
 /// `lua/queue_join.lua`: join a queued sale's waiting room, or ask for one's place in it.
 pub static QUEUE_JOIN: LazyLock<Script> = LazyLock::new(|| assemble(include_str!("../../lua/queue_join.lua"), ""));

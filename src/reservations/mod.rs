@@ -37,7 +37,9 @@ use uuid::Uuid;
 
 use self::store::{Cancel, PaymentError, Settled};
 use crate::db;
-use crate::domain::{SaleId, UserId};
+use crate::domain::{DropId, SaleId, UserId};
+use crate::draw::offers;
+use crate::draw::run::store as draw_store;
 use crate::metrics::Metrics;
 use crate::orders::queue;
 use crate::purchase::Sales;
@@ -87,49 +89,88 @@ impl From<PaymentError> for ReservationError {
 
 /// Gives the units of `orders` (cancelled or expired orders of `sale`) back to its stock, each
 /// order's quantity once (`lua/release.lua`; the quantities read from Postgres), then records them
-/// restocked. A sale that was sold out is announced
-/// on the events channel, so every instance drops its sold-out flag. Returns the units that went
-/// back (0 for orders released before). A sale Redis does not know keeps its releases owed.
+/// restocked. A size of a drop in draw mode offers them to the draw's waitlist first
+/// (`crate::draw::offers`, behind the same gate). A sale that was sold out and has stock again is
+/// announced on the events channel, so every instance drops its sold-out flag. Returns the units
+/// that came back (0 for orders released before). A sale Redis does not know keeps its releases
+/// owed.
 pub async fn release(sales: &Sales, pool: &PgPool, sale: &str, orders: &[Uuid]) -> Result<u64, ReservationError> {
     let Ok(sale_id) = SaleId::parse(sale) else {
         tracing::error!(sale_id = sale, "an order row names an invalid sale id: its release stays owed");
         return Ok(0);
     };
-    let keys = sales.keyspace().sale_keys(&sale_id);
+    let drawn = match sale_id.group().map(DropId::parse) {
+        Some(Ok(drop)) if draw_store::is_draw(pool, &drop).await? => {
+            let size = drop.size_of(&sale_id).unwrap_or_default().to_owned();
+            Some((drop, size))
+        }
+        _ => None,
+    };
     let mut released = 0;
     let mut reopened = false;
     for page in orders.chunks(RELEASE_PAGE) {
         let quantities = store::quantities(pool, sale, page).await?;
-        let mut call = lua::RELEASE.key(&keys.stock);
-        call.key(&keys.released).key(&keys.meta);
-        for order in page {
-            // An order Postgres does not hold is not released here (every caller read it there).
-            let Some(quantity) = quantities.get(order) else { continue };
-            call.arg(order.to_string()).arg(quantity);
-        }
-        let reply: redis::Value = lua::run(&call, &mut sales.keyspace().conn()).await?;
-        let (_orders, stock_before, units): (u64, i64, u64) = match reply {
-            redis::Value::Array(_) => redis::from_redis_value(reply).map_err(redis::RedisError::from)?,
-            other => {
-                let word: String = redis::from_redis_value(other).map_err(redis::RedisError::from)?;
-                if word == "unknown_sale" {
-                    tracing::warn!(
-                        sale_id = sale,
-                        "release owed to a sale Redis does not know (reconcile restores it)"
-                    );
-                    return Ok(released);
-                }
-                return Err(unexpected_reply("release.lua", &word).into());
-            }
+        // An order Postgres does not hold is not released here (every caller read it there).
+        let page: Vec<(Uuid, i32)> = page.iter().filter_map(|o| quantities.get(o).map(|q| (*o, *q))).collect();
+        let step = match &drawn {
+            Some((drop, size)) => offered(sales, drop, (&sale_id, size), &page).await?,
+            None => to_stock(sales, &sale_id, &page).await?,
+        };
+        let Some((units, stock_before, to_stock)) = step else {
+            tracing::warn!(sale_id = sale, "release owed to a sale Redis does not know (reconcile restores it)");
+            return Ok(released);
         };
         released += units;
-        reopened |= units > 0 && stock_before <= 0;
-        store::mark_restocked(pool, sale, page).await?;
+        reopened |= to_stock > 0 && stock_before <= 0;
+        let ids: Vec<Uuid> = page.iter().map(|(id, _)| *id).collect();
+        store::mark_restocked(pool, sale, &ids).await?;
     }
     if reopened {
         sales.announce(&sale_id, "restock").await;
     }
     Ok(released)
+}
+
+/// One `lua/release.lua` call: the units that came back, the stock before, and the units that
+/// went to the stock (all of them); `None` for a sale Redis does not know.
+async fn to_stock(
+    sales: &Sales,
+    sale: &SaleId,
+    page: &[(Uuid, i32)],
+) -> Result<Option<(u64, i64, u64)>, ReservationError> {
+    let keys = sales.keyspace().sale_keys(sale);
+    let mut call = lua::RELEASE.key(&keys.stock);
+    call.key(&keys.released).key(&keys.meta);
+    for (order, quantity) in page {
+        call.arg(order.to_string()).arg(quantity);
+    }
+    let reply: redis::Value = lua::run(&call, &mut sales.keyspace().conn()).await?;
+    match reply {
+        redis::Value::Array(_) => {
+            let (_orders, stock_before, units): (u64, i64, u64) =
+                redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
+            Ok(Some((units, stock_before, units)))
+        }
+        other => match redis::from_redis_value::<String>(other).map_err(redis::RedisError::from)?.as_str() {
+            "unknown_sale" => Ok(None),
+            word => Err(unexpected_reply("release.lua", word).into()),
+        },
+    }
+}
+
+/// One `lua/draw_release.lua` call, as [`to_stock`]'s answer; each offer logged.
+async fn offered(
+    sales: &Sales,
+    drop: &DropId,
+    (sale, size): (&SaleId, &str),
+    page: &[(Uuid, i32)],
+) -> Result<Option<(u64, i64, u64)>, ReservationError> {
+    let Some(released) = offers::release(sales.keyspace(), drop, (sale, size), page).await? else { return Ok(None) };
+    for offer in &released.offers {
+        let (place, order_id, quantity) = (offer.position, offer.order_id, offer.quantity);
+        tracing::info!(sale_id = %sale, place, %order_id, quantity, "units given back offered to the waitlist");
+    }
+    Ok(Some((released.units, released.stock_before, released.to_stock)))
 }
 
 /// Releases every cancelled or expired order of the sale again (reconciliation's repair: the

@@ -79,8 +79,8 @@ pub async fn leave_group(con: &mut SharedConnection, sale: &SaleId, keys: &SaleK
     Ok(())
 }
 
-/// A retired drop's draw (`crate::draw`), if it had one: its entries hash (drained in pages), meta
-/// and entry stream go, and the registry forgets it, once the worker stored every entry (an
+/// A retired drop's draw (`crate::draw`), if it had one: its entries hash and waitlist (drained in
+/// pages), meta and entry stream go, and the registry forgets it, once the worker stored every entry (an
 /// empty stream: it trims what it committed). Entries still queued keep it all for a later
 /// retirement of the drop to finish (logged).
 async fn leave_draw(con: &mut SharedConnection, group: &str, base: &str) -> RedisResult<()> {
@@ -93,6 +93,11 @@ async fn leave_draw(con: &mut SharedConnection, group: &str, base: &str) -> Redi
     }
     let _: i64 = redis::cmd("SREM").arg(draws_registry_key(prefix)).arg(group).query_async(con).await?;
     drain_hash(con, &keys.entries).await?;
+    let sizes: Option<String> = redis::cmd("HGET").arg(&keys.draw).arg("sizes").query_async(con).await?;
+    for size in sizes.iter().flat_map(|sizes| sizes.split(',')) {
+        drain_sorted_set(con, &keys.waiting(size)).await?;
+    }
+    drain_hash(con, &keys.waitlist).await?;
     for key in [&keys.draw, &keys.entry_stream] {
         let _: i64 = redis::cmd("DEL").arg(key).query_async(con).await?;
     }

@@ -9,8 +9,8 @@ use uuid::Uuid;
 use super::{Error, Shop};
 use crate::controls::audit;
 use crate::domain::{DropId, UserId};
-use crate::draw::Outcome;
 use crate::draw::run::{self, DRAIN_WAIT, RunError, Summary, publish, store};
+use crate::draw::{Outcome, offers};
 use crate::purchase::receipt::Purchase;
 
 /// A buyer's result in a drawn draw.
@@ -26,6 +26,15 @@ pub enum DrawResult {
     /// On the waitlist at `position` (1 first).
     Waitlisted {
         position: u32,
+    },
+    /// On the waitlist at `position`, and offered `quantity` units of `size` that came back: the
+    /// reservation `order_id`, to pay by `pay_by` (`crate::draw::offers`).
+    Offered {
+        position: u32,
+        size: String,
+        quantity: u32,
+        order_id: Uuid,
+        pay_by: Option<OffsetDateTime>,
     },
     Lost,
 }
@@ -70,7 +79,13 @@ impl Shop {
                 let pay_by = self.pay_by(drop, &size, user, order_id).await?;
                 DrawResult::Won { size, quantity, order_id, pay_by }
             }
-            Outcome::Waitlisted { position } => DrawResult::Waitlisted { position },
+            Outcome::Waitlisted { position } => match offers::standing(self.sales.keyspace(), drop, position).await? {
+                offers::Standing::Offered { size, order_id } => {
+                    let pay_by = self.pay_by(drop, &size, user, order_id).await?;
+                    DrawResult::Offered { position, size, quantity: result.quantity, order_id, pay_by }
+                }
+                _ => DrawResult::Waitlisted { position },
+            },
             Outcome::Lost => DrawResult::Lost,
         }))
     }

@@ -18,16 +18,16 @@ use uuid::Uuid;
 use crate::common::drops::new_drop_id;
 use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, spawn_app, spawn_app_with, spawn_instance_of};
 
-const SIZES: [&str; 3] = ["41", "42", "43"];
+pub(crate) const SIZES: [&str; 3] = ["41", "42", "43"];
 
 /// RFC 3339 of now plus `seconds`.
-fn at(seconds: i64) -> String {
+pub(crate) fn at(seconds: i64) -> String {
     (OffsetDateTime::now_utc() + time::Duration::seconds(seconds)).format(&Rfc3339).unwrap()
 }
 
 /// A fresh drop in draw mode: sizes 41, 42, 43 with `stock` units each, 2 per buyer, a payment
 /// window, entries open until `closes_in` seconds from now, 10 waitlist places.
-async fn draw_drop(app: &TestApp, stock: [u32; 3], closes_in: i64) -> String {
+pub(crate) async fn draw_drop(app: &TestApp, stock: [u32; 3], closes_in: i64) -> String {
     let drop = new_drop_id();
     let sizes: serde_json::Map<String, Value> =
         SIZES.iter().zip(stock).map(|(size, units)| (size.to_string(), json!({"stock": units}))).collect();
@@ -49,7 +49,7 @@ async fn enter_all(app: &TestApp, drop: &str, n: usize) {
 }
 
 /// Each entry of `bodies` through the API, 32 at a time: every one accepted.
-async fn enter_each(app: &TestApp, drop: &str, bodies: Vec<Value>) {
+pub(crate) async fn enter_each(app: &TestApp, drop: &str, bodies: Vec<Value>) {
     let statuses: Vec<u16> = futures::stream::iter(bodies)
         .map(|body| async move {
             let response = app.client.post(app.url(&format!("/drops/{drop}/entries"))).json(&body).send().await;
@@ -61,15 +61,15 @@ async fn enter_each(app: &TestApp, drop: &str, bodies: Vec<Value>) {
     assert!(statuses.iter().all(|s| *s == 201), "{statuses:?}");
 }
 
-async fn run_now(app: &TestApp, drop: &str) -> reqwest::Response {
+pub(crate) async fn run_now(app: &TestApp, drop: &str) -> reqwest::Response {
     app.client.post(app.url(&format!("/admin/drops/{drop}/draw"))).bearer_auth(ADMIN_TOKEN).send().await.unwrap()
 }
 
 /// The results in Postgres: user -> (outcome, size, quantity, position, order id).
-type Result = (String, Option<String>, i32, Option<i32>, Option<Uuid>);
-type Results = BTreeMap<String, Result>;
+pub(crate) type Result = (String, Option<String>, i32, Option<i32>, Option<Uuid>);
+pub(crate) type Results = BTreeMap<String, Result>;
 
-async fn results(app: &TestApp, drop: &str) -> Results {
+pub(crate) async fn results(app: &TestApp, drop: &str) -> Results {
     let rows: Vec<(String, Result)> =
         sqlx::query_as::<_, (String, String, Option<String>, i32, Option<i32>, Option<Uuid>)>(
             "select user_id, outcome, size, quantity, position, order_id from draw_results where drop_id = $1",

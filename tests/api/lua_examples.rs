@@ -243,6 +243,19 @@ async fn the_sale_day_controls_examples_work_as_documented() {
     assert_eq!(run("draw_award.lua").trim(), "ok", "awarded (no payment window in the example)");
     let again: Vec<String> = run("draw_award.lua").lines().map(str::to_owned).collect();
     assert_eq!(again[0], "already_purchased", "{again:?}");
+    // The waitlist, bob at place 1; alice's award cancelled goes to him, once.
+    assert_eq!(run("draw_waitlist.lua").trim(), "1", "one place written");
+    assert_eq!(run("draw_waitlist.lua").trim(), "0", "written once");
+    scratch.assemble("draw_release.lua");
+    let released: Vec<String> = run("draw_release.lua").lines().map(str::to_owned).collect();
+    assert_eq!(released[2..], ["1", "0", "1", "bob", "0190b7a3-0000-7000-8000-000000000001", "1"], "{released:?}");
+    let again: Vec<String> = run("draw_release.lua").lines().map(str::to_owned).collect();
+    assert_eq!((again[0].as_str(), again.len()), ("0", 4), "released once: {again:?}");
+    let waitlist = [&drop.waitlist, &drop.waiting("40"), &drop.waiting("41")];
+    let _: () = redis.del(&waitlist).await.unwrap();
+    let released = "seckill:{group:kicks}:sale:kicks.40:released";
+    let _: () = redis.del(released).await.unwrap();
+    let _: () = redis.hdel("seckill:{group:kicks}:held", "bob").await.unwrap();
     let extra = ["orders", "receipts"].map(|k| format!("seckill:{{group:kicks}}:sale:kicks.40:{k}"));
     let _: () = redis.del(&extra).await.unwrap();
     let _: () = redis.del(&every).await.unwrap();

@@ -22,6 +22,7 @@ mod docs;
 mod draw_durability;
 mod draw_entries;
 mod draw_run;
+mod draw_waitlist;
 mod drop_line;
 mod drop_loss;
 mod drop_model;

@@ -7,8 +7,9 @@
 //! ```text
 //!  lock (Postgres advisory, one run per drop) ─► close: Redis draw meta state "drawing", draws.state
 //!  ─► drain: count(draw_entries) = HLEN(entries), waited for ─► results: draw_results if any, else
-//!  rank + allocate + insert (one transaction, order ids chosen) ─► award: draw_award.lua per size,
-//!  ≤ 250 winners a call ─► reveal: draws.state 'drawn', revealed_at; the meta's state "drawn"
+//!  rank + allocate + insert (one transaction, order ids chosen) ─► waitlist: draw_waitlist.lua,
+//!  each place once ─► award: draw_award.lua per size, ≤ 250 winners a call ─► reveal: draws.state
+//!  'drawn', revealed_at; the meta's state "drawn"
 //! ```
 //!
 //! Every step can be redone: a crash anywhere and a re-run ends with the same results (never
@@ -142,6 +143,8 @@ async fn locked(
         store::insert(pool, drop, &allocated(pool, drop, &draw).await?).await?;
         results = store::results(pool, drop).await?;
     }
+    // Before any winner holds a reservation that could come back.
+    crate::draw::offers::put_waitlist(redis, drop, &store::waitlist(pool, drop).await?).await?;
     let awarded = award::award(redis, drop, &results, max_calls).await?;
     if awarded.done {
         store::set_state(pool, drop, "drawn").await?;

@@ -8,7 +8,9 @@ use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 use uuid::Uuid;
 
+use crate::db;
 use crate::domain::{DropId, UserId};
+use crate::draw::offers::Place;
 use crate::draw::{Entry, Outcome, Terms};
 
 /// A draw's row as the run reads it.
@@ -200,8 +202,9 @@ fn result_of((user, entrant, outcome, size, quantity, position, order_id): Resul
     Some(Result { user: UserId::stored(&user).ok()?, entrant, outcome, quantity, order_id })
 }
 
-/// Writes every result in one transaction, with one statement (arrays unnested); a drop that has
-/// results already keeps them (nothing written: the caller reads them back).
+/// Writes every result in one transaction, with one statement (arrays unnested), and each lost
+/// entrant's `draw.lost` (once: its dedup key); a drop that has results already keeps them
+/// (nothing written: the caller reads them back).
 pub async fn insert(pool: &PgPool, drop: &DropId, results: &[Result]) -> std::result::Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     let users: Vec<&str> = results.iter().map(|r| r.user.as_str()).collect();
@@ -238,5 +241,33 @@ pub async fn insert(pool: &PgPool, drop: &DropId, results: &[Result]) -> std::re
     .bind(&orders)
     .execute(&mut *tx)
     .await?;
+    sqlx::query(&db::lost_events()).bind(drop.as_str()).execute(&mut *tx).await?;
     tx.commit().await
+}
+
+/// The waitlist's places in order, each with its entry's sizes (none before the draw).
+pub async fn waitlist(pool: &PgPool, drop: &DropId) -> std::result::Result<Vec<Place>, sqlx::Error> {
+    let rows: Vec<(i32, String, i32, Vec<String>)> = sqlx::query_as(
+        "select r.position, r.user_id, r.quantity, e.sizes from draw_results r
+         join draw_entries e using (drop_id, user_id)
+         where r.drop_id = $1 and r.outcome = 'waitlisted' order by r.position",
+    )
+    .bind(drop.as_str())
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|(position, user, quantity, sizes)| {
+            let user = UserId::stored(&user).map_err(|why| sqlx::Error::Decode(why.into()))?;
+            let (position, quantity) = (position.max(1) as u32, quantity.max(1) as u32);
+            Ok(Place { position, user, quantity, sizes })
+        })
+        .collect()
+}
+
+/// Whether the drop has a draw (in any state).
+pub async fn is_draw(pool: &PgPool, drop: &DropId) -> std::result::Result<bool, sqlx::Error> {
+    sqlx::query_scalar("select exists (select 1 from draws where drop_id = $1)")
+        .bind(drop.as_str())
+        .fetch_one(pool)
+        .await
 }

@@ -119,7 +119,9 @@ pub struct EntryRequest {
 }
 
 /// A buyer's entry, and its result once the draw is drawn (`state`: `entered` before; then `won`
-/// with `size`, `order_id` and `pay_by`, `waitlisted` with `position`, or `lost`).
+/// with `size`, `order_id` and `pay_by`, `waitlisted` with `position`, or `lost`; a waitlisted
+/// entrant offered units that came back is `offered`, with `position` and the reservation's
+/// `size`, `order_id` and `pay_by`).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EntryView {
     pub drop_id: String,
@@ -131,20 +133,20 @@ pub struct EntryView {
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     pub entered_at: OffsetDateTime,
-    /// `entered`, `won`, `waitlisted` or `lost`.
+    /// `entered`, `won`, `waitlisted`, `offered` or `lost`.
     #[schema(example = "entered")]
     pub state: &'static str,
-    /// Won: the size of the reservation.
+    /// Won or offered: the size of the reservation.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size: Option<String>,
-    /// Won: the reservation (`GET /sales/<drop_id>.<size>/order` reads it).
+    /// Won or offered: the reservation (`GET /sales/<drop_id>.<size>/order` reads it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub order_id: Option<uuid::Uuid>,
-    /// Won: the reservation's payment deadline (absent in the moment before Redis made it).
+    /// Won or offered: the reservation's payment deadline (absent in the moment before Redis made it).
     #[serde(skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub pay_by: Option<OffsetDateTime>,
-    /// Waitlisted: the place on the waitlist (1 first).
+    /// Waitlisted or offered: the place on the waitlist (1 first).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub position: Option<u32>,
 }
@@ -171,6 +173,15 @@ impl EntryView {
                 Self { state: "won", size: Some(size), quantity, order_id: Some(order_id), pay_by, ..self }
             }
             Some(DrawResult::Waitlisted { position }) => Self { state: "waitlisted", position: Some(position), ..self },
+            Some(DrawResult::Offered { position, size, quantity, order_id, pay_by }) => Self {
+                state: "offered",
+                position: Some(position),
+                size: Some(size),
+                quantity,
+                order_id: Some(order_id),
+                pay_by,
+                ..self
+            },
             Some(DrawResult::Lost) => Self { state: "lost", ..self },
         }
     }

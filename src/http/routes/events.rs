@@ -45,7 +45,8 @@ pub struct EventView {
     pub id: i64,
     /// The `webhook-id` of every attempt.
     pub webhook_id: String,
-    /// `order.created`, `order.paid`, `order.cancelled`, `order.expired`, `order.late_payment`, `sale.sold_out`.
+    /// `order.created`, `order.paid`, `order.cancelled`, `order.expired`, `order.late_payment`,
+    /// `order.refunded`, `sale.sold_out`, `draw.offered`, `draw.lost`.
     #[serde(rename = "type")]
     pub kind: String,
     pub sale_id: String,

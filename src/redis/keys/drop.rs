@@ -23,6 +23,9 @@ pub struct DropKeys {
     pub entries: String,
     /// Stream: the accepted entries not yet in Postgres (the worker copies and trims them).
     pub entry_stream: String,
+    /// Hash: the draw's waitlist once drawn, place -> `"<quantity> <sizes> <state> <user>"`
+    /// (`lua/draw_waitlist.lua`); each size's waiting places are [`DropKeys::waiting`].
+    pub waitlist: String,
 }
 
 impl DropKeys {
@@ -37,7 +40,13 @@ impl DropKeys {
             draw: format!("{group}:draw"),
             entries: format!("{group}:draw:entries"),
             entry_stream: format!("{group}:draw:stream"),
+            waitlist: format!("{group}:draw:waitlist"),
         }
+    }
+
+    /// Sorted set: the waitlist's places still waiting that listed `size` (a short name), by place.
+    pub fn waiting(&self, size: &str) -> String {
+        format!("{}:{size}", self.waitlist)
     }
 }
 

@@ -1,0 +1,26 @@
+-- release_gate.lua: the release's gate, written once for lua/release.lua and lua/draw_release.lua.
+-- Not a script: each has the line "-- @release_gate" where this file goes (crate::redis::lua
+-- splices it in; their examples do it with sed).
+--
+-- Defines:
+--   give_back(released_key, meta_key, from)
+--               for each pair (order id, units 1-100) of ARGV from ARGV[from] on: SADD of the order
+--               id to the released set released_key; only an order that SADD answers 1 for (never
+--               released before) counts. Adds the counted units beyond one per order to the
+--               extra_released of the sale's meta hash meta_key, and returns the counted orders
+--               and their units. The includer puts the units back (in the stock, or to the
+--               waitlist): the gate is what makes that happen once per order, however often the
+--               release is repeated.
+local function give_back(released_key, meta_key, from)
+  local released, units = 0, 0
+  for i = from, #ARGV, 2 do
+    if redis.call('SADD', released_key, ARGV[i]) == 1 then
+      released = released + 1
+      units = units + tonumber(ARGV[i + 1])
+    end
+  end
+  if units > released then
+    redis.call('HINCRBY', meta_key, 'extra_released', units - released)
+  end
+  return released, units
+end
