@@ -28,11 +28,17 @@ pub(crate) fn at(seconds: i64) -> String {
 /// A fresh drop in draw mode: sizes 41, 42, 43 with `stock` units each, 2 per buyer, a payment
 /// window, entries open until `closes_in` seconds from now, 10 waitlist places.
 pub(crate) async fn draw_drop(app: &TestApp, stock: [u32; 3], closes_in: i64) -> String {
+    draw_drop_with_window(app, stock, closes_in, "10m").await
+}
+
+/// [`draw_drop`] with the payment window `window`.
+pub(crate) async fn draw_drop_with_window(app: &TestApp, stock: [u32; 3], closes_in: i64, window: &str) -> String {
     let drop = new_drop_id();
     let sizes: serde_json::Map<String, Value> =
         SIZES.iter().zip(stock).map(|(size, units)| (size.to_string(), json!({"stock": units}))).collect();
     let draw = json!({"opens_at": at(-60), "closes_at": at(closes_in), "waitlist": 10});
-    let body = json!({"sizes": sizes, "per_buyer": 2, "payment_window": "10m", "challenge": {"cost": 0}, "draw": draw});
+    let body =
+        json!({"sizes": sizes, "per_buyer": 2, "payment_window": window, "challenge": {"cost": 0}, "draw": draw});
     let url = app.url(&format!("/admin/drops/{drop}"));
     let response = app.client.put(url).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap();
     assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());

@@ -13,7 +13,7 @@ use seckill::draw::waitlist::{Waiting, offer};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::draw_run::{SIZES, draw_drop, enter_each, results, run_now};
+use crate::draw_run::{SIZES, draw_drop, draw_drop_with_window, enter_each, results, run_now};
 use crate::helpers::{TestApp, spawn_app};
 
 /// The drawn waitlist as the rule's model holds it, in place order (the entrant is the user id).
@@ -240,4 +240,71 @@ async fn releases_racing_each_other_offer_each_unit_once() {
         }
     }
     assert!(stored_offers > 0, "the waitlist was offered units");
+}
+
+#[tokio::test]
+async fn expired_reservations_reach_the_waitlist_in_order_until_it_is_empty() {
+    let app = spawn_app().await;
+    // One unit a size, 1 s to pay that nobody pays: each unit goes down the waitlist as each
+    // reservation expires, until no waiting place wants it.
+    let drop = draw_drop_with_window(&app, [1, 1, 1], 3600, "1s").await;
+    let bodies: Vec<Value> = entries(16)
+        .into_iter()
+        .map(|mut e| {
+            e["quantity"] = json!(1);
+            e
+        })
+        .collect();
+    enter_each(&app, &drop, bodies).await;
+    assert_eq!(run_now(&app, &drop).await.status(), 200);
+    let model = waitlist(&app, &drop).await;
+    // Waits for the state: no reservation open, none queued, no release owed.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let open: i64 = sqlx::query_scalar(
+            "select count(*) from orders where left(sale_id, length($1) + 1) = $1 || '.'
+             and (status = 'reserved' or restocked_at is null)",
+        )
+        .bind(&drop)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        let mut queued = 0;
+        for size in SIZES {
+            queued += app.status(&format!("{drop}.{size}")).await.queued;
+        }
+        if open == 0 && queued == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "{open} reservations still open or owed, {queued} queued");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Each size's offers went to its waiting places in place order, each entrant once.
+    let offers: Vec<(String, String)> = sqlx::query_as(
+        "select o.sale_id, o.user_id from orders o join draw_results r
+           on r.drop_id = $1 and r.user_id = o.user_id and r.outcome = 'waitlisted'
+         where left(o.sale_id, length($1) + 1) = $1 || '.' order by o.created_at, o.order_id",
+    )
+    .bind(&drop)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let place = |user: &str| model.iter().position(|w| w.entrant == user).unwrap();
+    let mut last: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for (sale, user) in &offers {
+        assert!(seen.insert(user.as_str()), "{user} offered twice");
+        let at = place(user);
+        assert!(last.get(sale.as_str()).is_none_or(|before| *before < at), "{sale}: place {at} after a later one");
+        last.insert(sale.as_str(), at);
+    }
+    assert!(!offers.is_empty(), "expiries reached the waitlist");
+    // Then the units are back in the stock, and no place still waiting wanted them.
+    let waiting: Vec<&Waiting> = model.iter().filter(|w| !seen.contains(w.entrant.as_str())).collect();
+    for size in SIZES {
+        let status = app.assert_invariants(&format!("{drop}.{size}"), &BTreeSet::new()).await;
+        assert_eq!(status.stock_left, 1, "{size}: its unit back in the stock once: {status:?}");
+        let wanted: Vec<_> = waiting.iter().filter(|w| w.sizes.iter().any(|s| s == size)).collect();
+        assert!(wanted.is_empty(), "{size} went to the stock while {wanted:?} waited for it");
+    }
 }
