@@ -7,20 +7,17 @@
 --
 -- Returns 1: spent now; 0: spent before (a replay: refuse it).
 --
--- Invariants kept: a nonce is spent once while its challenge can be used (ZADD NX); after that
--- the app refuses the challenge as expired, so the nonce goes: each call drops the nonces whose
--- challenge expired (ZREMRANGEBYSCORE), and the key lives no longer than its last challenge.
+-- Invariants kept: lua/nonce_spend.lua's (a nonce spent once while its challenge can be used; the
+-- nonces of expired challenges dropped).
+--
+-- Assembled, not run as it stands: the line "-- @nonce_spend" below is followed by lua/nonce_spend.lua.
 --
 -- Example:
---   redis-cli --eval lua/challenge_spend.lua 'seckill:{sale:demo}:challenges' , 0f1e2d3c4b5a69788796a5b4c3d2e1f0 4102444800000
+--   sed -e '/^-- @nonce_spend$/r lua/nonce_spend.lua' lua/challenge_spend.lua > /tmp/seckill-challenge-spend.lua
+--   redis-cli --eval /tmp/seckill-challenge-spend.lua 'seckill:{sale:demo}:challenges' , 0f1e2d3c4b5a69788796a5b4c3d2e1f0 4102444800000
+
+-- @nonce_spend
 
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
-if redis.call('ZADD', KEYS[1], 'NX', ARGV[2], ARGV[1]) == 0 then
-  return 0
-end
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) - now_ms then
-  redis.call('PEXPIREAT', KEYS[1], ARGV[2])
-end
-return 1
+return spend_nonce(KEYS[1], ARGV[1], ARGV[2], now_ms) and 1 or 0

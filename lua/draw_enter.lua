@@ -27,8 +27,13 @@
 -- nothing of the entry), and a failed HSET deletes the stream entry before raising. The stream's
 -- entries go once the worker committed them (lua/trim.lua); the hash goes with the drop.
 --
+-- Assembled, not run as it stands: the line "-- @nonce_spend" below is followed by lua/nonce_spend.lua.
+--
 -- Example (after seeding a drop "kicks" in draw mode whose entries are open):
---   redis-cli --eval lua/draw_enter.lua 'seckill:{group:kicks}:draw' 'seckill:{group:kicks}:draw:entries' 'seckill:{group:kicks}:draw:stream' 'seckill:{group:kicks}:line:challenges' , alice 41,40 1 '' ''
+--   sed -e '/^-- @nonce_spend$/r lua/nonce_spend.lua' lua/draw_enter.lua > /tmp/seckill-draw-enter.lua
+--   redis-cli --eval /tmp/seckill-draw-enter.lua 'seckill:{group:kicks}:draw' 'seckill:{group:kicks}:draw:entries' 'seckill:{group:kicks}:draw:stream' 'seckill:{group:kicks}:line:challenges' , alice 41,40 1 '' ''
+
+-- @nonce_spend
 
 local meta = redis.call('HMGET', KEYS[1], 'opens_at_ms', 'closes_at_ms', 'per_buyer', 'sizes', 'state',
   'challenge_cost')
@@ -63,12 +68,8 @@ if stored then
   return {'duplicate', stored}
 end
 if nonce ~= '' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
-  if redis.call('ZADD', KEYS[4], 'NX', ARGV[5], nonce) == 0 then
+  if not spend_nonce(KEYS[4], nonce, ARGV[5], now_ms) then
     return 'challenge_replayed'
-  end
-  if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[5]) - now_ms then
-    redis.call('PEXPIREAT', KEYS[4], ARGV[5])
   end
 end
 

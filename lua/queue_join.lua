@@ -38,10 +38,11 @@
 -- expires), whether or not the buyer had a place: each join costs its own work.
 --
 -- Example (after seeding a queued sale "demo"):
---   sed -e '/^-- @queue_preamble$/r lua/queue_preamble.lua' lua/queue_join.lua > /tmp/seckill-queue-join.lua
+--   sed -e '/^-- @queue_preamble$/r lua/queue_preamble.lua' -e '/^-- @nonce_spend$/r lua/nonce_spend.lua' lua/queue_join.lua > /tmp/seckill-queue-join.lua
 --   redis-cli --eval /tmp/seckill-queue-join.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:queue' 'seckill:{sale:demo}:queue:late' 'seckill:{sale:demo}:queue:state' 'seckill:{sale:demo}:challenges' , alice join
 
 -- @queue_preamble
+-- @nonce_spend
 if meta[3] and now_ms >= tonumber(meta[3]) then
   return 'ended'
 end
@@ -55,12 +56,8 @@ if join then
   end
   local nonce = ARGV[3] or ''
   if nonce ~= '' then
-    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now_ms)
-    if redis.call('ZADD', KEYS[5], 'NX', ARGV[4], nonce) == 0 then
+    if not spend_nonce(KEYS[5], nonce, ARGV[4], now_ms) then
       return 'challenge_replayed'
-    end
-    if redis.call('PTTL', KEYS[5]) < tonumber(ARGV[4]) - now_ms then
-      redis.call('PEXPIREAT', KEYS[5], ARGV[4])
     end
   elseif redis.call('HEXISTS', KEYS[1], 'challenge_cost') == 1 then
     return 'challenge_required'

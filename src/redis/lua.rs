@@ -63,6 +63,7 @@ fn piece(name: &str) -> &'static str {
         "buy" => BUY_LUA,
         "purchase" => include_str!("../../lua/purchase.lua"),
         "release_gate" => include_str!("../../lua/release_gate.lua"),
+        "nonce_spend" => include_str!("../../lua/nonce_spend.lua"),
         "limiter_preamble" => include_str!("../../lua/limiter_preamble.lua"),
         "queue_preamble" => include_str!("../../lua/queue_preamble.lua"),
         _ => panic!("a Lua script names the piece {name:?}, which crate::redis::lua does not know"),
@@ -107,7 +108,7 @@ pub static DROP_CONTROL: LazyLock<Script> = LazyLock::new(|| Script::new(include
 pub static DROP_RESTOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/drop_restock.lua")));
 
 /// `lua/draw_enter.lua`: a buyer's one entry in a drop's draw (the entry kept and streamed).
-pub static DRAW_ENTER: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/draw_enter.lua")));
+pub static DRAW_ENTER: LazyLock<Script> = LazyLock::new(|| assemble(include_str!("../../lua/draw_enter.lua"), ""));
 
 /// `lua/draw_award.lua`: a draw's winners of one size get their reservations (`lua/purchase.lua`'s rules).
 pub static DRAW_AWARD: LazyLock<Script> = LazyLock::new(|| assemble(include_str!("../../lua/draw_award.lua"), ""));
@@ -138,7 +139,7 @@ pub static CHALLENGE_COUNT: LazyLock<Script> =
 
 /// `lua/challenge_spend.lua`: spends a proof of work's solution once in its sale.
 pub static CHALLENGE_SPEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/challenge_spend.lua")));
+    LazyLock::new(|| assemble(include_str!("../../lua/challenge_spend.lua"), ""));
 
 /// `lua/trim.lua`: XTRIM MINID of the entries the consumer group is done with.
 pub static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/trim.lua")));
