@@ -5,7 +5,7 @@
 //! in public ([`rank::entrant`]), the order of the entries ([`rank`]), who gets which size
 //! ([`allocate`]), who is offered a unit that comes back ([`waitlist`]), the published record
 //! ([`record`]) and its check ([`verify`]); the draw's run calls them, and so does
-//! `seckill draw verify`.
+//! `seckill draw verify`. The live page's counts of a draw are [`stats`].
 //!
 //! ```text
 //!  before entries open: seed = 32 random bytes (64 hex digits, admission::draw_seed), kept secret;
@@ -34,6 +34,7 @@ pub mod entries;
 pub mod rank;
 pub mod record;
 pub mod run;
+pub mod stats;
 pub mod verify;
 pub mod waitlist;
 
