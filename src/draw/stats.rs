@@ -78,7 +78,8 @@ pub async fn read(pool: &PgPool, drop: &DropId) -> Result<Option<Stats>, sqlx::E
         }
     }
     let outcomes: Vec<(String, i64, i64)> = sqlx::query_as(
-        "select outcome, count(*), coalesce(sum(quantity), 0)::int8 from draw_results where drop_id = $1 group by outcome",
+        "select outcome, count(*), coalesce(sum(quantity), 0)::int8 from draw_results
+         where drop_id = $1 group by outcome",
     )
     .bind(drop.as_str())
     .fetch_all(pool)
