@@ -220,7 +220,7 @@ async fn a_buyer_enters_the_draw_from_the_page_and_sees_the_result_and_the_live_
         .await;
     assert_eq!(
         (converted["draw_now"].as_bool(), converted["conversion"].as_str()),
-        (Some(false), Some("33% of winners paid"))
+        (Some(false), Some("· 33% of winners paid"))
     );
     browser.screenshot("draw-live-drawn.png").await;
     browser.client.close().await.unwrap();

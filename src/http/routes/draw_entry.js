@@ -103,6 +103,7 @@ $("enter").addEventListener("click", async () => {
       setEntry(body);
       drawSay("");
       setTimeout(readEntry, ENTRY_MS);
+      pollDrop(); // the entries count, at once
     } else if (body.error === "already_entered") {
       drawSay("You had entered already: here is your entry.");
       readEntry();

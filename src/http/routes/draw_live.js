@@ -86,7 +86,7 @@ function renderDraw(view) {
     : `${number.format(stored)} of ${number.format(stats.won)} winners' reservations stored`;
   for (const status of ["paid", "reserved", "expired", "cancelled", "refunded"]) field(status).textContent = number.format(w[status]);
   field("paid-head").textContent = number.format(w.paid);
-  field("conversion").textContent = stats.won === 0 ? "" : `${Math.round((100 * w.paid) / stats.won)}% of winners paid`;
+  field("conversion").textContent = stats.won === 0 ? "" : `· ${Math.round((100 * w.paid) / stats.won)}% of winners paid`;
 }
 
 // A count of milliseconds as H:MM:SS, rounded up.
