@@ -6,7 +6,7 @@
 //! ([`allocate`]), who is offered a unit that comes back ([`waitlist`]), the published record
 //! ([`record`]) and its check ([`verify`]); the draw's run calls them, and so does
 //! `seckill draw verify`. The waitlist's Redis side, the offers of units that come back, is
-//! [`offers`].
+//! [`offers`]; the live page's counts of a draw are [`stats`].
 //!
 //! ```text
 //!  before entries open: seed = 32 random bytes (64 hex digits, admission::draw_seed), kept secret;
@@ -36,6 +36,7 @@ pub mod offers;
 pub mod rank;
 pub mod record;
 pub mod run;
+pub mod stats;
 pub mod verify;
 pub mod waitlist;
 

@@ -1,6 +1,6 @@
 //! The draw's run (`crate::draw::run`) as use cases: an operator's run now (early, or again after
-//! a crash), the automatic run of every draw whose entries closed, a buyer's result, and the
-//! published record once the draw is drawn.
+//! a crash), the automatic run of every draw whose entries closed, a buyer's result, the
+//! published record once the draw is drawn, and the draw's counts for the live page.
 
 use futures::StreamExt;
 use time::OffsetDateTime;
@@ -88,6 +88,14 @@ impl Shop {
             },
             Outcome::Lost => DrawResult::Lost,
         }))
+    }
+
+    /// The draw's counts for the live page: `unknown_drop`, `not_a_draw` as for the run.
+    pub async fn draw_stats(&self, drop: &DropId) -> Result<crate::draw::stats::Stats, Error> {
+        match crate::draw::stats::read(&self.pool, drop).await? {
+            Some(stats) => Ok(stats),
+            None => Err(self.drawable(drop).await.err().unwrap_or(Error::NotADraw)),
+        }
     }
 
     /// The draw's published record (NDJSON), once drawn: `not_a_draw`, `draw_not_revealed` before.

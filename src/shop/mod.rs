@@ -65,6 +65,7 @@ pub use crate::controls::Switch;
 pub use crate::controls::audit::{Entry as AuditEntry, MAX_LISTED as MAX_AUDIT_LISTED, MAX_REASON_CHARS};
 pub use crate::draw::entries::{DrawInfo, Entry as DrawEntry};
 pub use crate::draw::run::Summary as DrawSummary;
+pub use crate::draw::stats::{Stats as DrawStats, Winners as DrawWinners};
 pub use crate::exports::{Format as ExportFormat, STATUSES as ORDER_STATUSES};
 pub use crate::identity::Verifier;
 pub use crate::limiter::client_key;

@@ -100,6 +100,11 @@ async fn units_given_back_go_down_the_waitlist_in_order_each_once_then_to_the_st
         assert_eq!(left, i64::from(to_stock[&size]), "{sale}: only what no place took is in the stock");
     }
     assert!(offered.len() >= 5, "most places were offered a unit: {offered:?}");
+    let url = app.url(&format!("/admin/drops/{drop}/draw/stats"));
+    let stats: Value =
+        app.client.get(url).bearer_auth(crate::helpers::ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
+    let cancelled = json!({"reserved": 0, "paid": 0, "expired": 0, "cancelled": offered.len(), "refunded": 0});
+    assert_eq!(stats["offered"], cancelled, "the live page's count of offers, each given back too: {stats}");
     for (size, stock) in SIZES.iter().zip([3, 2, 2]) {
         let status = app.assert_invariants(&format!("{drop}.{size}"), &BTreeSet::new()).await;
         assert_eq!(status.stock_left, stock, "every unit given back ends in the stock once: {status:?}");

@@ -21,6 +21,7 @@ mod controls_service_model;
 mod docs;
 mod draw_durability;
 mod draw_entries;
+mod draw_page;
 mod draw_run;
 mod draw_waitlist;
 mod drop_line;

@@ -59,6 +59,7 @@ async fn the_openapi_document_lists_every_route_with_exactly_its_methods() {
         "GET /admin",
         "GET /admin/drops/{drop_id}",
         "GET /admin/drops/{drop_id}/audit",
+        "GET /admin/drops/{drop_id}/draw/stats",
         "GET /admin/drops/{drop_id}/orders",
         "GET /admin/events",
         "GET /admin/late-payments",

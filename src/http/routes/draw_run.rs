@@ -1,19 +1,20 @@
 //! The draw's run (`crate::shop::Shop::run_draw`, `draw_record`): `POST /admin/drops/{drop_id}/draw`
-//! runs it now (early, or again after a crash) and `GET /drops/{drop_id}/draw` publishes its record
-//! once drawn.
+//! runs it now (early, or again after a crash), `GET /drops/{drop_id}/draw` publishes its record
+//! once drawn and `GET /admin/drops/{drop_id}/draw/stats` counts it for the live page.
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, web};
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
 use utoipa::ToSchema;
 
 use super::admin::AdminErrors;
 use super::drops::{DropPath, UnknownDrop, drop_of};
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::http::operators::Operator;
-use crate::shop::DrawSummary;
+use crate::http::operators::{Operator, Viewer};
+use crate::shop::{DrawStats, DrawSummary, DrawWinners};
 
 /// What a draw's run gave out.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -98,4 +99,110 @@ pub async fn record(path: web::Path<String>, state: web::Data<AppState>) -> Resu
         .content_type("application/x-ndjson")
         .insert_header((header::CACHE_CONTROL, "public, max-age=60"))
         .streaming(body))
+}
+
+/// A draw's counts, for the live page: where it stands, its entries over the window, its results
+/// and what became of the winners' reservations. Counts only, whatever the number of entries.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DrawCounts {
+    pub drop_id: String,
+    /// `upcoming` (before `opens_at`), `open`, `closed` (entries over, not drawn yet), `drawing`
+    /// (the run has started: closed, results, awards) or `drawn` (the seed revealed).
+    #[schema(example = "open")]
+    pub phase: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub opens_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub closes_at: OffsetDateTime,
+    /// Places on the waitlist.
+    pub waitlist_places: u32,
+    /// Entries stored in Postgres (an accepted entry reaches it within moments).
+    pub entries: u64,
+    /// Entries per equal slice of the window `[opens_at, closes_at]`: 24 counts, earliest first.
+    pub entries_over_time: Vec<u64>,
+    /// Entrants who won (each a reservation), once the results are drawn; 0 before.
+    pub won: u64,
+    /// Entrants on the waitlist.
+    pub waitlisted: u64,
+    pub lost: u64,
+    /// Units the winners won.
+    pub units_awarded: u64,
+    /// The winners' orders in Postgres by status (a winner whose reservation is not stored yet is
+    /// in none): the draw's conversions.
+    pub winners: WinnerCounts,
+    /// The waitlist's offers of units given back after the draw: the waitlisted entrants' orders
+    /// in Postgres by status.
+    pub offered: WinnerCounts,
+}
+
+/// The winners' orders by status.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct WinnerCounts {
+    /// Awaiting payment.
+    pub reserved: u64,
+    pub paid: u64,
+    /// Not paid by the deadline.
+    pub expired: u64,
+    /// Cancelled by the buyer or an operator.
+    pub cancelled: u64,
+    pub refunded: u64,
+}
+
+impl DrawCounts {
+    fn of(drop: String, stats: DrawStats) -> Self {
+        let counts = |w: DrawWinners| WinnerCounts {
+            reserved: w.reserved,
+            paid: w.paid,
+            expired: w.expired,
+            cancelled: w.cancelled,
+            refunded: w.refunded,
+        };
+        Self {
+            drop_id: drop,
+            phase: stats.phase.into(),
+            opens_at: stats.opens_at,
+            closes_at: stats.closes_at,
+            waitlist_places: stats.waitlist_places,
+            entries: stats.entries,
+            entries_over_time: stats.entries_over_time,
+            won: stats.won,
+            waitlisted: stats.waitlisted,
+            lost: stats.lost,
+            units_awarded: stats.units_awarded,
+            winners: counts(stats.winners),
+            offered: counts(stats.offered),
+        }
+    }
+}
+
+/// The drop's draw in counts, for the live page (`GET /admin`): its phase, its entries over the
+/// window, its results and its winners' orders by status. Read from Postgres, bounded whatever the
+/// number of entries; a viewer may read it.
+#[utoipa::path(
+    get,
+    path = "/admin/drops/{drop_id}/draw/stats",
+    tag = "admin",
+    params(DropPath),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The draw's counts", body = DrawCounts,
+            headers(("Cache-Control" = String, description = "`no-store`"))),
+        UnknownDrop,
+        (status = 409, description = "`not_a_draw`: the drop is not in draw mode", body = ErrorBody),
+        (status = 503, description = "`unavailable`: Postgres is unreachable", body = ErrorBody),
+        AdminErrors,
+    )
+)]
+pub async fn stats(
+    _viewer: Viewer,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let drop = drop_of(&path)?;
+    let stats = state.shop.draw_stats(&drop).await?;
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(DrawCounts::of(drop.to_string(), stats)))
 }

@@ -187,6 +187,11 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
         .service(control("/admin/drops/{drop_id}/stock", drops::stock))
         .service(control("/admin/drops/{drop_id}/draw", draw_run::run))
         .service(
+            web::resource("/admin/drops/{drop_id}/draw/stats")
+                .route(read().to(draw_run::stats))
+                .default_service(allow("GET, HEAD")),
+        )
+        .service(
             web::resource("/admin/drops/{drop_id}/audit")
                 .route(read().to(drops::audit))
                 .default_service(allow("GET, HEAD")),

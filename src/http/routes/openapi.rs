@@ -67,6 +67,7 @@ use crate::http::AppState;
         drops::end,
         drops::stock,
         draw_run::run,
+        draw_run::stats,
         drops::audit,
         exports::sale_orders,
         exports::drop_orders,

@@ -43,11 +43,15 @@ impl InlinePage {
 /// `page` with the buyer pages' shared script (`buyer_kit.js`) where its script says
 /// `// @buyer-kit`; made once per page (the pages are built once, in a `LazyLock`).
 pub fn with_buyer_kit(page: &'static str) -> &'static str {
-    assert!(page.contains(KIT_MARK), "the page names where the buyer kit goes");
-    Box::leak(page.replacen(KIT_MARK, include_str!("buyer_kit.js"), 1).into_boxed_str())
+    with_part(page, "// @buyer-kit\n", include_str!("buyer_kit.js"))
 }
 
-const KIT_MARK: &str = "// @buyer-kit\n";
+/// `page` with `part` (a script kept in a file of its own, such as the draw's) where its one
+/// inline script has the line `mark`; made once per page. The page stays one inline script.
+pub fn with_part(page: &'static str, mark: &str, part: &str) -> &'static str {
+    assert!(page.contains(mark), "the page names where {mark:?} goes");
+    Box::leak(page.replacen(mark, part, 1).into_boxed_str())
+}
 
 /// The CSP source (`sha256-…`) of the text of the page's one `<tag>` element.
 fn inline_hash(page: &str, tag: &str) -> String {
@@ -76,7 +80,7 @@ mod tests {
             assert!(csp.contains(&format!("script-src {expected};")), "{csp}");
             assert!(csp.contains("style-src 'sha256-"));
             assert!(!csp.contains("unsafe"));
-            assert!(!html.contains("@buyer-kit"), "the shared script is in place");
+            assert!(!html.contains("// @"), "the shared scripts are in place");
         }
     }
 }
