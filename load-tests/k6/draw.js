@@ -4,7 +4,9 @@
 //
 // The driver seeds the drop DROP in draw mode (its SIZES, comma-separated short names, the
 // `per_buyer` PER_BUYER, entries open now and closing after the storm) and starts the instances
-// BASE_URLS (comma-separated; the second is the one killed at KILL_AT_S, 0: none). One scenario:
+// BASE_URLS (comma-separated; the second is the one killed at KILL_AT_MS, a Unix time in ms, 0:
+// none: the driver plans the kill on its own clock, and a sale's buyers beside this storm,
+// draw-buyers.js, go by the same instant). One scenario:
 //
 //   entrants  constant-arrival-rate: RATE new entrants a second for DURATION_S seconds, from the
 //             --local-ips addresses, every other one through each instance. Each POSTs one entry
@@ -12,7 +14,7 @@
 //             first), quantity 1, or up to PER_BUYER for a QTY_MULTI share (percent). It must answer
 //             201 `entered`; a REPEAT share (percent) then enters again on purpose, which must answer
 //             409 `already_entered` with the first entry. An entrant whose instance is the killed
-//             one and fails (no answer, or 503) from KILL_AT_S on tries the other instance once: 201,
+//             one and fails (no answer, or 503) from KILL_AT_MS on tries the other instance once: 201,
 //             or 409 `already_entered` when the lost answer's entry had been accepted. Every
 //             accepted entrant is printed as `entered DROP USER`.
 //
@@ -26,6 +28,7 @@ import { check } from 'k6';
 import exec from 'k6/execution';
 import { Counter, Trend } from 'k6/metrics';
 import { arrivals, envInt } from './lib/env.js';
+import { killedFailure as killedAt } from './lib/kill.js';
 
 const RUN_ID = __ENV.RUN_ID || String(Date.now());
 const BASE_URLS = (__ENV.BASE_URLS || 'http://127.0.0.1:8080').split(',').map((u) => u.replace(/\/+$/, ''));
@@ -36,7 +39,7 @@ const RATE = Math.max(1, envInt('RATE', 500));
 const DURATION_S = Math.max(2, envInt('DURATION_S', 10));
 const QTY_MULTI = envInt('QTY_MULTI', 25); // percent of entrants asking more than one unit
 const REPEAT = envInt('REPEAT', 2); // percent of entrants entering twice on purpose
-const KILL_AT_S = envInt('KILL_AT_S', 0);
+const KILL_AT_MS = envInt('KILL_AT_MS', 0);
 const P99_MS = envInt('P99_MS', 2000); // a stall, not slowness (load-tests/README.md)
 const REQUEST_TIMEOUT = '5s';
 
@@ -66,8 +69,6 @@ export const options = {
   },
 };
 
-const elapsedS = () => (Date.now() - exec.scenario.startTime) / 1000;
-
 function enter(base, user, sizes, quantity) {
   const response = http.post(`${base}/drops/${DROP}/entries`, JSON.stringify({ sizes, quantity, user_id: user }), {
     headers: { 'Content-Type': 'application/json' },
@@ -84,9 +85,7 @@ const sameEntry = (entry, sizes, quantity) =>
   !!entry && entry.quantity === quantity && JSON.stringify(entry.sizes) === JSON.stringify(sizes);
 
 // A failure of the killed instance from the kill on: no answer, or 503 while it goes down.
-const killedFailure = (index, response) =>
-  KILL_AT_S > 0 && index === BASE_URLS.length - 1 && BASE_URLS.length > 1 && elapsedS() >= KILL_AT_S - 0.5 &&
-  (response.status === 0 || response.status === 503);
+const killedFailure = (index, response) => killedAt(KILL_AT_MS, BASE_URLS, index, response);
 
 export function entrant() {
   const n = exec.scenario.iterationInTest;
