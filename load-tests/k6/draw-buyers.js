@@ -12,9 +12,12 @@
 //           (POST /buy {sale_id, user_id}), which must answer 201. A buyer whose instance is the
 //           killed one and fails (no answer, or 503) from KILL_AT_MS on tries the other instance
 //           once: 201, or 409 `already_purchased` when the lost answer's purchase had gone through.
+//           Once the draw has run the driver pauses the sale (403 `sale_paused` from then on, so
+//           that no purchase in flight when k6 stops sells unseen), then stops k6.
 //
-// Each buyer prints `buy START_MS TOTAL_MS STATUS RETRIED` (the Unix time its first request was
-// sent, the time until its last answer, that answer's status, 1 if it tried the other instance)
+// Each buyer prints `buy START_MS TOTAL_MS STATUS RETRIED VIA` (the Unix time its first request was
+// sent, its requests' times, blocked + connecting + k6's duration, summed, the last answer's
+// status, 1 if it tried the other instance, the index of the instance that answered last)
 // and, when it holds an order, `order SALE USER ORDER_ID`. The driver splits the buys into phases
 // by START_MS and computes each phase's p50 and p99 itself: k6's own summary cannot know when the
 // draw ran. Unexpected answers are also printed as warnings.
@@ -53,21 +56,37 @@ function buy(base, user) {
 // A failure of the killed instance from the kill on: no answer, or 503 while it goes down.
 const killedFailure = (index, response) => killedAt(KILL_AT_MS, BASE_URLS, index, response);
 
+// A request's time as the buyer waits it: queued for a connection, connecting, then k6's
+// http_req_duration (sending, waiting, receiving), in ms with k6's sub-millisecond precision.
+const took = (response) => response.timings.blocked + response.timings.connecting + response.timings.duration;
+
 export function buyer() {
   const n = exec.scenario.iterationInTest;
   const user = `beside-${RUN_ID}-${n}`;
   let index = n % BASE_URLS.length;
   const start = Date.now();
   let { response, body } = buy(BASE_URLS[index], user);
+  let total = took(response);
   let retried = 0;
   if (killedFailure(index, response)) {
     retried = 1;
     index = (index + 1) % BASE_URLS.length;
     ({ response, body } = buy(BASE_URLS[index], user));
+    total += took(response);
   }
-  const total = Date.now() - start;
-  console.log(`buy ${start} ${total} ${response.status} ${retried}`);
+  console.log(`buy ${start} ${total.toFixed(3)} ${response.status} ${retried} ${index}`);
   const held = response.status === 201 || (retried && response.status === 409 && body.error === 'already_purchased');
   if (held && body.order_id) console.log(`order ${SALE} ${user} ${body.order_id}`);
-  else console.warn(`${user} via ${index}: ${response.status} ${response.body}`);
+  // The driver pauses the sale once the draw has run, then stops k6: no buy in flight then sells.
+  else if (!(response.status === 403 && body.error === 'sale_paused')) {
+    console.warn(`${user} via ${index}: ${response.status} ${response.body}`);
+  }
+}
+
+export function handleSummary(data) {
+  const out = {};
+  if (__ENV.SUMMARY_JSON) out[__ENV.SUMMARY_JSON] = JSON.stringify(data);
+  const iterations = data.metrics.iterations ? data.metrics.iterations.values.count : 0;
+  out.stdout = `draw buyers: ${iterations} buys (their times per phase: the driver's lines below)\n`;
+  return out;
 }

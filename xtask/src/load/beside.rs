@@ -102,6 +102,8 @@ pub struct Buy {
     pub ms: f64,
     pub status: u16,
     pub retried: bool,
+    /// The instance that answered last (0: the first, which runs the draw).
+    pub via: u8,
 }
 
 /// The buyers' console: every `buy` line, and the lines that are neither `buy` nor `order`.
@@ -110,12 +112,13 @@ pub fn read(path: &Path) -> anyhow::Result<(Vec<Buy>, Vec<String>)> {
     let (mut buys, mut other) = (Vec::new(), Vec::new());
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let parsed = match line.split(' ').collect::<Vec<_>>()[..] {
-            ["buy", start, ms, status, retried] => (|| {
+            ["buy", start, ms, status, retried, via] => (|| {
                 Some(Buy {
                     start_ms: start.parse().ok()?,
                     ms: ms.parse().ok()?,
                     status: status.parse().ok()?,
                     retried: retried == "1",
+                    via: via.parse().ok()?,
                 })
             })(),
             ["order", ..] => continue,
@@ -163,10 +166,13 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// A phase's buys: how many, p50, p99, max (ms).
-fn stats(buys: &[Buy], phase: &Phase) -> (usize, f64, f64, f64) {
-    let mut ms: Vec<f64> =
-        buys.iter().filter(|b| (phase.from_ms..phase.to_ms).contains(&b.start_ms)).map(|b| b.ms).collect();
+/// A phase's buys (through instance `via` only if given): how many, p50, p99, max (ms).
+fn stats(buys: &[Buy], phase: &Phase, via: Option<u8>) -> (usize, f64, f64, f64) {
+    let mut ms: Vec<f64> = buys
+        .iter()
+        .filter(|b| (phase.from_ms..phase.to_ms).contains(&b.start_ms) && via.is_none_or(|v| v == b.via))
+        .map(|b| b.ms)
+        .collect();
     ms.sort_by(f64::total_cmp);
     (ms.len(), percentile(&ms, 0.5), percentile(&ms, 0.99), ms.last().copied().unwrap_or(f64::NAN))
 }
@@ -185,19 +191,38 @@ fn cores(usage: &Usage) -> String {
         known += cpu;
         parts.push(format!("{label} {:.2}", cpu / wall));
     }
+    // The children reaped in the phase: the storm's k6, when it ends (its pid gone, it is not
+    // watched), and the psql and curl calls of the driver.
+    let exited = usage.generator();
+    if exited >= 0.005 * wall {
+        known += exited;
+        parts.push(format!("exited (k6 storm, psql, curl) {:.2}", exited / wall));
+    }
     parts.push(format!("rest {:.2}", (busy - known).max(0.0) / wall));
     parts.push(format!("steal {:.2}", usage.get("machine_steal").unwrap_or(0.0) / wall));
     parts.join(", ")
 }
 
 /// Prints each phase's buys and CPU, checks every buy held its order and the rule on the draw's p99.
-pub fn report(load: &mut Load, phases: &[Phase], buys: &[Buy]) {
+/// A buy answered 403 (`sale_paused`) after `paused_ms`, when the driver paused the sale to stop
+/// the buyers, is no buy.
+pub fn report(load: &mut Load, phases: &[Phase], buys: &[Buy], paused_ms: u64) {
+    let stopping = |b: &Buy| b.status == 403 && b.start_ms + b.ms.ceil() as u64 >= paused_ms;
+    let buys: Vec<Buy> = buys.iter().filter(|b| !stopping(b)).copied().collect();
+    let buys = &buys[..];
     for phase in phases {
-        let (n, p50, p99, max) = stats(buys, phase);
+        let (n, p50, p99, max) = stats(buys, phase, None);
         let wall = (phase.to_ms - phase.from_ms) as f64 / 1000.0;
+        // By instance: the first runs the draw, the second only sells.
+        let by = |via| {
+            let (n, _, p99, _) = stats(buys, phase, Some(via));
+            format!("app {} {n} p99 {p99:.1} ms", via + 1)
+        };
         println!(
-            "beside {:<8} {wall:>7.1} s: {n} buys, p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms; cores: {}",
+            "beside {:<8} {wall:>7.1} s: {n} buys, p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms ({}, {}); cores: {}",
             phase.name,
+            by(0),
+            by(1),
             cores(&phase.usage)
         );
     }
@@ -210,7 +235,7 @@ pub fn report(load: &mut Load, phases: &[Phase], buys: &[Buy]) {
         if ok { "ok" } else { "FAILED" }
     );
     load.failures += u32::from(!ok);
-    let p99 = |name: &str| phases.iter().find(|p| p.name == name).map_or(f64::NAN, |p| stats(buys, p).2);
+    let p99 = |name: &str| phases.iter().find(|p| p.name == name).map_or(f64::NAN, |p| stats(buys, p, None).2);
     let (base, storm, draw) = (p99("baseline"), p99("storm"), p99("draw"));
     let bound = (2.0 * base).max(base + 50.0);
     let ok = draw <= bound; // false when a phase had no buys (NaN)

@@ -66,6 +66,11 @@ pub struct Args {
     /// How long the buyers buy before the storm: the baseline of their p99.
     #[arg(long, default_value = "20s")]
     baseline: String,
+    /// The instances' Postgres statement timeout (SECKILL_DATABASE_STATEMENT_TIMEOUT; the worker's
+    /// insert timeout is set 5 s above it): the service's default, 10s, cancels the draw's one
+    /// insert of its results on this host from about 200,000 entries.
+    #[arg(long, default_value = "10s")]
+    statement_timeout: String,
     /// The buyers' source addresses (apart from the entrants').
     #[arg(long, default_value = "127.0.1.1-127.0.1.250")]
     buy_local_ips: String,
@@ -76,7 +81,12 @@ const DROP: &str = "draw";
 pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
     // The buyers beside come from 250 addresses, but k6 reuses a VU (and its address) for many
     // buys: the per-address limit on /buy (20/1s by default) is set out of their way, still checked.
-    let app_env = [("SECKILL_RATE_LIMIT", "1000000/1s")];
+    let insert_timeout = format!("{}s", secs(&a.statement_timeout)? + 5);
+    let app_env = [
+        ("SECKILL_RATE_LIMIT", "1000000/1s"),
+        ("SECKILL_DATABASE_STATEMENT_TIMEOUT", a.statement_timeout.as_str()),
+        ("SECKILL_WORKER_INSERT_TIMEOUT", insert_timeout.as_str()),
+    ];
     let first = load.app(&app_env)?;
     let mut second = load.app(&app_env)?;
     let sizes: Vec<String> = (0..a.sizes).map(|s| (38 + s).to_string()).collect();
@@ -155,10 +165,7 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
         let limit = storm + 120;
         shared.log(&format!("(at most {limit} s) k6 {name}: the storm"));
         let mut child = cmd.stdin(Stdio::null()).spawn()?;
-        let open = Open::begin(
-            "storm",
-            &watch(shared, [&first, &second], &[("k6 storm", child.id()), ("k6 buyers", buyers_pid)]),
-        );
+        let open = Open::begin("storm", &watch(shared, [&first, &second], &[("k6 buyers", buyers_pid)]));
         let (rc, timed_out) = wait_bounded(&mut child, Duration::from_secs(limit))?;
         let phase = open.end();
         if timed_out {
@@ -177,6 +184,7 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
     }
     load.failures += u32::from(rc != 0);
     if let Some(app) = restarted {
+        save_logs(&load, &[&second])?; // the killed one's, as k6-draw-app-2.log
         second.stop();
         second = app;
     }
@@ -232,15 +240,35 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
     let took = started.elapsed();
     let drawn = open.end();
     if let Some(mut buyers) = buyers.take() {
+        // Paused, the sale sells nothing more: no purchase in flight when k6 stops goes unseen.
+        let auth = format!("Bearer {}", first.admin_token);
+        let paused_ms = beside::now_ms();
+        let pause = http::request(
+            first.port,
+            "POST",
+            &format!("/admin/sales/{}/pause", beside::SALE),
+            &[("Authorization", &auth)],
+            None,
+        )?;
+        anyhow::ensure!(pause.status == 200, "pausing {}: {} {}", beside::SALE, pause.status, pause.body);
+        std::thread::sleep(Duration::from_secs(1));
         buyers.stop(&load)?;
         phases.extend([drained, drawn]);
         let (buys, other) = beside::read(&buyers.console)?;
         for line in other.iter().take(20) {
             load.log(&format!("k6 buyers: {line}"));
         }
-        beside::report(&mut load, &phases, &buys);
+        beside::report(&mut load, &phases, &buys, paused_ms);
     }
-    let ran = ran?;
+    let ran = match ran {
+        Ok(ran) => ran,
+        Err(err) => {
+            println!("draw run: {:.3} s wall; {err:#}", took.as_secs_f64());
+            invariant(&mut load, "draw run", "no answer 200", false);
+            save_logs(&load, &[&first, &second])?;
+            return Ok(load);
+        }
+    };
     let summary: serde_json::Value = serde_json::from_str(&ran).unwrap_or_default();
     println!("draw run: {:.3} s wall; {summary}", took.as_secs_f64());
     invariant(&mut load, "draw run", &format!("state {}", summary["state"]), summary["state"] == "drawn");
@@ -292,8 +320,27 @@ pub fn run(a: &Args, mut load: Load) -> anyhow::Result<Load> {
             missing == 0 && created.len() == stored.len(),
         );
     }
+    save_logs(&load, &[&first, &second])?;
     drop(second);
     Ok(load)
+}
+
+/// Keeps the instances' logs in the results, the services' directory going with the run:
+/// `k6-draw-app-<port>.log`; prints how many warning and error lines each has, and the first.
+fn save_logs(load: &Load, apps: &[&App]) -> anyhow::Result<()> {
+    for app in apps {
+        let text = app.log_text();
+        let path = load.results.join(format!("k6-draw-app-{}.log", app.port));
+        std::fs::write(&path, &text)?;
+        let bad: Vec<&str> = text.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+        load.log(&format!(
+            "{}: {} warning or error lines{}",
+            path.display(),
+            bad.len(),
+            bad.first().map_or(String::new(), |l| format!(", the first: {l}"))
+        ));
+    }
+    Ok(())
 }
 
 /// Seconds the buyers beside buy before the baseline starts (k6 starting, connections opening).
