@@ -12,17 +12,20 @@
 //           (POST /buy {sale_id, user_id}), which must answer 201. A buyer whose instance is the
 //           killed one and fails (no answer, or 503) from KILL_AT_MS on tries the other instance
 //           once: 201, or 409 `already_purchased` when the lost answer's purchase had gone through.
+//           A buyer answered 503 (or nothing within 5 s) otherwise retries once, 0.5 s later, on
+//           the same instance, as the 503 asks: the same two answers.
 //           Once the draw has run the driver pauses the sale (403 `sale_paused` from then on, so
 //           that no purchase in flight when k6 stops sells unseen), then stops k6.
 //
 // Each buyer prints `buy START_MS TOTAL_MS STATUS RETRIED VIA` (the Unix time its first request was
-// sent, its requests' times, blocked + connecting + k6's duration, summed, the last answer's
-// status, 1 if it tried the other instance, the index of the instance that answered last)
+// sent, its requests' times, blocked + connecting + k6's duration, summed (not the 0.5 s before a retry), the last answer's
+// status, 1 if it retried (on the other instance after the kill, or after a 503), the index of the instance that answered last)
 // and, when it holds an order, `order SALE USER ORDER_ID`. The driver splits the buys into phases
 // by START_MS and computes each phase's p50 and p99 itself: k6's own summary cannot know when the
 // draw ran. Unexpected answers are also printed as warnings.
 
 import http from 'k6/http';
+import { sleep } from 'k6';
 import exec from 'k6/execution';
 import { arrivals, envInt } from './lib/env.js';
 import { killedFailure as killedAt } from './lib/kill.js';
@@ -71,6 +74,12 @@ export function buyer() {
   if (killedFailure(index, response)) {
     retried = 1;
     index = (index + 1) % BASE_URLS.length;
+    ({ response, body } = buy(BASE_URLS[index], user));
+    total += took(response);
+  } else if (response.status === 503 || response.status === 0) {
+    // 503 (`outcome_unknown`, `unavailable`) asks for a retry: once, 0.5 s later, same instance.
+    retried = 1;
+    sleep(0.5);
     ({ response, body } = buy(BASE_URLS[index], user));
     total += took(response);
   }

@@ -15,7 +15,9 @@
 //             201 `entered`; a REPEAT share (percent) then enters again on purpose, which must answer
 //             409 `already_entered` with the first entry. An entrant whose instance is the killed
 //             one and fails (no answer, or 503) from KILL_AT_MS on tries the other instance once: 201,
-//             or 409 `already_entered` when the lost answer's entry had been accepted. Every
+//             or 409 `already_entered` when the lost answer's entry had been accepted. An entrant
+//             answered 503 (or nothing within 5 s) otherwise retries once, 0.5 s later, on the same
+//             instance, as the 503 asks (unavailable_retried): the same two answers. Every
 //             accepted entrant is printed as `entered DROP USER`.
 //
 // Thresholds: no 5xx or unexpected answer (the killed instance's failures are counted apart, in
@@ -24,7 +26,7 @@
 // the draw and verifies its record. k6 exits 99 when a threshold fails.
 
 import http from 'k6/http';
-import { check } from 'k6';
+import { check, sleep } from 'k6';
 import exec from 'k6/execution';
 import { Counter, Trend } from 'k6/metrics';
 import { arrivals, envInt } from './lib/env.js';
@@ -48,6 +50,7 @@ const repeats = new Counter('repeats_refused');
 const repeatWrong = new Counter('repeat_answered_wrongly');
 const killedFailures = new Counter('killed_failures');
 const retried = new Counter('retried_elsewhere');
+const unavailableRetried = new Counter('unavailable_retried');
 const retryFoundEntered = new Counter('retry_found_entered');
 const status5xx = new Counter('status_5xx');
 const statusOther = new Counter('status_other');
@@ -106,6 +109,13 @@ export function entrant() {
     retry = true;
     index = (index + 1) % BASE_URLS.length;
     ({ response, body } = enter(BASE_URLS[index], user, sizes, quantity));
+  } else if (response.status === 503 || response.status === 0) {
+    // 503 `unavailable` says "retry shortly", and the entry may have been made before the answer
+    // was lost: the entrant retries once, half a second later, on the same instance.
+    unavailableRetried.add(1);
+    retry = true;
+    sleep(0.5);
+    ({ response, body } = enter(BASE_URLS[index], user, sizes, quantity));
   }
   if (retry && response.status === 409 && body.error === 'already_entered') {
     // The killed instance had accepted it before its answer was lost.
@@ -155,7 +165,8 @@ export function handleSummary(data) {
   const ms = (v) => (v === undefined ? '-' : v.toFixed(1));
   out.stdout = `draw: ${count('entries_accepted')} entries accepted; repeats refused ${count('repeats_refused')} ` +
     `(wrong ${count('repeat_answered_wrongly')}); killed instance's failures ${count('killed_failures')}, ` +
-    `retried elsewhere ${count('retried_elsewhere')} (found entered ${count('retry_found_entered')}); ` +
+    `retried elsewhere ${count('retried_elsewhere')}, 503 or no answer retried ${count('unavailable_retried')} ` +
+    `(found entered ${count('retry_found_entered')}); ` +
     `5xx ${count('status_5xx')}, other ${count('status_other')}; entry p95 ${ms(d['p(95)'])} ms, ` +
     `p99 ${ms(d['p(99)'])} ms\n`;
   return out;

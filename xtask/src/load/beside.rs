@@ -230,7 +230,7 @@ pub fn report(load: &mut Load, phases: &[Phase], buys: &[Buy], paused_ms: u64) {
     let (bad, retried) = (buys.iter().filter(|b| !held(b)).count(), buys.iter().filter(|b| b.retried).count());
     let ok = bad == 0 && !buys.is_empty();
     println!(
-        "invariant beside answers: {} buys, {retried} retried on the first instance after the kill, {bad} without an order [{}]",
+        "invariant beside answers: {} buys, {retried} retried (the killed instance's failures on the first, a 503 once on the same), {bad} without an order [{}]",
         buys.len(),
         if ok { "ok" } else { "FAILED" }
     );
