@@ -4,7 +4,9 @@
 //
 // The driver seeds the drop DROP in draw mode (its SIZES, comma-separated short names, the
 // `per_buyer` PER_BUYER, entries open now and closing after the storm) and starts the instances
-// BASE_URLS (comma-separated; the second is the one killed at KILL_AT_S, 0: none). One scenario:
+// BASE_URLS (comma-separated; the second is the one killed at KILL_AT_MS, a Unix time in ms, 0:
+// none: the driver plans the kill on its own clock, and a sale's buyers beside this storm,
+// draw-buyers.js, go by the same instant). One scenario:
 //
 //   entrants  constant-arrival-rate: RATE new entrants a second for DURATION_S seconds, from the
 //             --local-ips addresses, every other one through each instance. Each POSTs one entry
@@ -12,8 +14,10 @@
 //             first), quantity 1, or up to PER_BUYER for a QTY_MULTI share (percent). It must answer
 //             201 `entered`; a REPEAT share (percent) then enters again on purpose, which must answer
 //             409 `already_entered` with the first entry. An entrant whose instance is the killed
-//             one and fails (no answer, or 503) from KILL_AT_S on tries the other instance once: 201,
-//             or 409 `already_entered` when the lost answer's entry had been accepted. Every
+//             one and fails (no answer, or 503) from KILL_AT_MS on tries the other instance once: 201,
+//             or 409 `already_entered` when the lost answer's entry had been accepted. An entrant
+//             answered 503 (or nothing within 5 s) otherwise retries once, 0.5 s later, on the same
+//             instance, as the 503 asks (unavailable_retried): the same two answers. Every
 //             accepted entrant is printed as `entered DROP USER`.
 //
 // Thresholds: no 5xx or unexpected answer (the killed instance's failures are counted apart, in
@@ -22,10 +26,11 @@
 // the draw and verifies its record. k6 exits 99 when a threshold fails.
 
 import http from 'k6/http';
-import { check } from 'k6';
+import { check, sleep } from 'k6';
 import exec from 'k6/execution';
 import { Counter, Trend } from 'k6/metrics';
 import { arrivals, envInt } from './lib/env.js';
+import { killedFailure as killedAt } from './lib/kill.js';
 
 const RUN_ID = __ENV.RUN_ID || String(Date.now());
 const BASE_URLS = (__ENV.BASE_URLS || 'http://127.0.0.1:8080').split(',').map((u) => u.replace(/\/+$/, ''));
@@ -36,7 +41,7 @@ const RATE = Math.max(1, envInt('RATE', 500));
 const DURATION_S = Math.max(2, envInt('DURATION_S', 10));
 const QTY_MULTI = envInt('QTY_MULTI', 25); // percent of entrants asking more than one unit
 const REPEAT = envInt('REPEAT', 2); // percent of entrants entering twice on purpose
-const KILL_AT_S = envInt('KILL_AT_S', 0);
+const KILL_AT_MS = envInt('KILL_AT_MS', 0);
 const P99_MS = envInt('P99_MS', 2000); // a stall, not slowness (load-tests/README.md)
 const REQUEST_TIMEOUT = '5s';
 
@@ -45,6 +50,7 @@ const repeats = new Counter('repeats_refused');
 const repeatWrong = new Counter('repeat_answered_wrongly');
 const killedFailures = new Counter('killed_failures');
 const retried = new Counter('retried_elsewhere');
+const unavailableRetried = new Counter('unavailable_retried');
 const retryFoundEntered = new Counter('retry_found_entered');
 const status5xx = new Counter('status_5xx');
 const statusOther = new Counter('status_other');
@@ -66,8 +72,6 @@ export const options = {
   },
 };
 
-const elapsedS = () => (Date.now() - exec.scenario.startTime) / 1000;
-
 function enter(base, user, sizes, quantity) {
   const response = http.post(`${base}/drops/${DROP}/entries`, JSON.stringify({ sizes, quantity, user_id: user }), {
     headers: { 'Content-Type': 'application/json' },
@@ -84,9 +88,7 @@ const sameEntry = (entry, sizes, quantity) =>
   !!entry && entry.quantity === quantity && JSON.stringify(entry.sizes) === JSON.stringify(sizes);
 
 // A failure of the killed instance from the kill on: no answer, or 503 while it goes down.
-const killedFailure = (index, response) =>
-  KILL_AT_S > 0 && index === BASE_URLS.length - 1 && BASE_URLS.length > 1 && elapsedS() >= KILL_AT_S - 0.5 &&
-  (response.status === 0 || response.status === 503);
+const killedFailure = (index, response) => killedAt(KILL_AT_MS, BASE_URLS, index, response);
 
 export function entrant() {
   const n = exec.scenario.iterationInTest;
@@ -106,6 +108,13 @@ export function entrant() {
     retried.add(1);
     retry = true;
     index = (index + 1) % BASE_URLS.length;
+    ({ response, body } = enter(BASE_URLS[index], user, sizes, quantity));
+  } else if (response.status === 503 || response.status === 0) {
+    // 503 `unavailable` says "retry shortly", and the entry may have been made before the answer
+    // was lost: the entrant retries once, half a second later, on the same instance.
+    unavailableRetried.add(1);
+    retry = true;
+    sleep(0.5);
     ({ response, body } = enter(BASE_URLS[index], user, sizes, quantity));
   }
   if (retry && response.status === 409 && body.error === 'already_entered') {
@@ -156,7 +165,8 @@ export function handleSummary(data) {
   const ms = (v) => (v === undefined ? '-' : v.toFixed(1));
   out.stdout = `draw: ${count('entries_accepted')} entries accepted; repeats refused ${count('repeats_refused')} ` +
     `(wrong ${count('repeat_answered_wrongly')}); killed instance's failures ${count('killed_failures')}, ` +
-    `retried elsewhere ${count('retried_elsewhere')} (found entered ${count('retry_found_entered')}); ` +
+    `retried elsewhere ${count('retried_elsewhere')}, 503 or no answer retried ${count('unavailable_retried')} ` +
+    `(found entered ${count('retry_found_entered')}); ` +
     `5xx ${count('status_5xx')}, other ${count('status_other')}; entry p95 ${ms(d['p(95)'])} ms, ` +
     `p99 ${ms(d['p(99)'])} ms\n`;
   return out;

@@ -144,6 +144,19 @@ pub fn run_script(
     extra: &[String],
     limit: u64,
 ) -> anyhow::Result<i32> {
+    let rc = load.run_bounded(command(load, name, script, env, extra)?, limit)?;
+    report(load, name, rc)?;
+    Ok(rc)
+}
+
+/// The k6 command of `run_script`, for a caller that spawns it itself (two k6 beside each other).
+pub fn command(
+    load: &Load,
+    name: &str,
+    script: &str,
+    env: &[(&str, String)],
+    extra: &[String],
+) -> anyhow::Result<Command> {
     let mut cmd = Command::new(testbed::python::ensure(testbed::python::K6, None)?);
     // Web dashboard: no HTTP server (port -1), only the HTML report written at the end.
     cmd.env("K6_WEB_DASHBOARD", "true")
@@ -159,7 +172,11 @@ pub fn run_script(
     }
     cmd.arg("-e").arg(format!("SUMMARY_JSON={}", load.results.join(format!("{name}-summary.json")).display()));
     cmd.arg(testbed::workspace_root().join("load-tests/k6").join(script));
-    let rc = load.run_bounded(cmd, limit)?;
+    Ok(cmd)
+}
+
+/// After a k6 run: its failure, and the first 20 of its console's other lines (its warnings).
+pub fn report(load: &Load, name: &str, rc: i32) -> anyhow::Result<()> {
     if rc != 0 {
         load.log(&format!("k6 {name} failed (exit {rc}; 99 = thresholds crossed)"));
     }
@@ -171,7 +188,7 @@ pub fn run_script(
     if warnings.len() > 20 {
         load.log(&format!("k6 {name}: {} more lines in {}", warnings.len() - 20, console.display()));
     }
-    Ok(rc)
+    Ok(())
 }
 
 /// The 201s a k6 run counted, from its summary.

@@ -7,6 +7,7 @@
 //! generator run is bounded in time (and count) and only talks to 127.0.0.0/8. Exit status 1
 //! when a threshold, a run or an invariant failed.
 
+mod beside;
 mod draw;
 mod drop;
 mod k6;
