@@ -74,15 +74,16 @@ pub(crate) fn offered_events(new: &str) -> String {
     )
 }
 
-/// SQL that writes `draw.lost` for every entrant the drop `$1`'s draw left without a unit or a
-/// place, once each (its `dedup_key`); nothing without endpoints. The event's `sale_id` is the
-/// drop's id; its data `drop_id`, `user_id` and `entrant` (the public pseudonym).
+/// SQL that writes `draw.lost` for every entrant among the users `$2` (a `text[]`) the drop `$1`'s
+/// draw left without a unit or a place, once each (its `dedup_key`); nothing without endpoints.
+/// The event's `sale_id` is the drop's id; its data `drop_id`, `user_id` and `entrant` (the public
+/// pseudonym).
 pub(crate) fn lost_events() -> String {
     format!(
         "select webhook_publish('draw.lost', drop_id, null,
                     jsonb_build_object('drop_id', drop_id, 'user_id', user_id, 'entrant', entrant),
                     'draw.lost:' || drop_id || ':' || user_id)
-         from draw_results where {HOOKED} and drop_id = $1 and outcome = 'lost'"
+         from draw_results where {HOOKED} and drop_id = $1 and user_id = any($2) and outcome = 'lost'"
     )
 }
 

@@ -50,6 +50,7 @@ impl From<RunError> for Error {
             RunError::Redis(err) => err.into(),
             RunError::Postgres(err) => err.into(),
             RunError::Award(why) => Self::AwardRefused(why),
+            RunError::Allocation(why) => Self::Internal(anyhow::anyhow!(why)),
         }
     }
 }

@@ -311,3 +311,44 @@ async fn a_winner_refused_by_a_paused_size_is_a_409_and_the_results_stand_until_
     assert_eq!(results(&app, &drop).await, first, "a run after the refusal awards the same results");
     assert_reservations(&app, &drop, &first).await;
 }
+
+#[tokio::test]
+async fn results_over_many_statements_are_written_once_in_one_transaction() {
+    use seckill::draw::run::store;
+    let app = spawn_app().await;
+    sqlx::query("insert into webhook_endpoints (url, disabled_at) values ('http://127.0.0.1:9/hook', now())")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let id = DropId::parse(&new_drop_id()).unwrap();
+    // 25,000 results: three statements; one in five won, the rest lost.
+    let results: Vec<store::Result> = (0..25_000)
+        .map(|i| {
+            let user = seckill::domain::UserId::parse(&format!("r{i:05}")).unwrap();
+            let won = i % 5 == 0;
+            store::Result {
+                entrant: seckill::draw::entrant(&id, &user),
+                user,
+                outcome: if won { Outcome::Won { size: "41".into(), quantity: 1 } } else { Outcome::Lost },
+                quantity: 1,
+                order_id: won.then(Uuid::now_v7),
+            }
+        })
+        .collect();
+    store::insert(&app.pool, &id, &results).await.unwrap();
+    store::insert(&app.pool, &id, &results).await.unwrap();
+    let (rows, lost_events): (i64, i64) = sqlx::query_as(
+        "select (select count(*) from draw_results where drop_id = $1),
+                (select count(*) from webhook_events where type = 'draw.lost' and sale_id = $1)",
+    )
+    .bind(id.as_str())
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!((rows, lost_events), (25_000, 20_000), "every result and every loser's event, once");
+    assert_eq!(store::results(&app.pool, &id).await.unwrap(), {
+        let mut sorted = results.clone();
+        sorted.sort_by(|a, b| a.user.as_str().cmp(b.user.as_str()));
+        sorted
+    });
+}

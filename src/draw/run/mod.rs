@@ -81,6 +81,9 @@ pub enum RunError {
     /// A winner's reservation was refused by the purchase's rules.
     #[error("award: {0}")]
     Award(String),
+    /// The allocation's thread panicked (a bug): nothing was written.
+    #[error("the allocation failed: {0}")]
+    Allocation(String),
 }
 
 impl From<award::AwardError> for RunError {
@@ -170,16 +173,30 @@ async fn drained(redis: &Keyspace, pool: &PgPool, drop: &DropId, wait: Duration)
 }
 
 /// The draw done from the stored entries: every entrant's result, each winner with a new order id.
+/// The ranking and the allocation (some seconds of CPU for 200,000 entries) run on a blocking
+/// thread, so the instance's requests are not held while they run.
 async fn allocated(pool: &PgPool, drop: &DropId, draw: &store::Draw) -> Result<Vec<store::Result>, RunError> {
     let terms = store::terms(pool, drop, draw.waitlist_places).await?;
     let entries = store::entries(pool, drop).await?;
+    let seed = draw.seed.clone();
+    tokio::task::spawn_blocking(move || draw_from(&seed, &terms, entries))
+        .await
+        .map_err(|err| RunError::Allocation(err.to_string()))?
+}
+
+/// [`allocated`]'s work on `entries` (buyer, entry): ranked with `seed`, allocated by `terms`.
+fn draw_from(
+    seed: &str,
+    terms: &crate::draw::Terms,
+    entries: Vec<(String, crate::draw::Entry)>,
+) -> Result<Vec<store::Result>, RunError> {
     let mut quantities = std::collections::HashMap::new();
     for (user, entry) in &entries {
         let id = crate::domain::UserId::stored(user).map_err(|why| sqlx::Error::Decode(why.into()))?;
         quantities.insert(entry.entrant.clone(), (id, entry.quantity));
     }
-    let ranked = ranking(&draw.seed, entries.into_iter().map(|(_, entry)| entry).collect());
-    let allocation = allocate(&terms, &ranked);
+    let ranked = ranking(seed, entries.into_iter().map(|(_, entry)| entry).collect());
+    let allocation = allocate(terms, &ranked);
     Ok(allocation
         .results
         .into_iter()
