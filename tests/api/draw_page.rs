@@ -4,7 +4,8 @@
 //! entrants' pages show the waitlist and the loss. The live page's draw view follows the entries,
 //! the run, and the winners' conversions. Its counts' route, `GET /admin/drops/{drop}/draw/stats`,
 //! is checked against Postgres. Screenshots: `target/tmp/draw-buyer-{form,entered,won,cancelled,
-//! waitlisted,lost}.png`, `target/tmp/draw-live-{open,drawn}.png`.
+//! waitlisted,lost,offered}.png`, `target/tmp/draw-live-{open,drawn,offered}.png`: a winner's cancel
+//! offers the unit to the waitlisted entrant, whose page and the live page show it.
 
 use std::time::Duration;
 
@@ -223,6 +224,24 @@ async fn a_buyer_enters_the_draw_from_the_page_and_sees_the_result_and_the_live_
         (Some(false), Some("· 33% of winners paid"))
     );
     browser.screenshot("draw-live-drawn.png").await;
+
+    // The winner of 41 gives it back: the waitlisted entrant (who listed 41) is offered it, a
+    // reservation of their own, on their page and on the live page.
+    let winner_41: String =
+        sqlx::query_scalar("select user_id from draw_results where drop_id = $1 and outcome = 'won' and size = '41'")
+            .bind(&drop)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(app.cancel(&format!("{drop}.41"), &winner_41).await.status(), 200);
+    let offers = browser.live_shows(&drop, "the offer", |v| v["offered"] == "1" && v["offered-reserved"] == "1").await;
+    assert_eq!(offers["cancelled"], "2", "{offers}");
+    browser.screenshot("draw-live-offered.png").await;
+    browser.open_as(&app, &drop, &waitlisted[0]).await;
+    let offered = browser.buyer_shows("the offer", |v| v["state"] == "Offered" && v["order_state"] == "reserved").await;
+    assert_eq!(offered["headline"], "A unit came back: you are offered size 41.", "{offered}");
+    assert!(offered["pay_by"].is_string() && offered["cancel"].is_string(), "{offered}");
+    browser.draw_screenshot("draw-buyer-offered.png").await;
     browser.client.close().await.unwrap();
 }
 
