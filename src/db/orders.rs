@@ -152,9 +152,10 @@ impl<'a> Batch<'a> {
     }
 
     /// The orders and their events in one statement (no transaction): an offer's `draw.offered`
-    /// (selected first: it precedes its order's), each new order's `order.created`, then `sale.sold_out` for the sales it sold out among `may_sell_out`
-    /// (selected, so the calls cannot be planned away). The new orders' ids, and whether events
-    /// are written (true when nothing was inserted: no new word).
+    /// (selected first: it precedes its order's), each new order's `order.created`, then
+    /// `sale.sold_out` for the sales it sold out among `may_sell_out` (selected, so the calls cannot
+    /// be planned away). The new orders' ids, and whether events are written (true when nothing was
+    /// inserted: no new word).
     async fn insert_hooked(
         &self,
         pool: &PgPool,

@@ -80,7 +80,8 @@ impl Runner {
                 }
                 Err(err) => {
                     let wait = waiting.map_or(INTERVAL, |(_, wait)| wait);
-                    tracing::warn!(drop_id = %drop, error = %err, retry_in_s = wait.as_secs(), "the draw cannot run yet");
+                    let retry_in_s = wait.as_secs();
+                    tracing::warn!(drop_id = %drop, error = %err, retry_in_s, "the draw cannot run yet");
                     backoff.insert(drop.to_string(), (Instant::now() + wait, (wait * 2).min(MOST_BACKOFF)));
                 }
             }
