@@ -58,9 +58,16 @@ impl From<RunError> for Error {
 impl Shop {
     /// Runs the drop's draw now (early: its entries close at once), or again after a run that
     /// stopped midway; a drawn draw answers its summary and changes nothing. One audit entry.
+    /// The run goes on the background runtime: its seconds of reading and writing 200,000 rows
+    /// do not hold this HTTP worker's other requests, and a caller that hangs up does not cut it.
     pub async fn run_draw(&self, drop: &DropId, actor: Option<&str>) -> Result<Summary, Error> {
         self.drawable(drop).await?;
-        let summary = run::run(self.sales.keyspace(), &self.pool, drop, DRAIN_WAIT).await?;
+        let (redis, pool, id) = (self.sales.keyspace().clone(), self.pool.clone(), drop.clone());
+        let summary = self
+            .background
+            .spawn(async move { run::run(&redis, &pool, &id, DRAIN_WAIT).await })
+            .await
+            .map_err(|err| Error::Internal(anyhow::anyhow!("the draw's run stopped: {err}")))??;
         let effect = serde_json::json!({
             "entries": summary.entries, "won": summary.won, "waitlisted": summary.waitlisted,
             "lost": summary.lost, "units_awarded": summary.units_awarded,

@@ -139,6 +139,9 @@ pub struct Shop {
     endpoint_changes: Changes,
     /// The order exports streaming now (at most `exports::MAX_CONCURRENT`).
     exports: Arc<tokio::sync::Semaphore>,
+    /// The runtime of the process's background tasks (the one that built the shop), where long
+    /// operator work runs instead of on the HTTP worker that received it (a draw's run).
+    background: tokio::runtime::Handle,
 }
 
 /// The settings the use cases read.
@@ -171,7 +174,8 @@ pub struct Parts {
 }
 
 impl Shop {
-    /// The shop of these parts (the public snapshots are read through `parts.sales`).
+    /// The shop of these parts (the public snapshots are read through `parts.sales`); made inside
+    /// the runtime that runs the process's background tasks.
     pub fn new(parts: Parts) -> Self {
         Self {
             board: SaleBoard::new(parts.sales.clone()),
@@ -189,6 +193,7 @@ impl Shop {
             challenges: parts.challenges,
             endpoint_changes: parts.endpoint_changes,
             exports: Arc::new(tokio::sync::Semaphore::new(crate::exports::MAX_CONCURRENT)),
+            background: tokio::runtime::Handle::current(),
         }
     }
 

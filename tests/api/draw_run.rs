@@ -335,8 +335,8 @@ async fn results_over_many_statements_are_written_once_in_one_transaction() {
             }
         })
         .collect();
-    store::insert(&app.pool, &id, &results).await.unwrap();
-    store::insert(&app.pool, &id, &results).await.unwrap();
+    assert_eq!(store::insert(&app.pool, &id, &results).await.unwrap(), 25_000, "the first insert writes all");
+    assert_eq!(store::insert(&app.pool, &id, &results).await.unwrap(), 0, "the second writes none");
     let (rows, lost_events): (i64, i64) = sqlx::query_as(
         "select (select count(*) from draw_results where drop_id = $1),
                 (select count(*) from webhook_events where type = 'draw.lost' and sale_id = $1)",

@@ -143,8 +143,13 @@ async fn locked(
     drained(redis, pool, drop, drain).await?;
     let mut results = store::results(pool, drop).await?;
     if results.is_empty() {
-        store::insert(pool, drop, &allocated(pool, drop, &draw).await?).await?;
-        results = store::results(pool, drop).await?;
+        let drawn = allocated(pool, drop, &draw).await?;
+        // Written in full under the lock: what Postgres holds is `drawn`, no need to read it back.
+        results = if store::insert(pool, drop, &drawn).await? == drawn.len() {
+            drawn
+        } else {
+            store::results(pool, drop).await?
+        };
     }
     // Before any winner holds a reservation that could come back.
     crate::draw::offers::put_waitlist(redis, drop, &store::waitlist(pool, drop).await?).await?;
@@ -173,29 +178,32 @@ async fn drained(redis: &Keyspace, pool: &PgPool, drop: &DropId, wait: Duration)
 }
 
 /// The draw done from the stored entries: every entrant's result, each winner with a new order id.
-/// The ranking and the allocation (some seconds of CPU for 200,000 entries) run on a blocking
-/// thread, so the instance's requests are not held while they run.
+/// The pseudonyms, the ranking and the allocation (seconds of CPU for 200,000 entries) run on a
+/// blocking thread, so the instance's requests are not held while they run.
 async fn allocated(pool: &PgPool, drop: &DropId, draw: &store::Draw) -> Result<Vec<store::Result>, RunError> {
     let terms = store::terms(pool, drop, draw.waitlist_places).await?;
-    let entries = store::entries(pool, drop).await?;
-    let seed = draw.seed.clone();
-    tokio::task::spawn_blocking(move || draw_from(&seed, &terms, entries))
+    let rows = store::entry_rows(pool, drop).await?;
+    let (seed, drop) = (draw.seed.clone(), drop.clone());
+    tokio::task::spawn_blocking(move || draw_from(&drop, &seed, &terms, rows))
         .await
         .map_err(|err| RunError::Allocation(err.to_string()))?
 }
 
-/// [`allocated`]'s work on `entries` (buyer, entry): ranked with `seed`, allocated by `terms`.
+/// [`allocated`]'s work on the stored entries `rows`: ranked with `seed`, allocated by `terms`.
 fn draw_from(
+    drop: &DropId,
     seed: &str,
     terms: &crate::draw::Terms,
-    entries: Vec<(String, crate::draw::Entry)>,
+    rows: Vec<store::EntryRow>,
 ) -> Result<Vec<store::Result>, RunError> {
     let mut quantities = std::collections::HashMap::new();
-    for (user, entry) in &entries {
-        let id = crate::domain::UserId::stored(user).map_err(|why| sqlx::Error::Decode(why.into()))?;
+    let mut entries = Vec::with_capacity(rows.len());
+    for row in rows {
+        let (id, entry) = store::entry_of(drop, row)?;
         quantities.insert(entry.entrant.clone(), (id, entry.quantity));
+        entries.push(entry);
     }
-    let ranked = ranking(seed, entries.into_iter().map(|(_, entry)| entry).collect());
+    let ranked = ranking(seed, entries);
     let allocation = allocate(terms, &ranked);
     Ok(allocation
         .results

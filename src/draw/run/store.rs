@@ -121,9 +121,20 @@ pub async fn terms(pool: &PgPool, drop: &DropId, waitlist_places: u32) -> std::r
     Ok(Terms { stock, limit: limit.map_or(1, |l| u32::try_from(l).unwrap_or(1)), waitlist_places })
 }
 
-/// Every entry of the draw with its buyer, in user id order.
-pub async fn entries(pool: &PgPool, drop: &DropId) -> std::result::Result<Vec<(String, Entry)>, sqlx::Error> {
-    entries_page(pool, drop, None, i64::MAX).await
+/// An entry as stored: the buyer's id, the ranked sizes, the quantity.
+pub type EntryRow = (String, Vec<String>, i32);
+
+/// Every entry of the draw as stored, in user id order; [`entry_of`] makes each an [`Entry`] (the
+/// run does so on a blocking thread: a pseudonym is a SHA-256).
+pub async fn entry_rows(pool: &PgPool, drop: &DropId) -> std::result::Result<Vec<EntryRow>, sqlx::Error> {
+    page(pool, "select user_id, sizes, quantity from draw_entries", drop, (None, i64::MAX)).await
+}
+
+/// The stored entry `row` of the drop's draw, with its buyer's id.
+pub fn entry_of(drop: &DropId, (user, sizes, quantity): EntryRow) -> std::result::Result<(UserId, Entry), sqlx::Error> {
+    let id = UserId::stored(&user).map_err(|why| sqlx::Error::Decode(why.into()))?;
+    let entry = Entry { entrant: crate::draw::entrant(drop, &id), sizes, quantity: quantity.max(0) as u32 };
+    Ok((id, entry))
 }
 
 /// At most `rows` entries of the draw after the user id `after`, in user id order, with their
@@ -134,15 +145,9 @@ pub async fn entries_page(
     after: Option<&str>,
     rows: i64,
 ) -> std::result::Result<Vec<(String, Entry)>, sqlx::Error> {
-    let rows: Vec<(String, Vec<String>, i32)> =
+    let rows: Vec<EntryRow> =
         page(pool, "select user_id, sizes, quantity from draw_entries", drop, (after, rows)).await?;
-    rows.into_iter()
-        .map(|(user, sizes, quantity)| {
-            let id = UserId::stored(&user).map_err(|why| sqlx::Error::Decode(why.into()))?;
-            let entry = Entry { entrant: crate::draw::entrant(drop, &id), sizes, quantity: quantity.max(0) as u32 };
-            Ok((user, entry))
-        })
-        .collect()
+    rows.into_iter().map(|row| entry_of(drop, row).map(|(id, entry)| (id.to_string(), entry))).collect()
 }
 
 /// The draw's results, in user id order (none before the draw).
@@ -209,21 +214,24 @@ const RESULTS_PER_STATEMENT: usize = 10_000;
 
 /// Writes every result in one transaction, [`RESULTS_PER_STATEMENT`] at a time (arrays unnested),
 /// with each lost entrant's `draw.lost` (once: its dedup key); a drop that has results already
-/// keeps them (nothing written: the caller reads them back).
-pub async fn insert(pool: &PgPool, drop: &DropId, results: &[Result]) -> std::result::Result<(), sqlx::Error> {
+/// keeps them. Answers how many rows it wrote (fewer than `results`: the caller reads them back).
+pub async fn insert(pool: &PgPool, drop: &DropId, results: &[Result]) -> std::result::Result<usize, sqlx::Error> {
     let mut tx = pool.begin().await?;
+    let mut written = 0;
     for page in results.chunks(RESULTS_PER_STATEMENT) {
-        insert_page(&mut tx, drop, page).await?;
+        written += insert_page(&mut tx, drop, page).await?;
     }
-    tx.commit().await
+    tx.commit().await?;
+    Ok(written)
 }
 
-/// One statement of [`insert`], then the `draw.lost` of the page's lost entrants.
+/// One statement of [`insert`], then the `draw.lost` of the page's lost entrants; answers the
+/// results written.
 async fn insert_page(
     tx: &mut sqlx::Transaction<'_, Postgres>,
     drop: &DropId,
     results: &[Result],
-) -> std::result::Result<(), sqlx::Error> {
+) -> std::result::Result<usize, sqlx::Error> {
     let users: Vec<&str> = results.iter().map(|r| r.user.as_str()).collect();
     let entrants: Vec<&str> = results.iter().map(|r| r.entrant.as_str()).collect();
     let (mut outcomes, mut sizes, mut positions) = (vec![], vec![], vec![]);
@@ -241,7 +249,7 @@ async fn insert_page(
     }
     let quantities: Vec<i32> = results.iter().map(|r| i32::try_from(r.quantity).unwrap_or(i32::MAX)).collect();
     let orders: Vec<Option<Uuid>> = results.iter().map(|r| r.order_id).collect();
-    sqlx::query(
+    let written = sqlx::query(
         "insert into draw_results (drop_id, user_id, entrant, outcome, size, quantity, position, order_id)
          select $1, u, e, o, s, q, p, id
          from unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int4[], $7::int4[], $8::uuid[])
@@ -257,9 +265,10 @@ async fn insert_page(
     .bind(&positions)
     .bind(&orders)
     .execute(&mut **tx)
-    .await?;
+    .await?
+    .rows_affected();
     sqlx::query(&db::lost_events()).bind(drop.as_str()).bind(&users).execute(&mut **tx).await?;
-    Ok(())
+    Ok(usize::try_from(written).unwrap_or(usize::MAX))
 }
 
 /// The waitlist's places in order, each with its entry's sizes (none before the draw).
