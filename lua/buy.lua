@@ -92,7 +92,7 @@
 local shards = ARGV[4]
 -- @purchase
 
-local reply = buy(ARGV[2], ARGV[3], ARGV[5], ARGV[6] or '', ARGV[7], ARGV[8])
+local reply = buy_now(ARGV[2], ARGV[3], ARGV[5], ARGV[6] or '', ARGV[7], ARGV[8])
 -- The stock goes last, once the purchase wrote all else (DECRBY cannot fail: purchase.lua checked it).
 if sold > 0 then
   redis.call('DECRBY', KEYS[2], sold)

@@ -3,8 +3,11 @@
 -- after the other in the order given. Purchases that queue up for a shard go together
 -- (src/purchase/batch.rs), so they share a call's fixed cost on Redis, and the reads every
 -- purchase of buy.lua makes alike: the sale's meta, its stock and the time are read once per call
--- (the limits are given that time as their ARGV[6]), and the stock is written once, at the end
--- (DECRBY the units sold). Each purchase then costs its limits, a SISMEMBER and its three writes.
+-- (the limits are given that time as their ARGV[6], and a table of what they learned of their
+-- keys in the call as their ARGV[7]), and the writes are made once, at the end: one stream entry
+-- with every order of the call, one HSET of their receipts, one SADD of their buyers
+-- (lua/purchase.lua's commit()) and one DECRBY of the units sold. Each purchase then costs its
+-- limits and a SISMEMBER.
 -- Both scripts buy by the one copy of the rules, lua/purchase.lua (tests/api/batch.rs checks
 -- that they decide alike).
 --
@@ -31,16 +34,22 @@
 --   checks > 0   buy_limited.lua's reply {client, buyer, purchase}
 --   {"failed", message}
 --                the purchase's part raised an error (a damaged key): like buy.lua alone, it
---                wrote nothing; the purchases before and after it stand on their own
+--                wrote nothing; the purchases before and after it stand on their own. The writes
+--                at the end failing (a damaged stream, receipts or queue key, which every purchase
+--                of the call would have met) make every accepted purchase's reply "failed", and
+--                that of each buyer answered already_purchased for one of them: nothing of them
+--                is written
 --
 -- Invariants kept: buy.lua's, for each purchase and in the same order of checks (unknown sale,
 -- shard count, admission, start, end, buyer, stock); the stock is checked against what is left
 -- after the purchases before it in the call, so it never goes below zero, and the one DECRBY at the
 -- end takes exactly the units the call sold, so stock_initial = stock + SCARD(buyers) -
--- SCARD(released) (in units: buy.lua's) holds when the call ends (nothing else runs during it). A purchase's writes go in
--- buy.lua's order (XADD, HSET, a queued sale's ZADD, then SADD), its error is caught (pcall) and
--- leaves nothing of it written, as in buy.lua, and does not stop the others. All keys share the
--- shard's hash tag on a Redis Cluster (the app sends a limit in its own call otherwise).
+-- SCARD(released) (in units: buy.lua's) holds when the call ends (nothing else runs during it).
+-- The writes go in buy.lua's order (XADD, HSET, a queued sale's ZADD, then SADD), for all the
+-- call's purchases together, and a failure leaves nothing of them written. An error in one
+-- purchase's part is caught (pcall), leaves nothing of it pending and does not stop the others.
+-- All keys share the shard's hash tag on a Redis Cluster (the app sends a limit in its own call
+-- otherwise).
 --
 -- Example (gcra, 20 per second per client; dave then erin buy the demo sale, both from 127.0.0.1):
 --   sed -e '/^-- @limiter$/r lua/gcra.lua' -e '/^-- @purchase$/r lua/purchase.lua' lua/buy_batch.lua | sed -e '/^-- @limiter_preamble$/r lua/limiter_preamble.lua' > /tmp/seckill-buy-batch.lua
@@ -58,16 +67,23 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) -- the limits' time (be
 
 local replies = {}
 local arg, key = 4, 8
+-- What the limits learn of their keys during the call (lua/sliding_log.lua's ARGV[7]): a key seen
+-- again in the call is not pruned, counted nor given its TTL again.
+local memo = {}
+-- The purchases decided and pending (commit() writes them all at the end), and those answered
+-- already_purchased for a buyer pending earlier in the call: both are "failed" if the commit is.
+local accepted, echoes = {}, {}
 -- Each purchase: its limits in order until one refuses, then the purchase, as buy_limited.lua
 -- does; an error raised in its part becomes its reply.
 for i = 1, tonumber(ARGV[3]) do
   local checks = tonumber(ARGV[arg + 6])
+  local was_pending, pending_before = pending_of[ARGV[arg]] ~= nil, #pending
   local ok, reply = pcall(function()
     local decisions = {0, 0}
     for c = 1, checks do
       local from = arg + 7 + (c - 1) * 5
       local decision = limit({KEYS[key + c - 1]},
-        {ARGV[from], ARGV[from + 1], ARGV[from + 2], ARGV[from + 3], ARGV[from + 4], now_us})
+        {ARGV[from], ARGV[from + 1], ARGV[from + 2], ARGV[from + 3], ARGV[from + 4], now_us, memo})
       decisions[c] = decision
       if decision[1] ~= 1 then
         return {decisions[1], decisions[2], 0}
@@ -81,11 +97,25 @@ for i = 1, tonumber(ARGV[3]) do
   end)
   if ok then
     replies[i] = reply
+    if #pending > pending_before then
+      accepted[#accepted + 1] = i
+    elseif was_pending then
+      echoes[#echoes + 1] = i
+    end
   else
     replies[i] = {'failed', type(reply) == 'table' and tostring(reply.err) or tostring(reply)}
   end
   arg = arg + 7 + 5 * checks
   key = key + checks
+end
+local failed = commit()
+if failed then
+  for _, i in ipairs(accepted) do
+    replies[i] = {'failed', failed}
+  end
+  for _, i in ipairs(echoes) do
+    replies[i] = {'failed', failed}
+  end
 end
 if sold > 0 then
   redis.call('DECRBY', KEYS[2], sold)

@@ -79,7 +79,7 @@ if to_give > 0 then
     elseif tonumber(quantity) <= to_give then
       k = k + 1
       local order_id = string.sub(base, 1, 28) .. string.format('%08x', (low + k) % 4294967296)
-      local ok, answer = pcall(buy, user, order_id, 'w' .. place, '', quantity, '')
+      local ok, answer = pcall(buy_now, user, order_id, 'w' .. place, '', quantity, '')
       local word = ok and (type(answer) == 'table' and answer[1] or answer)
       if word == 'reserved' or word == 'ok' then
         to_give = to_give - tonumber(quantity)

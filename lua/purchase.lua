@@ -14,18 +14,27 @@
 --   buy(user, order_id, place, traceparent, quantity, proven)
 --               one purchase of `quantity` units (1 when nil or ""), decided and written by buy.lua's
 --               rules in buy.lua's order of checks (unknown sale, shard count, draw mode, admission, proof of
---               work, start, end, buyer, limit, pause, stock); place and traceparent "" when there
+--               --               work, start, end, buyer, limit, pause, stock); place and traceparent "" when there
 --               are none; a place is "<n>" from a sale's line, "d<n>" from a drop's (taken only by
 --               a size whose meta has line = "drop", as a plain one only by a sale without it),
 --               "w<n>" a draw's award (lua/draw_award.lua: the only purchase a size whose meta has
---               line = "draw" takes, and it skips the start check); proven "1" when the app verified and spent a proof of work, else "" or nil. Returns buy.lua's reply, or raises an error (a
---               damaged key) with nothing of the purchase written. It writes the entry, the
---               receipt, a queued sale's place and the buyer, not the stock: the stock it checks
---               is the one read less the units sold before it in the call
+--               line = "draw" takes, and it skips the start check); proven "1" when the app
+--               verified and spent a proof of work, else "" or nil. Returns buy.lua's reply, or
+--               raises an error (a damaged key) with nothing of the purchase decided. It writes
+--               nothing: a purchase it accepts is pending until commit(), and a buyer pending in
+--               the call is answered already_purchased ("queued") as a written one would be. The
+--               stock it checks is the one read less the units sold before it in the call
+--   commit()    writes every pending purchase (issue 54: one XADD, one HSET of receipts, one SADD
+--               per call, not per purchase): their one stream entry, receipts, a queued sale's
+--               places, buyers and units; returns nil, or the error of a damaged key with nothing
+--               of them written and their units out of `sold` (the includer answers each of them
+--               "failed"). The includer calls it before it returns
+--   buy_now(...) buy() and commit() at once, raising the commit's error
 --   sold        the units the call's purchases sold so far: the includer takes them off the stock
---               (DECRBY) before it returns, so stock_initial = stock + units sold - units released
---               holds when the call ends (units sold: SCARD(buyers) + the meta's extra_units; units
---               released: SCARD(released) + the meta's extra_released, lua/release.lua's)
+--               (DECRBY) before it returns, after commit(), so stock_initial = stock + units sold -
+--               units released holds when the call ends (units sold: SCARD(buyers) + the meta's
+--               extra_units; units released: SCARD(released) + the meta's extra_released,
+--               lua/release.lua's)
 --
 -- Invariants kept (buy.lua's): the duplicate check comes before any write; the stock is refused at
 -- <= 0; XADD, HSET, a queued sale's ZADD and SADD happen together or not at all (Redis does not roll
@@ -81,18 +90,8 @@ local created_at = string.format('%d', now_ms)
 local window = tonumber(meta[5])
 local pay_by = window and string.format('%d', now_ms + window)
 local sold = 0
-
--- A purchase's entry: its id carries the call's time, its fields are the
--- order id and the buyer (then the quantity when over 1, the payment deadline and the trace
--- context, if any); the time goes
--- in a field only when the stream's last entry is later (the server's clock went back).
-local function append(order_id, user, ...)
-  local entry = redis.pcall('XADD', KEYS[4], created_at .. '-*', 'order_id', order_id, 'user_id', user, ...)
-  if type(entry) == 'table' and entry.err then
-    entry = redis.call('XADD', KEYS[4], '*', 'order_id', order_id, 'user_id', user, 'created_at_ms', created_at, ...)
-  end
-  return entry
-end
+-- The purchases decided and not written yet, in order (commit() writes them), and each by buyer.
+local pending, pending_of = {}, {}
 
 -- One purchase, its stock being what the purchases before it in the call left.
 local function buy(user, order_id, place_arg, traceparent, quantity, proven)
@@ -113,6 +112,11 @@ local function buy(user, order_id, place_arg, traceparent, quantity, proven)
   end
   if timing and not (award and timing == 'not_started') then
     return timing
+  end
+  local before = pending_of[user]
+  if before then
+    -- Bought earlier in this call: its receipt is not written yet, its order will be queued.
+    return {'already_purchased', before.order, created_at, 'queued', tostring(before.q)}
   end
   if redis.call('SISMEMBER', KEYS[3], user) == 1 then
     local receipt = redis.call('HGET', KEYS[5], user)
@@ -149,52 +153,128 @@ local function buy(user, order_id, place_arg, traceparent, quantity, proven)
   if stock - sold < q then
     return {'insufficient_stock', tostring(stock - sold)}
   end
-  local entry
-  if q > 1 then
-    local more = {'quantity', tostring(q)}
-    if pay_by then
-      more[#more + 1], more[#more + 2] = 'pay_by_ms', pay_by
-    end
-    if traceparent ~= '' then
-      more[#more + 1], more[#more + 2] = 'traceparent', traceparent
-    end
-    entry = append(order_id, user, unpack(more))
-  elseif pay_by and traceparent ~= '' then
-    entry = append(order_id, user, 'pay_by_ms', pay_by, 'traceparent', traceparent)
-  elseif pay_by then
-    entry = append(order_id, user, 'pay_by_ms', pay_by)
-  elseif traceparent ~= '' then
-    entry = append(order_id, user, 'traceparent', traceparent)
-  else
-    entry = append(order_id, user)
-  end
-  local kept = order_id .. ' ' .. created_at .. ' ' .. entry
-  if q > 1 then
-    kept = kept .. ' ' .. q
-  end
-  local receipt = redis.pcall('HSET', KEYS[5], user, kept)
-  if type(receipt) == 'table' and receipt.err then
-    redis.call('XDEL', KEYS[4], entry)
-    error('seckill lua/purchase.lua: the receipts key of the sale is damaged (' .. receipt.err .. '): nothing written')
-  end
-  if place then
-    local used = redis.pcall('ZADD', KEYS[6], place, user)
-    if type(used) == 'table' and used.err then
-      redis.call('XDEL', KEYS[4], entry)
-      redis.call('HDEL', KEYS[5], user)
-      error('seckill lua/purchase.lua: the queue\'s buyers key of the sale is damaged (' .. used.err .. '): nothing written')
-    end
-  end
-  redis.call('SADD', KEYS[3], user)
-  if q > 1 then
-    redis.call('HINCRBY', KEYS[1], 'extra_units', q - 1)
-  end
-  if grouped then
-    redis.call('HINCRBY', KEYS[7], user, q)
-  end
+  local bought = {user = user, order = order_id, q = q, place = place, traceparent = traceparent, held = held}
+  pending[#pending + 1] = bought
+  pending_of[user] = bought
   sold = sold + q
   if pay_by then
     return {'reserved', pay_by}
   end
   return 'ok'
+end
+
+-- The stream entry of the purchases `written`, as XADD's fields after the id. One purchase: its
+-- order id and buyer, then the quantity when over 1, the payment deadline and the trace context,
+-- if any. Several: "orders", one line each ("<order id> <quantity> <traceparent or -> <buyer>":
+-- a buyer has no control character), then the deadline, the call's alike.
+local function entry_fields(written)
+  local fields
+  if #written == 1 then
+    local p = written[1]
+    fields = {'order_id', p.order, 'user_id', p.user}
+    if p.q > 1 then
+      fields[#fields + 1], fields[#fields + 2] = 'quantity', tostring(p.q)
+    end
+    if pay_by then
+      fields[#fields + 1], fields[#fields + 2] = 'pay_by_ms', pay_by
+    end
+    if p.traceparent ~= '' then
+      fields[#fields + 1], fields[#fields + 2] = 'traceparent', p.traceparent
+    end
+    return fields
+  end
+  local lines = {}
+  for i, p in ipairs(written) do
+    local trace = (p.traceparent ~= '' and p.traceparent) or '-'
+    lines[i] = p.order .. ' ' .. p.q .. ' ' .. trace .. ' ' .. p.user
+  end
+  fields = {'orders', table.concat(lines, '\n')}
+  if pay_by then
+    fields[3], fields[4] = 'pay_by_ms', pay_by
+  end
+  return fields
+end
+
+-- Writes every pending purchase at once: one stream entry, the receipts in one HSET, a queued
+-- sale's places in one ZADD, the buyers in one SADD, the units over one in one HINCRBY (and the
+-- orders over one entry's first in another: the meta's queued_extra), the group's holdings in
+-- one HSET. The entry's id carries the call's time; the time goes in a field
+-- only when the stream's last entry is later (the server's clock went back). Returns nil, or the
+-- error of a damaged key: then nothing of them is written and `sold` no longer counts them. Only
+-- the first three writes can fail, so each failure deletes what the ones before it wrote.
+local function commit()
+  if #pending == 0 then
+    return nil
+  end
+  local written = pending
+  pending, pending_of = {}, {}
+  local fields = entry_fields(written)
+  local entry = redis.pcall('XADD', KEYS[4], created_at .. '-*', unpack(fields))
+  if type(entry) == 'table' and entry.err then
+    local after = #written == 1 and 5 or 3 -- after the order id and buyer, or the orders
+    table.insert(fields, after, 'created_at_ms')
+    table.insert(fields, after + 1, created_at)
+    entry = redis.pcall('XADD', KEYS[4], '*', unpack(fields))
+  end
+  local failed = type(entry) == 'table' and entry.err
+  local receipts, places, users, holdings, extra = {}, {}, {}, {}, 0
+  for i, p in ipairs(written) do
+    local kept = p.order .. ' ' .. created_at .. ' ' .. tostring(entry)
+    if p.q > 1 then
+      kept = kept .. ' ' .. p.q
+      extra = extra + p.q - 1
+    end
+    receipts[2 * i - 1], receipts[2 * i] = p.user, kept
+    users[i] = p.user
+    if p.place then
+      places[#places + 1], places[#places + 2] = p.place, p.user
+    end
+    holdings[2 * i - 1], holdings[2 * i] = p.user, tostring(p.held + p.q)
+  end
+  if not failed then
+    local receipt = redis.pcall('HSET', KEYS[5], unpack(receipts))
+    failed = type(receipt) == 'table' and receipt.err
+    if failed then
+      redis.call('XDEL', KEYS[4], entry)
+    end
+  end
+  if not failed and #places > 0 then
+    local used = redis.pcall('ZADD', KEYS[6], unpack(places))
+    failed = type(used) == 'table' and used.err
+    if failed then
+      redis.call('XDEL', KEYS[4], entry)
+      redis.call('HDEL', KEYS[5], unpack(users))
+    end
+  end
+  if failed then
+    for _, p in ipairs(written) do
+      sold = sold - p.q
+    end
+    return 'seckill lua/purchase.lua: a key of the sale is damaged (' .. failed .. '): nothing written'
+  end
+  redis.call('SADD', KEYS[3], unpack(users))
+  if extra > 0 then
+    redis.call('HINCRBY', KEYS[1], 'extra_units', extra)
+  end
+  if #written > 1 then
+    -- The stream holds #written orders in one entry: the queue's length is XLEN + queued_extra
+    -- (lua/trim.lua takes them out again with the entry).
+    redis.call('HINCRBY', KEYS[1], 'queued_extra', #written - 1)
+  end
+  if grouped then
+    redis.call('HSET', KEYS[7], unpack(holdings))
+  end
+  return nil
+end
+
+-- A purchase written at once: buy() then commit(), the commit's error raised (with nothing of the
+-- purchase written), for the callers that write each purchase as it comes (lua/buy.lua, a draw's
+-- awards and offers).
+local function buy_now(user, order_id, place, traceparent, quantity, proven)
+  local reply = buy(user, order_id, place, traceparent, quantity, proven)
+  local failed = commit()
+  if failed then
+    error(failed)
+  end
+  return reply
 end

@@ -35,14 +35,14 @@ pub async fn streams(sales: &Sales) -> RedisResult<Vec<(String, SaleId)>> {
 }
 
 /// The users of the orders still in the sale's streams (queued, not yet committed), read
-/// with XRANGE in pages. Entries without a `user_id` field are skipped.
+/// with XRANGE in pages. Entries with neither a `user_id` nor an `orders` field are skipped.
 pub async fn queued_users(sales: &Sales, sale: &SaleId) -> RedisResult<HashSet<String>> {
     let mut users = HashSet::new();
     for keys in sales.all_shard_keys(sale).await? {
         let mut start = "-".to_owned();
         loop {
             let page: StreamRangeReply = sales.keyspace().conn().xrange_count(&keys.orders, &start, "+", PAGE).await?;
-            users.extend(page.ids.iter().filter_map(order_stream::user));
+            users.extend(page.ids.iter().flat_map(order_stream::users));
             match page.ids.last() {
                 Some(last) if page.ids.len() == PAGE => start = format!("({}", last.id),
                 _ => break,
@@ -61,7 +61,7 @@ pub async fn find_queued(sales: &Sales, sale: &SaleId, wanted: impl Fn(&Order) -
         loop {
             let page: StreamRangeReply = sales.keyspace().conn().xrange_count(&keys.orders, &start, "+", PAGE).await?;
             if let Some(order) =
-                page.ids.iter().filter_map(|entry| order_stream::decode(entry, sale).ok()).find(&wanted)
+                page.ids.iter().filter_map(|entry| order_stream::decode(entry, sale).ok()).flatten().find(&wanted)
             {
                 return Ok(Some(order));
             }
@@ -87,7 +87,8 @@ pub async fn queued_order_of(sales: &Sales, sale: &SaleId, user: &UserId) -> Red
         let (ms, seq) = receipt.entry;
         let id = format!("{ms}-{seq}");
         let entry: StreamRangeReply = sales.keyspace().conn().xrange_count(&keys.orders, &id, &id, 1).await?;
-        return Ok(entry.ids.first().and_then(|entry| order_stream::decode(entry, sale).ok()));
+        let orders = entry.ids.first().and_then(|entry| order_stream::decode(entry, sale).ok()).unwrap_or_default();
+        return Ok(orders.into_iter().find(|order| order.user_id == *user));
     }
     find_queued(sales, sale, |order| order.user_id == *user).await
 }

@@ -97,7 +97,9 @@ pub async fn survey(con: &mut RedisConnection, stream: &str, meta: &str) -> Redi
         Finding::new(StreamState::Ready, if group_restored { "consumer group restored" } else { "" }, true)
     } else {
         let queued: i64 = redis::cmd("XLEN").arg(stream).query_async(con).await?;
-        let why = format!("the sale's meta is gone from Redis; the {queued} order(s) left in its stream still drain");
+        let why = format!(
+            "the sale's meta is gone from Redis; the {queued} entr(ies) of orders left in its stream still drain"
+        );
         Finding::new(StreamState::Lost, why, true)
     };
     finding.group_restored = group_restored;

@@ -67,7 +67,7 @@ pub struct QueueState {
 }
 
 /// The meta's fields a sale's read takes, in one HMGET.
-const META_FIELDS: [&str; 15] = [
+const META_FIELDS: [&str; 16] = [
     "stock_initial",
     "starts_at_ms",
     "ends_at_ms",
@@ -83,6 +83,7 @@ const META_FIELDS: [&str; 15] = [
     "per_buyer",
     "challenge_cost",
     "line",
+    "queued_extra",
 ];
 
 /// One shard's figures and its meta's layout fields, read in one MULTI.
@@ -155,7 +156,7 @@ impl Sales {
     }
 
     async fn read_shard(&self, keys: &SaleKeys) -> RedisResult<ShardRead> {
-        // One HMGET of every meta field (15: more than a tuple reply reads), then each parsed.
+        // One HMGET of every meta field (16: more than a tuple reply reads), then each parsed.
         let (meta, stock_left, sold, released, queued): (Vec<Option<String>>, Option<i64>, i64, i64, i64) =
             redis::pipe()
                 .atomic()
@@ -182,7 +183,9 @@ impl Sales {
             extra_units: number("extra_units")?.unwrap_or(0),
             extra_released: number("extra_released")?.unwrap_or(0),
             per_buyer: number("per_buyer")?.map_or(1, |n| n.clamp(1, i64::from(u32::MAX)) as u32),
-            queued,
+            // An entry of several orders counts them all (the meta's queued_extra, lua/trim.lua):
+            // never below the entries, should a lost meta's count have restarted.
+            queued: queued + number("queued_extra")?.unwrap_or(0).max(0),
             starts_at_ms: number("starts_at_ms")?,
             ends_at_ms: number("ends_at_ms")?,
             shards: number("shards")?,

@@ -9,7 +9,9 @@
 //! A purchase's entry id carries its time (`<created_at_ms>-*`), so the entry holds only the order
 //! id and the buyer (the sale is its stream's); `created_at_ms` is a field only where the id
 //! cannot carry the time: a purchase made after a later entry (the server's clock went back),
-//! and a re-enqueued order.
+//! and a re-enqueued order. A call of several purchases (`lua/buy_batch.lua`) appends one entry
+//! for all of them (issue 54): its [`ORDERS`] field has a line per order, and the fields the
+//! call's orders share (the time, the payment deadline) once.
 
 use redis::RedisResult;
 use redis::aio::ConnectionLike;
@@ -33,6 +35,11 @@ pub const QUANTITY: &str = "quantity";
 
 /// The purchase's W3C trace context, when traces are on (`crate::telemetry::traces`).
 pub const TRACEPARENT: &str = "traceparent";
+
+/// The orders of an entry of several purchases, instead of [`PURCHASE_FIELDS`]: one line each,
+/// `<order id> <quantity> <traceparent, or -> <buyer>` (the buyer last: it may hold spaces, never
+/// a line break, as a user id has no control character).
+pub const ORDERS: &str = "orders";
 
 /// The consumer group every worker of every instance reads the order streams with.
 pub const CONSUMER_GROUP: &str = "seckill-workers";
@@ -74,7 +81,17 @@ pub async fn acknowledge(con: &mut impl ConnectionLike, stream: &str, ids: &[&st
 /// Deletes the entries of `stream` the group is done with (`lua/trim.lua`): delivered and
 /// acknowledged, none pending before them. Returns how many.
 pub async fn trim(con: &mut impl ConnectionLike, stream: &str) -> RedisResult<u64> {
-    lua::run(lua::TRIM.key(stream).arg(CONSUMER_GROUP), con).await
+    let mut call = lua::TRIM.key(stream);
+    if let Some(meta) = meta_of(stream) {
+        call.key(meta);
+    }
+    lua::run(call.arg(CONSUMER_GROUP), con).await
+}
+
+/// The meta of an order stream's sale (its shard's): `<base>:orders` is beside `<base>:meta`
+/// (`crate::redis::keys::SaleKeys`); `None` for another stream (a draw's entries).
+fn meta_of(stream: &str) -> Option<String> {
+    stream.strip_suffix(":orders").map(|base| format!("{base}:meta"))
 }
 
 /// The fields every purchase's entry starts with, in the order they are written; then
@@ -97,37 +114,72 @@ pub fn encode(order: &Order) -> Vec<(&'static str, String)> {
     fields
 }
 
-/// The order of one entry of `sale`'s stream; when a field is missing or invalid, that field's
-/// name.
-pub fn decode(entry: &StreamId, sale: &SaleId) -> Result<Order, &'static str> {
+/// The orders of one entry of `sale`'s stream (one, or an [`ORDERS`] entry's every order, in
+/// their purchases' order); when a field or a line is missing or invalid, that field's name.
+pub fn decode(entry: &StreamId, sale: &SaleId) -> Result<Vec<Order>, &'static str> {
     let field = |name: &str| entry.get::<String>(name);
-    let order_id = field(ORDER_ID).and_then(|s| Uuid::parse_str(&s).ok()).ok_or(ORDER_ID)?;
-    let user_id = field(USER_ID).and_then(|s| UserId::stored(&s).ok()).ok_or(USER_ID)?;
+    let part = |order_id: Option<&str>, user_id: Option<&str>, quantity: Option<&str>| {
+        let order_id = order_id.and_then(|s| Uuid::parse_str(s).ok()).ok_or(ORDER_ID)?;
+        let user_id = user_id.and_then(|s| UserId::stored(s).ok()).ok_or(USER_ID)?;
+        let quantity = match quantity {
+            None => 1,
+            Some(raw) => raw.parse().ok().filter(|q| (1..=crate::domain::MAX_PER_BUYER).contains(q)).ok_or(QUANTITY)?,
+        };
+        Ok::<_, &'static str>((order_id, user_id, quantity))
+    };
+    let parts = match field(ORDERS) {
+        None => vec![part(field(ORDER_ID).as_deref(), field(USER_ID).as_deref(), field(QUANTITY).as_deref())?],
+        Some(lines) => lines
+            .split('\n')
+            .map(|line| {
+                let mut words = line.splitn(4, ' ');
+                let (order_id, quantity, _trace, user) = (words.next(), words.next(), words.next(), words.next());
+                part(order_id, user, Some(quantity.ok_or(QUANTITY)?))
+            })
+            .collect::<Result<_, _>>()?,
+    };
     let created_at_ms = match field(CREATED_AT_MS) {
         Some(raw) => raw.parse().ok(),
         None => entry.id.split_once('-').and_then(|(ms, _)| ms.parse().ok()),
     }
     .ok_or(CREATED_AT_MS)?;
-    let sale_id = sale.clone();
     let pay_by_ms = match field(PAY_BY_MS) {
         None => None,
         Some(raw) => Some(raw.parse().map_err(|_| PAY_BY_MS)?),
     };
-    let quantity = match field(QUANTITY) {
-        None => 1,
-        Some(raw) => raw.parse().ok().filter(|q| (1..=crate::domain::MAX_PER_BUYER).contains(q)).ok_or(QUANTITY)?,
-    };
-    Ok(Order { order_id, sale_id, user_id, created_at_ms, pay_by_ms, quantity })
+    let sale_id = sale.clone();
+    Ok(parts
+        .into_iter()
+        .map(|(order_id, user_id, quantity)| Order {
+            order_id,
+            sale_id: sale_id.clone(),
+            user_id,
+            created_at_ms,
+            pay_by_ms,
+            quantity,
+        })
+        .collect())
 }
 
-/// The user of an entry (`None` if it has no `user_id` field).
-pub fn user(entry: &StreamId) -> Option<String> {
-    entry.get(USER_ID)
+/// The users of an entry's orders (none if it has neither a `user_id` nor an [`ORDERS`] field).
+pub fn users(entry: &StreamId) -> Vec<String> {
+    match entry.get::<String>(ORDERS) {
+        Some(lines) => lines.split('\n').filter_map(|line| line.splitn(4, ' ').nth(3)).map(str::to_owned).collect(),
+        None => entry.get(USER_ID).into_iter().collect(),
+    }
 }
 
-/// The trace context of the purchase that wrote the entry, if traces were on.
-pub fn traceparent(entry: &StreamId) -> Option<String> {
-    entry.get(TRACEPARENT)
+/// The trace contexts of the purchases that wrote the entry, where traces were on.
+pub fn traceparents(entry: &StreamId) -> Vec<String> {
+    match entry.get::<String>(ORDERS) {
+        Some(lines) => lines
+            .split('\n')
+            .filter_map(|line| line.split(' ').nth(2))
+            .filter(|trace| *trace != "-")
+            .map(str::to_owned)
+            .collect(),
+        None => entry.get(TRACEPARENT).into_iter().collect(),
+    }
 }
 
 #[cfg(test)]
@@ -166,10 +218,10 @@ mod tests {
             ..StreamId::default()
         };
         let sale = &order.sale_id;
-        assert_eq!(decode(&entry(&encode(&order)), sale), Ok(order.clone()));
+        assert_eq!(decode(&entry(&encode(&order)), sale), Ok(vec![order.clone()]));
         let reserved = Order { pay_by_ms: Some(1_700_000_900_000), ..order.clone() };
-        assert_eq!(decode(&entry(&encode(&reserved)), sale), Ok(reserved.clone()));
-        assert_eq!(user(&entry(&encode(&order))).as_deref(), Some("u"));
+        assert_eq!(decode(&entry(&encode(&reserved)), sale), Ok(vec![reserved.clone()]));
+        assert_eq!(users(&entry(&encode(&order))), ["u"]);
         let mut bad = encode(&order);
         bad[1].1 = String::new();
         assert_eq!(decode(&entry(&bad), sale), Err(USER_ID));
@@ -179,9 +231,9 @@ mod tests {
         // one unit unless it says more.
         let short = [encode(&order)[0].clone(), encode(&order)[1].clone()];
         let purchased = StreamId { id: "1700000000000-3".into(), ..entry(&short) };
-        assert_eq!(decode(&purchased, sale), Ok(Order { quantity: 1, ..order.clone() }));
+        assert_eq!(decode(&purchased, sale), Ok(vec![Order { quantity: 1, ..order.clone() }]));
         let many = [short[0].clone(), short[1].clone(), (QUANTITY, "3".into())];
-        assert_eq!(decode(&StreamId { id: "1700000000000-3".into(), ..entry(&many) }, sale), Ok(order.clone()));
+        assert_eq!(decode(&StreamId { id: "1700000000000-3".into(), ..entry(&many) }, sale), Ok(vec![order.clone()]));
         for bad in ["0", "101", "x"] {
             let wrong = [short[0].clone(), short[1].clone(), (QUANTITY, bad.into())];
             assert_eq!(decode(&StreamId { id: "1700000000000-3".into(), ..entry(&wrong) }, sale), Err(QUANTITY));
@@ -189,8 +241,44 @@ mod tests {
         // An entry of an earlier release also names its sale, which is not read.
         let mut earlier = encode(&order);
         earlier.insert(1, ("sale_id", "another".into()));
-        assert_eq!(decode(&entry(&earlier), sale), Ok(order.clone()));
+        assert_eq!(decode(&entry(&earlier), sale), Ok(vec![order.clone()]));
         let unnamed = StreamId { id: "x".into(), ..purchased };
         assert_eq!(decode(&unnamed, sale), Err(CREATED_AT_MS));
+    }
+
+    #[test]
+    fn an_entry_of_several_purchases_decodes_to_each_order_in_order() {
+        let sale = SaleId::parse("s").unwrap();
+        let (first, second) = (Uuid::now_v7(), Uuid::now_v7());
+        let traced = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let lines = format!("{first} 1 - ann\n{second} 3 {traced} bob the builder");
+        let fields = [(ORDERS, lines), (PAY_BY_MS, "1700000900000".into())];
+        let entry = StreamId {
+            id: "1700000000000-0".into(),
+            map: fields.iter().map(|(k, v)| (k.to_string(), redis::Value::BulkString(v.clone().into()))).collect(),
+            ..StreamId::default()
+        };
+        let order = |order_id, user: &str, quantity| Order {
+            order_id,
+            sale_id: sale.clone(),
+            user_id: UserId::stored(user).unwrap(),
+            created_at_ms: 1_700_000_000_000,
+            pay_by_ms: Some(1_700_000_900_000),
+            quantity,
+        };
+        assert_eq!(decode(&entry, &sale), Ok(vec![order(first, "ann", 1), order(second, "bob the builder", 3)]));
+        assert_eq!(users(&entry), ["ann", "bob the builder"]);
+        assert_eq!(traceparents(&entry), [traced]);
+        for (bad, named) in [
+            (format!("{first} 1 - "), USER_ID),
+            (format!("{first} 0 - ann"), QUANTITY),
+            (format!("{first} 1"), USER_ID),
+            ("x 1 - ann".to_owned(), ORDER_ID),
+        ] {
+            let map = [(ORDERS.to_string(), redis::Value::BulkString(format!("{second} 1 - cy\n{bad}").into()))];
+            let broken =
+                StreamId { id: "1700000000000-0".into(), map: map.into_iter().collect(), ..StreamId::default() };
+            assert_eq!(decode(&broken, &sale), Err(named), "{bad:?}");
+        }
     }
 }

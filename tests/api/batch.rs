@@ -160,11 +160,17 @@ async fn one_failing_purchase_in_a_call_leaves_the_others_standing() {
 
     let stock: i64 = redis.get(&keys.stock).await.unwrap();
     let buyers: BTreeSet<String> = redis.smembers(&keys.buyers).await.unwrap();
-    let queued: usize = redis.xlen(&keys.orders).await.unwrap();
+    let entries: redis::streams::StreamRangeReply = redis.xrange_all(&keys.orders).await.unwrap();
+    let queued: Vec<String> = entries.ids.iter().flat_map(seckill::redis::order_stream::users).collect();
     let bob: Option<String> = redis.hget(&keys.receipts, "bob").await.unwrap();
     assert_eq!(stock, 8, "two units sold");
     assert_eq!(buyers, BTreeSet::from(["alice".to_owned(), "carol".to_owned()]));
-    assert_eq!((queued, bob), (2, None), "bob's failed part left no entry and no receipt");
+    assert_eq!(
+        (queued, bob),
+        (vec!["alice".to_owned(), "carol".to_owned()], None),
+        "bob's failed part left no order and no receipt"
+    );
+    assert_eq!(entries.ids.len(), 1, "the call's two orders in one entry");
     let status = app.wait_for_drain(&sale).await;
     assert_eq!(status.persisted, Some(2));
 }
@@ -317,13 +323,18 @@ async fn the_batch_script_decides_every_purchase_as_buy_lua_does() {
         for (i, ((user, _, _), (a, b))) in purchases.iter().zip(alone.iter().zip(&together)).enumerate() {
             assert_eq!(a, b, "sale kind {kind} ({body}), purchase {i} by {user}");
         }
-        let state = async |keys: &SaleKeys| -> (Option<i64>, usize, usize, Option<i64>) {
+        // The orders queued, as the worker reads them (a batch call's in one entry), and as the
+        // sale's status counts them (the entries and the meta's queued_extra).
+        let state = async |keys: &SaleKeys| -> (Option<i64>, usize, Vec<String>, i64, Option<i64>) {
             let mut redis = redis.clone();
             let stock: Option<i64> = redis.get(&keys.stock).await.unwrap();
             let buyers: usize = redis.scard(&keys.buyers).await.unwrap();
-            let queued: usize = redis.xlen(&keys.orders).await.unwrap();
+            let entries: redis::streams::StreamRangeReply = redis.xrange_all(&keys.orders).await.unwrap();
+            let queued: Vec<String> = entries.ids.iter().flat_map(seckill::redis::order_stream::users).collect();
+            let extra: Option<i64> = redis.hget(&keys.meta, "queued_extra").await.unwrap();
+            let counted = entries.ids.len() as i64 + extra.unwrap_or(0);
             let extra_units: Option<i64> = redis.hget(&keys.meta, "extra_units").await.unwrap();
-            (stock, buyers, queued, extra_units)
+            (stock, buyers, queued, counted, extra_units)
         };
         assert_eq!(state(&one_keys).await, state(&many_keys).await, "sale kind {kind} ({body}): the state after");
     }

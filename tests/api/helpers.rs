@@ -118,6 +118,11 @@ async fn spawn_app_on(config: Config, run_worker: bool) -> TestApp {
 impl TestApp {
     /// A worker on this app's database and prefix, driven step by step by the test.
     pub fn manual_worker(&self, consumer: &str, claim_timeout: Duration) -> Worker {
+        self.manual_worker_batched(consumer, claim_timeout, 100)
+    }
+
+    /// [`Self::manual_worker`] reading `batch` entries a step, inserting `batch` orders a statement.
+    pub fn manual_worker_batched(&self, consumer: &str, claim_timeout: Duration, batch: usize) -> Worker {
         let redis = seckill::redis::connection::connect(&self.config.redis_url, Duration::from_secs(5)).unwrap();
         Worker::new(
             redis,
@@ -125,7 +130,7 @@ impl TestApp {
             WorkerSettings {
                 key_prefix: self.config.key_prefix.clone(),
                 consumer: consumer.into(),
-                batch: 100,
+                batch,
                 block: Duration::from_millis(50),
                 claim_timeout,
                 insert_timeout: Duration::from_secs(15),

@@ -157,8 +157,14 @@ async fn every_lua_header_example_works_as_documented() {
     let _: () = redis.del(per_sale_key).await.unwrap();
 
     let stock: i64 = redis.get(&keys[1]).await.unwrap();
-    let queued: i64 = redis.xlen(&keys[3]).await.unwrap();
-    assert_eq!((stock, queued), (95, 4), "alice, carol, dave and erin bought, bob was restored");
+    let entries: redis::streams::StreamRangeReply = redis.xrange_all(&keys[3]).await.unwrap();
+    let queued: Vec<String> = entries.ids.iter().flat_map(seckill::redis::order_stream::users).collect();
+    assert_eq!(
+        (stock, queued),
+        (95, ["alice", "carol", "dave", "erin"].map(String::from).to_vec()),
+        "alice, carol, dave and erin bought, bob was restored; dave and erin in one entry"
+    );
+    assert_eq!(entries.ids.len(), 3, "dave's and erin's orders share their call's entry");
 
     // The waiting room's scripts, on the demo sale made a queued one that has started.
     let _: () = redis

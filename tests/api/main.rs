@@ -43,6 +43,7 @@ mod operators;
 mod order_actions;
 mod order_actions_model;
 mod order_entries;
+mod purchase_upgrade;
 mod quantities;
 mod rate_limit;
 mod readme;

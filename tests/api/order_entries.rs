@@ -1,8 +1,9 @@
 //! What a purchase appends to its sale's order stream, read back from Redis: the entry id carries
 //! the purchase's time and the entry holds the order id and the buyer (then the payment deadline
-//! and the trace context), from `lua/buy.lua` and `lua/buy_batch.lua` alike; after an entry dated
-//! later (the server's clock went back) the time goes in a field. Either way the order the worker
-//! decodes has the receipt's time.
+//! and the trace context) from `lua/buy.lua`; a `lua/buy_batch.lua` call of several purchases
+//! appends one entry for all of them, a line per order (issue 54). After an entry dated later
+//! (the server's clock went back) the time goes in a field. Either way the orders the worker
+//! decodes have the receipts' times.
 
 use std::collections::BTreeSet;
 
@@ -12,7 +13,7 @@ use seckill::domain::SaleId;
 use seckill::limiter::Algorithm;
 use seckill::redis::connection::RedisConnection;
 use seckill::redis::keys::SaleKeys;
-use seckill::redis::order_stream::{self, CREATED_AT_MS, PAY_BY_MS, PURCHASE_FIELDS, TRACEPARENT};
+use seckill::redis::order_stream::{self, CREATED_AT_MS, ORDERS, PAY_BY_MS, PURCHASE_FIELDS, TRACEPARENT};
 use uuid::Uuid;
 
 use crate::helpers::{TestApp, new_sale_id, spawn_app_with};
@@ -54,22 +55,27 @@ fn reply_is(reply: &redis::Value, word: &str) -> bool {
     redis::from_redis_value_ref::<String>(reply).is_ok_and(|w| w == word)
 }
 
-/// The entries of the four buyers, each with its receipt's order id and time.
-async fn entries(redis: &mut RedisConnection, keys: &SaleKeys) -> Vec<(StreamId, Uuid, i64)> {
+/// The entries of the four buyers, each buyer with its receipt's order id and time: alice's and
+/// bob's their own, carol's and dave's one for both (one call).
+async fn entries(redis: &mut RedisConnection, keys: &SaleKeys) -> Vec<(String, StreamId, Uuid, i64)> {
     let all: StreamRangeReply = redis.xrange_all(&keys.orders).await.unwrap();
     let mut found = vec![];
     for entry in all.ids {
-        let Some(user) = order_stream::user(&entry) else { continue };
-        if !["alice", "bob", "carol", "dave"].contains(&user.as_str()) {
-            continue;
+        for user in order_stream::users(&entry) {
+            if !["alice", "bob", "carol", "dave"].contains(&user.as_str()) {
+                continue;
+            }
+            let receipt: String = redis.hget(&keys.receipts, &user).await.unwrap();
+            let words: Vec<&str> = receipt.split(' ').collect();
+            assert_eq!(words.len(), 3, "{receipt}");
+            assert_eq!(words[2], entry.id, "{user}'s receipt names its entry");
+            found.push((user, entry.clone(), words[0].parse().unwrap(), words[1].parse().unwrap()));
         }
-        let receipt: String = redis.hget(&keys.receipts, &user).await.unwrap();
-        let words: Vec<&str> = receipt.split(' ').collect();
-        assert_eq!(words.len(), 3, "{receipt}");
-        assert_eq!(words[2], entry.id, "{user}'s receipt names its entry");
-        found.push((entry.clone(), words[0].parse().unwrap(), words[1].parse().unwrap()));
     }
-    assert_eq!(found.len(), 4, "one entry per buyer");
+    let users: Vec<&str> = found.iter().map(|(user, ..)| user.as_str()).collect();
+    assert_eq!(users, ["alice", "bob", "carol", "dave"], "each buyer once, in order");
+    assert_ne!(found[0].1.id, found[1].1.id, "alice and bob: an entry each");
+    assert_eq!(found[2].1.id, found[3].1.id, "carol and dave: one entry");
     found
 }
 
@@ -84,20 +90,24 @@ async fn an_entry_holds_the_order_and_the_buyer_and_its_id_carries_the_time() {
     for body in [serde_json::json!({"stock": 10}), serde_json::json!({"stock": 10, "payment_window": "1m"})] {
         let window = body.get("payment_window").is_some();
         let (sale, keys) = four_purchases(&app, &mut redis, body, async |_, _| {}).await;
-        for (entry, order_id, created_at_ms) in entries(&mut redis, &keys).await {
-            let user = order_stream::user(&entry).unwrap();
-            let mut wanted: BTreeSet<&str> = PURCHASE_FIELDS.into_iter().collect();
+        for (user, entry, order_id, created_at_ms) in entries(&mut redis, &keys).await {
+            let shared = user == "carol" || user == "dave";
+            let mut wanted: BTreeSet<&str> =
+                if shared { [ORDERS].into() } else { PURCHASE_FIELDS.into_iter().collect() };
             if window {
                 wanted.insert(PAY_BY_MS);
             }
-            if user == "bob" || user == "dave" {
+            if user == "bob" {
                 wanted.insert(TRACEPARENT);
-                assert_eq!(order_stream::traceparent(&entry).as_deref(), Some(TRACE));
+            }
+            if user == "bob" || user == "dave" {
+                assert!(order_stream::traceparents(&entry).contains(&TRACE.to_owned()), "{user}'s trace");
             }
             assert_eq!(field_names(&entry), wanted, "{user}'s entry {entry:?}");
             let id_ms: i64 = entry.id.split_once('-').unwrap().0.parse().unwrap();
             assert_eq!(id_ms, created_at_ms, "{user}: the entry id carries the receipt's time");
-            let order = order_stream::decode(&entry, &sale).unwrap();
+            let orders = order_stream::decode(&entry, &sale).unwrap();
+            let order = orders.iter().find(|order| order.user_id.as_str() == user).unwrap();
             assert_eq!((order.order_id, order.created_at_ms), (order_id, created_at_ms), "{user}");
             assert_eq!(order.pay_by_ms.is_some(), window, "{user}");
         }
@@ -116,8 +126,7 @@ async fn after_an_entry_dated_later_the_time_goes_in_a_field() {
             redis.xadd(&keys.orders, format!("{later}-0"), &[("order_id", "x"), ("user_id", "early")]).await.unwrap();
     };
     let (sale, keys) = four_purchases(&app, &mut redis, serde_json::json!({"stock": 10}), ahead).await;
-    for (entry, order_id, created_at_ms) in entries(&mut redis, &keys).await {
-        let user = order_stream::user(&entry).unwrap();
+    for (user, entry, order_id, created_at_ms) in entries(&mut redis, &keys).await {
         assert!(
             entry.id.starts_with(&format!("{later}-")),
             "{user}: Redis chose an id after the later entry: {}",
@@ -125,7 +134,8 @@ async fn after_an_entry_dated_later_the_time_goes_in_a_field() {
         );
         assert!(created_at_ms < later, "{user}: the receipt has the purchase's time, not the entry id's");
         assert!(field_names(&entry).contains(CREATED_AT_MS), "{user}'s entry {entry:?}");
-        let order = order_stream::decode(&entry, &sale).unwrap();
+        let orders = order_stream::decode(&entry, &sale).unwrap();
+        let order = orders.iter().find(|order| order.user_id.as_str() == user).unwrap();
         assert_eq!(
             (order.order_id, order.created_at_ms),
             (order_id, created_at_ms),

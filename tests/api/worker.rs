@@ -88,7 +88,7 @@ async fn stream_orders(app: &TestApp, sale: &str) -> Vec<Order> {
     let (stream, _) = app.orders_stream(sale);
     let entries: redis::streams::StreamRangeReply = app.redis.clone().xrange_all(&stream).await.unwrap();
     let sale = seckill::domain::SaleId::parse(sale).unwrap();
-    entries.ids.iter().map(|e| seckill::redis::order_stream::decode(e, &sale).unwrap()).collect()
+    entries.ids.iter().flat_map(|e| seckill::redis::order_stream::decode(e, &sale).unwrap()).collect()
 }
 
 #[tokio::test]

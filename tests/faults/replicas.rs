@@ -120,7 +120,8 @@ async fn confirmed_201s_survive_a_master_kill_and_reach_postgres_from_the_promot
     let expected: BTreeSet<String> = answers.keys().cloned().collect();
     assert_eq!(buyers, expected, "every confirmed buyer is on the promoted replica");
     let (stream, _) = on_replica.orders_stream(&sale);
-    let queued: usize = on_replica.redis.clone().xlen(&stream).await.unwrap();
+    let entries: redis::streams::StreamRangeReply = on_replica.redis.clone().xrange_all(&stream).await.unwrap();
+    let queued = entries.ids.iter().flat_map(seckill::redis::order_stream::users).count();
     assert_eq!(queued, 20, "every confirmed order is queued on the promoted replica");
 
     // The service and its worker, pointed at the promoted replica, store every one.

@@ -75,7 +75,7 @@ async fn sigterm_during_a_storm_answers_every_request_in_flight_and_exits_0() {
     let entries: redis::streams::StreamRangeReply =
         redis::AsyncCommands::xrange_all(&mut deployment.redis.clone(), &stream).await.unwrap();
     let queued: std::collections::BTreeSet<String> =
-        entries.ids.iter().map(|e| seckill::redis::order_stream::user(e).unwrap()).collect();
+        entries.ids.iter().flat_map(seckill::redis::order_stream::users).collect();
     let persisted: std::collections::BTreeSet<String> =
         deployment.order_users(&sale).await.into_iter().map(|(u, _)| u).collect();
     let accounted: std::collections::BTreeSet<String> = queued.union(&persisted).cloned().collect();

@@ -1,16 +1,17 @@
 //! `cargo xtask script-ab`: paired A/B rounds of `lua/buy_batch.lua` from two revisions, the
 //! script alone on Redis. `redis-benchmark` sends calls of `--per-call` purchases, each a new
-//! buyer with a client limit of its own (the sliding log by default), to one throwaway Redis
-//! (appendonly, `appendfsync everysec`, as the service's), A and B alternating within each round
-//! (A first in odd rounds), each run on a fresh keyspace and AOF (rewritten before it, none
-//! during). It prints Redis CPU µs per purchase (the server's CPU from /proc over the orders in
-//! the stream) for each run, then B / A paired within the rounds (median and range). Without
-//! HTTP, the app, the worker and Postgres in the way, a change to the script shows within a few
-//! per cent where `ab`'s rounds swing by ten.
+//! buyer with `--checks` limits (the sliding log by default): the client's, from an address of its
+//! own or (`--one-address`) one address for all, then the buyer's. It sends them to one throwaway
+//! Redis (appendonly, `appendfsync everysec`, as the service's), A and B alternating within each
+//! round (A first in odd rounds), each run on a fresh keyspace and AOF (rewritten before it, none
+//! during). It prints Redis CPU µs per purchase (the server's CPU from /proc over the buyers
+//! recorded) for each run, then B / A paired within the rounds (median and range). Without HTTP,
+//! the app, the worker and Postgres in the way, a change to the script shows within a few per cent
+//! where `ab`'s rounds swing by ten.
 //!
 //! Both revisions must take the batch script's ARGV as this tool sends them (sale, shards, n, then
 //! per purchase user, order, place, traceparent, quantity and proven where the revision takes them,
-//! checks and one limit's five ARGV).
+//! checks and each limit's five ARGV).
 
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
@@ -45,6 +46,14 @@ pub struct Args {
     /// redis-benchmark's connections.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
     clients: u32,
+    /// Limits checked per purchase: 1 the client's (the default configuration), 2 the client's and
+    /// the buyer's (`SECKILL_USER_RATE_LIMIT` set).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=2))]
+    checks: u32,
+    /// Every purchase of a call from one client address (one limiter key), as from one address
+    /// behind no proxy; without it, each purchase from an address of its own.
+    #[arg(long)]
+    one_address: bool,
 }
 
 /// A revision's `lua/<name>` (the working tree's for `None`).
@@ -121,18 +130,36 @@ fn rounds(args: &Args, services: &Services, labels: &[String; 2], scripts: &[Str
             let proven = script.contains("proven (buy.lua's ARGV[8])");
             let sale_keys = if quantities { 7 } else { 6 };
             let mut call: Vec<String> = vec!["EVALSHA".into(), sha.clone(), (sale_keys + n).to_string()];
+            let client = if args.one_address {
+                "script-ab:{sale:sab}:limit:c1"
+            } else {
+                "script-ab:{sale:sab}:limit:c__rand_int__"
+            };
+            let mut limit_keys = vec![];
+            for i in 0..n {
+                limit_keys.extend(
+                    [client.to_string(), format!("script-ab:{{sale:sab}}:limit:u{i}-__rand_int__")]
+                        .into_iter()
+                        .take(args.checks as usize),
+                );
+            }
+            call[2] = (sale_keys + limit_keys.len()).to_string();
             call.extend(keys.iter().take(sale_keys).cloned());
-            call.extend((0..n).map(|_| "script-ab:{sale:sab}:limit:c__rand_int__".to_string()));
+            call.extend(limit_keys);
             call.extend(["sab".into(), "1".into(), n.to_string()]);
-            for _ in 0..n {
-                call.extend(["u__rand_int__", "o__rand_int__", "", ""].map(String::from));
+            for i in 0..n {
+                call.extend([format!("u{i}-__rand_int__"), "o__rand_int__".into(), String::new(), String::new()]);
                 if quantities {
                     call.push("1".into());
                 }
                 if proven {
                     call.push(String::new());
                 }
-                call.extend(["1", "100", "1000", "100", "n__rand_int__", ""].map(String::from));
+                call.push(args.checks.to_string());
+                for _ in 0..args.checks {
+                    // A limit no purchase meets: each is admitted, each costs its limit's work.
+                    call.extend(["1000000", "1000", "1000000", "n__rand_int__", ""].map(String::from));
+                }
             }
             call
         })
@@ -157,7 +184,8 @@ fn rounds(args: &Args, services: &Services, labels: &[String; 2], scripts: &[Str
                 .status()?;
             ensure!(status.success(), "redis-benchmark failed");
             let cpu = process_cpu(pid).context("the Redis server's CPU")? - before;
-            let bought: u64 = redis.query(redis::cmd("XLEN").arg(&keys[3]))?;
+            // The buyers, not the stream's entries: from issue 54 on, a call's orders share one.
+            let bought: u64 = redis.query(redis::cmd("SCARD").arg(&keys[2]))?;
             // A few buyers drawn twice are refused; far fewer orders mean the script failed.
             if (bought as f64) < 0.99 * (args.calls * n as u64) as f64 {
                 bail!(
@@ -182,11 +210,14 @@ fn rounds(args: &Args, services: &Services, labels: &[String; 2], scripts: &[Str
             median(per_purchase[build].clone())
         );
     }
+    let clients = if args.one_address { "one address" } else { "an address each" };
     println!(
-        "paired b / a over {} rounds ({} purchases per call, {}), median (range): {} × Redis CPU per purchase",
+        "paired b / a over {} rounds ({} purchases per call, {}, {} limit(s) checked, {clients}), median (range): \
+         {} × Redis CPU per purchase",
         args.rounds,
         args.per_call,
         args.algorithm,
+        args.checks,
         median_and_range(ratios)
     );
     Ok(ExitCode::SUCCESS)

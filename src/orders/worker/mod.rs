@@ -272,7 +272,7 @@ impl Worker {
             messaging.batch.message_count = entries,
         );
         for entry in batches.iter().flat_map(|(_, ids)| ids) {
-            if let Some(traceparent) = order_stream::traceparent(entry) {
+            for traceparent in order_stream::traceparents(entry) {
                 traces::link(&span, &traceparent);
             }
         }
@@ -306,7 +306,7 @@ impl Worker {
             let sale = &self.streams[stream].sale;
             for entry in ids {
                 match order_stream::decode(entry, sale) {
-                    Ok(order) => orders.push(order),
+                    Ok(entry_orders) => orders.extend(entry_orders),
                     Err(why) => {
                         self.stats.malformed += 1;
                         self.metrics.worker_orders.with_label_values(&["malformed"]).inc();
@@ -329,14 +329,23 @@ impl Worker {
             false => tracing::Span::none(),
         };
         let may_sell_out = self.sold_out_in_redis(&orders).await;
-        let hint = if self.hooked { db::Hint::Hooked(may_sell_out.as_ref()) } else { db::Hint::Quiet };
-        let insert = db::insert_orders(&self.pool, &orders, hint).instrument(span);
-        let insert = tokio::time::timeout(self.settings.insert_timeout, insert);
-        let report = insert
-            .await
-            .map_err(|_| anyhow::anyhow!("no answer within {:?}", self.settings.insert_timeout))
-            .and_then(|r| r.map_err(anyhow::Error::from))
-            .context("inserting orders")?;
+        // An entry may hold a call's many orders (issue 54): at most `batch` orders a statement,
+        // as when an entry held one, each statement idempotent, all acknowledged after the last.
+        let mut report = db::InsertReport { hooked: self.hooked, ..db::InsertReport::default() };
+        for chunk in orders.chunks(self.settings.batch.max(1)) {
+            let hint = if report.hooked { db::Hint::Hooked(may_sell_out.as_ref()) } else { db::Hint::Quiet };
+            let insert = db::insert_orders(&self.pool, chunk, hint).instrument(span.clone());
+            let insert = tokio::time::timeout(self.settings.insert_timeout, insert);
+            let part = insert
+                .await
+                .map_err(|_| anyhow::anyhow!("no answer within {:?}", self.settings.insert_timeout))
+                .and_then(|r| r.map_err(anyhow::Error::from))
+                .context("inserting orders")?;
+            report.inserted += part.inserted;
+            report.already_stored += part.already_stored;
+            report.conflicts.extend(part.conflicts);
+            report.hooked = part.hooked;
+        }
         timer.observe_duration();
         self.hooked = report.hooked;
         self.metrics.worker_batch_size.observe(entries as f64);
