@@ -73,28 +73,34 @@ local memo = {}
 -- The purchases decided and pending (commit() writes them all at the end), and those answered
 -- already_purchased for a buyer pending earlier in the call: both are "failed" if the commit is.
 local accepted, echoes = {}, {}
--- Each purchase: its limits in order until one refuses, then the purchase, as buy_limited.lua
--- does; an error raised in its part becomes its reply.
+-- One purchase at ARGV[arg] with its limits' keys from KEYS[key]: its limits in order until one
+-- refuses, then the purchase, as buy_limited.lua does.
+local function one(arg, key, checks)
+  local first, second = 0, 0
+  for c = 1, checks do
+    local from = arg + 7 + (c - 1) * 5
+    local decision = limit({KEYS[key + c - 1]},
+      {ARGV[from], ARGV[from + 1], ARGV[from + 2], ARGV[from + 3], ARGV[from + 4], now_us, memo})
+    if c == 1 then
+      first = decision
+    else
+      second = decision
+    end
+    if decision[1] ~= 1 then
+      return {first, second, 0}
+    end
+  end
+  local bought = buy(ARGV[arg], ARGV[arg + 1], ARGV[arg + 2], ARGV[arg + 3], ARGV[arg + 4], ARGV[arg + 5])
+  if checks == 0 then
+    return bought
+  end
+  return {first, second, bought}
+end
+-- Each purchase in order; an error raised in its part becomes its reply.
 for i = 1, tonumber(ARGV[3]) do
   local checks = tonumber(ARGV[arg + 6])
   local was_pending, pending_before = pending_of[ARGV[arg]] ~= nil, #pending
-  local ok, reply = pcall(function()
-    local decisions = {0, 0}
-    for c = 1, checks do
-      local from = arg + 7 + (c - 1) * 5
-      local decision = limit({KEYS[key + c - 1]},
-        {ARGV[from], ARGV[from + 1], ARGV[from + 2], ARGV[from + 3], ARGV[from + 4], now_us, memo})
-      decisions[c] = decision
-      if decision[1] ~= 1 then
-        return {decisions[1], decisions[2], 0}
-      end
-    end
-    local bought = buy(ARGV[arg], ARGV[arg + 1], ARGV[arg + 2], ARGV[arg + 3], ARGV[arg + 4], ARGV[arg + 5])
-    if checks == 0 then
-      return bought
-    end
-    return {decisions[1], decisions[2], bought}
-  end)
+  local ok, reply = pcall(one, arg, key, checks)
   if ok then
     replies[i] = reply
     if #pending > pending_before then
