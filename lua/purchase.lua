@@ -229,7 +229,9 @@ local function commit()
     if p.place then
       places[#places + 1], places[#places + 2] = p.place, p.user
     end
-    holdings[2 * i - 1], holdings[2 * i] = p.user, tostring(p.held + p.q)
+    if grouped then
+      holdings[2 * i - 1], holdings[2 * i] = p.user, tostring(p.held + p.q)
+    end
   end
   if not failed then
     local receipt = redis.pcall('HSET', KEYS[5], unpack(receipts))

@@ -7,8 +7,8 @@
 -- ARGV[1]  consumer group
 --
 -- Returns the number of entries deleted (0 when the stream or the group does not exist). At most
--- 1,000 a call (the next call deletes the rest), so a stream left untrimmed for long never holds
--- Redis for long.
+-- 1,000 a call (the caller, src/redis/order_stream.rs, calls again for the rest), so a stream left
+-- untrimmed for long never holds Redis for long.
 --
 -- The worker acknowledges (XACK) a batch only after its Postgres commit, then calls this. An
 -- entry is done with once the group has delivered it and it is no longer pending. So the stream

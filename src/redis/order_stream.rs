@@ -78,14 +78,26 @@ pub async fn acknowledge(con: &mut impl ConnectionLike, stream: &str, ids: &[&st
     Ok(acked)
 }
 
+/// Entries one `lua/trim.lua` call deletes at most (each call holds Redis briefly).
+const TRIMMED_PER_CALL: u64 = 1_000;
+
 /// Deletes the entries of `stream` the group is done with (`lua/trim.lua`): delivered and
-/// acknowledged, none pending before them. Returns how many.
+/// acknowledged, none pending before them, [`TRIMMED_PER_CALL`] a call until none is left (a
+/// worker acknowledges more entries a step than one call deletes). Returns how many.
 pub async fn trim(con: &mut impl ConnectionLike, stream: &str) -> RedisResult<u64> {
     let mut call = lua::TRIM.key(stream);
     if let Some(meta) = meta_of(stream) {
         call.key(meta);
     }
-    lua::run(call.arg(CONSUMER_GROUP), con).await
+    call.arg(CONSUMER_GROUP);
+    let mut deleted = 0;
+    loop {
+        let now: u64 = lua::run(&call, con).await?;
+        deleted += now;
+        if now < TRIMMED_PER_CALL {
+            return Ok(deleted);
+        }
+    }
 }
 
 /// The meta of an order stream's sale (its shard's): `<base>:orders` is beside `<base>:meta`

@@ -236,3 +236,25 @@ async fn acknowledged_entries_are_trimmed_but_never_one_pending_or_undelivered()
     assert!(left.ids[0].id > second[1], "what is left is the entry never delivered");
     assert_eq!(order_stream::trim(&mut redis, &stream).await.unwrap(), 0, "nothing more to trim");
 }
+
+/// One `lua/trim.lua` call deletes at most 1,000 entries: a step that acknowledges more (2,500
+/// purchases alone, an entry each) still leaves none of them behind, and the queue reads 0.
+#[tokio::test]
+async fn a_step_of_more_entries_than_one_trim_deletes_leaves_none_behind() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 3_000).await;
+    let keys = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap());
+    let mut redis = app.redis.clone();
+    for i in 0..2_500 {
+        let mut call = seckill::redis::lua::BUY.key(&keys.all()[..]);
+        call.arg(&sale).arg(format!("u{i}")).arg(Uuid::now_v7().to_string()).arg(1).arg("").arg("");
+        let _: redis::Value = call.invoke_async(&mut redis).await.unwrap();
+    }
+    assert_eq!(redis.xlen::<_, usize>(&keys.orders).await.unwrap(), 2_500);
+    let mut worker = app.manual_worker_batched("big", Duration::from_secs(60), 3_000);
+    assert_eq!(worker.step().await.unwrap(), StepOutcome::Processed { entries: 2_500 });
+    assert_eq!(redis.xlen::<_, usize>(&keys.orders).await.unwrap(), 0, "every acknowledged entry trimmed");
+    let status = app.status(&sale).await;
+    assert_eq!((status.sold, status.persisted, status.queued), (2_500, Some(2_500), 0));
+}

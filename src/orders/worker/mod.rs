@@ -15,6 +15,7 @@
 //! nothing pending are removed (`lua/prune_consumers.lua`).
 
 mod entries;
+mod insert;
 mod reads;
 mod survey;
 
@@ -29,7 +30,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::streams::{StreamHealth, StreamState};
-use crate::db;
 use crate::domain::{DropId, SaleId};
 use crate::metrics::Metrics;
 use crate::purchase::Sales;
@@ -328,24 +328,7 @@ impl Worker {
             ),
             false => tracing::Span::none(),
         };
-        let may_sell_out = self.sold_out_in_redis(&orders).await;
-        // An entry may hold a call's many orders (issue 54): at most `batch` orders a statement,
-        // as when an entry held one, each statement idempotent, all acknowledged after the last.
-        let mut report = db::InsertReport { hooked: self.hooked, ..db::InsertReport::default() };
-        for chunk in orders.chunks(self.settings.batch.max(1)) {
-            let hint = if report.hooked { db::Hint::Hooked(may_sell_out.as_ref()) } else { db::Hint::Quiet };
-            let insert = db::insert_orders(&self.pool, chunk, hint).instrument(span.clone());
-            let insert = tokio::time::timeout(self.settings.insert_timeout, insert);
-            let part = insert
-                .await
-                .map_err(|_| anyhow::anyhow!("no answer within {:?}", self.settings.insert_timeout))
-                .and_then(|r| r.map_err(anyhow::Error::from))
-                .context("inserting orders")?;
-            report.inserted += part.inserted;
-            report.already_stored += part.already_stored;
-            report.conflicts.extend(part.conflicts);
-            report.hooked = part.hooked;
-        }
+        let report = self.insert(&orders, span).await?;
         timer.observe_duration();
         self.hooked = report.hooked;
         self.metrics.worker_batch_size.observe(entries as f64);
