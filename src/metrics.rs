@@ -5,7 +5,7 @@
 //! middleware that counts requests is `crate::http::middleware::record_http`.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder,
 };
 
@@ -127,6 +127,9 @@ pub struct Metrics {
     /// Webhook endpoints this instance's dispatcher disabled after failing for
     /// `SECKILL_WEBHOOK_DISABLE_AFTER`.
     pub webhook_endpoints_disabled: IntCounter,
+    /// What the sold-out flags hold in memory: 1 per flag and 1 per buyer copied with it
+    /// (bounded by `crate::purchase::sold_out::MAX_HELD_BUYERS`; read when scraped).
+    pub sold_out_held: IntGauge,
     /// The purchase and limiter counters of every label, resolved once: looking a labelled
     /// child up per request (a hash and a shared lock) was a measurable cost on the hot path.
     purchase_counters: Vec<IntCounter>,
@@ -274,6 +277,15 @@ impl Metrics {
                 let metric = IntCounter::new(
                     "seckill_webhook_endpoints_disabled_total",
                     "Webhook endpoints disabled after failing for SECKILL_WEBHOOK_DISABLE_AFTER",
+                )
+                .expect("valid metric");
+                registry.register(Box::new(metric.clone())).expect("unique metric");
+                metric
+            },
+            sold_out_held: {
+                let metric = IntGauge::new(
+                    "seckill_sold_out_held",
+                    "Sold-out flags and the buyers copied with them, held in this process's memory",
                 )
                 .expect("valid metric");
                 registry.register(Box::new(metric.clone())).expect("unique metric");

@@ -11,7 +11,7 @@ use crate::controls::audit;
 use crate::domain::{DropId, UserId};
 use crate::draw::run::{self, DRAIN_WAIT, RunError, Summary, publish, store};
 use crate::draw::{Outcome, offers};
-use crate::purchase::receipt::Purchase;
+use crate::orders::lookup::{self, Lookup};
 
 /// A buyer's result in a drawn draw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,7 +126,9 @@ impl Shop {
         Err(if sizes.is_empty() { Error::UnknownDrop } else { Error::NotADraw })
     }
 
-    /// A winner's deadline: its order row's, else its receipt's in Redis (before the worker stored it).
+    /// A winner's deadline, read as a buyer's order is read (`crate::orders::lookup`): Redis
+    /// first, then Postgres. The other way round, an order the worker stored between the two
+    /// reads (its stream entry, which carries the deadline, trimmed) was read without it.
     async fn pay_by(
         &self,
         drop: &DropId,
@@ -134,17 +136,9 @@ impl Shop {
         user: &UserId,
         order: Uuid,
     ) -> Result<Option<OffsetDateTime>, Error> {
-        let stored: Option<Option<OffsetDateTime>> =
-            sqlx::query_scalar("select pay_by from orders where order_id = $1")
-                .bind(order)
-                .fetch_optional(&self.pool)
-                .await?;
-        if let Some(pay_by) = stored {
-            return Ok(pay_by);
-        }
         let sale = drop.size(size).map_err(Error::Invalid)?;
-        Ok(match self.sales.purchase_of(&sale, user).await? {
-            Purchase::Bought(Some(receipt)) => receipt.pay_by_ms.map(crate::domain::ms_to_time),
+        Ok(match lookup::lookup(&self.sales, &self.pool, &sale, user).await? {
+            Lookup::Found(found) if found.order_id == Some(order) => found.pay_by,
             _ => None,
         })
     }

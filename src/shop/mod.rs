@@ -206,4 +206,10 @@ impl Shop {
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
+
+    /// The metrics in the text exposition, with the gauges read when scraped.
+    pub fn render_metrics(&self) -> String {
+        self.metrics.sold_out_held.set(i64::try_from(self.sold_out.held_buyers()).unwrap_or(i64::MAX));
+        self.metrics.render()
+    }
 }

@@ -294,7 +294,7 @@ async fn a_sold_out_instance_answers_a_repeat_from_memory_with_its_order() {
     app.seed_stock(&sale, 1).await;
     let order_id = order_id_of(app.buy(&sale, "first").await).await;
     assert_error(app.buy(&sale, "second").await, 410, "sold_out").await;
-    tokio::time::sleep(Duration::from_millis(300)).await; // the instance copies the buyers and receipts
+    app.wait_for_sold_out_held(2.0).await; // the instance copies the buyers and receipts
 
     // Gone from Redis: only the instance's copy can still name the order.
     let keys = app.store.keyspace().sale_keys(&SaleId::parse(&sale).unwrap());

@@ -138,6 +138,21 @@ impl TestApp {
             Default::default(),
         )
     }
+
+    /// Waits (up to 20 s) until the sold-out flags hold `held` in memory (a flag weighs 1 and
+    /// each buyer copied with it 1): `seckill_sold_out_held` on `/metrics`.
+    pub async fn wait_for_sold_out_held(&self, held: f64) {
+        let until = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = self.client.get(self.url("/metrics")).send().await.unwrap().text().await.unwrap();
+            let now = crate::metrics::samples(&text)["seckill_sold_out_held"];
+            if now == held {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < until, "the sold-out flags hold {now}, not {held}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 /// Transactions the app's database committed or rolled back so far. A backend reports its counts

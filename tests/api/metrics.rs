@@ -8,7 +8,7 @@ use seckill::limiter::{RateLimit, Scope};
 use crate::helpers::{new_sale_id, spawn_app_with};
 
 /// The samples of the exposition: `name{labels}` → value.
-fn samples(text: &str) -> HashMap<String, f64> {
+pub(crate) fn samples(text: &str) -> HashMap<String, f64> {
     text.lines()
         .filter(|line| !line.starts_with('#') && !line.is_empty())
         .map(|line| {

@@ -17,7 +17,7 @@ async fn once_redis_said_sold_out_the_instance_answers_from_memory_410_or_409_to
     app.seed_stock(&sale, 1).await;
     assert_eq!(app.buy(&sale, "first").await.status(), 201);
     assert_error(app.buy(&sale, "second").await, 410, "sold_out").await;
-    tokio::time::sleep(Duration::from_millis(300)).await; // the instance copies the buyers
+    app.wait_for_sold_out_held(2.0).await; // the instance copies the buyers: the flag and one buyer
 
     // Remove the sale from Redis behind the service's back: asking Redis would now answer 404,
     // and the limiter (2 per minute, both used) would answer 429.

@@ -282,5 +282,5 @@ fn allow(methods: &'static str) -> actix_web::Route {
 #[utoipa::path(get, path = "/metrics", tag = "health",
     responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain; version=0.0.4")))]
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(state.shop.metrics().render())
+    HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(state.shop.render_metrics())
 }
