@@ -25,6 +25,9 @@ pub struct Report {
     /// The flatness rows (`flat`): the single-sale reference first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub flat: Vec<Row>,
+    /// The concurrency sweep (`sweep`), fewest connections first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sweep: Vec<Row>,
     pub invariants: Vec<Value>,
     pub logs: BTreeMap<String, LogInfo>,
     pub notes: Vec<String>,

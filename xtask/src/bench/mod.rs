@@ -14,7 +14,8 @@
 //! EVALSHA buy.lua (redis-benchmark), the worker drain of its orders, the queue lag of the
 //! in-stock run; and per limiter algorithm (`seckill::limiter::Algorithm::ALL`) three EVALSHA
 //! rows of its script and two /buy rows through an app running it. Then `seckill reconcile` for
-//! every sale used. Last, the flatness rows (`rows_flat`): the in-stock purchase on one sale, then
+//! every sale used. Then the concurrency sweep (`rows_sweep`): the in-stock purchase at 4 to
+//! 1,024 connections, drawn as two SVG charts (`--only sweep` runs just those). Last, the flatness rows (`rows_flat`): the in-stock purchase on one sale, then
 //! on a sale whose buyer set holds 10 million synthetic members, over 100 sales at once and over
 //! 10,000 connections, and the first again (drift), each as a ratio to the first (`--only flat`
 //! runs just those).
@@ -32,14 +33,16 @@
 //! 1. Sampling: `queue`, `logs` (the queue-lag sampler and the drain, the apps' log scan; the
 //!    measuring every command shares, CPU, generator runs and their outputs, is `crate::measure`).
 //! 2. Model: `model` (the results of a run, a row, and what the rows tell the report).
-//! 3. Report: `builder`, `algs`, `lag`, `storms`, `flat`, `report`, `render` (from the results to
-//!    the tables).
+//! 3. Report: `builder`, `algs`, `lag`, `storms`, `flat`, `sweep`, `report`, `render`, `chart`
+//!    (from the results to the tables and the charts).
 //! 4. Running: `runner` (one bench run: its servers and apps, one measured generator run, what
 //!    the rows share).
-//! 5. Rows: `rows_redis`, `rows_storms`, `rows_flat`, `rows` (what runs, in which order).
+//! 5. Rows: `rows_redis`, `rows_storms`, `rows_flat`, `rows_sweep`, `rows` (what runs, in which
+//!    order).
 
 mod algs;
 mod builder;
+mod chart;
 mod flat;
 mod lag;
 mod logs;
@@ -51,8 +54,10 @@ mod rows;
 mod rows_flat;
 mod rows_redis;
 mod rows_storms;
+mod rows_sweep;
 mod runner;
 mod storms;
+mod sweep;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -72,6 +77,19 @@ pub enum Only {
     /// The flatness rows and their single-sale reference (`rows_flat`), written to
     /// `bench-flat.json` and `bench-flat.md` so a partial run never replaces the full table.
     Flat,
+    /// The concurrency sweep (`rows_sweep`), written to `bench-sweep.json`, `bench-sweep.md` and
+    /// its two charts `bench-sweep-concurrency.svg` and `bench-sweep-cpu.svg`.
+    Sweep,
+}
+
+impl Only {
+    /// The name of the files the run writes.
+    fn stem(self) -> &'static str {
+        match self {
+            Only::Flat => "bench-flat",
+            Only::Sweep => "bench-sweep",
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -194,7 +212,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     need_tools(&[("wrk", "wrk"), ("redis-benchmark", "redis-tools")])?;
     rows_flat::raise_nofile(args.flat_connections)?;
     // A partial run has files of its own: it never replaces the full table.
-    let stem = if args.only.is_some() { "bench-flat" } else { "bench" };
+    let stem = args.only.map_or("bench", Only::stem);
     let raw = raw_dir("bench")?;
     let results_dir = args.results_dir.clone().unwrap_or_else(|| testbed::workspace_root().join("load-tests/results"));
     let services = Services::start(&Options { cluster: None, browser: false })?;
@@ -221,9 +239,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let rep = report::build(&bench.results, utc_now());
     std::fs::create_dir_all(&results_dir)?;
     std::fs::write(results_dir.join(format!("{stem}.json")), serde_json::to_string_pretty(&rep)? + "\n")?;
-    std::fs::write(results_dir.join(format!("{stem}.md")), render::markdown(&rep))?;
+    std::fs::write(results_dir.join(format!("{stem}.md")), render::markdown(&rep, stem))?;
+    let mut written = vec![format!("{stem}.json"), format!("{stem}.md")];
+    for (name, svg) in chart::charts(&rep)?.into_iter().flatten() {
+        written.push(format!("{stem}-{name}.svg"));
+        std::fs::write(results_dir.join(written.last().expect("pushed")), svg)?;
+    }
     let dir = results_dir.display();
-    println!("{}\n\nwritten: {dir}/{stem}.json {dir}/{stem}.md", render::text(&rep));
+    let written: Vec<String> = written.iter().map(|name| format!("{dir}/{name}")).collect();
+    println!("{}\n\nwritten: {}", render::text(&rep), written.join(" "));
     let consistent = bench.results.checks.iter().all(|(_, rc, _)| *rc == 0);
     if !consistent || bench.args.keep_raw {
         eprintln!("bench: raw outputs and logs kept in {}", raw.display());

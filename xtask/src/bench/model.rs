@@ -245,6 +245,13 @@ pub const POLLERS: u32 = 2000;
 pub const COMPARED_BUYS: u32 = 300;
 /// The flatness rows' names, in the order they run.
 pub const FLAT_ROWS: [&str; 5] = ["flat-ref", "flat-buyers", "flat-sales", "flat-conns", "flat-ref-again"];
+/// The concurrency sweep's wrk connections (-c), one row each, in the order they run.
+pub const SWEEP_CONNECTIONS: [u32; 5] = [4, 16, 64, 256, 1024];
+
+/// The sweep row of `connections`.
+pub fn sweep_key(connections: u32) -> String {
+    format!("sweep-c{connections}")
+}
 
 /// The Redis commands run while a row ran, by command (`INFO commandstats`, INFO itself left out).
 #[derive(Debug, Clone, Default, Serialize)]

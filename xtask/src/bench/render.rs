@@ -1,9 +1,9 @@
 //! The report as a terminal table and as `bench.md` (the same rows and columns as before the port to Rust).
 
 use super::builder::Report;
-use super::flat;
 use super::model::{Algorithm, REDIS_KINDS};
 use super::model::{Row, fmt_ms, fmt_rate, fmt_us, fmt2, main_status, percent};
+use super::{flat, sweep};
 
 const HEAD: [&str; 14] = [
     "scenario",
@@ -237,6 +237,14 @@ pub fn text(r: &Report) -> String {
         ]);
         lines.extend(text_table(&flat::HEAD, flat::table(r), &[0, flat::TARGET_COL]));
     }
+    if !r.sweep.is_empty() {
+        lines.extend([
+            String::new(),
+            format!("against concurrency: {}", sweep::intro(r).replace('`', "")),
+            String::new(),
+        ]);
+        lines.extend(text_table(&sweep::HEAD, sweep::table(r), &[]));
+    }
     if !r.algorithms.is_empty() {
         lines.extend([
             String::new(),
@@ -252,6 +260,7 @@ pub fn text(r: &Report) -> String {
         r.rows
             .iter()
             .chain(&r.flat)
+            .chain(&r.sweep)
             .filter(|row| !detail(row).is_empty())
             .map(|row| format!("  {}: {}", row.scenario, detail(row))),
     );
@@ -270,7 +279,7 @@ pub fn text(r: &Report) -> String {
 }
 
 /// `load-tests/results/bench.md`.
-pub fn markdown(r: &Report) -> String {
+pub fn markdown(r: &Report, stem: &str) -> String {
     let m = |k: &str| r.machine.get(k).map_or("?", String::as_str);
     let s = |k: &str| r.settings.get(k).map_or("?", String::as_str);
     let mut out = vec![
@@ -314,6 +323,12 @@ pub fn markdown(r: &Report) -> String {
         ]);
         out.extend(md_table(&flat::HEAD, flat::table(r), &[0, flat::TARGET_COL]));
     }
+    if !r.sweep.is_empty() {
+        out.extend(["\n## Against concurrency\n".into(), sweep::intro(r), String::new()]);
+        out.extend(md_table(&sweep::HEAD, sweep::table(r), &[]));
+        out.push(format!("\n![purchases per second and p99 against connections]({stem}-concurrency.svg)"));
+        out.push(format!("\n![CPU µs per purchase by party against connections]({stem}-cpu.svg)"));
+    }
     if !r.algorithms.is_empty() {
         out.extend([
             String::new(),
@@ -331,6 +346,7 @@ pub fn markdown(r: &Report) -> String {
         r.rows
             .iter()
             .chain(&r.flat)
+            .chain(&r.sweep)
             .filter(|row| !detail(row).is_empty())
             .map(|row| format!("- **{}**: {}", row.scenario, detail(row))),
     );

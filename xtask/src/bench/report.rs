@@ -35,6 +35,7 @@ pub fn build(r: &Results, generated_at: String) -> Report {
         super::lag::queue_row(&mut b, &mut rows);
     }
     let flat = super::flat::rows(&mut b);
+    let sweep = super::sweep::rows(&mut b);
 
     let mut checks: Vec<_> = r.checks.iter().collect();
     checks.sort_by(|a, b| a.0.cmp(&b.0));
@@ -77,6 +78,7 @@ pub fn build(r: &Results, generated_at: String) -> Report {
         rows,
         algorithms,
         flat,
+        sweep,
         invariants,
         logs,
         notes,

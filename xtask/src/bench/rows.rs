@@ -1,6 +1,7 @@
 //! The rows of a bench run, in order: the main HTTP rows, the polling and repeat storms
 //! (`rows_storms`), the rate-limited row, each limiter algorithm's HTTP rows, the Redis
-//! ceilings and the worker drain, then the flatness rows (`rows_flat`).
+//! ceilings and the worker drain, the concurrency sweep (`rows_sweep`), then the flatness rows
+//! (`rows_flat`).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
@@ -23,8 +24,10 @@ const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 pub fn all(b: &mut Bench) -> anyhow::Result<()> {
     settings(b);
-    if b.args.only == Some(super::Only::Flat) {
-        return super::rows_flat::flat_rows(b);
+    match b.args.only {
+        Some(super::Only::Flat) => return super::rows_flat::flat_rows(b),
+        Some(super::Only::Sweep) => return super::rows_sweep::sweep_rows(b),
+        None => {}
     }
     let peak = main_rows(b)?;
     jwt_row(b, peak)?;
@@ -34,6 +37,7 @@ pub fn all(b: &mut Bench) -> anyhow::Result<()> {
         algorithm_rows(b, alg)?;
     }
     redis_rows_and_drain(b)?;
+    super::rows_sweep::sweep_rows(b)?;
     super::rows_flat::flat_rows(b)
 }
 
