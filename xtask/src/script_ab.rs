@@ -81,6 +81,14 @@ fn batch_script(rev: Option<&str>, algorithm: &str) -> anyhow::Result<String> {
     Ok(script)
 }
 
+/// The working tree's `lua/<name>` with each piece `lua/<piece>.lua` after its `-- @<piece>`
+/// line, as the app assembles it (a script without a `-- @limiter` line): what `SCRIPT LOAD` takes.
+pub fn assembled(name: &str) -> anyhow::Result<String> {
+    let mut script = String::new();
+    splice(None, &lua_file(None, name)?, "", &mut script)?;
+    Ok(script)
+}
+
 /// `text`'s lines into `script`, each marker line followed by what it names.
 fn splice(rev: Option<&str>, text: &str, limiter: &str, script: &mut String) -> anyhow::Result<()> {
     for line in text.lines() {
@@ -221,4 +229,26 @@ fn rounds(args: &Args, services: &Services, labels: &[String; 2], scripts: &[Str
         median_and_range(ratios)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use seckill::redis::lua::{self, limiters};
+
+    /// `SCRIPT LOAD` of what [`super::assembled`] gives loads the app's own script: the same SHA.
+    #[test]
+    fn an_assembled_script_is_the_one_the_app_runs() {
+        let hash = |file: &str| redis::Script::new(&super::assembled(file).unwrap()).get_hash().to_owned();
+        assert_eq!(hash("buy.lua"), lua::BUY.get_hash());
+        let sources = [
+            ("sliding_log.lua", limiters::SLIDING_LOG),
+            ("sliding_counter.lua", limiters::SLIDING_COUNTER),
+            ("fixed_window.lua", limiters::FIXED_WINDOW),
+            ("token_bucket.lua", limiters::TOKEN_BUCKET),
+            ("gcra.lua", limiters::GCRA),
+        ];
+        for (file, source) in sources {
+            assert_eq!(hash(file), lua::limiter(source).get_hash(), "{file}");
+        }
+    }
 }

@@ -247,8 +247,11 @@ fn algorithm_rows(b: &mut Bench, alg: Algorithm) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `SCRIPT LOAD` of `lua/<name>.lua` (`path`) assembled with the pieces it names, as the app
+/// loads it; its SHA.
 fn script_load(b: &Bench, path: &str) -> anyhow::Result<String> {
-    let source = std::fs::read_to_string(b.repo.join(path))?;
+    let name = path.strip_prefix("lua/").unwrap_or(path);
+    let source = crate::script_ab::assembled(name)?;
     b.redis(redis::cmd("SCRIPT").arg("LOAD").arg(source))
 }
 
