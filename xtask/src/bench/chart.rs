@@ -123,7 +123,7 @@ fn cpu(points: &[Point], title: &str) -> anyhow::Result<String> {
                 .label(*party)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
         }
-        chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).border_style(BLACK).draw()?;
+        chart.configure_series_labels().position(SeriesLabelPosition::UpperRight).border_style(BLACK).draw()?;
         root.present()?;
     }
     Ok(svg)
