@@ -21,6 +21,7 @@ use testbed::{Options, Services};
 
 use crate::measure::cpu::process_cpu;
 use crate::measure::host::need_tools;
+use crate::measure::lua::{lua_file, splice};
 use crate::measure::stats::{median, median_and_range};
 
 #[derive(clap::Args, Debug)]
@@ -56,17 +57,6 @@ pub struct Args {
     one_address: bool,
 }
 
-/// A revision's `lua/<name>` (the working tree's for `None`).
-fn lua_file(rev: Option<&str>, name: &str) -> anyhow::Result<String> {
-    let root = testbed::workspace_root();
-    let Some(rev) = rev else {
-        return std::fs::read_to_string(root.join("lua").join(name)).with_context(|| format!("reading lua/{name}"));
-    };
-    let out = Command::new("git").arg("-C").arg(&root).args(["show", &format!("{rev}:lua/{name}")]).output()?;
-    ensure!(out.status.success(), "git show {rev}:lua/{name}: {}", String::from_utf8_lossy(&out.stderr).trim());
-    Ok(String::from_utf8(out.stdout)?)
-}
-
 /// The batch script of `rev` with its limiter put after the `-- @limiter` line and each piece
 /// `lua/<name>.lua` after its `-- @<name>` line (in the pieces too), as the app does.
 fn batch_script(rev: Option<&str>, algorithm: &str) -> anyhow::Result<String> {
@@ -79,28 +69,6 @@ fn batch_script(rev: Option<&str>, algorithm: &str) -> anyhow::Result<String> {
     let mut script = String::new();
     splice(rev, &template, &limiter, &mut script)?;
     Ok(script)
-}
-
-/// The working tree's `lua/<name>` with each piece `lua/<piece>.lua` after its `-- @<piece>`
-/// line, as the app assembles it (a script without a `-- @limiter` line): what `SCRIPT LOAD` takes.
-pub fn assembled(name: &str) -> anyhow::Result<String> {
-    let mut script = String::new();
-    splice(None, &lua_file(None, name)?, "", &mut script)?;
-    Ok(script)
-}
-
-/// `text`'s lines into `script`, each marker line followed by what it names.
-fn splice(rev: Option<&str>, text: &str, limiter: &str, script: &mut String) -> anyhow::Result<()> {
-    for line in text.lines() {
-        script.push_str(line);
-        script.push('\n');
-        match line.strip_prefix("-- @") {
-            Some("limiter") => splice(rev, limiter, "", script)?,
-            Some(name) => splice(rev, &lua_file(rev, &format!("{name}.lua"))?, limiter, script)?,
-            None => {}
-        }
-    }
-    Ok(())
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -229,26 +197,4 @@ fn rounds(args: &Args, services: &Services, labels: &[String; 2], scripts: &[Str
         median_and_range(ratios)
     );
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use seckill::redis::lua::{self, limiters};
-
-    /// `SCRIPT LOAD` of what [`super::assembled`] gives loads the app's own script: the same SHA.
-    #[test]
-    fn an_assembled_script_is_the_one_the_app_runs() {
-        let hash = |file: &str| redis::Script::new(&super::assembled(file).unwrap()).get_hash().to_owned();
-        assert_eq!(hash("buy.lua"), lua::BUY.get_hash());
-        let sources = [
-            ("sliding_log.lua", limiters::SLIDING_LOG),
-            ("sliding_counter.lua", limiters::SLIDING_COUNTER),
-            ("fixed_window.lua", limiters::FIXED_WINDOW),
-            ("token_bucket.lua", limiters::TOKEN_BUCKET),
-            ("gcra.lua", limiters::GCRA),
-        ];
-        for (file, source) in sources {
-            assert_eq!(hash(file), lua::limiter(source).get_hash(), "{file}");
-        }
-    }
 }

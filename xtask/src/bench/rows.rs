@@ -251,7 +251,7 @@ fn algorithm_rows(b: &mut Bench, alg: Algorithm) -> anyhow::Result<()> {
 /// loads it; its SHA.
 fn script_load(b: &Bench, path: &str) -> anyhow::Result<String> {
     let name = path.strip_prefix("lua/").unwrap_or(path);
-    let source = crate::script_ab::assembled(name)?;
+    let source = crate::measure::lua::assembled(name)?;
     b.redis(redis::cmd("SCRIPT").arg("LOAD").arg(source))
 }
 

@@ -8,10 +8,10 @@
 //! every `super::` path against this list, with `crate::layout`).
 //!
 //! 1. Readings: `cpu`, `http`, `commandstats`, `wrk`, `checks`, `host`, `clock`, `stats`,
-//!    `settings` (CPU accounting from /proc and context switches, the drivers' own requests and
+//!    `settings`, `lua` (CPU accounting from /proc and context switches, the drivers' own requests and
 //!    `/metrics`, Redis's calls by command, wrk's and redis-benchmark's outputs, the queue drained
 //!    then `seckill reconcile` and psql, the machine and its tools, RFC 3339 times, medians and
-//!    paired ratios and number formats, `--profile` and `NAME=VALUE` settings).
+//!    paired ratios and number formats, `--profile` and `NAME=VALUE` settings, the app's Lua scripts assembled).
 //! 2. Runs: `process` (one generator run, bounded in time and stopped by PID, with the CPU of the
 //!    watched processes meanwhile).
 
@@ -21,6 +21,7 @@ pub mod commandstats;
 pub mod cpu;
 pub mod host;
 pub mod http;
+pub mod lua;
 pub mod process;
 pub mod settings;
 pub mod stats;
