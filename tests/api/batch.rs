@@ -70,6 +70,18 @@ async fn purchases_that_queue_up_share_calls_and_each_keeps_its_own_verdict() {
     let purchases = sample(&text, "seckill_purchase_batch_size_sum");
     assert!(purchases >= stock as f64 && purchases <= users.len() as f64, "{purchases} purchases sent");
     assert!(calls < purchases, "{calls} calls for {purchases} purchases: none went together");
+    // The worker's batch sizes count orders, though a call's orders share one stream entry (it
+    // counts a batch just after its commit, which the invariants saw: wait for it).
+    let mut batched = 0.0;
+    for _ in 0..200 {
+        let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        batched = sample(&text, "seckill_worker_batch_size_sum");
+        if batched >= stock as f64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(batched, stock as f64, "the worker's batches hold every order once");
 }
 
 #[tokio::test]

@@ -331,7 +331,8 @@ impl Worker {
         let report = self.insert(&orders, span).await?;
         timer.observe_duration();
         self.hooked = report.hooked;
-        self.metrics.worker_batch_size.observe(entries as f64);
+        // Orders, not entries: since issue 54 an entry carries every order of its call.
+        self.metrics.worker_batch_size.observe(orders.len() as f64);
         for conflict in &report.conflicts {
             tracing::warn!(order_id = %conflict.order_id, sale_id = %conflict.sale_id, user_id = %conflict.user_id,
                 "order refused: the user already has another order in this sale");
