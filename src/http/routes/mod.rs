@@ -1,9 +1,10 @@
-//! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`, `challenge`,
-//! `payments`, `admin`, `seed`, `controls`, `order_actions`, `drops`, `drop_page`, `exports`, `events`, `webhooks`,
-//! `retire`, `reconcile`, `admin_page`, `buyer_page`, `favicon`, `health`, `openapi`; `page` is what the two HTML
-//! pages share, `object`
-//! what every JSON body is read as, `responses` and `user_id` what the routes' OpenAPI annotations
-//! share), and here the routing itself, 404/405, the sale id of a path and `GET /metrics`.
+//! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`,
+//! `challenge`, `payments`, `admin`, `seed`, `controls`, `order_actions`, `drops` (its answers in
+//! `drop_answers`), `drop_page`, `exports`, `events`, `webhooks`, `retire`, `reconcile`,
+//! `admin_page`, `buyer_page`, `favicon`, `health`, `openapi`; `page` is what the two HTML pages
+//! share, `object` what every JSON body is read as, `responses` and `user_id` what the routes'
+//! OpenAPI annotations share), and here the routing itself, 404/405, the sale id of a path and
+//! `GET /metrics`.
 
 mod admin;
 mod admin_page;
@@ -13,6 +14,7 @@ mod challenge;
 mod controls;
 mod draw_entries;
 mod draw_run;
+mod drop_answers;
 mod drop_page;
 mod drops;
 mod events;
