@@ -12,6 +12,10 @@
 -- MODE buy-sales POST /buy {"sale_id":"SALE_PREFIX-<k>","user_id":"USER_PREFIX-<counter>-<thread>"}: as buy,
 --               but spread over SALES sales: args SALE_PREFIX SALES USER_PREFIX THREADS; request n of
 --               thread t goes to sale k = ((n - 1) * THREADS + t - 1) % SALES, so the sales take turns
+-- MODE buy-xff  POST /buy as buy, each request from a new client address behind a trusted proxy (a service
+--               with SECKILL_TRUSTED_PROXIES=127.0.0.1): X-Forwarded-For 10.a.b.c, request n of thread t
+--               from address (n - 1) * THREADS + t - 1 (2^24 of them, then they repeat); args SALE_ID
+--               USER_PREFIX THREADS
 -- MODE buy-jwt  POST /buy {"sale_id":"SALE_ID"} with Authorization: Bearer <token>, for a service with
 --               SECKILL_AUTH=jwt: args SALE_ID TOKENS_FILE THREADS; the file holds one pre-signed token
 --               per line, each a distinct user (wrk cannot sign); thread t sends tokens t, t+THREADS, ...
@@ -48,6 +52,7 @@ local tokens = nil
 local polls = nil
 local nthreads = 1
 local users = 0
+local spread = false
 local sales = 0
 local responses = 0
 statuses = {} -- global: read by done() through thread:get("statuses")
@@ -67,6 +72,13 @@ function init(args)
     wrk.method = "POST"
     wrk.path = "/buy"
     wrk.headers["Content-Type"] = "application/json"
+  elseif mode == "buy-xff" then
+    sale = assert(args[2], "buy-xff needs SALE_ID")
+    prefix = assert(args[3], "buy-xff needs USER_PREFIX")
+    nthreads = tonumber(args[4]) or 1
+    spread = true
+    wrk.method = "POST"
+    wrk.path = "/buy"
   elseif mode == "buy-sales" then
     sale = assert(args[2], "buy-sales needs SALE_PREFIX")
     sales = assert(tonumber(args[3]), "buy-sales needs SALES")
@@ -138,6 +150,12 @@ function request()
     local token = tokens[((counter - 1) * nthreads + tid - 1) % #tokens + 1]
     return wrk.format(nil, nil, { ["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. token },
       string.format('{"sale_id":"%s"}', sale))
+  end
+  if spread then
+    local n = ((counter - 1) * nthreads + tid - 1) % 16777216
+    local from = string.format("10.%d.%d.%d", math.floor(n / 65536), math.floor(n / 256) % 256, n % 256)
+    return wrk.format(nil, nil, { ["Content-Type"] = "application/json", ["X-Forwarded-For"] = from },
+      string.format('{"sale_id":"%s","user_id":"%s-%d-%d"}', sale, prefix, counter, tid))
   end
   if users > 0 then
     return wrk.format(nil, nil, nil,

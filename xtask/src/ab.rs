@@ -14,6 +14,13 @@
 //! (429, answered from the instance's memory): the path that should cost what `/healthz` does.
 //! `--sold-out`: the sales are seeded with no stock, so every request is answered 410 (from the
 //! instance's sold-out flag after the first). The figures of both are per request.
+//! `--spread-clients`: every request from a new client address (`X-Forwarded-For` from 127.0.0.1,
+//! which both apps trust as a proxy), so each purchase checks a client limit of its own.
+//! `--redis-cores F`: Redis is held to F cores (a CPU cgroup, `measure::cgroup`; needs root), so
+//! that on a small host Redis, not the app or wrk, is the limit (give wrk connections enough to
+//! keep it busy, e.g. `--connections 256`): the batches then fill as on a big host, and the
+//! summary's purchases per Redis CPU-second are one Redis thread's ceiling.
+//! After the rounds, each build's sale must reconcile (`seckill reconcile`, its own binary).
 //! `--rate N`: paced runs at N requests/s (latency at a given load, e.g. the light row's 1000/s).
 //! Each run's line also gives the requests per script call (EVALSHA calls, `INFO commandstats`),
 //! Redis's µs inside those calls per request, the orders per worker insert (its
@@ -29,6 +36,8 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use testbed::{App, Options, Services};
 
+use crate::measure::cgroup::CpuCap;
+use crate::measure::checks::reconcile;
 use crate::measure::commandstats::CommandStats;
 use crate::measure::cpu::{Watch, switches};
 use crate::measure::host::{need_tools, raw_dir};
@@ -83,6 +92,20 @@ pub struct Args {
     /// Measure the sold-out path instead (stock 0: every request 410).
     #[arg(long, conflicts_with = "rate_limited")]
     sold_out: bool,
+    /// Every request from a new client address (X-Forwarded-For behind a trusted proxy), not all
+    /// from 127.0.0.1.
+    #[arg(long)]
+    spread_clients: bool,
+    /// Hold Redis to this many cores (a CPU cgroup; root only), so that Redis is the limit.
+    #[arg(long, value_parser = cores)]
+    redis_cores: Option<f64>,
+}
+
+fn cores(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(c) if (0.01..=64.0).contains(&c) => Ok(c),
+        _ => Err("a number of cores from 0.01 to 64".into()),
+    }
 }
 
 /// `git archive REV` into a temp dir, `cargo build` there with target/ab as the target dir,
@@ -172,13 +195,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ("SECKILL_RATE_LIMIT", limit),
             ("SECKILL_DATABASE_URL", database.as_str()),
             ("RUST_LOG", "warn"),
+            // wrk's connections all come from 127.0.0.1, as do this driver's own requests: no
+            // per-client cap (the listener's budget still holds), or `--connections 256` meets it.
+            ("SECKILL_MAX_CONNECTIONS_PER_CLIENT", "0"),
         ];
+        if args.spread_clients {
+            env.push(("SECKILL_TRUSTED_PROXIES", "127.0.0.1"));
+        }
         env.extend(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let app = App::start(&services, bin, &env)?;
         app.seed(&prefix, if args.sold_out { 0 } else { 10_000_000 }, None)?;
         anyhow::Ok(app)
     };
     let apps = [start(&bins[0], "a", &args.a_env)?, start(&bins[1], "b", &args.b_env)?];
+    let _cap = match args.redis_cores {
+        Some(cores) => {
+            let pid = services.redis.pid().context("no Redis pid to cap")?;
+            let cap = CpuCap::new(pid, cores)?;
+            eprintln!("==> ab: Redis (pid {pid}) held to {cores} cores in {}", cap.dir().display());
+            Some(cap)
+        }
+        None => None,
+    };
     let repo = testbed::workspace_root();
     let mut samples = vec![];
     for round in (1..=args.rounds).take_while(|_| !crate::steps::signalled()) {
@@ -186,7 +224,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
         for i in order {
             let (name, sale, prefix) = (["a", "b"][i], format!("ab-{}", ["a", "b"][i]), format!("r{round}"));
-            let mode = Mode::Buy { sale: &sale, prefix: &prefix };
+            let mode = if args.spread_clients {
+                Mode::BuyXff { sale: &sale, prefix: &prefix }
+            } else {
+                Mode::Buy { sale: &sale, prefix: &prefix }
+            };
             let w = Wrk {
                 threads: args.threads,
                 connections: args.connections,
@@ -247,9 +289,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             samples.push(s);
         }
     }
+    let interrupted = crate::steps::interrupted();
+    if interrupted.is_none() {
+        for (app, name) in apps.iter().zip(["a", "b"]) {
+            let (rc, _, _) = reconcile(app, &format!("ab-{name}"))?;
+            ensure!(rc == 0, "ab: {name}'s sale did not reconcile (seckill reconcile exited {rc})");
+        }
+        eprintln!("==> ab: both sales reconciled: the promises hold");
+    }
     drop(apps);
     drop(services);
-    if let Some(code) = crate::steps::interrupted() {
+    if let Some(code) = interrupted {
         return Ok(code);
     }
     summary(&samples, &labels, args.rate_limited || args.sold_out)?;
@@ -277,6 +327,8 @@ fn summary(samples: &[Sample], labels: &[String], refusals: bool) -> anyhow::Res
         med.push((rate, cpu));
     }
     println!("b / a: {:.3} × req/s, {:.3} × app CPU per {per}", med[1].0 / med[0].0, med[1].1[0] / med[0].1[0]);
+    // One Redis thread's ceiling at these calls' sizes: 1 / its CPU per purchase.
+    println!("{per}s per Redis CPU-second, median: a {} → b {}", group(1e6 / med[0].1[1]), group(1e6 / med[1].1[1]));
     // Paired: b / a within each round (its two runs are seconds apart, so drift between rounds
     // cancels out), then the median and the range over rounds.
     let rounds: std::collections::BTreeSet<u32> = samples.iter().map(|s| s.round).collect();

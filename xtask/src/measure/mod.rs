@@ -7,14 +7,15 @@
 //! below only, and the modules of one layer not in a circle (the test at the end of this file checks
 //! every `super::` path against this list, with `crate::layout`).
 //!
-//! 1. Readings: `cpu`, `http`, `commandstats`, `wrk`, `checks`, `host`, `clock`, `stats`,
-//!    `settings`, `lua` (CPU accounting from /proc and context switches, the drivers' own requests and
+//! 1. Readings: `cpu`, `cgroup`, `http`, `commandstats`, `wrk`, `checks`, `host`, `clock`, `stats`,
+//!    `settings`, `lua` (CPU accounting from /proc and context switches, a process held to a share of a core, the drivers' own requests and
 //!    `/metrics`, Redis's calls by command, wrk's and redis-benchmark's outputs, the queue drained
 //!    then `seckill reconcile` and psql, the machine and its tools, RFC 3339 times, medians and
 //!    paired ratios and number formats, `--profile` and `NAME=VALUE` settings, the app's Lua scripts assembled).
 //! 2. Runs: `process` (one generator run, bounded in time and stopped by PID, with the CPU of the
 //!    watched processes meanwhile).
 
+pub mod cgroup;
 pub mod checks;
 pub mod clock;
 pub mod commandstats;

@@ -16,6 +16,9 @@ pub enum Mode<'a> {
     Sale { sale: &'a str },
     /// POST /buy on `sale`, every request a new user `<prefix>-<counter>-<thread>`.
     Buy { sale: &'a str, prefix: &'a str },
+    /// POST /buy on `sale` as [`Mode::Buy`], each request from a new client address (an
+    /// `X-Forwarded-For` of its own: the app must trust 127.0.0.1 as a proxy).
+    BuyXff { sale: &'a str, prefix: &'a str },
     /// POST /buy spread over the sales `<sales>-0` .. `<sales>-<count - 1>` (taking turns), every
     /// request a new user `<prefix>-<counter>-<thread>`.
     BuySales { sales: &'a str, count: u32, prefix: &'a str },
@@ -57,6 +60,7 @@ impl Wrk<'_> {
             Mode::Healthz => cmd.arg("healthz"),
             Mode::Sale { sale } => cmd.args(["sale", sale]),
             Mode::Buy { sale, prefix } => cmd.args(["buy", sale, prefix]),
+            Mode::BuyXff { sale, prefix } => cmd.args(["buy-xff", sale, prefix, &self.threads.to_string()]),
             Mode::BuySales { sales, count, prefix } => {
                 cmd.args(["buy-sales", sales, &count.to_string(), prefix, &self.threads.to_string()])
             }
