@@ -4,6 +4,7 @@
 //! a shard share a call (`lua/buy_batch.lua`, [`super::batch`]).
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -304,7 +305,10 @@ impl Sales {
         // Only the keys of the shards visited (usually one), not every shard's, per purchase.
         let sharded_tag = layout.is_sharded().then(|| SaleKeys::tag(sale, None));
         for shard in layout.visit_order(user) {
-            let keys = layout.shard_keys(self.redis.prefix(), sale, shard);
+            let keys = match shard {
+                0 => self.sale_keys(sale),
+                _ => Arc::new(layout.shard_keys(self.redis.prefix(), sale, shard)),
+            };
             let sale_tag = sharded_tag.as_deref().unwrap_or(hash_tag(&keys.meta)); // shard 0's
             let Some(gates) = self.gates_joining(con, &keys, sale_tag, limits).await.map_err(BuyError::NotRun)? else {
                 return Ok(ShardReply::Limited);

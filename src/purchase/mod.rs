@@ -75,6 +75,9 @@ const MAX_KEPT_LAYOUTS: usize = 10_000;
 /// A layout and until when it is kept.
 type KeptLayout = (Instant, Arc<Layout>);
 
+/// Most sales whose keys one instance keeps built ([`Sales::sale_keys`]): about 1 KB each.
+const MAX_KEPT_KEYS: usize = 1_000;
+
 /// The sales of one deployment in Redis, and the layouts of the sharded ones this instance keeps.
 #[derive(Clone)]
 pub struct Sales {
@@ -82,6 +85,10 @@ pub struct Sales {
     redis: Keyspace,
     /// Layouts of seeded sales by sale id, each kept until the time with it.
     layouts: Arc<RwLock<HashMap<Box<str>, KeptLayout>>>,
+    /// The keys of the sales bought lately (shard 0's), by sale id: a sale's key names depend on
+    /// its id and the prefix alone, and building its sixteen names took about 4 % of the app's
+    /// CPU per purchase in a profile (docs/benchmarks.md).
+    keys: Arc<RwLock<HashMap<Box<str>, Arc<SaleKeys>>>>,
     /// With `SECKILL_CONFIRM_REPLICAS`: the connections purchases run and wait for replicas on.
     confirm: Option<Arc<ConfirmPool>>,
     /// Turns for purchases on Redis, `IN_FLIGHT_PURCHASES` (`buy.rs`) at once.
@@ -96,7 +103,7 @@ impl Sales {
     pub fn new(redis: Keyspace) -> Self {
         let turns = Arc::new(tokio::sync::Semaphore::new(buy::IN_FLIGHT_PURCHASES));
         let batcher = Some(Arc::new(batch::Batcher::new(batch::DEFAULT_PURCHASE_BATCH, None)));
-        Self { redis, layouts: Arc::default(), confirm: None, turns, batcher }
+        Self { redis, layouts: Arc::default(), keys: Arc::default(), confirm: None, turns, batcher }
     }
 
     /// The same sales, with at most `max` purchases in a call (1: each purchase in a call of its
@@ -157,6 +164,21 @@ impl Sales {
             layouts.insert(sale.as_str().into(), kept);
         }
         Ok(Some(layout))
+    }
+
+    /// The keys of `sale` (shard 0's), built once and kept; at most [`MAX_KEPT_KEYS`] sales'
+    /// (when full, all are let go and built again as they are bought: bounded, whatever ids come).
+    pub fn sale_keys(&self, sale: &SaleId) -> Arc<SaleKeys> {
+        if let Some(keys) = self.keys.read().unwrap_or_else(|e| e.into_inner()).get(sale.as_str()) {
+            return keys.clone();
+        }
+        let keys = Arc::new(self.redis.sale_keys(sale));
+        let mut kept = self.keys.write().unwrap_or_else(|e| e.into_inner());
+        if kept.len() >= MAX_KEPT_KEYS {
+            kept.clear();
+        }
+        kept.insert(sale.as_str().into(), keys.clone());
+        keys
     }
 
     /// The layout this instance read less than [`LAYOUT_TTL`] ago, if any.

@@ -116,6 +116,28 @@ async fn users_whose_home_shard_sold_out_fall_over_to_the_other_shards() {
     assert_shards_balance(&app, &sale).await;
 }
 
+/// A purchase's keys are built once per sale and kept, and the instance keeps those of a
+/// bounded number of sales however many ids come: past the bound they are let go (and built
+/// again, alike).
+#[tokio::test]
+async fn the_keys_an_instance_keeps_are_each_sales_own_and_bounded() {
+    let app = spawn_app().await;
+    let prefix = app.store.keyspace().prefix().to_owned();
+    let first = SaleId::parse(&new_sale_id()).unwrap();
+    let kept = app.store.sale_keys(&first);
+    assert_eq!(*kept, SaleKeys::new(&prefix, &first));
+    assert!(std::sync::Arc::ptr_eq(&kept, &app.store.sale_keys(&first)), "kept, not built again");
+    let grouped = SaleId::parse("keys-drop.42").unwrap();
+    assert_eq!(*app.store.sale_keys(&grouped), SaleKeys::new(&prefix, &grouped), "a group's sale: its own keys");
+    for i in 0..1_000 {
+        let other = SaleId::parse(&format!("keys-{i}")).unwrap();
+        assert_eq!(app.store.sale_keys(&other).meta, SaleKeys::new(&prefix, &other).meta);
+    }
+    let again = app.store.sale_keys(&first);
+    assert!(!std::sync::Arc::ptr_eq(&kept, &again), "a thousand other sales later, the first's keys were let go");
+    assert_eq!(*again, *kept, "and built again alike");
+}
+
 #[tokio::test]
 async fn the_shard_count_is_fixed_by_the_first_seed() {
     let app = spawn_app().await;

@@ -10,7 +10,7 @@ pub use self::drop::{DropKeys, LineKeys, drop_line_base, drop_line_bought_key};
 use crate::domain::{SaleId, UserId};
 
 /// The keys of one sale, in the order the sale scripts take them as KEYS.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaleKeys {
     /// Hash: stock_initial, starts_at_ms, ends_at_ms.
     pub meta: String,
@@ -43,7 +43,7 @@ pub struct SaleKeys {
 }
 
 /// A queued sale's waiting room (`lua/queue_join.lua`, `lua/admit.lua`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueKeys {
     /// Sorted set: buyer -> shuffle score, the pre-queue (a place is its rank after the start).
     pub prequeue: String,
