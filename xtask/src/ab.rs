@@ -327,8 +327,15 @@ fn summary(samples: &[Sample], labels: &[String], refusals: bool) -> anyhow::Res
         med.push((rate, cpu));
     }
     println!("b / a: {:.3} × req/s, {:.3} × app CPU per {per}", med[1].0 / med[0].0, med[1].1[0] / med[0].1[0]);
-    // One Redis thread's ceiling at these calls' sizes: 1 / its CPU per purchase.
-    println!("{per}s per Redis CPU-second, median: a {} → b {}", group(1e6 / med[0].1[1]), group(1e6 / med[1].1[1]));
+    // One Redis thread's ceiling at these calls' sizes: 1 / its CPU per purchase (a refusal
+    // costs Redis next to nothing: no line for those).
+    if !refusals {
+        println!(
+            "{per}s per Redis CPU-second, median: a {} → b {}",
+            group(1e6 / med[0].1[1]),
+            group(1e6 / med[1].1[1])
+        );
+    }
     // Paired: b / a within each round (its two runs are seconds apart, so drift between rounds
     // cancels out), then the median and the range over rounds.
     let rounds: std::collections::BTreeSet<u32> = samples.iter().map(|s| s.round).collect();
