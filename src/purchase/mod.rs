@@ -1,10 +1,10 @@
 //! Selling: a sale's stock in Redis and the purchases against it. [`Sales`] seeds sales
-//! (`seed`), buys (`buy`, through `lua/buy.lua`, which decrements the stock and appends the
-//! order to the sale's stream in one atomic step, and keeps the buyer's `receipt`) and reads their
-//! state (`reads`); a hot sale's
-//! stock can be split over shards (`shards`); once Redis said a sale is sold out, each instance
-//! answers that itself (`sold_out`); a retired sale is answered from memory too (`retired`); the
-//! events channel tells every instance when to drop what it holds (`events`).
+//! (`seed`), buys (`buy`, through `lua/buy.lua`, which decrements the stock and appends the order
+//! to the sale's stream in one atomic step, and keeps the buyer's `receipt`; what it decided is
+//! read from the script's `reply`) and reads their state (`reads`); a hot sale's stock can be
+//! split over shards (`shards`); once Redis said a sale is sold out, each instance answers that
+//! itself (`sold_out`); a retired sale is answered from memory too (`retired`); the events
+//! channel tells every instance when to drop what it holds (`events`).
 
 pub mod batch;
 pub mod board;
@@ -12,6 +12,7 @@ mod buy;
 pub mod events;
 mod reads;
 pub mod receipt;
+mod reply;
 mod restore;
 pub mod retired;
 mod seed;
@@ -31,9 +32,10 @@ use crate::redis::confirm::ConfirmPool;
 use crate::redis::keys::SaleKeys;
 use crate::redis::lua::unexpected_reply;
 
-pub use buy::{Admitted, BuyOutcome, Verdict};
+pub use buy::Admitted;
 pub use reads::{QueueState, SaleState};
 pub use receipt::{OrderStatus, Purchase, Receipt};
+pub use reply::{BuyOutcome, Verdict};
 pub use restore::{CommittedOrder, Restored};
 pub use seed::{SaleSpec, SeedOutcome};
 
