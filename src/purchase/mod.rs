@@ -168,8 +168,8 @@ impl Sales {
         Ok(Some(layout))
     }
 
-    /// The keys of `sale` (shard 0's), built once and kept; at most [`MAX_KEPT_KEYS`] sales'
-    /// (when full, all are let go and built again as they are bought: bounded, whatever ids come).
+    /// The keys of `sale` (shard 0's), built once and kept; at most 1,000 sales' (`MAX_KEPT_KEYS`;
+    /// when full, all are let go and built again as they are bought: bounded, whatever ids come).
     pub fn sale_keys(&self, sale: &SaleId) -> Arc<SaleKeys> {
         if let Some(keys) = self.keys.read().unwrap_or_else(|e| e.into_inner()).get(sale.as_str()) {
             return keys.clone();
