@@ -10,7 +10,7 @@ use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::{build_dispatcher, build_worker, register_endpoints};
+use super::background::{build_dispatcher, build_worker, register_endpoints};
 use crate::challenge::solve::{self as solver, SolveError};
 use crate::config::{AuthConfig, Config, SolveArgs};
 use crate::controls::audit;

@@ -5,7 +5,7 @@
 
 use secrecy::ExposeSecret;
 
-use super::{DISPATCHER_DATABASE_CONNECTIONS, WORKER_DATABASE_CONNECTIONS};
+use super::background::{DISPATCHER_DATABASE_CONNECTIONS, WORKER_DATABASE_CONNECTIONS};
 use crate::config::Config;
 use crate::http::edge::{Budget, LINGERING_REFUSALS, MAX_BUDGET, QUEUED_CONNECTIONS};
 use crate::redis::connection::RedisTarget;

@@ -1,8 +1,10 @@
 //! The composition root: builds the service from its configuration and runs it until told to
 //! stop ([`Application`]), with the ordered shutdown; the bodies of the other commands
 //! (`seckill worker`, `migrate`, `reconcile`, `retire`, `token`, `pay`, `solve`) are in `commands`,
-//! `seckill draw verify` in `draw`.
+//! `seckill draw verify` in `draw`; the order worker and the webhook dispatcher both build, on
+//! connections of their own, in `background`.
 
+mod background;
 mod commands;
 mod descriptors;
 mod draw;
@@ -16,11 +18,11 @@ use anyhow::Context;
 use secrecy::{ExposeSecret, SecretString};
 use tokio_util::sync::CancellationToken;
 
+use self::background::{build_dispatcher, build_worker, register_endpoints};
 use self::commands::connect_and_migrate;
 use crate::admission::Admission;
 use crate::challenge::Challenges;
 use crate::config::Config;
-use crate::db;
 use crate::draw::run::runner::Runner as DrawRunner;
 use crate::http::AppState;
 use crate::http::client_ip::{ClientKeys, TrustedProxies};
@@ -29,7 +31,7 @@ use crate::http::rate_limit::RateLimitFields;
 use crate::limiter::Limiter;
 use crate::limiter::local::LocalLimiter;
 use crate::metrics::Metrics;
-use crate::orders::worker::{Worker, WorkerSettings};
+use crate::orders::worker::Worker;
 use crate::purchase::Sales;
 use crate::purchase::events::{self, SaleEvent};
 use crate::purchase::retired::RetiredSales;
@@ -41,7 +43,7 @@ use crate::reservations::Reservations;
 use crate::retire::Retirer;
 use crate::retire::janitor::Janitor;
 use crate::shop::{Limits, Parts, Settings, Shop};
-use crate::webhooks::{self, Changes, Dispatcher};
+use crate::webhooks::{Changes, Dispatcher};
 
 pub use commands::{
     migrate, print_operator_token, print_token, run_reconcile, run_retire, run_worker, send_payment, solve,
@@ -296,65 +298,6 @@ impl SaleEvents {
             SaleEvent::Missed => self.sold_out.clear_all(),
         }
     }
-}
-
-/// Postgres connections of the worker's own pool: one batch insert at a time, plus one spare.
-const WORKER_DATABASE_CONNECTIONS: u32 = 2;
-
-/// The worker gets its own Redis connection and Postgres pool, opened from the task that runs it:
-/// a blocking XREADGROUP must not stall the requests' shared connection, and a connection opened
-/// by an HTTP worker thread dies with that thread's runtime, which stops before the worker has
-/// finished its last batch at shutdown.
-/// `role` names the consumer when SECKILL_WORKER_CONSUMER does not ([`Config::consumer_name`]).
-pub(crate) fn build_worker(config: &Config, role: &str, metrics: Arc<Metrics>) -> anyhow::Result<Worker> {
-    let redis =
-        connection::connect(&config.redis_url, config.worker_block + config.redis_timeout).context("redis url")?;
-    let pool = db::connect_with_timeouts(
-        &config.database_url,
-        WORKER_DATABASE_CONNECTIONS,
-        &config.database.session_parameters(),
-    )
-    .context("database url")?;
-    let settings = WorkerSettings {
-        key_prefix: config.key_prefix.clone(),
-        consumer: config.consumer_name(role),
-        batch: config.worker_batch as usize,
-        block: config.worker_block,
-        claim_timeout: config.worker_claim_timeout,
-        insert_timeout: config.database.worker_insert_timeout,
-    };
-    Ok(Worker::new(redis, pool, settings, metrics))
-}
-
-/// Registers the endpoints `SECKILL_WEBHOOK_URL` names (each once; a disabled one stays
-/// disabled, and the log says so).
-pub(crate) async fn register_endpoints(config: &Config, pool: &sqlx::PgPool) -> anyhow::Result<()> {
-    webhooks::endpoints::register_configured(pool, &config.webhooks.webhook_url)
-        .await
-        .context("registering the endpoints of SECKILL_WEBHOOK_URL (is Postgres reachable?)")
-}
-
-/// Postgres connections of the dispatcher's own pool (its claims and outcomes never wait behind
-/// the requests', nor hold theirs).
-const DISPATCHER_DATABASE_CONNECTIONS: u32 = 4;
-
-/// The webhook dispatcher, when `SECKILL_WEBHOOK_SECRET` is set, on a pool of its own; it reads
-/// the endpoints again at once when `changes` says so.
-pub(crate) fn build_dispatcher(
-    config: &Config,
-    metrics: Arc<Metrics>,
-    changes: Changes,
-) -> anyhow::Result<Option<Dispatcher>> {
-    let Some(settings) = config.webhooks.settings().map_err(anyhow::Error::msg).context("webhooks")? else {
-        return Ok(None);
-    };
-    let pool = db::connect_with_timeouts(
-        &config.database_url,
-        DISPATCHER_DATABASE_CONNECTIONS,
-        &config.database.session_parameters(),
-    )
-    .context("database url")?;
-    Ok(Some(Dispatcher::new(pool, settings, metrics, changes).context("webhook client")?))
 }
 
 /// A token cancelled on Ctrl-C or SIGTERM.
