@@ -17,6 +17,7 @@ mod draw_entries;
 mod draw_run;
 mod drops;
 mod error;
+mod error_code;
 mod error_from;
 mod events;
 mod exports;
