@@ -42,6 +42,8 @@ struct Seen {
     /// 201s to requests sent after the pause's answer.
     sold_after_pause: usize,
     joins: usize,
+    /// Each admitted buyer and its token, in the order admitted.
+    admitted: Vec<(String, String)>,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,6 +168,41 @@ async fn drop_line_storm(redis_url: &str) {
     let seen = Arc::try_unwrap(seen).ok().unwrap().into_inner();
     let (paused_instant, paused_ms) = paused_at.lock().await.expect("the pause happened mid-storm");
 
+    // Both instances refuse a buyer whom only the pause stops: the last admitted buyer under the
+    // limit, with its own token, on a size it has not bought that has stock left (an instance that
+    // saw a size sold out says so first: both are true); asked before the drain, while the token is
+    // fresh (the orders in Postgres below show that nothing was sold after the pause; this shows
+    // that each instance says why).
+    let mut in_stock = Vec::new();
+    for (size, sale) in sale_ids.iter().enumerate() {
+        if deployment.status(sale).await.stock_left > 0 {
+            in_stock.push(size);
+        }
+    }
+    let (user, token, size) = seen
+        .admitted
+        .iter()
+        .rev()
+        .filter(|(user, _)| seen.bought.get(user).map_or(0, Vec::len) < PER_BUYER as usize)
+        .find_map(|(user, token)| {
+            let bought = seen.bought.get(user).map_or(&[][..], Vec::as_slice);
+            let size = in_stock.iter().find(|size| bought.iter().all(|(had, _)| had != *size))?;
+            Some((user, token, *size))
+        })
+        .expect("an admitted buyer under the drop's limit and a size with stock it has not bought");
+    for address in &addresses {
+        let response = client
+            .post(format!("{address}/buy"))
+            .header("Seckill-Admission", token)
+            .json(&json!({"sale_id": sale_ids[size], "user_id": user}))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!((status, answer["error"].as_str()), (403, Some("sale_paused")), "{user} on {address}: {answer}");
+    }
+
     // Every audit entry of the drop names its actor: the seed the shared admin token's, the pause
     // the named operator's.
     let audit: Value = client
@@ -207,12 +244,9 @@ async fn drop_line_storm(redis_url: &str) {
     assert_eq!(after_pause, 0, "orders created after the drop's pause answered");
     assert_eq!(seen.sold_after_pause, 0, "201s to purchases sent after the pause");
     // Each instance's first sale_paused after the pause, if a purchase reached it after the pause
-    // (buyers still in the line then stop: on a slow host one instance may get none; the orders
-    // in Postgres above are the check that neither sold after it).
+    // (printed only: buyers still in the line then stop, so on a slow host neither may get one).
     let lags: Vec<Option<Duration>> =
         seen.first_paused.iter().map(|first| first.map(|at| at.saturating_duration_since(paused_instant))).collect();
-    assert!(lags.iter().any(Option::is_some), "no instance answered sale_paused after the pause");
-
     // Nobody over the drop's limit, and the same buyers and orders the clients saw.
     assert!(units.values().all(|&n| n <= PER_BUYER), "a buyer over {PER_BUYER} units across the drop");
     let bought_users: BTreeSet<&String> = seen.bought.keys().collect();
@@ -292,6 +326,7 @@ async fn admission(
     let mut answer: Value = joined.json().await.unwrap();
     loop {
         if let Some(token) = answer["admission"].as_str() {
+            seen.lock().await.admitted.push((user.to_owned(), token.to_owned()));
             return Some(token.to_owned());
         }
         if paused.load(Ordering::Relaxed) {
