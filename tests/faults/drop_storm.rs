@@ -1,6 +1,7 @@
 //! A drop storm: 2,000 buyers on a group of 5 sizes with one pair per customer, through two
 //! `seckill serve` processes, with a pause of one size and a top-up of another mid-storm. No
-//! buyer holds two sizes; the pause stops both instances within a second (the lag printed);
+//! buyer holds two sizes; nothing sent after the pause's answer sells, and both instances then
+//! refuse the paused size (each one's first refusal in the storm printed, as a lag);
 //! the top-up's units are all sold, no more; every 201 is in Postgres once.
 
 use std::collections::BTreeMap;
@@ -126,15 +127,20 @@ async fn drop_storm(redis_url: &str) {
     let seen = Arc::try_unwrap(seen).ok().unwrap().into_inner();
     let paused_at = paused_at.lock().await.expect("the pause happened mid-storm");
 
-    // The pause: every instance refuses within a second of its answer (the lag: from the pause's
-    // 200 to each instance's first sale_paused), and no purchase sent after it sold at all (the
-    // pause is in the meta the purchase script reads in its one call).
-    let lags: Vec<Duration> = seen
-        .first_paused
-        .iter()
-        .map(|first| first.expect("every instance answered sale_paused").saturating_duration_since(paused_at))
-        .collect();
-    assert!(lags.iter().all(|lag| *lag < Duration::from_secs(1)), "pause lags {lags:?}");
+    // The pause: no purchase sent after its answer sold at all (the pause is in the meta the
+    // purchase script reads in its one call), and each instance refuses a buyer whom only the
+    // pause stops (a new buyer, the paused size, which keeps stock: asserted below). The lag from
+    // the pause's 200 to each instance's first sale_paused in the storm is printed only: how soon
+    // a storm buyer comes by depends on the host.
+    let lags: Vec<Option<Duration>> =
+        seen.first_paused.iter().map(|first| first.map(|at| at.saturating_duration_since(paused_at))).collect();
+    for (n, address) in addresses.iter().enumerate() {
+        let body = json!({"sale_id": sizes[0], "user_id": format!("after-the-pause-{n}")});
+        let response = client.post(format!("{address}/buy")).json(&body).send().await.unwrap();
+        let status = response.status().as_u16();
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!((status, answer["error"].as_str()), (403, Some("sale_paused")), "on {address}: {answer}");
+    }
     let after_pause = seen.paused_size_sales.iter().filter(|sent| **sent > paused_at).count();
     assert_eq!(after_pause, 0, "the paused size sold to requests sent after the pause");
 
@@ -173,11 +179,12 @@ async fn drop_storm(redis_url: &str) {
     );
     eprintln!(
         "figures drop storm ({}): {BUYERS} buyers, {SIZES} sizes over 2 instances in {:.2} s, answers {:?}; \
-         {sold} sold, none twice; pause lag per instance {:?} ms (sales sent after the pause: {after_pause}), \
+         {sold} sold, none twice; first sale_paused per instance {:?} ms after the pause (sales sent after it: \
+         {after_pause}), \
          the {TOP_UP} topped-up units all sold",
         if redis_url.contains(',') { "cluster" } else { "single" },
         elapsed.as_secs_f64(),
         seen.statuses,
-        lags.iter().map(|lag| lag.as_millis()).collect::<Vec<_>>(),
+        lags.iter().map(|lag| lag.map(|lag| lag.as_millis())).collect::<Vec<_>>(),
     );
 }
