@@ -220,7 +220,9 @@ async fn two_instances_asked_at_once_give_one_set_of_results() {
 #[tokio::test]
 async fn a_draw_runs_by_itself_once_its_entries_close() {
     let app = spawn_app().await;
-    let drop = draw_drop(&app, [2, 2, 2], 4).await;
+    // Entries close 10 s after the seed: the seed and the 12 entries must land before, on a
+    // loaded host too.
+    let drop = draw_drop(&app, [2, 2, 2], 10).await;
     enter_all(&app, &drop, 12).await;
     let until = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
