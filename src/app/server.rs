@@ -15,11 +15,13 @@ use actix_server::{Server, ServerBuilder};
 use actix_service::{IntoServiceFactory, ServiceFactoryExt, fn_service, map_config};
 use actix_web::App;
 use actix_web::dev::AppConfig;
+use actix_web::middleware::Condition;
 use actix_web::rt::net::TcpStream;
 
 use crate::http::edge::{Edge, QUEUED_CONNECTIONS};
 use crate::http::routes::{self, Listener};
 use crate::http::{AppState, middleware};
+use crate::telemetry::traces;
 
 /// How long a connection may stay idle between requests (actix-web's default).
 const KEEP_ALIVE: Duration = Duration::from_secs(5);
@@ -94,8 +96,9 @@ fn listen(
         let (state, edge, signal) = (state.clone(), edge.clone(), signal.clone());
         let app = App::new()
             .wrap_fn(middleware::record_http)
-            .wrap_fn(middleware::send_request_id)
-            .wrap(tracing_actix_web::TracingLogger::<middleware::RequestSpan>::new())
+            .wrap_fn(middleware::request_id)
+            // A span per request only for traces (its cost: `middleware::request_id`).
+            .wrap(Condition::new(traces::on(), tracing_actix_web::TracingLogger::<middleware::RequestSpan>::new()))
             .configure(routes::configure(state, routes))
             .into_factory()
             .map_err(|err| err.error_response());

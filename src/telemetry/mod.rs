@@ -2,14 +2,16 @@
 //! (coloured only when stderr is a terminal) or as one JSON object per line; and, when an OTLP
 //! endpoint is configured, traces ([`traces`]).
 //!
-//! Every HTTP request runs in a span with a `request_id` (`crate::http::middleware`), which text
-//! lines show in their span prefix and JSON lines in their `span` object; the id is also sent back
-//! in the `x-request-id` header. Nothing is logged per successful request at the default level,
+//! Every line an HTTP request logs carries its `request_id`, which text lines show in their span
+//! prefix and JSON lines in their `span` object: a `request` span made for the line
+//! ([`request_lines`]), or with traces on the request's own span; the id is also sent back in the
+//! `x-request-id` header (`crate::http::middleware`). Nothing is logged per successful request at the default level,
 //! and what a client can make the HTTP stack log (a malformed request) is a WARN line at most once
 //! a second. Requests failing on Redis or Postgres log a WARN line at most once every
 //! [`DEPENDENCY_WARN_INTERVAL`] per dependency ([`dependency_failure_line`]), so an outage under a
 //! crowd logs a few lines, not one per request.
 
+pub mod request_lines;
 pub mod traces;
 
 use std::io::IsTerminal;
@@ -70,7 +72,11 @@ pub fn init(format: LogFormat) -> Telemetry {
         }
     };
     let Some(provider) = provider else {
-        let subscriber = tracing_subscriber::registry().with(lines).with(ConnectionErrors::new()).with(filter);
+        let subscriber = tracing_subscriber::registry()
+            .with(lines)
+            .with(ConnectionErrors::new())
+            .with(request_lines::RequestLines)
+            .with(filter);
         let _ = tracing::subscriber::set_global_default(subscriber);
         return Telemetry { traces: None };
     };
