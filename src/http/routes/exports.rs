@@ -14,6 +14,7 @@ use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::operators::Viewer;
 use crate::shop::{ExportFormat, ExportLines};
+use crate::telemetry::request_lines;
 
 /// An export's query.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -125,8 +126,15 @@ fn choices(req: &HttpRequest, query: &ExportQuery) -> Result<(ExportFormat, Vec<
 }
 
 fn answer(lines: ExportLines, format: ExportFormat, name: &str) -> HttpResponse {
-    let body = lines.map_ok(web::Bytes::from).map_err(|err| {
-        tracing::error!(error = %err, "an order export failed mid-way; its answer is cut short");
+    // The body streams after the handler has returned, outside the request's scope: its line
+    // is logged in it again, so that it carries the request's id.
+    let request = request_lines::current();
+    let body = lines.map_ok(web::Bytes::from).map_err(move |err| {
+        let log = || tracing::error!(error = %err, "an order export failed mid-way; its answer is cut short");
+        match request {
+            Some(id) => request_lines::sync_scope(id, log),
+            None => log(),
+        }
         actix_web::error::ErrorServiceUnavailable("export failed")
     });
     HttpResponse::Ok()
