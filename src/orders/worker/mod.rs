@@ -136,32 +136,6 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// While events are written (the last insert's `hooked`), the batch's sales whose Redis
-    /// stock is gone (a `GET` per sale of the batch, usually one): the only ones whose
-    /// `sale.sold_out` the insert checks, a check that sums the sale's orders and would cost a
-    /// sale still selling that sum on every batch. `None` (the insert checks every sale of the
-    /// batch, if an endpoint is registered) otherwise, or when Redis does not answer. A sale whose
-    /// units come back before its last orders are stored may miss its event (docs/webhooks.md).
-    async fn sold_out_in_redis(&self, orders: &[crate::domain::Order]) -> Option<std::collections::HashSet<String>> {
-        if !self.hooked {
-            return None;
-        }
-        let mut sales: Vec<&SaleId> = orders.iter().map(|o| &o.sale_id).collect();
-        sales.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
-        sales.dedup();
-        let mut con = self.redis.clone();
-        let mut gone = std::collections::HashSet::new();
-        // One GET per sale, each in its own slot (a cluster refuses a pipeline across slots).
-        for sale in sales {
-            let stock: Option<i64> =
-                redis::cmd("GET").arg(self.sales.keyspace().sale_keys(sale).stock).query_async(&mut con).await.ok()?;
-            if stock.is_none_or(|left| left <= 0) {
-                gone.insert(sale.as_str().to_owned());
-            }
-        }
-        Some(gone)
-    }
-
     /// `redis` must be a connection of its own: the worker's blocking reads would stall requests
     /// multiplexed on a shared one. Its response timeout must exceed `settings.block`.
     pub fn new(redis: RedisConnection, pool: PgPool, settings: WorkerSettings, metrics: Arc<Metrics>) -> Self {
