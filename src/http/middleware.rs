@@ -95,7 +95,6 @@ pub fn record_http<S>(
 where
     S: Service<ServiceRequest, Response = ServiceResponse, Error = actix_web::Error>,
 {
-    let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
     let method = method_label(req.method());
     let metrics = req.app_data::<actix_web::web::Data<AppState>>().map(|s| s.shop.metrics().clone());
     let started = Instant::now();
@@ -103,6 +102,9 @@ where
     async move {
         let response = response.await?;
         if let Some(metrics) = metrics {
+            // Read after routing: the resource the router chose, found by its index (before it,
+            // actix-web would match the path against every resource again).
+            let route = response.request().match_pattern().unwrap_or_else(|| "unmatched".to_owned());
             let status = response.status();
             metrics.http_requests.with_label_values(&[&route, method, status.as_str()]).inc();
             metrics.http_duration.with_label_values(&[&route]).observe(started.elapsed().as_secs_f64());
