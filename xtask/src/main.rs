@@ -12,10 +12,10 @@
 //! 2. Measuring: `measure/` (processes' CPU, bounded generator runs, wrk's and redis-benchmark's
 //!    outputs, `/metrics` and the drivers' own requests, Redis's commandstats, the checks after a
 //!    run, the machine and its tools, paired medians and number formats, shared settings).
-//! 3. Commands, one per task: `test/`, `run`, `bench/`, `ab`, `script_ab`, `shard_ceiling/`,
+//! 3. Commands, one per task: `test/`, `run`, `bench/`, `ab`, `script_ab`, `script_parts`, `shard_ceiling/`,
 //!    `load/` (the test suite with its API fuzz; the service with a demo sale; the benchmark and
 //!    its report; paired A/B rounds of two builds on `/buy`; of two revisions' purchase script on
-//!    Redis; the stock-sharding ceiling; the k6 and oha load runs with their invariants, and the
+//!    Redis; where its Redis CPU goes; the stock-sharding ceiling; the k6 and oha load runs with their invariants, and the
 //!    webhook dispatcher's delivery lag under paced purchases).
 
 mod ab;
@@ -26,6 +26,7 @@ mod load;
 mod measure;
 mod run;
 mod script_ab;
+mod script_parts;
 mod shard_ceiling;
 mod steps;
 mod test;
@@ -51,6 +52,8 @@ enum Task {
     Ab(ab::Args),
     /// Paired A/B rounds of two revisions' lua/buy_batch.lua alone on Redis (CPU per purchase).
     ScriptAb(script_ab::Args),
+    /// Where a purchase's Redis CPU goes: lua/buy_batch.lua with its parts taken out one by one.
+    ScriptParts(script_parts::Args),
     /// Measures the stock-sharding ceiling (Redis and /buy) for K = 1..3 on a local cluster.
     ShardCeiling(shard_ceiling::Args),
     /// Load runs with k6 (the flash crowd), oha or wrk (the webhooks' delivery lag), then the invariants.
@@ -64,6 +67,7 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         Task::Bench(args) => bench::run(args),
         Task::Ab(args) => ab::run(args),
         Task::ScriptAb(args) => script_ab::run(args),
+        Task::ScriptParts(args) => script_parts::run(args),
         Task::ShardCeiling(args) => shard_ceiling::run(args),
         Task::Load(args) => load::run(args),
     }

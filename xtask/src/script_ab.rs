@@ -13,15 +13,14 @@
 //! per purchase user, order, place, traceparent, quantity and proven where the revision takes them,
 //! checks and each limit's five ARGV).
 
-use std::process::{Command, ExitCode, Stdio};
-use std::time::Duration;
+use std::process::ExitCode;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{bail, ensure};
 use testbed::{Options, Services};
 
-use crate::measure::cpu::process_cpu;
 use crate::measure::host::need_tools;
 use crate::measure::lua::{lua_file, splice};
+use crate::measure::script_run::{self, Shape};
 use crate::measure::stats::{median, median_and_range};
 
 #[derive(clap::Args, Debug)]
@@ -84,82 +83,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 fn rounds(args: &Args, services: &Services, labels: &[String; 2], scripts: &[String; 2]) -> anyhow::Result<ExitCode> {
     let redis = &services.redis;
-    let pid = redis.pid().context("the Redis server's pid")? as i32;
-    // No AOF rewrite during a run: each run starts from an emptied keyspace and a rewritten AOF.
-    redis.query::<()>(redis::cmd("CONFIG").arg("SET").arg("auto-aof-rewrite-percentage").arg(0))?;
+    let pid = script_run::prepare(redis)?;
     let shas: Vec<String> =
         scripts.iter().map(|s| redis.query(redis::cmd("SCRIPT").arg("LOAD").arg(s))).collect::<Result<_, _>>()?;
-    let keys: Vec<String> = ["meta", "stock", "buyers", "orders", "receipts", "queue:bought", "held"]
-        .iter()
-        .map(|k| format!("script-ab:{{sale:sab}}:{k}"))
-        .collect();
+    let shape = Shape { per_call: args.per_call, checks: args.checks, one_address: args.one_address };
+    let calls: Vec<Vec<String>> =
+        shas.iter().zip(scripts).map(|(sha, script)| script_run::batch_call(sha, script, shape)).collect();
+    let keys = script_run::sale_keys();
     let n = args.per_call as usize;
-    // Each revision's call (redis-benchmark draws every __rand_int__ anew): its keys, then the
-    // sale, shards and n, then per purchase a new buyer, order (and, from issue 41 on, a quantity
-    // of 1; from issue 44 on, no proof of work) and client limit key. A revision's contract line says which: `KEYS[1..7]` from issue 41.
-    let calls: Vec<Vec<String>> = shas
-        .iter()
-        .zip(scripts)
-        .map(|(sha, script)| {
-            let quantities = script.contains("-- KEYS[1..7]");
-            // From issue 44 on, each purchase says whether its proof of work was proven ("": no).
-            let proven = script.contains("proven (buy.lua's ARGV[8])");
-            let sale_keys = if quantities { 7 } else { 6 };
-            let mut call: Vec<String> = vec!["EVALSHA".into(), sha.clone(), (sale_keys + n).to_string()];
-            let client = if args.one_address {
-                "script-ab:{sale:sab}:limit:c1"
-            } else {
-                "script-ab:{sale:sab}:limit:c__rand_int__"
-            };
-            let mut limit_keys = vec![];
-            for i in 0..n {
-                limit_keys.extend(
-                    [client.to_string(), format!("script-ab:{{sale:sab}}:limit:u{i}-__rand_int__")]
-                        .into_iter()
-                        .take(args.checks as usize),
-                );
-            }
-            call[2] = (sale_keys + limit_keys.len()).to_string();
-            call.extend(keys.iter().take(sale_keys).cloned());
-            call.extend(limit_keys);
-            call.extend(["sab".into(), "1".into(), n.to_string()]);
-            for i in 0..n {
-                call.extend([format!("u{i}-__rand_int__"), "o__rand_int__".into(), String::new(), String::new()]);
-                if quantities {
-                    call.push("1".into());
-                }
-                if proven {
-                    call.push(String::new());
-                }
-                call.push(args.checks.to_string());
-                for _ in 0..args.checks {
-                    // A limit no purchase meets: each is admitted, each costs its limit's work.
-                    call.extend(["1000000", "1000", "1000000", "n__rand_int__", ""].map(String::from));
-                }
-            }
-            call
-        })
-        .collect();
     let mut per_purchase = [vec![], vec![]];
     for round in 1..=args.rounds {
         let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
         for build in order {
-            redis.query::<()>(&redis::cmd("FLUSHALL"))?;
-            redis.query::<String>(&redis::cmd("BGREWRITEAOF"))?;
-            ensure!(redis.wait_aof_rewritten(Duration::from_secs(60)), "the AOF rewrite took over 60 s");
-            redis.query::<()>(
-                redis::cmd("HSET").arg(&keys[0]).arg("stock_initial").arg(u64::MAX >> 12).arg("shards").arg(1),
-            )?;
-            redis.query::<()>(redis::cmd("SET").arg(&keys[1]).arg(u64::MAX >> 12))?;
-            let before = process_cpu(pid).context("the Redis server's CPU")?;
-            let status = Command::new("redis-benchmark")
-                .args(["-h", "127.0.0.1", "-p", &redis.port.to_string(), "-c", &args.clients.to_string()])
-                .args(["-n", &args.calls.to_string(), "-r", "2147483647", "-q"])
-                .args(&calls[build])
-                .stdout(Stdio::null())
-                .status()?;
-            ensure!(status.success(), "redis-benchmark failed");
-            let cpu = process_cpu(pid).context("the Redis server's CPU")? - before;
+            let cpu = script_run::fresh_run(redis, pid, &calls[build], args.calls, args.clients)?;
             // The buyers, not the stream's entries: from issue 54 on, a call's orders share one.
             let bought: u64 = redis.query(redis::cmd("SCARD").arg(&keys[2]))?;
             // A few buyers drawn twice are refused; far fewer orders mean the script failed.

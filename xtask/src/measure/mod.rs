@@ -12,8 +12,9 @@
 //!    `/metrics`, Redis's calls by command, wrk's and redis-benchmark's outputs, the queue drained
 //!    then `seckill reconcile` and psql, the machine and its tools, RFC 3339 times, medians and
 //!    paired ratios and number formats, `--profile` and `NAME=VALUE` settings, the app's Lua scripts assembled).
-//! 2. Runs: `process` (one generator run, bounded in time and stopped by PID, with the CPU of the
-//!    watched processes meanwhile).
+//! 2. Runs: `process`, `script_run` (one generator run, bounded in time and stopped by PID, with
+//!    the CPU of the watched processes meanwhile; a purchase script's call repeated by
+//!    redis-benchmark on a fresh keyspace, with the Redis server's CPU meanwhile).
 
 pub mod cgroup;
 pub mod checks;
@@ -24,6 +25,7 @@ pub mod host;
 pub mod http;
 pub mod lua;
 pub mod process;
+pub mod script_run;
 pub mod settings;
 pub mod stats;
 pub mod wrk;
