@@ -104,6 +104,11 @@ async fn invented_methods_and_unmatched_paths_share_one_series_each() {
     for path in ["/nope", "/nope/1", "/x/y/z"] {
         assert_eq!(app.client.get(app.url(path)).send().await.unwrap().status(), 404);
     }
+    // A route with a parameter counts under its pattern, whatever the value.
+    for sale in ["a", "b"] {
+        let url = app.url(&format!("/admin/sales/{sale}/audit"));
+        assert_eq!(app.client.post(url).send().await.unwrap().status(), 405);
+    }
 
     let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
     let m = samples(&text);
@@ -115,4 +120,8 @@ async fn invented_methods_and_unmatched_paths_share_one_series_each() {
     }
     assert_eq!(m[r#"seckill_http_requests_total{method="GET",route="unmatched",status="404"}"#], 3.0);
     assert_eq!(series(r#"seckill_http_requests_total{method="GET",route="unmatched""#), 1);
+    assert_eq!(
+        m[r#"seckill_http_requests_total{method="POST",route="/admin/sales/{sale_id}/audit",status="405"}"#],
+        2.0
+    );
 }
