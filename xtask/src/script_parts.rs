@@ -94,6 +94,16 @@ const LOGS: [(&str, &str); 4] = [
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::steps::handle_signals()?;
     need_tools(&[("redis-benchmark", "redis-tools")])?;
+    let variants = variants()?;
+    let mut services = Services::start(&Options::default())?;
+    let outcome = rounds(&args, &services.redis, &variants);
+    services.stop();
+    outcome
+}
+
+/// Every script the runs call, labelled: the whole batch script (the working tree's, with the
+/// sliding log), each cut after the one before it, then the standalone scripts.
+fn variants() -> anyhow::Result<Vec<(String, String)>> {
     let mut whole = String::new();
     splice(None, &lua_file(None, "buy_batch.lua")?, &lua_file(None, "sliding_log.lua")?, &mut whole)?;
     let mut variants = vec![("the batch script, whole".to_string(), whole.clone())];
@@ -112,10 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         variants.push((label.to_string(), script.clone()));
     }
     variants.extend(LOGS.iter().map(|(label, body)| (label.to_string(), standalone(body))));
-    let mut services = Services::start(&Options::default())?;
-    let outcome = rounds(&args, &services.redis, &variants);
-    services.stop();
-    outcome
+    Ok(variants)
 }
 
 fn rounds(args: &Args, redis: &Redis, variants: &[(String, String)]) -> anyhow::Result<ExitCode> {
@@ -179,5 +186,18 @@ fn check(redis: &Redis, call: &[String], whole: bool, purchases: f64, per_call: 
     match redis.query::<Value>(&probe)? {
         Value::Array(replies) if replies.len() == per_call as usize => Ok(()),
         other => bail!("the reply {other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Each cut finds its line in today's script, and each variant differs from the one before it.
+    #[test]
+    fn every_cut_replaces_a_line_of_the_script() {
+        let variants = super::variants().unwrap();
+        assert_eq!(variants.len(), 1 + super::CUTS.len() + super::LOGS.len());
+        for pair in variants[..=super::CUTS.len()].windows(2) {
+            assert_ne!(pair[0].1, pair[1].1, "{}", pair[1].0);
+        }
     }
 }
