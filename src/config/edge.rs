@@ -12,7 +12,8 @@ use crate::http::edge::EdgeSettings;
 pub struct EdgeConfig {
     /// The longest a request's head, and then its body, may take to arrive once begun (a new
     /// connection's first head: from the connection's start); then the client gets 408 and the
-    /// connection is closed (a slow or stalled upload holds nothing).
+    /// connection is closed (a slow or stalled upload holds nothing; a new connection that sent
+    /// nothing is closed without an answer).
     #[arg(long, env = "SECKILL_REQUEST_READ_TIMEOUT", default_value = "5s", value_parser = read_timeout,
           global = true)]
     pub request_read_timeout: Duration,

@@ -6,7 +6,8 @@
 //!   actix-http's has none), a chunked body (411: every body here is small JSON with a length);
 //! - a head or body that does not arrive within `SECKILL_REQUEST_READ_TIMEOUT`, counted from the
 //!   connection's start for its first head (408; actix-http times only the first head, with an
-//!   empty answer);
+//!   empty answer); a connection that sent nothing at all is closed at that deadline without an
+//!   answer, as no request was made;
 //! - requests pipelined ahead of their answers: actix-http reads and decodes every request a
 //!   client sends whether or not it takes the answers, so a read hands it at most
 //!   `SECKILL_MAX_PIPELINED_REQUESTS` requests beyond those whose answers it has written and
@@ -333,6 +334,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> EdgeStream<S> {
         }
         if !expired(&mut self.deadline, cx) {
             return Poll::Pending;
+        }
+        if !self.begun {
+            // Nothing arrived, so there is no request to answer: the stream ends without one. An
+            // HTTP client may hold such a connection idle in its pool, where an answer it did not
+            // ask for is an error (hyper's `UnexpectedMessage`) and an end is not.
+            self.edge.count(Refusal::ReadTimeout);
+            self.framing.stop();
+            self.ended = true;
+            return Poll::Ready(Ok(()));
         }
         self.refuse(Refusal::ReadTimeout);
         self.poll_refuse(cx)

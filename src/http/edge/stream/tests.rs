@@ -71,6 +71,22 @@ async fn a_body_that_stops_arriving_gets_408_and_the_end_of_the_stream() {
 }
 
 #[tokio::test]
+async fn a_connection_that_sends_nothing_ends_at_the_deadline_without_an_answer() {
+    let (client, server) = tokio::io::duplex(4096);
+    let mut edge_side = EdgeStream::new(server, edge(1024), None, None);
+    let (mut client_read, _client_write) = tokio::io::split(client);
+    let started = Instant::now();
+    let mut seen = vec![0; 4096];
+    assert_eq!(edge_side.read(&mut seen).await.unwrap(), 0, "the stream ends");
+    assert!(started.elapsed() >= Duration::from_millis(200), "no sooner than the deadline");
+    assert_eq!(edge_side.read(&mut seen).await.unwrap(), 0, "and stays ended");
+    drop(edge_side); // actix closes the connection once its stream has ended
+    let mut answer = Vec::new();
+    client_read.read_to_end(&mut answer).await.unwrap();
+    assert!(answer.is_empty(), "no answer: {:?}", String::from_utf8_lossy(&answer));
+}
+
+#[tokio::test]
 async fn connections_refused_at_once_linger_only_while_few_do() {
     let edge = edge(1024);
     let refused = || {
