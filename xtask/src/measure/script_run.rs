@@ -11,6 +11,11 @@ use testbed::Redis;
 
 use super::cpu::process_cpu;
 
+/// The longest one run may take (10,000 calls of 14 purchases took about 5 s on this 2-core host,
+/// so the most a run may ask, 200,000, about two minutes): then redis-benchmark is stopped and the
+/// run fails.
+const RUN_LIMIT: Duration = Duration::from_secs(600);
+
 /// The sale's keys the calls use (`buy.lua`'s KEYS[1..7], one throwaway sale).
 pub fn sale_keys() -> Vec<String> {
     ["meta", "stock", "buyers", "orders", "receipts", "queue:bought", "held"]
@@ -77,7 +82,8 @@ pub fn prepare(redis: &Redis) -> anyhow::Result<i32> {
 }
 
 /// One run: the keyspace emptied and the AOF rewritten, the sale seeded with stock no run sells
-/// out, then `calls` of `call` by `clients` connections. Returns the Redis server's CPU seconds.
+/// out, then `calls` of `call` by `clients` connections, within [`RUN_LIMIT`]. Returns the Redis
+/// server's CPU seconds.
 pub fn fresh_run(redis: &Redis, pid: i32, call: &[String], calls: u64, clients: u32) -> anyhow::Result<f64> {
     let keys = sale_keys();
     redis.query::<()>(&redis::cmd("FLUSHALL"))?;
@@ -87,12 +93,13 @@ pub fn fresh_run(redis: &Redis, pid: i32, call: &[String], calls: u64, clients: 
         .query::<()>(redis::cmd("HSET").arg(&keys[0]).arg("stock_initial").arg(u64::MAX >> 12).arg("shards").arg(1))?;
     redis.query::<()>(redis::cmd("SET").arg(&keys[1]).arg(u64::MAX >> 12))?;
     let before = process_cpu(pid).context("the Redis server's CPU")?;
-    let status = Command::new("redis-benchmark")
+    let mut bench = Command::new("redis-benchmark");
+    bench
         .args(["-h", "127.0.0.1", "-p", &redis.port.to_string(), "-c", &clients.to_string()])
         .args(["-n", &calls.to_string(), "-r", "2147483647", "-q"])
         .args(call)
-        .stdout(Stdio::null())
-        .status()?;
+        .stdout(Stdio::null());
+    let status = crate::steps::run(&mut bench, std::time::Instant::now() + RUN_LIMIT)?;
     ensure!(status.success(), "redis-benchmark failed");
     Ok(process_cpu(pid).context("the Redis server's CPU")? - before)
 }

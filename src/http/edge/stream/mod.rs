@@ -340,7 +340,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> EdgeStream<S> {
             // HTTP client may hold such a connection idle in its pool, where an answer it did not
             // ask for is an error (hyper's `UnexpectedMessage`) and an end is not.
             self.edge.count(Refusal::ReadTimeout);
-            self.framing.stop();
             self.ended = true;
             return Poll::Ready(Ok(()));
         }
