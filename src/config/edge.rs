@@ -18,9 +18,9 @@ pub struct EdgeConfig {
           global = true)]
     pub request_read_timeout: Duration,
 
-    /// The longest the answers written on a connection may wait for the client to take them
-    /// (1s-5m), counted from when a write first waits until all are written; then the
-    /// connection is closed (a client that never reads holds nothing for long).
+    /// The longest the answers written on a connection (a refusal's included) may wait for the
+    /// client to take them (1s-5m), counted from when a write first waits until all are written;
+    /// then the connection is closed (a client that never reads holds nothing for long).
     #[arg(long, env = "SECKILL_RESPONSE_WRITE_TIMEOUT", default_value = "10s", value_parser = write_timeout,
           global = true)]
     pub response_write_timeout: Duration,

@@ -14,7 +14,8 @@
 //!   flushed (the rest waits here, at most one read's bytes, or in the kernel);
 //! - answers the client does not take: once a write waits, actix-http's unwritten answers must be
 //!   taken within `SECKILL_RESPONSE_WRITE_TIMEOUT`, else the write fails and actix-http drops
-//!   the connection (counted as `write_timeout`).
+//!   the connection (counted as `write_timeout`). A refusal's own answer (below) is held to the
+//!   same deadline: its stream fails when it is passed.
 //!
 //! Each refusal writes its JSON answer, half-closes the socket, lingers, and ends the stream, so
 //! actix closes the connection. A connection refused at once (over its client's share or the
@@ -217,18 +218,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin> EdgeStream<S> {
         while let Some((refusal, closing)) = self.refusal {
             match closing {
                 Closing::Writing(written) => {
+                    // A refusal's answer the client does not take fails at the write deadline
+                    // as any answer does: a client that stops reading cannot pin the connection.
                     let answer = self.edge.answer(refusal);
                     if written < answer.len() {
-                        let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &answer[written..]))?;
+                        let n = match Pin::new(&mut self.inner).poll_write(cx, &answer[written..]) {
+                            Poll::Pending => return self.poll_write_deadline(cx).map_ok(drop),
+                            Poll::Ready(n) => n?,
+                        };
                         if n == 0 {
                             return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
                         }
                         self.refusal = Some((refusal, Closing::Writing(written + n)));
                         continue;
                     }
-                    ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
+                    if Pin::new(&mut self.inner).poll_flush(cx)?.is_pending() {
+                        return self.poll_write_deadline(cx).map_ok(drop);
+                    }
                     // An error here means the client is gone already: the stream ends either way.
-                    let _ = ready!(Pin::new(&mut self.inner).poll_shutdown(cx));
+                    if Pin::new(&mut self.inner).poll_shutdown(cx).is_pending() {
+                        return self.poll_write_deadline(cx).map_ok(drop);
+                    }
                     if self.may_linger() {
                         arm(&mut self.deadline, linger(refusal));
                         self.refusal = Some((refusal, Closing::Lingering(0)));

@@ -52,6 +52,36 @@ async fn answers_the_client_does_not_take_fail_at_the_write_deadline() {
 }
 
 #[tokio::test]
+async fn a_refusal_the_client_does_not_take_fails_at_the_write_deadline() {
+    // The pipe holds 16 bytes each way, less than any refusal's answer, and the client never reads.
+    let (client, server) = tokio::io::duplex(16);
+    let mut edge_side = EdgeStream::new(server, edge(64), None, None);
+    let (_client_read, mut client_write) = tokio::io::split(client);
+    let sending = tokio::spawn(async move {
+        // A head over the 64 bytes allowed: refused with 431.
+        let _ = client_write.write_all(b"GET /healthz HTTP/1.1\r\nx-long: ").await;
+        let _ = client_write.write_all(&[b'a'; 256]).await;
+        client_write
+    });
+    let started = Instant::now();
+    let mut seen = vec![0; 4096];
+    let ended = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match edge_side.read(&mut seen).await {
+                Ok(n) if n > 0 => continue,
+                other => break other,
+            }
+        }
+    })
+    .await
+    .expect("the stream ends: the refusal's answer does not pin the connection");
+    assert_eq!(ended.map_err(|err| err.kind()), Err(io::ErrorKind::TimedOut));
+    assert!(started.elapsed() >= Duration::from_millis(200), "no sooner than the write deadline");
+    drop(edge_side);
+    drop(sending);
+}
+
+#[tokio::test]
 async fn a_body_that_stops_arriving_gets_408_and_the_end_of_the_stream() {
     let (client, server) = tokio::io::duplex(4096);
     let mut edge_side = EdgeStream::new(server, edge(1024), None, None);
