@@ -199,6 +199,16 @@ impl Seckill {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits until the log has a line containing `needle` (20 s at most), e.g. the last line of
+    /// the start ("worker started", which the worker's task logs after `/healthz` answers).
+    pub async fn wait_for_log(&self, needle: &str) {
+        let until = Instant::now() + Duration::from_secs(20);
+        while self.log_lines(needle) == 0 {
+            assert!(Instant::now() < until, "no log line with {needle:?}; log:\n{}", self.log_text());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Log lines containing `needle`.
     pub fn log_lines(&self, needle: &str) -> usize {
         self.log_text().lines().filter(|l| l.contains(needle)).count()

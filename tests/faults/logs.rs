@@ -17,7 +17,7 @@ use crate::storm_client::Storm;
 async fn json_log_lines_carry_the_request_id_and_purchases_log_nothing() {
     let mut deployment = Deployment::new(&[("SECKILL_LOG_FORMAT", "json")]).await;
     let (service, sale) = deployment.start_with_sale(10).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    service.wait_for_log("worker started").await; // the start's last line
     let quiet = service.log_text().lines().count();
     for i in 0..5 {
         assert_eq!(deployment.buy(&sale, &format!("u{i}")).await.status(), 201);
@@ -71,7 +71,7 @@ async fn a_redis_outage_under_a_storm_logs_a_few_warn_lines_not_one_per_request(
     const REQUESTS: usize = 1_000;
     let mut deployment = Deployment::new(&[("SECKILL_LOG_FORMAT", "json")]).await;
     let (service, sale) = deployment.start_with_sale(10).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    service.wait_for_log("worker started").await;
     let before = service.log_text().lines().count();
 
     let outage = RedisOutage::begin();
