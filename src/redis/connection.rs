@@ -259,16 +259,18 @@ pub fn is_redis_outage(err: &redis::RedisError) -> bool {
 /// True when a failed call to one server is known never to have run there: the connection was
 /// refused (nothing was sent), or Redis answered with an error it gives before running a command
 /// at all (a script busy, a script unknown, the data still loading, a replica that takes no
-/// writes, a cluster redirect, no permission). Anything else (a timeout, a connection reset or
-/// dropped after the call was queued, an error the script raised as it ran, a reply not
-/// understood) may have followed the call's run: false. Not for a cluster's calls, which its
-/// client retries by itself (an attempt before the last one may have run).
+/// writes, a cluster redirect, no authentication). Anything else (a timeout, a connection reset
+/// or dropped after the call was queued, an error the script raised as it ran, a reply not
+/// understood) may have followed the call's run: false. `NOPERM` among them: an ACL refuses a
+/// command inside a script with it as well, after the script's writes before that command. Not
+/// for a cluster's calls, which its client retries by itself (an attempt before the last one may
+/// have run).
 pub fn never_ran(err: &redis::RedisError) -> bool {
     err.is_connection_refusal()
         || err.is_cluster_error()
         || matches!(
             err.code(),
-            Some("BUSY" | "NOSCRIPT" | "LOADING" | "MASTERDOWN" | "READONLY" | "CROSSSLOT" | "NOPERM" | "NOAUTH")
+            Some("BUSY" | "NOSCRIPT" | "LOADING" | "MASTERDOWN" | "READONLY" | "CROSSSLOT" | "NOAUTH")
         )
 }
 
@@ -300,5 +302,11 @@ mod tests {
             assert!(!never_ran(&Error::from(kind).into()), "{kind:?}");
         }
         assert!(!never_ran(&crate::redis::lua::unexpected_reply("buy.lua", "?")));
+        let refused_inside = redis::make_extension_error(
+            "NOPERM".to_owned(),
+            Some("this user has no permissions to run the 'decrby' command".to_owned()),
+        );
+        assert_eq!(refused_inside.code(), Some("NOPERM"));
+        assert!(!never_ran(&refused_inside), "an ACL's refusal may come after the script's writes");
     }
 }
