@@ -50,7 +50,10 @@
 --   "not_started"        Redis TIME is before starts_at_ms
 --   "ended"              Redis TIME is at or after ends_at_ms
 --   {"already_purchased", order id, created_at_ms, "queued"|"confirmed", quantity}
---                        the user is already in the buyer set: the order it was given, and
+--                        the user is already in the buyer set (checked right after the shard
+--                        count, before the draw, the line, the proof and the sale's hours, so a
+--                        retry whose first answer was lost learns it bought, whenever it asks):
+--                        the order it was given, and
 --                        "queued" while that order's entry is still in the stream (not yet
 --                        committed to Postgres: the worker trims an entry only after its
 --                        commit), else "confirmed". Just {"already_purchased"} for a buyer

@@ -41,7 +41,7 @@
 --                is written
 --
 -- Invariants kept: buy.lua's, for each purchase and in the same order of checks (unknown sale,
--- shard count, admission, start, end, buyer, stock); the stock is checked against what is left
+-- shard count, buyer, admission, start, end, stock); the stock is checked against what is left
 -- after the purchases before it in the call, so it never goes below zero, and the one DECRBY at the
 -- end takes exactly the units the call sold, so stock_initial = stock + SCARD(buyers) -
 -- SCARD(released) (in units: buy.lua's) holds when the call ends (nothing else runs during it).

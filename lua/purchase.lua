@@ -13,8 +13,8 @@
 --   t           that time, Redis TIME's reply (buy_batch.lua gives it to its limits)
 --   buy(user, order_id, place, traceparent, quantity, proven)
 --               one purchase of `quantity` units (1 when nil or ""), decided and written by buy.lua's
---               rules in buy.lua's order of checks (unknown sale, shard count, draw mode, admission, proof of
---               --               work, start, end, buyer, limit, pause, stock); place and traceparent "" when there
+--               rules in buy.lua's order of checks (unknown sale, shard count, buyer, draw mode, admission,
+--               proof of work, start, end, limit, pause, stock); place and traceparent "" when there
 --               are none; a place is "<n>" from a sale's line, "d<n>" from a drop's (taken only by
 --               a size whose meta has line = "drop", as a plain one only by a sale without it),
 --               "w<n>" a draw's award (lua/draw_award.lua: the only purchase a size whose meta has
@@ -99,20 +99,8 @@ local function buy(user, order_id, place_arg, traceparent, quantity, proven)
   if verdict then
     return verdict
   end
-  local award = draw_sale and string.match(place_arg or '', '^w(%d+)$')
-  if draw_sale and not award then
-    return 'draw_only'
-  end
-  local place = queued_sale and tonumber(string.match(place_arg or '', place_pattern))
-  if queued_sale and not place then
-    return 'not_admitted'
-  end
-  if challenged and proven ~= '1' then
-    return 'challenge_required'
-  end
-  if timing and not (award and timing == 'not_started') then
-    return timing
-  end
+  -- A buyer hears of their order before any gate (the draw, the line, the proof, the sale's
+  -- hours): a retry of a purchase whose answer was lost learns that it bought, whenever it asks.
   local before = pending_of[user]
   if before then
     -- Bought earlier in this call: its receipt is not written yet, its order will be queued.
@@ -126,6 +114,20 @@ local function buy(user, order_id, place_arg, traceparent, quantity, proven)
     local order, at, entry, units = string.match(receipt, '^(%S+) (%S+) (%S+) ?(%d*)$')
     local queued = #redis.call('XRANGE', KEYS[4], entry, entry) > 0
     return {'already_purchased', order, at, queued and 'queued' or 'confirmed', units ~= '' and units or '1'}
+  end
+  local award = draw_sale and string.match(place_arg or '', '^w(%d+)$')
+  if draw_sale and not award then
+    return 'draw_only'
+  end
+  local place = queued_sale and tonumber(string.match(place_arg or '', place_pattern))
+  if queued_sale and not place then
+    return 'not_admitted'
+  end
+  if challenged and proven ~= '1' then
+    return 'challenge_required'
+  end
+  if timing and not (award and timing == 'not_started') then
+    return timing
   end
   local held = 0
   if grouped then

@@ -26,6 +26,18 @@ pub enum AdmissionToken<'a> {
     Presented(&'a str),
 }
 
+/// What a purchase's proof of work came to before its purchase call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proof {
+    /// None carried, none asked, or a queued sale's (its join asked it).
+    None,
+    /// Verified and spent now.
+    Spent,
+    /// Genuine, but spent before: maybe by this buyer's own attempt whose answer was lost. The
+    /// purchase call says which: 409 with the order, else this refusal.
+    Replayed,
+}
+
 /// A purchase made: the order the worker will store in Postgres under the same id.
 #[derive(Debug, Clone, Copy)]
 pub struct Bought {
@@ -91,10 +103,11 @@ impl Shop {
             });
         }
 
-        let proven = match place {
-            Some(_) => false, // a queued sale: its join asked for the proof of work
+        let proof = match place {
+            Some(_) => Proof::None, // a queued sale: its join asked for the proof of work
             None => self.spend_proof(sale, user, client, proof).await?,
         };
+        let proven = proof == Proof::Spent;
 
         let prefix = self.sales.keyspace().prefix();
         // A client refused lately for naming sales that do not exist stays refused for them
@@ -143,7 +156,7 @@ impl Shop {
             BuyOutcome::AlreadyPurchased(receipt) => Err(self.already_purchased(sale, user, receipt).await?),
             BuyOutcome::ChallengeRequired => {
                 self.challenges.learn_asked(sale);
-                Err(self.required())
+                Err(if proof == Proof::Replayed { self.refused(Refused::Replayed) } else { self.required() })
             }
             BuyOutcome::NotAdmitted => {
                 self.admission.learn_queued(sale);
@@ -169,25 +182,27 @@ impl Shop {
     }
 
     /// The proof of work of a purchase without an admission token: the one it carries, checked in
-    /// process and then spent in a call of its own (a replay refused), `true`; none, `false` (for
-    /// a sale this instance knows to ask one, `challenge_required` at once; otherwise
-    /// `lua/buy.lua` refuses it where the sale asks one). A sale without a challenge costs nothing.
+    /// process and then spent in a call of its own, [`Proof::Spent`], or [`Proof::Replayed`] if
+    /// it was spent before (`lua/buy.lua` then answers a buyer who bought with their order, and
+    /// refuses anyone else as unproven); none, [`Proof::None`] (for a sale this instance knows to
+    /// ask one, `challenge_required` at once; otherwise `lua/buy.lua` refuses it where the sale
+    /// asks one). A sale without a challenge costs nothing.
     async fn spend_proof(
         &self,
         sale: &SaleId,
         user: &UserId,
         client: IpAddr,
         proof: Option<&str>,
-    ) -> Result<bool, Error> {
+    ) -> Result<Proof, Error> {
         if proof.is_none() && !self.challenges.asks(sale) {
-            return Ok(false);
+            return Ok(Proof::None);
         }
         let spent = self.proof(sale.as_str(), user, client, proof)?;
         if !self.challenges.spend(sale, &spent).await? {
-            return Err(self.refused(Refused::Replayed));
+            return Ok(Proof::Replayed);
         }
         self.solved(&spent);
-        Ok(true)
+        Ok(Proof::Spent)
     }
 
     /// The refusal of a repeat purchase, naming the order as `GET /sales/{sale_id}/order` reads

@@ -286,8 +286,10 @@ pub enum Error {
     /// `outcome_unknown`: the purchase was sent to Redis and no verdict came back; it may have
     /// bought, under `order_id`.
     #[error(
-        "no verdict came back for this purchase: it may have been made under this order_id; retry it: 409 \
-         already_purchased with this order_id means it was made, a 201 or another refusal that it was not"
+        "no verdict came back for this purchase: it may have been made under this order_id; retry it with the \
+         same headers: 409 already_purchased with this order_id means it was made, a 201 or another refusal \
+         that it was not (unless the refusal is of an admission token or proof that expired since, or of a \
+         retired sale: then ask GET /sales/{sale_id}/order)"
     )]
     OutcomeUnknown {
         /// The order id the purchase was sent with.

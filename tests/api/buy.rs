@@ -45,6 +45,28 @@ async fn a_second_purchase_by_the_same_user_is_409_and_takes_no_stock() {
     assert_eq!((status.stock_left, status.sold), (4, 1));
 }
 
+/// A buyer whose answer was lost (a 503 `outcome_unknown`) retries after the sale ended: they
+/// hear of their order, not `sale_ended`, which would say that nothing was bought.
+#[tokio::test]
+async fn a_buyer_asking_again_after_the_end_hears_of_their_order() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 5).await;
+    let bought = app.buy(&sale, "bob").await;
+    assert_eq!(bought.status(), 201);
+    let order: serde_json::Value = bought.json().await.unwrap();
+    // The sale's end, as Redis reads it, moved into the past.
+    let keys =
+        seckill::redis::keys::SaleKeys::new(&app.config.key_prefix, &seckill::domain::SaleId::parse(&sale).unwrap());
+    let _: () = redis::AsyncCommands::hset(&mut app.redis.clone(), &keys.meta, "ends_at_ms", 1).await.unwrap();
+
+    let again = app.buy(&sale, "bob").await;
+    assert_eq!(again.status(), 409);
+    let again: serde_json::Value = again.json().await.unwrap();
+    assert_eq!((&again["error"], &again["order_id"]), (&json!("already_purchased"), &order["order_id"]), "{again}");
+    assert_error(app.buy(&sale, "carol").await, 403, "sale_ended").await;
+}
+
 #[tokio::test]
 async fn buying_when_stock_is_gone_is_410_and_stock_never_goes_negative() {
     let app = spawn_app().await;

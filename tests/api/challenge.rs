@@ -164,12 +164,30 @@ async fn a_sale_without_a_waiting_room_asks_it_on_buy_and_one_without_a_challeng
     assert_error(buy("bob", None).await.unwrap(), 403, "challenge_required").await;
     let bought = buy("alice", Some(proof.clone())).await.unwrap();
     assert_eq!(bought.status(), 201, "{}", bought.text().await.unwrap());
-    refused(buy("alice", Some(proof)).await.unwrap(), "used already").await;
+    let order: Value = bought.json().await.unwrap();
+    // Her retry with the same solution (her answer lost, say) learns that she bought.
+    let again = buy("alice", Some(proof)).await.unwrap();
+    assert_eq!(again.status(), 409);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!((&again["error"], &again["order_id"]), (&json!("already_purchased"), &order["order_id"]), "{again}");
+    // A solution spent on a purchase that bought nothing (two units, one a buyer) is refused again.
+    let (bobs, _) = solve(&challenge(&app, &sale, "bob", "10.0.0.1").await);
+    let two = app
+        .client
+        .post(app.url("/buy"))
+        .header("X-Forwarded-For", "10.0.0.1")
+        .header("Seckill-Challenge", bobs.clone())
+        .json(&json!({"sale_id": sale, "user_id": "bob", "quantity": 2}));
+    assert_error(two.send().await.unwrap(), 409, "limit_reached").await;
+    refused(buy("bob", Some(bobs)).await.unwrap(), "used already").await;
     assert_eq!(app.status(&sale).await.stock_left, 9_999, "one unit sold, to the one solution");
     let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    for counted in
-        [r#"{outcome="challenge_required"} 2"#, r#"{outcome="challenge_failed"} 1"#, r#"{outcome="created"} 1"#]
-    {
+    for counted in [
+        r#"{outcome="challenge_required"} 2"#,
+        r#"{outcome="challenge_failed"} 1"#,
+        r#"{outcome="created"} 1"#,
+        r#"{outcome="already_purchased"} 1"#,
+    ] {
         let line = format!("seckill_purchases_total{counted}");
         assert!(metrics.lines().any(|l| l == line), "{line} in /metrics");
     }

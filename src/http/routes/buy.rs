@@ -121,9 +121,12 @@ pub struct BuyResponse {
             before running it, or a limit checked on its own could not decide); nothing is bought. `outcome_unknown`: \
             the purchase was sent to Redis and no verdict came back (a timeout, a connection reset; or an error the \
             script raised, a limit's included); it may have been made, under the body's `order_id` (the body also has \
-            the `sale_id`). Retry the same buy (until it answers other than 429 or 503): 409 `already_purchased` with \
-            that `order_id` means it was made; a 201 (with another `order_id`), a 409 with another `order_id` or a \
-            refusal (403, 404, 410) means it was not, and it will not be (one purchase per buyer). On a Redis \
+            the `sale_id`). Retry the same buy with the same headers (until it answers other than 429 or 503): 409 \
+            `already_purchased` with that `order_id` means it was made (a buyer hears of their order before the \
+            sale's gates: its hours, the line, the proof of work the first attempt spent); a 201 (with another \
+            `order_id`), a 409 with another `order_id` or a refusal (403, 404, 410) means it was not, and it will not \
+            be (one purchase per buyer), unless the refusal is of an admission token or proof of work expired since, \
+            or of a sale retired since: then ask `GET /sales/{sale_id}/order`. On a Redis \
             Cluster, whose client retries by itself, every failure of the purchase call is `outcome_unknown`. \
             `not_durable` (`SECKILL_CONFIRM_REPLICAS` only): bought under the body's `order_id`, but fewer Redis \
             replicas than asked acknowledged it in time. The purchase stands and is stored like any other: ask `GET \
