@@ -6,6 +6,11 @@
 -- KEYS[3..] per size, 2 each  its meta and its stock counter
 -- ARGV[1]  max stock          the largest stock_initial one size may reach
 -- ARGV[2..] per size, 2 each  its sale id and the units added (> 0) or taken back (< 0), in KEYS' order
+-- ARGV[last] change id        after the sizes, optional: unique per change (a UUID); a call whose id
+--                             is the last drop change made (the first size's meta's drop_restock_op)
+--                             is the same change sent again (a Redis Cluster client re-sends a call
+--                             that timed out, which may have run): it answers "ok" with each size's
+--                             figures now and writes nothing
 --
 -- Returns {"ok", stock_initial, stock_left, ...}: each size's figures after the call, in KEYS'
 -- order. Or, with nothing written:
@@ -15,14 +20,24 @@
 --
 -- Invariants kept: every check comes before any write; in each size stock_initial and the stock
 -- move together, so stock_initial = stock + units sold - units released holds in every size, and a
--- purchase (one call too) sees all the sizes before or after, never between. Every key shares
+-- purchase (one call too) sees all the sizes before or after, never between. A change is made
+-- once however often its call is sent (its change id). Every key shares
 -- {group:<d>}.
 --
 -- Example (after drop_seed.lua's example: 2 more of size 40, 1 fewer of size 41):
---   redis-cli --eval lua/drop_restock.lua 'seckill:{group:kicks}:sales' 'seckill:{group:kicks}:line:meta' 'seckill:{group:kicks}:sale:kicks.40:meta' 'seckill:{group:kicks}:sale:kicks.40:stock' 'seckill:{group:kicks}:sale:kicks.41:meta' 'seckill:{group:kicks}:sale:kicks.41:stock' , 10000000 kicks.40 2 kicks.41 -1
+--   redis-cli --eval lua/drop_restock.lua 'seckill:{group:kicks}:sales' 'seckill:{group:kicks}:line:meta' 'seckill:{group:kicks}:sale:kicks.40:meta' 'seckill:{group:kicks}:sale:kicks.40:stock' 'seckill:{group:kicks}:sale:kicks.41:meta' 'seckill:{group:kicks}:sale:kicks.41:stock' , 10000000 kicks.40 2 kicks.41 -1 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a71
 
 local sizes = (#KEYS - 2) / 2
 local max = tonumber(ARGV[1])
+local change = ARGV[2 + 2 * sizes] or ''
+if change ~= '' and sizes > 0 and redis.call('HGET', KEYS[3], 'drop_restock_op') == change then
+  local figures = {'ok'}
+  for i = 0, sizes - 1 do
+    table.insert(figures, tonumber(redis.call('HGET', KEYS[3 + 2 * i], 'stock_initial')))
+    table.insert(figures, tonumber(redis.call('GET', KEYS[4 + 2 * i])))
+  end
+  return figures
+end
 local total = 0
 for i = 0, sizes - 1 do
   local sale, add = ARGV[2 + 2 * i], tonumber(ARGV[3 + 2 * i])
@@ -47,5 +62,8 @@ for i = 0, sizes - 1 do
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('HINCRBY', KEYS[2], 'stock_initial', total)
+end
+if change ~= '' and sizes > 0 then
+  redis.call('HSET', KEYS[3], 'drop_restock_op', change)
 end
 return figures

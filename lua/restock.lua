@@ -5,6 +5,10 @@
 -- KEYS[2]  stock counter      seckill:{sale:<id>}:stock
 -- ARGV[1]  add                an integer, not 0: units added (> 0) or taken back (< 0)
 -- ARGV[2]  max stock          the largest stock_initial the sale may reach
+-- ARGV[3]  change id          unique per change (a UUID), optional: a call whose id is the last
+--                             change made (the meta's restock_op) is the same change sent again (a
+--                             Redis Cluster client re-sends a call that timed out, which may have
+--                             run): it answers "ok" with the figures now and writes nothing
 --
 -- Returns {status, stock_initial, stock_left}, the figures after the call (before it, when
 -- refused):
@@ -17,17 +21,21 @@
 -- Invariants kept: stock_initial and the stock move together in one call, so stock_initial =
 -- stock + SCARD(buyers) - SCARD(released) holds before and after, and a purchase (lua/buy.lua,
 -- one call too) sees the stock either before or after, never between. The stock never goes below
--- 0: only unsold units are taken back. Both keys share the sale's hash tag, so the script runs on
--- Redis Cluster.
+-- 0: only unsold units are taken back. A change is made once however often its call is sent
+-- (ARGV[3]). Both keys share the sale's hash tag, so the script runs on Redis Cluster.
 --
 -- Example (after seed.lua's example, run on a sale "drop" instead of "demo"):
---   redis-cli --eval lua/restock.lua 'seckill:{sale:drop}:meta' 'seckill:{sale:drop}:stock' , 5 10000000
+--   redis-cli --eval lua/restock.lua 'seckill:{sale:drop}:meta' 'seckill:{sale:drop}:stock' , 5 10000000 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a70
 
-local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'shards')
+local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'shards', 'restock_op')
 local stock = tonumber(redis.call('GET', KEYS[2]))
 local initial = tonumber(meta[1])
 if not initial or not stock then
   return {'unknown_sale'}
+end
+local change = ARGV[3] or ''
+if change ~= '' and meta[3] == change then
+  return {'ok', initial, stock}
 end
 if (tonumber(meta[2]) or 1) > 1 then
   return {'sharded', initial, stock}
@@ -38,5 +46,8 @@ if stock + add < 0 then
 end
 if initial + add > tonumber(ARGV[2]) then
   return {'too_much', initial, stock}
+end
+if change ~= '' then
+  redis.call('HSET', KEYS[1], 'restock_op', change)
 end
 return {'ok', redis.call('HINCRBY', KEYS[1], 'stock_initial', add), redis.call('INCRBY', KEYS[2], add)}

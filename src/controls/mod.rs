@@ -89,7 +89,9 @@ pub async fn switch(sales: &Sales, sale: &SaleId, switch: Switch, reason: &str) 
 pub async fn restock(sales: &Sales, sale: &SaleId, add: i64, max: i64) -> RedisResult<Restock> {
     let keys = sales.keyspace().sale_keys(sale);
     let mut call = lua::RESTOCK.key(&keys.meta);
-    call.key(&keys.stock).arg(add).arg(max);
+    // The change's id: a Redis Cluster client re-sends a call that timed out, and the change is
+    // made once however often it arrives.
+    call.key(&keys.stock).arg(add).arg(max).arg(uuid::Uuid::now_v7().to_string());
     let reply: Vec<redis::Value> = lua::run(&call, &mut sales.keyspace().conn()).await?;
     let bad = || unexpected_reply("restock.lua", &format!("{reply:?}"));
     let status: String = redis::from_redis_value_ref(reply.first().ok_or_else(bad)?)?;

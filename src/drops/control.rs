@@ -100,6 +100,8 @@ pub async fn restock(sales: &Sales, drop: &DropId, adds: &[(SaleId, i64)], max: 
         let size = sales.keyspace().sale_keys(sale);
         call.key(size.meta).key(size.stock).arg(sale.as_str()).arg(add);
     }
+    // The change's id: made once however often the call arrives (lua/restock.lua's).
+    call.arg(uuid::Uuid::now_v7().to_string());
     let reply: Vec<redis::Value> = lua::run(&call, &mut sales.keyspace().conn()).await?;
     let bad = || unexpected_reply("drop_restock.lua", &format!("{reply:?}"));
     let text = |i: usize| -> RedisResult<String> { Ok(redis::from_redis_value_ref(reply.get(i).ok_or_else(bad)?)?) };

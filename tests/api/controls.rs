@@ -148,6 +148,60 @@ async fn stock_can_be_taken_back_only_while_unsold_and_stock_initial_follows_eve
     assert_error(refused, 409, "sale_sharded").await;
 }
 
+/// A stock change's call that arrives twice (a Redis Cluster client re-sends a call that timed
+/// out, which may have run) changes the stock once: a sale's, and a drop's sizes'.
+#[tokio::test]
+async fn a_stock_change_sent_again_is_made_once() {
+    use seckill::domain::{DropId, SaleId};
+    use seckill::redis::keys::{DropKeys, SaleKeys};
+    let app = spawn_app().await;
+    let mut redis = app.redis.clone();
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 2).await;
+    let keys = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap());
+    let change = |id: &str| {
+        let mut call = seckill::redis::lua::RESTOCK.key(&keys.meta);
+        call.key(&keys.stock).arg(3).arg(1_000_000).arg(id.to_owned());
+        call
+    };
+    for sent in 1..=2 {
+        let reply: (String, i64, i64) = change("c1").invoke_async(&mut redis).await.unwrap();
+        assert_eq!(reply, ("ok".to_owned(), 5, 5), "sent {sent} times");
+    }
+    let reply: (String, i64, i64) = change("c2").invoke_async(&mut redis).await.unwrap();
+    assert_eq!(reply, ("ok".to_owned(), 8, 8), "another change is made");
+    let stock: i64 = redis::AsyncCommands::get(&mut redis, &keys.stock).await.unwrap();
+    assert_eq!(stock, 8);
+
+    let drop = format!("d{}", &new_sale_id()[..12]);
+    let seeded = app
+        .client
+        .put(app.url(&format!("/admin/drops/{drop}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"sizes": {"40": {"stock": 3}, "41": {"stock": 2}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(seeded.status(), 200, "{}", seeded.text().await.unwrap());
+    let drop_keys = DropKeys::new(&app.config.key_prefix, &DropId::parse(&drop).unwrap());
+    let sizes = [format!("{drop}.40"), format!("{drop}.41")];
+    let size_keys = sizes.clone().map(|size| SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&size).unwrap()));
+    let change = |id: &str| {
+        let mut call = seckill::redis::lua::DROP_RESTOCK.key(&drop_keys.sales);
+        call.key(&drop_keys.line_meta).arg(1_000_000);
+        for ((size, keys), add) in sizes.iter().zip(&size_keys).zip([2, -1]) {
+            call.key(&keys.meta).key(&keys.stock).arg(size).arg(add);
+        }
+        call.arg(id.to_owned());
+        call
+    };
+    for sent in 1..=2 {
+        let reply: Vec<redis::Value> = change("d1").invoke_async(&mut redis).await.unwrap();
+        let figures: Vec<String> = reply.iter().map(|v| redis::from_redis_value_ref::<String>(v).unwrap()).collect();
+        assert_eq!(figures, ["ok", "5", "5", "1", "1"], "sent {sent} times");
+    }
+}
+
 #[tokio::test]
 async fn a_top_up_on_one_instance_reopens_a_sold_out_sale_on_another_within_a_second() {
     let here = spawn_app().await;
