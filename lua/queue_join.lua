@@ -16,10 +16,13 @@
 --   {"prequeue"}         the buyer is in the pre-queue (before starts_at: nobody has a place yet)
 --   {"placed", place}    the buyer's place in line, 1 = first: a pre-queue buyer's is the rank of
 --                        its shuffle score, a later buyer's its arrival order after all of them
+--   either with a last "replayed": a join with a nonce spent before, by a buyer who has a place
+--                        (its own join sent again, whose answer was lost): that place, nothing
+--                        written
 --   "not_in_queue"       ask only: the buyer never joined
 --   "queue_not_open"     join before queue_opens_at_ms
 --   "challenge_required" join without ARGV[3] of a sale whose meta has challenge_cost
---   "challenge_replayed" join with a nonce spent before: nothing is written
+--   "challenge_replayed" join with a nonce spent before, by a buyer without a place: nothing is written
 --   "ended"              at or after ends_at_ms
 --   "not_queued"         the sale has no waiting room
 --   "unknown_sale"       no meta
@@ -35,7 +38,8 @@
 -- back cannot add to it), which keeps every pre-queue place (ZRANK) fixed; late places are
 -- ZCARD + HLEN + 1, so they follow every pre-queue place and each other in arrival order. A join of a
 -- sale with a proof of work spends its solution's nonce once (ZADD NX, kept until the challenge
--- expires), whether or not the buyer had a place: each join costs its own work.
+-- expires), whether or not the buyer had a place: each join costs its own work (a solution spent
+-- before only tells a buyer the place they have, as an "ask" does).
 --
 -- Example (after seeding a queued sale "demo"):
 --   sed -e '/^-- @queue_preamble$/r lua/queue_preamble.lua' -e '/^-- @nonce_spend$/r lua/nonce_spend.lua' lua/queue_join.lua > /tmp/seckill-queue-join.lua
@@ -49,6 +53,7 @@ end
 local state = redis.call('HMGET', KEYS[4], 'seed', 'frozen')
 local buyer, join = ARGV[1], ARGV[2] == 'join'
 local before_start = now_ms < tonumber(meta[2]) and not state[2]
+local replayed = false
 
 if join then
   if before_start and now_ms < tonumber(meta[6]) then
@@ -56,20 +61,29 @@ if join then
   end
   local nonce = ARGV[3] or ''
   if nonce ~= '' then
-    if not spend_nonce(KEYS[5], nonce, ARGV[4], now_ms) then
-      return 'challenge_replayed'
-    end
+    replayed = not spend_nonce(KEYS[5], nonce, ARGV[4], now_ms)
   elseif redis.call('HEXISTS', KEYS[1], 'challenge_cost') == 1 then
     return 'challenge_required'
   end
 end
 
+-- A buyer's standing, marked when a replayed solution asked for it.
+local function standing(reply)
+  if replayed then
+    reply[#reply + 1] = 'replayed'
+  end
+  return reply
+end
+
 if before_start then
   if redis.call('ZSCORE', KEYS[2], buyer) then
-    return {'prequeue'}
+    return standing({'prequeue'})
   end
   if not join then
     return 'not_in_queue'
+  end
+  if replayed then
+    return 'challenge_replayed'
   end
   if not state[1] then
     error('seckill queue_join.lua: the queue state has no seed: re-seed the sale')
@@ -81,14 +95,17 @@ end
 
 local rank = redis.call('ZRANK', KEYS[2], buyer)
 if rank then
-  return {'placed', rank + 1}
+  return standing({'placed', rank + 1})
 end
 local late = redis.call('HGET', KEYS[3], buyer)
 if late then
-  return {'placed', tonumber(late)}
+  return standing({'placed', tonumber(late)})
 end
 if not join then
   return 'not_in_queue'
+end
+if replayed then
+  return 'challenge_replayed'
 end
 local place = redis.call('ZCARD', KEYS[2]) + redis.call('HLEN', KEYS[3]) + 1
 redis.call('HSET', KEYS[3], buyer, place)

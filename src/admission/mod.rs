@@ -127,12 +127,20 @@ impl Admission {
     }
 
     /// Joins `buyer` to the line (again: the same place) and tells its standing, spending
-    /// `solution` (the proof of work `crate::challenge` verified) in the same call.
-    pub async fn join(&self, id: &LineId, buyer: &UserId, solution: Option<&Spent>) -> Result<Answer, QueueError> {
+    /// `solution` (the proof of work `crate::challenge` verified) in the same call; and whether
+    /// that solution was spent before by a buyer who has a place (its own join sent again, whose
+    /// answer was lost: the place it has, nothing spent). A solution spent before by a buyer
+    /// without a place is [`QueueError::ChallengeReplayed`].
+    pub async fn join(
+        &self,
+        id: &LineId,
+        buyer: &UserId,
+        solution: Option<&Spent>,
+    ) -> Result<(Answer, bool), QueueError> {
         let signer = self.signer.as_ref().ok_or(QueueError::Disabled)?;
-        let place = self.place(id, buyer, Mode::Join(solution)).await?;
+        let (place, replayed) = self.place(id, buyer, Mode::Join(solution)).await?;
         let line = self.line(id).await?;
-        Ok(self.answer(signer, &line, id, buyer, place))
+        Ok((self.answer(signer, &line, id, buyer, place), replayed))
     }
 
     /// The standing of `buyer` from its `ticket` alone (no Redis call beyond the instance's read
@@ -154,7 +162,7 @@ impl Admission {
     pub async fn ask(&self, id: &LineId, buyer: &UserId) -> Result<Answer, QueueError> {
         let signer = self.signer.as_ref().ok_or(QueueError::Disabled)?;
         let line = self.line(id).await?;
-        let place = self.place(id, buyer, Mode::Ask).await?;
+        let (place, _) = self.place(id, buyer, Mode::Ask).await?;
         Ok(self.answer(signer, &line, id, buyer, place))
     }
 
@@ -229,8 +237,9 @@ impl Admission {
         }
     }
 
-    /// `lua/queue_join.lua`: the buyer's place (`None`: in the pre-queue).
-    async fn place(&self, id: &LineId, buyer: &UserId, mode: Mode<'_>) -> Result<Option<u64>, QueueError> {
+    /// `lua/queue_join.lua`: the buyer's place (`None`: in the pre-queue), and whether a join's
+    /// solution was spent before.
+    async fn place(&self, id: &LineId, buyer: &UserId, mode: Mode<'_>) -> Result<(Option<u64>, bool), QueueError> {
         let keys = id.keys(self.redis.prefix());
         let mut call = lua::QUEUE_JOIN.key(&keys.joining()[..]);
         call.arg(buyer.as_str());
@@ -241,13 +250,19 @@ impl Admission {
         };
         let reply: Value = lua::run(&call, &mut self.redis.conn()).await?;
         match &reply {
-            Value::Array(parts) => match (parts.first().map(text).transpose()?.as_deref(), parts.get(1)) {
-                (Some("prequeue"), None) => Ok(None),
-                (Some("placed"), Some(place)) => {
-                    Ok(Some(redis::from_redis_value_ref(place).map_err(redis::RedisError::from)?))
+            Value::Array(parts) => {
+                let words = parts.iter().map(text).collect::<Result<Vec<_>, _>>()?;
+                let replayed = words.last().is_some_and(|w| w == "replayed");
+                let words = &words[..words.len() - usize::from(replayed)];
+                match words {
+                    [head] if head == "prequeue" => Ok((None, replayed)),
+                    [head, place] if head == "placed" => match place.parse() {
+                        Ok(place) => Ok((Some(place), replayed)),
+                        Err(_) => Err(unexpected_reply("queue_join.lua", &format!("{reply:?}")).into()),
+                    },
+                    _ => Err(unexpected_reply("queue_join.lua", &format!("{reply:?}")).into()),
                 }
-                _ => Err(unexpected_reply("queue_join.lua", &format!("{reply:?}")).into()),
-            },
+            }
             other => Err(match text(other)?.as_str() {
                 "not_in_queue" => QueueError::NotInQueue,
                 "queue_not_open" => QueueError::NotOpen,

@@ -29,8 +29,10 @@ impl Shop {
                 Err(QueueError::ChallengeReplayed) => Err(self.refused(Refused::Replayed)),
                 Err(QueueError::ChallengeRequired) => Err(self.required()),
                 joined => {
-                    let answer = joined?;
-                    if let Some(spent) = &spent {
+                    let (answer, replayed) = joined?;
+                    if let Some(spent) = &spent
+                        && !replayed
+                    {
                         self.solved(spent);
                     }
                     Ok(answer)

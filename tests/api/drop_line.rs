@@ -197,7 +197,13 @@ async fn a_drop_asks_one_proof_of_work_per_join_not_one_per_size() {
     refused_with(response.send().await.unwrap(), 409, "drop_line", "a size's join").await;
     let response = join(&app, &drop, "alice", Some(&solved.header)).await;
     assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
-    refused_with(join(&app, &drop, "alice", Some(&solved.header)).await, 403, "challenge_failed", "spent").await;
+    let first: Value = response.json().await.unwrap();
+    // The same solution again (her join sent again): the place she has, nothing spent.
+    let again: Value = join(&app, &drop, "alice", Some(&solved.header)).await.json().await.unwrap();
+    assert_eq!((&again["state"], &again["position"]), (&first["state"], &first["position"]), "{again}");
+    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let solved_once = r#"seckill_challenges_total{cost="1",event="solved"} 1"#;
+    assert!(metrics.lines().any(|l| l == solved_once), "{solved_once} in /metrics");
     // Admitted once, she buys two sizes with no further work.
     let url = app.url(&format!("/drops/{drop}/queue"));
     let until = Instant::now() + Duration::from_secs(10);
