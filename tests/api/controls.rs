@@ -148,6 +148,21 @@ async fn stock_can_be_taken_back_only_while_unsold_and_stock_initial_follows_eve
     assert_error(refused, 409, "sale_sharded").await;
 }
 
+/// An operator's body over the limit is refused as JSON, as every bad input is (actix's own
+/// answer was a plain-text 413), and changes nothing.
+#[tokio::test]
+async fn an_operators_body_over_the_limit_gets_a_json_413() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 3).await;
+    let huge = json!({"reason": "x".repeat(300 * 1024)});
+    assert_error(control(&app, &sale, "pause", Some(huge.clone())).await, 413, "payload_too_large").await;
+    let url = app.url(&format!("/admin/orders/{}/cancel", uuid::Uuid::now_v7()));
+    let response = app.client.post(url).bearer_auth(ADMIN_TOKEN).json(&huge).send().await.unwrap();
+    assert_error(response, 413, "payload_too_large").await;
+    assert_eq!(app.buy(&sale, "u").await.status(), 201, "the sale was not paused");
+}
+
 /// A stock change's call that arrives twice (a Redis Cluster client re-sends a call that timed
 /// out, which may have run) changes the stock once: a sale's, and a drop's sizes'.
 #[tokio::test]

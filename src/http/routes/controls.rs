@@ -14,6 +14,7 @@ use super::object::{self, Object};
 use super::responses::UnknownSale;
 use super::sale_of;
 use super::seed::integral;
+use super::small_body::SmallBody;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::operators::{Operator, Viewer};
@@ -119,7 +120,7 @@ async fn switch(
 pub async fn pause(
     operator: Operator,
     path: web::Path<String>,
-    body: web::Bytes,
+    SmallBody(body): SmallBody,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     switch(&operator, &path, &body, &state, Switch::Pause).await
@@ -144,7 +145,7 @@ pub async fn pause(
 pub async fn resume(
     operator: Operator,
     path: web::Path<String>,
-    body: web::Bytes,
+    SmallBody(body): SmallBody,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     switch(&operator, &path, &body, &state, Switch::Resume).await
@@ -170,7 +171,7 @@ pub async fn resume(
 pub async fn end(
     operator: Operator,
     path: web::Path<String>,
-    body: web::Bytes,
+    SmallBody(body): SmallBody,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     switch(&operator, &path, &body, &state, Switch::End).await

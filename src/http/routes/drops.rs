@@ -16,6 +16,7 @@ use super::draw_entries::DrawRequest;
 use super::drop_answers::{DropAuditTrail, DropStatus, PublicDrop};
 use super::object::Object;
 use super::seed::{ChallengeRequest, QueueRequest, integral};
+use super::small_body::SmallBody;
 use crate::domain::DropId;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
@@ -230,7 +231,7 @@ async fn switch(
 pub async fn pause(
     operator: Operator,
     path: web::Path<String>,
-    body: web::Bytes,
+    SmallBody(body): SmallBody,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     switch(&operator, &path, &body, &state, Switch::Pause).await
@@ -249,7 +250,7 @@ pub async fn pause(
 pub async fn resume(
     operator: Operator,
     path: web::Path<String>,
-    body: web::Bytes,
+    SmallBody(body): SmallBody,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     switch(&operator, &path, &body, &state, Switch::Resume).await
@@ -269,7 +270,7 @@ pub async fn resume(
 pub async fn end(
     operator: Operator,
     path: web::Path<String>,
-    body: web::Bytes,
+    SmallBody(body): SmallBody,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     switch(&operator, &path, &body, &state, Switch::End).await

@@ -32,6 +32,7 @@ mod responses;
 mod retire;
 mod sales;
 mod seed;
+mod small_body;
 mod user_id;
 mod webhooks;
 

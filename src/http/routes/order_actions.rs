@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::admin::AdminErrors;
 use super::object;
+use super::small_body::SmallBody;
 use crate::domain::Standing;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
@@ -92,7 +93,7 @@ impl OrderAction {
 pub async fn cancel(
     operator: Operator,
     path: web::Path<OrderPath>,
-    body: web::Bytes,
+    SmallBody(body): SmallBody,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let CancelRequest { reason } = object::optional(&body)?;
@@ -124,7 +125,7 @@ pub async fn cancel(
 pub async fn refund(
     operator: Operator,
     path: web::Path<OrderPath>,
-    body: web::Bytes,
+    SmallBody(body): SmallBody,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let RefundRequest { reason, restock } = object::optional(&body)?;
