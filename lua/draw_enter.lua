@@ -14,7 +14,8 @@
 --
 -- Returns:
 --   {"entered", entered_ms}  the entry is kept and appended to the stream (Redis TIME, Unix ms)
---   {"duplicate", stored}    the buyer entered before: its entry as kept; nothing is written
+--   {"duplicate", stored}    the buyer entered before: its entry as kept; nothing is written (checked
+--                            first: answered whatever else the call says, the draw closed since too)
 --   {"invalid", why}         a size is not the drop's, or the quantity is over per_buyer: nothing written
 --   "unknown"                no draw meta: the drop is not in draw mode (or not seeded)
 --   "not_open"               Redis TIME is before opens_at_ms
@@ -41,6 +42,12 @@ if not meta[1] then
   return 'unknown'
 end
 local user, sizes, quantity = ARGV[1], ARGV[2], ARGV[3]
+-- A buyer who entered hears of their entry before any other check: an entry sent again after
+-- its answer was lost (or re-sent by a Redis Cluster client) learns it was kept, even once closed.
+local stored = redis.call('HGET', KEYS[2], user)
+if stored then
+  return {'duplicate', stored}
+end
 local offered = ',' .. (meta[4] or '') .. ','
 for size in string.gmatch(sizes, '[^,]+') do
   if not string.find(offered, ',' .. size .. ',', 1, true) then
@@ -62,10 +69,6 @@ end
 local nonce = ARGV[4] or ''
 if nonce == '' and meta[6] then
   return 'challenge_required'
-end
-local stored = redis.call('HGET', KEYS[2], user)
-if stored then
-  return {'duplicate', stored}
 end
 if nonce ~= '' then
   if not spend_nonce(KEYS[4], nonce, ARGV[5], now_ms) then

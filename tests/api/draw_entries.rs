@@ -126,6 +126,16 @@ async fn a_buyer_enters_once_reads_the_entry_back_and_it_reaches_postgres() {
     assert!(!view.to_string().contains(&seed), "the seed stays secret");
     wait_stored(&app, &drop, 1).await;
 
+    // Entries closed (Redis's draw meta says so): ann, sending her entry again (its answer lost,
+    // say), still learns it was kept; bob is refused.
+    let _: () =
+        redis::AsyncCommands::hset(&mut app.redis.clone(), &keys(&app, &drop).draw, "closes_at_ms", 1).await.unwrap();
+    let again = enter(&app, &drop, json!({"sizes": ["42", "41"], "user_id": "ann"})).await;
+    assert_eq!(again.status(), 409);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!((&again["error"], &again["entry"]["entered_at"]), (&json!("already_entered"), &json!(entered_at)));
+    assert_error(enter(&app, &drop, json!({"sizes": ["41"], "user_id": "bob"})).await, 409, "entries_closed").await;
+
     // A re-seed keeps the seed and its commitment.
     let response = put_draw(&app, &drop, json!({"opens_at": at(-60), "closes_at": at(7200)})).await;
     assert_eq!(response.status(), 200);

@@ -209,7 +209,9 @@ impl EntryView {
             `entries_closed`; `not_a_draw`: the drop is not in draw mode", body = ErrorBody),
         JsonBody,
         RateLimited,
-        (status = 503, description = "`unavailable`: Redis is unreachable; nothing is stored", body = ErrorBody),
+        (status = 503, description = "`unavailable`: Redis is unreachable or did not answer in time; an entry whose \
+            call timed out may have been kept: enter again with the same body, 409 `already_entered` says it was (an \
+            entry is answered so before any other check, the close included)", body = ErrorBody),
     )
 )]
 pub async fn enter(
