@@ -32,6 +32,9 @@ pub struct Dispatcher {
 }
 
 /// A running sender and how to stop it.
+/// How long a connection to an endpoint's host stays open unused (reqwest's default is 90 s).
+const IDLE_CONNECTION: std::time::Duration = std::time::Duration::from_secs(10);
+
 struct Running {
     stop: CancellationToken,
     task: JoinHandle<()>,
@@ -39,7 +42,9 @@ struct Running {
 
 impl Dispatcher {
     /// A dispatcher posting with a client of its own (no redirects followed, the settings'
-    /// timeout), reading the endpoints again at once when `changes` says so.
+    /// timeout; idle connections closed after [`IDLE_CONNECTION`], so the hosts of endpoints an
+    /// operator removed do not hold descriptors beyond the reserve for long), reading the
+    /// endpoints again at once when `changes` says so.
     pub fn new(pool: PgPool, settings: Settings, metrics: Arc<Metrics>, changes: Changes) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder()
             .timeout(settings.timeout)
@@ -47,6 +52,7 @@ impl Dispatcher {
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("seckill/", env!("CARGO_PKG_VERSION")))
             .pool_max_idle_per_host(super::sender::CONCURRENCY)
+            .pool_idle_timeout(IDLE_CONNECTION)
             .build()?;
         Ok(Self { shared: Arc::new(Shared { pool, settings, client, metrics, changes }) })
     }
