@@ -104,7 +104,7 @@ impl Application {
         }
         let redis = Keyspace::new(redis, config.key_prefix.clone());
         let events_channel = redis.events_channel();
-        let sold_out = Arc::new(SoldOutFlags::default());
+        let sold_out = Arc::new(SoldOutFlags::with_ttl(config.sold_out_flag_ttl));
         let metrics = Arc::new(Metrics::new());
         let cpus = server::default_workers();
         let workers = config.http_workers.map_or(cpus, usize::from);

@@ -10,7 +10,7 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::limiter::{Algorithm, DEFAULT_IPV6_PREFIX, Policy, RateLimit, Scope};
 use crate::telemetry::LogFormat;
 
-use self::parse::{admin_token, duration, key_prefix, secret, trusted_proxy};
+use self::parse::{admin_token, duration, flag_ttl, key_prefix, secret, trusted_proxy};
 
 mod admission;
 mod auth;
@@ -107,6 +107,13 @@ pub struct Config {
     /// memory), as REQUESTS/WINDOW. Default: the same as SECKILL_RATE_LIMIT.
     #[arg(long, env = "SECKILL_SOLD_OUT_RATE_LIMIT", value_parser = rate_limit, global = true)]
     pub sold_out_rate_limit: Option<RateLimit>,
+
+    /// How long this instance answers a sold-out sale from memory before asking Redis again
+    /// (100ms-1h). A reopened sale (a top-up, a re-seed, a unit given back) clears the flag on
+    /// every instance at once through the events channel; this bounds how long an instance that
+    /// missed the event keeps refusing, and how stale a repeat buyer's 409 status may be.
+    #[arg(long, env = "SECKILL_SOLD_OUT_FLAG_TTL", default_value = "5s", value_parser = flag_ttl, global = true)]
+    pub sold_out_flag_ttl: Duration,
 
     /// How the rate limit is enforced (docs/rate-limiting.md compares them). Default
     /// sliding-log: a true sliding window, never more than REQUESTS in any WINDOW.
@@ -320,6 +327,9 @@ mod tests {
         let default = parse(&[]);
         assert_eq!(default.user_rate_limit_policy(), Ok(None));
         assert_eq!((default.ipv6_prefix, default.sold_out_rate_limit()), (64, default.rate_limit));
+        assert_eq!(default.sold_out_flag_ttl, crate::purchase::sold_out::FLAG_TTL);
+        assert!(Cli::try_parse_from(["seckill", "migrate", "--sold-out-flag-ttl", "2h"]).is_err(), "over an hour");
+        assert_eq!(parse(&["--sold-out-flag-ttl", "1h"]).sold_out_flag_ttl, Duration::from_secs(3600));
         let set = parse(&["--user-rate-limit", "5/10s", "--rate-limit-algorithm", "gcra", "--rate-limit-burst", "2"]);
         let policy = set.user_rate_limit_policy().unwrap().unwrap();
         assert_eq!((policy.algorithm, policy.limit, policy.burst, policy.name), (Algorithm::Gcra, 5, 5, "buyer"));

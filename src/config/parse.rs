@@ -46,6 +46,13 @@ pub(super) fn duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration like 500ms or 2s: {e}"))
 }
 
+/// The sold-out flag's time to live: 100 ms to an hour.
+pub(super) fn flag_ttl(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    let range = Duration::from_millis(100)..=Duration::from_secs(3600);
+    if range.contains(&d) { Ok(d) } else { Err(format!("{s:?}: the sold-out flag's time to live is 100ms-1h")) }
+}
+
 pub(super) fn trusted_proxy(s: &str) -> Result<IpNet, String> {
     let s = s.trim();
     s.parse::<IpNet>()

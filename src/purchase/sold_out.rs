@@ -24,7 +24,8 @@ use crate::domain::{SaleId, UserId};
 use crate::purchase::Sales;
 use crate::purchase::receipt::{BuyerCopy, Receipt};
 
-/// How long a flag holds without being confirmed by Redis again.
+/// How long a flag holds without being confirmed by Redis again: `SECKILL_SOLD_OUT_FLAG_TTL`'s
+/// default.
 pub const FLAG_TTL: Duration = Duration::from_secs(5);
 
 /// Largest buyer set an instance copies into memory for a sold-out sale (about 150 bytes each

@@ -24,6 +24,7 @@ pub async fn test_config() -> Config {
         user_rate_limit: Some(RateLimit { limit: 100_000, window: Duration::from_secs(1) }),
         ipv6_prefix: seckill::limiter::DEFAULT_IPV6_PREFIX,
         sold_out_rate_limit: Some(RateLimit { limit: 100_000, window: Duration::from_secs(1) }),
+        sold_out_flag_ttl: seckill::purchase::sold_out::FLAG_TTL,
         rate_limit_algorithm: Algorithm::SlidingLog,
         rate_limit_burst: None,
         rate_limit_scope: Scope::default(),
