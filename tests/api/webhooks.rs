@@ -177,7 +177,9 @@ async fn every_order_event_arrives_signed_after_a_500_with_the_same_id_and_bytes
 #[tokio::test]
 async fn a_receiver_down_for_a_while_then_back_gets_every_event_in_order() {
     let receiver = Receiver::start(Mode::Down).await;
-    let app = spawn_app_with(|c| webhooks_to(c, &receiver.url, 20), true).await;
+    // Attempts enough (40 s of them) that no event fails for good while a loaded host is slow
+    // to get through the purchases below.
+    let app = spawn_app_with(|c| webhooks_to(c, &receiver.url, 200), true).await;
     let sale = seed(&app, 10, "1h").await;
     for i in 0..6 {
         let order = reserve(&app, &sale, &format!("buyer{i}")).await;

@@ -23,6 +23,7 @@ async fn while_postgres_is_down_buys_succeed_the_worker_backs_off_and_everything
     let mut report = Storm::new(&deployment.address, &sale, 100, 100).users_named("before").run().await;
     deployment.wait_for_drain(&sale).await;
 
+    let failed_before_the_outage = service.log_lines("worker step failed");
     let outage = PostgresOutage::begin();
     let started = Instant::now();
     let during = Storm::new(&deployment.address, &sale, 150, 300).users_named("during").run().await;
@@ -39,6 +40,7 @@ async fn while_postgres_is_down_buys_succeed_the_worker_backs_off_and_everything
     tokio::time::sleep(Duration::from_secs(4)).await;
     let cpu = service.cpu_time() - cpu_before;
     let failures = service.log_lines("worker step failed") - failures_before;
+    let noticed = service.log_lines("worker step failed") - failed_before_the_outage;
     let outage_ms = started.elapsed().as_millis();
     outage.end();
 
@@ -49,7 +51,8 @@ async fn while_postgres_is_down_buys_succeed_the_worker_backs_off_and_everything
     let drain_ms = drain.elapsed().as_millis();
     let status = deployment.assert_invariants(&sale, &report.confirmed).await;
     assert_eq!(status.persisted, Some(250));
-    assert!(failures >= 1, "the worker noticed the outage");
+    // Over the whole outage (its backoff may leave the quiet 4 s without a step).
+    assert!(noticed >= 1, "the worker noticed the outage");
     assert!(failures <= 6, "{failures} failed steps logged in 4 s: the worker does not back off");
     assert!(cpu < Duration::from_millis(800), "{cpu:?} of CPU in 4 s of outage: a hot loop");
     eprintln!(
