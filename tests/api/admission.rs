@@ -457,7 +457,7 @@ async fn a_paused_queued_sale_admits_nobody_until_it_resumes_and_a_top_up_lets_a
     assert_eq!(standing(&app, &sale, "p1", None).await["state"], "waiting", "paused: nobody is admitted");
 
     assert_eq!(admin("resume").send().await.unwrap().status(), 200);
-    let p1 = until_state(&app, &sale, "p1", "admitted", Duration::from_secs(5)).await;
+    let p1 = until_state(&app, &sale, "p1", "admitted", Duration::from_secs(20)).await;
     assert_eq!(buy_with(&app, &sale, "p1", p1["admission"].as_str()).await.status(), 201);
     assert_eq!(join(&app, &sale, "p2").await["position"], 2);
     until_state(&app, &sale, "p2", "sold_out", Duration::from_secs(5)).await;

@@ -38,9 +38,9 @@ async fn readyz(app: &TestApp) -> Value {
     response.json().await.unwrap()
 }
 
-/// Polls `/readyz` (up to 5 s) until the worker reports `sale`'s stream in `state`; the report.
+/// Polls `/readyz` (up to 20 s) until the worker reports `sale`'s stream in `state`; the report.
 async fn wait_for_problem(app: &TestApp, sale: &str, state: &str) -> Value {
-    let until = Instant::now() + Duration::from_secs(5);
+    let until = Instant::now() + Duration::from_secs(20);
     loop {
         let body = readyz(app).await;
         let problems = body["worker"]["problems"].as_array().cloned().unwrap_or_default();
@@ -73,7 +73,7 @@ async fn a_sale_whose_keys_were_deleted_is_reported_lost_and_the_others_still_dr
     delete_keys(&app, &a, false).await;
     assert_eq!(app.buy(&b, "later").await.status(), 201);
 
-    let status = app.wait_for_drain_within(&b, Duration::from_secs(5)).await;
+    let status = app.wait_for_drain_within(&b, Duration::from_secs(20)).await;
     assert_eq!(status.persisted, Some(1), "b's order landed");
     let body = wait_for_problem(&app, &a, "lost").await;
     assert_eq!((body["status"].as_str(), body["redis"].as_str()), (Some("ok"), Some("ok")));
@@ -136,7 +136,7 @@ async fn a_stream_key_of_the_wrong_type_is_reported_unreadable_and_the_others_st
     let buyer: bool = app.redis.clone().sismember(&keys.buyers, "into-the-damage").await.unwrap();
     assert_eq!((stock_after, buyer), (stock_before, false), "nothing written");
 
-    let status = app.wait_for_drain_within(&b, Duration::from_secs(5)).await;
+    let status = app.wait_for_drain_within(&b, Duration::from_secs(20)).await;
     assert_eq!(status.persisted, Some(1), "b's order landed");
     let body = wait_for_problem(&app, &a, "unreadable").await;
     let detail = body["worker"]["problems"][0]["detail"].as_str().unwrap_or_default().to_owned();
@@ -160,8 +160,8 @@ async fn a_destroyed_consumer_group_is_restored_and_both_sales_drain() {
     assert_eq!(app.buy(&b, "in-b").await.status(), 201);
     assert_eq!(app.buy(&a, "in-a").await.status(), 201);
 
-    assert_eq!(app.wait_for_drain_within(&b, Duration::from_secs(5)).await.persisted, Some(1));
-    assert_eq!(app.wait_for_drain_within(&a, Duration::from_secs(5)).await.persisted, Some(2));
+    assert_eq!(app.wait_for_drain_within(&b, Duration::from_secs(20)).await.persisted, Some(1));
+    assert_eq!(app.wait_for_drain_within(&a, Duration::from_secs(20)).await.persisted, Some(2));
     let body = readyz(&app).await;
     assert_eq!(body["worker"]["status"], "ok", "{body}");
 }

@@ -434,7 +434,7 @@ async fn an_expiry_storm_returns_every_unit_once_and_on_time() {
         assert_eq!(status.stock_left, STOCK, "{wave} wave: every unit back");
         assert_eq!(standings.expired, status.released);
     }
-    let (status, standings) = app.assert_settled(&sale, Duration::from_secs(5)).await;
+    let (status, standings) = app.assert_settled(&sale, Duration::from_secs(20)).await;
     assert_eq!((standings.expired, status.released, status.sold), (2 * STOCK, 2 * STOCK, 2 * STOCK));
     let (p50, p99, max): (f64, f64, f64) = sqlx::query_as(
         "select percentile_cont(0.5) within group (order by lag), percentile_cont(0.99) within group (order by lag), max(lag)
@@ -618,6 +618,6 @@ async fn a_release_redis_lost_is_reported_and_repaired_once() {
     assert_eq!(repaired["units_released"], 1, "{repaired}");
     let again = admin(&app, reqwest::Method::POST, &format!("/admin/sales/{sale}/reconcile")).await;
     assert_eq!((again["units_released"].as_u64(), again["consistent"].as_bool()), (Some(0), Some(true)), "{again}");
-    let (status, _) = app.assert_released(&sale, Duration::from_secs(5)).await;
+    let (status, _) = app.assert_released(&sale, Duration::from_secs(20)).await;
     assert_eq!(status.stock_left, 1, "the unit is back once");
 }
