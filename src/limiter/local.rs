@@ -129,7 +129,7 @@ mod tests {
 
     #[test]
     fn a_refusal_is_told_without_spending_until_its_wait_passes() {
-        let limiter = LocalLimiter::new(RateLimit { limit: 1, window: Duration::from_millis(100) });
+        let limiter = LocalLimiter::new(RateLimit { limit: 1, window: Duration::from_millis(500) });
         assert_eq!(limiter.refused(ip(1)), None, "never asked");
         assert!(limiter.check(ip(1)).is_ok());
         assert_eq!(limiter.refused(ip(1)), None, "admitted, not refused");
@@ -143,13 +143,14 @@ mod tests {
 
     #[test]
     fn the_clients_tracked_are_bounded_and_lapsed_ones_make_room() {
-        let limiter = LocalLimiter::with_capacity(RateLimit { limit: 1, window: Duration::from_millis(20) }, 3);
+        let limiter = LocalLimiter::with_capacity(RateLimit { limit: 1, window: Duration::from_millis(300) }, 3);
         for i in 0..3 {
             assert!(limiter.check(ip(i)).is_ok());
         }
         assert_eq!(limiter.check(ip(9)), Err(FULL_RETRY), "full: refused");
         assert_eq!(limiter.len(), 3);
-        std::thread::sleep(Duration::from_millis(150));
+        // governor keeps a key until its state is a burst's tolerance past its theoretical time.
+        std::thread::sleep(Duration::from_millis(1_000));
         assert!(limiter.check(ip(9)).is_ok(), "lapsed clients made room");
         assert!(limiter.len() <= 1);
     }

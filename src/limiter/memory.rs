@@ -82,13 +82,14 @@ mod tests {
         let limiter = Limiter::new(policy());
         let (a, b) = ("p:ratelimit:sliding-log:{192.0.2.1}", "p:ratelimit:sliding-log:{192.0.2.2}");
         assert_eq!(limiter.remembered(a), None);
-        let refusal = Decision::from_reply((0, 0, 30_000, 50_000));
+        // Waits long enough that a loaded host's pause between two lines does not outlast them.
+        let refusal = Decision::from_reply((0, 0, 300_000, 500_000));
         limiter.remember(a, Instant::now(), &refusal);
         let remembered = limiter.remembered(a).expect("remembered");
-        assert!(remembered.retry_after <= Duration::from_millis(30) && !remembered.allowed);
+        assert!(remembered.retry_after <= Duration::from_millis(300) && !remembered.allowed);
         assert!(remembered.reset > remembered.retry_after);
         assert_eq!(limiter.remembered(b), None);
-        std::thread::sleep(Duration::from_millis(40));
+        std::thread::sleep(Duration::from_millis(400));
         assert_eq!(limiter.remembered(a), None);
     }
 
@@ -96,14 +97,14 @@ mod tests {
     fn memory_is_bounded_and_lapsed_clients_make_room() {
         let limiter = Limiter::with_capacity(policy(), 3);
         let ip = |i: u8| format!("p:ratelimit:sliding-log:{{192.0.2.{i}}}");
-        let short = Decision::from_reply((0, 0, 20_000, 20_000));
+        let short = Decision::from_reply((0, 0, 300_000, 300_000));
         let long = Decision::from_reply((0, 0, 60_000_000, 60_000_000));
         for i in 0..3 {
             limiter.remember(&ip(i), Instant::now(), &short);
         }
         limiter.remember(&ip(3), Instant::now(), &long);
         assert_eq!(limiter.remembered(&ip(3)), None, "full: not remembered");
-        std::thread::sleep(Duration::from_millis(30));
+        std::thread::sleep(Duration::from_millis(400));
         limiter.remember(&ip(3), Instant::now(), &long);
         assert!(limiter.remembered(&ip(3)).is_some(), "lapsed entries made room");
         assert_eq!(limiter.refused.read().unwrap().len(), 1);

@@ -308,11 +308,11 @@ mod tests {
         assert!(held <= 1_000, "20 copies of 100 buyers, bound 1,000: {held} held");
         assert!(held >= 101, "the latest copy stays: {held} held");
 
-        let idle = SoldOutFlags::bounded(Duration::from_secs(60), 1_000, Duration::from_millis(50));
+        let idle = SoldOutFlags::bounded(Duration::from_secs(60), 1_000, Duration::from_millis(500));
         idle.set(&sale("a"));
         idle.store_buyers(&sale("a"), loaded(&["u"], OrderStatus::Confirmed));
         assert_eq!(idle.held_buyers(), 2);
-        std::thread::sleep(Duration::from_millis(120));
+        std::thread::sleep(Duration::from_millis(1_200));
         assert_eq!(idle.held_buyers(), 0, "an idle flag is dropped with its copy");
         assert_eq!(idle.check(&sale("a"), &user("u")), None);
     }
@@ -332,10 +332,10 @@ mod tests {
 
     #[test]
     fn a_flag_lapses_after_its_time_to_live() {
-        let flags = SoldOutFlags::with_ttl(Duration::from_millis(20));
+        let flags = SoldOutFlags::with_ttl(Duration::from_millis(300));
         flags.set(&sale("a"));
         assert!(flags.check(&sale("a"), &user("u")).is_some());
-        std::thread::sleep(Duration::from_millis(30));
+        std::thread::sleep(Duration::from_millis(400));
         assert_eq!(flags.check(&sale("a"), &user("u")), None);
     }
 }
