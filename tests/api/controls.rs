@@ -5,7 +5,6 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use futures::future::join_all;
 use futures::stream::FuturesUnordered;
 use serde_json::{Value, json};
 
@@ -252,15 +251,6 @@ struct Attempt {
     code: String,
 }
 
-/// `buyers` buyers, one every `spacing`, alternating between `apps`, each buying once.
-async fn storm(apps: [&TestApp; 2], sale: &str, buyers: usize, spacing: Duration, start: Instant) -> Vec<Attempt> {
-    join_all((0..buyers).map(|i| async move {
-        tokio::time::sleep_until((start + spacing * i as u32).into()).await;
-        attempt(apps, sale, i, start).await
-    }))
-    .await
-}
-
 /// One buyer of a storm on `apps[i % 2]`, as an [`Attempt`].
 async fn attempt(apps: [&TestApp; 2], sale: &str, i: usize, start: Instant) -> Attempt {
     let instance = i % 2;
@@ -272,10 +262,10 @@ async fn attempt(apps: [&TestApp; 2], sale: &str, i: usize, start: Instant) -> A
     Attempt { instance, sent, answered, status, code: body["error"].as_str().unwrap_or_default().to_owned() }
 }
 
-/// Buyers one every 5 ms, alternating between `apps`, until `AFTER` have been sent since
-/// `paused` was set (each instance half of them), at most `MAX`: a storm that lasts past the
-/// pause however slow the host.
-async fn storm_past(apps: [&TestApp; 2], sale: &str, paused: &OnceLock<Duration>, start: Instant) -> Vec<Attempt> {
+/// Buyers one every 5 ms, alternating between `apps`, until `AFTER` have been sent since `since`
+/// was set (each instance half of them), at most `MAX`: a storm that lasts past a control (a
+/// pause, a top-up) however slow the host.
+async fn storm_past(apps: [&TestApp; 2], sale: &str, since: &OnceLock<Duration>, start: Instant) -> Vec<Attempt> {
     const AFTER: usize = 40;
     const MAX: usize = 5_000;
     let mut in_flight = FuturesUnordered::new();
@@ -287,7 +277,7 @@ async fn storm_past(apps: [&TestApp; 2], sale: &str, paused: &OnceLock<Duration>
         tokio::select! {
             Some(done) = in_flight.next() => attempts.push(done),
             _ = tick.tick(), if sending => {
-                if paused.get().is_some() {
+                if since.get().is_some() {
                     sent_after += 1;
                 }
                 in_flight.push(attempt(apps, sale, sent, start));
@@ -358,18 +348,24 @@ async fn a_top_up_mid_storm_sells_exactly_the_added_units_on_both_instances() {
     let sale = new_sale_id();
     here.seed_stock(&sale, 30).await;
 
+    // The top-up is sent once the 30 are sold, and the storm goes on until 40 more buyers were
+    // sent after it answered (20 to the instance that made it): the states, not the host's speed,
+    // set the storm's course.
     let start = Instant::now();
-    // The 30 are gone after 120 ms of the 1.2 s storm: the top-up has a second to answer.
+    let topped = OnceLock::new();
     let top_up = async {
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        while here.status(&sale).await.sold < 30 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         assert_eq!(
             control(&there, &sale, "stock", Some(json!({"add": 20, "reason": "found a pallet"}))).await.status(),
             200
         );
-        start.elapsed()
+        let answered = start.elapsed();
+        topped.set(answered).unwrap();
+        answered
     };
-    let (attempts, topped_up) =
-        tokio::join!(storm([&here, &there], &sale, 300, Duration::from_millis(4), start), top_up);
+    let (attempts, topped_up) = tokio::join!(storm_past([&here, &there], &sale, &topped, start), top_up);
 
     let bought = attempts.iter().filter(|a| a.status == 201).count();
     assert_eq!(bought, 50, "the seeded 30 and the added 20, never more");
