@@ -248,7 +248,9 @@ async fn a_payment_event_and_an_expiry_are_traces_too() {
     let mut deployment = Deployment::new(&env).await;
     let mut service = deployment.start().await;
     let sale = common::new_sale_id();
-    let seeded = deployment.seed(&sale, serde_json::json!({"stock": 2, "payment_window": "2s"})).await;
+    // A window no loaded host outlasts before alice pays; bob's expiry is brought forward in
+    // Postgres after it, where the sweeper finds due reservations.
+    let seeded = deployment.seed(&sale, serde_json::json!({"stock": 2, "payment_window": "1h"})).await;
     assert_eq!(seeded.status(), 200);
     // alice pays in time; bob lets his reservation expire (the sweeper releases his unit).
     let mut orders = HashMap::new();
@@ -260,6 +262,11 @@ async fn a_payment_event_and_an_expiry_are_traces_too() {
     deployment.wait_for_drain(&sale).await;
     let paid = deployment.pay(&sale, &orders["alice"], "evt-trace-1").await;
     assert_eq!(paid.status(), 200);
+    sqlx::query("update orders set pay_by = now() where order_id = $1::uuid")
+        .bind(&orders["bob"])
+        .execute(&deployment.pool)
+        .await
+        .unwrap();
     let until = tokio::time::Instant::now() + Duration::from_secs(20);
     while deployment
         .store
