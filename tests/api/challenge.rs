@@ -137,6 +137,44 @@ async fn a_join_needs_its_own_fresh_solution_and_spends_it_once() {
     }
 }
 
+/// `lua/queue_join.lua` with a nonce spent before: the buyer who has a place gets it back (its own
+/// join sent again), marked replayed, and nothing changes; a buyer without one is refused and
+/// not placed.
+#[tokio::test]
+async fn a_spent_nonce_tells_a_placed_buyer_their_place_and_places_nobody_else() {
+    use seckill::domain::SaleId;
+    use seckill::redis::keys::SaleKeys;
+    let app = app(10, Duration::from_secs(60)).await;
+    let sale = seed(&app, 5, true).await;
+    let line = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap()).line();
+    let mut redis = app.redis.clone();
+    let expires = (OffsetDateTime::now_utc().unix_timestamp() + 120) * 1000;
+    let join = |buyer: &str, nonce: &str| {
+        let mut call = seckill::redis::lua::QUEUE_JOIN.key(&line.joining()[..]);
+        call.arg(buyer).arg("join").arg(nonce.to_owned()).arg(expires);
+        call
+    };
+    let words = |reply: redis::Value| -> Vec<String> {
+        match reply {
+            redis::Value::Array(items) => {
+                items.iter().map(|v| redis::from_redis_value_ref::<String>(v).unwrap()).collect()
+            }
+            other => vec![redis::from_redis_value_ref::<String>(&other).unwrap()],
+        }
+    };
+    let first = words(join("alice", "n-alice").invoke_async(&mut redis).await.unwrap());
+    assert_eq!(first, ["prequeue"], "alice joins, spending her nonce");
+    let again = words(join("alice", "n-alice").invoke_async(&mut redis).await.unwrap());
+    assert_eq!(again, ["prequeue", "replayed"], "her join sent again: her standing");
+    let carol = words(join("carol", "n-alice").invoke_async(&mut redis).await.unwrap());
+    assert_eq!(carol, ["challenge_replayed"], "a spent nonce places nobody new");
+    let mut ask = seckill::redis::lua::QUEUE_JOIN.key(&line.joining()[..]);
+    ask.arg("carol").arg("ask");
+    assert_eq!(words(ask.invoke_async(&mut redis).await.unwrap()), ["not_in_queue"]);
+    let queued: usize = redis::AsyncCommands::zcard(&mut redis, &line.queue.prequeue).await.unwrap();
+    assert_eq!(queued, 1, "alice alone in the pre-queue");
+}
+
 #[tokio::test]
 async fn an_expired_solution_is_refused() {
     let app = app(10, Duration::from_secs(1)).await;
