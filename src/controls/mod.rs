@@ -12,6 +12,25 @@ use crate::domain::SaleId;
 use crate::purchase::Sales;
 use crate::redis::lua::{self, unexpected_reply};
 
+/// The sale's figures (`stock_initial`, stock left) if its last stock change is `change`: `None`
+/// if another, or if they cannot be read. Only the change itself writes its id, so a `Some` is
+/// true whenever it comes.
+async fn made(sales: &Sales, meta: &str, stock: &str, change: &str) -> Option<(i64, i64)> {
+    let ((last, initial), left): ((Option<String>, Option<i64>), Option<i64>) = redis::pipe()
+        .cmd("HMGET")
+        .arg(meta)
+        .arg("restock_op")
+        .arg("stock_initial")
+        .get(stock)
+        .query_async(&mut sales.keyspace().conn())
+        .await
+        .ok()?;
+    if last.as_deref() != Some(change) {
+        return None;
+    }
+    Some((initial?, left?))
+}
+
 /// The kill switch's three positions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Switch {
@@ -91,8 +110,20 @@ pub async fn restock(sales: &Sales, sale: &SaleId, add: i64, max: i64) -> RedisR
     let mut call = lua::RESTOCK.key(&keys.meta);
     // The change's id: a Redis Cluster client re-sends a call that timed out, and the change is
     // made once however often it arrives.
-    call.key(&keys.stock).arg(add).arg(max).arg(uuid::Uuid::now_v7().to_string());
-    let reply: Vec<redis::Value> = lua::run(&call, &mut sales.keyspace().conn()).await?;
+    let change = uuid::Uuid::now_v7().to_string();
+    call.key(&keys.stock).arg(add).arg(max).arg(&change);
+    let reply: Vec<redis::Value> = match lua::run(&call, &mut sales.keyspace().conn()).await {
+        Ok(reply) => reply,
+        // The call may have run all the same (it timed out, its connection dropped): the change
+        // id it writes says so, read on the same connection, after the call if it is still queued.
+        Err(err) => match made(sales, &keys.meta, &keys.stock, &change).await {
+            Some((stock_initial, stock_left)) => {
+                sales.announce(sale, "stock change").await;
+                return Ok(Restock::Done { stock_initial, stock_left });
+            }
+            None => return Err(err),
+        },
+    };
     let bad = || unexpected_reply("restock.lua", &format!("{reply:?}"));
     let status: String = redis::from_redis_value_ref(reply.first().ok_or_else(bad)?)?;
     if status == "unknown_sale" {
