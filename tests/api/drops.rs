@@ -226,6 +226,41 @@ async fn a_drop_pause_stops_every_size_on_every_instance_and_resume_and_end_foll
     assert_eq!(audit_actions(&app, &drop).await, ["drop_end", "drop_resume", "drop_pause", "drop_seed"]);
 }
 
+/// A drop's stock change whose Redis call timed out but ran all the same answers 200 with what it
+/// did, once, as a sale's does (`controls::a_top_up_whose_call_timed_out_but_ran_answers_what_it_did`).
+#[tokio::test]
+async fn a_drop_stock_change_whose_call_timed_out_but_ran_answers_what_it_did() {
+    let dir = crate::common::testbed().dir().join(format!("held-drop-{}", crate::common::new_key_prefix()));
+    let private = crate::common::testbed().redis.launch_sibling(&dir).expect("start a private Redis");
+    let app = crate::helpers::spawn_app_with(
+        |c| {
+            c.redis_url = private.url().into();
+            c.redis_timeout = std::time::Duration::from_secs(2);
+        },
+        false,
+    )
+    .await;
+    let drop = new_drop_id();
+    assert_eq!(put_drop(&app, &drop, json!({"sizes": {"40": {"stock": 2}, "41": {"stock": 2}}})).await.status(), 200);
+    // A first change loads the script, so the held one is the change itself.
+    assert_eq!(post_drop(&app, &drop, "stock", json!({"add": {"40": 1}})).await.status(), 200);
+    let mut held = redis::Client::open(private.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    // Every write waits 3 s, the change's script among them: the app's call times out at 2 s.
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(3_000).arg("WRITE").query_async(&mut held).await.unwrap();
+    let asked = std::time::Instant::now();
+    let done = post_drop(&app, &drop, "stock", json!({"add": {"40": 5, "41": -1}})).await;
+    let answered = asked.elapsed();
+    assert_eq!(done.status(), 200, "{}", done.text().await.unwrap());
+    let body: Value = done.json().await.unwrap();
+    assert_eq!(sizes_of(&body).iter().map(|s| s.2).collect::<Vec<_>>(), [8, 1], "made once: {body}");
+    assert!(answered >= std::time::Duration::from_secs(2), "the call outlived the app's timeout: {answered:?}");
+    for (size, stock) in [("40", 8), ("41", 1)] {
+        assert_eq!(app.sales_row_stock(&format!("{drop}.{size}")).await, stock, "size {size}'s row follows");
+    }
+    std::mem::drop(app);
+    assert!(private.stop(), "stop the private Redis");
+}
+
 #[tokio::test]
 async fn a_drops_stock_changes_all_or_nothing() {
     let app = spawn_app().await;
