@@ -75,15 +75,23 @@ local function standing(reply)
   return reply
 end
 
-if before_start then
-  if redis.call('ZSCORE', KEYS[2], buyer) then
-    return standing({'prequeue'})
-  end
+-- For a buyer without a place: an ask's answer, or a replayed solution's refusal; nil: place them.
+local function unplaced()
   if not join then
     return 'not_in_queue'
   end
   if replayed then
     return 'challenge_replayed'
+  end
+end
+
+if before_start then
+  if redis.call('ZSCORE', KEYS[2], buyer) then
+    return standing({'prequeue'})
+  end
+  local refused = unplaced()
+  if refused then
+    return refused
   end
   if not state[1] then
     error('seckill queue_join.lua: the queue state has no seed: re-seed the sale')
@@ -101,11 +109,9 @@ local late = redis.call('HGET', KEYS[3], buyer)
 if late then
   return standing({'placed', tonumber(late)})
 end
-if not join then
-  return 'not_in_queue'
-end
-if replayed then
-  return 'challenge_replayed'
+local refused = unplaced()
+if refused then
+  return refused
 end
 local place = redis.call('ZCARD', KEYS[2]) + redis.call('HLEN', KEYS[3]) + 1
 redis.call('HSET', KEYS[3], buyer, place)

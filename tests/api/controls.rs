@@ -9,7 +9,8 @@ use futures::stream::FuturesUnordered;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ADMIN_TOKEN, TestApp, assert_error, new_sale_id, quick_janitor, spawn_app, spawn_app_with, spawn_instance_of,
+    ADMIN_TOKEN, PrivateRedis, TestApp, assert_error, new_sale_id, quick_janitor, spawn_app, spawn_app_with,
+    spawn_instance_of,
 };
 
 /// `POST /admin/sales/{sale}/{action}` with `body` (`None`: no body).
@@ -167,8 +168,7 @@ async fn an_operators_body_over_the_limit_gets_a_json_413() {
 /// the same connection, says it ran. On a private Redis: the pause holds every client's writes.
 #[tokio::test]
 async fn a_top_up_whose_call_timed_out_but_ran_answers_what_it_did() {
-    let dir = crate::common::testbed().dir().join(format!("held-writes-{}", crate::common::new_key_prefix()));
-    let private = crate::common::testbed().redis.launch_sibling(&dir).expect("start a private Redis");
+    let private = PrivateRedis::start();
     let app = spawn_app_with(
         |c| {
             c.redis_url = private.url().into();
@@ -181,9 +181,8 @@ async fn a_top_up_whose_call_timed_out_but_ran_answers_what_it_did() {
     assert_eq!(app.seed(&sale, json!({"stock": 2})).await.status(), 200);
     // A first top-up loads the script, so the held one is the change itself, not its NOSCRIPT.
     assert_eq!(control(&app, &sale, "stock", Some(json!({"add": 1}))).await.status(), 200);
-    let mut held = redis::Client::open(private.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
     // Every write waits 3 s, the top-up's script among them: the app's call times out at 2 s.
-    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(3_000).arg("WRITE").query_async(&mut held).await.unwrap();
+    private.hold_writes(3_000).await;
     let asked = Instant::now();
     let response = control(&app, &sale, "stock", Some(json!({"add": 5}))).await;
     let answered = asked.elapsed();
@@ -191,12 +190,12 @@ async fn a_top_up_whose_call_timed_out_but_ran_answers_what_it_did() {
     let body: Value = response.json().await.unwrap();
     assert_eq!((&body["stock_initial"], &body["stock_left"]), (&json!(8), &json!(8)), "made once: {body}");
     assert!(answered >= Duration::from_secs(2), "the call outlived the app's timeout: {answered:?}");
-    let stock: i64 =
-        redis::AsyncCommands::get(&mut held, format!("{}:{{sale:{sale}}}:stock", app.config.key_prefix)).await.unwrap();
+    let mut redis = redis::Client::open(private.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let stock: i64 = redis::AsyncCommands::get(&mut redis, format!("{}:{{sale:{sale}}}:stock", app.config.key_prefix))
+        .await
+        .unwrap();
     assert_eq!(stock, 8);
     assert_eq!(app.sales_row_stock(&sale).await, 8, "and recorded");
-    drop(app);
-    assert!(private.stop(), "stop the private Redis");
 }
 
 /// A stock change's call that arrives twice (a Redis Cluster client re-sends a call that timed

@@ -5,7 +5,7 @@ use redis::AsyncCommands;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, spawn_app, spawn_instance_of};
+use crate::helpers::{ADMIN_TOKEN, PrivateRedis, TestApp, assert_error, spawn_app, spawn_instance_of};
 
 fn new_drop_id() -> String {
     format!("drop-{}", &Uuid::now_v7().simple().to_string()[..20])
@@ -230,8 +230,7 @@ async fn a_drop_pause_stops_every_size_on_every_instance_and_resume_and_end_foll
 /// did, once, as a sale's does (`controls::a_top_up_whose_call_timed_out_but_ran_answers_what_it_did`).
 #[tokio::test]
 async fn a_drop_stock_change_whose_call_timed_out_but_ran_answers_what_it_did() {
-    let dir = crate::common::testbed().dir().join(format!("held-drop-{}", crate::common::new_key_prefix()));
-    let private = crate::common::testbed().redis.launch_sibling(&dir).expect("start a private Redis");
+    let private = PrivateRedis::start();
     let app = crate::helpers::spawn_app_with(
         |c| {
             c.redis_url = private.url().into();
@@ -244,9 +243,8 @@ async fn a_drop_stock_change_whose_call_timed_out_but_ran_answers_what_it_did() 
     assert_eq!(put_drop(&app, &drop, json!({"sizes": {"40": {"stock": 2}, "41": {"stock": 2}}})).await.status(), 200);
     // A first change loads the script, so the held one is the change itself.
     assert_eq!(post_drop(&app, &drop, "stock", json!({"add": {"40": 1}})).await.status(), 200);
-    let mut held = redis::Client::open(private.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
     // Every write waits 3 s, the change's script among them: the app's call times out at 2 s.
-    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(3_000).arg("WRITE").query_async(&mut held).await.unwrap();
+    private.hold_writes(3_000).await;
     let asked = std::time::Instant::now();
     let done = post_drop(&app, &drop, "stock", json!({"add": {"40": 5, "41": -1}})).await;
     let answered = asked.elapsed();
@@ -257,8 +255,6 @@ async fn a_drop_stock_change_whose_call_timed_out_but_ran_answers_what_it_did() 
     for (size, stock) in [("40", 8), ("41", 1)] {
         assert_eq!(app.sales_row_stock(&format!("{drop}.{size}")).await, stock, "size {size}'s row follows");
     }
-    std::mem::drop(app);
-    assert!(private.stop(), "stop the private Redis");
 }
 
 #[tokio::test]

@@ -182,3 +182,30 @@ pub async fn transactions_of(app: &TestApp) -> i64 {
         .await
         .unwrap()
 }
+
+/// A Redis server of the test's own (a testbed sibling, stopped when this is dropped), for a test
+/// that holds its writes: `CLIENT PAUSE` holds every client of a server, other tests' too.
+pub struct PrivateRedis(testbed::Redis);
+
+impl PrivateRedis {
+    pub fn start() -> Self {
+        let dir = crate::common::testbed().dir().join(format!("private-{}", crate::common::new_key_prefix()));
+        Self(crate::common::testbed().redis.launch_sibling(&dir).expect("start a private Redis"))
+    }
+
+    pub fn url(&self) -> String {
+        self.0.url()
+    }
+
+    /// Holds every write (scripts that may write among them) for `ms` from now.
+    pub async fn hold_writes(&self, ms: u64) {
+        let mut con = redis::Client::open(self.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(ms).arg("WRITE").query_async(&mut con).await.unwrap();
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}

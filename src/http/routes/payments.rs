@@ -11,7 +11,8 @@ use uuid::Uuid;
 use super::admin::AdminErrors;
 use super::object::Object;
 use super::responses::JsonBody;
-use super::{MAX_BODY_BYTES, sale_of};
+use super::sale_of;
+use super::small_body::read_small;
 use crate::domain::Standing;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
@@ -90,11 +91,7 @@ pub async fn event(
     if !json {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let body = payload
-        .to_bytes_limited(MAX_BODY_BYTES)
-        .await
-        .map_err(|_| ApiError::PayloadTooLarge(MAX_BODY_BYTES))?
-        .map_err(|e| ApiError::InvalidRequest(format!("unreadable request body: {e}")))?;
+    let body = read_small(payload).await?;
     let presented = req.headers().get(SIGNATURE_HEADER).map(|v| v.to_str().unwrap_or_default());
     state.shop.verify_payment(presented, &body)?;
     let Object(event): Object<PaymentEvent> =

@@ -20,12 +20,17 @@ impl FromRequest for SmallBody {
         let payload = web::Payload::from_request(req, payload).into_inner();
         Box::pin(async move {
             let payload = payload.map_err(|e| ApiError::InvalidRequest(format!("unreadable request body: {e}")))?;
-            payload
-                .to_bytes_limited(MAX_BODY_BYTES)
-                .await
-                .map_err(|_| ApiError::PayloadTooLarge(MAX_BODY_BYTES))?
-                .map(SmallBody)
-                .map_err(|e| ApiError::InvalidRequest(format!("unreadable request body: {e}")))
+            read_small(payload).await.map(SmallBody)
         })
     }
+}
+
+/// `payload` read whole: at most [`MAX_BODY_BYTES`] (413 beyond), else a 400 for a body that
+/// could not be read. For a handler that checks the request before it reads the body.
+pub async fn read_small(payload: web::Payload) -> Result<web::Bytes, ApiError> {
+    payload
+        .to_bytes_limited(MAX_BODY_BYTES)
+        .await
+        .map_err(|_| ApiError::PayloadTooLarge(MAX_BODY_BYTES))?
+        .map_err(|e| ApiError::InvalidRequest(format!("unreadable request body: {e}")))
 }
