@@ -23,7 +23,7 @@ pub fn dependency_of(err: &anyhow::Error) -> Option<&'static str> {
 }
 
 /// Purchase outcomes, in the order of [`Metrics::purchase`]'s labels.
-pub const PURCHASE_OUTCOMES: [&str; 21] = [
+pub const PURCHASE_OUTCOMES: [&str; 22] = [
     "created",
     "already_purchased",
     "sold_out",
@@ -45,6 +45,7 @@ pub const PURCHASE_OUTCOMES: [&str; 21] = [
     "insufficient_stock",
     "challenge_required",
     "challenge_failed",
+    "draw_only",
 ];
 
 /// Limiter decisions, in the order of [`Metrics::limiter_decision`]'s labels.
@@ -297,7 +298,9 @@ impl Metrics {
 
     /// Counts a purchase outcome, one of [`PURCHASE_OUTCOMES`].
     pub fn purchase(&self, outcome: &str) {
-        if let Some(i) = PURCHASE_OUTCOMES.iter().position(|o| *o == outcome) {
+        let found = PURCHASE_OUTCOMES.iter().position(|o| *o == outcome);
+        debug_assert!(found.is_some(), "{outcome:?} is not in PURCHASE_OUTCOMES: it would not be counted");
+        if let Some(i) = found {
             self.purchase_counters[i].inc();
         }
     }
@@ -342,7 +345,9 @@ impl Metrics {
 
     /// Counts a limiter decision, one of [`LIMITER_DECISIONS`].
     pub fn limiter_decision(&self, decision: &str) {
-        if let Some(i) = LIMITER_DECISIONS.iter().position(|d| *d == decision) {
+        let found = LIMITER_DECISIONS.iter().position(|d| *d == decision);
+        debug_assert!(found.is_some(), "{decision:?} is not in LIMITER_DECISIONS: it would not be counted");
+        if let Some(i) = found {
             self.limiter_counters[i].inc();
         }
     }

@@ -130,6 +130,8 @@ async fn a_draw_run_early_awards_each_winner_once_and_publishes_a_record_that_ve
     enter_all(&app, &drop, 300).await;
     let buy = json!({"sale_id": format!("{drop}.41"), "user_id": "u001"});
     assert_error(app.client.post(app.url("/buy")).json(&buy).send().await.unwrap(), 409, "draw_only").await;
+    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"seckill_purchases_total{outcome="draw_only"} 1"#), "counted as draw_only");
     let early = app.client.get(app.url(&format!("/drops/{drop}/draw"))).send().await.unwrap();
     assert_error(early, 409, "draw_not_revealed").await;
 
