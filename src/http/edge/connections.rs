@@ -2,9 +2,11 @@
 //! spare for them, `crate::app` derives it from `nofile`), and per client key (an IPv4 address,
 //! an IPv6 network of `SECKILL_IPV6_PREFIX` bits, as the rate limiter groups them) at most
 //! `SECKILL_MAX_CONNECTIONS_PER_CLIENT` and at most a share of what is still free ([`admits`]), so
-//! that no few addresses can take the last descriptors. A trusted proxy's connections count
-//! against the budget but not per client: they carry many clients, whom the proxy must cap. With
-//! the setting at 0 no client is limited but by the budget.
+//! that no few addresses can take the last descriptors. IPv6 clients also count together by their
+//! site, the /48 around their network ([`SITE_PREFIX`]): a site holds at most the share one
+//! client may, however many networks it spreads its connections over. A trusted proxy's
+//! connections count against the budget but not per client: they carry many clients, whom the
+//! proxy must cap. With the setting at 0 no client is limited but by the budget.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -18,6 +20,13 @@ use crate::shop::client_key;
 /// "The connection budget", has the worst cases).
 pub const SHARE: u64 = 4;
 
+/// IPv6 clients of one /48 count together too: a site's allocation, which a tunnel broker hands
+/// anyone for free, holds 65,536 networks of 64 bits, each a client of its own to the cap.
+/// Without this, one such host could open a first connection from each of its networks and take
+/// the whole budget; with it, the site gets one client's share ([`admits`]). Not applied when
+/// `SECKILL_IPV6_PREFIX` is this or shorter: the client is the site or larger already.
+pub const SITE_PREFIX: u8 = 48;
+
 /// The largest budget: with it, `SHARE × budget × held` and `free²` fit in a `u64`.
 pub const MAX_BUDGET: u32 = 1 << 24;
 
@@ -27,8 +36,9 @@ pub fn admits(held: u32, free: u32, budget: u32) -> bool {
     u64::from(held) * SHARE * u64::from(budget) < u64::from(free) * u64::from(free)
 }
 
-/// The open connections of a listener and of every client that has one; a client's entry lives
-/// as long as it has a connection open, so the map is bounded by the budget.
+/// The open connections of a listener and of every client (and IPv6 site) that has one; an entry
+/// lives as long as its client or site has a connection open, so the maps are bounded by the
+/// budget.
 pub struct ClientConnections {
     open: Mutex<Open>,
     budget: u32,
@@ -42,6 +52,9 @@ struct Open {
     /// Every open connection, trusted proxies' included.
     total: u32,
     by_client: HashMap<IpAddr, u32>,
+    /// IPv6 clients' connections by their site ([`SITE_PREFIX`]): a map of its own, as a site
+    /// and a network of it can be written as the same address.
+    by_site: HashMap<IpAddr, u32>,
 }
 
 /// One counted connection; dropping it (the connection closed) gives its place back.
@@ -49,6 +62,8 @@ pub struct ConnectionSlot {
     owner: Arc<ClientConnections>,
     /// The client it counts against, none for a trusted proxy's (or with no limit per client).
     client: Option<IpAddr>,
+    /// And the IPv6 site, for a client of a network longer than [`SITE_PREFIX`].
+    site: Option<IpAddr>,
 }
 
 impl ClientConnections {
@@ -60,25 +75,33 @@ impl ClientConnections {
     }
 
     /// A place for a new connection from `peer`, or `None` when the budget is spent or the
-    /// client holds what it may now (trusted proxies: only when the budget is spent).
+    /// client, or its IPv6 site, holds what it may now (trusted proxies: only when the budget is
+    /// spent).
     pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<ConnectionSlot> {
         let peer = canonical(peer);
         let limited = self.cap != 0 && !self.proxies.trusts(peer);
         let client = limited.then(|| client_key(peer, self.ipv6_prefix));
+        let site = client.filter(|c| c.is_ipv6() && self.ipv6_prefix > SITE_PREFIX).map(|c| client_key(c, SITE_PREFIX));
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let free = self.budget - open.total;
         if free == 0 {
             return None;
         }
-        if let Some(client) = client {
-            let held = open.by_client.get(&client).copied().unwrap_or(0);
-            if held >= self.cap || !admits(held, free, self.budget) {
-                return None;
-            }
+        let held_by = |map: &HashMap<IpAddr, u32>, key: Option<IpAddr>| key.map(|k| map.get(&k).copied().unwrap_or(0));
+        let (held, site_held) = (held_by(&open.by_client, client), held_by(&open.by_site, site));
+        if held.is_some_and(|held| held >= self.cap || !admits(held, free, self.budget))
+            || site_held.is_some_and(|held| !admits(held, free, self.budget))
+        {
+            return None;
+        }
+        if let (Some(client), Some(held)) = (client, held) {
             open.by_client.insert(client, held + 1);
         }
+        if let (Some(site), Some(held)) = (site, site_held) {
+            open.by_site.insert(site, held + 1);
+        }
         open.total += 1;
-        Some(ConnectionSlot { owner: self.clone(), client })
+        Some(ConnectionSlot { owner: self.clone(), client, site })
     }
 
     /// The most connections this listener holds.
@@ -92,18 +115,26 @@ impl ClientConnections {
         let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         (open.total, open.by_client.len())
     }
+
+    /// The IPv6 sites holding at least one connection now.
+    pub fn sites(&self) -> usize {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner).by_site.len()
+    }
 }
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
         let mut open = self.owner.open.lock().unwrap_or_else(PoisonError::into_inner);
         open.total -= 1;
-        if let Some(client) = self.client
-            && let Some(held) = open.by_client.get_mut(&client)
-        {
-            *held -= 1;
-            if *held == 0 {
-                open.by_client.remove(&client);
+        let Open { by_client, by_site, .. } = &mut *open;
+        for (map, key) in [(by_client, self.client), (by_site, self.site)] {
+            if let Some(key) = key
+                && let Some(held) = map.get_mut(&key)
+            {
+                *held -= 1;
+                if *held == 0 {
+                    map.remove(&key);
+                }
             }
         }
     }
@@ -149,6 +180,37 @@ mod tests {
         assert!(connections.admit("2001:db8:0:1::1".parse().unwrap()).is_some(), "another /64");
         let _v4 = connections.admit("192.0.2.9".parse().unwrap()).unwrap();
         assert!(connections.admit("::ffff:192.0.2.9".parse().unwrap()).is_none(), "the same IPv4 client");
+    }
+
+    /// The `i`-th /64 network of the site `2001:db8:<site>::/48`, its address `::1`.
+    fn network(site: u16, i: u16) -> IpAddr {
+        format!("2001:db8:{site:x}:{i:x}::1").parse().unwrap()
+    }
+
+    #[test]
+    fn an_ipv6_site_holds_one_clients_share_however_many_networks_it_spreads_over() {
+        let connections = ClientConnections::new(920, 256, 64, TrustedProxies::default());
+        let site: Vec<_> = (0..=u16::MAX).map_while(|i| connections.admit(network(1, i))).collect();
+        // What one client alone holds of 920 (the test above): a first connection from each of
+        // 158 networks, not one from each of 920.
+        assert_eq!(site.len(), 158);
+        assert_eq!((connections.open(), connections.sites()), ((158, 158), 1));
+        assert!(connections.admit(network(1, 60_000)).is_none(), "a network of the site not seen before");
+        let _other_site = connections.admit(network(2, 0)).expect("another site's client gets in");
+        let _v4 = connections.admit(address(1)).expect("an IPv4 client gets in");
+        assert_eq!(connections.sites(), 2);
+        drop(site);
+        assert_eq!((connections.open(), connections.sites()), ((2, 2), 1), "entries end with their connections");
+        assert!(connections.admit(network(1, 7)).is_some(), "the site's places came back");
+    }
+
+    #[test]
+    fn with_a_prefix_of_a_site_or_shorter_the_client_is_the_site() {
+        let connections = ClientConnections::new(920, 256, SITE_PREFIX, TrustedProxies::default());
+        let held = fill(&connections, network(1, 0));
+        assert_eq!(held.len(), 158, "the /48 is one client");
+        assert!(connections.admit(network(1, 9)).is_none(), "another /64 of it is the same client");
+        assert_eq!(connections.sites(), 0, "no second count");
     }
 
     #[test]
