@@ -8,7 +8,10 @@ use std::time::Instant;
 use super::{Decision, Policy};
 
 /// Remembered refusals at most; beyond, lapsed ones are dropped first, and if none has lapsed
-/// the refused one is not remembered (Redis still decides).
+/// the refused one is not remembered (Redis still decides). A full memory is scanned for lapsed
+/// ones at most once per lapse: not before the earliest remembered refusal ends, when a scan
+/// could free nothing (so a flood of new refusals costs a lookup each, not a scan of 100,000
+/// under the lock every purchase reads).
 const MAX_REMEMBERED: usize = 100_000;
 
 /// The limiter one instance runs: its policy and whom it refused recently, by the limiter key
@@ -18,8 +21,20 @@ const MAX_REMEMBERED: usize = 100_000;
 pub struct Limiter {
     /// The policy every client is held to.
     pub policy: Policy,
-    refused: RwLock<HashMap<String, Refusal>>,
+    refused: RwLock<Refused>,
     capacity: usize,
+}
+
+/// The refusals remembered, by limiter key.
+#[derive(Debug, Default)]
+struct Refused {
+    by_key: HashMap<String, Refusal>,
+    /// None of `by_key` lapses before this (`None`: not known): while it is ahead, a scan for
+    /// lapsed refusals would find none.
+    lapses_from: Option<Instant>,
+    /// Scans made for lapsed refusals (what the tests count).
+    #[cfg(test)]
+    scans: usize,
 }
 
 /// Until when a refused client is refused, and until when its quota is not whole.
@@ -42,7 +57,7 @@ impl Limiter {
 
     /// The refusal of `client` this instance still remembers, if it has not lapsed.
     pub fn remembered(&self, client: &str) -> Option<Decision> {
-        let refusal = *self.refused.read().unwrap_or_else(|e| e.into_inner()).get(client)?;
+        let refusal = *self.refused.read().unwrap_or_else(|e| e.into_inner()).by_key.get(client)?;
         let now = Instant::now();
         let retry_after = refusal.retry_at.checked_duration_since(now).filter(|d| !d.is_zero())?;
         let reset = refusal.reset_at.saturating_duration_since(now);
@@ -56,13 +71,33 @@ impl Limiter {
         let refusal = Refusal { retry_at: asked + decision.retry_after, reset_at: asked + decision.reset };
         let now = Instant::now();
         let mut refused = self.refused.write().unwrap_or_else(|e| e.into_inner());
-        if refused.len() >= self.capacity && !refused.contains_key(client) {
-            refused.retain(|_, r| r.retry_at > now);
-            if refused.len() >= self.capacity {
+        let refused = &mut *refused;
+        if refused.by_key.len() >= self.capacity && !refused.by_key.contains_key(client) {
+            if refused.lapses_from.is_some_and(|at| now < at) {
+                return;
+            }
+            let mut earliest: Option<Instant> = None;
+            refused.by_key.retain(|_, r| {
+                let live = r.retry_at > now;
+                if live {
+                    earliest = Some(earliest.map_or(r.retry_at, |at| at.min(r.retry_at)));
+                }
+                live
+            });
+            refused.lapses_from = earliest;
+            #[cfg(test)]
+            {
+                refused.scans += 1;
+            }
+            if refused.by_key.len() >= self.capacity {
                 return;
             }
         }
-        refused.insert(client.to_owned(), refusal);
+        // Kept a lower bound of every refusal's end, the one replaced included.
+        if let Some(at) = &mut refused.lapses_from {
+            *at = (*at).min(refusal.retry_at);
+        }
+        refused.by_key.insert(client.to_owned(), refusal);
     }
 }
 
@@ -107,6 +142,31 @@ mod tests {
         std::thread::sleep(Duration::from_millis(400));
         limiter.remember(&ip(3), Instant::now(), &long);
         assert!(limiter.remembered(&ip(3)).is_some(), "lapsed entries made room");
-        assert_eq!(limiter.refused.read().unwrap().len(), 1);
+        assert_eq!(limiter.refused.read().unwrap().by_key.len(), 1);
+    }
+
+    #[test]
+    fn a_full_memory_is_scanned_once_until_a_refusal_can_have_lapsed() {
+        let limiter = Limiter::with_capacity(policy(), 3);
+        let ip = |i: u32| format!("p:ratelimit:sliding-log:{{198.51.{}.{}}}", i / 256, i % 256);
+        let short = Decision::from_reply((0, 0, 300_000, 300_000));
+        let long = Decision::from_reply((0, 0, 60_000_000, 60_000_000));
+        limiter.remember(&ip(0), Instant::now(), &short);
+        limiter.remember(&ip(1), Instant::now(), &long);
+        limiter.remember(&ip(2), Instant::now(), &long);
+        for i in 3..1000 {
+            limiter.remember(&ip(i), Instant::now(), &long);
+        }
+        assert_eq!(limiter.refused.read().unwrap().scans, 1, "one scan for 997 refusals a full memory could not keep");
+        assert_eq!(limiter.remembered(&ip(999)), None);
+        // A refusal remembered again (its key is there) is kept, and may end sooner.
+        limiter.remember(&ip(1), Instant::now(), &short);
+        std::thread::sleep(Duration::from_millis(400));
+        limiter.remember(&ip(1000), Instant::now(), &long);
+        let refused = limiter.refused.read().unwrap();
+        assert_eq!(refused.scans, 2, "scanned again once the earliest could have lapsed");
+        assert_eq!(refused.by_key.len(), 2, "the two lapsed made room for the new one");
+        drop(refused);
+        assert!(limiter.remembered(&ip(1000)).is_some() && limiter.remembered(&ip(2)).is_some());
     }
 }
