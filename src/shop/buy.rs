@@ -103,12 +103,6 @@ impl Shop {
             });
         }
 
-        let proof = match place {
-            Some(_) => Proof::None, // a queued sale: its join asked for the proof of work
-            None => self.spend_proof(sale, user, client, proof).await?,
-        };
-        let proven = proof == Proof::Spent;
-
         let prefix = self.sales.keyspace().prefix();
         // A client refused lately for naming sales that do not exist stays refused for them
         // (memory, then this instance's registry: no Redis call of its own).
@@ -118,7 +112,14 @@ impl Shop {
             self.metrics.limiter_decision("unknown_sale_refused");
             return Err(super::limits::rate_limited(wait));
         }
+        // The refusals remembered come before the proof of work is spent: a client answered 429
+        // keeps its solution for when it may ask again.
         let gates = meter.gates(prefix, client, user, sale)?;
+        let proof = match place {
+            Some(_) => Proof::None, // a queued sale: its join asked for the proof of work
+            None => self.spend_proof(sale, user, client, proof).await?,
+        };
+        let proven = proof == Proof::Spent;
         let (asked, order_id) = (Instant::now(), Uuid::now_v7());
         let verdict =
             self.sales.buy(sale, (user, quantity), order_id, (place, proven), &gates).await.map_err(|err| {

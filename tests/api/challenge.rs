@@ -353,6 +353,52 @@ async fn bogus_solutions_are_limited_per_client_before_they_are_checked() {
     assert_eq!(join(&app, &sale, "alice", "10.9.0.2", Some(&proof)).await.status(), 200, "another address");
 }
 
+/// A buyer answered 429 from the instance's memory of a refusal keeps the solution they sent:
+/// the remembered refusal is looked at before the proof of work is spent.
+#[tokio::test]
+async fn a_buyer_refused_from_memory_keeps_their_solution() {
+    let app = spawn_app_with(
+        |c| {
+            c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+            c.challenge.challenge_iterations = 10;
+            // A challenge asked counts against the buyer's limit as a purchase does.
+            c.user_rate_limit = Some(seckill::limiter::RateLimit { limit: 4, window: Duration::from_secs(600) });
+        },
+        true,
+    )
+    .await;
+    let sale = seed(&app, 5, false).await;
+    let app = &app;
+    let buy = |quantity: u32, proof: String| {
+        let body = json!({"sale_id": sale, "user_id": "carol", "quantity": quantity});
+        let request = app.client.post(app.url("/buy")).header("X-Forwarded-For", "10.0.0.7");
+        request.header("Seckill-Challenge", proof).json(&body).send()
+    };
+    let metric = |name: &'static str| async move {
+        let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        let matching = text.lines().filter(|l| l.starts_with(name));
+        matching.filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>()
+    };
+    const SOLVED: &str = r#"seckill_challenges_total{cost="1",event="solved"}"#;
+    const FROM_MEMORY: &str = r#"seckill_limiter_decisions_total{decision="buyer_refused_from_memory"}"#;
+    // Three solutions (three of her four requests), then an attempt asking more than a buyer may:
+    // refused, and the fourth.
+    let mut solutions = Vec::new();
+    for _ in 0..3 {
+        solutions.push(solve(&challenge(app, &sale, "carol", "10.0.0.7").await).0);
+    }
+    assert_error(buy(2, solutions[0].clone()).await.unwrap(), 409, "limit_reached").await;
+    // The fifth is refused by her limit in Redis (its solution was spent before the call); the
+    // instance remembers the refusal.
+    assert_error(buy(1, solutions[1].clone()).await.unwrap(), 429, "rate_limited").await;
+    assert_eq!(metric(SOLVED).await, 2.0, "both solutions spent");
+    for _ in 0..3 {
+        assert_error(buy(1, solutions[2].clone()).await.unwrap(), 429, "rate_limited").await;
+    }
+    assert_eq!(metric(FROM_MEMORY).await, 3.0, "answered from memory");
+    assert_eq!(metric(SOLVED).await, 2.0, "the third solution is not spent");
+}
+
 /// `seckill solve`, the command a script runs: given a challenge another client fetched (on
 /// stdin) it prints a header that joins; fetching one from a sale that asks none, it exits 1
 /// with the service's answer on stderr and prints no header. (Fetching and solving, then
