@@ -164,7 +164,7 @@ pub async fn requeue(sales: &Sales, sale: &SaleId, users: &[UserId]) -> RedisRes
             let mut point = redis::pipe();
             for ((_, order, has_receipt), entry) in chunk.iter().zip(entries) {
                 if *has_receipt {
-                    let receipt = format!("{} {} {entry}", order.order_id, order.created_at_ms);
+                    let receipt = StoredReceipt::value(order.order_id, order.created_at_ms, &entry, order.quantity);
                     point.hset(&keys.receipts, order.user_id.as_str(), receipt).ignore();
                 }
             }

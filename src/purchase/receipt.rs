@@ -120,6 +120,16 @@ impl StoredReceipt {
         })
     }
 
+    /// The receipt of an order written as stream entry `entry` (`<ms>-<seq>`), as the hash
+    /// holds it (what [`StoredReceipt::parse`] reads): the quantity only when over 1, as the
+    /// scripts write it.
+    pub fn value(order_id: Uuid, created_at_ms: i64, entry: &str, quantity: u32) -> String {
+        match quantity {
+            0 | 1 => format!("{order_id} {created_at_ms} {entry}"),
+            units => format!("{order_id} {created_at_ms} {entry} {units}"),
+        }
+    }
+
     /// The receipt, with its order's status.
     pub fn with_status(&self, status: OrderStatus) -> Receipt {
         let (order_id, created_at_ms, quantity) = (self.order_id, self.created_at_ms, self.quantity);
@@ -279,6 +289,17 @@ impl Sales {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_receipt_written_reads_back_with_its_quantity() {
+        let id = Uuid::parse_str("0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69").unwrap();
+        for quantity in [1, 3, 100] {
+            let value = StoredReceipt::value(id, 1_732_345_678_901, "1732345678901-7", quantity);
+            let stored = StoredReceipt::parse(&value).unwrap();
+            assert_eq!((stored.order_id, stored.entry, stored.quantity), (id, (1_732_345_678_901, 7), quantity));
+        }
+        assert!(!StoredReceipt::value(id, 1, "1-0", 1).ends_with(" 1"), "one unit is written as the scripts do");
+    }
 
     #[test]
     fn a_stored_receipt_parses_and_refuses_anything_else() {

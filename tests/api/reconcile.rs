@@ -125,6 +125,32 @@ async fn orders_deleted_behind_the_services_back_are_reported_and_re_enqueued() 
 }
 
 #[tokio::test]
+async fn a_re_enqueued_order_of_several_units_keeps_its_quantity_in_its_receipt() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    assert_eq!(app.seed(&sale, json!({"stock": 10, "per_buyer": 3})).await.status(), 200);
+    let body = json!({"sale_id": sale, "user_id": "bulk", "quantity": 3});
+    let bought = app.client.post(app.url("/buy")).json(&body).send().await.unwrap();
+    assert_eq!(bought.status(), 201, "{}", bought.text().await.unwrap());
+    app.wait_for_drain(&sale).await;
+    delete_orders(&app, &sale, &["bulk"]).await;
+    assert_eq!(reconcile(&app, &sale, true).await.reenqueued, 1);
+    app.wait_for_drain(&sale).await;
+    let stored: i32 = sqlx::query_scalar("select quantity from orders where sale_id = $1 and user_id = 'bulk'")
+        .bind(&sale)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, 3, "stored with its units");
+    // The receipt the repair wrote still says three units: a repeat hears them, and a later
+    // repair would queue them.
+    let again = app.client.post(app.url("/buy")).json(&body).send().await.unwrap();
+    assert_eq!(again.status(), 409);
+    let again: serde_json::Value = again.json().await.unwrap();
+    assert_eq!((&again["error"], &again["quantity"]), (&json!("already_purchased"), &json!(3)), "{again}");
+}
+
+#[tokio::test]
 async fn queued_orders_are_not_reported_missing_and_a_repeated_repair_enqueues_once() {
     let app = spawn_app_with(|_| {}, false).await;
     let (sale, _) = sale_with_buyers(&app, 10, 4).await;
