@@ -111,6 +111,9 @@ impl Operators {
     /// with every configured one in constant time, without stopping at a match: the time taken
     /// tells neither the token's length nor which entry, if any, it matched.
     pub fn identify(&self, presented: &str) -> Option<Signed> {
+        if presented.is_empty() {
+            return None; // no token: no one (a roster cannot name the empty token's hash either)
+        }
         let digest = token::sha256(presented);
         let mut found = None;
         for (hash, signed) in self.credentials.iter() {

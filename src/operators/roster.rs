@@ -42,6 +42,10 @@ pub fn parse_roster(text: &str, source: &str) -> Result<Vec<NamedOperator>, Stri
         let mut token_sha256 = [0u8; 32];
         hex::decode_to_slice(hash, &mut token_sha256)
             .map_err(|_| at("the hash must be 64 hex digits (the token's SHA-256)".into()))?;
+        // A request without a bearer token presents the empty one: its hash would sign it in.
+        if token_sha256 == super::token::sha256("") {
+            return Err(at(format!("operator {name:?} has the hash of an empty token")));
+        }
         if !names.insert(name.to_owned()) {
             return Err(at(format!("operator {name:?} is named twice")));
         }

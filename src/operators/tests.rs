@@ -46,6 +46,7 @@ fn a_bad_roster_is_refused_by_entry_without_echoing_the_hash() {
         (format!("alice viewer {}", &h[1..]), "64 hex digits"),
         (format!("alice viewer {h}\nalice operator {}", hash_hex("y")), "entry 2: operator \"alice\" is named twice"),
         (format!("alice viewer {h}\nbob operator {h}"), "same token hash"),
+        (format!("alice viewer {}", hash_hex("")), "the hash of an empty token"),
     ];
     for (text, expected) in cases {
         let err = roster(&text).unwrap_err();
