@@ -55,8 +55,8 @@ impl Sales {
 
     /// Puts each user back into the buyer set of its home shard (where `buy.lua` looks first),
     /// with a receipt naming its committed order, and lowers that shard's stock by the live
-    /// orders' units (a released order's id joins the released set instead); a grouped sale's
-    /// buyers hold their units in the group again.
+    /// orders' units (a released order's id joins the released set instead). A grouped sale's
+    /// units held per buyer are the caller's: [`Sales::hold_at_least`], once, over the group.
     /// Users already in the set are left alone, so a repeated restore does nothing.
     pub async fn restore_buyers(&self, sale: &SaleId, orders: &[CommittedOrder]) -> RedisResult<Restored> {
         let shards = self.all_shard_keys(sale).await?;
@@ -66,7 +66,7 @@ impl Sales {
                 orders.iter().filter(|o| home_shard(&o.user_id, shards.len() as u32) == shard).collect();
             for page in mine.chunks(PAGE) {
                 let mut call = lua::RESTORE.key(&keys.stock);
-                call.key(&keys.buyers).key(&keys.receipts).key(&keys.released).key(&keys.meta).key(&keys.held);
+                call.key(&keys.buyers).key(&keys.receipts).key(&keys.released).key(&keys.meta);
                 for order in page {
                     call.arg(order.user_id.as_str())
                         .arg(order.order_id.to_string())

@@ -145,3 +145,75 @@ async fn a_restore_beyond_the_stock_is_reported_overdrawn_and_never_drives_stock
     let status = app.status(&sale).await;
     assert_eq!((status.stock_left, status.sold), (0, 3), "stock stops at 0: {status:?}");
 }
+
+/// The repair seeds a lost sale first and restores its buyers after: a release Postgres owes
+/// (a sweeper's re-drive, a cancel) that runs in between gives back units the new stock never
+/// lost. The restore takes them back, so the stock balances (the scripts called in that order).
+#[tokio::test]
+async fn a_release_between_the_repairs_seed_and_its_restore_gives_back_nothing_twice() {
+    use seckill::redis::keys::SaleKeys;
+    use seckill::redis::lua::{RELEASE, RESTORE};
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 5).await; // as the repair seeds it: the whole stock, no buyers
+    let keys = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap());
+    let mut redis = app.redis.clone();
+    let (cancelled, live) = (Uuid::now_v7(), Uuid::now_v7());
+    let mut release = RELEASE.key(&keys.stock);
+    release.key(&keys.released).key(&keys.meta).arg(cancelled.to_string()).arg(2);
+    let (released, _, units): (i64, i64, i64) = release.invoke_async(&mut redis).await.unwrap();
+    assert_eq!((released, units), (1, 2), "the owed release ran on the new seed");
+
+    let mut restore = RESTORE.key(&keys.stock);
+    restore.key(&keys.buyers).key(&keys.receipts).key(&keys.released).key(&keys.meta);
+    restore.arg("a").arg(cancelled.to_string()).arg(1_732_363_200_000_i64).arg("1").arg(2);
+    restore.arg("b").arg(live.to_string()).arg(1_732_363_200_001_i64).arg("0").arg(1);
+    let (restored, overdrawn): (i64, i64) = restore.invoke_async(&mut redis).await.unwrap();
+    assert_eq!((restored, overdrawn), (2, 0));
+
+    let stock: i64 = redis.get(&keys.stock).await.unwrap();
+    let (buyers, gone): (i64, i64) =
+        (redis.scard(&keys.buyers).await.unwrap(), redis.scard(&keys.released).await.unwrap());
+    let extra: (Option<i64>, Option<i64>) = redis::cmd("HMGET")
+        .arg(&keys.meta)
+        .arg("extra_units")
+        .arg("extra_released")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let (extra_units, extra_released) = (extra.0.unwrap_or(0), extra.1.unwrap_or(0));
+    // stock_initial = stock + buyers + extra_units - released - extra_released; only b's unit sold.
+    assert_eq!((stock, buyers, extra_units, gone, extra_released), (4, 2, 1, 1, 1));
+    assert_eq!(stock + buyers + extra_units - gone - extra_released, 5, "the stock balances");
+    let status = app.status(&sale).await;
+    assert_eq!((status.stock_initial, status.stock_left), (5, 4), "{status:?}");
+}
+
+/// A group's units held per buyer are one key for all its sales: lost with them, they come back
+/// once, at what Postgres holds over the group, however many of its sales are repaired one after
+/// the other (each repair's restore used to add its sale's units again).
+#[tokio::test]
+async fn a_buyers_units_held_in_a_group_come_back_once_over_repairs_of_several_sales() {
+    let app = spawn_app().await;
+    let group = new_sale_id();
+    let [a, b, c] = ["a", "b", "c"].map(|size| format!("{group}.{size}"));
+    for sale in [&a, &b, &c] {
+        assert_eq!(app.seed(sale, json!({"stock": 5, "per_buyer": 3})).await.status(), 200, "{sale}");
+    }
+    buy(&app, &a, "u").await;
+    buy(&app, &b, "u").await;
+    app.wait_for_drain(&a).await;
+    app.wait_for_drain(&b).await;
+    let held = app.store.keyspace().sale_keys(&SaleId::parse(&a).unwrap()).held;
+    lose_sale(&app, &a).await;
+    lose_sale(&app, &b).await;
+    let _: i64 = app.store.keyspace().conn().del(&held).await.unwrap();
+
+    assert!(repair(&app, &a).await.sale_restored);
+    assert!(repair(&app, &b).await.sale_restored);
+    let units: Option<i64> = app.store.keyspace().conn().hget(&held, "u").await.unwrap();
+    assert_eq!(units, Some(2), "a unit in each of two sales");
+    buy(&app, &c, "u").await; // the third of the three a buyer may hold in the group
+    let body = json!({"sale_id": c, "user_id": "v", "quantity": 3});
+    assert_eq!(app.client.post(app.url("/buy")).json(&body).send().await.unwrap().status(), 201, "another buyer's");
+}
