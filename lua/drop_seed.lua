@@ -32,6 +32,9 @@
 -- ARGV[15] commitment         SHA-256 of the draw's secret seed, hex (the seed itself never reaches Redis)
 -- ARGV[16] waitlist           places on the draw's waitlist
 -- ARGV[17..] per size, 2 each its sale id and its stock (integer >= 0), in KEYS' order
+-- then, optional, in "restore" mode: the hold, a reason a size written back is paused with while
+--                             the repair restores its buyers (lua/seed.lua's ARGV[16]); the drop's
+--                             own pause, if its line's meta still holds one, comes first
 --
 -- Returns, in "restore" mode, the number of sizes written again (0: Redis had them all). In
 -- "seed" mode, "ok" when seeded, or, with nothing changed:
@@ -79,8 +82,10 @@ local line = ARGV[7] ~= ''
 local draw = ARGV[13] ~= ''
 local written = 0
 -- A size written back while the rest of the drop is paused comes back paused (the line's meta
--- holds the drop's pause too; a drop that lost it, or has no line, comes back as a sale does).
-local paused = restore and line and redis.call('HGET', KEYS[3], 'paused')
+-- holds the drop's pause too; a drop that lost it, or has no line, comes back as a sale does),
+-- else held by the repair if it asks.
+local hold = ARGV[17 + 2 * sizes]
+local paused = restore and ((line and redis.call('HGET', KEYS[3], 'paused')) or (hold ~= '' and hold))
 for i = 0, sizes - 1 do
   local meta, stock, sale = KEYS[6 + 3 * i], KEYS[7 + 3 * i], ARGV[17 + 2 * i]
   local units = tonumber(ARGV[18 + 2 * i])

@@ -31,6 +31,9 @@
 -- ARGV[14] sale id            (joins the group's sales)
 -- ARGV[15] challenge cost     the proof of work a buyer solves to join or buy (src/challenge/): the tries
 --                             a solve takes on average; "" or absent: none (the meta then records none)
+-- ARGV[16] hold               optional: seed the sale paused, with this reason in the meta's "paused"
+--                             field (reconciliation's repair of a lost sale, until its buyers are back;
+--                             lua/control.lua's resume lifts it); "" or absent: not paused
 --
 -- Returns one status string:
 --   "ok"                 seeded
@@ -119,6 +122,9 @@ elseif per_buyer > 1 then
 end
 if ARGV[15] and ARGV[15] ~= '' then
   redis.call('HSET', KEYS[1], 'challenge_cost', ARGV[15])
+end
+if ARGV[16] and ARGV[16] ~= '' then
+  redis.call('HSET', KEYS[1], 'paused', ARGV[16])
 end
 redis.call('SET', KEYS[2], stock)
 return 'ok'

@@ -39,6 +39,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
+use crate::controls;
 use crate::db;
 use crate::domain::{DropId, SaleId, UserId};
 use crate::draw::entries::store as draw_store;
@@ -92,7 +93,8 @@ pub struct ReconcileReport {
     pub reenqueued: usize,
     /// The repair wrote the missing `sales` row.
     pub sales_row_restored: bool,
-    /// Redis had lost the sale: the repair seeded it again from its `sales` row.
+    /// Redis had lost the sale: the repair seeded it again from its `sales` row, paused until
+    /// the repair's last step.
     #[serde(default)]
     pub sale_restored: bool,
     /// Users of `unknown_to_redis` the repair put back into the buyer set (stock lowered to match).
@@ -163,6 +165,8 @@ pub async fn check(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option
 /// are buyers, so the next check reports neither; should two repairs race, the worker keeps the
 /// first order of a user (primary key `(sale_id, user_id)`) and drops the other as a conflict.
 pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option<ReconcileReport>, ReconcileError> {
+    // A lost sale comes back paused (REPAIR_HOLD) and sells again only below, once its buyers,
+    // holdings, releases and orders are back: never over the orders Postgres holds.
     let sale_restored = reseed_lost_sale(sales, pool, sale).await?;
     let Some((mut report, state)) = inspect(sales, pool, sale).await? else {
         return Ok(None);
@@ -215,8 +219,15 @@ pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Optio
         tracing::error!(sale_id = %sale, overdrawn = report.overdrawn, "Postgres holds more orders than the sale's \
             stock");
     }
+    // Also lifts the hold of an earlier repair that stopped half-way.
+    controls::lift_hold(sales, sale, REPAIR_HOLD).await?;
     Ok(Some(report))
 }
+
+/// The reason a sale the repair seeds again is paused with until the repair ends (`sale_paused`
+/// to buyers, with it in the sale's status): purchases would otherwise take units that orders in
+/// Postgres hold, from a buyer set not yet restored.
+pub const REPAIR_HOLD: &str = "being repaired: Redis lost this sale, its buyers are being restored";
 
 /// Seeds a sale Redis does not know from its `sales` row, if it has one (unsharded, with the
 /// row's stock and schedule); true if it did. Its buyers are restored next.
@@ -249,6 +260,7 @@ async fn reseed_lost_sale(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result
         per_buyer: row.per_buyer,
         // A sale that asked a proof of work asks it again: a repair never opens the door wider.
         challenge_cost: row.challenge_cost,
+        hold: Some(REPAIR_HOLD),
     };
     let outcome = sales.seed(sale, spec).await?;
     tracing::warn!(sale_id = %sale, ?outcome, "sale lost by Redis seeded again from its Postgres row");
@@ -288,7 +300,7 @@ async fn restore_drop_size(
         }),
     };
     let line_stock = drops::store::stock(pool, drop).await?;
-    let written = drops::restore(sales, drop, &spec, line_stock).await?;
+    let written = drops::restore(sales, drop, &spec, line_stock, REPAIR_HOLD).await?;
     if written > 0 {
         tracing::warn!(sale_id = %sale, drop_id = %drop, "size of a drop lost by Redis seeded again from Postgres");
     }

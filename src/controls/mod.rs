@@ -102,6 +102,18 @@ pub async fn switch(sales: &Sales, sale: &SaleId, switch: Switch, reason: &str) 
     Ok(last)
 }
 
+/// Resumes the sale on every shard whose pause is `hold` (reconciliation's repair lifting the pause
+/// it seeded a lost sale with, [`crate::purchase::SaleSpec::hold`]); a pause an operator made
+/// meanwhile, with another reason, stays. Nothing for a sale Redis does not know.
+pub async fn lift_hold(sales: &Sales, sale: &SaleId, hold: &str) -> RedisResult<()> {
+    for shard in sales.all_shard_keys(sale).await? {
+        let mut call = lua::CONTROL.key(&shard.meta);
+        call.arg(Switch::Resume.action()).arg("").arg(hold);
+        let _: Vec<String> = lua::run(&call, &mut sales.keyspace().conn()).await?;
+    }
+    Ok(())
+}
+
 /// Adds `add` units to the sale's stock (takes `-add` back when negative), never beyond `max`
 /// units seeded in all nor below 0 left. On success, every instance drops its sold-out flag
 /// ([`Sales::announce`]), so a sale that was sold out sells again.

@@ -63,7 +63,7 @@ pub enum DropSeed {
 /// flags of the sizes.
 pub async fn seed(sales: &Sales, drop: &DropId, spec: &DropSpec) -> RedisResult<DropSeed> {
     let line_stock: i64 = spec.sizes.iter().map(|(_, stock)| stock).sum();
-    let reply = run(sales, drop, spec, "seed", line_stock).await?;
+    let reply = run(sales, drop, spec, ("seed", ""), line_stock).await?;
     let outcome = match reply {
         redis::Value::Array(_) => {
             let words: Vec<String> = redis::from_redis_value(reply)?;
@@ -89,9 +89,11 @@ pub async fn seed(sales: &Sales, drop: &DropId, spec: &DropSpec) -> RedisResult<
 /// `spec` whose keys are gone (with their stock as seeded: their buyers are restored next), the
 /// group's `per_buyer`, window and drop mark, and the line's meta if gone, with `spec`'s shuffle
 /// seed unless Redis still has one; `line_stock` is the drop's stock over all its sizes (the
-/// line's `stock_initial`). Nothing Redis still has is reset. Answers how many sizes it wrote.
-pub async fn restore(sales: &Sales, drop: &DropId, spec: &DropSpec, line_stock: i64) -> RedisResult<u32> {
-    let written: u32 = redis::from_redis_value(run(sales, drop, spec, "restore", line_stock).await?)?;
+/// line's `stock_initial`). Nothing Redis still has is reset. A size written back is paused with
+/// the drop's pause if its line still holds one, else with `hold` (the repair's, until its buyers
+/// are back). Answers how many sizes it wrote.
+pub async fn restore(sales: &Sales, drop: &DropId, spec: &DropSpec, line_stock: i64, hold: &str) -> RedisResult<u32> {
+    let written: u32 = redis::from_redis_value(run(sales, drop, spec, ("restore", hold), line_stock).await?)?;
     if written > 0 {
         announce(sales, spec).await;
     }
@@ -107,7 +109,13 @@ async fn announce(sales: &Sales, spec: &DropSpec) {
 }
 
 /// Registers the sizes, creates their streams' groups, and runs `lua/drop_seed.lua` in `mode`.
-async fn run(sales: &Sales, drop: &DropId, spec: &DropSpec, mode: &str, line_stock: i64) -> RedisResult<redis::Value> {
+async fn run(
+    sales: &Sales,
+    drop: &DropId,
+    spec: &DropSpec,
+    (mode, hold): (&str, &str),
+    line_stock: i64,
+) -> RedisResult<redis::Value> {
     let redis = sales.keyspace();
     let ids: Vec<&str> = spec.sizes.iter().map(|(sale, _)| sale.as_str()).collect();
     let _: i64 = redis.conn().sadd(sales_registry_key(redis.prefix()), &ids).await?;
@@ -143,5 +151,6 @@ async fn run(sales: &Sales, drop: &DropId, spec: &DropSpec, mode: &str, line_sto
     for (sale, stock) in &spec.sizes {
         call.arg(sale.as_str()).arg(stock);
     }
+    call.arg(hold);
     lua::run(&call, &mut redis.conn()).await
 }

@@ -64,6 +64,9 @@ pub struct SaleSpec {
     /// The proof of work a buyer solves to join or buy (`crate::challenge`): the tries a solve
     /// takes on average; `None`: none.
     pub challenge_cost: Option<u32>,
+    /// Seeded paused with this reason (reconciliation's repair of a lost sale, until it has put
+    /// the buyers back: [`crate::controls::lift_hold`]); `None`: not paused.
+    pub hold: Option<&'static str>,
 }
 
 impl Sales {
@@ -158,7 +161,8 @@ impl Sales {
         call.arg(spec.per_buyer)
             .arg(sale.group().unwrap_or(""))
             .arg(sale.as_str())
-            .arg(opt(spec.challenge_cost.map(i64::from)));
+            .arg(opt(spec.challenge_cost.map(i64::from)))
+            .arg(spec.hold.unwrap_or(""));
         lua::run(&call, &mut self.redis.conn()).await
     }
 

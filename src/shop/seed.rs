@@ -87,6 +87,7 @@ impl Shop {
         }
         let queue = self.checked_queue("queue", queue, starts_at)?;
         let spec = SaleSpec {
+            hold: None,
             stock,
             starts_at_ms: starts_at.map(to_ms),
             ends_at_ms: ends_at.map(to_ms),

@@ -217,3 +217,51 @@ async fn a_buyers_units_held_in_a_group_come_back_once_over_repairs_of_several_s
     let body = json!({"sale_id": c, "user_id": "v", "quantity": 3});
     assert_eq!(app.client.post(app.url("/buy")).json(&body).send().await.unwrap().status(), 201, "another buyer's");
 }
+
+/// The repair seeds a lost sale paused and resumes it only once the buyers Postgres holds are
+/// back: in between, a purchase is refused `sale_paused`, not sold over their orders. A repair
+/// that stopped after its seed (here: the seed made as the repair makes it, no more) leaves the
+/// sale paused, and the next repair finishes the job and lifts the pause; an operator's pause
+/// with another reason is not lifted.
+#[tokio::test]
+async fn a_lost_sale_stays_paused_until_the_repair_has_put_its_buyers_back() {
+    use seckill::purchase::SaleSpec;
+    use seckill::reconcile::REPAIR_HOLD;
+    let app = spawn_app().await;
+    let (sale, ids) = sold_and_drained(&app, 3, &["a", "b"]).await;
+    lose_sale(&app, &sale).await;
+    let spec = SaleSpec {
+        stock: 3,
+        starts_at_ms: None,
+        ends_at_ms: None,
+        shards: None,
+        payment_window_ms: None,
+        queue: None,
+        per_buyer: 1,
+        challenge_cost: None,
+        hold: Some(REPAIR_HOLD),
+    };
+    app.store.seed(&SaleId::parse(&sale).unwrap(), spec).await.unwrap();
+    for user in ["a", "c"] {
+        assert_error(app.buy(&sale, user).await, 403, "sale_paused").await;
+    }
+    let status = app.client.get(app.url(&format!("/admin/sales/{sale}"))).bearer_auth(ADMIN_TOKEN).send().await;
+    let status: Value = status.unwrap().json().await.unwrap();
+    assert_eq!(status["paused_reason"], REPAIR_HOLD, "{status}");
+
+    let report = repair(&app, &sale).await;
+    assert_eq!(report.buyers_restored, 2, "{report:?}");
+    assert_eq!(repeat(&app, &sale, "a").await, ids[0], "a is told its order");
+    let c = buy(&app, &sale, "c").await; // the last unit, once the repair is done
+    assert_error(app.buy(&sale, "d").await, 410, "sold_out").await;
+    app.wait_for_drain(&sale).await;
+    let confirmed: BTreeSet<Uuid> = ids.into_iter().chain([c]).collect();
+    app.assert_invariants(&sale, &confirmed).await;
+
+    let pause = app.client.post(app.url(&format!("/admin/sales/{sale}/pause"))).bearer_auth(ADMIN_TOKEN);
+    assert_eq!(pause.json(&json!({"reason": "price typo"})).send().await.unwrap().status(), 200);
+    repair(&app, &sale).await;
+    let status = app.client.get(app.url(&format!("/admin/sales/{sale}"))).bearer_auth(ADMIN_TOKEN).send().await;
+    let status: Value = status.unwrap().json().await.unwrap();
+    assert_eq!((&status["paused"], &status["paused_reason"]), (&json!(true), &json!("price typo")), "{status}");
+}

@@ -52,7 +52,8 @@ pub struct ReconcileReport {
     pub reenqueued: usize,
     /// The repair wrote the missing `sales` row.
     pub sales_row_restored: bool,
-    /// Redis had lost the sale: the repair seeded it again from its `sales` row.
+    /// Redis had lost the sale: the repair seeded it again from its `sales` row, paused until
+    /// the repair's last step.
     #[serde(default)]
     pub sale_restored: bool,
     /// Users of `unknown_to_redis` the repair put back into the buyer set (stock lowered to match).
