@@ -5,9 +5,9 @@
 -- ARGV[1]  action             "pause", "resume" or "end"
 -- ARGV[2]  reason             the operator's reason for a pause, kept in the meta's "paused" field
 --                             ("" for none; the app bounds its length)
--- ARGV[3]  only this pause    optional, resume only: resume only a pause whose reason is this (the
---                             repair lifting its own hold, lua/seed.lua's ARGV[16]: a pause an
---                             operator made meanwhile stays)
+-- ARGV[3]  the repair's hold  optional, resume only: lift the hold (lua/seed.lua's ARGV[16]: the
+--                             meta's "restoring" mark), and resume only a pause whose reason is
+--                             this (a pause an operator made meanwhile stays)
 --
 -- Returns {status, was_paused, ends_at_ms}:
 --   status       "ok"; or just "unknown_sale" (no meta: no stock_initial in it): nothing written
@@ -19,7 +19,7 @@
 --         lua/admit.lua admits nobody more; reservations and admissions keep their deadlines.
 --         Pausing a paused sale replaces its reason.
 -- resume  removes the field: the next purchase call sells again (with ARGV[3], only if it holds
---         that reason).
+--         that reason; and the restoring mark goes, whatever the reason).
 -- end     sets ends_at_ms to Redis TIME now (an earlier end is kept), and starts_at_ms to before
 --         that (1 ms: a sale ended before its start never opens; a start stays before its end, as
 --         the sales table checks): purchases answer "ended".
@@ -41,6 +41,9 @@ if action == 'pause' then
 elseif action == 'resume' then
   if not ARGV[3] or redis.call('HGET', KEYS[1], 'paused') == ARGV[3] then
     redis.call('HDEL', KEYS[1], 'paused')
+  end
+  if ARGV[3] then
+    redis.call('HDEL', KEYS[1], 'restoring')
   end
 elseif action == 'end' then
   local t = redis.call('TIME')

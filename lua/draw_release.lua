@@ -46,7 +46,8 @@ local shards = '1'
 -- @purchase
 -- @release_gate
 
-if not stock_raw then
+-- Nor while the repair restores the size (lua/release.lua's "restoring" rule).
+if not stock_raw or meta[13] then
   return 'unknown_sale'
 end
 if not stock then

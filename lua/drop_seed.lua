@@ -32,9 +32,10 @@
 -- ARGV[15] commitment         SHA-256 of the draw's secret seed, hex (the seed itself never reaches Redis)
 -- ARGV[16] waitlist           places on the draw's waitlist
 -- ARGV[17..] per size, 2 each its sale id and its stock (integer >= 0), in KEYS' order
--- then, optional, in "restore" mode: the hold, a reason a size written back is paused with while
---                             the repair restores its buyers (lua/seed.lua's ARGV[16]); the drop's
---                             own pause, if its line's meta still holds one, comes first
+-- then, optional, in "restore" mode: the hold, a reason a size written back is paused with, and
+--                             marked "restoring", while the repair restores its buyers (lua/seed.lua's
+--                             ARGV[16]); the drop's own pause, if its line's meta still holds one, is
+--                             the reason instead
 --
 -- Returns, in "restore" mode, the number of sizes written again (0: Redis had them all). In
 -- "seed" mode, "ok" when seeded, or, with nothing changed:
@@ -104,6 +105,7 @@ for i = 0, sizes - 1 do
       redis.call('HSET', meta, 'challenge_cost', ARGV[6])
     end
     if paused then redis.call('HSET', meta, 'paused', paused) end
+    if restore and hold and hold ~= '' then redis.call('HSET', meta, 'restoring', '1') end
     redis.call('SET', stock, units)
   end
   redis.call('SADD', KEYS[2], sale)

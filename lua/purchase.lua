@@ -44,7 +44,7 @@
 
 -- What every purchase of the call reads alike, read once: the sale, its stock, the time.
 local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'shards', 'payment_window_ms',
-  'queue_rate', 'paused', 'per_buyer', 'group', 'extra_units', 'challenge_cost', 'line')
+  'queue_rate', 'paused', 'per_buyer', 'group', 'extra_units', 'challenge_cost', 'line', 'restoring')
 local stock_raw = meta[1] and redis.call('GET', KEYS[2])
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -65,7 +65,9 @@ local queued_sale = meta[6]
 local place_pattern = meta[12] == 'drop' and '^d(%d+)$' or '^(%d+)$'
 -- A sale that asks a proof of work (src/challenge/) and has no waiting room (whose join asked it).
 local challenged = meta[11] and not queued_sale
-local paused = meta[7] -- lua/control.lua's: the reason (maybe ""), or false
+-- lua/control.lua's pause: the reason (maybe ""), or false; a sale the repair is restoring
+-- (lua/seed.lua's hold) refuses purchases alike, whatever an operator resumes meanwhile.
+local paused = meta[7] or meta[13]
 local starts_at, ends_at = tonumber(meta[2]), tonumber(meta[3])
 local timing
 if starts_at and now_ms < starts_at then

@@ -12,8 +12,9 @@
 --   units         their units: the stock rose by as many
 --   stock_before  the stock before this call (the caller announces a sale that was sold out and
 --                 now has stock again, so every instance drops its sold-out flag)
--- Or "unknown_sale" when the stock key is missing (Redis lost the sale, or it was retired):
--- nothing is written; the release stays owed in Postgres until reconciliation restores the sale.
+-- Or "unknown_sale" when the stock key is missing (Redis lost the sale, or it was retired), or
+-- while the repair restores the sale (its meta's "restoring" mark, lua/seed.lua's hold): nothing
+-- is written; the release stays owed in Postgres until reconciliation has restored the sale.
 --
 -- Invariants kept: the released set is the gate. SADD answers 1 only to the first call that
 -- names an order, and only then does the stock rise, so a release repeated by a second sweeper,
@@ -39,6 +40,11 @@ end
 local stock = tonumber(stock_raw)
 if not stock or stock ~= math.floor(stock) then
   error('seckill release.lua: the stock of the sale is damaged (' .. stock_raw .. '): nothing written')
+end
+-- A sale the repair is restoring (lua/seed.lua's hold) gives nothing back yet: its buyers, and
+-- which of their orders are released, are being put back; the release stays owed.
+if redis.call('HEXISTS', KEYS[3], 'restoring') == 1 then
+  return 'unknown_sale'
 end
 local released, units = give_back(KEYS[2], KEYS[3], 1)
 if units > 0 then

@@ -22,17 +22,17 @@
 -- its Postgres order on a repeat: the receipt names entry "0-0", older than any stream entry, so
 -- buy.lua reads it as confirmed. Each restored buyer of a live order takes its units of stock; a
 -- released order's buyer takes none and its order joins the released set, so a release still owed
--- for it finds the gate closed and does not add the units a second time. A released order already
--- in the released set whose buyer was not in the buyer set was released on the sale seeded again,
--- before this restore (the repair seeds first): that release added its units to a stock that never
--- lost them, so its buyer takes them back. The units beyond one go to the meta's extra_units (and
--- extra_released). A grouped sale's units held per buyer are not touched: they are one key for all
--- the group's sales, which the caller raises to what Postgres holds over the group
--- (lua/held_floor.lua), once, however many of its sales are restored one after the other (adding
--- each restored order's units here counted a sale's units again for every other sale of the group
--- repaired after it). So stock_initial = stock + SCARD(buyers) + extra_units - SCARD(released) -
--- extra_released holds across the loss and the restore. The stock key must exist (the sale is
--- seeded): a missing stock key is refused with an error, nothing is written.
+-- for it finds the gate closed and does not add the units a second time. No release runs on a sale
+-- the repair seeded again until it has restored it (lua/release.lua refuses while its meta is
+-- marked restoring), so the stock it was seeded with has given none of these units back. The units
+-- beyond one go to the meta's extra_units (and extra_released). A grouped sale's units held per
+-- buyer are not touched: they are one key for all the group's sales, which the caller raises to
+-- what Postgres holds over the group (lua/held_floor.lua), once, however many of its sales are
+-- restored one after the other (adding each restored order's units here counted a sale's units
+-- again for every other sale of the group repaired after it). So stock_initial = stock +
+-- SCARD(buyers) + extra_units - SCARD(released) - extra_released holds across the loss and the
+-- restore. The stock key must exist (the sale is seeded): a missing stock key is refused with an
+-- error, nothing is written.
 --
 -- Example:
 --   redis-cli --eval lua/restore.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:released' 'seckill:{sale:demo}:meta' , bob 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a70 1732363200000 0 1
@@ -57,16 +57,12 @@ for i = 1, #ARGV, 5 do
     if units > 1 then
       redis.call('HINCRBY', KEYS[5], 'extra_units', units - 1)
     end
-    if ARGV[i + 3] ~= '1' then
-      taken = taken + units
-    elseif redis.call('SADD', KEYS[4], ARGV[i + 1]) == 1 then
+    if ARGV[i + 3] == '1' then
+      redis.call('SADD', KEYS[4], ARGV[i + 1])
       if units > 1 then
         redis.call('HINCRBY', KEYS[5], 'extra_released', units - 1)
       end
     else
-      -- Released already, though its buyer was lost: a release owed (a sweeper's, a cancel's)
-      -- ran on the sale seeded again before this restore, and gave back units the new stock
-      -- never lost. They are taken back (its extra_released is counted once, by that release).
       taken = taken + units
     end
   end

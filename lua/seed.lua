@@ -32,8 +32,11 @@
 -- ARGV[15] challenge cost     the proof of work a buyer solves to join or buy (src/challenge/): the tries
 --                             a solve takes on average; "" or absent: none (the meta then records none)
 -- ARGV[16] hold               optional: seed the sale paused, with this reason in the meta's "paused"
---                             field (reconciliation's repair of a lost sale, until its buyers are back;
---                             lua/control.lua's resume lifts it); "" or absent: not paused
+--                             field, and marked "restoring" (reconciliation's repair of a lost sale,
+--                             until its buyers are back: lua/purchase.lua refuses purchases and
+--                             lua/release.lua releases while the mark is there, whatever an
+--                             operator resumes; lua/control.lua's resume with the hold lifts both);
+--                             "" or absent: neither
 --
 -- Returns one status string:
 --   "ok"                 seeded
@@ -124,7 +127,7 @@ if ARGV[15] and ARGV[15] ~= '' then
   redis.call('HSET', KEYS[1], 'challenge_cost', ARGV[15])
 end
 if ARGV[16] and ARGV[16] ~= '' then
-  redis.call('HSET', KEYS[1], 'paused', ARGV[16])
+  redis.call('HSET', KEYS[1], 'paused', ARGV[16], 'restoring', '1')
 end
 redis.call('SET', KEYS[2], stock)
 return 'ok'

@@ -165,8 +165,9 @@ pub async fn check(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option
 /// are buyers, so the next check reports neither; should two repairs race, the worker keeps the
 /// first order of a user (primary key `(sale_id, user_id)`) and drops the other as a conflict.
 pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option<ReconcileReport>, ReconcileError> {
-    // A lost sale comes back paused (REPAIR_HOLD) and sells again only below, once its buyers,
-    // holdings, releases and orders are back: never over the orders Postgres holds.
+    // A lost sale comes back held (REPAIR_HOLD: paused, no purchase nor release) until its buyers,
+    // holdings and orders are back, below: never sold over the orders Postgres holds, nor given
+    // back units its new stock never lost.
     let sale_restored = reseed_lost_sale(sales, pool, sale).await?;
     let Some((mut report, state)) = inspect(sales, pool, sale).await? else {
         return Ok(None);
@@ -189,7 +190,6 @@ pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Optio
     let restored = sales.restore_buyers(sale, &lost).await?;
     (report.buyers_restored, report.overdrawn) = (restored.buyers, restored.overdrawn);
     restore_group_holdings(sales, pool, sale).await?;
-    report.units_released = reservations::release_all(sales, pool, sale).await?;
     let users: Vec<UserId> = report.missing_in_postgres.iter().filter_map(|user| valid_user(sale, user)).collect();
     let orders = queue::requeue(sales, sale, &users).await?;
     report.reenqueued = orders.len();
@@ -219,15 +219,14 @@ pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Optio
         tracing::error!(sale_id = %sale, overdrawn = report.overdrawn, "Postgres holds more orders than the sale's \
             stock");
     }
-    // Also lifts the hold of an earlier repair that stopped half-way.
+    // Also lifts the hold of an earlier repair that stopped half-way. The releases Postgres owes
+    // run after it: a held sale gives nothing back.
     controls::lift_hold(sales, sale, REPAIR_HOLD).await?;
+    report.units_released = reservations::release_all(sales, pool, sale).await?;
     Ok(Some(report))
 }
 
-/// The reason a sale the repair seeds again is paused with until the repair ends (`sale_paused`
-/// to buyers, with it in the sale's status): purchases would otherwise take units that orders in
-/// Postgres hold, from a buyer set not yet restored.
-pub const REPAIR_HOLD: &str = "being repaired: Redis lost this sale, its buyers are being restored";
+pub use crate::purchase::REPAIR_HOLD;
 
 /// Seeds a sale Redis does not know from its `sales` row, if it has one (unsharded, with the
 /// row's stock and schedule); true if it did. Its buyers are restored next.
@@ -269,10 +268,11 @@ async fn reseed_lost_sale(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result
 
 /// Writes again what the drop's seed wrote for `sale`, one of its sizes, from the `drops` row and
 /// the size's `sales` row, if Redis lost it (`drops::restore`): the size with its line mark
-/// (`queue_rate`, `line` = "drop": it sells to admitted buyers only), the group's `per_buyer` (the
-/// buyers' units held in the group come back with the buyers) and the drop's line with its seed,
-/// whichever Redis lost; true if the size itself was lost. The drop's other sizes are left for
-/// their own repair: a size written back before its buyers would sell to them again.
+/// (`queue_rate`, `line` = "drop": it sells to admitted buyers only), held as a lost sale is
+/// ([`REPAIR_HOLD`]), the group's `per_buyer` (the buyers' units held in the group are raised by
+/// [`restore_group_holdings`] later) and the drop's line with its seed, whichever Redis lost; true
+/// if the size itself was lost. The drop's other sizes are left for their own repair: a size
+/// written back before its buyers would sell to them again.
 async fn restore_drop_size(
     sales: &Sales,
     pool: &PgPool,
@@ -312,7 +312,7 @@ const HOLDINGS_PAGE: i64 = 500;
 
 /// Raises every buyer's units held in the sale's group to what Postgres holds over all the group's
 /// sales (a group's holdings are one key: a loss of it, or of the whole slot, takes the units of
-/// sizes not yet repaired too, which `lua/restore.lua` gives back only size by size). Pages of
+/// sizes not yet repaired too; this is the only step of a repair that writes them). Pages of
 /// [`HOLDINGS_PAGE`] buyers: bounded memory however many buyers the group has.
 async fn restore_group_holdings(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<(), ReconcileError> {
     let Some(group) = sale.group() else { return Ok(()) };

@@ -149,7 +149,8 @@ mod tests {
     fn a_full_memory_is_scanned_once_until_a_refusal_can_have_lapsed() {
         let limiter = Limiter::with_capacity(policy(), 3);
         let ip = |i: u32| format!("p:ratelimit:sliding-log:{{198.51.{}.{}}}", i / 256, i % 256);
-        let short = Decision::from_reply((0, 0, 300_000, 300_000));
+        // Long enough that a loaded host's 997 refusals below all come before it ends.
+        let short = Decision::from_reply((0, 0, 2_000_000, 2_000_000));
         let long = Decision::from_reply((0, 0, 60_000_000, 60_000_000));
         limiter.remember(&ip(0), Instant::now(), &short);
         limiter.remember(&ip(1), Instant::now(), &long);
@@ -161,7 +162,7 @@ mod tests {
         assert_eq!(limiter.remembered(&ip(999)), None);
         // A refusal remembered again (its key is there) is kept, and may end sooner.
         limiter.remember(&ip(1), Instant::now(), &short);
-        std::thread::sleep(Duration::from_millis(400));
+        std::thread::sleep(Duration::from_millis(2_100));
         limiter.remember(&ip(1000), Instant::now(), &long);
         let refused = limiter.refused.read().unwrap();
         assert_eq!(refused.scans, 2, "scanned again once the earliest could have lapsed");

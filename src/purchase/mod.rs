@@ -37,7 +37,7 @@ pub use reads::{QueueState, SaleState};
 pub use receipt::{OrderStatus, Purchase, Receipt};
 pub use reply::{BuyOutcome, Verdict};
 pub use restore::{CommittedOrder, Restored};
-pub use seed::{SaleSpec, SeedOutcome};
+pub use seed::{REPAIR_HOLD, SaleSpec, SeedOutcome};
 
 /// Why a purchase failed without a verdict: whether it may have run on Redis decides what its
 /// buyer can be told.

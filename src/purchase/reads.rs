@@ -67,7 +67,7 @@ pub struct QueueState {
 }
 
 /// The meta's fields a sale's read takes, in one HMGET.
-const META_FIELDS: [&str; 16] = [
+const META_FIELDS: [&str; 17] = [
     "stock_initial",
     "starts_at_ms",
     "ends_at_ms",
@@ -84,6 +84,7 @@ const META_FIELDS: [&str; 16] = [
     "challenge_cost",
     "line",
     "queued_extra",
+    "restoring",
 ];
 
 /// One shard's figures and its meta's layout fields, read in one MULTI.
@@ -191,7 +192,9 @@ impl Sales {
             shards: number("shards")?,
             suffixes: field("shard_suffixes"),
             payment_window_ms: number("payment_window_ms")?,
-            paused: field("paused"),
+            // A sale the repair is restoring refuses purchases as a paused one does
+            // (lua/purchase.lua), whatever an operator resumed meanwhile: so it reads.
+            paused: field("paused").or_else(|| field("restoring").map(|_| super::REPAIR_HOLD.to_owned())),
             challenge_cost: number("challenge_cost")?.map(|n| n.clamp(1, i64::from(u32::MAX)) as u32),
             drop_line: field("line").as_deref() == Some("drop"),
             draw: field("line").as_deref() == Some("draw"),

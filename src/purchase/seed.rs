@@ -39,6 +39,13 @@ pub enum SeedOutcome {
     },
 }
 
+/// The reason a sale reconciliation's repair seeds again is paused with until the repair ends
+/// (`sale_paused` to buyers, with it in the sale's status), and held by its meta's `restoring`
+/// mark, which no operator's resume lifts: purchases would otherwise take units that orders in
+/// Postgres hold, from a buyer set not yet restored, and releases Postgres owes would give back
+/// units the new stock never lost ([`SaleSpec::hold`]).
+pub const REPAIR_HOLD: &str = "being repaired: Redis lost this sale, its buyers are being restored";
+
 /// A sale's schedule and stock, as an admin seeds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SaleSpec {

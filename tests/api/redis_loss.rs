@@ -146,23 +146,25 @@ async fn a_restore_beyond_the_stock_is_reported_overdrawn_and_never_drives_stock
     assert_eq!((status.stock_left, status.sold), (0, 3), "stock stops at 0: {status:?}");
 }
 
-/// The repair seeds a lost sale first and restores its buyers after: a release Postgres owes
-/// (a sweeper's re-drive, a cancel) that runs in between gives back units the new stock never
-/// lost. The restore takes them back, so the stock balances (the scripts called in that order).
+/// A release Postgres owes (a sweeper's re-drive, a cancel) waits while the repair restores a
+/// lost sale: on the sale seeded again it would give back units the new stock never lost, before
+/// the restore counted the order released. Held, it gives nothing back and stays owed; once the
+/// repair lifted its hold, the restored gate holds it to nothing.
 #[tokio::test]
-async fn a_release_between_the_repairs_seed_and_its_restore_gives_back_nothing_twice() {
+async fn a_release_waits_while_the_repair_restores_and_gives_back_nothing_twice() {
     use seckill::redis::keys::SaleKeys;
     use seckill::redis::lua::{RELEASE, RESTORE};
     let app = spawn_app().await;
     let sale = new_sale_id();
-    app.seed_stock(&sale, 5).await; // as the repair seeds it: the whole stock, no buyers
-    let keys = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap());
+    let id = SaleId::parse(&sale).unwrap();
+    app.store.seed(&id, held_spec(5)).await.unwrap(); // as the repair seeds a lost sale
+    let keys = SaleKeys::new(&app.config.key_prefix, &id);
     let mut redis = app.redis.clone();
     let (cancelled, live) = (Uuid::now_v7(), Uuid::now_v7());
     let mut release = RELEASE.key(&keys.stock);
     release.key(&keys.released).key(&keys.meta).arg(cancelled.to_string()).arg(2);
-    let (released, _, units): (i64, i64, i64) = release.invoke_async(&mut redis).await.unwrap();
-    assert_eq!((released, units), (1, 2), "the owed release ran on the new seed");
+    let held: String = release.invoke_async(&mut redis).await.unwrap();
+    assert_eq!(held, "unknown_sale", "held: owed, nothing given back");
 
     let mut restore = RESTORE.key(&keys.stock);
     restore.key(&keys.buyers).key(&keys.receipts).key(&keys.released).key(&keys.meta);
@@ -170,6 +172,9 @@ async fn a_release_between_the_repairs_seed_and_its_restore_gives_back_nothing_t
     restore.arg("b").arg(live.to_string()).arg(1_732_363_200_001_i64).arg("0").arg(1);
     let (restored, overdrawn): (i64, i64) = restore.invoke_async(&mut redis).await.unwrap();
     assert_eq!((restored, overdrawn), (2, 0));
+    seckill::controls::lift_hold(&app.store, &id, seckill::reconcile::REPAIR_HOLD).await.unwrap();
+    let (released, _, units): (i64, i64, i64) = release.invoke_async(&mut redis).await.unwrap();
+    assert_eq!((released, units), (0, 0), "the restore counted it released: the gate is closed");
 
     let stock: i64 = redis.get(&keys.stock).await.unwrap();
     let (buyers, gone): (i64, i64) =
@@ -185,8 +190,21 @@ async fn a_release_between_the_repairs_seed_and_its_restore_gives_back_nothing_t
     // stock_initial = stock + buyers + extra_units - released - extra_released; only b's unit sold.
     assert_eq!((stock, buyers, extra_units, gone, extra_released), (4, 2, 1, 1, 1));
     assert_eq!(stock + buyers + extra_units - gone - extra_released, 5, "the stock balances");
-    let status = app.status(&sale).await;
-    assert_eq!((status.stock_initial, status.stock_left), (5, 4), "{status:?}");
+}
+
+/// A sale of `stock` seeded as the repair seeds a lost sale: held until the repair ends.
+fn held_spec(stock: i64) -> seckill::purchase::SaleSpec {
+    seckill::purchase::SaleSpec {
+        stock,
+        starts_at_ms: None,
+        ends_at_ms: None,
+        shards: None,
+        payment_window_ms: None,
+        queue: None,
+        per_buyer: 1,
+        challenge_cost: None,
+        hold: Some(seckill::reconcile::REPAIR_HOLD),
+    }
 }
 
 /// A group's units held per buyer are one key for all its sales: lost with them, they come back
@@ -225,29 +243,20 @@ async fn a_buyers_units_held_in_a_group_come_back_once_over_repairs_of_several_s
 /// with another reason is not lifted.
 #[tokio::test]
 async fn a_lost_sale_stays_paused_until_the_repair_has_put_its_buyers_back() {
-    use seckill::purchase::SaleSpec;
-    use seckill::reconcile::REPAIR_HOLD;
     let app = spawn_app().await;
     let (sale, ids) = sold_and_drained(&app, 3, &["a", "b"]).await;
     lose_sale(&app, &sale).await;
-    let spec = SaleSpec {
-        stock: 3,
-        starts_at_ms: None,
-        ends_at_ms: None,
-        shards: None,
-        payment_window_ms: None,
-        queue: None,
-        per_buyer: 1,
-        challenge_cost: None,
-        hold: Some(REPAIR_HOLD),
-    };
-    app.store.seed(&SaleId::parse(&sale).unwrap(), spec).await.unwrap();
+    app.store.seed(&SaleId::parse(&sale).unwrap(), held_spec(3)).await.unwrap();
+    // An operator's resume does not lift the repair's hold.
+    let resume = app.client.post(app.url(&format!("/admin/sales/{sale}/resume"))).bearer_auth(ADMIN_TOKEN);
+    assert_eq!(resume.send().await.unwrap().status(), 200);
     for user in ["a", "c"] {
         assert_error(app.buy(&sale, user).await, 403, "sale_paused").await;
     }
     let status = app.client.get(app.url(&format!("/admin/sales/{sale}"))).bearer_auth(ADMIN_TOKEN).send().await;
     let status: Value = status.unwrap().json().await.unwrap();
-    assert_eq!(status["paused_reason"], REPAIR_HOLD, "{status}");
+    let held = (&json!(true), &json!(seckill::reconcile::REPAIR_HOLD));
+    assert_eq!((&status["paused"], &status["paused_reason"]), held, "resumed, still held: {status}");
 
     let report = repair(&app, &sale).await;
     assert_eq!(report.buyers_restored, 2, "{report:?}");
@@ -264,4 +273,35 @@ async fn a_lost_sale_stays_paused_until_the_repair_has_put_its_buyers_back() {
     let status = app.client.get(app.url(&format!("/admin/sales/{sale}"))).bearer_auth(ADMIN_TOKEN).send().await;
     let status: Value = status.unwrap().json().await.unwrap();
     assert_eq!((&status["paused"], &status["paused_reason"]), (&json!(true), &json!("price typo")), "{status}");
+}
+
+/// A drop's size the repair writes back is held as a lost sale is (lua/drop_seed.lua's restore
+/// mode with the hold): purchases refused, until the hold is lifted.
+#[tokio::test]
+async fn a_drops_size_written_back_is_held_until_the_repair_lifts_it() {
+    use seckill::domain::DropId;
+    let app = spawn_app().await;
+    let drop = new_sale_id();
+    let body = json!({"sizes": {"40": {"stock": 2}, "41": {"stock": 2}}});
+    let put = app.client.put(app.url(&format!("/admin/drops/{drop}"))).bearer_auth(ADMIN_TOKEN).json(&body);
+    assert_eq!(put.send().await.unwrap().status(), 200);
+    let size = format!("{drop}.40");
+    lose_sale(&app, &size).await;
+    let spec = seckill::drops::DropSpec {
+        sizes: vec![(SaleId::parse(&size).unwrap(), 2)],
+        starts_at_ms: None,
+        ends_at_ms: None,
+        payment_window_ms: None,
+        per_buyer: 1,
+        challenge_cost: None,
+        line: None,
+        draw: None,
+    };
+    let drop_id = DropId::parse(&drop).unwrap();
+    let hold = seckill::reconcile::REPAIR_HOLD;
+    assert_eq!(seckill::drops::restore(&app.store, &drop_id, &spec, 4, hold).await.unwrap(), 1, "written back");
+    assert_error(app.buy(&size, "a").await, 403, "sale_paused").await;
+    assert_eq!(app.buy(&format!("{drop}.41"), "b").await.status(), 201, "the size Redis kept sells");
+    seckill::controls::lift_hold(&app.store, &SaleId::parse(&size).unwrap(), hold).await.unwrap();
+    assert_eq!(app.buy(&size, "a").await.status(), 201, "lifted");
 }
