@@ -11,7 +11,7 @@
 -- KEYS[5]  admitted buyers    seckill:{sale:<id>}:queue:bought  (sorted set: buyer -> place, by buy.lua)
 -- KEYS[6]  admissions         seckill:{sale:<id>}:queue:admits  (sorted set: "<upto>:<time_ms>" scored
 --                                                                by upto: places 1..upto were admitted by then)
--- KEYS[7]  queue state        seckill:{sale:<id>}:queue:state   (hash: upto, tick_ms, lapsed, frozen)
+-- KEYS[7]  queue state        seckill:{sale:<id>}:queue:state   (hash: seed, upto, tick_ms, lapsed, frozen)
 -- KEYS[8..] more stock        a drop's line: its other sizes' stock counters (seckill:{group:<d>}:sale:<d>.<size>:stock);
 --                             the stock left is the sum of KEYS[2] and these. A sale's call passes none
 -- ARGV[1]  factor             admitted buyers whose window is open and who have not bought may be at
@@ -19,12 +19,14 @@
 -- ARGV[2]  tick_ms            admission moves at most once per tick, whoever asks
 --
 -- Returns {now_ms, upto, lapsed, places, stock_left, starts_at_ms, ends_at_ms (-1: none), rate,
---          queue_ttl_ms, {upto_1, time_1, upto_2, time_2, ...}, challenge_cost (-1: none)}:
+--          queue_ttl_ms, {upto_1, time_1, upto_2, time_2, ...}, challenge_cost (-1: none), seed}:
 --   upto         places 1..upto are admitted (0 before the start)
 --   lapsed       places 1..lapsed were admitted more than queue_ttl_ms ago: their windows are closed
 --   places       places handed out so far (pre-queue + late arrivals)
 --   the list     when each place in lapsed+1..upto was admitted: place p at the time of the first
 --                pair with upto_i >= p (its admission token expires queue_ttl_ms after)
+--   seed         the line's shuffle seed ("" if none): new when the line starts again from nothing,
+--                so the app binds its tickets to it
 -- or "not_queued" (no queue_rate), "unknown_sale" (no meta).
 --
 -- Admission moves (from the start, at most once per tick) by rate * elapsed places, never past
@@ -46,7 +48,7 @@ for i = 8, #KEYS do
   stock = stock + math.max(tonumber(redis.call('GET', KEYS[i])) or 0, 0)
 end
 local places = redis.call('ZCARD', KEYS[3]) + redis.call('HLEN', KEYS[4])
-local state = redis.call('HMGET', KEYS[7], 'upto', 'tick_ms', 'lapsed', 'frozen')
+local state = redis.call('HMGET', KEYS[7], 'upto', 'tick_ms', 'lapsed', 'frozen', 'seed')
 local upto = tonumber(state[1]) or 0
 local tick = tonumber(state[2]) or starts_at
 local lapsed = tonumber(state[3]) or 0
@@ -100,4 +102,5 @@ for i = 1, #list, 2 do
   pairs_out[#pairs_out + 1] = tonumber(string.match(list[i], ':(%d+)$'))
 end
 local cost = tonumber(redis.call('HGET', KEYS[1], 'challenge_cost')) or -1
-return {now_ms, math.floor(upto), lapsed, places, stock, starts_at, tonumber(meta[3]) or -1, rate, ttl, pairs_out, cost}
+return {now_ms, math.floor(upto), lapsed, places, stock, starts_at, tonumber(meta[3]) or -1, rate, ttl, pairs_out, cost,
+  state[5] or ''}

@@ -30,6 +30,9 @@ pub struct Line {
     pub stock_left: i64,
     /// The proof of work a join asks (tries on average); `None`: none.
     pub challenge_cost: Option<u32>,
+    /// The line's shuffle seed: new when the line starts again from nothing, so a ticket is
+    /// signed with it (`crate::admission::token::Signer::ticket`).
+    pub seed: String,
     /// `(upto, admitted at)`: place p was admitted at the time of the first pair with upto >= p.
     admits: Vec<(u64, i64)>,
 }
@@ -70,11 +73,12 @@ impl Line {
     pub fn from_reply(reply: Value) -> RedisResult<Self> {
         let bad = |why: &str| unexpected_reply("admit.lua", why);
         let Value::Array(mut parts) = reply else { return Err(bad("not an array")) };
-        if parts.len() != 11 {
+        if parts.len() != 12 {
             return Err(bad(&format!("{} parts", parts.len())));
         }
-        let cost: i64 = redis::from_redis_value(parts.pop().expect("eleven parts"))?;
-        let list: Vec<i64> = redis::from_redis_value(parts.pop().expect("eleven parts"))?;
+        let seed: String = redis::from_redis_value(parts.pop().expect("twelve parts"))?;
+        let cost: i64 = redis::from_redis_value(parts.pop().expect("twelve parts"))?;
+        let list: Vec<i64> = redis::from_redis_value(parts.pop().expect("twelve parts"))?;
         let n: Vec<i64> = parts.iter().map(redis::from_redis_value_ref).collect::<Result<_, _>>()?;
         let count = |v: i64| u64::try_from(v).map_err(|_| bad("a negative count"));
         Ok(Self {
@@ -89,6 +93,7 @@ impl Line {
             rate: count(n[7])?.max(1),
             ttl_ms: n[8],
             challenge_cost: u32::try_from(cost).ok().filter(|&cost| cost > 0),
+            seed,
             admits: list.chunks_exact(2).map(|pair| (pair[0].max(0) as u64, pair[1])).collect(),
         })
     }
@@ -173,6 +178,7 @@ mod tests {
             places: 100,
             stock_left: stock,
             challenge_cost: None,
+            seed: String::new(),
             admits,
         }
     }

@@ -148,8 +148,8 @@ impl Admission {
     /// pre-queue ticket after the start ([`Admission::ask`] then looks the place up).
     pub async fn from_ticket(&self, id: &LineId, buyer: &UserId, ticket: &str) -> Result<Option<Answer>, QueueError> {
         let signer = self.signer.as_ref().ok_or(QueueError::Disabled)?;
-        let Some(place) = signer.place_of(ticket, id.subject(), buyer) else { return Ok(None) };
         let line = self.line(id).await?;
+        let Some(place) = signer.place_of(ticket, id.subject(), &line.seed, buyer) else { return Ok(None) };
         let place = match place {
             0 if line.started() => return Ok(None),
             0 => None,
@@ -284,7 +284,7 @@ impl Admission {
             }
             _ => None,
         };
-        Answer { standing, ticket: signer.ticket(id.subject(), buyer, place.unwrap_or(0)), admission }
+        Answer { standing, ticket: signer.ticket(id.subject(), &line.seed, buyer, place.unwrap_or(0)), admission }
     }
 }
 

@@ -3,7 +3,9 @@
 //! so they are not repeated):
 //!
 //! - the **ticket** `<place>.<mac>` says where a buyer stands (`0`: in the pre-queue, no place
-//!   yet). A poll that carries it is answered from the instance's snapshot, without Redis.
+//!   yet). A poll that carries it is answered from the instance's snapshot, without Redis. Its
+//!   MAC also covers the line's shuffle seed, new whenever a line starts again from nothing (a
+//!   drop seeded again under its name after its retirement), so it holds in its own line only.
 //! - the **admission token** `<place>.<expires_ms>.<mac>` lets its buyer buy in its sale until
 //!   `expires_ms` (Unix ms, the Redis server's clock): `POST /buy` checks it in-process. A drop's
 //!   is `d<place>.<expires_ms>.<mac>` and lets its buyer buy any size `<drop>.<size>` of the drop.
@@ -43,20 +45,30 @@ impl Signer {
         Self { key: key.to_vec() }
     }
 
-    /// The ticket of `buyer` in `line`, at `place` (0: in the pre-queue).
-    pub fn ticket(&self, line: Subject<'_>, buyer: &UserId, place: u64) -> String {
-        let mac = self.mac(label(line, Kind::Ticket), line.id, buyer, &[place]).finalize().into_bytes();
+    /// The ticket of `buyer` in `line`, at `place` (0: in the pre-queue). `seed` is the line's
+    /// shuffle seed, which a line gets anew when it starts again from nothing (a drop seeded again
+    /// under its name after its retirement): a ticket holds only in the line that gave it.
+    pub fn ticket(&self, line: Subject<'_>, seed: &str, buyer: &UserId, place: u64) -> String {
+        let mac = self.ticket_mac(line, seed, buyer, place).finalize().into_bytes();
         format!("{place}.{}", hex::encode(mac))
     }
 
-    /// The place a ticket carries, if it is `buyer`'s in `line`.
-    pub fn place_of(&self, ticket: &str, line: Subject<'_>, buyer: &UserId) -> Option<u64> {
+    /// The place a ticket carries, if it is `buyer`'s in `line` as seeded with `seed`.
+    pub fn place_of(&self, ticket: &str, line: Subject<'_>, seed: &str, buyer: &UserId) -> Option<u64> {
         if ticket.len() > MAX_LEN {
             return None;
         }
         let (place_text, mac) = ticket.rsplit_once('.')?;
         let place: u64 = place_text.parse().ok()?;
-        self.verify(label(line, Kind::Ticket), line.id, buyer, &[place], mac).then_some(place)
+        let given = hex::decode(mac).ok()?;
+        self.ticket_mac(line, seed, buyer, place).verify_slice(&given).is_ok().then_some(place)
+    }
+
+    fn ticket_mac(&self, line: Subject<'_>, seed: &str, buyer: &UserId, place: u64) -> Hmac<Sha256> {
+        let mut mac = self.mac(label(line, Kind::Ticket), line.id, buyer, &[place]);
+        mac.update(b"\0"); // the seed is hex: no NUL
+        mac.update(seed.as_bytes());
+        mac
     }
 
     /// The admission token of `buyer` in `line`, at `place`, valid until `expires_ms`.
@@ -221,15 +233,16 @@ mod tests {
     fn a_ticket_carries_its_place_and_is_no_admission() {
         let signer = Signer::new(b"k");
         let (s1, alice) = ids("s1", "alice");
-        let ticket = signer.ticket(sale("s1"), &alice, 42);
-        assert_eq!(signer.place_of(&ticket, sale("s1"), &alice), Some(42));
-        assert_eq!(signer.place_of(&ticket, sale("s1"), &ids("s1", "bob").1), None);
-        assert_eq!(signer.place_of(&ticket, drop("s1"), &alice), None, "a sale's ticket is no drop's");
-        assert_eq!(signer.place_of(&ticket.replacen("42.", "1.", 1), sale("s1"), &alice), None);
+        let ticket = signer.ticket(sale("s1"), "5eed", &alice, 42);
+        assert_eq!(signer.place_of(&ticket, sale("s1"), "5eed", &alice), Some(42));
+        assert_eq!(signer.place_of(&ticket, sale("s1"), "5eed", &ids("s1", "bob").1), None);
+        assert_eq!(signer.place_of(&ticket, drop("s1"), "5eed", &alice), None, "a sale's ticket is no drop's");
+        assert_eq!(signer.place_of(&ticket.replacen("42.", "1.", 1), sale("s1"), "5eed", &alice), None);
+        assert_eq!(signer.place_of(&ticket, sale("s1"), "0ther", &alice), None, "another line of the same name");
         // Same numbers, other label: a ticket never passes for a token, nor a token for a ticket.
         let (place_text, mac) = ticket.split_once('.').unwrap();
         assert_ne!(signer.admitted(&format!("{place_text}.0.{mac}"), &s1, &alice, 0), place(42));
         let token = signer.admission(sale("s1"), &alice, 42, 0);
-        assert_eq!(signer.place_of(&token, sale("s1"), &alice), None);
+        assert_eq!(signer.place_of(&token, sale("s1"), "5eed", &alice), None);
     }
 }

@@ -501,3 +501,22 @@ async fn an_ended_sale_refuses_joins_and_asks_and_a_ticket_reads_closed() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A ticket holds only in the line that gave it: one signed for an earlier line of the same name
+/// (another shuffle seed: a drop seeded again under its name after its retirement) is not
+/// trusted, and the buyer's standing is read from Redis instead.
+#[tokio::test]
+async fn a_ticket_of_an_earlier_line_of_the_same_name_is_not_trusted() {
+    let app = spawn_app().await;
+    let sale = seed_queued(&app, 10, time::Duration::MINUTE, 100).await;
+    join(&app, &sale, "alice").await;
+    let id = SaleId::parse(&sale).unwrap();
+    let meta = app.store.keyspace().sale_keys(&id).meta;
+    let seed: String = app.redis.clone().hget(&meta, "queue_seed").await.unwrap();
+    let bob = UserId::parse("bob").unwrap();
+    let this_line = signer().ticket((&id).into(), &seed, &bob, 0);
+    let answer = standing(&app, &sale, "bob", Some(&this_line)).await;
+    assert_eq!(answer["state"], "prequeue", "a ticket of this line is trusted as signed: {answer}");
+    let earlier_line = signer().ticket((&id).into(), &"0".repeat(64), &bob, 0);
+    assert_error(poll(&app, &sale, "bob", Some(&earlier_line)).await, 404, "not_in_queue").await;
+}
