@@ -31,9 +31,10 @@
 --
 -- Admission moves (from the start, at most once per tick) by rate * elapsed places, never past
 -- the places handed out, and never so far that the admitted, unexpired, unused places exceed
--- ceil(stock left * factor): none while the sale is sold out or paused (its meta's "paused" field,
--- lua/control.lua), again when units come back or it resumes. A capped
--- or idle tick keeps no credit, so a crowd arriving after a quiet spell is not let in at once.
+-- ceil(stock left * factor): none while the sale is sold out, paused (its meta's "paused" field,
+-- lua/control.lua) or held by a repair (its "restoring" mark, lua/seed.lua), again when units
+-- come back, it resumes or the hold is lifted. A capped or idle tick keeps no credit, so a crowd
+-- arriving after a quiet spell is not let in at once.
 -- Windows older than queue_ttl_ms are dropped from the list (at most 1000 per call) into lapsed.
 --
 -- Example:
@@ -53,8 +54,9 @@ local upto = tonumber(state[1]) or 0
 local tick = tonumber(state[2]) or starts_at
 local lapsed = tonumber(state[3]) or 0
 local ended = meta[3] and now_ms >= tonumber(meta[3])
--- A paused sale (lua/control.lua) admits nobody more; its windows still lapse on time.
-local paused = redis.call('HEXISTS', KEYS[1], 'paused') == 1
+-- A paused sale (lua/control.lua) admits nobody more; its windows still lapse on time. So does a
+-- sale the repair holds (its "restoring" mark, lua/seed.lua's hold), whatever an operator resumed.
+local paused = redis.call('HEXISTS', KEYS[1], 'paused') == 1 or redis.call('HEXISTS', KEYS[1], 'restoring') == 1
 
 if now_ms >= starts_at and not ended then
   if not state[4] then

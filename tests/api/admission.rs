@@ -520,3 +520,32 @@ async fn a_ticket_of_an_earlier_line_of_the_same_name_is_not_trusted() {
     let earlier_line = signer().ticket((&id).into(), &"0".repeat(64), &bob, 0);
     assert_error(poll(&app, &sale, "bob", Some(&earlier_line)).await, 404, "not_in_queue").await;
 }
+
+/// A queued sale the repair holds (its `restoring` mark: an operator's resume lifts only the
+/// pause) admits nobody, as a paused one: its buyers' windows would otherwise run while their
+/// purchases are refused. Once the hold is lifted admission moves.
+#[tokio::test]
+async fn a_queued_sale_the_repair_holds_admits_nobody_until_the_hold_is_lifted() {
+    let app = spawn_app().await;
+    let sale = seed_queued(&app, 10, time::Duration::seconds(2), 100).await;
+    join(&app, &sale, "alice").await;
+    let id = SaleId::parse(&sale).unwrap();
+    let meta = app.store.keyspace().sale_keys(&id).meta;
+    let _: () = app.redis.clone().hset(&meta, "restoring", "1").await.unwrap();
+    let starts_at = until_started(&app, &sale).await["starts_at"].as_str().map(str::to_owned).unwrap();
+    let starts_at = OffsetDateTime::parse(&starts_at, &Rfc3339).unwrap();
+    // A line read a second after the start, at 100 a second, would have admitted her.
+    let until = Instant::now() + Duration::from_secs(60);
+    let answer = loop {
+        let answer = standing(&app, &sale, "alice", None).await;
+        let read_at = OffsetDateTime::parse(answer["server_time"].as_str().unwrap(), &Rfc3339).unwrap();
+        if read_at >= starts_at + time::Duration::SECOND {
+            break answer;
+        }
+        assert!(Instant::now() < until, "no line read a second after the start: {answer}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(answer["state"], "waiting", "held: nobody admitted: {answer}");
+    seckill::controls::lift_hold(&app.store, &id, seckill::reconcile::REPAIR_HOLD).await.unwrap();
+    until_state(&app, &sale, "alice", "admitted", Duration::from_secs(20)).await;
+}
