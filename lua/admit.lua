@@ -56,7 +56,8 @@ local lapsed = tonumber(state[3]) or 0
 local ended = meta[3] and now_ms >= tonumber(meta[3])
 -- A paused sale (lua/control.lua) admits nobody more; its windows still lapse on time. So does a
 -- sale the repair holds (its "restoring" mark, lua/seed.lua's hold), whatever an operator resumed.
-local paused = redis.call('HEXISTS', KEYS[1], 'paused') == 1 or redis.call('HEXISTS', KEYS[1], 'restoring') == 1
+local held = redis.call('HMGET', KEYS[1], 'paused', 'restoring')
+local paused = held[1] or held[2]
 
 if now_ms >= starts_at and not ended then
   if not state[4] then

@@ -60,8 +60,7 @@ impl Signer {
         }
         let (place_text, mac) = ticket.rsplit_once('.')?;
         let place: u64 = place_text.parse().ok()?;
-        let given = hex::decode(mac).ok()?;
-        self.ticket_mac(line, seed, buyer, place).verify_slice(&given).is_ok().then_some(place)
+        verify(self.ticket_mac(line, seed, buyer, place), mac).then_some(place)
     }
 
     fn ticket_mac(&self, line: Subject<'_>, seed: &str, buyer: &UserId, place: u64) -> Hmac<Sha256> {
@@ -103,20 +102,13 @@ impl Signer {
         let (Ok(place), Ok(expires_ms)) = (place.parse::<u64>(), expires.parse::<u64>()) else {
             return Err(Refused::Malformed);
         };
-        if !self.verify(label(line, Kind::Admission), line.id, buyer, &[place, expires_ms], mac) {
+        if !verify(self.mac(label(line, Kind::Admission), line.id, buyer, &[place, expires_ms]), mac) {
             return Err(Refused::Forged);
         }
         if now_ms >= expires_ms {
             return Err(Refused::Expired);
         }
         Ok(place)
-    }
-
-    fn verify(&self, label: &[u8], line: &str, buyer: &UserId, numbers: &[u64], mac_hex: &str) -> bool {
-        match hex::decode(mac_hex) {
-            Ok(given) => self.mac(label, line, buyer, numbers).verify_slice(&given).is_ok(),
-            Err(_) => false,
-        }
     }
 
     fn mac(&self, label: &[u8], line: &str, buyer: &UserId, numbers: &[u64]) -> Hmac<Sha256> {
@@ -131,6 +123,11 @@ impl Signer {
         }
         mac
     }
+}
+
+/// Whether `mac_hex` is the hex of `mac`'s result (compared in constant time).
+fn verify(mac: Hmac<Sha256>, mac_hex: &str) -> bool {
+    hex::decode(mac_hex).is_ok_and(|given| mac.verify_slice(&given).is_ok())
 }
 
 /// Which of the two signed strings.
