@@ -3,10 +3,10 @@
 //! an IPv6 network of `SECKILL_IPV6_PREFIX` bits, as the rate limiter groups them) at most
 //! `SECKILL_MAX_CONNECTIONS_PER_CLIENT` and at most a share of what is still free ([`admits`]), so
 //! that no few addresses can take the last descriptors. IPv6 clients also count together by their
-//! site, the /48 around their network ([`SITE_PREFIX`]): a site holds at most the share one
-//! client may, however many networks it spreads its connections over. A trusted proxy's
-//! connections count against the budget but not per client: they carry many clients, whom the
-//! proxy must cap. With the setting at 0 no client is limited but by the budget.
+//! site, the /48 around their network ([`SITE_PREFIX`]): a site holds at most what one client
+//! may (the cap and its share), however many networks it spreads its connections over. A trusted
+//! proxy's connections count against the budget but not per client: they carry many clients,
+//! whom the proxy must cap. With the setting at 0 no client is limited but by the budget.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -23,8 +23,9 @@ pub const SHARE: u64 = 4;
 /// IPv6 clients of one /48 count together too: a site's allocation, which a tunnel broker hands
 /// anyone for free, holds 65,536 networks of 64 bits, each a client of its own to the cap.
 /// Without this, one such host could open a first connection from each of its networks and take
-/// the whole budget; with it, the site gets one client's share ([`admits`]). Not applied when
-/// `SECKILL_IPV6_PREFIX` is this or shorter: the client is the site or larger already.
+/// the whole budget; with it, the site gets what one client may: the cap and its share
+/// ([`admits`]). Not applied when `SECKILL_IPV6_PREFIX` is this or shorter: the client is the
+/// site or larger already.
 pub const SITE_PREFIX: u8 = 48;
 
 /// The largest budget: with it, `SHARE × budget × held` and `free²` fit in a `u64`.
@@ -89,9 +90,9 @@ impl ClientConnections {
         }
         let held_by = |map: &HashMap<IpAddr, u32>, key: Option<IpAddr>| key.map(|k| map.get(&k).copied().unwrap_or(0));
         let (held, site_held) = (held_by(&open.by_client, client), held_by(&open.by_site, site));
-        if held.is_some_and(|held| held >= self.cap || !admits(held, free, self.budget))
-            || site_held.is_some_and(|held| !admits(held, free, self.budget))
-        {
+        // A site is held as one client is: to the cap and to its share of what is free.
+        let full = |held: Option<u32>| held.is_some_and(|held| held >= self.cap || !admits(held, free, self.budget));
+        if full(held) || full(site_held) {
             return None;
         }
         if let (Some(client), Some(held)) = (client, held) {
@@ -177,7 +178,8 @@ mod tests {
         let connections = ClientConnections::new(1000, 1, 64, TrustedProxies::default());
         let _one = connections.admit("2001:db8::1".parse().unwrap()).unwrap();
         assert!(connections.admit("2001:db8::ffff:2".parse().unwrap()).is_none(), "same /64");
-        assert!(connections.admit("2001:db8:0:1::1".parse().unwrap()).is_some(), "another /64");
+        // (Another /64 of the same /48 counts with it too, as its site: the tests below.)
+        assert!(connections.admit("2001:db8:1:1::1".parse().unwrap()).is_some(), "another /64, of another site");
         let _v4 = connections.admit("192.0.2.9".parse().unwrap()).unwrap();
         assert!(connections.admit("::ffff:192.0.2.9".parse().unwrap()).is_none(), "the same IPv4 client");
     }
@@ -280,5 +282,15 @@ mod tests {
         assert!(admits(0, 1, 1) && !admits(0, 0, 1) && !admits(1, 2, 1));
         assert!(admits(MAX_BUDGET / 4 - 1, MAX_BUDGET, MAX_BUDGET), "no overflow at the largest budget");
         assert!(!admits(MAX_BUDGET, MAX_BUDGET, MAX_BUDGET));
+    }
+
+    /// With a budget where the share allows more than the cap (`nofile` 65,536), a site spread
+    /// over its networks is held to the cap, as one client is: its share alone would be 11,153.
+    #[test]
+    fn an_ipv6_site_is_held_to_the_cap_when_the_budget_is_large() {
+        let connections = ClientConnections::new(65_000, 256, 64, TrustedProxies::default());
+        let site: Vec<_> = (0..=u16::MAX).map_while(|i| connections.admit(network(1, i))).collect();
+        assert_eq!(site.len(), 256, "one connection from each of 256 networks, then none");
+        assert!(connections.admit(network(2, 0)).is_some(), "another site still gets in");
     }
 }
