@@ -44,7 +44,7 @@
 
 -- What every purchase of the call reads alike, read once: the sale, its stock, the time.
 local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'shards', 'payment_window_ms',
-  'queue_rate', 'paused', 'per_buyer', 'group', 'extra_units', 'challenge_cost', 'line', 'restoring')
+  'queue_rate', 'paused', 'per_buyer', 'group', 'extra_units', 'challenge_cost', 'line', 'restoring', 'queued_extra')
 local stock_raw = meta[1] and redis.call('GET', KEYS[2])
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -88,6 +88,9 @@ local per_buyer = tonumber(meta[8]) or 1
 local grouped = meta[9]
 -- HINCRBY takes only an integer: a damaged extra_units is found before any write.
 local extra_ok = not meta[10] or string.match(meta[10], '^%d+$')
+-- Nor can a damaged queued_extra fail the commit's HINCRBY after its other writes (it can be
+-- negative: a repair's seed restarts it while entries of several orders are queued).
+local queued_extra_ok = not meta[14] or (#meta[14] <= 18 and string.match(meta[14], '^%-?%d+$'))
 local created_at = string.format('%d', now_ms)
 local window = tonumber(meta[5])
 local pay_by = window and string.format('%d', now_ms + window)
@@ -212,6 +215,12 @@ local function commit()
   end
   local written = pending
   pending, pending_of = {}, {}
+  if #written > 1 and not queued_extra_ok then
+    for _, p in ipairs(written) do
+      sold = sold - p.q
+    end
+    return 'seckill lua/purchase.lua: the queued_extra of the sale is damaged (' .. meta[14] .. '): nothing written'
+  end
   local fields = entry_fields(written)
   local entry = redis.pcall('XADD', KEYS[4], created_at .. '-*', unpack(fields))
   if type(entry) == 'table' and entry.err then

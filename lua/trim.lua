@@ -6,6 +6,10 @@
 --          commit() adds a call's, issue 54); the orders of the entries deleted leave it
 -- ARGV[1]  consumer group
 --
+-- An emptied stream holds no order beyond its entries: queued_extra is then cleared, so a count
+-- that drifted (a meta seeded again by a repair while entries of several orders were queued) ends
+-- with the stream's last entry.
+--
 -- Returns the number of entries deleted (0 when the stream or the group does not exist). At most
 -- 1,000 a call (the caller, src/redis/order_stream.rs, calls again for the rest), so a stream left
 -- untrimmed for long never holds Redis for long.
@@ -75,4 +79,8 @@ if KEYS[2] then
     redis.call('HINCRBY', KEYS[2], 'queued_extra', -extra)
   end
 end
-return redis.call('XTRIM', KEYS[1], 'MINID', bound)
+local deleted = redis.call('XTRIM', KEYS[1], 'MINID', bound)
+if KEYS[2] and redis.call('XLEN', KEYS[1]) == 0 then
+  redis.call('HDEL', KEYS[2], 'queued_extra')
+end
+return deleted

@@ -185,8 +185,9 @@ impl Sales {
             extra_released: number("extra_released")?.unwrap_or(0),
             per_buyer: number("per_buyer")?.map_or(1, |n| n.clamp(1, i64::from(u32::MAX)) as u32),
             // An entry of several orders counts them all (the meta's queued_extra, lua/trim.lua):
-            // never below the entries, should a lost meta's count have restarted.
-            queued: queued + number("queued_extra")?.unwrap_or(0).max(0),
+            // never below the entries, should a lost meta's count have restarted, and none once
+            // there is no entry, should the stream have been lost with its orders' count kept.
+            queued: if queued == 0 { 0 } else { queued + number("queued_extra")?.unwrap_or(0).max(0) },
             starts_at_ms: number("starts_at_ms")?,
             ends_at_ms: number("ends_at_ms")?,
             shards: number("shards")?,

@@ -252,6 +252,49 @@ async fn a_purchase_whose_write_fails_leaves_nothing_written_in_either_script() 
     }
 }
 
+/// A damaged count of the orders beyond one per entry (the meta's `queued_extra`, which a call of
+/// several purchases raises after its other writes) fails the call's purchases with nothing of
+/// them written, as a damaged key does, instead of failing the script half-way (the entry, the
+/// receipts and the buyers written, the stock not taken); mended, they buy.
+#[tokio::test]
+async fn a_damaged_queue_count_fails_a_call_of_several_with_nothing_written() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let mut redis = seckill::redis::connection::connect(&redis_url().into(), Duration::from_secs(5)).unwrap();
+    let sale = new_sale_id();
+    assert_eq!(app.seed(&sale, serde_json::json!({"stock": 5})).await.status(), 200);
+    let keys = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap());
+    let call = |users: [&str; 2]| {
+        let mut call = Algorithm::SlidingLog.with_purchases().key(&keys.all()[..]);
+        call.arg(&sale).arg(1).arg(users.len());
+        for user in users {
+            call.arg(user).arg(Uuid::now_v7().to_string()).arg("").arg("").arg(1).arg("").arg(0);
+        }
+        call
+    };
+    let words = |reply: &Value| redis::from_redis_value_ref::<Vec<String>>(reply).unwrap_or_default();
+    let _: () = redis.hset(&keys.meta, "queued_extra", "damaged").await.unwrap();
+    let replies: Vec<Value> = call(["ann", "bob"]).invoke_async(&mut redis).await.expect("the call answers each");
+    for reply in &replies {
+        let words = words(reply);
+        assert!(words[0] == "failed" && words[1].contains("queued_extra"), "{replies:?}");
+    }
+    let stock: i64 = redis.get(&keys.stock).await.unwrap();
+    let (buyers, entries, receipts): (usize, usize, usize) = (
+        redis.scard(&keys.buyers).await.unwrap(),
+        redis.xlen(&keys.orders).await.unwrap(),
+        redis.hlen(&keys.receipts).await.unwrap(),
+    );
+    assert_eq!((stock, buyers, entries, receipts), (5, 0, 0, 0), "nothing of the failed purchases written");
+
+    let _: () = redis.hset(&keys.meta, "queued_extra", 0).await.unwrap();
+    let replies: Vec<Value> = call(["ann", "bob"]).invoke_async(&mut redis).await.unwrap();
+    let answers: Vec<String> = replies.iter().map(|r| redis::from_redis_value_ref(r).unwrap()).collect();
+    assert_eq!(answers, ["ok", "ok"]);
+    let (stock, extra): (i64, i64) =
+        (redis.get(&keys.stock).await.unwrap(), redis.hget(&keys.meta, "queued_extra").await.unwrap());
+    assert_eq!((stock, extra), (3, 1), "both bought, in one entry");
+}
+
 /// One purchase's reply with what differs between two sales by nature (the Redis time in
 /// `created_at_ms` and `pay_by_ms`) left out.
 fn comparable(reply: &Value) -> Vec<String> {

@@ -244,3 +244,30 @@ async fn the_insert_deadline_fires_instead_of_hanging_on_a_locked_table() {
     }
     assert!(drained, "the order left pending lands once the lock is gone");
 }
+
+/// The meta's count of orders beyond one per entry (`queued_extra`) counts nothing once the
+/// stream has no entry: a sale whose stream was lost with the count kept queues nothing (it would
+/// have refused its retirement for good), and a count that drifted ends with the stream's last
+/// entry, cleared by the trim.
+#[tokio::test]
+async fn a_queue_count_left_without_its_entries_counts_nothing_and_ends_with_the_stream() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let (a, b) = two_sales(&app).await;
+    let meta = |sale: &str| app.store.keyspace().sale_keys(&SaleId::parse(sale).unwrap()).meta;
+    let _: () = app.redis.clone().hset(meta(&a), "queued_extra", 2).await.unwrap();
+    assert_eq!(app.status(&a).await.queued, 0, "no entry in a's stream: no order queued");
+
+    assert_eq!(app.buy(&b, "queued-in-b").await.status(), 201);
+    let _: () = app.redis.clone().hset(meta(&b), "queued_extra", 4).await.unwrap();
+    assert_eq!(app.status(&b).await.queued, 5, "one entry, counted with the drifted count");
+    let mut worker = app.manual_worker("w", Duration::from_secs(60));
+    for _ in 0..10 {
+        if worker.step().await.unwrap() == StepOutcome::Idle {
+            break;
+        }
+    }
+    assert_eq!(app.order_ids(&b).await.len(), 1);
+    let left: Option<i64> = app.redis.clone().hget(meta(&b), "queued_extra").await.unwrap();
+    assert_eq!(left, None, "cleared with the stream's last entry");
+    assert_eq!(app.status(&b).await.queued, 0);
+}
