@@ -10,14 +10,19 @@
 //! 1. marks the `sales` row retired (the row lock orders it against a concurrent seed, which
 //!    refuses a retired sale), then checks again that the sale is neither open nor queued (else
 //!    takes the mark back and refuses);
-//! 2. removes the sale and its shards from the registries, so every worker drops their streams
+//! 2. ends the sale in Redis now, on every shard (`crate::controls`' end): from then on nothing
+//!    sells, even units a restock or a release that passed its own checks before the mark gives
+//!    back, which would otherwise sell into a stream step 5 deletes. It then looks once more for
+//!    orders that sold before the end and are still queued or pending (found: takes the mark back
+//!    and refuses; the sale stays ended, and retires once they drain);
+//! 3. removes the sale and its shards from the registries, so every worker drops their streams
 //!    at its next registry refresh, and publishes `retired:<id>` on the events channel, so every
 //!    instance answers 410 `sale_retired` from memory and frees what it held of the sale;
-//! 3. waits a grace ([`Retirer::grace`]: the worker's registry refresh, one blocking read, and a
+//! 4. waits a grace ([`Retirer::grace`]: the worker's registry refresh, one blocking read, and a
 //!    margin), after which no worker reads the sale's streams any more;
-//! 4. removes the keys in steps ([`keys`]), never one command blocking Redis on a big set, and
+//! 5. removes the keys in steps ([`keys`]), never one command blocking Redis on a big set, and
 //!    removes them again should a lagging worker have recreated a stream meanwhile;
-//! 5. removes the sale's metric series from this process (each worker does so in its own
+//! 6. removes the sale's metric series from this process (each worker does so in its own
 //!    process when it drops the streams).
 //!
 //! The janitor ([`janitor`]) retires sales automatically after `SECKILL_RETIRE_AFTER`.
@@ -32,6 +37,7 @@ use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
+use crate::controls::{self, Switch};
 use crate::db;
 use crate::domain::SaleId;
 use crate::metrics::Metrics;
@@ -174,13 +180,16 @@ impl Retirer {
         if !db::mark_retired(&self.pool, sale.as_str()).await? {
             return Ok(RetireOutcome::AlreadyRetired);
         }
-        // A seed that committed before the mark may have reopened the sale.
-        let again = match self.sales.sale_state(sale).await {
-            Ok(Some(state)) => self.busy(&state, &shards).await,
-            Ok(None) => Ok(vec![]),
-            Err(err) => Err(err.into()),
+        // A seed that committed before the mark may have reopened the sale. If not, nothing sells
+        // from here on (step 2), and what sold before is found queued.
+        let last = match self.busy_now(sale, &shards).await {
+            Ok(refusals) if refusals.is_empty() => match controls::switch(&self.sales, sale, Switch::End, "").await {
+                Ok(_) => self.busy_now(sale, &shards).await,
+                Err(err) => Err(err.into()),
+            },
+            other => other,
         };
-        match again {
+        match last {
             Ok(refusals) if refusals.is_empty() => {}
             other => {
                 db::unmark_retired(&self.pool, sale.as_str()).await?;
@@ -216,6 +225,14 @@ impl Retirer {
         };
         tracing::info!(sale_id = %sale, report = ?retired, "sale retired");
         Ok(RetireOutcome::Retired(retired))
+    }
+
+    /// [`Self::busy`] of the sale as Redis holds it now (none if Redis lost it).
+    async fn busy_now(&self, sale: &SaleId, shards: &[SaleKeys]) -> Result<Vec<Refusal>, RetireError> {
+        match self.sales.sale_state(sale).await? {
+            Some(state) => self.busy(&state, shards).await,
+            None => Ok(vec![]),
+        }
     }
 
     /// The reasons a sale is still in use: open (Redis clock), queued, pending.

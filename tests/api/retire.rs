@@ -260,3 +260,41 @@ async fn the_negative_cache_hides_no_sale_seeded_retired_or_lost_after_its_id_wa
     }
     assert_error(app.client.get(app.url(&format!("/sales/{missed}"))).send().await.unwrap(), 410, "sale_retired").await;
 }
+
+/// A restock (or a release) that passed its own checks before the retirement's mark reopens
+/// nothing to sell: once the retirement has unregistered the sale (its grace, before the keys
+/// go), the sale has ended in Redis, so a purchase the restocked unit would have let in, whose
+/// order the retirement would then delete with the stream, is answered "ended". Waits for the
+/// state (the sale out of the registry), not for a time: the grace is a minute long here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restock_racing_a_retirement_sells_nothing_the_retirement_deletes() {
+    use seckill::domain::SaleId;
+    use seckill::retire::Retirer;
+
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 2).await;
+    sell_out(&app, &sale, 2).await;
+    let id = SaleId::parse(&sale).unwrap();
+    let metrics = std::sync::Arc::new(seckill::metrics::Metrics::new());
+    let retirer = Retirer::new(app.store.clone(), app.pool.clone(), metrics, Duration::from_secs(60));
+    let retiring = tokio::spawn(async move { retirer.retire(&id).await });
+    let registered = sales_registry_key(&app.config.key_prefix);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while registry(&app, registered.clone()).await.contains(&sale) {
+        assert!(Instant::now() < deadline && !retiring.is_finished(), "the retirement never unregistered the sale");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(retired_at_set(&app, &sale).await);
+
+    // The restock that passed its check before the mark, then a purchase of its unit.
+    let id = SaleId::parse(&sale).unwrap();
+    let restocked = seckill::controls::restock(&app.store, &id, 1, 1_000_000).await.unwrap();
+    assert!(matches!(restocked, seckill::controls::Restock::Done { stock_left: 1, .. }), "{restocked:?}");
+    let keys = app.store.keyspace().sale_keys(&id);
+    let mut call = seckill::redis::lua::BUY.key(&keys.all()[..]);
+    call.arg(&sale).arg("racer").arg(uuid::Uuid::now_v7().to_string()).arg(1).arg("").arg("");
+    let reply: String = call.invoke_async(&mut app.redis.clone()).await.unwrap();
+    assert_eq!(reply, "ended", "nothing sells into the stream the retirement is about to delete");
+    retiring.abort();
+}
