@@ -2,10 +2,13 @@
 //! a crash), the automatic run of every draw whose entries closed, a buyer's result, the
 //! published record once the draw is drawn, and the draw's counts for the live page.
 
+use std::net::IpAddr;
+
 use futures::StreamExt;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use super::limits::{Meter, rate_limited};
 use super::{Error, Shop};
 use crate::controls::audit;
 use crate::domain::{DropId, UserId};
@@ -107,8 +110,21 @@ impl Shop {
     }
 
     /// The draw's published record (NDJSON), once drawn: `not_a_draw`, `draw_not_revealed` before.
-    pub async fn draw_record(&self, drop: &DropId) -> Result<RecordChunks, Error> {
-        let draw = self.drawable(drop).await?;
+    /// A drop that does not exist counts against `client`'s quota of requests naming unknown
+    /// sales, and a client past that quota is refused from memory, before any Postgres query
+    /// (the record outlives the drop's Redis state, so Postgres is what knows it).
+    pub async fn draw_record(&self, drop: &DropId, client: IpAddr) -> Result<RecordChunks, Error> {
+        let meter = Meter::new(&self.limits, &self.metrics);
+        if let Some(wait) = meter.unknown_sales_refused(client) {
+            return Err(rate_limited(wait));
+        }
+        let draw = match self.drawable(drop).await {
+            Err(Error::UnknownDrop) => {
+                meter.check_unknown_sale(client)?;
+                return Err(Error::UnknownDrop);
+            }
+            found => found?,
+        };
         if draw.state != "drawn" {
             return Err(Error::DrawNotRevealed);
         }

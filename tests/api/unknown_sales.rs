@@ -118,21 +118,29 @@ async fn made_up_sale_ids_cost_postgres_a_bounded_number_of_transactions_on_ever
     assert!(over.is_empty(), "over {MOST_TRANSACTIONS} transactions: {over:?}\n{}", report.join("\n"));
 }
 
+/// The address limit of the quota tests: [`LIMIT`] requests in 10 minutes.
+const LIMIT: usize = 5;
+
+/// A service with no worker whose address limit is [`LIMIT`] in 10 minutes, counted as `scope`
+/// says, behind a trusted proxy on loopback (each test's clients are `X-Forwarded-For`).
+async fn quota_app(scope: Scope) -> TestApp {
+    spawn_app_with(
+        |config| {
+            config.rate_limit = RateLimit { limit: LIMIT as u32, window: Duration::from_secs(600) };
+            config.rate_limit_scope = scope;
+            config.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+        },
+        false,
+    )
+    .await
+}
+
 /// With the limit counted per sale, a client that invents sale ids still has one quota for them:
 /// past it, 429 on every buyer route (from memory after the first refusal); its purchase in a
 /// real sale is still admitted (that sale's own quota), and another client is not refused.
 #[tokio::test]
 async fn inventing_sale_ids_buys_no_fresh_quota_whatever_the_scope() {
-    const LIMIT: usize = 5;
-    let app = spawn_app_with(
-        |config| {
-            config.rate_limit = RateLimit { limit: LIMIT as u32, window: Duration::from_secs(600) };
-            config.rate_limit_scope = Scope::Sale;
-            config.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
-        },
-        false,
-    )
-    .await;
+    let app = quota_app(Scope::Sale).await;
     let real = new_sale_id();
     app.seed_stock(&real, 10).await;
     let (attacker, other) = ("198.51.100.1", "198.51.100.2");
@@ -169,4 +177,23 @@ async fn inventing_sale_ids_buys_no_fresh_quota_whatever_the_scope() {
         .await
         .unwrap();
     assert_eq!(elsewhere.status(), 404, "another client has a quota of its own");
+}
+
+/// The draw's public record (`GET /drops/{id}/draw`) of a drop that does not exist costs Postgres
+/// two lookups (the record outlives the drop's Redis state), so it counts against the client's
+/// quota of unknown ids too: past it, 429 from memory; another client still gets its 404.
+#[tokio::test]
+async fn made_up_drops_draw_records_count_against_the_quota_of_unknown_ids() {
+    let app = quota_app(Scope::default()).await;
+    let record = async |client: &str| {
+        let url = app.url(&format!("/drops/{}/draw", new_sale_id()));
+        app.client.get(url).header("x-forwarded-for", client).send().await.unwrap().status().as_u16()
+    };
+    let mut answers = vec![];
+    for _ in 0..LIMIT + 3 {
+        answers.push(record("198.51.100.1").await);
+    }
+    assert_eq!(answers[..LIMIT], [404; LIMIT], "{answers:?}");
+    assert_eq!(answers[LIMIT..], [429; 3], "past the quota, rate_limited: {answers:?}");
+    assert_eq!(record("198.51.100.2").await, 404, "another client has a quota of its own");
 }

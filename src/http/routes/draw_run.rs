@@ -3,7 +3,7 @@
 //! once drawn and `GET /admin/drops/{drop_id}/draw/stats` counts it for the live page.
 
 use actix_web::http::header;
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -85,12 +85,17 @@ pub async fn run(
         (status = 400, description = "`invalid_request`: the drop id is malformed", body = ErrorBody),
         UnknownDrop,
         (status = 409, description = "`not_a_draw`; `draw_not_revealed`: not drawn yet", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many requests naming unknown sales", body = ErrorBody),
         (status = 503, description = "`unavailable`", body = ErrorBody),
     )
 )]
-pub async fn record(path: web::Path<String>, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+pub async fn record(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
     let drop = drop_of(&path)?;
-    let chunks = state.shop.draw_record(&drop).await?;
+    let chunks = state.shop.draw_record(&drop, state.clients.of(&req)).await?;
     let body = chunks.map_ok(web::Bytes::from).map_err(|err| {
         tracing::error!(error = %err, "a draw's record failed mid-way; its answer is cut short");
         actix_web::error::ErrorServiceUnavailable("record failed")
