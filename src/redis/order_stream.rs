@@ -127,8 +127,19 @@ pub fn encode(order: &Order) -> Vec<(&'static str, String)> {
 }
 
 /// The orders of one entry of `sale`'s stream (one, or an [`ORDERS`] entry's every order, in
-/// their purchases' order); when a field or a line is missing or invalid, that field's name.
+/// their purchases' order), each, or the name of its field missing or invalid: a bad line of an
+/// [`ORDERS`] entry is its own, the others stand. A field every order of the entry shares
+/// missing or invalid (a one-order entry's own, the time, the payment deadline): its name.
+pub type Decoded = Vec<Result<Order, &'static str>>;
+
+/// The orders of one entry of `sale`'s stream, all of them, or the name of the first field
+/// missing or invalid ([`decode_each`] for each order on its own).
 pub fn decode(entry: &StreamId, sale: &SaleId) -> Result<Vec<Order>, &'static str> {
+    decode_each(entry, sale)?.into_iter().collect()
+}
+
+/// [`Decoded`] of one entry of `sale`'s stream: what the worker stores.
+pub fn decode_each(entry: &StreamId, sale: &SaleId) -> Result<Decoded, &'static str> {
     let field = |name: &str| entry.get::<String>(name);
     let part = |order_id: Option<&str>, user_id: Option<&str>, quantity: Option<&str>| {
         let order_id = order_id.and_then(|s| Uuid::parse_str(s).ok()).ok_or(ORDER_ID)?;
@@ -140,7 +151,7 @@ pub fn decode(entry: &StreamId, sale: &SaleId) -> Result<Vec<Order>, &'static st
         Ok::<_, &'static str>((order_id, user_id, quantity))
     };
     let parts = match field(ORDERS) {
-        None => vec![part(field(ORDER_ID).as_deref(), field(USER_ID).as_deref(), field(QUANTITY).as_deref())?],
+        None => vec![Ok(part(field(ORDER_ID).as_deref(), field(USER_ID).as_deref(), field(QUANTITY).as_deref())?)],
         Some(lines) => lines
             .split('\n')
             .map(|line| {
@@ -148,7 +159,7 @@ pub fn decode(entry: &StreamId, sale: &SaleId) -> Result<Vec<Order>, &'static st
                 let (order_id, quantity, _trace, user) = (words.next(), words.next(), words.next(), words.next());
                 part(order_id, user, Some(quantity.ok_or(QUANTITY)?))
             })
-            .collect::<Result<_, _>>()?,
+            .collect(),
     };
     let created_at_ms = match field(CREATED_AT_MS) {
         Some(raw) => raw.parse().ok(),
@@ -162,13 +173,15 @@ pub fn decode(entry: &StreamId, sale: &SaleId) -> Result<Vec<Order>, &'static st
     let sale_id = sale.clone();
     Ok(parts
         .into_iter()
-        .map(|(order_id, user_id, quantity)| Order {
-            order_id,
-            sale_id: sale_id.clone(),
-            user_id,
-            created_at_ms,
-            pay_by_ms,
-            quantity,
+        .map(|part| {
+            part.map(|(order_id, user_id, quantity)| Order {
+                order_id,
+                sale_id: sale_id.clone(),
+                user_id,
+                created_at_ms,
+                pay_by_ms,
+                quantity,
+            })
         })
         .collect())
 }
@@ -291,6 +304,12 @@ mod tests {
             let broken =
                 StreamId { id: "1700000000000-0".into(), map: map.into_iter().collect(), ..StreamId::default() };
             assert_eq!(decode(&broken, &sale), Err(named), "{bad:?}");
+            // Each on its own: the bad line is its own; the good one beside it stands.
+            assert_eq!(
+                decode_each(&broken, &sale),
+                Ok(vec![Ok(Order { pay_by_ms: None, ..order(second, "cy", 1) }), Err(named)]),
+                "{bad:?}"
+            );
         }
     }
 }

@@ -295,13 +295,18 @@ impl Worker {
             entries += ids.len();
             let sale = &self.streams[stream].sale;
             for entry in ids {
-                match order_stream::decode(entry, sale) {
-                    Ok(entry_orders) => orders.extend(entry_orders),
-                    Err(why) => {
-                        self.stats.malformed += 1;
-                        self.metrics.worker_orders.with_label_values(&["malformed"]).inc();
-                        tracing::error!(stream, entry_id = entry.id, fields = ?entry.map, why, "malformed order entry \
-                            dropped");
+                // A malformed order is dropped (acknowledged with its entry); the others of its
+                // entry are stored.
+                let decoded = order_stream::decode_each(entry, sale).unwrap_or_else(|why| vec![Err(why)]);
+                for order in decoded {
+                    match order {
+                        Ok(order) => orders.push(order),
+                        Err(why) => {
+                            self.stats.malformed += 1;
+                            self.metrics.worker_orders.with_label_values(&["malformed"]).inc();
+                            tracing::error!(stream, entry_id = entry.id, fields = ?entry.map, why, "malformed order \
+                                dropped");
+                        }
                     }
                 }
             }
