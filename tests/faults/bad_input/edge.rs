@@ -244,6 +244,35 @@ async fn pipelining_clients_that_never_read_are_bounded_and_closed() {
     );
 }
 
+/// A client that pipelines and reads its answers gets every one, in order, on its connection:
+/// the edge lets one more request in per answer written, never stalls the connection. 200
+/// requests to a route that waits on Redis (a sale's status) and to one that does not, sent at
+/// once on one connection.
+#[tokio::test]
+async fn a_pipelining_client_that_reads_gets_every_answer() {
+    let mut deployment = Deployment::new(&[]).await;
+    let _service = deployment.start_with(&[]).await;
+    let sale = new_sale_id();
+    let requests: String = (0..200)
+        .map(|i| match i % 2 {
+            0 => "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".to_owned(),
+            _ => format!("GET /sales/{sale} HTTP/1.1\r\nHost: x\r\n\r\n"),
+        })
+        .collect::<String>()
+        + "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let mut stream = connect_from(Ipv4Addr::new(127, 0, 0, 5), deployment.port).await;
+    let (mut reader, mut writer) = stream.split();
+    let (written, read) = tokio::join!(writer.write_all(requests.as_bytes()), async {
+        let mut answers = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(60), reader.read_to_end(&mut answers)).await;
+        String::from_utf8_lossy(&answers).into_owned()
+    });
+    written.unwrap();
+    let statuses: Vec<&str> = read.match_indices("HTTP/1.1 ").map(|(i, _)| &read[i + 9..i + 12]).collect();
+    let expected: Vec<&str> = (0..201).map(|i| if i % 2 == 0 { "200" } else { "404" }).collect();
+    assert_eq!(statuses, expected, "every answer, in order");
+}
+
 /// Issue 39: "actix's own refusals have empty bodies". Heads actix-http refuses (two
 /// `Content-Length`s, two `Host`s, none in HTTP/1.1, a malformed line, a URI it cannot parse,
 /// over 96 headers) and a first head that stops arriving: each answer is the JSON error, counted.

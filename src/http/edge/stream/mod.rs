@@ -51,7 +51,7 @@ pub struct EdgeStream<S> {
     armed: bool,
     /// A byte of the first request has arrived.
     begun: bool,
-    /// Requests handed to actix since its answers were last all written.
+    /// Requests handed to actix whose answers have not been written yet, as flushes count them.
     ahead: u32,
     /// Bytes read past the requests actix may have yet, handed on first by the next reads.
     held: Vec<u8>,
@@ -286,14 +286,18 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for EdgeStream<S> {
         self.inner.is_write_vectored()
     }
 
-    /// actix-http flushes once its buffer of answers is all written: the write deadline stops,
-    /// and if answers went out, the requests ahead of them are answered and a paused read goes on.
+    /// actix-http flushes once its buffer of answers is all written (after each answer while the
+    /// next request's handler runs): the write deadline stops, and if bytes went out, one request
+    /// ahead counts as answered and a paused read goes on. One, not all: a flush after the first
+    /// of several answers must not let `SECKILL_MAX_PIPELINED_REQUESTS` more requests in while
+    /// the others still wait in actix (which would hold up to its own 16 decoded requests). A
+    /// flush of several answers at once counts one, so a read goes on with fewer than it may.
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
         ready!(Pin::new(&mut this.inner).poll_flush(cx))?;
         this.write_armed = false;
         if std::mem::take(&mut this.wrote) {
-            this.ahead = 0;
+            this.ahead = this.ahead.saturating_sub(1);
             if std::mem::take(&mut this.paused) {
                 cx.waker().wake_by_ref();
             }
