@@ -95,6 +95,7 @@ fn listen(
     builder.listen(name, listener, move || {
         let (state, edge, signal) = (state.clone(), edge.clone(), signal.clone());
         let app = App::new()
+            .wrap_fn(middleware::close_after_large_answers)
             .wrap_fn(middleware::record_http)
             .wrap_fn(middleware::request_id)
             // A span per request only for traces (its cost: `middleware::request_id`).

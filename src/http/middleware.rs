@@ -1,11 +1,13 @@
 //! Middleware around every route: the request's id (answered in `x-request-id`, on its log
-//! lines), its span when traces are on (`tracing_actix_web`), and the request metrics.
+//! lines), its span when traces are on (`tracing_actix_web`), the request metrics, and the close
+//! of a connection after a large answer.
 
 use std::time::Instant;
 
 use actix_web::HttpMessage;
-use actix_web::body::MessageBody;
+use actix_web::body::{BodySize, MessageBody};
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
+use actix_web::http::ConnectionType;
 use actix_web::http::Method;
 use actix_web::http::header::{HeaderName, HeaderValue};
 use tracing::Span;
@@ -113,6 +115,36 @@ where
             {
                 metrics.dependency_error(cause, "http");
             }
+        }
+        Ok(response)
+    }
+}
+
+/// Answers over this many bytes, or streamed, close their connection once written.
+pub const LARGE_ANSWER_BYTES: u64 = 16 * 1024;
+
+/// Middleware (`App::wrap_fn`): an answer over [`LARGE_ANSWER_BYTES`], or streamed (a draw's
+/// record, an export, the live page's events), closes its connection once written. actix-http
+/// keeps its write buffer's capacity for a connection's life, so a keep-alive connection that
+/// once took the document, a page or a record would hold that much memory while idle; a client
+/// holding many would hold many times that (docs/operations.md, "The edge").
+pub fn close_after_large_answers<S>(
+    req: ServiceRequest,
+    service: &S,
+) -> impl Future<Output = Result<ServiceResponse, actix_web::Error>> + use<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse, Error = actix_web::Error>,
+{
+    let response = service.call(req);
+    async move {
+        let mut response = response.await?;
+        let large = match response.response().body().size() {
+            BodySize::Sized(bytes) => bytes > LARGE_ANSWER_BYTES,
+            BodySize::Stream => true,
+            BodySize::None => false,
+        };
+        if large {
+            response.response_mut().head_mut().set_connection_type(ConnectionType::Close);
         }
         Ok(response)
     }

@@ -202,7 +202,9 @@ pub(super) fn open_files(service: &Seckill) -> usize {
 /// address each send 2,000 pipelined `GET /openapi.json` (~60 KB each) and read nothing. The
 /// service hands on only a few requests ahead of the answers each connection has taken, so its
 /// memory grows by far less than the 256 × 2,000 answers (30 GB), and a connection whose answers
-/// are not taken within the write timeout is closed.
+/// are not taken within the write timeout is closed. (A large answer also closes its connection
+/// once written, `a_connection_is_closed_after_a_large_answer_and_kept_after_a_small_one`: each
+/// connection here is then closed after its first answer, or at the write timeout.)
 #[tokio::test]
 async fn pipelining_clients_that_never_read_are_bounded_and_closed() {
     let mut deployment = Deployment::new(&[]).await;
@@ -271,6 +273,31 @@ async fn a_pipelining_client_that_reads_gets_every_answer() {
     let statuses: Vec<&str> = read.match_indices("HTTP/1.1 ").map(|(i, _)| &read[i + 9..i + 12]).collect();
     let expected: Vec<&str> = (0..201).map(|i| if i % 2 == 0 { "200" } else { "404" }).collect();
     assert_eq!(statuses, expected, "every answer, in order");
+}
+
+/// A connection that takes a large answer (the OpenAPI document, ~60 KB) is closed once it is
+/// written: actix-http keeps its write buffer's capacity for a connection's life, so idle
+/// keep-alive connections that each once took it would hold that much each. A small answer's
+/// connection stays open for the next request.
+#[tokio::test]
+async fn a_connection_is_closed_after_a_large_answer_and_kept_after_a_small_one() {
+    let mut deployment = Deployment::new(&[]).await;
+    let _service = deployment.start_with(&[]).await;
+    let mut large = connect_from(Ipv4Addr::new(127, 0, 0, 6), deployment.port).await;
+    large.write_all(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let (answer, _) = answer_and_close(&mut large, Duration::from_secs(30)).await.expect("closed after the document");
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.len() > 16 * 1024, "{}", &answer[..answer.len().min(200)]);
+    assert!(answer.to_ascii_lowercase().contains("connection: close"), "the answer says so");
+
+    let mut small = connect_from(Ipv4Addr::new(127, 0, 0, 6), deployment.port).await;
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        small.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut chunk = [0; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(30), small.read(&mut chunk)).await.unwrap().unwrap();
+        seen.push(String::from_utf8_lossy(&chunk[..n]).into_owned());
+    }
+    assert!(seen.iter().all(|answer| answer.starts_with("HTTP/1.1 200")), "two answers on one connection: {seen:?}");
 }
 
 /// Issue 39: "actix's own refusals have empty bodies". Heads actix-http refuses (two
