@@ -37,7 +37,7 @@ use uuid::Uuid;
 
 use self::store::{Cancel, PaymentError, Settled};
 use crate::db;
-use crate::domain::{DropId, SaleId, UserId};
+use crate::domain::{DropId, SaleId, Standing, UserId};
 use crate::draw::offers;
 use crate::draw::run::store as draw_store;
 use crate::metrics::Metrics;
@@ -235,17 +235,19 @@ impl Reservations {
 
     /// The buyer gives the reservation back: `reserved` → `cancelled` and its unit released. An
     /// order still in the queue is stored from its stream entry first; Postgres is asked again
-    /// after the queue in any case, as for [`Reservations::pay`].
+    /// after the queue in any case, as for [`Reservations::pay`]. A queued order that is no
+    /// reservation (a sale without a payment window) is `confirmed` once stored: not cancelled.
     pub async fn cancel(&self, sale: &SaleId, user: &UserId) -> Result<Cancel, ReservationError> {
         let cancelled = match store::cancel(&self.pool, sale, user).await? {
-            Cancel::Missing => {
-                if let Some(order) = queue::queued_order_of(&self.sales, sale, user).await?
-                    && order.pay_by_ms.is_some()
-                {
-                    db::insert_orders(&self.pool, &[order], db::Hint::Quiet).await?;
+            Cancel::Missing => match queue::queued_order_of(&self.sales, sale, user).await? {
+                Some(order) if order.pay_by_ms.is_none() => Cancel::Not(Standing::Confirmed),
+                queued => {
+                    if let Some(order) = queued {
+                        db::insert_orders(&self.pool, &[order], db::Hint::Quiet).await?;
+                    }
+                    store::cancel(&self.pool, sale, user).await?
                 }
-                store::cancel(&self.pool, sale, user).await?
-            }
+            },
             other => other,
         };
         if let Cancel::Cancelled(order_id) = cancelled {

@@ -184,7 +184,7 @@ impl Retirer {
         // from here on (step 2), and what sold before is found queued.
         let last = match self.busy_now(sale, &shards).await {
             Ok(refusals) if refusals.is_empty() => match controls::switch(&self.sales, sale, Switch::End, "").await {
-                Ok(_) => self.busy_now(sale, &shards).await,
+                Ok(_) => self.busy_after_end(sale, &shards).await,
                 Err(err) => Err(err.into()),
             },
             other => other,
@@ -225,6 +225,18 @@ impl Retirer {
         };
         tracing::info!(sale_id = %sale, report = ?retired, "sale retired");
         Ok(RetireOutcome::Retired(retired))
+    }
+
+    /// The last look, once the sale has ended in Redis: [`Self::busy_now`], and a reservation or a
+    /// release owed that committed before the mark (a refund with restock holds the row's lock
+    /// only until it commits, so it can pass the first checks' moment and the mark's).
+    async fn busy_after_end(&self, sale: &SaleId, shards: &[SaleKeys]) -> Result<Vec<Refusal>, RetireError> {
+        let mut refusals = self.busy_now(sale, shards).await?;
+        let tally = reservations::store::tally(&self.pool, sale).await?;
+        if tally.releases_owed > 0 || tally.reserved > 0 {
+            refusals.push(Refusal::Reserved);
+        }
+        Ok(refusals)
     }
 
     /// [`Self::busy`] of the sale as Redis holds it now (none if Redis lost it).

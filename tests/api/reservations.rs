@@ -212,6 +212,21 @@ async fn payments_are_refused_without_a_secret() {
     assert_error(app.pay(&sale, &order_id, "evt").await, 503, "payments_disabled").await;
 }
 
+/// A buyer's cancel in a sale without a payment window: the order is no reservation, 409
+/// `not_reserved`, while it is still queued (no worker here) as once it is stored; never 404
+/// `no_order` for an order the buyer's own order page shows.
+#[tokio::test]
+async fn a_queued_order_that_is_no_reservation_is_not_cancelled_and_not_missing() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 2).await;
+    assert_eq!(app.buy(&sale, "alice").await.status(), 201);
+    assert_eq!(order_of(&app, &sale, "alice").await["status"], "queued");
+    assert_error(app.cancel(&sale, "alice").await, 409, "not_reserved").await;
+    assert_eq!(order_of(&app, &sale, "alice").await["status"], "queued", "nothing changed");
+    assert_error(app.cancel(&sale, "bob").await, 404, "no_order").await;
+}
+
 #[tokio::test]
 async fn a_cancel_gives_the_unit_to_the_next_buyer_on_every_instance_and_the_canceller_cannot_buy_again() {
     let app = spawn_app().await;
