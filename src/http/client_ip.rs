@@ -58,27 +58,34 @@ impl TrustedProxies {
         if !self.trusts(peer) {
             return peer;
         }
+        // A hop that is not text is garbage: the walk stops there, it does not skip it (skipping
+        // a whole line would shorten the chain from the right).
         let hops: Vec<&str> = headers
             .get_all("x-forwarded-for")
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
+            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+            .map(|hop| std::str::from_utf8(hop).map_or("", str::trim))
             .collect();
         let mut client = peer;
         for hop in hops.iter().rev() {
-            match hop.parse::<IpAddr>() {
-                Ok(ip) => {
+            match hop_address(hop) {
+                Some(ip) => {
                     client = canonical(ip);
                     if !self.trusts(client) {
                         return client;
                     }
                 }
                 // Garbage in the chain: stop at the last address we could vouch for.
-                Err(_) => return client,
+                None => return client,
             }
         }
         client
     }
+}
+
+/// One hop of `X-Forwarded-For`: an address, or an address with its port as some proxies
+/// write it (`203.0.113.5:4711`, `[2001:db8::1]:4711`), the port dropped.
+fn hop_address(hop: &str) -> Option<IpAddr> {
+    hop.parse::<IpAddr>().ok().or_else(|| hop.parse::<std::net::SocketAddr>().ok().map(|addr| addr.ip()))
 }
 
 /// IPv4-mapped IPv6 addresses (::ffff:a.b.c.d) count as the IPv4 address.
@@ -127,6 +134,29 @@ mod tests {
         let proxies = TrustedProxies::new(vec!["10.0.0.2/32".parse().unwrap()]);
         assert_eq!(proxies.resolve(ip("10.0.0.2"), &headers(&[])), ip("10.0.0.2"));
         assert_eq!(proxies.resolve(ip("10.0.0.2"), &headers(&["not-an-ip"])), ip("10.0.0.2"));
+    }
+
+    /// Some proxies write each hop with its port: the address is the client's, not garbage
+    /// (every client behind such a proxy had been the proxy, one rate limit for all).
+    #[test]
+    fn a_hop_with_its_port_is_its_address() {
+        let proxies = TrustedProxies::new(vec!["10.0.0.2/32".parse().unwrap()]);
+        assert_eq!(proxies.resolve(ip("10.0.0.2"), &headers(&["203.0.113.5:4711"])), ip("203.0.113.5"));
+        assert_eq!(proxies.resolve(ip("10.0.0.2"), &headers(&["[2001:db8::1]:4711"])), ip("2001:db8::1"));
+    }
+
+    /// A line that is not text stops the walk where it stands, as garbage does: skipped, it would
+    /// let a client's own earlier line pass for the hop our proxy appended to it.
+    #[test]
+    fn an_unreadable_line_stops_the_walk_and_is_not_skipped() {
+        let proxies = TrustedProxies::new(vec!["10.0.0.2/32".parse().unwrap()]);
+        let mut h = headers(&["6.6.6.6"]);
+        h.append(HeaderName::from_static("x-forwarded-for"), HeaderValue::from_bytes(b"\xff, 198.51.100.9").unwrap());
+        assert_eq!(proxies.resolve(ip("10.0.0.2"), &h), ip("198.51.100.9"), "the hop our proxy appended");
+        let mut h = headers(&["6.6.6.6"]);
+        h.append(HeaderName::from_static("x-forwarded-for"), HeaderValue::from_bytes(b"\xff").unwrap());
+        h.append(HeaderName::from_static("x-forwarded-for"), HeaderValue::from_static("10.0.0.2"));
+        assert_eq!(proxies.resolve(ip("10.0.0.2"), &h), ip("10.0.0.2"), "stopped at the unreadable hop, not 6.6.6.6");
     }
 
     #[test]
