@@ -17,17 +17,19 @@ if ! command -v docker-compose >/dev/null 2>&1; then
     fi
 fi
 
-# The compose file requires SECKILL_ADMIN_TOKEN and GRAFANA_ADMIN_PASSWORD
+# The compose file requires SECKILL_ADMIN_TOKEN, SECKILL_JWT_SECRET and GRAFANA_ADMIN_PASSWORD
 # (${...:?}); use dummy values so interpolation succeeds. Nothing is started and
 # no secret is printed.
-SECKILL_ADMIN_TOKEN=lint-dummy-token GRAFANA_ADMIN_PASSWORD=lint-dummy-password \
-    docker-compose -f docker-compose.yml config -q
-# ...and it must refuse to render without the Grafana admin password.
-if env -u GRAFANA_ADMIN_PASSWORD SECKILL_ADMIN_TOKEN=lint-dummy-token \
-    docker-compose -f docker-compose.yml config -q >/dev/null 2>&1; then
-    echo "error: docker-compose.yml renders without GRAFANA_ADMIN_PASSWORD; it must be required (\${GRAFANA_ADMIN_PASSWORD:?...})" >&2
-    exit 1
-fi
+export SECKILL_ADMIN_TOKEN=lint-dummy-token SECKILL_JWT_SECRET=lint-dummy-jwt-secret-of-32-bytes-at-least
+export GRAFANA_ADMIN_PASSWORD=lint-dummy-password
+docker-compose -f docker-compose.yml config -q
+# ...and it must refuse to render without each of them.
+for required in SECKILL_ADMIN_TOKEN SECKILL_JWT_SECRET GRAFANA_ADMIN_PASSWORD; do
+    if env -u "$required" docker-compose -f docker-compose.yml config -q >/dev/null 2>&1; then
+        echo "error: docker-compose.yml renders without $required; it must be required (\${$required:?...})" >&2
+        exit 1
+    fi
+done
 echo "docker-compose.yml: OK"
 
 # The files it mounts and what they must agree on (Prometheus, Grafana, the edge proxy).

@@ -7,7 +7,8 @@ Run by scripts/lint-compose.sh from the repository root, after `docker-compose c
   dashboard provider reads where compose mounts the dashboards, and every dashboard query uses
   only metrics the service exports (string literals in src/);
 - the edge proxy: pinned, the only service clients reach, its fixed address is exactly what the
-  app trusts (SECKILL_TRUSTED_PROXIES), and its nginx config replaces X-Forwarded-For.
+  app trusts (SECKILL_TRUSTED_PROXIES), and its nginx config replaces X-Forwarded-For; the app
+  verifies buyers' tokens (SECKILL_AUTH=jwt), as the proxy authenticates nobody.
 Prints one OK line per part, or every error found and exits non-zero.
 """
 
@@ -133,6 +134,9 @@ def check_proxy():
         errors.append(f"docker-compose.yml: proxy image must be pinned to an exact version (nginx:X.Y.Z), got {image!r}")
     if app.get("ports"):
         errors.append("docker-compose.yml: app publishes ports; clients must reach it only through proxy")
+    if str((app.get("environment") or {}).get("SECKILL_AUTH", "")) != "jwt":
+        errors.append("docker-compose.yml: app must set SECKILL_AUTH=jwt: the proxy authenticates nobody, and with "
+                      "`none` anyone could buy, read or cancel as anyone (the body's user_id)")
     if not proxy.get("ports"):
         errors.append("docker-compose.yml: proxy publishes no port")
     address = ((proxy.get("networks") or {}).get("default") or {}).get("ipv4_address")

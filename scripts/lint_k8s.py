@@ -10,7 +10,8 @@ Run by scripts/lint-k8s.sh from the repository root, after kubernetes-validate -
   (its OpenAPI annotations), on the container ports that SECKILL_LISTEN and
   SECKILL_METRICS_LISTEN open (/readyz moves to the metrics listener when it is set);
 - the shutdown fits: preStop sleep + SECKILL_SHUTDOWN_TIMEOUT < terminationGracePeriodSeconds;
-- Services, the NetworkPolicy (metrics only to the monitoring namespace), the PDB, the HPA and
+- Services, the NetworkPolicy (metrics only to the monitoring namespace, the buyer port not to
+  every pod), the PDB, the HPA and
   the pre-scaling CronJobs name what exists; every container runs non-root, read-only, with no
   privilege escalation and every capability dropped, with requests and limits;
 - the data side: SECKILL_REDIS_URL names the RedisCluster's leaders, SECKILL_DATABASE_URL comes
@@ -198,6 +199,9 @@ def check(docs, binary_help, route_paths, group, errors):
         open_rules = [r for r in rules if "from" not in r]
         if any(p["port"] == "metrics" for r in open_rules for p in r.get("ports", [])) or not metrics_rules:
             error("NetworkPolicy/seckill: the metrics port must be reachable from the monitoring namespace only")
+        if any(r.get("ports") is None or any(p["port"] == "http" for p in r["ports"]) for r in open_rules):
+            error("NetworkPolicy/seckill: the buyer port is open to every pod: any of them could pick its "
+                  "client address through X-Forwarded-For (SECKILL_TRUSTED_PROXIES is the pod network)")
         for rule in metrics_rules:
             for peer in rule.get("from", []):
                 ns = peer.get("namespaceSelector", {}).get("matchLabels", {})
@@ -265,7 +269,8 @@ def breakages(docs):
     def broken(what, change):
         copy_ = copy.deepcopy(docs)
         for _, doc in copy_:
-            if doc.get("kind") in ("Deployment", "ConfigMap") and doc["metadata"]["name"] in ("seckill", "seckill-settings"):
+            if doc.get("kind") in ("Deployment", "ConfigMap", "NetworkPolicy") and doc["metadata"]["name"] in (
+                "seckill", "seckill-settings"):
                 change(doc)
         return what, copy_
 
@@ -292,7 +297,14 @@ def breakages(docs):
         if doc["kind"] == "Deployment":
             container(doc)["readinessProbe"]["httpGet"]["port"] = "http"
 
+    def buyer_port_open(doc):
+        if doc["kind"] == "NetworkPolicy":
+            for rule in doc["spec"]["ingress"]:
+                if any(p["port"] == "http" for p in rule.get("ports", [])):
+                    rule.pop("from", None)
+
     return [
+        broken("the buyer port open to every pod", buyer_port_open),
         broken("a readiness probe on a path the binary has not", probe_path),
         broken("a setting name the binary does not know", setting_name),
         broken("a container port that is not SECKILL_LISTEN's", port),
