@@ -27,6 +27,21 @@ pub fn parse_url(s: &str) -> Result<String, String> {
     Ok(url)
 }
 
+/// `url` as the logs show it: without its user, password and query, which may hold credentials
+/// (the scheme, host, port and path say which endpoint it is).
+pub fn shown(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut url) => {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.set_query(None);
+            url.set_fragment(None);
+            url.to_string()
+        }
+        Err(_) => "(not a URL)".to_owned(),
+    }
+}
+
 /// One endpoint as the operators see it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Endpoint {
@@ -120,10 +135,12 @@ pub async fn register(pool: &PgPool, url: &str) -> Result<Registered, sqlx::Erro
 pub async fn register_configured(pool: &PgPool, urls: &[String]) -> Result<(), sqlx::Error> {
     for url in urls {
         match register(pool, url).await? {
-            Registered::New(e) => tracing::info!(endpoint_id = e.id, url, "SECKILL_WEBHOOK_URL: endpoint registered"),
+            Registered::New(e) => {
+                tracing::info!(endpoint_id = e.id, url = shown(url), "SECKILL_WEBHOOK_URL: endpoint registered")
+            }
             Registered::Existing(e) if !e.enabled() => tracing::warn!(
                 endpoint_id = e.id,
-                url,
+                url = shown(url),
                 disabled_at = ?e.disabled_at,
                 reason = e.disabled_reason,
                 "SECKILL_WEBHOOK_URL names an endpoint that is disabled; it stays disabled: POST \
@@ -131,7 +148,7 @@ pub async fn register_configured(pool: &PgPool, urls: &[String]) -> Result<(), s
             ),
             Registered::Existing(_) => {}
             Registered::Full => tracing::warn!(
-                url,
+                url = shown(url),
                 max = MAX_ENDPOINTS,
                 "SECKILL_WEBHOOK_URL: endpoint not registered: as many endpoints as allowed are registered \
                  (DELETE /admin/webhooks/{{id}} removes one)"
@@ -299,6 +316,14 @@ pub async fn settle_strays(pool: &PgPool) -> Result<(i64, i64), sqlx::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_is_logged_without_what_may_be_credentials() {
+        let url = "https://hook:s3cret@example.com:8443/in/seckill?token=abc#x";
+        assert_eq!(shown(url), "https://example.com:8443/in/seckill");
+        assert_eq!(shown("http://example.com/"), "http://example.com/");
+        assert_eq!(shown("no"), "(not a URL)");
+    }
 
     #[test]
     fn endpoints_are_http_urls_with_a_host_of_bounded_length() {

@@ -58,7 +58,7 @@ struct Round {
 
 /// Sends to `url` until `stop`, or until it disables the endpoint.
 pub(super) async fn serve(shared: Arc<Shared>, url: String, stop: CancellationToken) {
-    tracing::debug!(url, "webhook sender started");
+    tracing::debug!(url = endpoints::shown(&url), "webhook sender started");
     while !stop.is_cancelled() {
         let pause = match round(&shared, &url, &stop).await {
             Ok(Round { disabled: true, .. }) => return,
@@ -118,7 +118,7 @@ async fn round(shared: &Shared, url: &str, stop: &CancellationToken) -> Result<R
             shared.metrics.webhook_endpoints_disabled.inc();
             shared.changes.notify();
             tracing::warn!(
-                url,
+                url = endpoints::shown(url),
                 failing_since = %gone.failing_since,
                 closed = gone.closed,
                 last_error,
@@ -164,7 +164,7 @@ async fn attempt(shared: &Shared, claimed: Claimed) -> Result<Outcome, sqlx::Err
     if retry_in.is_none() {
         tracing::warn!(
             webhook_id = claimed.message_id,
-            endpoint = claimed.endpoint,
+            endpoint = endpoints::shown(&claimed.endpoint),
             status,
             error,
             "webhook delivery failed after its last attempt"
