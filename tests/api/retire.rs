@@ -298,3 +298,40 @@ async fn a_restock_racing_a_retirement_sells_nothing_the_retirement_deletes() {
     assert_eq!(reply, "ended", "nothing sells into the stream the retirement is about to delete");
     retiring.abort();
 }
+
+/// A refund with restock that commits between the retirement's checks and its mark (it holds
+/// the sale's row only until it commits) leaves a release owed: the retirement's last look, after
+/// the sale has ended in Redis, finds it and refuses (`reserved`), the mark taken back. A
+/// trigger on the mark makes the refund land at exactly that moment, in the mark's own
+/// transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_with_restock_landing_at_the_mark_is_found_by_the_last_look() {
+    use seckill::domain::SaleId;
+    use seckill::retire::{Refusal, RetireOutcome, Retirer};
+
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    let seeded = app.seed(&sale, json!({"stock": 1, "payment_window": "30s"})).await;
+    assert_eq!(seeded.status(), 200);
+    let bought: Value = app.buy(&sale, "payer").await.json().await.unwrap();
+    let order_id = bought["order_id"].as_str().unwrap().to_owned();
+    app.wait_for_drain(&sale).await;
+    assert_eq!(app.pay(&sale, &order_id, "evt-payer").await.status(), 200);
+    for statement in [
+        "create function refund_at_the_mark() returns trigger language plpgsql as $$ begin
+           update orders set status = 'refunded', refunded_at = now(), refund_restock = true
+           where sale_id = new.sale_id and status = 'paid';
+           return new;
+         end $$",
+        "create trigger refund_at_the_mark after update of retired_at on sales for each row
+           when (old.retired_at is null and new.retired_at is not null) execute function refund_at_the_mark()",
+    ] {
+        sqlx::query(statement).execute(&app.pool).await.unwrap();
+    }
+
+    let metrics = std::sync::Arc::new(seckill::metrics::Metrics::new());
+    let retirer = Retirer::new(app.store.clone(), app.pool.clone(), metrics, Duration::from_millis(10));
+    let outcome = retirer.retire(&SaleId::parse(&sale).unwrap()).await.unwrap();
+    assert!(matches!(&outcome, RetireOutcome::Refused(reasons) if reasons.contains(&Refusal::Reserved)), "{outcome:?}");
+    assert!(!retired_at_set(&app, &sale).await, "the mark is taken back");
+}
