@@ -22,7 +22,7 @@
 --
 -- The offer: when the call gives units back, it walks the size's waiting places in order; each
 -- place whose quantity fits in the units still to give is offered its quantity, a purchase by
--- lua/purchase.lua's rules with the place "w<n>" (a draw's award: a reservation with its own
+-- lua/purchase.lua's rules with the place "w<n>" (a waitlist's offer: a reservation with its own
 -- payment window), and stops waiting in every size. The units of one call are offered together.
 -- A place the purchase refuses for good (already_purchased, limit_reached) stops waiting too; any
 -- other refusal (the drop ended, is paused) ends the walk, and what is left goes to the stock.

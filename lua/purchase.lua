@@ -17,8 +17,9 @@
 --               proof of work, start, end, limit, pause, stock); place and traceparent "" when there
 --               are none; a place is "<n>" from a sale's line, "d<n>" from a drop's (taken only by
 --               a size whose meta has line = "drop", as a plain one only by a sale without it),
---               "w<n>" a draw's award (lua/draw_award.lua: the only purchase a size whose meta has
---               line = "draw" takes, and it skips the start check); proven "1" when the app
+--               "a<n>" a draw's award and "w<n>" its waitlist's offer (lua/draw_award.lua,
+--               lua/draw_release.lua: the only purchases a size whose meta has line = "draw"
+--               takes; both skip the start check, an award the end too); proven "1" when the app
 --               verified and spent a proof of work, else "" or nil. Returns buy.lua's reply, or
 --               raises an error (a damaged key) with nothing of the purchase decided. It writes
 --               nothing: a purchase it accepts is pending until commit(), and a buyer pending in
@@ -55,9 +56,12 @@ elseif (tonumber(meta[4]) or 1) ~= tonumber(shards) then
   verdict = 'wrong_shards'
 end
 -- A size of a drop in draw mode: its units go to the draw's winners only, each awarded by
--- lua/draw_award.lua with a place "w<n>" (which the app never builds from a buyer's input); any
--- other purchase of it is answered "draw_only". An award skips the start check (the size may
--- open later than the draw), not the end.
+-- lua/draw_award.lua with a place "a<n>", or offered to its waitlist by lua/draw_release.lua with
+-- "w<n>" (the app builds neither from a buyer's input); any other purchase of it is answered
+-- "draw_only". Both skip the start check (the size may open later than the draw). An award skips
+-- the end too: its winners were drawn when the entries closed, and a run refused for good by an
+-- end (an operator's, or one at the close) would never award them nor reveal the seed. An offer
+-- keeps the end: an ended drop's units come back to its stock.
 local draw_sale = meta[12] == 'draw'
 local queued_sale = meta[6]
 -- A size of a drop with a line (src/admission/): only the drop's line admits to it, with a place
@@ -120,7 +124,8 @@ local function buy(user, order_id, place_arg, traceparent, quantity, proven)
     local queued = #redis.call('XRANGE', KEYS[4], entry, entry) > 0
     return {'already_purchased', order, at, queued and 'queued' or 'confirmed', units ~= '' and units or '1'}
   end
-  local award = draw_sale and string.match(place_arg or '', '^w(%d+)$')
+  local award = draw_sale and string.match(place_arg or '', '^[aw](%d+)$')
+  local run_award = award and string.sub(place_arg, 1, 1) == 'a'
   if draw_sale and not award then
     return 'draw_only'
   end
@@ -131,7 +136,7 @@ local function buy(user, order_id, place_arg, traceparent, quantity, proven)
   if challenged and proven ~= '1' then
     return 'challenge_required'
   end
-  if timing and not (award and timing == 'not_started') then
+  if timing and not (award and (timing == 'not_started' or run_award)) then
     return timing
   end
   local held = 0

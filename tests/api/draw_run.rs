@@ -356,3 +356,22 @@ async fn results_over_many_statements_are_written_once_in_one_transaction() {
         sorted
     });
 }
+
+/// A drop that ended before its draw ran (an operator's end, or an end at the close) still has
+/// its winners awarded and its seed revealed: an award skips the sizes' hours. Refused as
+/// `ended`, the run had stalled for good, its results told to the winners without reservations.
+#[tokio::test]
+async fn a_drop_that_ended_before_its_draw_still_awards_its_winners_and_reveals_the_seed() {
+    let app = spawn_app().await;
+    let drop = draw_drop(&app, [5, 5, 5], 600).await;
+    enter_all(&app, &drop, 6).await;
+    let url = app.url(&format!("/admin/drops/{drop}/end"));
+    assert_eq!(app.client.post(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap().status(), 200);
+
+    let response = run_now(&app, &drop).await;
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    let results = results(&app, &drop).await;
+    assert_eq!(results.len(), 6);
+    assert_reservations(&app, &drop, &results).await;
+    verified_record(&app, &drop).await;
+}
