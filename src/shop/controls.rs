@@ -11,7 +11,7 @@ use super::seed::MAX_STOCK;
 use super::{Error, Shop};
 use crate::controls::audit::{self, Entry, MAX_REASON_CHARS};
 use crate::controls::{self, Restock, Switch};
-use crate::domain::{SaleId, ms_to_time};
+use crate::domain::{DropId, SaleId, ms_to_time};
 
 impl Shop {
     /// Turns the sale's kill switch: `Pause` refuses every purchase from the purchase script's
@@ -78,6 +78,9 @@ impl Shop {
         self.live_now(sale).await?;
         if add == 0 {
             return self.sale_report(sale).await; // nothing to change, nothing to record
+        }
+        if let Some(drop) = sale.group().and_then(|group| DropId::parse(group).ok()) {
+            self.refuse_draw_restock(&drop).await?;
         }
         // The row's lock orders stock changes: each writes Redis's new stock_initial, so the
         // last one to commit is the latest.

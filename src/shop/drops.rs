@@ -255,6 +255,15 @@ impl Shop {
         self.drop_report(drop).await
     }
 
+    /// `draw_stock_fixed` for a drop in draw mode: its sizes' stock is the draw's terms
+    /// ([`Error::DrawStockFixed`]).
+    pub(super) async fn refuse_draw_restock(&self, drop: &DropId) -> Result<(), Error> {
+        match crate::draw::run::store::draw(&self.pool, drop).await? {
+            Some(_) => Err(Error::DrawStockFixed),
+            None => Ok(()),
+        }
+    }
+
     /// Changes several sizes' stock at once (`add`: size name -> units added, or taken back when
     /// negative), all or nothing: if one size would go below 0 left or beyond the largest stock,
     /// no size changes (409 naming it). One Redis call, one audit entry; every size's row follows.
@@ -282,6 +291,7 @@ impl Shop {
         if adds.is_empty() {
             return self.drop_report(drop).await; // nothing to change, nothing to record
         }
+        self.refuse_draw_restock(drop).await?;
         let mut tx = self.pool.begin().await?;
         let ids: Vec<&str> = adds.iter().map(|(sale, _)| sale.as_str()).collect();
         // The rows' locks order stock changes: the last one to commit writes the latest figures.

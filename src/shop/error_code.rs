@@ -31,6 +31,7 @@ impl Error {
             Self::StockBelowZero { .. } => "stock_below_zero",
             Self::StockTooLarge { .. } => "stock_too_large",
             Self::Sharded => "sale_sharded",
+            Self::DrawStockFixed => "draw_stock_fixed",
             Self::AlreadyPurchased(_) => "already_purchased",
             Self::SoldOut => "sold_out",
             Self::LimitReached { .. } => "limit_reached",

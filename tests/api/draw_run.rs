@@ -375,3 +375,29 @@ async fn a_drop_that_ended_before_its_draw_still_awards_its_winners_and_reveals_
     assert_reservations(&app, &drop, &results).await;
     verified_record(&app, &drop).await;
 }
+
+/// A drop in draw mode keeps its sizes' stock, the draw's terms: a stock change, of the drop or
+/// of one size, is refused (409 `draw_stock_fixed`) before the draw and after it, so an operator
+/// cannot steer the allocation and the published record keeps verifying.
+#[tokio::test]
+async fn a_draws_stock_cannot_change_before_or_after_it_runs() {
+    let app = spawn_app().await;
+    let drop = draw_drop(&app, [2, 2, 2], 600).await;
+    enter_all(&app, &drop, 8).await;
+    let change = async |app: &TestApp| {
+        let drop_stock = app.url(&format!("/admin/drops/{drop}/stock"));
+        let whole = app.client.post(drop_stock).bearer_auth(ADMIN_TOKEN).json(&json!({"add": {"42": 1}}));
+        let size_stock = app.url(&format!("/admin/sales/{drop}.42/stock"));
+        let one = app.client.post(size_stock).bearer_auth(ADMIN_TOKEN).json(&json!({"add": -1}));
+        (whole.send().await.unwrap(), one.send().await.unwrap())
+    };
+    let (whole, one) = change(&app).await;
+    assert_error(whole, 409, "draw_stock_fixed").await;
+    assert_error(one, 409, "draw_stock_fixed").await;
+
+    assert_eq!(run_now(&app, &drop).await.status(), 200);
+    let (whole, one) = change(&app).await;
+    assert_error(whole, 409, "draw_stock_fixed").await;
+    assert_error(one, 409, "draw_stock_fixed").await;
+    verified_record(&app, &drop).await;
+}

@@ -145,6 +145,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::StockBelowZero { .. }
         | E::StockTooLarge { .. }
         | E::Sharded
+        | E::DrawStockFixed
         | E::TooManyEndpoints { .. }
         | E::EventReused => StatusCode::CONFLICT,
         E::SoldOut | E::SaleRetired => StatusCode::GONE,
