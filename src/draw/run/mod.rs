@@ -155,8 +155,12 @@ async fn locked(
     crate::draw::offers::put_waitlist(redis, drop, &store::waitlist(pool, drop).await?).await?;
     let awarded = award::award(redis, drop, &results, max_calls).await?;
     if awarded.done {
-        store::set_state(pool, drop, "drawn").await?;
+        // Redis first: a run that fails between the two is drawn again (Postgres still says
+        // `drawing`, which the runner picks up) and finishes both. The other way round, a Redis
+        // write that failed after Postgres's was never retried by the runner, which picks only
+        // draws Postgres has not drawn: the drop's page never showed the seed.
         award::set_state(redis, drop, "drawn").await?;
+        store::set_state(pool, drop, "drawn").await?;
     }
     Ok((Summary::of(&results), awarded))
 }
