@@ -67,9 +67,17 @@ stock = stock + units
 local reply = {released, stock_before, units, 0}
 local to_give, k = units, 0
 local low = tonumber(string.sub(base, 29), 16)
-if to_give > 0 then
-  for _, place in ipairs(redis.call('ZRANGE', KEYS[10], 0, -1)) do
+-- The size's waiting places in order, a page at a time (the score is the place): a release
+-- reads as many as its walk needs, not the whole list (which is as long as the drop's stock).
+local PAGE = 64
+local after, walking = '0', to_give > 0
+while walking do
+  local page = redis.call('ZRANGE', KEYS[10], '(' .. after, '+inf', 'BYSCORE', 'LIMIT', 0, PAGE)
+  walking = #page == PAGE
+  for _, place in ipairs(page) do
+    after = place
     if to_give == 0 then
+      walking = false
       break
     end
     local kept = redis.call('HGET', KEYS[9], place)
@@ -91,10 +99,12 @@ if to_give > 0 then
         redis.call('HSET', KEYS[9], place, quantity .. ' ' .. sizes .. ' s ' .. user)
         redis.call('ZREM', KEYS[10], place)
       else
+        walking = false
         break
       end
     end
   end
+  walking = walking and to_give > 0
 end
 reply[4] = to_give
 if units - sold ~= 0 then

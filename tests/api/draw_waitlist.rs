@@ -181,6 +181,34 @@ async fn the_release_script_offers_what_the_waitlist_rule_says() {
     }
 }
 
+/// The release reads the size's waiting places a page (64) at a time: a unit that only the 90th
+/// place can take (the 89 before it want 2) still reaches it, and the places it passed stay
+/// waiting.
+#[tokio::test]
+async fn a_release_walks_past_a_page_of_places_that_do_not_fit() {
+    let app = spawn_app().await;
+    let redis = app.store.keyspace();
+    let drop = draw_drop(&app, [5, 5, 5], 3600).await;
+    let id = DropId::parse(&drop).unwrap();
+    let size = SIZES[1];
+    let places: Vec<Place> = (1..=100u32)
+        .map(|position| Place {
+            position,
+            user: UserId::parse(&format!("p{position}")).unwrap(),
+            quantity: if position == 90 { 1 } else { 2 },
+            sizes: vec![size.to_owned()],
+        })
+        .collect();
+    assert_eq!(offers::put_waitlist(redis, &id, &places).await.unwrap(), 100);
+    let sale = id.size(size).unwrap();
+    let got = offers::release(redis, &id, (&sale, size), &[(Uuid::now_v7(), 1)]).await.unwrap().unwrap();
+    let offered: Vec<(u32, &str, u32)> = got.offers.iter().map(|o| (o.position, o.user.as_str(), o.quantity)).collect();
+    assert_eq!((offered, got.to_stock), (vec![(90, "p90", 1)], 0));
+    let got = offers::release(redis, &id, (&sale, size), &[(Uuid::now_v7(), 2)]).await.unwrap().unwrap();
+    let offered: Vec<u32> = got.offers.iter().map(|o| o.position).collect();
+    assert_eq!(offered, [1], "the first place, passed over before, still waits");
+}
+
 #[tokio::test]
 async fn releases_racing_each_other_offer_each_unit_once() {
     let app = spawn_app().await;
