@@ -18,14 +18,16 @@
 --   stock_before      the stock before the call
 --   to_stock          of the units given back, those no place took: the stock rose by as many
 --   offers            4 items per offer: the place, the user, the new order id, its units
--- Or "unknown_sale" (nothing written: the release stays owed), as release.lua.
+-- Or "unknown_sale" (nothing written: the release stays owed), as release.lua; or "paused"
+-- (nothing written, the release stays owed) while the drop is paused and not ended: its units wait
+-- for the resume to reach the waitlist, as the stock of a draw's size sells to no one else.
 --
 -- The offer: when the call gives units back, it walks the size's waiting places in order; each
 -- place whose quantity fits in the units still to give is offered its quantity, a purchase by
 -- lua/purchase.lua's rules with the place "w<n>" (a waitlist's offer: a reservation with its own
 -- payment window), and stops waiting in every size. The units of one call are offered together.
 -- A place the purchase refuses for good (already_purchased, limit_reached) stops waiting too; any
--- other refusal (the drop ended, is paused) ends the walk, and what is left goes to the stock.
+-- other refusal (the drop ended) ends the walk, and what is left goes to the stock.
 --
 -- Invariants kept: release.lua's gate (SADD released answers 1 once per order, and only then do its
 -- units come back), so a release repeated by two sweepers or a re-drive gives and offers its units
@@ -49,6 +51,12 @@ local shards = '1'
 -- Nor while the repair restores the size (lua/release.lua's "restoring" rule).
 if not stock_raw or meta[13] then
   return 'unknown_sale'
+end
+-- Nor while the drop is paused (purchase.lua's `paused`, `timing`), unless it has ended: the
+-- units would go to the stock, which only the draw's awards buy, and the waitlist would never be
+-- offered them. The sweeper re-drives the release; after the resume it offers them.
+if paused and timing ~= 'ended' then
+  return 'paused'
 end
 if not stock then
   error('seckill lua/draw_release.lua: the stock of the sale is damaged (' .. stock_raw .. '): nothing written')

@@ -75,8 +75,9 @@ pub struct Released {
 }
 
 /// Releases `orders` (order id, units) of `sale`, the size `size` of the drawn drop `drop`,
-/// offering their units to the waitlist first. `None` when Redis does not know the sale (the
-/// release stays owed, as `lua/release.lua`'s `unknown_sale`).
+/// offering their units to the waitlist first. `None` when Redis does not know the sale, or while
+/// the drop is paused and not ended (the release stays owed, as `lua/release.lua`'s
+/// `unknown_sale`: the sweeper re-drives it, and after the resume its units reach the waitlist).
 pub async fn release(
     redis: &Keyspace,
     drop: &DropId,
@@ -100,7 +101,7 @@ pub async fn release(
         other => {
             let word: String = redis::from_redis_value(other)?;
             return match word.as_str() {
-                "unknown_sale" => Ok(None),
+                "unknown_sale" | "paused" => Ok(None),
                 _ => Err(unexpected_reply("draw_release.lua", &word)),
             };
         }

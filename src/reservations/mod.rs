@@ -117,7 +117,11 @@ pub async fn release(sales: &Sales, pool: &PgPool, sale: &str, orders: &[Uuid]) 
             None => to_stock(sales, &sale_id, &page).await?,
         };
         let Some((units, stock_before, to_stock)) = step else {
-            tracing::warn!(sale_id = sale, "release owed to a sale Redis does not know (reconcile restores it)");
+            tracing::warn!(
+                sale_id = sale,
+                "release owed: Redis does not know the sale (reconcile restores it), or holds it (a repair's hold; a \
+                 drawn drop's pause, until its resume offers the units to its waitlist)"
+            );
             return Ok(released);
         };
         released += units;

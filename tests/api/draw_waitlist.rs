@@ -181,6 +181,52 @@ async fn the_release_script_offers_what_the_waitlist_rule_says() {
     }
 }
 
+/// A reservation given back while the drop is paused gives nothing back yet (to the stock, its
+/// units would reach no one: only the draw's awards buy a draw's size): the release stays owed,
+/// and once the drop is resumed the sweeper's re-drive offers them down the waitlist as the rule
+/// says. Waits for that state, not for a time.
+#[tokio::test]
+async fn units_given_back_while_the_drop_is_paused_reach_the_waitlist_after_the_resume() {
+    let app = spawn_app().await;
+    let drop = draw_drop(&app, [3, 2, 2], 3600).await;
+    enter_each(&app, &drop, entries(30)).await;
+    assert_eq!(run_now(&app, &drop).await.status(), 200);
+    let model = waitlist(&app, &drop).await;
+    let (sale, user, units) = oldest_reservation(&app, &drop).await.expect("a winner's reservation");
+    let size = sale.rsplit('.').next().unwrap().to_owned();
+    let expected = offer(&model, &size, units as u32);
+    let switch = async |action: &str| {
+        let url = app.url(&format!("/admin/drops/{drop}/{action}"));
+        app.client.post(url).bearer_auth(crate::helpers::ADMIN_TOKEN).send().await.unwrap().status()
+    };
+    let state = async || {
+        let mut offered = vec![];
+        for place in &model {
+            let entry = app.get_as(&format!("/drops/{drop}/entry"), &place.entrant).await;
+            if entry["state"] == "offered" {
+                offered.push(place.entrant.clone());
+            }
+        }
+        (offered, app.status(&sale).await.stock_left)
+    };
+
+    assert_eq!(switch("pause").await, 200);
+    assert_eq!(app.cancel(&sale, &user).await.status(), 200);
+    assert_eq!(state().await, (vec![], 0), "nothing given back while paused");
+    assert_eq!(switch("resume").await, 200);
+    let wanted: Vec<String> = expected.offers.iter().map(|o| o.entrant.clone()).collect();
+    let wanted = (wanted, i64::from(expected.to_stock));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let now = state().await;
+        if now == wanted {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "after the resume: {now:?}, the rule says {wanted:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// The release reads the size's waiting places a page (64) at a time: a unit that only the 90th
 /// place can take (the 89 before it want 2) still reaches it, and the places it passed stay
 /// waiting.
