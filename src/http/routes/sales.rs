@@ -350,7 +350,8 @@ pub struct Cancelled {
         min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)?$"), OrderQuery),
     security((), ("bearer_jwt" = [])),
     responses(
-        (status = 200, description = "Cancelled; its unit goes back to the sale (at once, or by the sweeper within seconds if Redis failed meanwhile; a draw's size offers it to its waitlist)", body = Cancelled),
+        (status = 200, description = "Cancelled; its unit goes back to the sale (at once, or by the sweeper \
+            within seconds if Redis failed meanwhile; a draw's size offers it to its waitlist)", body = Cancelled),
         BadBuyerQuery,
         BuyerToken,
         UserMismatch,
