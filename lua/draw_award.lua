@@ -1,6 +1,7 @@
 -- draw_award.lua: a draw's winners of one size get their reservations (src/draw/run/award.rs),
 -- each a purchase by lua/purchase.lua's rules with a place "a<n>", one of the two purchases a size
--- of a drop in draw mode (meta line = "draw") takes (the other: lua/draw_release.lua's offers). The run calls it in chunks of at most 250 winners.
+-- of a drop in draw mode (meta line = "draw") takes (the other: lua/draw_release.lua's offers).
+-- The run calls it in chunks of at most 250 winners.
 --
 -- KEYS[1..7]  buy.lua's KEYS of the size's sale: its meta, stock, buyers, orders, receipts, queue's
 --             buyers (unused: a draw's size has no line) and the group's holdings

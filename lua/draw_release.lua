@@ -78,16 +78,15 @@ local low = tonumber(string.sub(base, 29), 16)
 -- The size's waiting places in order, a page at a time (the score is the place): a release
 -- reads as many as its walk needs, not the whole list (which is as long as the drop's stock).
 local PAGE = 64
-local after, walking = '0', to_give > 0
-while walking do
+local after, stopped = '0', false
+while to_give > 0 and not stopped do
   local page = redis.call('ZRANGE', KEYS[10], '(' .. after, '+inf', 'BYSCORE', 'LIMIT', 0, PAGE)
-  walking = #page == PAGE
+  stopped = #page < PAGE -- the last page
   for _, place in ipairs(page) do
-    after = place
     if to_give == 0 then
-      walking = false
       break
     end
+    after = place
     local kept = redis.call('HGET', KEYS[9], place)
     local quantity, sizes, user = string.match(kept or '', '^(%d+) (%S+) w (.+)$')
     if not quantity then
@@ -107,12 +106,11 @@ while walking do
         redis.call('HSET', KEYS[9], place, quantity .. ' ' .. sizes .. ' s ' .. user)
         redis.call('ZREM', KEYS[10], place)
       else
-        walking = false
+        stopped = true
         break
       end
     end
   end
-  walking = walking and to_give > 0
 end
 reply[4] = to_give
 if units - sold ~= 0 then

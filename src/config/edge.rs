@@ -40,8 +40,8 @@ pub struct EdgeConfig {
     /// Open connections one client may hold (an IPv4 address, an IPv6 network of
     /// SECKILL_IPV6_PREFIX bits; a trusted proxy's count only against the budget), and the IPv6
     /// clients of one /48 together as many; a client, and a /48, also hold at most a client's
-    /// share of the free part of the connection budget, derived from nofile. A connection over either gets 503 and is
-    /// closed. 0: no limit per client (only the budget).
+    /// share of the free part of the connection budget, derived from nofile. A connection over
+    /// either gets 503 and is closed. 0: no limit per client (only the budget).
     #[arg(long, env = "SECKILL_MAX_CONNECTIONS_PER_CLIENT", default_value_t = 256, global = true)]
     pub max_connections_per_client: u32,
 

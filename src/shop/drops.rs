@@ -258,9 +258,9 @@ impl Shop {
     /// `draw_stock_fixed` for a drop in draw mode: its sizes' stock is the draw's terms
     /// ([`Error::DrawStockFixed`]).
     pub(super) async fn refuse_draw_restock(&self, drop: &DropId) -> Result<(), Error> {
-        match crate::draw::run::store::draw(&self.pool, drop).await? {
-            Some(_) => Err(Error::DrawStockFixed),
-            None => Ok(()),
+        match crate::draw::run::store::is_draw(&self.pool, drop).await? {
+            true => Err(Error::DrawStockFixed),
+            false => Ok(()),
         }
     }
 
