@@ -8,7 +8,9 @@
 //! partial index on open
 //! reservations; nothing is written (or locked) unless one is due, so a deployment without
 //! payment windows pays one index read per tick. The outbox, orders cancelled or expired whose unit is
-//! not yet back (the releaser died or Redis failed), is re-driven every [`REDRIVE_EVERY`].
+//! not yet back (the releaser died or Redis failed), is re-driven every [`REDRIVE_EVERY`], a page
+//! of [`BATCH`] a round in the order they were resolved, so releases Redis keeps refusing (a sale
+//! it does not know, a drawn drop paused) hold back none of the others.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -19,7 +21,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use super::Reservations;
-use super::store::{self, Owed};
+use super::store::{self, Owed, OwedCursor};
 use crate::telemetry::traces;
 
 /// Longest sleep between two looks for due reservations: the shortest payment window
@@ -40,12 +42,15 @@ impl Reservations {
     /// Runs the sweeper until `stop`.
     pub async fn sweep(self, stop: CancellationToken) {
         let mut next_redrive = tokio::time::Instant::now();
+        // Where the walk through the owed releases stands (a page a round).
+        let mut owed_page: Option<OwedCursor> = None;
         loop {
             let redrive = tokio::time::Instant::now() >= next_redrive;
             if redrive {
                 next_redrive = tokio::time::Instant::now() + REDRIVE_EVERY;
             }
-            let pause = match self.sweep_once(redrive).await {
+            let page = redrive.then_some(&mut owed_page);
+            let pause = match self.sweep_once(page).await {
                 Ok(pause) => pause,
                 Err(err) => {
                     self.metrics.dependency_error(&err, "sweeper");
@@ -60,9 +65,10 @@ impl Reservations {
         }
     }
 
-    /// One round: expires every due reservation (releasing their units), re-drives the owed
-    /// releases if `redrive`; returns how long to sleep before the next round.
-    pub async fn sweep_once(&self, redrive: bool) -> anyhow::Result<Duration> {
+    /// One round: expires every due reservation (releasing their units), re-drives the next page
+    /// of owed releases if given where the walk stands (`redrive`, moved on to the next page);
+    /// returns how long to sleep before the next round.
+    pub async fn sweep_once(&self, redrive: Option<&mut Option<OwedCursor>>) -> anyhow::Result<Duration> {
         while let Some((_, true)) = store::next_deadline(&self.pool).await? {
             let expired = store::expire_due(&self.pool, BATCH).await?;
             let full = expired.len() as i64 == BATCH;
@@ -82,8 +88,9 @@ impl Reservations {
                 break;
             }
         }
-        if redrive {
-            let owed = store::owed_releases(&self.pool, REDRIVE_GRACE_SECS, BATCH).await?;
+        if let Some(page) = redrive {
+            let (owed, next) = store::owed_releases(&self.pool, REDRIVE_GRACE_SECS, BATCH, *page).await?;
+            *page = next;
             if !owed.is_empty() {
                 tracing::info!(orders = owed.len(), "re-driving owed releases");
             }

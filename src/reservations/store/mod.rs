@@ -53,21 +53,39 @@ pub async fn next_deadline(pool: &PgPool) -> Result<Option<(OffsetDateTime, bool
     Ok(deadline.map(|deadline| (deadline, due.unwrap_or(false))))
 }
 
+/// Where a walk through the owed releases stands: the last one read (its `resolved_at` and id).
+pub type OwedCursor = (OffsetDateTime, Uuid);
+
 /// Up to `limit` releases still owed that were resolved at least `grace` seconds ago (a
 /// transition in flight releases its own unit; the outbox is for those whose releaser died or
-/// failed).
-pub async fn owed_releases(pool: &PgPool, grace_secs: f64, limit: i64) -> Result<Vec<Owed>, sqlx::Error> {
-    let rows: Vec<(String, Uuid)> = sqlx::query_as(&format!(
-        "select sale_id, order_id from orders
+/// failed), in the order they were resolved, from just after `after`. Returns them with where
+/// the next page starts: `None` once this page was the last, so the walk starts over. Paged so
+/// that releases Redis keeps refusing (a sale it does not know) cannot hold back the others.
+pub async fn owed_releases(
+    pool: &PgPool,
+    grace_secs: f64,
+    limit: i64,
+    after: Option<OwedCursor>,
+) -> Result<(Vec<Owed>, Option<OwedCursor>), sqlx::Error> {
+    let (after_time, after_id) = after.unzip();
+    let rows: Vec<(String, Uuid, OffsetDateTime)> = sqlx::query_as(&format!(
+        "select sale_id, order_id, resolved_at from orders
          where restocked_at is null and {RETURNS_UNITS}
            and coalesce(refunded_at, resolved_at) <= now() - make_interval(secs => $1)
-         order by resolved_at limit $2"
+           and ($3::timestamptz is null or (resolved_at, order_id) > ($3, $4))
+         order by resolved_at, order_id limit $2"
     ))
     .bind(grace_secs)
     .bind(limit)
+    .bind(after_time)
+    .bind(after_id)
     .fetch_all(pool)
     .await?;
-    Ok(rows.into_iter().map(|(sale_id, order_id)| Owed { sale_id, order_id }).collect())
+    let next = match rows.len() as i64 == limit {
+        true => rows.last().map(|(_, order_id, resolved_at)| (*resolved_at, *order_id)),
+        false => None,
+    };
+    Ok((rows.into_iter().map(|(sale_id, order_id, _)| Owed { sale_id, order_id }).collect(), next))
 }
 
 /// Every order of the sale that gives its units back ([`RETURNS_UNITS`]; reconciliation's repair
