@@ -12,8 +12,10 @@
 --          quantity), of orders committed to Postgres; as many as fit one call (the caller sends
 --          them in pages)
 --
--- Returns {restored, overdrawn}:
+-- Returns {restored, overdrawn, released}:
 --   restored   users added to the buyer set (users already in it are left alone: idempotent)
+--   released   of those, orders put into the released set (released in Postgres, and neither their
+--              take nor their release in this Redis: their units were in the stock already)
 --   overdrawn  how far below 0 the stock would have gone: the stock is set to 0 instead, and
 --              stock_initial = stock + SCARD(buyers) no longer holds; the caller reports it
 --              (a sale re-seeded with less stock than Postgres has orders)
@@ -22,7 +24,10 @@
 -- its Postgres order on a repeat: the receipt names entry "0-0", older than any stream entry, so
 -- buy.lua reads it as confirmed. Each restored buyer of a live order takes its units of stock; a
 -- released order's buyer takes none and its order joins the released set, so a release still owed
--- for it finds the gate closed and does not add the units a second time. No release runs on a sale
+-- for it finds the gate closed and does not add the units a second time. A released order already
+-- in the released set of a sale not seeded again had its release reach this Redis after its
+-- purchase's writes were lost (a failover, a partial loss: no hold then): its units were given back
+-- to a stock that never lost them, so its buyer takes them, as for a live order. No release runs on a sale
 -- the repair seeded again until it has restored it (lua/release.lua refuses while its meta is
 -- marked restoring), so the stock it was seeded with has given none of these units back. The units
 -- beyond one go to the meta's extra_units (and extra_released). A grouped sale's units held per
@@ -44,6 +49,10 @@ end
 
 local restored = 0
 local taken = 0
+local released = 0
+-- A sale the repair seeded again (lua/seed.lua's hold): its stock is new, and no release has run
+-- on it since (lua/release.lua refuses while it is held).
+local reseeded = redis.call('HEXISTS', KEYS[5], 'restoring') == 1
 for i = 1, #ARGV, 5 do
   local user = ARGV[i]
   local units = tonumber(ARGV[i + 4])
@@ -57,12 +66,17 @@ for i = 1, #ARGV, 5 do
     if units > 1 then
       redis.call('HINCRBY', KEYS[5], 'extra_units', units - 1)
     end
-    if ARGV[i + 3] == '1' then
-      redis.call('SADD', KEYS[4], ARGV[i + 1])
+    local newly_released = ARGV[i + 3] == '1' and redis.call('SADD', KEYS[4], ARGV[i + 1]) == 1
+    if newly_released then
+      -- Released, and neither its take nor its release is in this Redis: the stock has its units.
+      released = released + 1
       if units > 1 then
         redis.call('HINCRBY', KEYS[5], 'extra_released', units - 1)
       end
-    else
+    elseif ARGV[i + 3] ~= '1' or not reseeded then
+      -- A live order; or a released one whose release reached this stock (its id in the released
+      -- set, its units given back) while its take was lost: the stock has its units once too many.
+      -- (A released id a new stock finds in the set came from before the loss: nothing to take.)
       taken = taken + units
     end
   end
@@ -75,4 +89,4 @@ if left < 0 then
   left = 0
 end
 redis.call('SET', KEYS[1], left)
-return {restored, overdrawn}
+return {restored, overdrawn, released}

@@ -100,6 +100,11 @@ pub struct ReconcileReport {
     /// Users of `unknown_to_redis` the repair put back into the buyer set (stock lowered to match).
     #[serde(default)]
     pub buyers_restored: u64,
+    /// Released orders of the restored buyers that the repair put back into the released set:
+    /// releases a lost sale's released set forgot, whose units its new stock never lost (they
+    /// count against `releases_lost` as given back).
+    #[serde(default)]
+    pub releases_restored: u64,
     /// Restored buyers beyond the stock left: the stock stopped at 0 and the sale has sold more
     /// than its `stock_initial` (it was re-seeded with less stock than Postgres has orders).
     #[serde(default)]
@@ -124,7 +129,7 @@ impl ReconcileReport {
             && self.buyers_restored == self.unknown_to_redis.len() as u64
             && self.overdrawn == 0
             && self.reenqueued == self.missing_in_postgres.len()
-            && self.units_released >= self.releases_lost as u64
+            && self.units_released + self.releases_restored >= self.releases_lost as u64
     }
 }
 
@@ -189,6 +194,7 @@ pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Optio
         .collect();
     let restored = sales.restore_buyers(sale, &lost).await?;
     (report.buyers_restored, report.overdrawn) = (restored.buyers, restored.overdrawn);
+    report.releases_restored = restored.released;
     restore_group_holdings(sales, pool, sale).await?;
     let users: Vec<UserId> = report.missing_in_postgres.iter().filter_map(|user| valid_user(sale, user)).collect();
     let orders = queue::requeue(sales, sale, &users).await?;
@@ -386,6 +392,7 @@ async fn inspect(
         sales_row_restored: false,
         sale_restored: false,
         buyers_restored: 0,
+        releases_restored: 0,
         overdrawn: 0,
         units_released: 0,
         consistent,

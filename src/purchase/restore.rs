@@ -31,6 +31,9 @@ pub struct Restored {
     pub buyers: u64,
     /// Items of stock the restored buyers would have taken below 0 (stock set to 0 instead).
     pub overdrawn: u64,
+    /// Released orders of restored buyers put back into the released set (their units were in
+    /// the stock already).
+    pub released: u64,
 }
 
 impl Sales {
@@ -74,9 +77,11 @@ impl Sales {
                         .arg(if order.released { "1" } else { "0" })
                         .arg(order.quantity);
                 }
-                let (buyers, overdrawn): (u64, u64) = lua::run(&call, &mut self.keyspace().conn()).await?;
+                let (buyers, overdrawn, released): (u64, u64, u64) =
+                    lua::run(&call, &mut self.keyspace().conn()).await?;
                 done.buyers += buyers;
                 done.overdrawn += overdrawn;
+                done.released += released;
             }
         }
         Ok(done)

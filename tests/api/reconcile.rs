@@ -19,7 +19,7 @@ use uuid::Uuid;
 use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, new_sale_id, spawn_app, spawn_app_with};
 
 /// `GET` (check) or `POST` (repair) `/admin/sales/{sale}/reconcile`, asserting 200.
-async fn reconcile(app: &TestApp, sale: &str, repair: bool) -> ReconcileReport {
+pub(crate) async fn reconcile(app: &TestApp, sale: &str, repair: bool) -> ReconcileReport {
     let url = app.url(&format!("/admin/sales/{sale}/reconcile"));
     let request = if repair { app.client.post(url) } else { app.client.get(url) };
     let response = request.bearer_auth(ADMIN_TOKEN).send().await.unwrap();
@@ -90,6 +90,7 @@ async fn a_consistent_sale_is_reported_consistent() {
         sales_row_restored: false,
         sale_restored: false,
         buyers_restored: 0,
+        releases_restored: 0,
         overdrawn: 0,
         units_released: 0,
         consistent: true,

@@ -59,6 +59,22 @@ async fn sold_and_drained(app: &TestApp, stock: i64, users: &[&str]) -> (String,
     (sale, ids)
 }
 
+/// `user`'s purchase of one unit as Redis forgets it (a restart within its fsync interval, a
+/// failover): out of the buyer set and the receipts, its unit back in the stock.
+async fn forget_purchase(app: &TestApp, sale: &str, user: &str) {
+    let keys = app.store.keyspace().sale_keys(&SaleId::parse(sale).unwrap());
+    let _: () = redis::pipe()
+        .srem(&keys.buyers, user)
+        .ignore()
+        .hdel(&keys.receipts, user)
+        .ignore()
+        .incr(&keys.stock, 1)
+        .ignore()
+        .query_async(&mut app.store.keyspace().conn())
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_lost_sale_is_never_seeded_again_over_its_orders_and_the_repair_restores_it() {
     let app = spawn_app().await;
@@ -91,18 +107,7 @@ async fn buyers_redis_forgot_in_its_last_second_are_restored_before_they_can_buy
     let (sale, ids) = sold_and_drained(&app, 5, &["a", "b", "c"]).await;
     // What an AOF everysec restart can leave: c's purchase reached Postgres, its Redis writes
     // did not survive.
-    let keys = app.store.keyspace().sale_keys(&SaleId::parse(&sale).unwrap());
-    let mut con = app.store.keyspace().conn();
-    let _: () = redis::pipe()
-        .srem(&keys.buyers, "c")
-        .ignore()
-        .hdel(&keys.receipts, "c")
-        .ignore()
-        .incr(&keys.stock, 1)
-        .ignore()
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    forget_purchase(&app, &sale, "c").await;
 
     let report = repair(&app, &sale).await;
     assert_eq!((report.unknown_to_redis.as_slice(), report.buyers_restored), (["c".to_owned()].as_slice(), 1));
@@ -118,6 +123,81 @@ async fn buyers_redis_forgot_in_its_last_second_are_restored_before_they_can_buy
     assert_eq!((status.stock_initial, status.stock_left, status.sold), (5, 0, 5), "{status:?}");
     let check = repair(&app, &sale).await;
     assert!(check.consistent && check.buyers_restored == 0, "a second repair has nothing to do: {check:?}");
+}
+
+/// A buyer whose purchase Redis lost (c's writes, as above) cancels before the repair: the
+/// release reaches Redis and gives c's unit to a stock that never lost it, and Redis still
+/// balances. The repair restores c and takes the unit back: the sale sells its stock, not one more.
+#[tokio::test]
+async fn a_release_that_reached_redis_after_its_purchase_was_lost_is_not_a_unit_sold_twice() {
+    let app = spawn_app().await;
+    let sale = crate::reservations::seed_window(&app, 5, "5m").await;
+    for user in ["a", "b", "c"] {
+        crate::reservations::reserve(&app, &sale, user).await;
+    }
+    app.wait_for_drain(&sale).await;
+    forget_purchase(&app, &sale, "c").await;
+    assert_eq!(app.cancel(&sale, "c").await.status(), 200, "c cancels");
+    wait_restocked(&app, &sale, "c").await;
+    assert_eq!(app.status(&sale).await.stock_left, 4, "the release gave c's unit to a stock that had it");
+
+    let report = repair(&app, &sale).await;
+    assert_eq!((report.unknown_to_redis.as_slice(), report.buyers_restored), (["c".to_owned()].as_slice(), 1));
+    let (status, standings) = app.assert_released(&sale, std::time::Duration::from_secs(30)).await;
+    assert_eq!((status.stock_left, standings.reserved, standings.cancelled), (3, 2, 1), "{status:?}");
+    for user in ["d", "e", "f"] {
+        crate::reservations::reserve(&app, &sale, user).await;
+    }
+    assert_error(app.buy(&sale, "g").await, 410, "sold_out").await;
+    let (status, standings) = app.assert_released(&sale, std::time::Duration::from_secs(30)).await;
+    assert_eq!((status.stock_left, standings.reserved), (0, 5), "five reservations for a stock of 5: {status:?}");
+}
+
+/// Waits until `user`'s order in `sale` is recorded as given back (`restocked_at`).
+async fn wait_restocked(app: &TestApp, sale: &str, user: &str) {
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let restocked: bool =
+            sqlx::query_scalar("select restocked_at is not null from orders where sale_id = $1 and user_id = $2")
+                .bind(sale)
+                .bind(user)
+                .fetch_one(&app.pool)
+                .await
+                .unwrap();
+        if restocked {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < until, "{user}'s release never recorded");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A lost sale with a cancelled order: its released set is lost with it, so the check counts the
+/// release lost; the repair restores its buyer with the order in the released set (the new stock
+/// never lost its unit), and says it resolved everything, as the check after it confirms.
+#[tokio::test]
+async fn the_repair_of_a_lost_sale_with_a_release_says_it_resolved_it() {
+    let app = spawn_app().await;
+    let sale = crate::reservations::seed_window(&app, 5, "5m").await;
+    for user in ["a", "b"] {
+        crate::reservations::reserve(&app, &sale, user).await;
+    }
+    app.wait_for_drain(&sale).await;
+    assert_eq!(app.cancel(&sale, "a").await.status(), 200, "a cancels");
+    wait_restocked(&app, &sale, "a").await;
+    lose_sale(&app, &sale).await;
+    // All of it, the released set too.
+    let released = app.store.keyspace().sale_keys(&SaleId::parse(&sale).unwrap()).released;
+    let _: i64 = app.store.keyspace().conn().del(released).await.unwrap();
+
+    let report = repair(&app, &sale).await;
+    assert!(report.sale_restored, "{report:?}");
+    assert_eq!((report.releases_lost, report.releases_restored, report.buyers_restored), (1, 1, 2), "{report:?}");
+    assert!(report.resolved(), "nothing is left to fix: {report:?}");
+    let (status, standings) = app.assert_released(&sale, std::time::Duration::from_secs(30)).await;
+    assert_eq!((status.stock_left, standings.reserved, standings.cancelled), (4, 1, 1), "{status:?}");
+    let check = crate::reconcile::reconcile(&app, &sale, false).await;
+    assert!(check.consistent, "{check:?}");
 }
 
 #[tokio::test]
@@ -170,8 +250,8 @@ async fn a_release_waits_while_the_repair_restores_and_gives_back_nothing_twice(
     restore.key(&keys.buyers).key(&keys.receipts).key(&keys.released).key(&keys.meta);
     restore.arg("a").arg(cancelled.to_string()).arg(1_732_363_200_000_i64).arg("1").arg(2);
     restore.arg("b").arg(live.to_string()).arg(1_732_363_200_001_i64).arg("0").arg(1);
-    let (restored, overdrawn): (i64, i64) = restore.invoke_async(&mut redis).await.unwrap();
-    assert_eq!((restored, overdrawn), (2, 0));
+    let (restored, overdrawn, released): (i64, i64, i64) = restore.invoke_async(&mut redis).await.unwrap();
+    assert_eq!((restored, overdrawn, released), (2, 0, 1));
     seckill::controls::lift_hold(&app.store, &id, seckill::reconcile::REPAIR_HOLD).await.unwrap();
     let (released, _, units): (i64, i64, i64) = release.invoke_async(&mut redis).await.unwrap();
     assert_eq!((released, units), (0, 0), "the restore counted it released: the gate is closed");

@@ -59,6 +59,10 @@ pub struct ReconcileReport {
     /// Users of `unknown_to_redis` the repair put back into the buyer set (stock lowered to match).
     #[serde(default)]
     pub buyers_restored: u64,
+    /// Released orders of the restored buyers put back into the released set: releases a lost
+    /// sale forgot, whose units its new stock never lost (they count against `releases_lost`).
+    #[serde(default)]
+    pub releases_restored: u64,
     /// Restored buyers beyond the stock left: the stock stopped at 0 and the sale has sold more
     /// than its `stock_initial` (it was re-seeded with less stock than Postgres has orders).
     #[serde(default)]
@@ -75,5 +79,5 @@ pub struct ReconcileReport {
 moved_from!(reconcile::ReconcileReport => ReconcileReport {
     sale_id, stock_initial, stock_left, buyers, released, releases_owed, releases_lost, persisted, queued,
     units_sold, units_returned, stock_balanced, sales_row_stock, missing_in_postgres, unknown_to_redis, reenqueued,
-    sales_row_restored, sale_restored, buyers_restored, overdrawn, units_released, consistent,
+    sales_row_restored, sale_restored, buyers_restored, releases_restored, overdrawn, units_released, consistent,
 });
