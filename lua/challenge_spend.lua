@@ -5,7 +5,8 @@
 -- ARGV[1]  nonce              the challenge's nonce (32 hex digits; the app checked its signature)
 -- ARGV[2]  expires_ms         when the challenge expires, Unix ms: until then its nonce is kept
 --
--- Returns 1: spent now; 0: spent before (a replay: refuse it).
+-- Returns 1: spent now; 0: spent before (a replay: refuse it), or its challenge has expired on the
+-- Redis clock.
 --
 -- Invariants kept: lua/nonce_spend.lua's (a nonce spent once while its challenge can be used; the
 -- nonces of expired challenges dropped).

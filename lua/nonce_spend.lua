@@ -6,13 +6,19 @@
 -- Defines:
 --   spend_nonce(key, nonce, expires_ms, now_ms)
 --               true when the nonce is spent now, false when it was spent before (a replay: the
---               includer refuses it). key is the sorted set of spent nonces (nonce -> expires_ms),
---               expires_ms when the challenge expires (Unix ms), now_ms the Redis time.
+--               includer refuses it) or its challenge has expired on the Redis clock. key is the
+--               sorted set of spent nonces (nonce -> expires_ms), expires_ms when the challenge
+--               expires (Unix ms), now_ms the Redis time.
 --
 -- Invariants kept: a nonce is spent once while its challenge can be used (ZADD NX); after that the
--- app refuses the challenge as expired, so the nonce goes: each call drops the nonces whose
--- challenge expired (ZREMRANGEBYSCORE), and the key lives no longer than its last challenge.
+-- challenge is refused as expired, here on the Redis clock whatever the instance's clock said (an
+-- instance behind Redis would otherwise spend again a nonce trimmed as expired, and set no TTL), so
+-- the nonce goes: each call drops the nonces whose challenge expired (ZREMRANGEBYSCORE), and the
+-- key lives no longer than its last challenge.
 local function spend_nonce(key, nonce, expires_ms, now_ms)
+  if tonumber(expires_ms) <= now_ms then
+    return false
+  end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now_ms)
   if redis.call('ZADD', key, 'NX', expires_ms, nonce) == 0 then
     return false

@@ -185,6 +185,29 @@ async fn an_expired_solution_is_refused() {
     refused(join(&app, &sale, "alice", "10.0.0.1", Some(&proof)).await, "expired").await;
 }
 
+/// A solution an instance still takes (its clock behind Redis's) but whose challenge has expired
+/// on the Redis clock is spent nowhere, however often it is sent: the nonces of expired challenges
+/// are trimmed, so spending one again would succeed again (and leave the key without a TTL).
+#[tokio::test]
+async fn a_nonce_whose_challenge_expired_on_the_redis_clock_is_never_spent() {
+    use seckill::domain::SaleId;
+    use seckill::redis::keys::SaleKeys;
+    let app = app(10, Duration::from_secs(60)).await;
+    let sale = seed(&app, 5, false).await;
+    let spent_key = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap()).challenges;
+    let mut redis = app.redis.clone();
+    let (secs, _): (i64, i64) = redis::cmd("TIME").query_async(&mut redis).await.unwrap();
+    let expired = secs * 1000 - 1000;
+    for attempt in 1..=2 {
+        let mut call = seckill::redis::lua::CHALLENGE_SPEND.key(&spent_key);
+        call.arg("0f1e2d3c4b5a69788796a5b4c3d2e1f0").arg(expired);
+        let spent: i64 = call.invoke_async(&mut redis).await.unwrap();
+        assert_eq!(spent, 0, "attempt {attempt}: an expired challenge spends nothing");
+    }
+    let kept: bool = redis::AsyncCommands::exists(&mut redis, &spent_key).await.unwrap();
+    assert!(!kept, "no key without an end of life");
+}
+
 #[tokio::test]
 async fn a_sale_without_a_waiting_room_asks_it_on_buy_and_one_without_a_challenge_does_not() {
     let app = app(10, Duration::from_secs(60)).await;
