@@ -245,7 +245,9 @@ impl ConnectionLike for RedisConnection {
 
 /// True when a Redis error means "Redis is not reachable right now" rather than a bug. On a
 /// cluster that includes MOVED/ASK/TRYAGAIN/CLUSTERDOWN still standing after the client's retries
-/// (a master is down or its slots are moving) and a node the client cannot reach.
+/// (a master is down or its slots are moving) and a node the client cannot reach; anywhere, a
+/// server that takes no writes for now (`READONLY`: a master demoted by a failover; `OOM`: at its
+/// `maxmemory`).
 pub fn is_redis_outage(err: &redis::RedisError) -> bool {
     err.is_io_error()
         || err.is_timeout()
@@ -253,7 +255,7 @@ pub fn is_redis_outage(err: &redis::RedisError) -> bool {
         || err.is_connection_refusal()
         || err.is_cluster_error()
         || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
-        || matches!(err.code(), Some("LOADING" | "MASTERDOWN" | "BUSY"))
+        || matches!(err.code(), Some("LOADING" | "MASTERDOWN" | "BUSY" | "READONLY" | "OOM"))
 }
 
 /// True when a failed call to one server is known never to have run there: the connection was
@@ -308,5 +310,20 @@ mod tests {
         );
         assert_eq!(refused_inside.code(), Some("NOPERM"));
         assert!(!never_ran(&refused_inside), "an ACL's refusal may come after the script's writes");
+    }
+
+    #[test]
+    fn a_server_that_takes_no_writes_for_now_is_an_outage_and_a_script_error_is_not() {
+        for (code, detail) in [
+            ("READONLY", "You can't write against a read only replica."),
+            ("OOM", "command not allowed when used memory > 'maxmemory'."),
+            ("LOADING", "Redis is loading the dataset in memory"),
+        ] {
+            let err = redis::make_extension_error(code.to_owned(), Some(detail.to_owned()));
+            assert!(is_redis_outage(&err), "{code}: a 503, not a 500");
+        }
+        assert!(!is_redis_outage(&crate::redis::lua::unexpected_reply("buy.lua", "?")));
+        let raised = redis::make_extension_error("ERR".to_owned(), Some("user_script:1: damaged".to_owned()));
+        assert!(!is_redis_outage(&raised), "a script's own error is a bug, not an outage");
     }
 }
