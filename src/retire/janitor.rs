@@ -74,17 +74,24 @@ impl Janitor {
         if lock.is_none() {
             return Ok(0);
         }
+        // A sale that cannot be read or retired (a shard lost, a damaged field, a failed call) is
+        // skipped with a warning, this round: it holds back none of the others.
         let mut due = vec![];
         for sale in self.retirer.sales.sale_ids().await? {
-            if self.is_due(&sale).await? {
-                due.push(sale);
+            match self.is_due(&sale).await {
+                Ok(true) => due.push(sale),
+                Ok(false) => {}
+                Err(err) => skipped(&sale, "cannot tell whether it is due", err),
             }
         }
         let mut retired = 0;
         for batch in due.chunks(CONCURRENT_RETIREMENTS) {
             let retirements: Vec<_> = batch.iter().map(|sale| Box::pin(self.retire(sale))).collect();
-            for outcome in futures::future::join_all(retirements).await {
-                retired += usize::from(outcome?);
+            for (sale, outcome) in batch.iter().zip(futures::future::join_all(retirements).await) {
+                match outcome {
+                    Ok(done) => retired += usize::from(done),
+                    Err(err) => skipped(sale, "retirement failed", err),
+                }
             }
         }
         Ok(retired)
@@ -115,6 +122,12 @@ impl Janitor {
         let ends = state.ends_at_ms.map(db::ms_to_time);
         Ok(due(OffsetDateTime::now_utc(), self.after, seeded, ends, sold_out))
     }
+}
+
+/// Logs a sale the round skips, and why.
+fn skipped(sale: &SaleId, why: &str, err: RetireError) {
+    let error = format!("{:#}", anyhow::Error::new(err));
+    tracing::warn!(sale_id = %sale, error, "janitor: {why}; skipped this round");
 }
 
 /// A sale is due for retirement `after` it ended (`ends`) or sold out (`sold_out`: its last

@@ -182,6 +182,29 @@ async fn the_janitor_retires_a_sale_after_its_grace_and_leaves_open_ones() {
     assert_eq!(app.buy(&open, "x").await.status(), 201);
 }
 
+/// A sale the janitor cannot read (a sharded sale whose shard 1 Redis lost) is skipped, and the
+/// round still retires the sale that is due: one unreadable sale held back every retirement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sale_the_janitor_cannot_read_holds_back_no_other_retirement() {
+    use seckill::domain::SaleId;
+    use seckill::redis::keys::SaleKeys;
+    let app = spawn_app_with(quick_janitor, true).await;
+    let (broken, done) = (new_sale_id(), new_sale_id());
+    assert_eq!(app.seed(&broken, json!({"stock": 4, "shards": 2})).await.status(), 200);
+    let broken_id = SaleId::parse(&broken).unwrap();
+    let shard_meta = SaleKeys::of_shard(&app.config.key_prefix, &broken_id, 1).meta;
+    let _: i64 = app.redis.clone().del(&shard_meta).await.unwrap();
+    assert!(app.store.sale_state(&broken_id).await.is_err(), "the broken sale cannot be read");
+    app.seed_stock(&done, 2).await;
+    sell_out(&app, &done, 2).await;
+    let until = Instant::now() + Duration::from_secs(15);
+    while !retired_at_set(&app, &done).await || keys_of_sale(&sale_keys_of(&app), &done) > 0 {
+        assert!(Instant::now() < until, "the janitor did not retire the sold-out sale");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!retired_at_set(&app, &broken).await, "the unreadable sale is left alone");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sharded_sale_retires_every_shard() {
     let app = spawn_app().await;
