@@ -11,6 +11,7 @@ use super::seed::MAX_STOCK;
 use super::{Error, Shop};
 use crate::controls::audit::{self, Entry, MAX_REASON_CHARS};
 use crate::controls::{self, Restock, Switch};
+use crate::db;
 use crate::domain::{DropId, SaleId, ms_to_time};
 
 impl Shop {
@@ -83,9 +84,12 @@ impl Shop {
             self.refuse_draw_restock(&drop).await?;
         }
         // The row's lock orders stock changes: each writes Redis's new stock_initial, so the
-        // last one to commit is the latest.
+        // last one to commit is the latest. Under it, a retirement marked since the check above
+        // refuses the change (the retirement's mark takes the same lock).
         let mut tx = self.pool.begin().await?;
-        sqlx::query("select 1 from sales where sale_id = $1 for update").bind(sale.as_str()).execute(&mut *tx).await?;
+        if db::lock_retired(&mut tx, sale.as_str()).await? {
+            return Err(Error::SaleRetired);
+        }
         let (stock_initial, stock_left) = match controls::restock(&self.sales, sale, add, MAX_STOCK).await? {
             Restock::Done { stock_initial, stock_left } => (stock_initial, stock_left),
             Restock::BelowZero { stock_left } => return Err(Error::StockBelowZero { stock_left }),

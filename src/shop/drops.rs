@@ -295,10 +295,18 @@ impl Shop {
         let mut tx = self.pool.begin().await?;
         let ids: Vec<&str> = adds.iter().map(|(sale, _)| sale.as_str()).collect();
         // The rows' locks order stock changes: the last one to commit writes the latest figures.
-        sqlx::query("select 1 from sales where sale_id = any($1) order by sale_id for update")
-            .bind(&ids)
-            .execute(&mut *tx)
-            .await?;
+        // Under them, a size a retirement has marked refuses the change (its keys are about to go,
+        // and its row is the retired sale's record).
+        let retired: Option<String> = sqlx::query_scalar(
+            "select sale_id from (select sale_id, retired_at from sales where sale_id = any($1)
+             order by sale_id for update) locked where retired_at is not null limit 1",
+        )
+        .bind(&ids)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(size) = retired {
+            return Err(Error::DropStock { size, refusal: Box::new(Error::SaleRetired) });
+        }
         let figures = match drops::restock(&self.sales, drop, &adds, MAX_STOCK).await? {
             DropRestock::Done(figures) => figures,
             DropRestock::UnknownSize(size) => {

@@ -257,6 +257,34 @@ async fn a_drop_stock_change_whose_call_timed_out_but_ran_answers_what_it_did() 
     }
 }
 
+/// A size its retirement has marked (its keys still there, as in the retirement's grace) refuses
+/// a stock change of the drop, naming it, and nothing changes in any size nor in its record; the
+/// single sale's restock refuses it as well.
+#[tokio::test]
+async fn a_stock_change_of_a_size_marked_retired_is_refused() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    let sizes = json!({"40": {"stock": 2}, "41": {"stock": 1}});
+    assert_eq!(put_drop(&app, &drop, json!({"sizes": sizes})).await.status(), 200);
+    let size = format!("{drop}.41");
+    assert_eq!(app.buy(&size, "ann").await.status(), 201);
+    app.wait_for_drain(&size).await;
+    sqlx::query("update sales set retired_at = now() where sale_id = $1").bind(&size).execute(&app.pool).await.unwrap();
+
+    let refused = post_drop(&app, &drop, "stock", json!({"add": {"40": 1, "41": 5}})).await;
+    assert_eq!(refused.status(), 409);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!((body["error"].as_str(), body["sale_id"].as_str()), (Some("sale_retired"), Some(&*size)), "{body}");
+    for (size, stock) in [("40", 2), ("41", 1)] {
+        assert_eq!(app.sales_row_stock(&format!("{drop}.{size}")).await, stock, "size {size}'s row is unchanged");
+    }
+    assert_eq!(audit_actions(&app, &drop).await, ["drop_seed"]);
+    let url = app.url(&format!("/admin/sales/{size}/stock"));
+    let alone = app.client.post(url).bearer_auth(ADMIN_TOKEN).json(&json!({"add": 5})).send().await.unwrap();
+    assert_error(alone, 410, "sale_retired").await;
+    assert_eq!(app.sales_row_stock(&size).await, 1);
+}
+
 #[tokio::test]
 async fn a_drops_stock_changes_all_or_nothing() {
     let app = spawn_app().await;
