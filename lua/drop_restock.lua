@@ -17,6 +17,9 @@
 --   {"unknown_size", sale_id}               not a size of the drop (or its keys are gone)
 --   {"below_zero", sale_id, stock_left}     it would take back more units than that size has unsold
 --   {"too_much", sale_id, stock_initial}    that size's stock_initial would exceed ARGV[1]
+--   {"restoring", sale_id}                  reconciliation's repair is restoring that size (its
+--                                           meta's "restoring" mark): its stock is not yet the
+--                                           stock left
 --
 -- Invariants kept: every check comes before any write; in each size stock_initial and the stock
 -- move together, so stock_initial = stock + units sold - units released holds in every size, and a
@@ -45,6 +48,9 @@ for i = 0, sizes - 1 do
   local stock = tonumber(redis.call('GET', KEYS[4 + 2 * i]))
   if redis.call('SISMEMBER', KEYS[1], sale) == 0 or not initial or not stock then
     return {'unknown_size', sale}
+  end
+  if redis.call('HEXISTS', KEYS[3 + 2 * i], 'restoring') == 1 then
+    return {'restoring', sale}
   end
   if stock + add < 0 then
     return {'below_zero', sale, stock}

@@ -16,6 +16,8 @@
 --   "below_zero"   ARGV[1] would take back more units than are left unsold: nothing written
 --   "too_much"     stock_initial would exceed ARGV[2]: nothing written
 --   "sharded"      the sale is split over shards (docs/stock-sharding.md): nothing written
+--   "restoring"    reconciliation's repair is restoring the sale (its meta's "restoring" mark,
+--                  lua/seed.lua's hold): its stock is not yet the stock left, nothing written
 -- or just {"unknown_sale"} (no meta or no stock key): nothing written.
 --
 -- Invariants kept: stock_initial and the stock move together in one call, so stock_initial =
@@ -27,7 +29,7 @@
 -- Example (after seed.lua's example, run on a sale "drop" instead of "demo"):
 --   redis-cli --eval lua/restock.lua 'seckill:{sale:drop}:meta' 'seckill:{sale:drop}:stock' , 5 10000000 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a70
 
-local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'shards', 'restock_op')
+local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'shards', 'restock_op', 'restoring')
 local stock = tonumber(redis.call('GET', KEYS[2]))
 local initial = tonumber(meta[1])
 if not initial or not stock then
@@ -39,6 +41,10 @@ if change ~= '' and meta[3] == change then
 end
 if (tonumber(meta[2]) or 1) > 1 then
   return {'sharded', initial, stock}
+end
+-- Until the repair has put its buyers back, the stock still counts their units as unsold.
+if meta[4] then
+  return {'restoring', initial, stock}
 end
 local add = tonumber(ARGV[1])
 if stock + add < 0 then

@@ -75,6 +75,8 @@ pub enum Restock {
     TooMuch { stock_initial: i64 },
     /// A sharded sale's stock does not change (docs/stock-sharding.md).
     Sharded,
+    /// Reconciliation's repair is restoring the sale: its stock changes once it has finished.
+    Restoring,
     /// Redis does not know the sale.
     UnknownSale,
 }
@@ -148,6 +150,7 @@ pub async fn restock(sales: &Sales, sale: &SaleId, add: i64, max: i64) -> RedisR
         "below_zero" => Restock::BelowZero { stock_left },
         "too_much" => Restock::TooMuch { stock_initial },
         "sharded" => Restock::Sharded,
+        "restoring" => Restock::Restoring,
         _ => return Err(bad()),
     };
     if matches!(outcome, Restock::Done { .. }) {

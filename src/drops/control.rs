@@ -31,6 +31,8 @@ pub enum DropRestock {
     BelowZero { size: String, stock_left: i64 },
     /// That size would hold more than the largest stock: nothing changed.
     TooMuch { size: String, stock_initial: i64 },
+    /// Reconciliation's repair is restoring that size: nothing changed.
+    Restoring(String),
 }
 
 /// Why a drop's switch changed nothing.
@@ -147,6 +149,7 @@ pub async fn restock(sales: &Sales, drop: &DropId, adds: &[(SaleId, i64)], max: 
         "unknown_size" => DropRestock::UnknownSize(text(1)?),
         "below_zero" => DropRestock::BelowZero { size: text(1)?, stock_left: figure(2)? },
         "too_much" => DropRestock::TooMuch { size: text(1)?, stock_initial: figure(2)? },
+        "restoring" => DropRestock::Restoring(text(1)?),
         _ => return Err(bad()),
     };
     if matches!(outcome, DropRestock::Done(_)) {

@@ -95,6 +95,7 @@ impl Shop {
             Restock::BelowZero { stock_left } => return Err(Error::StockBelowZero { stock_left }),
             Restock::TooMuch { stock_initial } => return Err(Error::StockTooLarge { stock_initial }),
             Restock::Sharded => return Err(Error::Sharded),
+            Restock::Restoring => return Err(Error::SaleRestoring),
             Restock::UnknownSale => return Err(self.unknown_or_retired(sale).await),
         };
         self.sold_out.clear(sale.as_str());

@@ -323,6 +323,9 @@ impl Shop {
             DropRestock::TooMuch { size, stock_initial } => {
                 return Err(Error::DropStock { size, refusal: Box::new(Error::StockTooLarge { stock_initial }) });
             }
+            DropRestock::Restoring(size) => {
+                return Err(Error::DropStock { size, refusal: Box::new(Error::SaleRestoring) });
+            }
         };
         for (sale, _) in &adds {
             self.sold_out.clear(sale.as_str());

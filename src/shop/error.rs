@@ -233,6 +233,13 @@ pub enum Error {
     /// (refund it without restock).
     #[error("the order's sale was retired: its stock is gone; refund it with \"restock\": false")]
     RestockRetired,
+    /// `sale_restoring`, to a stock change: reconciliation's repair is restoring the sale's buyers
+    /// (a sale Redis lost, seeded again and held): its stock still counts their units as unsold.
+    #[error(
+        "the repair is restoring this sale's buyers: change its stock once the repair has finished \
+        (seckill reconcile SALE --repair finishes one that stopped half-way)"
+    )]
+    SaleRestoring,
     /// `event_reused`: a payment event id was used before for another order.
     #[error("this event id was used before for another order")]
     EventReused,

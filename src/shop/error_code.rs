@@ -43,6 +43,7 @@ impl Error {
             Self::SaleStarted => "sale_started",
             Self::ShardsFixed { .. } => "shards_fixed",
             Self::SaleRetired | Self::SeedRetired | Self::RestockRetired => "sale_retired",
+            Self::SaleRestoring => "sale_restoring",
             Self::NotRetirable(_) => "not_retirable",
             Self::RateLimited { .. } => "rate_limited",
             Self::InvalidSignature(_) => "invalid_signature",

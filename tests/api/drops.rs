@@ -285,6 +285,28 @@ async fn a_stock_change_of_a_size_marked_retired_is_refused() {
     assert_eq!(app.sales_row_stock(&size).await, 1);
 }
 
+/// A size the repair is restoring (its meta marked, as the repair's seed of a lost size leaves it)
+/// refuses a stock change of the drop, naming it, and no size changes.
+#[tokio::test]
+async fn a_stock_change_of_a_size_the_repair_is_restoring_is_refused() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    let sizes = json!({"40": {"stock": 2}, "41": {"stock": 2}});
+    assert_eq!(put_drop(&app, &drop, json!({"sizes": sizes})).await.status(), 200);
+    let size = format!("{drop}.41");
+    let meta = app.store.keyspace().sale_keys(&seckill::domain::SaleId::parse(&size).unwrap()).meta;
+    let _: i64 = app.store.keyspace().conn().hset(&meta, "restoring", "1").await.unwrap();
+
+    let refused = post_drop(&app, &drop, "stock", json!({"add": {"40": 1, "41": -2}})).await;
+    assert_eq!(refused.status(), 409);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!((body["error"].as_str(), body["sale_id"].as_str()), (Some("sale_restoring"), Some(&*size)), "{body}");
+    for (size, stock) in [("40", 2), ("41", 2)] {
+        assert_eq!(app.sales_row_stock(&format!("{drop}.{size}")).await, stock, "size {size}'s row is unchanged");
+    }
+    assert_eq!(audit_actions(&app, &drop).await, ["drop_seed"]);
+}
+
 #[tokio::test]
 async fn a_drops_stock_changes_all_or_nothing() {
     let app = spawn_app().await;

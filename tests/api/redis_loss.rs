@@ -272,6 +272,27 @@ async fn a_release_waits_while_the_repair_restores_and_gives_back_nothing_twice(
     assert_eq!(stock + buyers + extra_units - gone - extra_released, 5, "the stock balances");
 }
 
+/// A stock change while the repair restores a lost sale (seeded again and held, its buyers not yet
+/// back, as a repair that stopped half-way leaves it) is refused: the stock still counts the
+/// buyers' units as unsold, so taking 4 of 5 back passed, and the restore then overdrew the sale.
+#[tokio::test]
+async fn a_stock_change_waits_until_the_repair_has_restored_the_buyers() {
+    let app = spawn_app().await;
+    let (sale, _) = sold_and_drained(&app, 5, &["a", "b", "c"]).await;
+    lose_sale(&app, &sale).await;
+    app.store.seed(&SaleId::parse(&sale).unwrap(), held_spec(5)).await.unwrap();
+    let url = app.url(&format!("/admin/sales/{sale}/stock"));
+    let take_back = || app.client.post(&url).bearer_auth(ADMIN_TOKEN).json(&json!({"add": -4}));
+    assert_error(take_back().send().await.unwrap(), 409, "sale_restoring").await;
+    assert_eq!(app.sales_row_stock(&sale).await, 5, "nothing changed");
+
+    let report = repair(&app, &sale).await;
+    assert!(report.resolved() && report.overdrawn == 0, "{report:?}");
+    assert_error(take_back().send().await.unwrap(), 409, "stock_below_zero").await;
+    let status = app.status(&sale).await;
+    assert_eq!((status.stock_initial, status.stock_left, status.sold), (5, 2, 3), "{status:?}");
+}
+
 /// A sale of `stock` seeded as the repair seeds a lost sale: held until the repair ends.
 fn held_spec(stock: i64) -> seckill::purchase::SaleSpec {
     seckill::purchase::SaleSpec {

@@ -132,6 +132,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::NotReserved(_)
         | E::NotPaid(_)
         | E::RestockRetired
+        | E::SaleRestoring
         | E::NotQueued
         | E::DropLine { .. }
         | E::DrawOnly

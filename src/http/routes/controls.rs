@@ -194,7 +194,8 @@ pub async fn end(
         (status = 409, description = "`stock_below_zero`: fewer units are left unsold than `add` takes back; \
             `stock_too_large`: the sale would hold more than 10,000,000 units in all; `sale_sharded`: a sharded \
             sale's stock cannot change (docs/stock-sharding.md); `draw_stock_fixed`: a size of a drop in draw mode \
-            keeps its stock, the draw's terms (docs/draw.md). Nothing changed",
+            keeps its stock, the draw's terms (docs/draw.md); `sale_restoring`: the repair is restoring the sale's \
+            buyers (docs/reconciliation.md). Nothing changed",
             body = ErrorBody),
         (status = 410, description = "`sale_retired`", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),

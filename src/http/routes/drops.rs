@@ -290,9 +290,9 @@ pub async fn end(
         (status = 200, description = "Changed; the drop's state", body = DropStatus),
         UnknownDrop,
         (status = 409, description = "`stock_below_zero` or `stock_too_large` for the size in `sale_id`, or \
-            `sale_retired`: that size is retired; `draw_stock_fixed`: the drop is in draw mode, its sizes' \
-            stock is the draw's terms (docs/draw.md). \
-            Nothing changed in any size", body = ErrorBody),
+            `sale_retired` / `sale_restoring`: that size is retired / being repaired; `draw_stock_fixed`: the \
+            drop is in draw mode, its sizes' stock is the draw's terms (docs/draw.md). Nothing changed in any \
+            size", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         AdminErrors,
     )
