@@ -1,6 +1,8 @@
 //! Retired sales: the `sales.retired_at` mark (`crate::retire` sets it before it removes the
 //! sale's Redis keys; Postgres keeps the row and the orders).
 
+use std::time::Duration;
+
 use sqlx::PgPool;
 use time::OffsetDateTime;
 
@@ -39,6 +41,20 @@ pub async fn mark_retired(pool: &PgPool, sale: &str) -> Result<bool, sqlx::Error
         .execute(pool)
         .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// The sales marked retired between `from` and `to` ago (the janitor's look for retirements that
+/// stopped half-way).
+pub async fn retired_between(pool: &PgPool, from: Duration, to: Duration) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "select sale_id from sales
+         where retired_at between now() - make_interval(secs => $1) and now() - make_interval(secs => $2)
+         order by retired_at",
+    )
+    .bind(from.as_secs_f64())
+    .bind(to.as_secs_f64())
+    .fetch_all(pool)
+    .await
 }
 
 /// Takes the mark back (a retirement that found the sale busy after marking it).

@@ -3,7 +3,10 @@
 //! more than `SECKILL_RETIRE_AFTER` ago, and was last seeded more than that ago too. A sold-out
 //! sale's time is its last order's (else its row's last change); an ended one's, its end. Sales that are not retirable
 //! yet (queued orders,
-//! differences to reconcile) are tried again at the next round.
+//! differences to reconcile) are tried again at the next round. The round also finishes the
+//! retirements that stopped after their mark (an error, a shutdown during the grace), marked
+//! between [`FINISH_WITHIN`] and [`FINISH_AFTER`] ago: an unregistered sale is no longer among
+//! those it looks at.
 
 use std::time::Duration;
 
@@ -18,6 +21,10 @@ use crate::redis::keys::retire_lock_key;
 
 /// Sales retired at once by one round (each waits its grace meanwhile).
 const CONCURRENT_RETIREMENTS: usize = 16;
+/// A retirement marked this long ago and not finished has stopped (one takes its grace, seconds).
+pub const FINISH_AFTER: Duration = Duration::from_secs(300);
+/// Retirements that stopped longer ago than this are left to `seckill retire`.
+pub const FINISH_WITHIN: Duration = Duration::from_secs(86_400);
 
 /// The janitor of one instance.
 pub struct Janitor {
@@ -53,8 +60,8 @@ impl Janitor {
                         tracing::warn!(error = format!("{:#}", anyhow::Error::new(err)), "janitor round failed")
                     }
                 },
-                // An interrupted retirement is harmless: the sale stays marked and unregistered, and
-                // `seckill retire` (or the next round's check) finishes it.
+                // An interrupted retirement is harmless: the sale stays marked, and `seckill retire`
+                // or a later round finishes it (`finish_stopped`).
                 _ = shutdown.cancelled() => return,
             }
         }
@@ -94,7 +101,28 @@ impl Janitor {
                 }
             }
         }
-        Ok(retired)
+        Ok(retired + self.finish_stopped().await)
+    }
+
+    /// Finishes the retirements marked between [`FINISH_WITHIN`] and [`FINISH_AFTER`] ago that
+    /// left something in Redis ([`Retirer::retire`] finishes a marked sale, and answers
+    /// `AlreadyRetired` for one with nothing left); how many it finished.
+    async fn finish_stopped(&self) -> usize {
+        let marked = match db::retired_between(&self.retirer.pool, FINISH_WITHIN, FINISH_AFTER).await {
+            Ok(marked) => marked,
+            Err(err) => {
+                skipped_all("cannot list the retirements marked", err.into());
+                return 0;
+            }
+        };
+        let mut finished = 0;
+        for sale in marked.iter().filter_map(|sale| SaleId::parse(sale).ok()) {
+            match self.retire(&sale).await {
+                Ok(done) => finished += usize::from(done),
+                Err(err) => skipped(&sale, "finishing its retirement failed", err),
+            }
+        }
+        finished
     }
 
     async fn retire(&self, sale: &SaleId) -> Result<bool, RetireError> {
@@ -128,6 +156,12 @@ impl Janitor {
 fn skipped(sale: &SaleId, why: &str, err: RetireError) {
     let error = format!("{:#}", anyhow::Error::new(err));
     tracing::warn!(sale_id = %sale, error, "janitor: {why}; skipped this round");
+}
+
+/// Logs a step of the round skipped, and why.
+fn skipped_all(why: &str, err: RetireError) {
+    let error = format!("{:#}", anyhow::Error::new(err));
+    tracing::warn!(error, "janitor: {why}; skipped this round");
 }
 
 /// A sale is due for retirement `after` it ended (`ends`) or sold out (`sold_out`: its last

@@ -25,6 +25,9 @@
 //! 6. removes the sale's metric series from this process (each worker does so in its own
 //!    process when it drops the streams).
 //!
+//! A retirement that stopped after step 1 is finished by the next one ([`Retirer::retire`] of a
+//! sale marked retired with something of it left in Redis).
+//!
 //! The janitor ([`janitor`]) retires sales automatically after `SECKILL_RETIRE_AFTER`.
 
 pub mod janitor;
@@ -150,10 +153,11 @@ impl Retirer {
         SALES_REFRESH + worker_block + GRACE_MARGIN
     }
 
-    /// Retires the sale (module documentation).
+    /// Retires the sale (module documentation); finishes the retirement of a sale marked retired
+    /// whose keys are not all gone ([`Self::finish`]).
     pub async fn retire(&self, sale: &SaleId) -> Result<RetireOutcome, RetireError> {
         if db::sale_retired(&self.pool, sale.as_str()).await? == Some(true) {
-            return Ok(RetireOutcome::AlreadyRetired);
+            return self.finish(sale).await;
         }
         let Some(report) = reconcile::check(&self.sales, &self.pool, sale).await? else {
             return Ok(RetireOutcome::UnknownSale);
@@ -196,34 +200,88 @@ impl Retirer {
                 return Ok(RetireOutcome::Refused(other?));
             }
         }
-        self.unregister(sale, &shards).await?;
+        let figures = (state.shards, state.stock_initial, state.sold);
+        let retired = self.take_down(sale, &shards, figures, report.persisted).await?;
+        tracing::info!(sale_id = %sale, report = ?retired, "sale retired");
+        Ok(RetireOutcome::Retired(retired))
+    }
+
+    /// Steps 3 to 6 (module documentation), once the sale is marked, ended and found idle: what
+    /// they removed, with the sale's `(shards, stock_initial, sold)` before and `persisted` orders.
+    async fn take_down(
+        &self,
+        sale: &SaleId,
+        shards: &[SaleKeys],
+        (shard_count, stock_initial, sold): (u32, i64, i64),
+        persisted: i64,
+    ) -> Result<RetireReport, RetireError> {
+        self.unregister(sale, shards).await?;
         tokio::time::sleep(self.grace).await;
         let mut con = self.sales.keyspace().conn();
-        let mut removed = keys::remove_all(&mut con, &shards).await?;
+        let mut removed = keys::remove_all(&mut con, shards).await?;
         // A worker that had not yet dropped a stream may have recreated it (its group): once more.
         let mut left = 0;
-        for keys in &shards {
+        for keys in shards {
             left += keys::exists(&mut con, keys).await?;
         }
         if left > 0 {
             tracing::warn!(sale_id = %sale, left, "keys of the retired sale came back; removing them again");
-            removed.keys += keys::remove_all(&mut con, &shards).await?.keys;
+            removed.keys += keys::remove_all(&mut con, shards).await?.keys;
         }
         keys::leave_group(&mut con, sale, &shards[0]).await?;
         self.sales.forget_layout(sale.as_str());
         self.metrics.forget_sale(sale.as_str());
-        let retired = RetireReport {
+        Ok(RetireReport {
             sale_id: sale.to_string(),
-            shards: state.shards,
-            stock_initial: state.stock_initial,
-            sold: state.sold,
-            persisted: report.persisted,
+            shards: shard_count,
+            stock_initial,
+            sold,
+            persisted,
             buyers_removed: removed.buyers,
             receipts_removed: removed.receipts,
             keys_removed: removed.keys,
             grace_ms: self.grace.as_millis() as u64,
+        })
+    }
+
+    /// A sale marked retired whose retirement stopped before its keys were gone (an error, or a
+    /// shutdown during the grace): a registered sale, keys, or a place in its group left.
+    /// [`RetireOutcome::AlreadyRetired`] when nothing is. Otherwise it is ended in Redis again and
+    /// looked at once more, as step 2 does (orders queued or pending, or a reservation: refused,
+    /// the mark kept, so nothing reopens it, until they are done), then steps 3 to 6 run.
+    async fn finish(&self, sale: &SaleId) -> Result<RetireOutcome, RetireError> {
+        let shards = self.sales.all_shard_keys(sale).await?;
+        let keyspace = self.sales.keyspace();
+        let mut con = keyspace.conn();
+        let mut left = 0;
+        for keys in &shards {
+            left += keys::exists(&mut con, keys).await?;
+        }
+        let registered: bool = con.sismember(sales_registry_key(keyspace.prefix()), sale.as_str()).await?;
+        let grouped: bool = match shards[0].group_keys(sale) {
+            Some([_, _, group_sales]) => con.sismember(group_sales, sale.as_str()).await?,
+            None => false,
         };
-        tracing::info!(sale_id = %sale, report = ?retired, "sale retired");
+        if left == 0 && !registered && !grouped {
+            return Ok(RetireOutcome::AlreadyRetired);
+        }
+        tracing::warn!(sale_id = %sale, left, registered, grouped, "finishing a retirement stopped after its mark");
+        let state = self.sales.sale_state(sale).await?;
+        if state.is_some() {
+            controls::switch(&self.sales, sale, Switch::End, "").await?;
+        }
+        let refusals = self.busy_after_end(sale, &shards).await?;
+        if !refusals.is_empty() {
+            return Ok(RetireOutcome::Refused(refusals));
+        }
+        let persisted = db::count_orders(&self.pool, sale).await?;
+        // Redis may have lost the figures with the keys removed before the stop: Postgres's then.
+        let figures = match state {
+            Some(state) => (state.shards, state.stock_initial, state.sold),
+            None => (shards.len() as u32, db::sales_row_stock(&self.pool, sale).await?.unwrap_or(0), persisted),
+        };
+        let retired = self.take_down(sale, &shards, figures, persisted).await?;
+        tracing::info!(sale_id = %sale, report = ?retired, "retirement finished");
         Ok(RetireOutcome::Retired(retired))
     }
 

@@ -284,6 +284,28 @@ async fn the_negative_cache_hides_no_sale_seeded_retired_or_lost_after_its_id_wa
     assert_error(app.client.get(app.url(&format!("/sales/{missed}"))).send().await.unwrap(), 410, "sale_retired").await;
 }
 
+/// A sale of 2 sold out and a retirement of it with a minute's grace, waited for until it has
+/// marked and unregistered the sale (a state, not a time): the retirement's task, in its grace.
+async fn retiring_in_its_grace(
+    app: &TestApp,
+    sale: &str,
+) -> tokio::task::JoinHandle<Result<seckill::retire::RetireOutcome, seckill::retire::RetireError>> {
+    let id = seckill::domain::SaleId::parse(sale).unwrap();
+    app.seed_stock(sale, 2).await;
+    sell_out(app, sale, 2).await;
+    let metrics = std::sync::Arc::new(seckill::metrics::Metrics::new());
+    let retirer = seckill::retire::Retirer::new(app.store.clone(), app.pool.clone(), metrics, Duration::from_secs(60));
+    let retiring = tokio::spawn(async move { retirer.retire(&id).await });
+    let registered = sales_registry_key(&app.config.key_prefix);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while registry(app, registered.clone()).await.contains(sale) {
+        assert!(Instant::now() < deadline && !retiring.is_finished(), "the retirement never unregistered the sale");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(retired_at_set(app, sale).await);
+    retiring
+}
+
 /// A restock (or a release) that passed its own checks before the retirement's mark reopens
 /// nothing to sell: once the retirement has unregistered the sale (its grace, before the keys
 /// go), the sale has ended in Redis, so a purchase the restocked unit would have let in, whose
@@ -292,23 +314,10 @@ async fn the_negative_cache_hides_no_sale_seeded_retired_or_lost_after_its_id_wa
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restock_racing_a_retirement_sells_nothing_the_retirement_deletes() {
     use seckill::domain::SaleId;
-    use seckill::retire::Retirer;
 
     let app = spawn_app().await;
     let sale = new_sale_id();
-    app.seed_stock(&sale, 2).await;
-    sell_out(&app, &sale, 2).await;
-    let id = SaleId::parse(&sale).unwrap();
-    let metrics = std::sync::Arc::new(seckill::metrics::Metrics::new());
-    let retirer = Retirer::new(app.store.clone(), app.pool.clone(), metrics, Duration::from_secs(60));
-    let retiring = tokio::spawn(async move { retirer.retire(&id).await });
-    let registered = sales_registry_key(&app.config.key_prefix);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while registry(&app, registered.clone()).await.contains(&sale) {
-        assert!(Instant::now() < deadline && !retiring.is_finished(), "the retirement never unregistered the sale");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(retired_at_set(&app, &sale).await);
+    let retiring = retiring_in_its_grace(&app, &sale).await;
 
     // The restock that passed its check before the mark, then a purchase of its unit.
     let id = SaleId::parse(&sale).unwrap();
@@ -320,6 +329,32 @@ async fn a_restock_racing_a_retirement_sells_nothing_the_retirement_deletes() {
     let reply: String = call.invoke_async(&mut app.redis.clone()).await.unwrap();
     assert_eq!(reply, "ended", "nothing sells into the stream the retirement is about to delete");
     retiring.abort();
+}
+
+/// A retirement stopped during its grace (the process shut down: the task dropped) leaves the
+/// sale marked, unregistered and its keys in Redis; the next retirement of it finishes the job
+/// (on the old code it answered "already retired" and the keys stayed for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retirement_stopped_after_its_mark_is_finished_by_the_next() {
+    use seckill::domain::SaleId;
+    use seckill::retire::{RetireOutcome, Retirer};
+
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    let retiring = retiring_in_its_grace(&app, &sale).await;
+    retiring.abort();
+    assert!(retiring.await.unwrap_err().is_cancelled());
+    assert!(keys_of_sale(&sale_keys_of(&app), &sale) > 0, "stopped in its grace: the keys are still there");
+
+    let id = SaleId::parse(&sale).unwrap();
+    let metrics = std::sync::Arc::new(seckill::metrics::Metrics::new());
+    let quick = Retirer::new(app.store.clone(), app.pool.clone(), metrics, Duration::from_millis(10));
+    match quick.retire(&id).await.unwrap() {
+        RetireOutcome::Retired(report) => assert_eq!((report.persisted, report.sold), (2, 2), "{report:?}"),
+        other => panic!("the stopped retirement is not finished: {other:?}"),
+    }
+    assert_eq!(keys_of_sale(&sale_keys_of(&app), &sale), 0, "every key is gone");
+    assert_eq!(quick.retire(&id).await.unwrap(), RetireOutcome::AlreadyRetired, "nothing left the next time");
 }
 
 /// A refund with restock that commits between the retirement's checks and its mark (it holds
