@@ -133,16 +133,21 @@ impl Application {
             config.consumer_name(&local_addr.port().to_string()),
         );
         let draws = DrawRunner::new(sales.keyspace().clone(), pool.clone());
-        let events = SaleEvents { sold_out: sold_out.clone(), retired: retired.clone(), sales: sales.clone() };
+        let admission_key = config.admission.key(config.admin_token.as_ref());
+        let challenges =
+            Challenges::new(redis.clone(), admission_key.as_deref(), config.challenge.settings(), config.ipv6_prefix);
+        let events = SaleEvents {
+            sold_out: sold_out.clone(),
+            retired: retired.clone(),
+            sales: sales.clone(),
+            challenges: challenges.clone(),
+        };
         let reservations = Reservations::new(sales.clone(), pool.clone(), metrics.clone());
         let endpoint_changes = Changes::default();
         let dispatcher = build_dispatcher(config, metrics.clone(), endpoint_changes.clone())?;
         // The sweeper runs where the worker runs: the processes that write orders to Postgres.
         let sweeper = run_worker.then(|| reservations.clone());
-        let admission_key = config.admission.key(config.admin_token.as_ref());
         let admission = Admission::new(redis.clone(), admission_key.as_deref());
-        let challenges =
-            Challenges::new(redis.clone(), admission_key.as_deref(), config.challenge.settings(), config.ipv6_prefix);
         let clients = ClientKeys {
             proxies: TrustedProxies::new(config.trusted_proxies.clone()),
             ipv6_prefix: config.ipv6_prefix,
@@ -284,18 +289,26 @@ struct SaleEvents {
     sold_out: Arc<SoldOutFlags>,
     retired: RetiredSales,
     sales: Sales,
+    challenges: Challenges,
 }
 
 impl SaleEvents {
     fn apply(&self, event: SaleEvent<'_>) {
         match event {
-            SaleEvent::Seeded(sale) => self.sold_out.clear(sale),
+            SaleEvent::Seeded(sale) => {
+                self.sold_out.clear(sale);
+                self.challenges.forget_asked(sale);
+            }
             SaleEvent::Retired(sale) => {
                 self.retired.mark(sale);
                 self.sold_out.clear(sale);
                 self.sales.forget_layout(sale);
+                self.challenges.forget_asked(sale);
             }
-            SaleEvent::Missed => self.sold_out.clear_all(),
+            SaleEvent::Missed => {
+                self.sold_out.clear_all();
+                self.challenges.forget_all_asked();
+            }
         }
     }
 }

@@ -61,8 +61,8 @@ pub const DEFAULT_COST: u32 = 1000;
 /// Most sales one instance remembers to ask a proof of work.
 const MAX_SALES: u64 = 10_000;
 
-/// How long it remembers that (a re-seed can drop the challenge; until then a purchase without a
-/// solution is refused in process, after it by `lua/buy.lua`).
+/// How long it remembers that, at most: a seed's event makes it forget the sale at once (a re-seed
+/// can drop the challenge), else a purchase without a solution is refused in process until then.
 const ASKED_MEMORY: Duration = Duration::from_secs(60);
 
 /// The challenges' settings (`SECKILL_CHALLENGE_*`).
@@ -181,6 +181,17 @@ impl Challenges {
     /// Remembers that `sale` asks a proof of work (it issued one, or `lua/buy.lua` said so).
     pub fn learn_asked(&self, sale: &SaleId) {
         self.asked.insert(sale.as_str().into(), ());
+    }
+
+    /// Forgets whether `sale` asks a proof of work (it was seeded again, perhaps without one):
+    /// the script says so again at its next purchase without a solution.
+    pub fn forget_asked(&self, sale: &str) {
+        self.asked.invalidate(sale);
+    }
+
+    /// Forgets it of every sale (seeds may have been missed).
+    pub fn forget_all_asked(&self) {
+        self.asked.invalidate_all();
     }
 
     /// The curve that raises a busy address's cost.

@@ -208,6 +208,34 @@ async fn a_nonce_whose_challenge_expired_on_the_redis_clock_is_never_spent() {
     assert!(!kept, "no key without an end of life");
 }
 
+/// A re-seed that drops the sale's challenge reaches every instance's memory of the sales that ask
+/// one (the seed's event): a purchase without a solution is no longer refused in process, where
+/// it was for up to a minute while the sale's page showed no challenge.
+#[tokio::test]
+async fn a_re_seed_without_the_challenge_lets_purchases_without_a_solution_in_at_once() {
+    let app = app(10, Duration::from_secs(60)).await;
+    let sale = seed(&app, 5, false).await;
+    challenge(&app, &sale, "alice", "10.0.0.1").await; // this instance now knows the sale asks one
+    let reseeded = app.seed(&sale, json!({"stock": 10_000, "challenge": {"cost": 0}})).await;
+    assert_eq!(reseeded.status(), 200, "{}", reseeded.text().await.unwrap());
+    let buy = || {
+        let body = json!({"sale_id": sale, "user_id": "bob", "quantity": 1});
+        app.client.post(app.url("/buy")).header("X-Forwarded-For", "10.0.0.2").json(&body).send()
+    };
+    // The event reaches the instance a moment after the seed's answer: wait for that state.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let response = buy().await.unwrap();
+        if response.status() == 201 {
+            break;
+        }
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"], "challenge_required", "{body}");
+        assert!(Instant::now() < deadline, "still refused in process 10 s after the re-seed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_sale_without_a_waiting_room_asks_it_on_buy_and_one_without_a_challenge_does_not() {
     let app = app(10, Duration::from_secs(60)).await;
