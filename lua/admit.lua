@@ -14,9 +14,15 @@
 -- KEYS[7]  queue state        seckill:{sale:<id>}:queue:state   (hash: seed, upto, tick_ms, lapsed, frozen)
 -- KEYS[8..] more stock        a drop's line: its other sizes' stock counters (seckill:{group:<d>}:sale:<d>.<size>:stock);
 --                             the stock left is the sum of KEYS[2] and these. A sale's call passes none
+-- KEYS[..]  size metas        a drop's line, after them: its sizes' metas, in the order of their stock
+--                             counters (KEYS[2]'s first): a size the repair holds (its "restoring"
+--                             mark) sells nothing yet, so its stock counts for nothing. A sale's call
+--                             passes none (its own meta, KEYS[1], says whether it is held)
 -- ARGV[1]  factor             admitted buyers whose window is open and who have not bought may be at
 --                             most ceil(stock left * factor)
 -- ARGV[2]  tick_ms            admission moves at most once per tick, whoever asks
+-- ARGV[3]  sizes              a drop's line: how many sizes (stock counters, then metas) KEYS holds;
+--                             absent or 0 for a sale
 --
 -- Returns {now_ms, upto, lapsed, places, stock_left, starts_at_ms, ends_at_ms (-1: none), rate,
 --          queue_ttl_ms, {upto_1, time_1, upto_2, time_2, ...}, challenge_cost (-1: none), seed}:
@@ -32,8 +38,9 @@
 -- Admission moves (from the start, at most once per tick) by rate * elapsed places, never past
 -- the places handed out, and never so far that the admitted, unexpired, unused places exceed
 -- ceil(stock left * factor): none while the sale is sold out, paused (its meta's "paused" field,
--- lua/control.lua) or held by a repair (its "restoring" mark, lua/seed.lua), again when units
--- come back, it resumes or the hold is lifted. A capped or idle tick keeps no credit, so a crowd
+-- lua/control.lua) or held by a repair (its "restoring" mark, lua/seed.lua; a drop's line counts
+-- only the stock of its sizes the repair does not hold), again when units come back, it resumes
+-- or the hold is lifted. A capped or idle tick keeps no credit, so a crowd
 -- arriving after a quiet spell is not let in at once.
 -- Windows older than queue_ttl_ms are dropped from the list (at most 1000 per call) into lapsed.
 --
@@ -44,9 +51,21 @@
 -- @queue_preamble
 local starts_at, rate, ttl = tonumber(meta[2]), tonumber(meta[4]), tonumber(meta[5])
 local factor, tick_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+-- The stock left, and of it what admitted buyers can buy now (a size the repair holds sells
+-- nothing until its hold is lifted).
+local sizes = tonumber(ARGV[3]) or 0
 local stock = tonumber(redis.call('GET', KEYS[2])) or 0
-for i = 8, #KEYS do
+for i = 8, sizes > 0 and 6 + sizes or #KEYS do
   stock = stock + math.max(tonumber(redis.call('GET', KEYS[i])) or 0, 0)
+end
+local sellable = stock
+for i = 0, sizes - 1 do
+  -- Size i's stock counter (KEYS[2], then KEYS[8..]) and its meta (after the counters).
+  if redis.call('HEXISTS', KEYS[7 + sizes + i], 'restoring') == 1 then
+    local counter = i == 0 and KEYS[2] or KEYS[7 + i]
+    local held = tonumber(redis.call('GET', counter)) or 0
+    sellable = sellable - (i == 0 and held or math.max(held, 0))
+  end
 end
 local places = redis.call('ZCARD', KEYS[3]) + redis.call('HLEN', KEYS[4])
 local state = redis.call('HMGET', KEYS[7], 'upto', 'tick_ms', 'lapsed', 'frozen', 'seed')
@@ -80,9 +99,9 @@ if now_ms >= starts_at and not ended then
   if now_ms - tick >= tick_ms then
     local admitted = math.floor(upto)
     local room = 0
-    if stock > 0 and not paused then
+    if sellable > 0 and not paused then
       local unused = admitted - lapsed - redis.call('ZCOUNT', KEYS[5], '(' .. lapsed, admitted)
-      room = math.ceil(stock * factor) - unused
+      room = math.ceil(sellable * factor) - unused
     end
     local next = math.min(upto + rate * (now_ms - tick) / 1000, places, admitted + math.max(room, 0))
     if next < upto then

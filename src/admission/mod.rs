@@ -203,30 +203,31 @@ impl Admission {
     }
 
     /// `lua/admit.lua`; `None` for a line that is not queued or not seeded. A drop's line sums its
-    /// sizes' stocks: their ids are read first (the group's set of sales, in the drop's slot).
+    /// sizes' stocks, but a size the repair holds: their ids are read first (the group's set of
+    /// sales, in the drop's slot).
     async fn read_line(&self, id: &LineId) -> RedisResult<Option<Arc<Line>>> {
         let prefix = self.redis.prefix();
-        let stocks = match id {
-            LineId::Sale(sale) => vec![SaleKeys::new(prefix, sale).stock],
+        let (stocks, metas) = match id {
+            LineId::Sale(sale) => (vec![SaleKeys::new(prefix, sale).stock], vec![]),
             LineId::Drop(drop) => {
                 let sizes: Vec<String> = self.redis.conn().smembers(group_sales_key(prefix, drop.as_str())).await?;
-                let mut stocks: Vec<String> = sizes
+                let mut sizes: Vec<SaleKeys> = sizes
                     .iter()
                     .filter_map(|size| SaleId::parse(size).ok())
                     .filter(|size| size.group() == Some(drop.as_str()))
-                    .map(|size| SaleKeys::new(prefix, &size).stock)
+                    .map(|size| SaleKeys::new(prefix, &size))
                     .collect();
-                if stocks.is_empty() {
+                if sizes.is_empty() {
                     return Ok(None);
                 }
-                stocks.sort_unstable();
-                stocks.truncate(MAX_SIZES);
-                stocks
+                sizes.sort_unstable_by(|a, b| a.stock.cmp(&b.stock));
+                sizes.truncate(MAX_SIZES);
+                sizes.into_iter().map(|keys| (keys.stock, keys.meta)).unzip()
             }
         };
         let keys = id.keys(prefix);
-        let mut call = lua::ADMIT.key(&keys.admitting(&stocks)[..]);
-        call.arg(FACTOR).arg(TICK.as_millis() as u64);
+        let mut call = lua::ADMIT.key(&keys.admitting(&stocks, &metas)[..]);
+        call.arg(FACTOR).arg(TICK.as_millis() as u64).arg(metas.len());
         let reply: Value = lua::run(&call, &mut self.redis.conn()).await?;
         match reply {
             Value::Array(_) => Ok(Some(Arc::new(Line::from_reply(reply)?))),

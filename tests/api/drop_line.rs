@@ -12,6 +12,7 @@ use seckill::redis::keys::LineKeys;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 use tokio::time::Instant;
 
 use crate::common::drops::{new_drop_id, seed_drop_line, seed_drop_sizes};
@@ -92,6 +93,53 @@ async fn one_join_of_the_drops_line_buys_any_size_within_the_drops_limit() {
     // The line's stock is the drop's: 15 seeded, 2 sold.
     let bob = admitted(&app, &drop, "bob").await;
     assert_eq!(buy_with(&app, &format!("{drop}.42"), "bob", bob["admission"].as_str()).await.status(), 201);
+}
+
+/// While the repair holds a drop's sizes (a lost size seeded again, its buyers not yet back), the
+/// drop's line admits nobody to them: their stock counts for nothing, as a held sale's line admits
+/// nobody. Admitted to it, a buyer would only have been refused `sale_paused` until her one
+/// window closed. Once the hold is lifted, she is admitted.
+#[tokio::test]
+async fn a_drops_line_admits_nobody_to_sizes_the_repair_holds() {
+    let app = spawn_app().await;
+    let drop = seed_drop_line(&app, &["40", "41"], 5, 2, (1000, None)).await;
+    let sizes: Vec<seckill::domain::SaleId> =
+        ["40", "41"].iter().map(|size| seckill::domain::SaleId::parse(&format!("{drop}.{size}")).unwrap()).collect();
+    for size in &sizes {
+        let meta = app.store.keyspace().sale_keys(size).meta;
+        let _: () = app.redis.clone().hset(&meta, "restoring", "1").await.unwrap();
+    }
+    let response = join(&app, &drop, "alice", None).await;
+    assert_eq!(response.status(), 200);
+    let joined: Value = response.json().await.unwrap();
+    let ticket = joined["ticket"].as_str().unwrap().to_owned();
+    let read = || async {
+        let url = app.url(&format!("/drops/{drop}/queue"));
+        let response = app.client.get(url).query(&[("user_id", "alice"), ("ticket", &ticket)]).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        response.json::<Value>().await.unwrap()
+    };
+    let time = |answer: &Value| OffsetDateTime::parse(answer["server_time"].as_str().unwrap(), &Rfc3339).unwrap();
+    // A line read a second after her join, at 1,000 a second, would have admitted her.
+    let joined_at = time(&joined);
+    let until = Instant::now() + Duration::from_secs(60);
+    let answer = loop {
+        let answer = read().await;
+        if time(&answer) >= joined_at + time::Duration::SECOND {
+            break answer;
+        }
+        assert!(Instant::now() < until, "no line read a second after the join: {answer}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(answer["state"], "waiting", "both sizes held: nobody admitted: {answer}");
+    for size in &sizes {
+        seckill::controls::lift_hold(&app.store, size, seckill::reconcile::REPAIR_HOLD).await.unwrap();
+    }
+    let until = Instant::now() + Duration::from_secs(20);
+    while read().await["state"] != "admitted" {
+        assert!(Instant::now() < until, "not admitted once the hold was lifted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]

@@ -81,13 +81,15 @@ impl LineKeys {
     }
 
     /// KEYS of admit.lua: the meta, the first stock, the waiting room, then the other stocks
-    /// (a drop's line sums its sizes' stocks).
-    pub fn admitting<'a>(&'a self, stocks: &'a [String]) -> Vec<&'a str> {
+    /// and the sizes' metas (a drop's line sums the stocks of its sizes the repair does not hold;
+    /// a sale's line passes its stock alone and no meta).
+    pub fn admitting<'a>(&'a self, stocks: &'a [String], metas: &'a [String]) -> Vec<&'a str> {
         let q = &self.queue;
-        let mut keys = Vec::with_capacity(6 + stocks.len());
+        let mut keys = Vec::with_capacity(6 + stocks.len() + metas.len());
         keys.extend([self.meta.as_str(), stocks.first().map_or("", String::as_str)]);
         keys.extend([q.prequeue.as_str(), &q.late, &q.bought, &q.admits, &q.state]);
         keys.extend(stocks.iter().skip(1).map(String::as_str));
+        keys.extend(metas.iter().map(String::as_str));
         keys
     }
 }
