@@ -187,12 +187,12 @@ async fn the_janitor_retires_a_sale_after_its_grace_and_leaves_open_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sale_the_janitor_cannot_read_holds_back_no_other_retirement() {
     use seckill::domain::SaleId;
-    use seckill::redis::keys::SaleKeys;
     let app = spawn_app_with(quick_janitor, true).await;
     let (broken, done) = (new_sale_id(), new_sale_id());
     assert_eq!(app.seed(&broken, json!({"stock": 4, "shards": 2})).await.status(), 200);
     let broken_id = SaleId::parse(&broken).unwrap();
-    let shard_meta = SaleKeys::of_shard(&app.config.key_prefix, &broken_id, 1).meta;
+    // Shard 1's keys as the sale's layout names them (a Cluster picks the shards' suffixes).
+    let shard_meta = app.store.all_shard_keys(&broken_id).await.unwrap()[1].meta.clone();
     let _: i64 = app.redis.clone().del(&shard_meta).await.unwrap();
     assert!(app.store.sale_state(&broken_id).await.is_err(), "the broken sale cannot be read");
     app.seed_stock(&done, 2).await;
