@@ -11,7 +11,7 @@
 -- KEYS[5]  admitted buyers    seckill:{sale:<id>}:queue:bought  (sorted set: buyer -> place, by buy.lua)
 -- KEYS[6]  admissions         seckill:{sale:<id>}:queue:admits  (sorted set: "<upto>:<time_ms>" scored
 --                                                                by upto: places 1..upto were admitted by then)
--- KEYS[7]  queue state        seckill:{sale:<id>}:queue:state   (hash: seed, upto, tick_ms, lapsed, frozen)
+-- KEYS[7]  queue state        seckill:{sale:<id>}:queue:state   (hash: seed, epoch, upto, tick_ms, lapsed, frozen)
 -- KEYS[8..] more stock        a drop's line: its other sizes' stock counters (seckill:{group:<d>}:sale:<d>.<size>:stock);
 --                             the stock left is the sum of KEYS[2] and these. A sale's call passes none
 -- KEYS[..]  size metas        a drop's line, after them: its sizes' metas, in the order of their stock
@@ -31,8 +31,10 @@
 --   places       places handed out so far (pre-queue + late arrivals)
 --   the list     when each place in lapsed+1..upto was admitted: place p at the time of the first
 --                pair with upto_i >= p (its admission token expires queue_ttl_ms after)
---   seed         the line's shuffle seed ("" if none): new when the line starts again from nothing,
---                so the app binds its tickets to it
+--   seed         the line's shuffle seed and its state's epoch, as "<seed>/<epoch>" ("<seed>" for a
+--                state older than the epoch, "" if none): the epoch is new whenever the state
+--                starts again from nothing (a repair after Redis lost it keeps the seed, not the
+--                places handed out), so the app binds its tickets to both
 -- or "not_queued" (no queue_rate), "unknown_sale" (no meta).
 --
 -- Admission moves (from the start, at most once per tick) by rate * elapsed places, never past
@@ -68,7 +70,7 @@ for i = 0, sizes - 1 do
   end
 end
 local places = redis.call('ZCARD', KEYS[3]) + redis.call('HLEN', KEYS[4])
-local state = redis.call('HMGET', KEYS[7], 'upto', 'tick_ms', 'lapsed', 'frozen', 'seed')
+local state = redis.call('HMGET', KEYS[7], 'upto', 'tick_ms', 'lapsed', 'frozen', 'seed', 'epoch')
 local upto = tonumber(state[1]) or 0
 local tick = tonumber(state[2]) or starts_at
 local lapsed = tonumber(state[3]) or 0
@@ -124,5 +126,9 @@ for i = 1, #list, 2 do
   pairs_out[#pairs_out + 1] = tonumber(string.match(list[i], ':(%d+)$'))
 end
 local cost = tonumber(redis.call('HGET', KEYS[1], 'challenge_cost')) or -1
+local binding = state[5] or ''
+if state[5] and state[6] then
+  binding = state[5] .. '/' .. state[6]
+end
 return {now_ms, math.floor(upto), lapsed, places, stock, starts_at, tonumber(meta[3]) or -1, rate, ttl, pairs_out, cost,
-  state[5] or ''}
+  binding}

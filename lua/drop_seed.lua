@@ -138,6 +138,9 @@ if line then
   if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], 'ends_at_ms', ARGV[3]) end
   if ARGV[6] ~= '' then redis.call('HSET', KEYS[3], 'challenge_cost', ARGV[6]) end
   redis.call('HSETNX', KEYS[4], 'seed', ARGV[10])
+  -- The state's epoch: new only when the state starts from nothing (lua/admit.lua's ticket binding).
+  local t = redis.call('TIME')
+  redis.call('HSETNX', KEYS[4], 'epoch', t[1] .. string.format('%06d', tonumber(t[2])))
   redis.call('HSET', KEYS[3], 'queue_seed', redis.call('HGET', KEYS[4], 'seed'))
 end
 if restore then

@@ -114,6 +114,9 @@ end
 if ARGV[8] ~= '' then
   redis.call('HSET', KEYS[1], 'queue_opens_at_ms', ARGV[8], 'queue_rate', ARGV[9], 'queue_ttl_ms', ARGV[10])
   redis.call('HSETNX', KEYS[4], 'seed', ARGV[11])
+  -- The state's epoch: new only when the state starts from nothing (lua/admit.lua's ticket binding).
+  local t = redis.call('TIME')
+  redis.call('HSETNX', KEYS[4], 'epoch', t[1] .. string.format('%06d', tonumber(t[2])))
   redis.call('HSET', KEYS[1], 'queue_seed', redis.call('HGET', KEYS[4], 'seed'))
 end
 if group ~= '' then

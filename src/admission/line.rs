@@ -30,8 +30,9 @@ pub struct Line {
     pub stock_left: i64,
     /// The proof of work a join asks (tries on average); `None`: none.
     pub challenge_cost: Option<u32>,
-    /// The line's shuffle seed: new when the line starts again from nothing, so a ticket is
-    /// signed with it (`crate::admission::token::Signer::ticket`).
+    /// The line's shuffle seed with its state's epoch (`lua/admit.lua`): new when the line starts
+    /// again from nothing, a repair after a loss included, so a ticket is signed with it
+    /// (`crate::admission::token::Signer::ticket`).
     pub seed: String,
     /// `(upto, admitted at)`: place p was admitted at the time of the first pair with upto >= p.
     admits: Vec<(u64, i64)>,

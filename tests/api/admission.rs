@@ -511,14 +511,49 @@ async fn a_ticket_of_an_earlier_line_of_the_same_name_is_not_trusted() {
     let sale = seed_queued(&app, 10, time::Duration::MINUTE, 100).await;
     join(&app, &sale, "alice").await;
     let id = SaleId::parse(&sale).unwrap();
-    let meta = app.store.keyspace().sale_keys(&id).meta;
-    let seed: String = app.redis.clone().hget(&meta, "queue_seed").await.unwrap();
+    // A ticket binds the line's seed and its state's epoch (lua/admit.lua).
+    let state = app.store.keyspace().sale_keys(&id).queue.state;
+    let (seed, epoch): (String, String) =
+        redis::cmd("HMGET").arg(&state).arg("seed").arg("epoch").query_async(&mut app.redis.clone()).await.unwrap();
     let bob = UserId::parse("bob").unwrap();
-    let this_line = signer().ticket((&id).into(), &seed, &bob, 0);
+    let this_line = signer().ticket((&id).into(), &format!("{seed}/{epoch}"), &bob, 0);
     let answer = standing(&app, &sale, "bob", Some(&this_line)).await;
     assert_eq!(answer["state"], "prequeue", "a ticket of this line is trusted as signed: {answer}");
     let earlier_line = signer().ticket((&id).into(), &"0".repeat(64), &bob, 0);
     assert_error(poll(&app, &sale, "bob", Some(&earlier_line)).await, 404, "not_in_queue").await;
+}
+
+/// A queued sale Redis lost, restored by the repair with the same shuffle seed but none of its
+/// places: a ticket from before the loss is not trusted (its line's state has a new epoch), and
+/// the buyer is told what Redis holds, as without a ticket: not in the queue.
+#[tokio::test]
+async fn a_ticket_from_before_a_loss_is_not_trusted_by_the_restored_line() {
+    let app = spawn_app().await;
+    let sale = seed_queued(&app, 10, time::Duration::MINUTE, 100).await;
+    let joined = join(&app, &sale, "alice").await;
+    let ticket = joined["ticket"].as_str().unwrap().to_owned();
+    let trusted = standing(&app, &sale, "alice", Some(&ticket)).await;
+    assert_eq!(trusted["state"], "prequeue", "{trusted}");
+    let id = SaleId::parse(&sale).unwrap();
+    let keys = app.store.keyspace().sale_keys(&id);
+    let mut redis = app.redis.clone();
+    for key in keys.every() {
+        let _: i64 = redis.del(key).await.unwrap();
+    }
+    crate::redis_loss::repair(&app, &sale).await;
+    assert_error(poll(&app, &sale, "alice", None).await, 404, "not_in_queue").await;
+    // The instance's read of the line is at most 200 ms old: wait for the restored one.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let response = poll(&app, &sale, "alice", Some(&ticket)).await;
+        if response.status() == 404 {
+            assert_error(response, 404, "not_in_queue").await;
+            break;
+        }
+        let answer: Value = response.json().await.unwrap();
+        assert!(Instant::now() < until, "the ticket from before the loss is still trusted: {answer}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A queued sale the repair holds (its `restoring` mark: an operator's resume lifts only the
