@@ -8,8 +8,9 @@
 -- ARGV[2]  reason             a pause's reason, kept in each meta's "paused" field ("" for none)
 -- ARGV[3..] the sizes' ids    in KEYS' order
 --
--- Returns {"ok", paused_before, now_ms}: paused_before the sizes paused before the call; now_ms
--- Redis TIME (an end's time). Or, with nothing written:
+-- Returns {"ok", paused_before, at_ms}: paused_before the sizes paused before the call; at_ms Redis
+-- TIME, or for an end the end the sizes keep (the latest of their ends: an earlier one is kept, so
+-- a drop ended before keeps its end). Or, with nothing written:
 --   {"unknown_drop"}            the group has no sales
 --   {"sizes_changed"}           the call does not name exactly the group's sales (one was added since
 --                               the caller read them: read again and retry)
@@ -46,7 +47,9 @@ if action ~= 'pause' and action ~= 'resume' and action ~= 'end' then
 end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function switch(meta)
+-- An end's time: the latest end a size keeps.
+local ended_at = nil
+local function switch(meta, size)
   if action == 'pause' then
     redis.call('HSET', meta, 'paused', ARGV[2])
   elseif action == 'resume' then
@@ -57,6 +60,9 @@ local function switch(meta)
       ends_at = now_ms
       redis.call('HSET', meta, 'ends_at_ms', string.format('%d', ends_at))
     end
+    if size and (not ended_at or ends_at > ended_at) then
+      ended_at = ends_at
+    end
     local starts_at = tonumber(redis.call('HGET', meta, 'starts_at_ms'))
     if starts_at and starts_at >= ends_at then
       redis.call('HSET', meta, 'starts_at_ms', string.format('%d', ends_at - 1))
@@ -66,9 +72,9 @@ end
 local paused_before = 0
 for i = 1, sizes do
   paused_before = paused_before + redis.call('HEXISTS', KEYS[2 + i], 'paused')
-  switch(KEYS[2 + i])
+  switch(KEYS[2 + i], true)
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then
-  switch(KEYS[2])
+  switch(KEYS[2], false)
 end
-return {'ok', paused_before, string.format('%d', now_ms)}
+return {'ok', paused_before, string.format('%d', ended_at or now_ms)}

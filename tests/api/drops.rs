@@ -307,6 +307,36 @@ async fn a_stock_change_of_a_size_the_repair_is_restoring_is_refused() {
     assert_eq!(audit_actions(&app, &drop).await, ["drop_seed"]);
 }
 
+/// A drop ended twice keeps its first end, and so do its rows and the second `drop_end` entry of
+/// the audit trail: it recorded the time of the second call as the end.
+#[tokio::test]
+async fn a_drop_ended_again_keeps_its_end_in_the_audit_trail() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    assert_eq!(put_drop(&app, &drop, json!({"sizes": {"40": {"stock": 2}}})).await.status(), 200);
+    assert_eq!(post_drop(&app, &drop, "end", json!({})).await.status(), 200);
+    let redis_ms = || async {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut app.redis.clone()).await.unwrap();
+        secs * 1000 + micros / 1000
+    };
+    let first_end = redis_ms().await;
+    while redis_ms().await <= first_end + 5 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(post_drop(&app, &drop, "end", json!({})).await.status(), 200);
+    let url = app.url(&format!("/admin/drops/{drop}/audit"));
+    let trail: Value = app.client.get(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
+    let ends: Vec<&Value> = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "drop_end")
+        .map(|e| &e["effect"]["at"])
+        .collect();
+    assert_eq!(ends.len(), 2, "{trail}");
+    assert_eq!(ends[0], ends[1], "the second end records the end kept: {trail}");
+}
+
 #[tokio::test]
 async fn a_drops_stock_changes_all_or_nothing() {
     let app = spawn_app().await;
