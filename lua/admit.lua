@@ -56,17 +56,16 @@ local factor, tick_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 -- The stock left, and of it what admitted buyers can buy now (a size the repair holds sells
 -- nothing until its hold is lifted).
 local sizes = tonumber(ARGV[3]) or 0
-local stock = tonumber(redis.call('GET', KEYS[2])) or 0
-for i = 8, sizes > 0 and 6 + sizes or #KEYS do
-  stock = stock + math.max(tonumber(redis.call('GET', KEYS[i])) or 0, 0)
-end
-local sellable = stock
-for i = 0, sizes - 1 do
-  -- Size i's stock counter (KEYS[2], then KEYS[8..]) and its meta (after the counters).
-  if redis.call('HEXISTS', KEYS[7 + sizes + i], 'restoring') == 1 then
-    local counter = i == 0 and KEYS[2] or KEYS[7 + i]
-    local held = tonumber(redis.call('GET', counter)) or 0
-    sellable = sellable - (i == 0 and held or math.max(held, 0))
+local stock, sellable = 0, 0
+for i = 0, sizes > 0 and sizes - 1 or #KEYS - 7 do
+  -- Counter i: KEYS[2], then KEYS[8..]; a drop's size i has its meta after the counters.
+  local units = tonumber(redis.call('GET', i == 0 and KEYS[2] or KEYS[7 + i])) or 0
+  if i > 0 then
+    units = math.max(units, 0)
+  end
+  stock = stock + units
+  if i >= sizes or redis.call('HEXISTS', KEYS[7 + sizes + i], 'restoring') == 0 then
+    sellable = sellable + units
   end
 end
 local places = redis.call('ZCARD', KEYS[3]) + redis.call('HLEN', KEYS[4])

@@ -105,8 +105,8 @@ impl Janitor {
     }
 
     /// Finishes the retirements marked between [`FINISH_WITHIN`] and [`FINISH_AFTER`] ago that
-    /// left something in Redis ([`Retirer::retire`] finishes a marked sale, and answers
-    /// `AlreadyRetired` for one with nothing left); how many it finished.
+    /// left something in Redis (`Retirer::finish` answers `AlreadyRetired` for one with nothing
+    /// left); how many it finished.
     async fn finish_stopped(&self) -> usize {
         let marked = match db::retired_between(&self.retirer.pool, FINISH_WITHIN, FINISH_AFTER).await {
             Ok(marked) => marked,
@@ -117,8 +117,8 @@ impl Janitor {
         };
         let mut finished = 0;
         for sale in marked.iter().filter_map(|sale| SaleId::parse(sale).ok()) {
-            match self.retire(&sale).await {
-                Ok(done) => finished += usize::from(done),
+            match self.retirer.finish(&sale).await {
+                Ok(outcome) => finished += usize::from(self.record(&sale, outcome).await),
                 Err(err) => skipped(&sale, "finishing its retirement failed", err),
             }
         }
@@ -126,16 +126,22 @@ impl Janitor {
     }
 
     async fn retire(&self, sale: &SaleId) -> Result<bool, RetireError> {
-        match self.retirer.retire(sale).await? {
+        let outcome = self.retirer.retire(sale).await?;
+        Ok(self.record(sale, outcome).await)
+    }
+
+    /// Audits a retirement the janitor made, logs a refusal; whether the sale was retired.
+    async fn record(&self, sale: &SaleId, outcome: RetireOutcome) -> bool {
+        match outcome {
             RetireOutcome::Retired(report) => {
                 audit::record_retirement(&self.retirer.pool, sale, &report, Some("janitor")).await;
-                Ok(true)
+                true
             }
             RetireOutcome::Refused(reasons) => {
                 tracing::info!(sale_id = %sale, ?reasons, "janitor: sale due but not retirable yet");
-                Ok(false)
+                false
             }
-            RetireOutcome::UnknownSale | RetireOutcome::AlreadyRetired => Ok(false),
+            RetireOutcome::UnknownSale | RetireOutcome::AlreadyRetired => false,
         }
     }
 
