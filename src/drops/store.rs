@@ -48,9 +48,22 @@ pub async fn upsert(tx: &mut PgConnection, drop: &DropId, row: &DropRow) -> Resu
     .map(|_| ())
 }
 
+/// Locks the drop's row to the transaction's end (nothing if it has none yet). A drop's seed and
+/// its switches take it first, before any size's row and before their Redis call, so one drop's
+/// seeds and switches run one after another, in Redis and in Postgres alike, and never wait on
+/// each other in a circle.
+pub async fn lock(tx: &mut PgConnection, drop: &DropId) -> Result<(), sqlx::Error> {
+    sqlx::query("select 1 from drops where drop_id = $1 for update").bind(drop.as_str()).execute(tx).await.map(|_| ())
+}
+
 /// Moves the drop's end (and its sizes' rows) to `at` unless they end earlier; a start at or after
-/// the end moves to 1 ms before it, as `lua/drop_control.lua` does in Redis.
+/// the end moves to 1 ms before it, as `lua/drop_control.lua` does in Redis. The caller holds the
+/// drop's row ([`lock`]); the sizes' rows are locked in id order, as a stock change locks them.
 pub async fn end(tx: &mut PgConnection, drop: &DropId, sizes: &[&str], at: OffsetDateTime) -> Result<(), sqlx::Error> {
+    sqlx::query("select 1 from sales where sale_id = any($1) order by sale_id for update")
+        .bind(sizes)
+        .execute(&mut *tx)
+        .await?;
     for table in [("drops", "drop_id"), ("sales", "sale_id")] {
         let sql = format!(
             "update {0} set ends_at = least(coalesce(ends_at, $2), $2), updated_at = now(),

@@ -114,6 +114,8 @@ impl Shop {
             }
         }
         let mut tx = self.pool.begin().await?;
+        // The drop's row first, then its sizes' in id order (`spec.sizes` is sorted by size).
+        store::lock(&mut tx, drop).await?;
         for (sale, stock) in &spec.sizes {
             if db::lock_retired(&mut tx, sale.as_str()).await? {
                 return Err(Error::SeedRetired);
@@ -226,6 +228,8 @@ impl Shop {
     ) -> Result<DropReport, Error> {
         let reason = checked_reason(reason)?;
         let mut tx = self.pool.begin().await?;
+        // Held through the Redis call: a seed of the drop running meanwhile waits, or is waited for.
+        store::lock(&mut tx, drop).await?;
         let redis_reason = if switch == Switch::Pause { reason.unwrap_or_default() } else { "" };
         let switched = match drops::switch(&self.sales, drop, switch, redis_reason).await? {
             Ok(switched) => switched,

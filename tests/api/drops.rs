@@ -36,6 +36,33 @@ async fn audit_actions(app: &TestApp, drop: &str) -> Vec<String> {
     trail["entries"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap().to_owned()).collect()
 }
 
+/// How many of the drop's sizes' rows have not ended.
+async fn open_size_rows(app: &TestApp, drop: &str) -> i64 {
+    sqlx::query_scalar("select count(*) from sales where sale_id like $1 and (ends_at is null or ends_at > now())")
+        .bind(format!("{drop}.%"))
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
+/// Returns once `n` sessions of the pool's database wait on a lock.
+async fn lock_waiters(pool: &sqlx::PgPool, n: i64) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if waiting >= n {
+            return;
+        }
+        assert!(std::time::Instant::now() < until, "{waiting} of {n} sessions wait on a lock");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// Each size's `(name, state, stock_left)` in a drop's answer.
 fn sizes_of(body: &Value) -> Vec<(String, String, i64)> {
     body["sizes"]
@@ -211,12 +238,7 @@ async fn a_drop_pause_stops_every_size_on_every_instance_and_resume_and_end_foll
     for size in ["40", "41", "42"] {
         assert_error(other.buy(&format!("{drop}.{size}"), "too-late").await, 403, "sale_ended").await;
     }
-    let open_rows: i64 =
-        sqlx::query_scalar("select count(*) from sales where sale_id like $1 and (ends_at is null or ends_at > now())")
-            .bind(format!("{drop}.%"))
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
+    let open_rows = open_size_rows(&app, &drop).await;
     let drop_ended: bool = sqlx::query_scalar("select ends_at <= now() from drops where drop_id = $1")
         .bind(&drop)
         .fetch_one(&app.pool)
@@ -335,6 +357,43 @@ async fn a_drop_ended_again_keeps_its_end_in_the_audit_trail() {
         .collect();
     assert_eq!(ends.len(), 2, "{trail}");
     assert_eq!(ends[0], ends[1], "the second end records the end kept: {trail}");
+}
+
+/// A drop re-seeded while it is ended: both answer, and the end stands in Redis and in Postgres.
+/// The seed locks the sizes' rows, then the drop's; the end locked the drop's row, then the
+/// sizes': with one size's row held (here by the test), the seed waited for it holding the first,
+/// the end waited for the first holding the drop's row, and once the size was let go the two
+/// waited on each other until Postgres broke the circle and one answered 500. Both now take the
+/// drop's row first.
+#[tokio::test]
+async fn a_drop_reseeded_while_it_ends_answers_both() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    let body = json!({"sizes": {"40": {"stock": 2}, "41": {"stock": 2}}});
+    assert_eq!(put_drop(&app, &drop, body.clone()).await.status(), 200);
+    let mut holder = app.pool.begin().await.unwrap();
+    sqlx::query("select 1 from sales where sale_id = $1 for update")
+        .bind(format!("{drop}.41"))
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let seeding = put_drop(&app, &drop, body);
+    let ending = async {
+        lock_waiters(&app.pool, 1).await; // the seed, on size 41's row
+        post_drop(&app, &drop, "end", json!({})).await
+    };
+    let release = async {
+        lock_waiters(&app.pool, 2).await; // and the end
+        holder.commit().await.unwrap();
+    };
+    let (seeded, ended, ()) = tokio::join!(seeding, ending, release);
+    assert_eq!((seeded.status().as_u16(), ended.status().as_u16()), (200, 200));
+    for size in ["40", "41"] {
+        assert_error(app.buy(&format!("{drop}.{size}"), "late").await, 403, "sale_ended").await;
+    }
+    let open_rows = open_size_rows(&app, &drop).await;
+    assert_eq!(open_rows, 0, "the end is in every size's row");
+    assert_eq!(audit_actions(&app, &drop).await, ["drop_end", "drop_seed", "drop_seed"]);
 }
 
 #[tokio::test]
