@@ -62,12 +62,15 @@ pub async fn leave_group(con: &mut SharedConnection, sale: &SaleId, keys: &SaleK
     if left == 0 {
         drain_hash(con, held).await?;
         if let Some(line) = keys.drop_line(sale) {
+            // The meta first: from then on a join finds no line and writes nothing, so none lands
+            // behind the drains below (a line has no end of its own: its sizes end, it does not).
+            let _: i64 = redis::cmd("DEL").arg(&line.meta).query_async(con).await?;
             let queue = &line.queue;
             drain_sorted_set(con, &queue.prequeue).await?;
             drain_hash(con, &queue.late).await?;
             drain_sorted_set(con, &queue.bought).await?;
             drain_sorted_set(con, &line.challenges).await?;
-            for key in [&queue.admits, &queue.state, &line.meta] {
+            for key in [&queue.admits, &queue.state] {
                 let _: i64 = redis::cmd("DEL").arg(key).query_async(con).await?;
             }
         }

@@ -297,3 +297,52 @@ async fn a_drops_line_goes_with_its_last_retired_size() {
         assert!(!exists(key).await, "{key} outlived the drop's last size");
     }
 }
+
+/// Joins racing the retirement of a drop's last size leave none of the line's keys behind: the
+/// retirement drained the line, then deleted its meta, and a join between the two (the line still
+/// there) wrote a late place and the line's state again, keys without an expiry that nothing
+/// would ever delete. Joiners storm the line until the retirement answers.
+#[tokio::test]
+async fn joins_racing_the_last_retirement_leave_no_line_behind() {
+    let app = spawn_app().await;
+    let drop = seed_drop_line(&app, &["40"], 1, 1, (1000, None)).await;
+    let token = admitted(&app, &drop, "gus").await["admission"].as_str().unwrap().to_owned();
+    let sale = format!("{drop}.40");
+    assert_eq!(buy_with(&app, &sale, "gus", Some(&token)).await.status(), 201);
+    app.wait_for_drain(&sale).await;
+    let retiring = async {
+        let url = app.url(&format!("/admin/sales/{sale}"));
+        let response = app.client.delete(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+        assert_eq!(response.status(), 200, "retire: {}", response.text().await.unwrap());
+    };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let joiner = async |n: usize| {
+        let mut statuses = Vec::new();
+        for i in 0.. {
+            if done.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            statuses.push(join(&app, &drop, &format!("j{n}-{i}"), None).await.status().as_u16());
+        }
+        statuses
+    };
+    let (_, a, b, c, d) = tokio::join!(
+        async {
+            retiring.await;
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        },
+        joiner(1),
+        joiner(2),
+        joiner(3),
+        joiner(4)
+    );
+    let statuses: Vec<u16> = [a, b, c, d].concat();
+    assert!(statuses.contains(&200), "no join landed before the retirement: {statuses:?}");
+    assert!(statuses.iter().all(|s| *s < 500), "{statuses:?}");
+    let line = LineKeys::of_drop(app.store.keyspace().prefix(), &drop);
+    let queue = &line.queue;
+    for key in [&line.meta, &queue.prequeue, &queue.late, &queue.bought, &queue.admits, &queue.state] {
+        let exists: bool = app.redis.clone().exists(key).await.unwrap();
+        assert!(!exists, "{key} outlived the drop's last size");
+    }
+}
