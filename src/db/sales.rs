@@ -6,10 +6,15 @@ use time::OffsetDateTime;
 use crate::domain::{QueueSpec, SaleId};
 
 /// Records the sale's configuration (inside the admin seed's transaction). A queued sale's
-/// shuffle seed, once recorded, is kept (as Redis keeps it).
-pub async fn upsert_sale(tx: &mut sqlx::PgConnection, sale: &SaleId, row: &SaleRow) -> Result<(), sqlx::Error> {
+/// shuffle seed, once recorded, is kept (as Redis keeps it): the answer is the seed the row keeps,
+/// for the seed to give Redis, so that the two keep the same one.
+pub async fn upsert_sale(
+    tx: &mut sqlx::PgConnection,
+    sale: &SaleId,
+    row: &SaleRow,
+) -> Result<Option<[u8; 32]>, sqlx::Error> {
     let queue = row.queue.as_ref();
-    sqlx::query(
+    let kept: Option<Vec<u8>> = sqlx::query_scalar(
         "insert into sales (sale_id, stock_initial, starts_at, ends_at, payment_window_ms,
                             queue_opens_at, queue_rate, queue_ttl_ms, queue_seed, per_buyer, challenge_cost)
          values ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, 1), $11)
@@ -18,7 +23,8 @@ pub async fn upsert_sale(tx: &mut sqlx::PgConnection, sale: &SaleId, row: &SaleR
              ends_at = excluded.ends_at, payment_window_ms = excluded.payment_window_ms,
              queue_opens_at = excluded.queue_opens_at, queue_rate = excluded.queue_rate,
              queue_ttl_ms = excluded.queue_ttl_ms, queue_seed = coalesce(sales.queue_seed, excluded.queue_seed),
-             per_buyer = excluded.per_buyer, challenge_cost = excluded.challenge_cost, updated_at = now()",
+             per_buyer = excluded.per_buyer, challenge_cost = excluded.challenge_cost, updated_at = now()
+         returning queue_seed",
     )
     .bind(sale.as_str())
     .bind(row.stock_initial)
@@ -31,9 +37,9 @@ pub async fn upsert_sale(tx: &mut sqlx::PgConnection, sale: &SaleId, row: &SaleR
     .bind(queue.map(|q| q.seed.to_vec()))
     .bind(row.per_buyer as i32)
     .bind(row.challenge_cost.map(|cost| cost as i32))
-    .execute(tx)
-    .await
-    .map(drop)
+    .fetch_one(tx)
+    .await?;
+    Ok(kept.and_then(|seed| <[u8; 32]>::try_from(seed).ok()))
 }
 
 /// Records the sale only if it has no row yet (an existing row is never overwritten); true if

@@ -19,9 +19,11 @@ pub struct DropRow {
     pub challenge_cost: Option<u32>,
 }
 
-/// Creates or updates the drop's row.
-pub async fn upsert(tx: &mut PgConnection, drop: &DropId, row: &DropRow) -> Result<(), sqlx::Error> {
-    sqlx::query(
+/// Creates or updates the drop's row. The line's shuffle seed, once recorded, is kept, with the
+/// line or without it (as Redis keeps it in the line's state): the answer is the seed the row
+/// keeps, for the seed to give Redis, so that the two keep the same one.
+pub async fn upsert(tx: &mut PgConnection, drop: &DropId, row: &DropRow) -> Result<Option<[u8; 32]>, sqlx::Error> {
+    let kept: Option<Vec<u8>> = sqlx::query_scalar(
         "insert into drops (drop_id, per_buyer, starts_at, ends_at, payment_window_ms, line_opens_at, line_rate,
                             challenge_cost, line_ttl_ms, line_seed)
          values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
@@ -29,9 +31,9 @@ pub async fn upsert(tx: &mut PgConnection, drop: &DropId, row: &DropRow) -> Resu
          set per_buyer = excluded.per_buyer, starts_at = excluded.starts_at, ends_at = excluded.ends_at,
              payment_window_ms = excluded.payment_window_ms, line_opens_at = excluded.line_opens_at,
              line_rate = excluded.line_rate, challenge_cost = excluded.challenge_cost,
-             line_ttl_ms = excluded.line_ttl_ms, line_seed = case when excluded.line_rate is null then null
-                              else coalesce(drops.line_seed, excluded.line_seed) end,
-             updated_at = now()",
+             line_ttl_ms = excluded.line_ttl_ms, line_seed = coalesce(drops.line_seed, excluded.line_seed),
+             updated_at = now()
+         returning line_seed",
     )
     .bind(drop.as_str())
     .bind(row.per_buyer as i32)
@@ -43,9 +45,9 @@ pub async fn upsert(tx: &mut PgConnection, drop: &DropId, row: &DropRow) -> Resu
     .bind(row.challenge_cost.map(|c| c as i32))
     .bind(row.line.map(|line| line.ttl_ms))
     .bind(row.line.map(|line| line.seed.to_vec()))
-    .execute(tx)
-    .await
-    .map(|_| ())
+    .fetch_one(tx)
+    .await?;
+    Ok(kept.and_then(|seed| <[u8; 32]>::try_from(seed).ok()))
 }
 
 /// Locks the drop's row to the transaction's end (nothing if it has none yet). A drop's seed and

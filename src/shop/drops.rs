@@ -92,7 +92,7 @@ impl Shop {
         let line = self.checked_queue("waiting_room", waiting_room, starts_at)?;
         let stock = sizes.iter().map(|(_, stock)| stock).sum();
         let draw = self.checked_draw(drop, draw, (line.is_some(), payment_window_ms, stock)).await?;
-        let spec = DropSpec {
+        let mut spec = DropSpec {
             sizes,
             starts_at_ms: starts_at.map(to_ms),
             ends_at_ms: ends_at.map(to_ms),
@@ -132,7 +132,10 @@ impl Shop {
             db::upsert_sale(&mut tx, sale, &row).await?;
         }
         let row = store::DropRow { per_buyer, starts_at, ends_at, payment_window_ms, line, challenge_cost };
-        store::upsert(&mut tx, drop, &row).await?;
+        let kept = store::upsert(&mut tx, drop, &row).await?;
+        if let (Some(line), Some(seed)) = (spec.line.as_mut(), kept) {
+            line.seed = seed; // the seed Postgres keeps: Redis takes it unless it keeps one already
+        }
         if let Some((row, _)) = &draw {
             draw_store::upsert(&mut tx, drop, row).await?;
         }

@@ -86,7 +86,7 @@ impl Shop {
             return invalid("queue cannot be used with more than one shard".into());
         }
         let queue = self.checked_queue("queue", queue, starts_at)?;
-        let spec = SaleSpec {
+        let mut spec = SaleSpec {
             hold: None,
             stock,
             starts_at_ms: starts_at.map(to_ms),
@@ -119,7 +119,10 @@ impl Shop {
             per_buyer,
             challenge_cost,
         };
-        db::upsert_sale(&mut tx, sale, &row).await?;
+        let kept = db::upsert_sale(&mut tx, sale, &row).await?;
+        if let (Some(queue), Some(seed)) = (spec.queue.as_mut(), kept) {
+            queue.seed = seed; // the seed Postgres keeps: Redis takes it unless it keeps one already
+        }
         match self.sales.seed(sale, spec).await? {
             SeedOutcome::Seeded => {
                 let effect = json!({

@@ -172,7 +172,7 @@ async fn a_drop_with_a_waiting_room_writes_its_lines_meta() {
         "waiting_room": {"opens_at": "2099-01-01T00:00:00Z", "rate": 50},
         "challenge": {"cost": 100},
     });
-    assert_eq!(put_drop(&app, &drop, body).await.status(), 200);
+    assert_eq!(put_drop(&app, &drop, body.clone()).await.status(), 200);
     let mut redis = app.redis.clone();
     let prefix = &app.config.key_prefix;
     let line: std::collections::HashMap<String, String> =
@@ -191,11 +191,20 @@ async fn a_drop_with_a_waiting_room_writes_its_lines_meta() {
     );
     assert!(!size.contains_key("challenge_cost"), "the line asks the proof, once per join: {size:?}");
 
-    // Without the waiting room, the line is gone; the seed stays for a line seeded again.
-    let body = json!({"sizes": {"40": {"stock": 4}, "41": {"stock": 6}}, "starts_at": "2099-01-01T00:10:00Z"});
-    assert_eq!(put_drop(&app, &drop, body).await.status(), 200);
+    // Without the waiting room, the line is gone; the seed stays for a line seeded again, in Redis
+    // and in Postgres (whose row drew another when the line came back).
+    let without = json!({"sizes": {"40": {"stock": 4}, "41": {"stock": 6}}, "starts_at": "2099-01-01T00:10:00Z"});
+    assert_eq!(put_drop(&app, &drop, without).await.status(), 200);
     let exists: bool = redis.exists(format!("{prefix}:{{group:{drop}}}:line:meta")).await.unwrap();
     assert!(!exists);
+    assert_eq!(put_drop(&app, &drop, body).await.status(), 200);
+    let again: String = redis.hget(format!("{prefix}:{{group:{drop}}}:line:queue:state"), "seed").await.unwrap();
+    let row: String = sqlx::query_scalar("select encode(line_seed, 'hex') from drops where drop_id = $1")
+        .bind(&drop)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!((&again, &row), (&seed, &seed), "Redis's seed, then the row's");
 }
 
 #[tokio::test]

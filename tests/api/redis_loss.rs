@@ -406,3 +406,35 @@ async fn a_drops_size_written_back_is_held_until_the_repair_lifts_it() {
     seckill::controls::lift_hold(&app.store, &SaleId::parse(&size).unwrap(), hold).await.unwrap();
     assert_eq!(app.buy(&size, "a").await.status(), 201, "lifted");
 }
+
+/// A queued sale Redis lost, seeded again, keeps the shuffle seed Postgres keeps: Redis drew the
+/// new seed's while the row kept the first, so the two disagreed, and a repair would later have
+/// shuffled the line with the row's.
+#[tokio::test]
+async fn a_queued_sale_seeded_again_after_a_loss_keeps_the_seed_postgres_keeps() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    let at = |seconds: i64| {
+        let at = time::OffsetDateTime::now_utc() + time::Duration::seconds(seconds);
+        at.format(&time::format_description::well_known::Rfc3339).unwrap()
+    };
+    let body = json!({"stock": 3, "starts_at": at(3600), "queue": {"opens_at": at(-1), "rate": 10}});
+    assert_eq!(app.seed(&sale, body.clone()).await.status(), 200);
+    let keys = app.store.keyspace().sale_keys(&SaleId::parse(&sale).unwrap());
+    let state = keys.queue.state.clone();
+    let seeds = async || -> (String, String) {
+        let redis: String = app.redis.clone().hget(&state, "seed").await.unwrap();
+        let row: String = sqlx::query_scalar("select encode(queue_seed, 'hex') from sales where sale_id = $1")
+            .bind(&sale)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+        (redis, row)
+    };
+    let (first, row) = seeds().await;
+    assert_eq!(first, row);
+    lose_sale(&app, &sale).await;
+    let _: i64 = app.redis.clone().del(&state).await.unwrap(); // its line's state too
+    assert_eq!(app.seed(&sale, body).await.status(), 200);
+    assert_eq!(seeds().await, (first.clone(), first), "Redis's seed, then the row's");
+}
