@@ -30,6 +30,12 @@ impl Shop {
         let reason = checked_reason(reason)?;
         self.live_now(sale).await?;
         let mut tx = self.pool.begin().await?;
+        // The row's lock, held through the Redis calls: a seed of the sale holds it through its
+        // own (which rewrites every shard's meta), so the two run one after the other and a seed
+        // cannot undo, on some shards, a switch already answered (a retirement's mark takes it too).
+        if db::lock_retired(&mut tx, sale.as_str()).await? {
+            return Err(Error::SaleRetired);
+        }
         let redis_reason = if switch == Switch::Pause { reason.unwrap_or_default() } else { "" };
         let Some(switched) = controls::switch(&self.sales, sale, switch, redis_reason).await? else {
             return Err(self.unknown_or_retired(sale).await);

@@ -90,6 +90,36 @@ async fn a_reason_is_bounded_and_an_unknown_sale_cannot_be_paused() {
     assert!(!app.status(&sale).await.paused, "nothing refused changed the sale");
 }
 
+/// A sale re-seeded while it is ended: the end stands once both answered. The end's Redis call ran
+/// while the seed waited for the sale's row (here held by the test), and the seed then wrote the
+/// sale's meta over it: the sale sold again (here: not started) while the end had answered 200 and
+/// its row said ended. The end now waits for the row before its Redis call.
+#[tokio::test]
+async fn a_sale_reseeded_while_it_ends_stays_ended() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    let at = (time::OffsetDateTime::now_utc() + time::Duration::HOUR)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let body = json!({"stock": 3, "starts_at": at});
+    assert_eq!(app.seed(&sale, body.clone()).await.status(), 200);
+    let mut holder = app.pool.begin().await.unwrap();
+    sqlx::query("select 1 from sales where sale_id = $1 for update").bind(&sale).execute(&mut *holder).await.unwrap();
+    let seeding = app.seed(&sale, body);
+    let ending = async {
+        crate::helpers::lock_waiters(&app.pool, 1).await; // the seed, on the sale's row
+        control(&app, &sale, "end", None).await
+    };
+    let release = async {
+        crate::helpers::lock_waiters(&app.pool, 2).await; // and the end
+        holder.commit().await.unwrap();
+    };
+    let (seeded, ended, ()) = tokio::join!(seeding, ending, release);
+    assert_eq!((seeded.status().as_u16(), ended.status().as_u16()), (200, 200));
+    assert_error(app.buy(&sale, "late").await, 403, "sale_ended").await;
+    assert_eq!(public_state(&app, &sale).await, "ended");
+}
+
 #[tokio::test]
 async fn ending_a_sale_now_refuses_buys_as_ended_in_redis_and_postgres() {
     let app = spawn_app().await;

@@ -45,24 +45,6 @@ async fn open_size_rows(app: &TestApp, drop: &str) -> i64 {
         .unwrap()
 }
 
-/// Returns once `n` sessions of the pool's database wait on a lock.
-async fn lock_waiters(pool: &sqlx::PgPool, n: i64) {
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
-        )
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        if waiting >= n {
-            return;
-        }
-        assert!(std::time::Instant::now() < until, "{waiting} of {n} sessions wait on a lock");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-}
-
 /// Each size's `(name, state, stock_left)` in a drop's answer.
 fn sizes_of(body: &Value) -> Vec<(String, String, i64)> {
     body["sizes"]
@@ -388,11 +370,11 @@ async fn a_drop_reseeded_while_it_ends_answers_both() {
         .unwrap();
     let seeding = put_drop(&app, &drop, body);
     let ending = async {
-        lock_waiters(&app.pool, 1).await; // the seed, on size 41's row
+        crate::helpers::lock_waiters(&app.pool, 1).await; // the seed, on size 41's row
         post_drop(&app, &drop, "end", json!({})).await
     };
     let release = async {
-        lock_waiters(&app.pool, 2).await; // and the end
+        crate::helpers::lock_waiters(&app.pool, 2).await; // and the end
         holder.commit().await.unwrap();
     };
     let (seeded, ended, ()) = tokio::join!(seeding, ending, release);

@@ -209,3 +209,21 @@ impl Drop for PrivateRedis {
         self.0.stop();
     }
 }
+
+/// Returns once `n` sessions of the pool's database wait on a lock.
+pub async fn lock_waiters(pool: &sqlx::PgPool, n: i64) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if waiting >= n {
+            return;
+        }
+        assert!(std::time::Instant::now() < until, "{waiting} of {n} sessions wait on a lock");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
