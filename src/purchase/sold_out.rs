@@ -3,7 +3,9 @@
 //! most of a flash crowd takes once the stock is gone. The flag holds a copy of the sale's buyers
 //! (final once it is sold out) and their receipts, so a buyer who asks again still hears 409 with
 //! its order id, not 410. The copy says "queued" for an order it did not see confirmed, and is
-//! copied again each time Redis renews the flag until every order in it is confirmed.
+//! copied again each time Redis renews the flag until every order in it is confirmed. A flag
+//! that lapsed and is set again is a new flag: its old copy may predate a reopening this instance
+//! did not hear of, so it is copied afresh, and a copy made for an earlier flag is never kept.
 //!
 //! A sold-out sale comes back by a re-seed (possible while it has no buyers, e.g. after a seed
 //! with stock 0) or when its stock rises (a top-up, `crate::controls`; a reservation's unit given
@@ -17,6 +19,7 @@
 //! ([`MAX_HELD_BUYERS`] in all, least recently used first out), and a flag nobody asked about for
 //! [`FLAG_IDLE`] is dropped with its copy, so a year of sales leaves nothing behind.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -66,6 +69,9 @@ struct Flag {
     buyers: Buyers,
     /// A copy is being made (the previous one, if any, answers meanwhile).
     loading: bool,
+    /// Which flag this is: new whenever a flag is set afresh (first, or after it lapsed). A copy
+    /// is stored only into the flag it was made for.
+    epoch: u64,
 }
 
 impl Flag {
@@ -90,6 +96,8 @@ pub struct SoldOutFlags {
     cleared: moka::sync::Cache<Box<str>, Instant>,
     /// When every flag was last cleared.
     all_cleared: RwLock<Option<Instant>>,
+    /// The last flag's epoch (unique across sales and clears).
+    epochs: AtomicU64,
 }
 
 impl std::fmt::Debug for SoldOutFlags {
@@ -118,7 +126,7 @@ impl SoldOutFlags {
             .time_to_idle(idle)
             .build();
         let cleared = moka::sync::Cache::builder().max_capacity(10_000).time_to_live(ttl).build();
-        Self { flags, ttl, cleared, all_cleared: RwLock::new(None) }
+        Self { flags, ttl, cleared, all_cleared: RwLock::new(None), epochs: AtomicU64::new(0) }
     }
 
     /// `None` unless the sale's flag is set and has not lapsed.
@@ -137,30 +145,45 @@ impl SoldOutFlags {
         })
     }
 
-    /// Redis said the sale is sold out: sets or renews its flag. Returns true when the caller
-    /// should copy the buyers ([`load_buyers`]), unless a copy is already being made: none are
-    /// held, none were bought yet (a sale seeded with stock 0 may be re-seeded, so its empty set
-    /// is not final), or some of the copied orders were still queued.
-    pub fn set(&self, sale: &SaleId) -> bool {
-        let until = Instant::now() + self.ttl;
+    /// Redis said the sale is sold out: sets or renews its flag. Returns the flag's epoch when
+    /// the caller should copy the buyers into it ([`load_buyers`]), unless a copy is already being
+    /// made for it: none are held, none were bought yet (a sale seeded with stock 0 may be
+    /// re-seeded, so its empty set is not final), or some of the copied orders were still queued.
+    /// A flag that had lapsed starts afresh, without its copy: the sale may have sold again since
+    /// (a top-up whose event this instance missed).
+    pub fn set(&self, sale: &SaleId) -> Option<u64> {
+        let now = Instant::now();
         let cell = self.flags.get_with(sale.as_str().into(), || {
-            Arc::new(RwLock::new(Flag { until, buyers: Buyers::Absent, loading: false }))
+            Arc::new(RwLock::new(Flag { until: now, buyers: Buyers::Absent, loading: false, epoch: 0 }))
         });
         let mut flag = write(&cell);
-        flag.until = until;
+        let lapsed = now >= flag.until; // or new
+        if lapsed {
+            let epoch = self.epochs.fetch_add(1, Ordering::Relaxed) + 1;
+            *flag = Flag { until: now, buyers: Buyers::Absent, loading: false, epoch };
+        }
+        flag.until = now + self.ttl;
         let load = !flag.loading
             && match &flag.buyers {
                 Buyers::Loaded(copy) => copy.buyers.is_empty() || !copy.settled,
                 Buyers::Absent => true,
             };
         flag.loading |= load;
-        load
+        let epoch = load.then_some(flag.epoch);
+        drop(flag);
+        if lapsed {
+            self.flags.insert(sale.as_str().into(), cell); // weighed again, without the old copy
+        }
+        epoch
     }
 
-    fn store_buyers(&self, sale: &SaleId, buyers: Buyers) {
+    fn store_buyers(&self, sale: &SaleId, epoch: u64, buyers: Buyers) {
         let Some(cell) = self.flags.get(sale.as_str()) else { return };
         {
             let mut flag = write(&cell);
+            if flag.epoch != epoch {
+                return; // made for a flag since cleared or lapsed: it may miss later buyers
+            }
             flag.loading = false;
             // A failed copy leaves the previous one answering.
             if matches!(buyers, Buyers::Loaded(_)) || matches!(flag.buyers, Buyers::Absent) {
@@ -184,11 +207,11 @@ impl SoldOutFlags {
     }
 
     /// [`Self::set`] for Redis's answer to a purchase asked at `asked`, unless the flag was
-    /// cleared since (the answer may predate a top-up or a re-seed): then false, nothing set.
-    pub fn set_since(&self, sale: &SaleId, asked: Instant) -> bool {
+    /// cleared since (the answer may predate a top-up or a re-seed): then `None`, nothing set.
+    pub fn set_since(&self, sale: &SaleId, asked: Instant) -> Option<u64> {
         let all = *self.all_cleared.read().unwrap_or_else(|e| e.into_inner());
         let cleared = self.cleared.get(sale.as_str()).into_iter().chain(all).any(|at| at >= asked);
-        !cleared && self.set(sale)
+        if cleared { None } else { self.set(sale) }
     }
 
     /// Buyers held in all the flags (the cache's weight; eviction is applied lazily, so this
@@ -207,11 +230,11 @@ fn write(cell: &FlagCell) -> std::sync::RwLockWriteGuard<'_, Flag> {
     cell.write().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Copies a sold-out sale's buyers into its flag (after [`SoldOutFlags::set`] returned true), so
-/// a buyer who asks again hears 409 `already_purchased` with its order without a Redis call.
+/// Copies a sold-out sale's buyers into its flag of `epoch` (as [`SoldOutFlags::set`] answered),
+/// so a buyer who asks again hears 409 `already_purchased` with its order without a Redis call.
 /// Sales with more than `MAX_LOCAL_BUYERS` buyers are not copied; their buyers are asked about in
 /// Redis.
-pub async fn load_buyers(flags: Arc<SoldOutFlags>, sales: Sales, sale: SaleId) {
+pub async fn load_buyers(flags: Arc<SoldOutFlags>, sales: Sales, sale: SaleId, epoch: u64) {
     let buyers = match sales.buyer_copy(&sale, MAX_LOCAL_BUYERS).await {
         Ok(Some(copy)) => Buyers::Loaded(Arc::new(copy)),
         Ok(None) => Buyers::Absent,
@@ -220,7 +243,7 @@ pub async fn load_buyers(flags: Arc<SoldOutFlags>, sales: Sales, sale: SaleId) {
             Buyers::Absent
         }
     };
-    flags.store_buyers(&sale, buyers);
+    flags.store_buyers(&sale, epoch, buyers);
 }
 
 #[cfg(test)]
@@ -249,16 +272,16 @@ mod tests {
     fn a_flag_answers_from_the_buyers_it_holds_until_cleared() {
         let flags = SoldOutFlags::default();
         assert_eq!(flags.check(&sale("a"), &user("u")), None);
-        assert!(flags.set(&sale("a")), "the first flag asks for the buyers");
+        let epoch = flags.set(&sale("a")).expect("the first flag asks for the buyers");
         assert_eq!(flags.check(&sale("a"), &user("u")), Some(Flagged::AskRedis), "while they load");
-        assert!(!flags.set(&sale("a")), "one load at a time");
+        assert!(flags.set(&sale("a")).is_none(), "one load at a time");
         let confirmed = loaded(&["u"], OrderStatus::Confirmed);
         let Buyers::Loaded(copy) = &confirmed else { unreachable!() };
         let receipt = copy.buyers["u"];
-        flags.store_buyers(&sale("a"), confirmed);
+        flags.store_buyers(&sale("a"), epoch, confirmed);
         assert_eq!(flags.check(&sale("a"), &user("u")), Some(Flagged::AlreadyPurchased(receipt)));
         assert_eq!(flags.check(&sale("a"), &user("v")), Some(Flagged::SoldOut));
-        assert!(!flags.set(&sale("a")), "a sale with buyers keeps them");
+        assert!(flags.set(&sale("a")).is_none(), "a sale with buyers keeps them");
         assert_eq!(flags.check(&sale("b"), &user("u")), None);
         flags.clear("a");
         assert_eq!(flags.check(&sale("a"), &user("u")), None);
@@ -270,28 +293,28 @@ mod tests {
     #[test]
     fn an_empty_or_missing_copy_is_loaded_again_on_the_next_sold_out() {
         let flags = SoldOutFlags::default();
-        flags.set(&sale("a"));
-        flags.store_buyers(&sale("a"), loaded(&[], OrderStatus::Confirmed));
-        assert!(flags.set(&sale("a")), "no buyers yet: a re-seed could still add some");
-        flags.store_buyers(&sale("a"), Buyers::Absent);
-        assert!(flags.set(&sale("a")));
+        let epoch = flags.set(&sale("a")).unwrap();
+        flags.store_buyers(&sale("a"), epoch, loaded(&[], OrderStatus::Confirmed));
+        assert!(flags.set(&sale("a")).is_some(), "no buyers yet: a re-seed could still add some");
+        flags.store_buyers(&sale("a"), epoch, Buyers::Absent);
+        assert!(flags.set(&sale("a")).is_some());
     }
 
     #[test]
     fn a_copy_with_queued_orders_is_copied_again_and_answers_meanwhile() {
         let flags = SoldOutFlags::default();
-        flags.set(&sale("a"));
-        flags.store_buyers(&sale("a"), loaded(&["u"], OrderStatus::Queued));
-        assert!(flags.set(&sale("a")), "queued orders: copy again");
+        let epoch = flags.set(&sale("a")).unwrap();
+        flags.store_buyers(&sale("a"), epoch, loaded(&["u"], OrderStatus::Queued));
+        assert!(flags.set(&sale("a")).is_some(), "queued orders: copy again");
         fn queued(f: Option<Flagged>) -> bool {
             matches!(f, Some(Flagged::AlreadyPurchased(Some(r))) if r.status == OrderStatus::Queued)
         }
         assert!(queued(flags.check(&sale("a"), &user("u"))), "the old copy answers while the new one loads");
-        flags.store_buyers(&sale("a"), Buyers::Absent);
+        flags.store_buyers(&sale("a"), epoch, Buyers::Absent);
         assert!(queued(flags.check(&sale("a"), &user("u"))), "a failed copy keeps the old one");
-        assert!(flags.set(&sale("a")));
-        flags.store_buyers(&sale("a"), loaded(&["u"], OrderStatus::Confirmed));
-        assert!(!flags.set(&sale("a")), "all confirmed: the copy is final");
+        assert!(flags.set(&sale("a")).is_some());
+        flags.store_buyers(&sale("a"), epoch, loaded(&["u"], OrderStatus::Confirmed));
+        assert!(flags.set(&sale("a")).is_none(), "all confirmed: the copy is final");
     }
 
     #[test]
@@ -299,18 +322,18 @@ mod tests {
         let flags = SoldOutFlags::bounded(Duration::from_secs(60), 1_000, Duration::from_secs(60));
         for i in 0..20 {
             let sale = sale(&format!("s{i}"));
-            flags.set(&sale);
+            let epoch = flags.set(&sale).unwrap();
             let ids: Vec<String> = (0..100).map(|u| format!("u{u}")).collect();
             let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-            flags.store_buyers(&sale, loaded(&ids, OrderStatus::Confirmed));
+            flags.store_buyers(&sale, epoch, loaded(&ids, OrderStatus::Confirmed));
         }
         let held = flags.held_buyers();
         assert!(held <= 1_000, "20 copies of 100 buyers, bound 1,000: {held} held");
         assert!(held >= 101, "the latest copy stays: {held} held");
 
         let idle = SoldOutFlags::bounded(Duration::from_secs(60), 1_000, Duration::from_millis(500));
-        idle.set(&sale("a"));
-        idle.store_buyers(&sale("a"), loaded(&["u"], OrderStatus::Confirmed));
+        let epoch = idle.set(&sale("a")).unwrap();
+        idle.store_buyers(&sale("a"), epoch, loaded(&["u"], OrderStatus::Confirmed));
         assert_eq!(idle.held_buyers(), 2);
         std::thread::sleep(Duration::from_millis(1_200));
         assert_eq!(idle.held_buyers(), 0, "an idle flag is dropped with its copy");
@@ -322,12 +345,12 @@ mod tests {
         let flags = SoldOutFlags::default();
         let asked = Instant::now();
         flags.clear("a");
-        assert!(!flags.set_since(&sale("a"), asked), "sold out before the top-up");
+        assert!(flags.set_since(&sale("a"), asked).is_none(), "sold out before the top-up");
         assert_eq!(flags.check(&sale("a"), &user("u")), None);
-        assert!(flags.set_since(&sale("a"), Instant::now()), "sold out after it");
+        assert!(flags.set_since(&sale("a"), Instant::now()).is_some(), "sold out after it");
         let asked = Instant::now();
         flags.clear_all();
-        assert!(!flags.set_since(&sale("b"), asked));
+        assert!(flags.set_since(&sale("b"), asked).is_none());
     }
 
     #[test]
@@ -337,5 +360,22 @@ mod tests {
         assert!(flags.check(&sale("a"), &user("u")).is_some());
         std::thread::sleep(Duration::from_millis(400));
         assert_eq!(flags.check(&sale("a"), &user("u")), None);
+    }
+
+    #[test]
+    fn a_flag_set_again_after_it_lapsed_drops_its_copy_and_keeps_none_made_for_the_old_flag() {
+        let flags = SoldOutFlags::with_ttl(Duration::from_millis(100));
+        let first = flags.set(&sale("a")).unwrap();
+        flags.store_buyers(&sale("a"), first, loaded(&["u"], OrderStatus::Confirmed));
+        assert_eq!(flags.held_buyers(), 2);
+        while flags.check(&sale("a"), &user("u")).is_some() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let second = flags.set(&sale("a")).expect("a lapsed flag set again is copied afresh");
+        assert_eq!(flags.held_buyers(), 1, "without the old copy (the sale may have sold since)");
+        flags.store_buyers(&sale("a"), first, loaded(&["u"], OrderStatus::Confirmed));
+        assert_eq!(flags.held_buyers(), 1, "a copy made for the lapsed flag is not kept");
+        flags.store_buyers(&sale("a"), second, loaded(&["u", "v"], OrderStatus::Confirmed));
+        assert_eq!(flags.held_buyers(), 3);
     }
 }

@@ -173,9 +173,10 @@ impl Shop {
             }
             BuyOutcome::InsufficientStock { left } => Err(Error::InsufficientStock { stock_left: left }),
             BuyOutcome::SoldOut => {
-                if self.sold_out.set_since(sale, asked) {
+                if let Some(epoch) = self.sold_out.set_since(sale, asked) {
                     self.board.invalidate(sale).await;
-                    tokio::spawn(sold_out::load_buyers(self.sold_out.clone(), self.sales.clone(), sale.clone()));
+                    let (flags, sales) = (self.sold_out.clone(), self.sales.clone());
+                    tokio::spawn(sold_out::load_buyers(flags, sales, sale.clone(), epoch));
                 }
                 Err(Error::SoldOut)
             }

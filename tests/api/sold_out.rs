@@ -65,3 +65,37 @@ async fn a_re_seed_on_another_instance_clears_the_flag_here_by_its_event() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A flag that lapsed and is set again starts without its old copy of the buyers. The sale's stock
+/// rises behind the instance's back (a top-up whose event it missed); once its flag lapses carol
+/// buys, dave hears sold out, and carol asking again hears 409 with her order: the renewed flag
+/// answered 410 from the copy made before carol bought.
+#[tokio::test]
+async fn a_flag_set_again_after_it_lapsed_copies_the_buyers_afresh() {
+    let app = spawn_app_with(|c| c.sold_out_flag_ttl = Duration::from_millis(200), true).await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 1).await;
+    assert_eq!(app.buy(&sale, "alice").await.status(), 201);
+    app.wait_for_drain(&sale).await; // alice's order confirmed: the copy is final
+    assert_error(app.buy(&sale, "bob").await, 410, "sold_out").await;
+    app.wait_for_sold_out_held(2.0).await;
+    let keys = app.store.keyspace().sale_keys(&SaleId::parse(&sale).unwrap());
+    let mut redis = app.redis.clone();
+    let _: () = redis::pipe()
+        .atomic()
+        .incr(&keys.stock, 1)
+        .ignore()
+        .hincr(&keys.meta, "stock_initial", 1)
+        .ignore()
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    // Refused from memory until the flag lapses, then bought in Redis.
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while app.buy(&sale, "carol").await.status() != 201 {
+        assert!(std::time::Instant::now() < until, "carol never reached Redis");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_error(app.buy(&sale, "dave").await, 410, "sold_out").await;
+    assert_error(app.buy(&sale, "carol").await, 409, "already_purchased").await;
+}
