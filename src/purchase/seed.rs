@@ -76,6 +76,14 @@ pub struct SaleSpec {
     pub hold: Option<&'static str>,
 }
 
+impl SaleSpec {
+    /// Whether a sharded sale may have these settings: no payment window, no waiting room, one unit
+    /// a buyer (docs/stock-sharding.md).
+    fn fits_shards(&self) -> bool {
+        self.payment_window_ms.is_none() && self.queue.is_none() && self.per_buyer == 1
+    }
+}
+
 impl Sales {
     /// Registers the sale and its shards (so workers read their streams), then runs
     /// `lua/seed.lua` on each shard: creates or re-seeds the sale unless it has buyers (or,
@@ -92,6 +100,11 @@ impl Sales {
         let existing = self.read_layout(sale).await?;
         let layout = match (&existing, spec.shards) {
             (Some(layout), Some(shards)) if shards != layout.shards() => {
+                return Ok(SeedOutcome::ShardsFixed { shards: layout.shards() });
+            }
+            // Made sharded since the caller looked (another first seed of the sale won the race):
+            // what a shard cannot hold is refused, as the caller refuses it when it sees shards.
+            (Some(layout), _) if layout.is_sharded() && !spec.fits_shards() => {
                 return Ok(SeedOutcome::ShardsFixed { shards: layout.shards() });
             }
             (Some(layout), _) => Layout::clone(layout),

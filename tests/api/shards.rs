@@ -163,6 +163,43 @@ async fn the_shard_count_is_fixed_by_the_first_seed() {
     }
 }
 
+/// Two first seeds of one sale at once, one sharded and one with a payment window (which a shard
+/// cannot hold): whichever wins, the sale never ends up sharded with a window. Both looked for the
+/// sale's shards before either wrote them, then waited for its row (here the test's uncommitted
+/// row); the sharded one won half the time and the other then seeded every shard with the window.
+#[tokio::test]
+async fn first_seeds_racing_never_shard_a_sale_with_a_payment_window() {
+    let app = spawn_app().await;
+    for _ in 0..8 {
+        let sale = new_sale_id();
+        let mut holder = app.pool.begin().await.unwrap();
+        sqlx::query("insert into sales (sale_id, stock_initial) values ($1, 1)")
+            .bind(&sale)
+            .execute(&mut *holder)
+            .await
+            .unwrap();
+        let sharded = app.seed(&sale, json!({"stock": 10, "shards": 3, "starts_at": "2999-01-01T00:00:00Z"}));
+        let windowed = app.seed(&sale, json!({"stock": 10, "payment_window": "1m"}));
+        let release = async {
+            crate::helpers::lock_waiters(&app.pool, 2).await; // both seeds, on the row
+            holder.rollback().await.unwrap();
+        };
+        let (a, b, ()) = tokio::join!(sharded, windowed, release);
+        let statuses = (a.status().as_u16(), b.status().as_u16());
+        assert!(matches!(statuses, (200, 409) | (409, 200)), "one seed wins, the other is refused: {statuses:?}");
+        let window: Option<i64> = sqlx::query_scalar("select payment_window_ms from sales where sale_id = $1")
+            .bind(&sale)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+        let shards = shard_keys(&app, &sale).await.len();
+        assert!(shards == 1 || window.is_none(), "{shards} shards with a window of {window:?} ms");
+        let keys = &shard_keys(&app, &sale).await[shards - 1];
+        let in_redis: Option<String> = app.redis.clone().hget(&keys.meta, "payment_window_ms").await.unwrap();
+        assert!(shards == 1 || in_redis.is_none(), "{shards} shards with a window in Redis: {in_redis:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_sharded_sale_is_never_reseeded_once_it_has_started() {
     let app = spawn_app().await;
