@@ -10,15 +10,18 @@
 -- ARGV     quintuples: user id, order id, created_at_ms (Unix milliseconds), released ("1" for
 --          an order Postgres holds as cancelled or expired, else "0"), units (the order's
 --          quantity), of orders committed to Postgres; as many as fit one call (the caller sends
---          them in pages)
+--          them in pages). Optionally "fit" first: a sharded sale's buyer (src/purchase/restore.rs)
+--          whose live order's units the stock left cannot cover is left out, not added
 --
--- Returns {restored, overdrawn, released}:
+-- Returns {restored, overdrawn, released}, and with "fit" a fourth figure, skipped:
 --   restored   users added to the buyer set (users already in it are left alone: idempotent)
 --   released   of those, orders put into the released set (released in Postgres, and neither their
 --              take nor their release in this Redis: their units were in the stock already)
 --   overdrawn  how far below 0 the stock would have gone: the stock is set to 0 instead, and
 --              stock_initial = stock + SCARD(buyers) no longer holds; the caller reports it
 --              (a sale re-seeded with less stock than Postgres has orders)
+--   skipped    with "fit": users left out, neither buyers here nor covered by the stock left (the
+--              caller tries the next shard of their visiting order)
 --
 -- Invariants kept: a restored buyer is refused a second purchase (SISMEMBER in buy.lua) and is told
 -- its Postgres order on a repeat: the receipt names entry "0-0", older than any stream entry, so
@@ -47,16 +50,23 @@ if not stock then
   return redis.error_reply('restore.lua: the sale has no stock key; seed it first')
 end
 
+local fit = #ARGV % 5 == 1
+if fit and ARGV[1] ~= 'fit' then
+  return redis.error_reply('restore.lua: quintuples, or "fit" then quintuples')
+end
 local restored = 0
 local taken = 0
 local released = 0
+local skipped = 0
 -- A sale the repair seeded again (lua/seed.lua's hold): its stock is new, and no release has run
 -- on it since (lua/release.lua refuses while it is held).
 local reseeded = redis.call('HEXISTS', KEYS[5], 'restoring') == 1
-for i = 1, #ARGV, 5 do
+for i = fit and 2 or 1, #ARGV, 5 do
   local user = ARGV[i]
   local units = tonumber(ARGV[i + 4])
-  if redis.call('SADD', KEYS[2], user) == 1 then
+  if fit and ARGV[i + 3] ~= '1' and units > stock - taken and redis.call('SISMEMBER', KEYS[2], user) == 0 then
+    skipped = skipped + 1
+  elseif redis.call('SADD', KEYS[2], user) == 1 then
     local receipt = ARGV[i + 1] .. ' ' .. ARGV[i + 2] .. ' 0-0'
     if units > 1 then
       receipt = receipt .. ' ' .. units
@@ -89,4 +99,7 @@ if left < 0 then
   left = 0
 end
 redis.call('SET', KEYS[1], left)
+if fit then
+  return {restored, overdrawn, released, skipped}
+end
 return {restored, overdrawn, released}

@@ -66,9 +66,7 @@ impl Layout {
 
     /// The shards `user` visits, in order: the home shard, then the next ones, wrapping around.
     pub fn visit_order(&self, user: &UserId) -> impl Iterator<Item = usize> + use<> {
-        let shards = self.shards() as usize;
-        let home = home_shard(user, self.shards());
-        (0..shards).map(move |i| (home + i) % shards)
+        visit_order(user, self.shards())
     }
 
     /// The items of a sale of `stock` that shard `k` holds: an even split, the remainder going
@@ -101,6 +99,14 @@ impl Layout {
             _ => Ok(layout),
         }
     }
+}
+
+/// The shards of `shards` that `user` visits, in order: the home shard, then the next ones,
+/// wrapping around.
+pub fn visit_order(user: &UserId, shards: u32) -> impl Iterator<Item = usize> + use<> {
+    let home = home_shard(user, shards);
+    let shards = shards.max(1) as usize;
+    (0..shards).map(move |i| (home + i) % shards)
 }
 
 /// The shard a user visits first: FNV-1a (64 bit) of the user id's bytes, modulo K. Stable across

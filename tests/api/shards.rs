@@ -200,6 +200,39 @@ async fn first_seeds_racing_never_shard_a_sale_with_a_payment_window() {
     }
 }
 
+/// A buyer who fell over to another shard, whose purchase Redis lost there, is restored on the
+/// shard it bought on. The repair put every lost buyer into its home shard, which had sold out
+/// before it fell over (overdrawn there), and left the unit in the shard that lost the purchase,
+/// to be sold again: three orders on a stock of two.
+#[tokio::test]
+async fn a_fallen_over_buyer_redis_lost_is_restored_on_the_shard_it_bought_on() {
+    let app = spawn_app().await;
+    let sale = seed_sharded(&app, 2, 2).await; // a unit a shard
+    let homed_on_0: Vec<String> =
+        (0..).map(|i| format!("fall-{i}")).filter(|u| home_shard(&UserId::parse(u).unwrap(), 2) == 0).take(3).collect();
+    let (x, u, y) = (&homed_on_0[0], &homed_on_0[1], &homed_on_0[2]);
+    assert_eq!(app.buy(&sale, x).await.status(), 201);
+    assert_eq!(app.buy(&sale, u).await.status(), 201, "its home shard sold out: u falls over to shard 1");
+    app.wait_for_drain(&sale).await;
+    // Redis forgets u's purchase on shard 1 (a failover within its fsync interval).
+    let keys = &shard_keys(&app, &sale).await[1];
+    let _: () = redis::pipe()
+        .srem(&keys.buyers, u)
+        .ignore()
+        .hdel(&keys.receipts, u)
+        .ignore()
+        .incr(&keys.stock, 1)
+        .ignore()
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let report = crate::redis_loss::repair(&app, &sale).await;
+    assert_eq!((report.buyers_restored, report.overdrawn), (1, 0), "{report:?}");
+    assert_shards_balance(&app, &sale).await;
+    assert_error(app.buy(&sale, y).await, 410, "sold_out").await;
+    assert_error(app.buy(&sale, u).await, 409, "already_purchased").await;
+}
+
 #[tokio::test]
 async fn a_sharded_sale_is_never_reseeded_once_it_has_started() {
     let app = spawn_app().await;
