@@ -40,6 +40,10 @@
 --                that of each buyer answered already_purchased for one of them: nothing of them
 --                is written
 --
+-- A purchase whose limit refuses but whose buyer's receipt names its order id was bought by an
+-- earlier run of this same call (a Redis Cluster client re-sends one that timed out): it answers
+-- {0, 0, already_purchased with that order}, as buy_limited.lua does, not the refusal.
+--
 -- Invariants kept: buy.lua's, for each purchase and in the same order of checks (unknown sale,
 -- shard count, buyer, admission, start, end, stock); the stock is checked against what is left
 -- after the purchases before it in the call, so it never goes below zero, and the one DECRBY at the
@@ -87,7 +91,12 @@ local function one(arg, key, checks)
       second = decision
     end
     if decision[1] ~= 1 then
-      return {first, second, 0}
+      local receipt = redis.call('HGET', KEYS[5], ARGV[arg])
+      if not (receipt and string.sub(receipt, 1, #ARGV[arg + 1] + 1) == ARGV[arg + 1] .. ' ') then
+        return {first, second, 0}
+      end
+      first, second = 0, 0 -- sent again after it bought: its order, below
+      break
     end
   end
   local bought = buy(ARGV[arg], ARGV[arg + 1], ARGV[arg + 2], ARGV[arg + 3], ARGV[arg + 4], ARGV[arg + 5])

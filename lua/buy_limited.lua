@@ -22,7 +22,9 @@
 --   purchase       buy.lua's reply, or 0 when a limit refused: then nothing is bought
 --
 -- Invariants kept: a refusing limit writes nothing and stops the call, so a refused request
--- never reaches the purchase; an admitting limit records the request whatever the purchase then
+-- never reaches the purchase, unless the buyer's receipt names this call's order id: the call was
+-- sent again (a Redis Cluster client re-sends one that timed out) and its first run bought, so the
+-- purchase answers already_purchased with that order, not the refusal of the limits run again; an admitting limit records the request whatever the purchase then
 -- answers, exactly as two separate calls would. The purchase keeps every invariant of buy.lua.
 -- On a Redis Cluster every key must share one slot: the limiter keys then carry the sale's hash
 -- tag (SECKILL_RATE_LIMIT_SCOPE=sale); otherwise the app checks the limits in calls of their own.
@@ -46,7 +48,12 @@ for i = 1, checks do
   local decision = limit({KEYS[7 + i]}, {ARGV[from], ARGV[from + 1], ARGV[from + 2], ARGV[from + 3], ARGV[from + 4]})
   decisions[i] = decision
   if decision[1] ~= 1 then
-    return {decisions[1], decisions[2], 0}
+    local receipt = redis.call('HGET', KEYS[5], ARGV[2])
+    if not (receipt and string.sub(receipt, 1, #ARGV[3] + 1) == ARGV[3] .. ' ') then
+      return {decisions[1], decisions[2], 0}
+    end
+    decisions = {0, 0} -- sent again after it bought: its order, below
+    break
   end
 end
 return {decisions[1], decisions[2], buy({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]},

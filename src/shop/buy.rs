@@ -154,6 +154,16 @@ impl Shop {
             BuyOutcome::Ended => Err(Error::SaleEnded),
             BuyOutcome::Paused => Err(Error::SalePaused),
             BuyOutcome::DrawOnly => Err(Error::DrawOnly),
+            // This request's own order: its call was sent again (a Redis Cluster client re-sends one
+            // that timed out) after its first run bought, which is what the request asked.
+            BuyOutcome::AlreadyPurchased(Some(receipt)) if receipt.order_id == order_id => {
+                let window = self.payment_window(sale).await?;
+                Ok(Bought {
+                    order_id,
+                    quantity: receipt.quantity,
+                    pay_by_ms: window.map(|w| receipt.created_at_ms + w),
+                })
+            }
             BuyOutcome::AlreadyPurchased(receipt) => Err(self.already_purchased(sale, user, receipt).await?),
             BuyOutcome::ChallengeRequired => {
                 self.challenges.learn_asked(sale);
@@ -216,12 +226,17 @@ impl Shop {
         let Some(receipt) = receipt else {
             return Ok(Error::AlreadyPurchased(None));
         };
-        let window = match self.board.snapshot(sale).await? {
+        let window = self.payment_window(sale).await?;
+        let receipt = lookup::repeat_status(&self.pool, sale, user, receipt, window.is_some()).await;
+        Ok(Error::AlreadyPurchased(Some(receipt)))
+    }
+
+    /// The sale's payment window in milliseconds, `None` without one.
+    async fn payment_window(&self, sale: &SaleId) -> Result<Option<i64>, Error> {
+        Ok(match self.board.snapshot(sale).await? {
             Some(snapshot) => snapshot.state.payment_window_ms,
             // Seeded since this instance last read the registry of sales.
             None => self.sales.sale_state(sale).await?.and_then(|sale| sale.payment_window_ms),
-        };
-        let receipt = lookup::repeat_status(&self.pool, sale, user, receipt, window.is_some()).await;
-        Ok(Error::AlreadyPurchased(Some(receipt)))
+        })
     }
 }

@@ -100,6 +100,19 @@ async fn with_a_batch_of_one_each_purchase_goes_alone() {
     app.wait_for_drain(&sale).await;
 }
 
+/// A sale of 10 seeded for calling the purchase scripts directly: its id, keys, hash tag, and a
+/// connection of the test's own.
+async fn for_direct_calls(
+    app: &crate::helpers::TestApp,
+) -> (String, SaleKeys, String, seckill::redis::connection::RedisConnection) {
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 10).await;
+    let keys = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap());
+    let tag = hash_tag(&keys.meta).to_owned();
+    let redis = seckill::redis::connection::connect(&redis_url().into(), Duration::from_secs(5)).unwrap();
+    (sale, keys, tag, redis)
+}
+
 /// The script's contract, called directly: a part that raises an error (its limiter key is of
 /// another type) writes nothing and leaves the purchases before and after it standing; a buyer
 /// twice in one call is refused the second time with the first order; a part without limits
@@ -107,11 +120,7 @@ async fn with_a_batch_of_one_each_purchase_goes_alone() {
 #[tokio::test]
 async fn one_failing_purchase_in_a_call_leaves_the_others_standing() {
     let app = spawn_app().await;
-    let sale = new_sale_id();
-    app.seed_stock(&sale, 10).await;
-    let keys = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap());
-    let tag = hash_tag(&keys.meta).to_owned();
-    let mut redis = seckill::redis::connection::connect(&redis_url().into(), Duration::from_secs(5)).unwrap();
+    let (sale, keys, tag, mut redis) = for_direct_calls(&app).await;
     let (good, damaged) = (format!("t:{{{tag}}}:limit:good"), format!("t:{{{tag}}}:limit:damaged"));
     let _: () = redis.set(&damaged, "not a sorted set").await.unwrap();
 
@@ -574,4 +583,50 @@ fn a_thread_stopping_takes_no_other_threads_purchase_from_a_shared_lane() {
         .block_on(async { tokio::time::timeout(Duration::from_secs(10), queued).await })
         .expect("the queued purchase was never sent");
     assert_eq!(answered.unwrap(), Value::BulkString(b"unknown_sale".to_vec()), "sent, and Redis answered");
+}
+
+/// A call sent again after its first run bought (a Redis Cluster client re-sends a call that timed
+/// out) answers each purchase with its own order, not the refusal its limits give the second
+/// time: the app answers 201 for it, where it answered 429 though the order was made. Both the
+/// batch and the one-purchase script, with a limit of one request a minute.
+#[tokio::test]
+async fn a_call_sent_again_after_it_bought_answers_its_own_order_not_a_refusal() {
+    let app = spawn_app().await;
+    let (sale, keys, tag, mut redis) = for_direct_calls(&app).await;
+    let policy =
+        Policy::new(Algorithm::SlidingLog, RateLimit { limit: 1, window: Duration::from_secs(60) }, None).unwrap();
+    let (batched, single) = (Uuid::now_v7().to_string(), Uuid::now_v7().to_string());
+    let batch = || {
+        let mut call = Algorithm::SlidingLog.with_purchases().key(&keys.all()[..]);
+        call.arg(&sale).arg(1).arg(1);
+        call.arg("ann").arg(batched.as_str()).arg("").arg("").arg(1).arg("").arg(1);
+        call.key(format!("t:{{{tag}}}:limit:ann"));
+        policy.push_args(&mut call, &batched, None);
+        call
+    };
+    let one = || {
+        let mut call = Algorithm::SlidingLog.with_purchase().key(&keys.all()[..]);
+        call.key(format!("t:{{{tag}}}:limit:bob"));
+        call.arg(&sale).arg("bob").arg(single.as_str()).arg(1).arg("").arg("").arg(1).arg("").arg(1);
+        policy.push_args(&mut call, &single, None);
+        call
+    };
+    // Every word of a reply, nested arrays flattened.
+    fn words(reply: &Value) -> Vec<String> {
+        match reply {
+            Value::Array(items) => items.iter().flat_map(words).collect(),
+            other => vec![redis::from_redis_value_ref::<String>(other).unwrap_or_else(|_| format!("{other:?}"))],
+        }
+    }
+    for (user, order) in [("ann", &batched), ("bob", &single)] {
+        let call = if user == "ann" { batch() } else { one() };
+        let first: Value = call.invoke_async(&mut redis).await.unwrap();
+        assert_eq!(words(&first)[0], "1", "{user}'s first run: admitted and bought: {first:?}");
+        let call = if user == "ann" { batch() } else { one() };
+        let again = words(&call.invoke_async(&mut redis).await.unwrap());
+        assert_eq!(again[..3], ["0", "0", "already_purchased"], "{user} sent again: {again:?}");
+        assert_eq!(&again[3], order, "{user}'s own order");
+    }
+    let log: i64 = redis.zcard(format!("t:{{{tag}}}:limit:bob")).await.unwrap();
+    assert_eq!(log, 1, "a refusal still writes nothing");
 }
