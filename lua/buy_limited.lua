@@ -24,8 +24,9 @@
 -- Invariants kept: a refusing limit writes nothing and stops the call, so a refused request
 -- never reaches the purchase, unless the buyer's receipt names this call's order id: the call was
 -- sent again (a Redis Cluster client re-sends one that timed out) and its first run bought, so the
--- purchase answers already_purchased with that order, not the refusal of the limits run again; an admitting limit records the request whatever the purchase then
--- answers, exactly as two separate calls would. The purchase keeps every invariant of buy.lua.
+-- purchase answers already_purchased with that order, not the refusal of the limits run again.
+-- An admitting limit records the request whatever the purchase then answers, exactly as two
+-- separate calls would. The purchase keeps every invariant of buy.lua.
 -- On a Redis Cluster every key must share one slot: the limiter keys then carry the sale's hash
 -- tag (SECKILL_RATE_LIMIT_SCOPE=sale); otherwise the app checks the limits in calls of their own.
 --

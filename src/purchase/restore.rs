@@ -70,9 +70,8 @@ impl Sales {
         }
         let mut done = Restored::default();
         for page in orders.chunks(PAGE) {
-            let page: Vec<&CommittedOrder> = page.iter().collect();
             let (buyers, overdrawn, released): (u64, u64, u64) =
-                lua::run(&restore_call(&shards[0], &page, false), &mut self.keyspace().conn()).await?;
+                lua::run(&restore_call(&shards[0], page, false), &mut self.keyspace().conn()).await?;
             done.add(buyers, overdrawn, released);
         }
         Ok(done)
@@ -90,7 +89,7 @@ impl Sales {
         for order in orders {
             let mut placed = false;
             for shard in visit_order(&order.user_id, shards.len() as u32) {
-                let call = restore_call(&shards[shard], &[order], true);
+                let call = restore_call(&shards[shard], [order], true);
                 let (buyers, overdrawn, released, skipped): (u64, u64, u64, u64) =
                     lua::run(&call, &mut self.keyspace().conn()).await?;
                 if skipped == 0 {
@@ -102,7 +101,7 @@ impl Sales {
             if !placed {
                 let home = &shards[home_shard(&order.user_id, shards.len() as u32)];
                 let (buyers, overdrawn, released): (u64, u64, u64) =
-                    lua::run(&restore_call(home, &[order], false), &mut self.keyspace().conn()).await?;
+                    lua::run(&restore_call(home, [order], false), &mut self.keyspace().conn()).await?;
                 done.add(buyers, overdrawn, released);
             }
         }
@@ -119,7 +118,11 @@ impl Restored {
 }
 
 /// `lua/restore.lua` on one shard for `orders`; `fit`: only where its stock covers them.
-fn restore_call(keys: &SaleKeys, orders: &[&CommittedOrder], fit: bool) -> ScriptInvocation<'static> {
+fn restore_call<'a>(
+    keys: &SaleKeys,
+    orders: impl IntoIterator<Item = &'a CommittedOrder>,
+    fit: bool,
+) -> ScriptInvocation<'static> {
     let mut call = lua::RESTORE.key(&keys.stock);
     call.key(&keys.buyers).key(&keys.receipts).key(&keys.released).key(&keys.meta);
     if fit {

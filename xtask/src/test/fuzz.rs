@@ -56,6 +56,9 @@ pub fn run(services: &Services, deadline: Instant) -> Result<()> {
     st.arg("run")
         .arg(format!("{}/openapi.json", app.url))
         .args(["--checks", "all", "--max-examples", "60", "--seed", "1", "--request-timeout", "5"])
+        // `--checks all` turns back on what schemathesis.toml turns off: the stateful phase's
+        // "deleted resource still available", which a retirement's kept audit trail trips.
+        .args(["--exclude-checks", "use_after_free"])
         .arg("-H")
         .arg(format!("Authorization: Bearer {}", app.admin_token))
         .env("SECKILL_PAYMENT_SECRET", PAYMENT_SECRET) // the hooks sign payment events with it
