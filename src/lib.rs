@@ -41,7 +41,8 @@
 //!      buyers refused lately (`memory`), the in-process limit on sold-out answers (`local`).
 //!    - [`purchase`]: seeding and buying (`lua/buy.lua` decrements the stock by the quantity,
 //!      keeps each buyer within its `per_buyer` in the sale or its group, enqueues the order and
-//!      keeps the buyer's receipt), a sale's state, a buyer's receipt (`receipt`), the public
+//!      keeps the buyer's receipt), the registries a seed writes first and takes back when
+//!      refused (`registry`), a sale's state, a buyer's receipt (`receipt`), the public
 //!      snapshots (`board`), sharded stock (`shards`), the sold-out flags (`sold_out`), the events
 //!      channel that tells every instance to drop them (`events`), purchases
 //!      that queue up for a shard sent together in one call (`batch`, `lua/buy_batch.lua`).

@@ -1,12 +1,11 @@
 //! Seeding a drop: `lua/drop_seed.lua` over every size at once.
 
-use redis::{AsyncCommands, RedisResult};
+use redis::RedisResult;
 
 use super::keys;
 use crate::domain::{DropId, QueueSpec, SaleId};
 use crate::draw::entries as draw_entries;
-use crate::purchase::Sales;
-use crate::redis::keys::sales_registry_key;
+use crate::purchase::{Sales, registry};
 use crate::redis::lua::{self, unexpected_reply};
 use crate::redis::order_stream;
 
@@ -60,9 +59,32 @@ pub enum DropSeed {
 /// Registers every size (so workers read their streams) and creates their streams' consumer
 /// groups, then seeds the whole drop in one call. The registries are separate keys, written first:
 /// no size is live without its stream being known. On success every instance drops its sold-out
-/// flags of the sizes.
+/// flags of the sizes; a refusal takes back the registrations it made
+/// ([`registry::unregister_unseeded`]).
 pub async fn seed(sales: &Sales, drop: &DropId, spec: &DropSpec) -> RedisResult<DropSeed> {
     let line_stock: i64 = spec.sizes.iter().map(|(_, stock)| stock).sum();
+    let ids: Vec<&SaleId> = spec.sizes.iter().map(|(sale, _)| sale).collect();
+    let added = registry::register_sales(sales.keyspace(), &ids).await?;
+    let draw_added = spec.draw.is_some() && registry::register_draw(sales.keyspace(), drop).await?;
+    let outcome = decide(sales, drop, spec, line_stock).await?;
+    if outcome != DropSeed::Seeded {
+        // A refusal leaves nothing behind: the sizes and the draw this seed registered go again.
+        let undone = async {
+            registry::unregister_unseeded(sales.keyspace(), &added).await?;
+            if draw_added {
+                registry::unregister_unseeded_draw(sales.keyspace(), drop).await?;
+            }
+            RedisResult::Ok(())
+        };
+        if let Err(err) = undone.await {
+            tracing::warn!(drop_id = %drop, error = %err, "a refused drop seed's registrations were not taken back");
+        }
+    }
+    Ok(outcome)
+}
+
+/// Seeds the registered drop and reads what `lua/drop_seed.lua` decided.
+async fn decide(sales: &Sales, drop: &DropId, spec: &DropSpec, line_stock: i64) -> RedisResult<DropSeed> {
     let reply = run(sales, drop, spec, ("seed", ""), line_stock).await?;
     let outcome = match reply {
         redis::Value::Array(_) => {
@@ -93,6 +115,11 @@ pub async fn seed(sales: &Sales, drop: &DropId, spec: &DropSpec) -> RedisResult<
 /// the drop's pause if its line still holds one, else with `hold` (the repair's, until its buyers
 /// are back). Answers how many sizes it wrote.
 pub async fn restore(sales: &Sales, drop: &DropId, spec: &DropSpec, line_stock: i64, hold: &str) -> RedisResult<u32> {
+    let ids: Vec<&SaleId> = spec.sizes.iter().map(|(sale, _)| sale).collect();
+    registry::register_sales(sales.keyspace(), &ids).await?;
+    if spec.draw.is_some() {
+        registry::register_draw(sales.keyspace(), drop).await?;
+    }
     let written: u32 = redis::from_redis_value(run(sales, drop, spec, ("restore", hold), line_stock).await?)?;
     if written > 0 {
         announce(sales, spec).await;
@@ -108,7 +135,7 @@ async fn announce(sales: &Sales, spec: &DropSpec) {
     }
 }
 
-/// Registers the sizes, creates their streams' groups, and runs `lua/drop_seed.lua` in `mode`.
+/// Creates the (registered) sizes' and draw's stream groups, and runs `lua/drop_seed.lua` in `mode`.
 async fn run(
     sales: &Sales,
     drop: &DropId,
@@ -117,14 +144,12 @@ async fn run(
     line_stock: i64,
 ) -> RedisResult<redis::Value> {
     let redis = sales.keyspace();
-    let ids: Vec<&str> = spec.sizes.iter().map(|(sale, _)| sale.as_str()).collect();
-    let _: i64 = redis.conn().sadd(sales_registry_key(redis.prefix()), &ids).await?;
     let size_keys: Vec<_> = spec.sizes.iter().map(|(sale, _)| redis.sale_keys(sale)).collect();
     for keys in &size_keys {
         order_stream::create_group(&mut redis.conn(), &keys.orders).await?;
     }
     if spec.draw.is_some() {
-        draw_entries::register(redis, drop).await?;
+        draw_entries::stream::create_group(redis, drop).await?;
     }
     let drop_keys = keys(sales, drop);
     let opt = |v: Option<i64>| v.map(|n| n.to_string()).unwrap_or_default();

@@ -2,11 +2,11 @@
 
 use redis::{AsyncCommands, RedisResult};
 
-use super::Sales;
+use super::{Sales, registry};
 use crate::domain::{QueueSpec, SaleId};
 use crate::purchase::shards::{self, Layout};
 use crate::redis::connection;
-use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
+use crate::redis::keys::{SaleKeys, shards_registry_key};
 use crate::redis::lua::{self, unexpected_reply};
 use crate::redis::order_stream;
 
@@ -95,8 +95,22 @@ impl Sales {
     /// then changes nothing. Should a later shard refuse or fail, the shards before it keep the
     /// new seed: each shard is still a consistent sale, and a new seed before the start evens
     /// them out (docs/stock-sharding.md).
+    ///
+    /// A sale this seed registered and its script then refused is taken out of the registry again
+    /// ([`registry::unregister_unseeded`]): a refusal leaves nothing behind.
     pub async fn seed(&self, sale: &SaleId, spec: SaleSpec) -> RedisResult<SeedOutcome> {
-        let _: i64 = self.redis.conn().sadd(sales_registry_key(self.redis.prefix()), sale.as_str()).await?;
+        let added = registry::register_sales(&self.redis, &[sale]).await?;
+        let outcome = self.seed_registered(sale, spec).await?;
+        if outcome != SeedOutcome::Seeded
+            && !added.is_empty()
+            && let Err(err) = registry::unregister_unseeded(&self.redis, &added).await
+        {
+            tracing::warn!(sale_id = %sale, error = %err, "a refused seed's registration was not taken back");
+        }
+        Ok(outcome)
+    }
+
+    async fn seed_registered(&self, sale: &SaleId, spec: SaleSpec) -> RedisResult<SeedOutcome> {
         let existing = self.read_layout(sale).await?;
         let layout = match (&existing, spec.shards) {
             (Some(layout), Some(shards)) if shards != layout.shards() => {

@@ -5,6 +5,7 @@ use redis::AsyncCommands;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use crate::draw_entries::{at, put_draw};
 use crate::helpers::{ADMIN_TOKEN, PrivateRedis, TestApp, assert_error, spawn_app, spawn_instance_of};
 
 fn new_drop_id() -> String {
@@ -112,6 +113,59 @@ async fn a_drop_is_seeded_whole_and_read_whole() {
     // A size is seeded with its drop, never alone.
     assert_error(app.seed(&format!("{drop}.42"), json!({"stock": 1, "per_buyer": 2})).await, 409, "drop_size").await;
     assert_eq!(audit_actions(&app, &drop).await, ["drop_seed"]);
+}
+
+/// Whether `sale` is in the sales registry, and whether its orders stream exists.
+async fn registered(app: &TestApp, sale: &str) -> (bool, bool) {
+    let prefix = &app.config.key_prefix;
+    let keys = seckill::redis::keys::SaleKeys::new(prefix, &seckill::domain::SaleId::parse(sale).unwrap());
+    let registry = seckill::redis::keys::sales_registry_key(prefix);
+    let mut redis = app.redis.clone();
+    (redis.sismember(&registry, sale).await.unwrap(), redis.exists(&keys.orders).await.unwrap())
+}
+
+#[tokio::test]
+async fn a_refused_seed_leaves_nothing_registered() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    let sizes = json!({"40": {"stock": 3}, "41": {"stock": 3}});
+    assert_eq!(put_drop(&app, &drop, json!({"sizes": sizes, "per_buyer": 2})).await.status(), 200);
+    assert_eq!(app.buy(&format!("{drop}.40"), "ann").await.status(), 201);
+
+    // A size seeded alone, a new size in a drop with buyers, a group's second sale whose limit
+    // differs: each refused, and none left registered with a stream (the workers would report it
+    // lost for good, and nothing could retire it).
+    assert_error(app.seed(&format!("{drop}.42"), json!({"stock": 1, "per_buyer": 2})).await, 409, "drop_size").await;
+    let sizes = json!({"40": {"stock": 3}, "41": {"stock": 3}, "43": {"stock": 3}});
+    assert_error(put_drop(&app, &drop, json!({"sizes": sizes, "per_buyer": 2})).await, 409, "drop_in_progress").await;
+    let group = new_drop_id();
+    assert_eq!(app.seed(&format!("{group}.a"), json!({"stock": 1, "per_buyer": 2})).await.status(), 200);
+    assert_error(
+        app.seed(&format!("{group}.b"), json!({"stock": 1, "per_buyer": 3})).await,
+        409,
+        "group_limit_differs",
+    )
+    .await;
+    for sale in [format!("{drop}.42"), format!("{drop}.43"), format!("{group}.b")] {
+        assert_eq!(registered(&app, &sale).await, (false, false), "{sale}");
+    }
+    // What was seeded stays.
+    for sale in [format!("{drop}.40"), format!("{drop}.41"), format!("{group}.a")] {
+        assert_eq!(registered(&app, &sale).await, (true, true), "{sale}");
+    }
+
+    // A draw over a group seeded sale by sale: refused, its draw not registered either.
+    let draw = json!({"opens_at": at(-60), "closes_at": at(3600)});
+    assert_error(put_draw(&app, &group, draw).await, 409, "not_a_drop").await;
+    let prefix = &app.config.key_prefix;
+    let draws = seckill::redis::keys::draws_registry_key(prefix);
+    let draw_registered: bool = app.redis.clone().sismember(&draws, &group).await.unwrap();
+    let keys = seckill::redis::keys::DropKeys::new(prefix, &seckill::domain::DropId::parse(&group).unwrap());
+    let stream: bool = app.redis.clone().exists(&keys.entry_stream).await.unwrap();
+    assert_eq!((draw_registered, stream), (false, false));
+    for size in ["41", "42", "43"] {
+        assert_eq!(registered(&app, &format!("{group}.{size}")).await, (false, false), "{size}");
+    }
 }
 
 #[tokio::test]

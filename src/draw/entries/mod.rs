@@ -11,7 +11,7 @@ use redis::{AsyncCommands, RedisResult, Value};
 use crate::challenge::Spent;
 use crate::domain::{DropId, UserId};
 use crate::redis::Keyspace;
-use crate::redis::keys::{DropKeys, LineKeys, draws_registry_key};
+use crate::redis::keys::{DropKeys, LineKeys};
 use crate::redis::lua::{self, unexpected_reply};
 
 /// Most sizes one entry ranks.
@@ -149,11 +149,4 @@ pub async fn info(redis: &Keyspace, drop: &DropId) -> RedisResult<Option<DrawInf
         challenge_cost: cost.and_then(|c| c.parse().ok()).filter(|&c| c > 0),
         seed: None,
     }))
-}
-
-/// Registers the drop's draw (so workers read its entry stream) and creates the stream's
-/// consumer group: before the draw is seeded, so no entry is accepted without its stream known.
-pub async fn register(redis: &Keyspace, drop: &DropId) -> RedisResult<()> {
-    let _: i64 = redis.conn().sadd(draws_registry_key(redis.prefix()), drop.as_str()).await?;
-    stream::create_group(redis, drop).await
 }
