@@ -183,7 +183,14 @@ async fn head_of(mut response: reqwest::Response) -> String {
             Ok(None) | Err(_) => break,
         }
     }
-    format!("HTTP {}: {}", response.status().as_u16(), String::from_utf8_lossy(&head))
+    storable(format!("HTTP {}: {}", response.status().as_u16(), String::from_utf8_lossy(&head)))
+}
+
+/// `text` as Postgres can store it: a NUL (which its text refuses) becomes U+FFFD. A receiver
+/// chooses its refusal's body: with a NUL in it, recording the attempt failed, so the endpoint was
+/// never counted failing nor disabled, and its deliveries were retried for ever.
+fn storable(text: String) -> String {
+    if text.contains('\0') { text.replace('\0', "\u{FFFD}") } else { text }
 }
 
 /// Why a request got no answer, without the URL (it may hold credentials).
@@ -198,5 +205,5 @@ fn error_text(err: &reqwest::Error) -> String {
         "request"
     };
     let cause = std::error::Error::source(err).map(ToString::to_string).unwrap_or_default();
-    format!("{kind}: {cause}")
+    storable(format!("{kind}: {cause}"))
 }

@@ -163,6 +163,43 @@ async fn endpoints_registered_by_the_route_get_every_event_written_after() {
     assert_eq!((status, full["error"].as_str()), (409, Some("too_many_endpoints")), "{full}");
 }
 
+/// An app (with its worker) whose webhooks go to `receiver`, retried every 200 ms for 40 s (still
+/// open when the endpoint is disabled, on a slow host too), the endpoint disabled after failing
+/// for a second.
+async fn disabled_after_a_second(receiver: &Receiver) -> TestApp {
+    spawn_app_with(
+        |c| {
+            webhooks_to(c, &receiver.url, 200);
+            c.webhooks.webhook_disable_after = Duration::from_secs(1);
+        },
+        true,
+    )
+    .await
+}
+
+/// A receiver's refusal whose body holds a NUL byte (which Postgres text refuses) is recorded
+/// all the same, and counts toward disabling the endpoint: on the old code the attempt's record
+/// failed, so the endpoint was never disabled and its deliveries were retried for ever.
+#[tokio::test]
+async fn a_refusal_whose_body_holds_a_nul_byte_is_recorded_and_disables_the_endpoint() {
+    let receiver = Receiver::start(Mode::RefuseWithNul).await;
+    let app = disabled_after_a_second(&receiver).await;
+    sale_with_orders(&app, 10, &["a", "b"]).await;
+    let listed =
+        listing_until(&app, "the endpoint was never disabled", |l| l["endpoints"][0]["state"] == "disabled").await;
+    assert!(receiver.attempts().iter().all(|a| a.answered == 500), "{listed}");
+    let errors: Vec<Option<String>> =
+        sqlx::query_scalar("select last_error from webhook_deliveries where endpoint = $1")
+            .bind(&receiver.url)
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert!(!errors.is_empty(), "the endpoint had deliveries");
+    for error in &errors {
+        assert!(error.as_deref().is_some_and(|e| e.contains("HTTP 500: x\u{FFFD}y")), "{errors:?}");
+    }
+}
+
 /// An endpoint that refuses every attempt for `SECKILL_WEBHOOK_DISABLE_AFTER` (1 s here) is
 /// disabled: its open deliveries fail, the listing, the live page's overview and the metrics say
 /// so, an event written meanwhile gets no delivery to it, a restart with the same
@@ -171,15 +208,7 @@ async fn endpoints_registered_by_the_route_get_every_event_written_after() {
 #[tokio::test]
 async fn an_endpoint_failing_for_long_is_disabled_then_enabled_again() {
     let receiver = Receiver::start(Mode::Down).await;
-    let app = spawn_app_with(
-        |c| {
-            // Retried every 200 ms for 40 s: still open when the endpoint is disabled, on a slow host too.
-            webhooks_to(c, &receiver.url, 200);
-            c.webhooks.webhook_disable_after = Duration::from_secs(1);
-        },
-        true,
-    )
-    .await;
+    let app = disabled_after_a_second(&receiver).await;
     let sale = sale_with_orders(&app, 10, &["a", "b", "c"]).await;
     let listed =
         listing_until(&app, "the endpoint was never disabled", |l| l["endpoints"][0]["state"] == "disabled").await;

@@ -26,6 +26,8 @@ pub enum Mode {
     /// Reads each request and never answers, holding the connection until the sender gives up (a
     /// receiver that hangs).
     Hang,
+    /// 500 to everything, with a body that holds a NUL byte.
+    RefuseWithNul,
 }
 
 /// One request received.
@@ -121,7 +123,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
             Mode::Down | Mode::Hang => 0,
             Mode::Accept => 200,
             Mode::FailFirst if seen => 200,
-            Mode::FailFirst => 500,
+            Mode::FailFirst | Mode::RefuseWithNul => 500,
         };
         let (timestamp, signature) = (header("webhook-timestamp"), header("webhook-signature"));
         state.attempts.push(Attempt { id, timestamp, signature, body, answered });
@@ -135,7 +137,9 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         return; // dropped: the connection closes without an answer
     }
     let reason = if answered == 200 { "OK" } else { "Internal Server Error" };
-    let answer = format!("HTTP/1.1 {answered} {reason}\r\ncontent-length: 2\r\nconnection: close\r\n\r\nno");
+    let body = if state.lock().unwrap().mode == Some(Mode::RefuseWithNul) { "x\0y" } else { "no" };
+    let answer =
+        format!("HTTP/1.1 {answered} {reason}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
     let _ = stream.write_all(answer.as_bytes()).await;
     let _ = stream.shutdown().await;
 }
