@@ -9,9 +9,7 @@ use redis::aio::ConnectionLike;
 
 use super::{Decision, Policy};
 use crate::domain::{SaleId, UserId};
-use crate::redis::keys::{
-    buyer_rate_limit_key, hash_tag, rate_limit_key, sale_buyer_rate_limit_key, sale_rate_limit_key,
-};
+use crate::redis::keys::{buyer_rate_limit_key, rate_limit_key, sale_buyer_rate_limit_key, sale_rate_limit_key};
 use crate::redis::lua;
 
 /// Where the limits count a client's (or buyer's) requests: `SECKILL_RATE_LIMIT_SCOPE`.
@@ -73,13 +71,15 @@ impl<'p> Gate<'p> {
         Gate { policy, key: rate_limit_key(prefix, policy.algorithm.name(), client) }
     }
 
-    /// The gate as it counts on the shard whose hash tag is `shard_tag`: a key in the slot of the
-    /// sale's shard 0 (`sale_tag`, the `sale` scope) moves to that shard's slot, so it joins the
-    /// purchase's call there; any other key stays.
-    pub fn on_shard(&self, sale_tag: &str, shard_tag: &str) -> Gate<'p> {
-        let key = match hash_tag(&self.key) == sale_tag {
-            true => self.key.replacen(&format!("{{{sale_tag}}}"), &format!("{{{shard_tag}}}"), 1),
-            false => self.key.clone(),
+    /// The gate as it counts on the shard whose hash tag is `shard_tag`: a key of the sale's shard
+    /// 0 (under `<prefix>:{<sale_tag>}:`, the `sale` scope) moves to that shard's slot, so it joins
+    /// the purchase's call there; any other key stays. Only the sale's own keys: a `global` key
+    /// whose buyer's id happens to read as the sale's tag (`user:{sale:demo}`) is that buyer's,
+    /// and moved it would be the key of the buyer `sale:demo:<shard>`.
+    pub fn on_shard(&self, prefix: &str, sale_tag: &str, shard_tag: &str) -> Gate<'p> {
+        let key = match self.key.strip_prefix(&format!("{prefix}:{{{sale_tag}}}:")) {
+            Some(rest) => format!("{prefix}:{{{shard_tag}}}:{rest}"),
+            None => self.key.clone(),
         };
         Gate { policy: self.policy, key }
     }
@@ -88,5 +88,33 @@ impl<'p> Gate<'p> {
     pub async fn check(&self, con: &mut impl ConnectionLike, nonce: &str) -> RedisResult<Decision> {
         let reply = lua::run(&self.policy.invocation(&self.key, nonce, None), con).await?;
         Ok(Decision::from_reply(reply))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::{Algorithm, RateLimit};
+
+    #[test]
+    fn only_the_sales_own_keys_move_to_a_shard() {
+        let rate = RateLimit { limit: 1, window: std::time::Duration::from_secs(60) };
+        let policy = Policy::new(Algorithm::Gcra, rate, None).unwrap();
+        let sale = SaleId::parse("demo").unwrap();
+        let moved = |scope: Scope, user: &str| {
+            let gate = scope.buyer_gate(&policy, "p", &sale, &UserId::parse(user).unwrap());
+            (gate.key.clone(), gate.on_shard("p", "sale:demo", "sale:demo:3").key)
+        };
+        let (before, after) = moved(Scope::Sale, "ann");
+        assert_eq!(
+            (before.as_str(), after.as_str()),
+            ("p:{sale:demo}:ratelimit:gcra:user:ann", "p:{sale:demo:3}:ratelimit:gcra:user:ann")
+        );
+        // A buyer whose id reads as the sale's tag keeps its own global key, not that of the
+        // buyer "sale:demo:3".
+        for user in ["sale:demo", "sale:demo}:x"] {
+            let (before, after) = moved(Scope::Global, user);
+            assert_eq!(before, after, "{user}");
+        }
     }
 }

@@ -281,7 +281,9 @@ impl Sales {
         // needs its `sale`-scoped keys moved into its slot.
         let gates: Cow<'g, [Gate<'p>]> = match sale_tag == shard_tag {
             true => Cow::Borrowed(gates),
-            false => Cow::Owned(gates.iter().map(|gate| gate.on_shard(sale_tag, shard_tag)).collect()),
+            false => {
+                Cow::Owned(gates.iter().map(|gate| gate.on_shard(self.redis.prefix(), sale_tag, shard_tag)).collect())
+            }
         };
         let cluster = self.redis.conn().is_cluster();
         if !cluster || gates.iter().all(|gate| hash_tag(&gate.key) == shard_tag) {
