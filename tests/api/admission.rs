@@ -460,11 +460,11 @@ async fn a_paused_queued_sale_admits_nobody_until_it_resumes_and_a_top_up_lets_a
     let p1 = until_state(&app, &sale, "p1", "admitted", Duration::from_secs(20)).await;
     assert_eq!(buy_with(&app, &sale, "p1", p1["admission"].as_str()).await.status(), 201);
     assert_eq!(join(&app, &sale, "p2").await["position"], 2);
-    until_state(&app, &sale, "p2", "sold_out", Duration::from_secs(5)).await;
+    until_state(&app, &sale, "p2", "sold_out", Duration::from_secs(20)).await;
 
     let top_up = admin("stock").json(&json!({"add": 1})).send().await.unwrap();
     assert_eq!(top_up.status(), 200);
-    let p2 = until_state(&app, &sale, "p2", "admitted", Duration::from_secs(5)).await;
+    let p2 = until_state(&app, &sale, "p2", "admitted", Duration::from_secs(20)).await;
     assert_eq!(buy_with(&app, &sale, "p2", p2["admission"].as_str()).await.status(), 201);
     let status = app.wait_for_drain(&sale).await;
     assert_eq!((status.stock_initial, status.stock_left, status.sold), (2, 0, 2));

@@ -119,7 +119,7 @@ async fn for_direct_calls(
 /// answers buy.lua's reply; every limit is decided at the call's own time.
 #[tokio::test]
 async fn one_failing_purchase_in_a_call_leaves_the_others_standing() {
-    let app = spawn_app().await;
+    let app = spawn_app_with(|_| {}, false).await; // no worker: the entry stays in the stream
     let (sale, keys, tag, mut redis) = for_direct_calls(&app).await;
     let (good, damaged) = (format!("t:{{{tag}}}:limit:good"), format!("t:{{{tag}}}:limit:damaged"));
     let _: () = redis.set(&damaged, "not a sorted set").await.unwrap();
@@ -192,7 +192,7 @@ async fn one_failing_purchase_in_a_call_leaves_the_others_standing() {
         "bob's failed part left no order and no receipt"
     );
     assert_eq!(entries.ids.len(), 1, "the call's two orders in one entry");
-    let status = app.wait_for_drain(&sale).await;
+    let status = app.commit_by_hand(&sale).await;
     assert_eq!(status.persisted, Some(2));
 }
 

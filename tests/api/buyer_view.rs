@@ -55,19 +55,6 @@ async fn wait_for_state(app: &TestApp, sale: &str, want: &str) -> Value {
     }
 }
 
-/// Runs a worker step by step until the sale's queue has drained into Postgres.
-async fn commit_by_hand(app: &TestApp, sale: &str) {
-    let mut worker = app.manual_worker("w", Duration::from_secs(30));
-    for _ in 0..20 {
-        worker.step().await.unwrap();
-        let status = app.status(sale).await;
-        if status.queued == 0 && status.persisted == Some(status.sold) {
-            return;
-        }
-    }
-    panic!("the worker did not commit the sale's orders");
-}
-
 async fn order_id_of(response: reqwest::Response) -> Uuid {
     let body: Value = response.json().await.unwrap();
     body["order_id"].as_str().and_then(|id| id.parse().ok()).unwrap_or_else(|| panic!("no order id: {body}"))
@@ -261,7 +248,7 @@ async fn the_order_route_says_none_then_queued_then_confirmed_with_the_201s_orde
     assert_eq!(queued["order_id"], order_id.to_string());
     let created_at = rfc3339(&queued["created_at"]);
 
-    commit_by_hand(&app, &sale).await;
+    app.commit_by_hand(&sale).await;
     let confirmed = order_of(&app, &sale, "u").await;
     assert_eq!(confirmed["status"], "confirmed", "{confirmed}");
     assert_eq!(confirmed["order_id"], order_id.to_string());
@@ -283,7 +270,7 @@ async fn a_repeat_purchase_gets_409_with_the_order_it_was_given_queued_then_conf
     assert_eq!((body["order_id"].as_str(), body["status"].as_str()), (Some(&*order_id.to_string()), Some("queued")));
     assert!(body["created_at"].is_string(), "{body}");
 
-    commit_by_hand(&app, &sale).await;
+    app.commit_by_hand(&sale).await;
     let body: Value = app.buy(&sale, "u").await.json().await.unwrap();
     assert_eq!((body["order_id"].as_str(), body["status"].as_str()), (Some(&*order_id.to_string()), Some("confirmed")));
 }

@@ -52,7 +52,8 @@ impl Browser {
                 "{binary} is missing: apt-get install chromium chromium-driver (cargo xtask test does)"
             );
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // Outside the ephemeral range, where the parallel tests' own connections take ports.
+        let port = testbed::free_port();
         let child = tokio::process::Command::new(&chromedriver)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())

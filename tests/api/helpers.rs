@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use seckill::app::Application;
 use seckill::config::Config;
+use seckill::http::routes::SaleStatus;
 use seckill::limiter::{Algorithm, RateLimit, Scope};
 use seckill::orders::worker::{Worker, WorkerSettings};
 use secrecy::{ExposeSecret, SecretString};
@@ -117,6 +118,20 @@ async fn spawn_app_on(config: Config, run_worker: bool) -> TestApp {
 }
 
 impl TestApp {
+    /// Runs a worker step by step until the sale's queue has drained into Postgres (an app
+    /// spawned without its worker).
+    pub async fn commit_by_hand(&self, sale: &str) -> SaleStatus {
+        let mut worker = self.manual_worker("w", Duration::from_secs(30));
+        for _ in 0..20 {
+            worker.step().await.unwrap();
+            let status = self.status(sale).await;
+            if status.queued == 0 && status.persisted == Some(status.sold) {
+                return status;
+            }
+        }
+        panic!("the worker did not commit the sale's orders");
+    }
+
     /// A worker on this app's database and prefix, driven step by step by the test.
     pub fn manual_worker(&self, consumer: &str, claim_timeout: Duration) -> Worker {
         self.manual_worker_batched(consumer, claim_timeout, 100)

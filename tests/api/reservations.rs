@@ -64,8 +64,13 @@ async fn a_win_is_a_reservation_with_a_deadline_and_a_sale_without_a_window_is_u
     let sale = seed_window(&app, 3, "30s").await;
     let before = OffsetDateTime::now_utc();
     let (order_id, pay_by) = reserve(&app, &sale, "alice").await;
-    let window = pay_by - before;
-    assert!(window > time::Duration::seconds(29) && window < time::Duration::seconds(31), "{window}");
+    let after = OffsetDateTime::now_utc();
+    // The window from the purchase, which ran between the two readings (and a clock's ms).
+    let ms = time::Duration::milliseconds(1);
+    assert!(
+        pay_by >= before + time::Duration::seconds(30) - ms && pay_by <= after + time::Duration::seconds(30) + ms,
+        "{pay_by} not 30 s after {before}..{after}"
+    );
     let order = wait_for_status(&app, &sale, "alice", "reserved").await;
     assert_eq!(order["order_id"], order_id.as_str());
     assert_eq!(OffsetDateTime::parse(order["pay_by"].as_str().unwrap(), &Rfc3339).unwrap(), pay_by);
@@ -229,7 +234,8 @@ async fn a_queued_order_that_is_no_reservation_is_not_cancelled_and_not_missing(
 
 #[tokio::test]
 async fn a_cancel_gives_the_unit_to_the_next_buyer_on_every_instance_and_the_canceller_cannot_buy_again() {
-    let app = spawn_app().await;
+    // Sold-out flags that outlive the test: only the restock event can lift the other's.
+    let app = spawn_app_with(|c| c.sold_out_flag_ttl = Duration::from_secs(3600), true).await;
     let other = spawn_instance_of(&app).await;
     let sale = seed_window(&app, 1, "30s").await;
     let (order_id, _) = reserve(&app, &sale, "alice").await;
@@ -252,7 +258,7 @@ async fn a_cancel_gives_the_unit_to_the_next_buyer_on_every_instance_and_the_can
             break started.elapsed();
         }
         assert_eq!(response.status(), 410);
-        assert!(started.elapsed() < Duration::from_secs(6), "the other instance never sold again");
+        assert!(started.elapsed() < Duration::from_secs(20), "the other instance never sold again");
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     eprintln!("figures reopen-on-other-instance: {} ms", reopened.as_millis());

@@ -260,7 +260,7 @@ async fn the_negative_cache_hides_no_sale_seeded_retired_or_lost_after_its_id_wa
     // Each of the three now has a "not retired" answer kept.
     app.seed_stock(&fresh, 1).await;
     assert_eq!(app.buy(&fresh, "first").await.status(), 201, "a sale seeded after its id was asked sells at once");
-    let until = Instant::now() + Duration::from_secs(1);
+    let until = Instant::now() + Duration::from_secs(20);
     while app.client.get(app.url(&format!("/sales/{fresh}"))).send().await.unwrap().status() != 200 {
         assert!(Instant::now() < until, "the seeded sale is still unknown to GET /sales/{{id}}");
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -277,7 +277,8 @@ async fn the_negative_cache_hides_no_sale_seeded_retired_or_lost_after_its_id_wa
     sqlx::query(retire_behind_its_back).bind(&missed).execute(&app.pool).await.unwrap();
     let asked = Instant::now();
     while app.buy(&missed, "late").await.status() != 410 {
-        let lapse = seckill::purchase::retired::ANSWER_TTL + Duration::from_millis(500);
+        // Never, were the answer kept for good; a loaded host's slack beside its lapse.
+        let lapse = seckill::purchase::retired::ANSWER_TTL + Duration::from_secs(10);
         assert!(asked.elapsed() < lapse, "a retirement this instance missed is still unknown");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -8,7 +8,7 @@ use seckill::redis::connection::RedisConnection;
 use seckill::redis::lua;
 use secrecy::SecretString;
 
-use crate::helpers::redis_url;
+use crate::helpers::PrivateRedis;
 
 /// A connection that runs SCRIPT FLUSH just before each of its first `flushes` EVALSHA calls,
 /// as if an operator flushed the scripts at the worst possible moment, again and again.
@@ -45,7 +45,11 @@ impl ConnectionLike for FlushingConnection {
 
 #[tokio::test]
 async fn a_script_flushed_again_between_its_reload_and_its_retry_still_runs() {
-    let inner = seckill::redis::connection::connect(&SecretString::from(redis_url()), Duration::from_secs(5)).unwrap();
+    // A Redis of its own: a flush of the shared one would take the scripts of every test running
+    // beside it, twice in a row, more than a caller that reloads once survives.
+    let private = PrivateRedis::start();
+    let inner =
+        seckill::redis::connection::connect(&SecretString::from(private.url()), Duration::from_secs(5)).unwrap();
     // A script no other test runs: a concurrent test that loads a shared script (every /buy loads
     // the limiter) between our flush and our EVALSHA would make the first call pass by luck.
     let tag = uuid::Uuid::now_v7().simple().to_string();

@@ -45,7 +45,7 @@ pub fn run(services: &Services, deadline: Instant) -> Result<()> {
     app.seed("fuzz-sold-out", 0, None)?;
     app.put_sale("fuzz-not-started", &json!({"stock": 100, "starts_at": "2999-01-01T00:00:00Z"}))?;
     // A seed that has already ended is refused, so this one ends a moment after it is seeded.
-    let ends_at = humantime::format_rfc3339_millis(std::time::SystemTime::now() + Duration::from_secs(1)).to_string();
+    let ends_at = humantime::format_rfc3339_millis(std::time::SystemTime::now() + Duration::from_secs(3)).to_string();
     app.put_sale("fuzz-ended", &json!({"stock": 100, "starts_at": "2000-01-01T00:00:00Z", "ends_at": ends_at}))?;
     // A waiting room open since 2000 and started: a join gets a place; a purchase without an
     // admission is refused (403 not_admitted).
