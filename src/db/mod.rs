@@ -66,6 +66,24 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     migrated
 }
 
+/// Whether `err` says Postgres could not do the work now rather than refused it: no connection
+/// (I/O, TLS, the pool's wait), or a server that cancelled or could not run the statement for
+/// reasons of its own state (SQLSTATE class 08 connection, 53 resources, 57 operator
+/// intervention: a statement timeout, a shutdown, a failover; 40001 and 40P01 serialization and
+/// deadlock; 55P03 a lock not available; 25006 a read-only server, a replica after a failover).
+/// The caller may try again; nothing it asked was committed unless the commit itself is what
+/// failed.
+pub fn is_postgres_outage(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            ["08", "53", "57"].iter().any(|class| code.starts_with(class))
+                || ["40001", "40P01", "55P03", "25006"].contains(&code.as_ref())
+        }),
+        _ => false,
+    }
+}
+
 /// `select 1`, for readiness.
 pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
     sqlx::query("select 1").execute(pool).await.map(drop)

@@ -291,8 +291,9 @@ pub enum Error {
         /// The order the purchase made.
         order_id: Uuid,
     },
-    /// `unavailable`: Redis or Postgres cannot be reached (the cause is logged, not shown). For a
-    /// purchase: it never ran, nothing was bought.
+    /// `unavailable`: Redis or Postgres cannot be reached, or Postgres cannot run the statement now
+    /// ([`crate::db::is_postgres_outage`]: a statement timeout, a failover, a deadlock); the cause
+    /// is logged, not shown. For a purchase: it never ran, nothing was bought.
     #[error("a service this request needs is unavailable; retry shortly")]
     Unavailable(#[source] anyhow::Error),
     /// `outcome_unknown`: the purchase was sent to Redis and no verdict came back; it may have

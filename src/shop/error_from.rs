@@ -17,11 +17,10 @@ impl From<redis::RedisError> for Error {
 
 impl From<sqlx::Error> for Error {
     fn from(err: sqlx::Error) -> Self {
-        match err {
-            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => {
-                Self::Unavailable(anyhow::Error::new(err).context("postgres"))
-            }
-            other => Self::Internal(anyhow::Error::new(other).context("postgres")),
+        if crate::db::is_postgres_outage(&err) {
+            Self::Unavailable(anyhow::Error::new(err).context("postgres"))
+        } else {
+            Self::Internal(anyhow::Error::new(err).context("postgres"))
         }
     }
 }

@@ -538,3 +538,22 @@ async fn a_retirement_by_hand_and_one_by_the_janitor_are_in_the_audit_trail() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A statement Postgres cancels (its statement timeout, here while a seed waits for its sale's
+/// row) is an outage: 503 with Retry-After, not 500. Nothing was seeded, and the seed sent again
+/// once the row is free is made.
+#[tokio::test]
+async fn a_statement_postgres_cancels_answers_503_and_changes_nothing() {
+    let app = spawn_app_with(|c| c.database.statement_timeout = Duration::from_secs(1), false).await;
+    let sale = new_sale_id();
+    assert_eq!(app.seed(&sale, json!({"stock": 2})).await.status(), 200);
+    let mut holder = app.pool.begin().await.unwrap();
+    sqlx::query("select 1 from sales where sale_id = $1 for update").bind(&sale).execute(&mut *holder).await.unwrap();
+    let response = app.seed(&sale, json!({"stock": 5})).await;
+    assert_eq!(response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned()), Some("1".into()));
+    assert_error(response, 503, "unavailable").await;
+    holder.rollback().await.unwrap();
+    assert_eq!(app.status(&sale).await.stock_initial, 2, "nothing was seeded");
+    assert_eq!(app.seed(&sale, json!({"stock": 5})).await.status(), 200);
+    assert_eq!(app.status(&sale).await.stock_initial, 5);
+}
