@@ -12,7 +12,10 @@ const kit = {
   // The token's `sub`, read only to show who buys (the service verifies the token), else null.
   tokenSubject(jwt) {
     try {
-      const claims = JSON.parse(atob(jwt.split(".")[1].replace(/-/g, "+").replace(/_/g, "/")));
+      const bytes = Uint8Array.from(atob(jwt.split(".")[1].replace(/-/g, "+").replace(/_/g, "/")), (c) =>
+        c.charCodeAt(0),
+      );
+      const claims = JSON.parse(new TextDecoder().decode(bytes)); // UTF-8, not atob's Latin-1
       return typeof claims.sub === "string" ? claims.sub : null;
     } catch {
       return null;

@@ -284,13 +284,20 @@ function renderReservation(now) {
   $("entry-sale-link").href = `/sale/${encodeURIComponent(entrySale())}`;
 }
 
-// The buyer's pseudonym in the record, SHA-256("<drop>\n<user>") (where the page can hash).
+// `text` as one word of a POSIX shell: single-quoted, each ' closed, escaped and reopened (an id
+// may hold a quote, a % or a backslash: never a command, nor a printf format).
+function shellWord(text) {
+  return `'${text.replace(/'/g, "'\\''")}'`;
+}
+
+// The buyer's pseudonym in the record, SHA-256("<drop>\n<user>") (where the page can hash; else
+// the command that does).
 function renderPseudonym() {
   const who = token() ? kit.tokenSubject(token()) : $("user-id").value.trim();
   $("draw-you").hidden = !who;
   if (!who) return;
   if (pseudonym !== null && pseudonym.who === who) {
-    $("draw-pseudonym").textContent = pseudonym.hex || `printf '${dropId}\\n${who}' | sha256sum`;
+    $("draw-pseudonym").textContent = pseudonym.hex || `printf '%s\\n%s' ${shellWord(dropId)} ${shellWord(who)} | sha256sum`;
     return;
   }
   pseudonym = { who, hex: null };
