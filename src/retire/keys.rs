@@ -74,25 +74,45 @@ pub async fn leave_group(con: &mut SharedConnection, sale: &SaleId, keys: &SaleK
                 let _: i64 = redis::cmd("DEL").arg(key).query_async(con).await?;
             }
         }
-        if let (Some(group), Some(base)) = (sale.group(), group_meta.strip_suffix(":meta")) {
-            leave_draw(con, group, base).await?;
+        let draw_gone = match (sale.group(), group_meta.strip_suffix(":meta")) {
+            (Some(group), Some(base)) => leave_draw(con, group, base).await?,
+            _ => true,
+        };
+        // Last: a group with no sale and its meta left has a teardown to finish
+        // ([`group_unfinished`]), which the retirement's next try (the janitor's) does again.
+        if draw_gone {
+            let _: i64 = redis::cmd("DEL").arg(group_meta).query_async(con).await?;
         }
-        let _: i64 = redis::cmd("DEL").arg(group_meta).query_async(con).await?;
     }
     Ok(())
 }
 
+/// Whether the sale's group (if it has one) has no sale left but its meta: a teardown that
+/// stopped midway (an error, a shutdown) or waits for its draw's entries to be stored. A new sale
+/// of the group is seeded with its place in the group in one script, so a live group always has
+/// a sale.
+pub async fn group_unfinished(con: &mut SharedConnection, sale: &SaleId, keys: &SaleKeys) -> RedisResult<bool> {
+    let Some([_, group_meta, group_sales]) = keys.group_keys(sale) else {
+        return Ok(false);
+    };
+    let left: i64 = redis::cmd("SCARD").arg(group_sales).query_async(con).await?;
+    let meta: bool = redis::cmd("EXISTS").arg(group_meta).query_async(con).await?;
+    Ok(left == 0 && meta)
+}
+
 /// A retired drop's draw (`crate::draw`), if it had one: its entries hash and waitlist (drained in
 /// pages), meta and entry stream go, and the registry forgets it, once the worker stored every entry (an
-/// empty stream: it trims what it committed). Entries still queued keep it all for a later
-/// retirement of the drop to finish (logged).
-async fn leave_draw(con: &mut SharedConnection, group: &str, base: &str) -> RedisResult<()> {
-    let (Some((prefix, _)), Ok(drop)) = (base.split_once(":{group:"), DropId::parse(group)) else { return Ok(()) };
+/// empty stream: it trims what it committed). Entries still queued keep it all (logged), and the
+/// group's meta with it, for the retirement's next try to finish. True when the draw is gone.
+async fn leave_draw(con: &mut SharedConnection, group: &str, base: &str) -> RedisResult<bool> {
+    let (Some((prefix, _)), Ok(drop)) = (base.split_once(":{group:"), DropId::parse(group)) else {
+        return Ok(true);
+    };
     let keys = DropKeys::new(prefix, &drop);
     let queued: u64 = redis::cmd("XLEN").arg(&keys.entry_stream).query_async(con).await?;
     if queued > 0 {
         tracing::warn!(drop_id = group, queued, "draw entries not yet stored: the draw's keys are kept");
-        return Ok(());
+        return Ok(false);
     }
     let _: i64 = redis::cmd("SREM").arg(draws_registry_key(prefix)).arg(group).query_async(con).await?;
     drain_hash(con, &keys.entries).await?;
@@ -104,7 +124,7 @@ async fn leave_draw(con: &mut SharedConnection, group: &str, base: &str) -> Redi
     for key in [&keys.draw, &keys.entry_stream] {
         let _: i64 = redis::cmd("DEL").arg(key).query_async(con).await?;
     }
-    Ok(())
+    Ok(true)
 }
 
 /// How many of the shard's keys exist (one EXISTS per key: they share a slot, but counting one

@@ -245,7 +245,8 @@ impl Retirer {
     }
 
     /// A sale marked retired whose retirement stopped before its keys were gone (an error, or a
-    /// shutdown during the grace): a registered sale, keys, or a place in its group left.
+    /// shutdown during the grace): a registered sale, keys, or a place in its group left, or
+    /// the group's teardown unfinished (its last sale's: [`keys::group_unfinished`]).
     /// [`RetireOutcome::AlreadyRetired`] when nothing is. Otherwise it is ended in Redis again and
     /// looked at once more, as step 2 does (orders queued or pending, or a reservation: refused,
     /// the mark kept, so nothing reopens it, until they are done), then steps 3 to 6 run.
@@ -259,7 +260,10 @@ impl Retirer {
         }
         let registered: bool = con.sismember(sales_registry_key(keyspace.prefix()), sale.as_str()).await?;
         let grouped: bool = match shards[0].group_keys(sale) {
-            Some([_, _, group_sales]) => con.sismember(group_sales, sale.as_str()).await?,
+            Some([_, _, group_sales]) => {
+                con.sismember(group_sales, sale.as_str()).await?
+                    || keys::group_unfinished(&mut con, sale, &shards[0]).await?
+            }
             None => false,
         };
         if left == 0 && !registered && !grouped {
