@@ -42,7 +42,8 @@ use sqlx::PgPool;
 
 use crate::controls::{self, Switch};
 use crate::db;
-use crate::domain::SaleId;
+use crate::domain::{DropId, SaleId};
+use crate::draw;
 use crate::metrics::Metrics;
 use crate::orders::worker::SALES_REFRESH;
 use crate::purchase::events::RETIRED_EVENT;
@@ -76,6 +77,9 @@ pub enum Refusal {
     UnknownToRedis,
     /// No `sales` row in Postgres, or one with another `stock_initial`.
     SalesRow,
+    /// A size of a drop in draw mode whose draw has not been drawn: its awards need the size
+    /// (retired, it could never be awarded, and the draw would fail at every run).
+    DrawPending,
 }
 
 /// What a retirement removed.
@@ -176,6 +180,7 @@ impl Retirer {
                 report.releases_owed > 0 || reservations::store::tally(&self.pool, sale).await?.reserved > 0,
                 Refusal::Reserved,
             ),
+            (self.draw_pending(sale).await?, Refusal::DrawPending),
         ];
         refusals.extend(checks.into_iter().filter(|(refused, _)| *refused).map(|(_, why)| why));
         if !refusals.is_empty() {
@@ -287,6 +292,12 @@ impl Retirer {
         let retired = self.take_down(sale, &shards, figures, persisted).await?;
         tracing::info!(sale_id = %sale, report = ?retired, "retirement finished");
         Ok(RetireOutcome::Retired(retired))
+    }
+
+    /// Whether the sale is a size of a drop whose draw has not been drawn yet.
+    async fn draw_pending(&self, sale: &SaleId) -> Result<bool, RetireError> {
+        let Some(drop) = sale.group().and_then(|group| DropId::parse(group).ok()) else { return Ok(false) };
+        Ok(draw::run::store::draw(&self.pool, &drop).await?.is_some_and(|draw| draw.state != "drawn"))
     }
 
     /// The last look, once the sale has ended in Redis: [`Self::busy_now`], and a reservation or a

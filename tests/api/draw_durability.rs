@@ -83,6 +83,16 @@ async fn a_draws_keys_go_with_its_drops_last_retired_size_and_postgres_keeps_its
         assert_eq!(enter(&app, &drop, json!({"sizes": ["42"], "user_id": user})).await.status(), 201);
     }
     wait_stored(&app, &drop, 3).await;
+    // Drawn (a size waits for its draw before it retires), the winners' reservations cancelled
+    // (an open one holds its size too), their orders stored, the drop ended.
+    let url = app.url(&format!("/admin/drops/{drop}/draw"));
+    let drawn = app.client.post(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(drawn.status(), 200, "{}", drawn.text().await.unwrap());
+    let won = format!("{drop}.42");
+    for user in ["ann", "bob", "cat"] {
+        assert_eq!(app.cancel(&won, user).await.status(), 200, "{user}");
+    }
+    app.wait_for_drain(&won).await;
     let url = app.url(&format!("/admin/drops/{drop}/end"));
     assert_eq!(app.client.post(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap().status(), 200);
     let keys = keys(&app, &drop);
@@ -112,46 +122,25 @@ async fn entries_answer_503_when_redis_is_down_and_store_nothing() {
     assert_eq!(stored(&app, &drop).await, 0);
 }
 
-/// Entries still queued when the drop's last size retires keep the draw's keys and the group's
-/// meta; the retirement tried again (by an operator, or the janitor's round for stopped ones)
-/// takes them once the worker stored the entries. The old code deleted the group's meta anyway,
-/// so no later retirement looked again and the draw's keys stayed for good.
+/// A size of a drop whose draw has not been drawn is not retired (its awards need it: retired,
+/// the draw's every run would fail on it); once drawn, it is.
 #[tokio::test]
-async fn a_draw_with_entries_queued_at_its_last_retirement_goes_at_the_next_try() {
-    let app = spawn_app_with(|_| {}, false).await; // no worker: the entries stay queued
+async fn a_size_waits_for_its_draw_before_it_retires() {
+    let app = spawn_app_with(|_| {}, false).await;
     let drop = open_draw(&app).await;
-    for user in ["ann", "bob"] {
-        assert_eq!(enter(&app, &drop, json!({"sizes": ["42"], "user_id": user})).await.status(), 201);
-    }
     let url = app.url(&format!("/admin/drops/{drop}/end"));
     assert_eq!(app.client.post(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap().status(), 200);
-    let retire = async |size: &str| {
-        let url = app.url(&format!("/admin/sales/{drop}.{size}"));
+    let retire = async || {
+        let url = app.url(&format!("/admin/sales/{drop}.41"));
         app.client.delete(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap()
     };
-    for size in ["41", "42", "43"] {
-        assert_eq!(retire(size).await.status(), 200, "retire {size}");
-    }
-    let keys = keys(&app, &drop);
-    let exists = async |key: &str| -> bool { app.redis.clone().exists(key).await.unwrap() };
-    for key in [&keys.draw, &keys.entries, &keys.entry_stream, &keys.meta] {
-        assert!(exists(key).await, "{key} went before the entries were stored");
-    }
+    let refused = retire().await;
+    assert_eq!(refused.status(), 409);
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!((&body["error"], &body["reasons"]), (&json!("not_retirable"), &json!(["draw_pending"])), "{body}");
 
-    let mut worker = app.manual_worker("w", Duration::from_secs(30));
-    let mut rounds = 0;
-    while stored(&app, &drop).await < 2 || in_redis(&app, &drop).await.1 > 0 {
-        worker.step().await.unwrap();
-        rounds += 1;
-        assert!(rounds < 100, "the worker never stored the entries");
-    }
-    let again = retire("43").await;
-    assert_eq!(again.status(), 200, "the teardown finished: {}", again.text().await.unwrap());
-    for key in [&keys.draw, &keys.entries, &keys.entry_stream, &keys.meta] {
-        assert!(!exists(key).await, "{key} outlived the drop");
-    }
-    let registry = seckill::redis::keys::draws_registry_key(&app.config.key_prefix);
-    let registered: bool = app.redis.clone().sismember(&registry, &drop).await.unwrap();
-    assert!(!registered, "the workers stop reading its stream");
-    assert_error(retire("43").await, 410, "sale_retired").await;
+    let url = app.url(&format!("/admin/drops/{drop}/draw"));
+    let drawn = app.client.post(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(drawn.status(), 200, "{}", drawn.text().await.unwrap());
+    assert_eq!(retire().await.status(), 200);
 }

@@ -533,3 +533,33 @@ async fn the_live_page_shows_a_drop_and_its_switch_pauses_every_size() {
     assert_eq!(audit_actions(&app, &drop).await, ["drop_pause", "drop_seed"]);
     browser.screenshot("admin-page-drop-paused.png").await;
 }
+
+/// A drop's teardown stopped midway (here its buyers' holdings cannot be drained: the key is
+/// damaged) is finished by the retirement's next try: the group's meta goes last, and a group with
+/// no sale left but its meta is a retirement to finish. On the old code the group's meta was kept
+/// for good: the next try answered 410 already retired.
+#[tokio::test]
+async fn a_drop_teardown_stopped_midway_is_finished_by_the_next_try() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    let sizes = json!({"40": {"stock": 1}, "41": {"stock": 1}});
+    assert_eq!(put_drop(&app, &drop, json!({"sizes": sizes, "per_buyer": 2})).await.status(), 200);
+    assert_eq!(post_drop(&app, &drop, "end", json!({})).await.status(), 200);
+    let retire = async |size: &str| {
+        let url = app.url(&format!("/admin/sales/{drop}.{size}"));
+        app.client.delete(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap()
+    };
+    assert_eq!(retire("40").await.status(), 200);
+    let prefix = &app.config.key_prefix;
+    let (held, meta) = (format!("{prefix}:{{group:{drop}}}:held"), format!("{prefix}:{{group:{drop}}}:meta"));
+    let mut redis = app.redis.clone();
+    let _: () = redis.set(&held, "not a hash").await.unwrap();
+    assert!(!retire("41").await.status().is_success(), "the teardown stopped at the damaged key");
+    assert!(redis.exists::<_, bool>(&meta).await.unwrap(), "the group's meta goes last");
+
+    let _: () = redis.del(&held).await.unwrap();
+    let again = retire("41").await;
+    assert_eq!(again.status(), 200, "finished: {}", again.text().await.unwrap());
+    assert!(!redis.exists::<_, bool>(&meta).await.unwrap(), "the group's meta is gone");
+    assert_error(retire("41").await, 410, "sale_retired").await;
+}

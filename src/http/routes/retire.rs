@@ -23,7 +23,8 @@ use crate::http::views::RetireReport;
         (status = 404, description = "`unknown_sale`: Redis does not know the sale (never seeded, or lost: repair it \
             first)", body = ErrorBody),
         (status = 409, description = "`not_retirable`: `reasons` lists why (`open`, `queued`, `pending`, \
-            `stock_unbalanced`, `missing_in_postgres`, `unknown_to_redis`, `sales_row`); nothing changed",
+            `stock_unbalanced`, `missing_in_postgres`, `unknown_to_redis`, `sales_row`, `reserved`, `draw_pending`); \
+            nothing changed, unless orders were found queued only after the sale was ended (it stays ended)",
             body = ErrorBody),
         (status = 410, description = "`sale_retired`: retired before", body = ErrorBody),
         AdminErrors,

@@ -26,6 +26,9 @@ pub enum Refusal {
     UnknownToRedis,
     /// No `sales` row in Postgres, or one with another `stock_initial`.
     SalesRow,
+    /// A size of a drop in draw mode whose draw has not been drawn: its awards need the size
+    /// (retired, it could never be awarded, and the draw would fail at every run).
+    DrawPending,
 }
 
 impl From<retire::Refusal> for Refusal {
@@ -40,6 +43,7 @@ impl From<retire::Refusal> for Refusal {
             Lower::MissingInPostgres => Self::MissingInPostgres,
             Lower::UnknownToRedis => Self::UnknownToRedis,
             Lower::SalesRow => Self::SalesRow,
+            Lower::DrawPending => Self::DrawPending,
         }
     }
 }
