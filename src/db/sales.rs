@@ -42,6 +42,19 @@ pub async fn upsert_sale(
     Ok(kept.and_then(|seed| <[u8; 32]>::try_from(seed).ok()))
 }
 
+/// Records `seed` as the queued sale's shuffle seed (inside the seed's transaction): the one Redis
+/// keeps, when it kept another than the row's. A seed whose transaction rolled back after its
+/// Redis call (the audit's insert or the commit failed) left Redis a seed no row got; the seed
+/// sent again drew a new one for the row, and the two would have differed for good.
+pub async fn set_queue_seed(tx: &mut sqlx::PgConnection, sale: &SaleId, seed: &[u8; 32]) -> Result<(), sqlx::Error> {
+    sqlx::query("update sales set queue_seed = $2 where sale_id = $1")
+        .bind(sale.as_str())
+        .bind(seed.to_vec())
+        .execute(tx)
+        .await
+        .map(drop)
+}
+
 /// Records the sale only if it has no row yet (an existing row is never overwritten); true if
 /// this call wrote it.
 pub async fn insert_sale_if_missing(

@@ -50,6 +50,17 @@ pub async fn upsert(tx: &mut PgConnection, drop: &DropId, row: &DropRow) -> Resu
     Ok(kept.and_then(|seed| <[u8; 32]>::try_from(seed).ok()))
 }
 
+/// Records `seed` as the drop's line's shuffle seed (inside the seed's transaction): the one
+/// Redis keeps, when it kept another than the row's (as `crate::db::set_queue_seed` for a sale).
+pub async fn set_line_seed(tx: &mut PgConnection, drop: &DropId, seed: &[u8; 32]) -> Result<(), sqlx::Error> {
+    sqlx::query("update drops set line_seed = $2 where drop_id = $1")
+        .bind(drop.as_str())
+        .bind(seed.to_vec())
+        .execute(tx)
+        .await
+        .map(|_| ())
+}
+
 /// Locks the drop's row to the transaction's end (nothing if it has none yet). A drop's seed and
 /// its switches take it first, before any size's row and before their Redis call, so one drop's
 /// seeds and switches run one after another, in Redis and in Postgres alike, and never wait on

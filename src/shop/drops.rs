@@ -140,7 +140,12 @@ impl Shop {
             draw_store::upsert(&mut tx, drop, row).await?;
         }
         match drops::seed(&self.sales, drop, &spec).await? {
-            DropSeed::Seeded => {}
+            // The row takes the line's seed Redis keeps (shuffled with it, its SHA-256 published)
+            // when it kept another: one left by a seed whose transaction failed after its call.
+            DropSeed::Seeded => match (&spec.line, drops::kept_line_seed(&self.sales, drop).await?) {
+                (Some(line), Some(kept)) if kept != line.seed => store::set_line_seed(&mut tx, drop, &kept).await?,
+                _ => {}
+            },
             DropSeed::NotADrop => return Err(Error::NotADrop),
             DropSeed::SizeMissing(size) => return Err(Error::DropSizeMissing(size)),
             DropSeed::InProgress(size) => return Err(Error::DropInProgress(size)),

@@ -125,6 +125,9 @@ impl Shop {
         }
         match self.sales.seed(sale, spec).await? {
             SeedOutcome::Seeded => {
+                if let Some(queue) = &spec.queue {
+                    self.keep_redis_queue_seed(&mut tx, sale, queue.seed).await?;
+                }
                 let effect = json!({
                     "stock": stock,
                     "shards": shards,
@@ -153,6 +156,22 @@ impl Shop {
         // This instance serves the new sale at once; others within their registry's 200 ms.
         self.board.forget(sale).await;
         self.sale_report(sale).await
+    }
+
+    /// The row takes the shuffle seed Redis keeps when it is not `given` ([`db::set_queue_seed`]):
+    /// Redis's is the one the line is shuffled with and whose SHA-256 is published.
+    async fn keep_redis_queue_seed(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        sale: &SaleId,
+        given: [u8; 32],
+    ) -> Result<(), Error> {
+        let kept = self.sales.sale_state(sale).await?.and_then(|state| state.queue);
+        let kept = kept.and_then(|queue| <[u8; 32]>::try_from(hex::decode(queue.seed).ok()?).ok());
+        match kept {
+            Some(kept) if kept != given => Ok(db::set_queue_seed(tx, sale, &kept).await?),
+            _ => Ok(()),
+        }
     }
 
     /// The proof of work asked (`None`: `SECKILL_CHALLENGE_COST`'s), within its bounds.

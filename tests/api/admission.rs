@@ -584,3 +584,48 @@ async fn a_queued_sale_the_repair_holds_admits_nobody_until_the_hold_is_lifted()
     seckill::controls::lift_hold(&app.store, &id, seckill::reconcile::REPAIR_HOLD).await.unwrap();
     until_state(&app, &sale, "alice", "admitted", Duration::from_secs(20)).await;
 }
+
+/// A queued sale's seed that failed after its Redis call (Postgres cancelled the audit's insert:
+/// the row rolled back) left Redis a shuffle seed no row got; the seed sent again keeps Redis's in
+/// the row (its SHA-256 is the one published, the line is shuffled with it), where the row had
+/// drawn another for good.
+#[tokio::test]
+async fn a_queued_seed_sent_again_after_a_failed_commit_keeps_the_shuffle_seed_redis_keeps() {
+    let app = spawn_app_with(|c| c.database.statement_timeout = Duration::from_secs(1), false).await;
+    let sale = new_sale_id();
+    let queue = json!({"opens_at": at(-time::Duration::SECOND), "rate": 10});
+    let body = json!({"stock": 5, "starts_at": at(time::Duration::HOUR), "queue": queue});
+    let mut holder = app.pool.begin().await.unwrap();
+    sqlx::query("lock table sale_audit in exclusive mode").execute(&mut *holder).await.unwrap();
+    assert_error(app.seed(&sale, body.clone()).await, 503, "unavailable").await;
+    holder.rollback().await.unwrap();
+    assert_eq!(app.seed(&sale, body).await.status(), 200);
+
+    let row: Vec<u8> = sqlx::query_scalar("select queue_seed from sales where sale_id = $1")
+        .bind(&sale)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    let keys = seckill::redis::keys::SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap());
+    let kept: String = app.redis.clone().hget(&keys.meta, "queue_seed").await.unwrap();
+    assert_eq!(hex::encode(row), kept);
+
+    // A drop's line alike.
+    let drop = format!("drop-{}", &uuid::Uuid::now_v7().simple().to_string()[..20]);
+    let body = json!({"sizes": {"40": {"stock": 2}}, "starts_at": at(time::Duration::HOUR), "waiting_room": queue});
+    let put = || app.client.put(app.url(&format!("/admin/drops/{drop}"))).bearer_auth(ADMIN_TOKEN).json(&body).send();
+    let mut holder = app.pool.begin().await.unwrap();
+    sqlx::query("lock table sale_audit in exclusive mode").execute(&mut *holder).await.unwrap();
+    assert_error(put().await.unwrap(), 503, "unavailable").await;
+    holder.rollback().await.unwrap();
+    assert_eq!(put().await.unwrap().status(), 200);
+    let row: Vec<u8> = sqlx::query_scalar("select line_seed from drops where drop_id = $1")
+        .bind(&drop)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    let keys =
+        seckill::redis::keys::DropKeys::new(&app.config.key_prefix, &seckill::domain::DropId::parse(&drop).unwrap());
+    let kept: String = app.redis.clone().hget(&keys.line_state, "seed").await.unwrap();
+    assert_eq!(hex::encode(row), kept);
+}
