@@ -85,13 +85,12 @@ fn instant(at: Option<OffsetDateTime>, out: &mut String) {
 }
 
 /// A free-text field (a buyer's id, a payment event's id): quoted when it holds a comma, a quote
-/// or a line end (RFC 4180), or a semicolon (the separator spreadsheets read in locales whose
-/// decimal mark is the comma: `x;=1+1` would be split into a formula cell), and prefixed with `'` when a spreadsheet would read it as a formula
+/// or a line end (RFC 4180), and prefixed with `'` when a spreadsheet would read it as a formula
 /// (it starts with `=`, `+`, `-`, `@`, a tab or a CR: OWASP's CSV injection advice). NDJSON keeps
 /// every value as it is.
 fn text_field(value: &str, out: &mut String) {
     let formula = value.starts_with(['=', '+', '-', '@', '\t', '\r']);
-    let quoted = formula || value.contains([',', ';', '"', '\n', '\r']);
+    let quoted = formula || value.contains([',', '"', '\n', '\r']);
     if quoted {
         out.push('"');
     }

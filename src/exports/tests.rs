@@ -36,9 +36,6 @@ fn a_csv_record_has_every_column_in_utc_and_quotes_what_it_must() {
     assert_eq!(CSV_HEADER.matches(',').count(), csv(&order("a", None)).matches(',').count());
     let quoted = csv(&order("o'brien, \"bob\"\nline", None));
     assert!(quoted.contains(",\"o'brien, \"\"bob\"\"\nline\","), "{quoted}");
-    // Split at its semicolons (a spreadsheet in a locale whose decimal mark is the comma), the
-    // unquoted id would put =1+1 in a cell of its own.
-    assert!(csv(&order("x;=1+1;", None)).contains(",\"x;=1+1;\","));
     for formula in ["=HYPERLINK(\"x\")", "+1", "-1", "@SUM(A1)"] {
         let record = csv(&order(formula, Some(formula)));
         let escaped = format!("\"'{}\"", formula.replace('"', "\"\""));
