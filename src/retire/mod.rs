@@ -250,8 +250,9 @@ impl Retirer {
     }
 
     /// A sale marked retired whose retirement stopped before its keys were gone (an error, or a
-    /// shutdown during the grace): a registered sale, keys, or a place in its group left, or
-    /// the group's teardown unfinished (its last sale's: [`keys::group_unfinished`]).
+    /// shutdown during the grace): a registered sale, keys, or a place in its group left. With
+    /// none left, its group's teardown left unfinished ([`keys::group_unfinished`]) is finished
+    /// and the answer is [`RetireOutcome::AlreadyRetired`].
     /// [`RetireOutcome::AlreadyRetired`] when nothing is. Otherwise it is ended in Redis again and
     /// looked at once more, as step 2 does (orders queued or pending, or a reservation: refused,
     /// the mark kept, so nothing reopens it, until they are done), then steps 3 to 6 run.
@@ -265,13 +266,17 @@ impl Retirer {
         }
         let registered: bool = con.sismember(sales_registry_key(keyspace.prefix()), sale.as_str()).await?;
         let grouped: bool = match shards[0].group_keys(sale) {
-            Some([_, _, group_sales]) => {
-                con.sismember(group_sales, sale.as_str()).await?
-                    || keys::group_unfinished(&mut con, sale, &shards[0]).await?
-            }
+            Some([_, _, group_sales]) => con.sismember(group_sales, sale.as_str()).await?,
             None => false,
         };
         if left == 0 && !registered && !grouped {
+            // Nothing of the sale is left, but its group's teardown may be (its last sale's,
+            // stopped midway or waiting for its draw's entries): finished here, the sale itself
+            // not retired a second time.
+            if keys::group_unfinished(&mut con, sale, &shards[0]).await? {
+                tracing::warn!(sale_id = %sale, "finishing its group's teardown");
+                keys::leave_group(&mut con, sale, &shards[0]).await?;
+            }
             return Ok(RetireOutcome::AlreadyRetired);
         }
         tracing::warn!(sale_id = %sale, left, registered, grouped, "finishing a retirement stopped after its mark");
