@@ -1,6 +1,7 @@
 //! Selling: a sale's stock in Redis and the purchases against it. [`Sales`] seeds sales
-//! (`seed`, registering them first: `registry`), buys (`buy`, through `lua/buy.lua`, which decrements the stock and appends the order
-//! to the sale's stream in one atomic step, and keeps the buyer's `receipt`; what it decided is
+//! (`seed`, registering them first: `registry`), buys (`buy`, through `lua/buy.lua`, which
+//! decrements the stock and appends the order to the sale's stream in one atomic step, and keeps
+//! the buyer's `receipt`; what it decided is
 //! read from the script's `reply`) and reads their state (`reads`); a hot sale's stock can be
 //! split over shards (`shards`); once Redis said a sale is sold out, each instance answers that
 //! itself (`sold_out`); a retired sale is answered from memory too (`retired`); the events
