@@ -68,17 +68,18 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 
 /// Whether `err` says Postgres could not do the work now rather than refused it: no connection
 /// (I/O, TLS, the pool's wait), or a server that cancelled or could not run the statement for
-/// reasons of its own state (SQLSTATE class 08 connection, 53 resources, 57 operator
-/// intervention: a statement timeout, a shutdown, a failover; 40001 and 40P01 serialization and
-/// deadlock; 55P03 a lock not available; 25006 a read-only server, a replica after a failover).
-/// The caller may try again; nothing it asked was committed unless the commit itself is what
-/// failed.
+/// reasons of its own state (SQLSTATE class 08 connection but 08P01, a protocol violation; 53
+/// resources; 57 operator intervention: a statement timeout, a shutdown, a failover; 40001
+/// serialization; 55P03 a lock not available; 25006 a read-only server, a replica after a
+/// failover). Not a deadlock (40P01): the code takes its rows' locks in one order, so one is a
+/// bug. The caller may try again; nothing it asked was committed unless the commit itself is
+/// what failed.
 pub fn is_postgres_outage(err: &sqlx::Error) -> bool {
     match err {
         sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            ["08", "53", "57"].iter().any(|class| code.starts_with(class))
-                || ["40001", "40P01", "55P03", "25006"].contains(&code.as_ref())
+            (["08", "53", "57"].iter().any(|class| code.starts_with(class)) && code != "08P01")
+                || ["40001", "55P03", "25006"].contains(&code.as_ref())
         }),
         _ => false,
     }

@@ -121,7 +121,7 @@ impl Shop {
             // until the next stock change (which writes Redis's figure) or a repair.
             tracing::error!(sale_id = %sale, add, stock_initial, error = %err,
                 "stock changed in Redis but not recorded in Postgres");
-            return Err(err.into());
+            return Err(Error::NotRecorded(anyhow::Error::new(err).context("postgres")));
         }
         tracing::info!(sale_id = %sale, add, stock_initial, stock_left, actor, "stock changed");
         self.sale_report(sale).await

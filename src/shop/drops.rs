@@ -364,7 +364,7 @@ impl Shop {
         };
         if let Err(err) = recorded.await {
             tracing::error!(drop_id = %drop, error = %err, "drop stock changed in Redis but not recorded in Postgres");
-            return Err(err.into());
+            return Err(Error::NotRecorded(anyhow::Error::new(err).context("postgres")));
         }
         tracing::info!(drop_id = %drop, sizes = adds.len(), "drop stock changed");
         self.drop_report(drop).await

@@ -292,7 +292,7 @@ pub enum Error {
         order_id: Uuid,
     },
     /// `unavailable`: Redis or Postgres cannot be reached, or Postgres cannot run the statement now
-    /// ([`crate::db::is_postgres_outage`]: a statement timeout, a failover, a deadlock); the cause
+    /// ([`crate::db::is_postgres_outage`]: a statement timeout, a failover); the cause
     /// is logged, not shown. For a purchase: it never ran, nothing was bought.
     #[error("a service this request needs is unavailable; retry shortly")]
     Unavailable(#[source] anyhow::Error),
@@ -319,6 +319,13 @@ pub enum Error {
         crate::exports::MAX_CONCURRENT
     )]
     TooManyExports,
+    /// `not_recorded`: a stock change was made in Redis, and Postgres did not record it (its
+    /// update, the audit's insert or the commit failed): sent again it would be made twice.
+    #[error(
+        "the stock changed, but Postgres did not record the change: do not send it again; read the sale (or the \
+         drop) for its stock; reconciliation reports its sales row until the next stock change records it"
+    )]
+    NotRecorded(#[source] anyhow::Error),
     /// `internal`: anything else (the cause is logged, not shown).
     #[error("internal error")]
     Internal(#[source] anyhow::Error),

@@ -68,6 +68,7 @@ impl Error {
             Self::Unavailable(_) => "unavailable",
             Self::OutcomeUnknown { .. } => "outcome_unknown",
             Self::TooManyExports => "too_many_exports",
+            Self::NotRecorded(_) => "not_recorded",
             Self::Internal(_) => "internal",
         }
     }
@@ -75,7 +76,10 @@ impl Error {
     /// The cause of a dependency's failure (`unavailable`, `outcome_unknown`, `internal`).
     pub fn cause(&self) -> Option<&anyhow::Error> {
         match self {
-            Self::Unavailable(cause) | Self::OutcomeUnknown { cause, .. } | Self::Internal(cause) => Some(cause),
+            Self::Unavailable(cause)
+            | Self::OutcomeUnknown { cause, .. }
+            | Self::NotRecorded(cause)
+            | Self::Internal(cause) => Some(cause),
             _ => None,
         }
     }

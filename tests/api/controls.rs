@@ -557,3 +557,20 @@ async fn a_statement_postgres_cancels_answers_503_and_changes_nothing() {
     assert_eq!(app.seed(&sale, json!({"stock": 5})).await.status(), 200);
     assert_eq!(app.status(&sale).await.stock_initial, 5);
 }
+
+/// A stock change made in Redis that Postgres then cannot record (the audit's insert waits past
+/// the statement timeout) answers 500 `not_recorded`, not a 503 whose retry would add the units
+/// twice: the change stands once.
+#[tokio::test]
+async fn a_stock_change_postgres_cannot_record_answers_not_recorded() {
+    let app = spawn_app_with(|c| c.database.statement_timeout = Duration::from_secs(1), false).await;
+    let sale = new_sale_id();
+    assert_eq!(app.seed(&sale, json!({"stock": 2})).await.status(), 200);
+    let mut holder = app.pool.begin().await.unwrap();
+    sqlx::query("lock table sale_audit in exclusive mode").execute(&mut *holder).await.unwrap();
+    let response = control(&app, &sale, "stock", Some(json!({"add": 3}))).await;
+    assert!(response.headers().get("retry-after").is_none(), "nothing invites a retry");
+    assert_error(response, 500, "not_recorded").await;
+    holder.rollback().await.unwrap();
+    assert_eq!(app.status(&sale).await.stock_initial, 5, "made once, in Redis");
+}

@@ -157,7 +157,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::NotDurable { .. }
         | E::PaymentsDisabled
         | E::AdmissionDisabled => StatusCode::SERVICE_UNAVAILABLE,
-        E::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        E::NotRecorded(_) | E::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 

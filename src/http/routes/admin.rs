@@ -70,7 +70,8 @@ pub enum AdminErrors {
     /// route
     #[response(status = 403)]
     AdminDisabled(ErrorBody<'static>),
-    /// `internal`
+    /// `internal`; `not_recorded` for a stock change made in Redis that Postgres did not record
+    /// (do not send it again)
     #[response(status = 500)]
     Internal(ErrorBody<'static>),
     /// `unavailable`: Redis or Postgres is unreachable
