@@ -76,6 +76,7 @@ async fn no_sample_during_a_storm_shows_a_sold_order_that_is_neither_queued_nor_
         .collect::<Vec<u16>>();
     let samples = async {
         let mut samples: Vec<SaleStatus> = vec![];
+        let until = std::time::Instant::now() + Duration::from_secs(60);
         loop {
             samples.push(app.status(&sale).await);
             samples.extend(overview(&app).await.sales);
@@ -83,6 +84,7 @@ async fn no_sample_during_a_storm_shows_a_sold_order_that_is_neither_queued_nor_
             if last.queued == 0 && last.persisted == Some(600) {
                 return samples;
             }
+            assert!(std::time::Instant::now() < until, "the queue never drained: {last:?}");
         }
     };
 
@@ -110,7 +112,9 @@ async fn while_postgres_is_unreachable_the_overview_still_answers_without_the_pe
     let database = secrecy::ExposeSecret::expose_secret(&url).rsplit_once('/').unwrap().1.to_owned();
     let mut maintenance = PgConnection::connect(&postgres_url()).await.unwrap();
     let terminate = "select pg_terminate_backend(pid) from pg_stat_activity where datname = $1";
+    let until = std::time::Instant::now() + Duration::from_secs(60);
     let renamed = loop {
+        assert!(std::time::Instant::now() < until, "the app's pool kept reconnecting to {database}");
         sqlx::query(terminate).bind(&database).execute(&mut maintenance).await.unwrap();
         let rename = format!("alter database {database} rename to {database}_away");
         if sqlx::query(&rename).execute(&mut maintenance).await.is_ok() {

@@ -20,12 +20,16 @@ use tokio::net::TcpListener;
 use crate::common;
 use crate::harness::Deployment;
 
-/// What the receiver got: every span, with its resource's `service.name`.
+/// What the receiver got: every span, with its resource's `service.name`, and every request
+/// that was not an OTLP protobuf export (the receiver's task cannot fail the test itself).
 #[derive(Clone, Default)]
-struct Received(Arc<Mutex<Vec<(String, Span)>>>);
+struct Received(Arc<Mutex<Vec<(String, Span)>>>, Arc<Mutex<Vec<String>>>);
 
 impl Received {
+    /// The spans received; fails the test if a request was not an OTLP protobuf export.
     fn spans(&self) -> Vec<(String, Span)> {
+        let unexpected = self.1.lock().unwrap().clone();
+        assert!(unexpected.is_empty(), "the receiver got requests that were not OTLP exports: {unexpected:?}");
         self.0.lock().unwrap().clone()
     }
 }
@@ -63,9 +67,17 @@ async fn receiver() -> (String, Received) {
                         .and_then(|v| v.parse().ok())
                         .unwrap_or(0);
                     let mut body = vec![0; length];
-                    stream.read_exact(&mut body).await.unwrap();
-                    assert!(head[0].starts_with("POST /v1/traces "), "{}", head[0]);
-                    let request = ExportTraceServiceRequest::decode(&body[..]).expect("an OTLP protobuf export");
+                    if stream.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    let request = match ExportTraceServiceRequest::decode(&body[..]) {
+                        Ok(request) if head[0].starts_with("POST /v1/traces ") => request,
+                        decoded => {
+                            let why = decoded.err().map(|e| e.to_string()).unwrap_or_default();
+                            kept.1.lock().unwrap().push(format!("{} {why}", head[0].trim()));
+                            return;
+                        }
+                    };
                     for resource in request.resource_spans {
                         let service = resource
                             .resource
