@@ -1,5 +1,6 @@
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Parser;
 use seckill::app::{self, Application};
 use seckill::config::{Cli, Command, DrawCommand};
@@ -12,6 +13,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
+    // Every command that connects checks what clap cannot (`seckill worker` too: it ran with a
+    // zero insert timeout, storing nothing).
+    if let Some(config) = cli.command.config() {
+        config.validate().map_err(anyhow::Error::msg).context("configuration")?;
+    }
     // Outside the runtime: the trace exporter's client blocks, and its flush at exit too.
     let log_format = cli.command.config().map(|config| config.log_format).unwrap_or_default();
     let telemetry = telemetry::init(log_format);

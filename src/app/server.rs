@@ -58,7 +58,8 @@ pub fn build(
         .workers(workers)
         .max_concurrent_connections(per_worker as usize)
         .disable_signals()
-        .shutdown_timeout(shutdown_timeout.as_secs());
+        // actix takes whole seconds: rounded up, so that 500ms is not 0 (no grace at all).
+        .shutdown_timeout(shutdown_timeout.as_secs() + u64::from(shutdown_timeout.subsec_nanos() > 0));
     let public = if listeners.metrics.is_some() { Listener::Public } else { Listener::All };
     let mut builder = listen(builder, "seckill-api", listeners.public, state.clone(), edge.clone(), public)?;
     if let Some(metrics) = listeners.metrics {

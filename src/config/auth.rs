@@ -55,6 +55,9 @@ pub struct AuthConfig {
     pub jwt_max_lifetime: Duration,
 }
 
+/// The most clock skew `SECKILL_JWT_LEEWAY` may allow.
+pub const MAX_LEEWAY: Duration = Duration::from_secs(300);
+
 impl Default for AuthConfig {
     /// `none`, with the defaults of the jwt settings.
     fn default() -> Self {
@@ -73,6 +76,18 @@ impl Default for AuthConfig {
 }
 
 impl AuthConfig {
+    /// The leeway's bound: at most [`MAX_LEEWAY`] and below the longest lifetime (a leeway of
+    /// days took expired tokens for days, and one past the lifetime undid its check).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.jwt_leeway > MAX_LEEWAY || self.jwt_leeway >= self.jwt_max_lifetime {
+            return Err(format!(
+                "SECKILL_JWT_LEEWAY ({:?}) must be at most {MAX_LEEWAY:?} and below SECKILL_JWT_MAX_LIFETIME ({:?})",
+                self.jwt_leeway, self.jwt_max_lifetime
+            ));
+        }
+        Ok(())
+    }
+
     /// The verifier of `jwt` mode (built once, at start-up), `None` in `none` mode; an error for
     /// no key, both keys, an unreadable key file, or a key the verifier refuses.
     pub fn verifier(&self) -> Result<Option<Verifier>, String> {

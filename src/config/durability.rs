@@ -53,7 +53,8 @@ impl DurabilityConfig {
         if !(1..=1024).contains(&self.confirm_connections) {
             return Err("SECKILL_CONFIRM_CONNECTIONS must be 1-1024".into());
         }
-        if self.confirm_timeout < Duration::from_millis(1) || self.confirm_timeout >= redis_timeout {
+        if self.enabled() && (self.confirm_timeout < Duration::from_millis(1) || self.confirm_timeout >= redis_timeout)
+        {
             return Err(format!(
                 "SECKILL_CONFIRM_TIMEOUT ({:?}) must be at least 1ms and below SECKILL_REDIS_TIMEOUT \
                     ({redis_timeout:?})",
@@ -88,10 +89,13 @@ mod tests {
 
     #[test]
     fn the_wait_must_end_before_the_redis_timeout() {
-        assert!(parse(&["--confirm-timeout", "999ms"]).is_ok());
-        let error = parse(&["--confirm-timeout", "1s"]).unwrap_err();
+        let waiting = |args: &[&str]| parse(&[&["--confirm-replicas", "1"], args].concat());
+        assert!(waiting(&["--confirm-timeout", "999ms"]).is_ok());
+        let error = waiting(&["--confirm-timeout", "1s"]).unwrap_err();
         assert!(error.contains("below SECKILL_REDIS_TIMEOUT"), "{error}");
-        assert!(parse(&["--confirm-timeout", "2s", "--redis-timeout", "3s"]).is_ok());
-        assert!(parse(&["--confirm-timeout", "0ms"]).is_err());
+        assert!(waiting(&["--confirm-timeout", "2s", "--redis-timeout", "3s"]).is_ok());
+        assert!(waiting(&["--confirm-timeout", "0ms"]).is_err());
+        // Without replicas to wait for, the wait is not checked.
+        assert!(parse(&["--confirm-timeout", "1s"]).is_ok());
     }
 }

@@ -259,6 +259,25 @@ impl Config {
     /// against the Redis timeout.
     pub fn validate(&self) -> Result<(), String> {
         self.database.validate()?;
+        if self.database_max_connections == 0 {
+            return Err("SECKILL_DATABASE_MAX_CONNECTIONS must be at least 1".into());
+        }
+        if !(Duration::from_millis(1)..=Duration::from_secs(60)).contains(&self.worker_block) {
+            return Err(format!(
+                "SECKILL_WORKER_BLOCK must be 1ms-60s (Redis reads a block of 0 as for ever), got {:?}",
+                self.worker_block
+            ));
+        }
+        if self.worker_claim_timeout <= self.worker_block {
+            return Err(format!(
+                "SECKILL_WORKER_CLAIM_TIMEOUT ({:?}) must exceed SECKILL_WORKER_BLOCK ({:?}): a shorter one claims \
+                 the batches live workers have just read",
+                self.worker_claim_timeout, self.worker_block
+            ));
+        }
+        Policy::new(self.rate_limit_algorithm, self.sold_out_rate_limit(), None)
+            .map_err(|e| format!("SECKILL_SOLD_OUT_RATE_LIMIT: {e}"))?;
+        self.auth.validate()?;
         self.payments.validate()?;
         self.admission.validate()?;
         self.webhooks.validate()?;
@@ -305,6 +324,32 @@ mod tests {
         let burst_without_bucket =
             parse(&["--rate-limit-algorithm", "sliding-log", "--rate-limit-burst", "3"]).unwrap();
         assert!(burst_without_bucket.command.config().unwrap().rate_limit_policy().is_err());
+    }
+
+    #[test]
+    fn settings_clap_takes_but_no_process_could_run_with_are_refused_at_start() {
+        let refusal = |args: &[&str]| {
+            let cli = Cli::try_parse_from([&["seckill", "worker"], args].concat()).unwrap();
+            cli.command.config().unwrap().validate().err()
+        };
+        assert_eq!(refusal(&[]), None, "the defaults");
+        for (args, says) in [
+            (&["--worker-block", "0s"][..], "SECKILL_WORKER_BLOCK"),
+            (&["--worker-block", "2m"], "SECKILL_WORKER_BLOCK"),
+            (&["--worker-block", "2s", "--worker-claim-timeout", "1s"], "SECKILL_WORKER_CLAIM_TIMEOUT"),
+            (&["--database-max-connections", "0"], "SECKILL_DATABASE_MAX_CONNECTIONS"),
+            (&["--sold-out-rate-limit", "5000000/10h"], "SECKILL_SOLD_OUT_RATE_LIMIT"),
+            (&["--jwt-leeway", "30d"], "SECKILL_JWT_LEEWAY"),
+            (&["--jwt-leeway", "2m", "--jwt-max-lifetime", "1m"], "SECKILL_JWT_LEEWAY"),
+            (&["--worker-insert-timeout", "0s"], "SECKILL_WORKER_INSERT_TIMEOUT"),
+        ] {
+            let refused = refusal(args).unwrap_or_else(|| panic!("{args:?} was taken"));
+            assert!(refused.contains(says), "{args:?}: {refused}");
+        }
+        // The replicas' wait is checked only when purchases wait for replicas.
+        assert_eq!(refusal(&["--redis-timeout", "200ms"]), None);
+        let waiting = refusal(&["--redis-timeout", "200ms", "--confirm-replicas", "1"]).unwrap();
+        assert!(waiting.contains("SECKILL_CONFIRM_TIMEOUT"), "{waiting}");
     }
 
     #[test]
