@@ -100,10 +100,9 @@ pub async fn record(
         tracing::error!(error = %err, "a draw's record failed mid-way; its answer is cut short");
         actix_web::error::ErrorServiceUnavailable("record failed")
     });
-    Ok(HttpResponse::Ok()
-        .content_type("application/x-ndjson")
-        .insert_header((header::CACHE_CONTROL, "public, max-age=60"))
-        .streaming(body))
+    let mut answer = HttpResponse::Ok();
+    answer.content_type("application/x-ndjson").insert_header((header::CACHE_CONTROL, "public, max-age=60"));
+    Ok(super::streamed(&req, answer, body))
 }
 
 /// A draw's counts, for the live page: where it stands, its entries over the window, its results

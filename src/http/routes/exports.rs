@@ -72,7 +72,7 @@ pub async fn sale_orders(
     let sale = sale_of(&path)?;
     let (format, statuses) = choices(&req, &query)?;
     let lines = state.shop.export_sale(&sale, statuses, format).await?;
-    Ok(answer(lines, format, sale.as_str()))
+    Ok(answer(&req, lines, format, sale.as_str()))
 }
 
 /// The orders of every sale of the drop (`<drop_id>.<size>`), sale after sale by id, as
@@ -103,7 +103,7 @@ pub async fn drop_orders(
 ) -> Result<HttpResponse, ApiError> {
     let (format, statuses) = choices(&req, &query)?;
     let lines = state.shop.export_drop(&path, statuses, format).await?;
-    Ok(answer(lines, format, &path))
+    Ok(answer(&req, lines, format, &path))
 }
 
 /// The format (the query's, else the `Accept` header's, else CSV) and the statuses asked.
@@ -125,7 +125,7 @@ fn choices(req: &HttpRequest, query: &ExportQuery) -> Result<(ExportFormat, Vec<
     Ok((format, statuses))
 }
 
-fn answer(lines: ExportLines, format: ExportFormat, name: &str) -> HttpResponse {
+fn answer(req: &HttpRequest, lines: ExportLines, format: ExportFormat, name: &str) -> HttpResponse {
     // The body streams after the handler has returned, outside the request's scope: its line
     // is logged in it again, so that it carries the request's id.
     let request = request_lines::current();
@@ -137,12 +137,10 @@ fn answer(lines: ExportLines, format: ExportFormat, name: &str) -> HttpResponse 
         }
         actix_web::error::ErrorServiceUnavailable("export failed")
     });
-    HttpResponse::Ok()
-        .content_type(format.content_type())
-        .insert_header((header::CACHE_CONTROL, "no-store"))
-        .insert_header((
-            header::CONTENT_DISPOSITION,
-            format!("attachment; filename=\"{name}-orders.{}\"", format.extension()),
-        ))
-        .streaming(body)
+    let mut head = HttpResponse::Ok();
+    head.content_type(format.content_type()).insert_header((header::CACHE_CONTROL, "no-store")).insert_header((
+        header::CONTENT_DISPOSITION,
+        format!("attachment; filename=\"{name}-orders.{}\"", format.extension()),
+    ));
+    super::streamed(req, head, body)
 }

@@ -36,7 +36,7 @@ mod small_body;
 mod user_id;
 mod webhooks;
 
-use actix_web::{HttpRequest, HttpResponse, guard, web};
+use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder, guard, web};
 
 use super::AppState;
 use super::error::ApiError;
@@ -274,6 +274,22 @@ where
 /// actix-http leaves out of the answer).
 fn read() -> actix_web::Route {
     web::route().guard(guard::Any(guard::Get()).or(guard::Head()))
+}
+
+/// A streamed answer of `body`, or, to a `HEAD`, the same head with no body at all: actix-http
+/// leaves a HEAD answer's body out of what it writes but still reads the stream to its end, so a
+/// HEAD of a draw record or an export read every page of it (queries, hashes) to send nothing,
+/// with no slow client to hold it back.
+pub(crate) fn streamed<S, E>(req: &HttpRequest, mut answer: HttpResponseBuilder, body: S) -> HttpResponse
+where
+    S: futures::Stream<Item = Result<web::Bytes, E>> + 'static,
+    E: Into<Box<dyn std::error::Error>> + 'static,
+{
+    if req.method() == actix_web::http::Method::HEAD {
+        drop(body); // the first page it read stays its only one
+        return answer.streaming(futures::stream::empty::<Result<web::Bytes, E>>());
+    }
+    answer.streaming(body)
 }
 
 /// A resource's answer to any other method: 405 with `Allow: <methods>` (RFC 9110).
