@@ -36,7 +36,7 @@ use crate::challenge::Spent;
 use crate::domain::{SaleId, UserId};
 use crate::purchase::Admitted;
 use crate::redis::Keyspace;
-use crate::redis::keys::{SaleKeys, group_sales_key};
+use crate::redis::keys::{LineKeys, SaleKeys, group_sales_key};
 use crate::redis::lua::{self, unexpected_reply};
 
 /// How often one instance reads a polled sale's line (and admission may move), at most.
@@ -315,6 +315,13 @@ pub fn draw_seed() -> [u8; 32] {
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).expect("the operating system's random source");
     seed
+}
+
+/// The shuffle seed a line's state keeps in Redis (a queued sale's, or a drop's line's): `None`
+/// when it keeps none.
+pub async fn kept_seed(redis: &Keyspace, line: &LineKeys) -> RedisResult<Option<[u8; 32]>> {
+    let seed: Option<String> = redis.conn().hget(&line.queue.state, "seed").await?;
+    Ok(seed.and_then(|seed| <[u8; 32]>::try_from(hex::decode(seed).ok()?).ok()))
 }
 
 /// The seed's public commitment: SHA-256 of its 64 hex digits, in hex

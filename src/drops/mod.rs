@@ -26,12 +26,6 @@ pub fn keys(sales: &Sales, drop: &DropId) -> DropKeys {
     DropKeys::new(sales.keyspace().prefix(), drop)
 }
 
-/// The shuffle seed the drop's line keeps in Redis (`None`: it has no line).
-pub async fn kept_line_seed(sales: &Sales, drop: &DropId) -> RedisResult<Option<[u8; 32]>> {
-    let seed: Option<String> = sales.keyspace().conn().hget(keys(sales, drop).line_state, "seed").await?;
-    Ok(seed.and_then(|seed| <[u8; 32]>::try_from(hex::decode(seed).ok()?).ok()))
-}
-
 /// The drop's sizes as Redis's group set holds them, by id (empty: no such drop, or a group with
 /// no sale left). A drop has at most [`MAX_SIZES`]; a group seeded sale by sale may have more, of
 /// which the first [`MAX_SIZES`] by id are read.

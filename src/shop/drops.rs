@@ -16,6 +16,7 @@ use super::controls::checked_reason;
 use super::limits::Meter;
 use super::seed::{MAX_STOCK, checked_per_buyer, checked_stock, checked_times, checked_window, to_ms};
 use super::{Error, Shop};
+use crate::admission;
 use crate::controls::Switch;
 use crate::controls::audit::{self, Entry};
 use crate::db;
@@ -23,6 +24,7 @@ use crate::domain::{DropId, SaleId, ms_to_time};
 use crate::draw::entries::{self as draw_entries, DrawInfo, store as draw_store};
 use crate::drops::{self, DropRestock, DropSeed, DropSpec, MAX_SIZES, NotSwitched, store};
 use crate::purchase::board::Snapshot;
+use crate::redis::keys::LineKeys;
 use crate::reservations::store as reservations_store;
 
 /// What an operator asks a drop's seed for, as the request said it (checked by
@@ -142,10 +144,15 @@ impl Shop {
         match drops::seed(&self.sales, drop, &spec).await? {
             // The row takes the line's seed Redis keeps (shuffled with it, its SHA-256 published)
             // when it kept another: one left by a seed whose transaction failed after its call.
-            DropSeed::Seeded => match (&spec.line, drops::kept_line_seed(&self.sales, drop).await?) {
-                (Some(line), Some(kept)) if kept != line.seed => store::set_line_seed(&mut tx, drop, &kept).await?,
-                _ => {}
-            },
+            DropSeed::Seeded => {
+                if let Some(line) = &spec.line {
+                    let keys = LineKeys::of_drop(self.sales.keyspace().prefix(), drop.as_str());
+                    match admission::kept_seed(self.sales.keyspace(), &keys).await? {
+                        Some(kept) if kept != line.seed => store::set_line_seed(&mut tx, drop, &kept).await?,
+                        _ => {}
+                    }
+                }
+            }
             DropSeed::NotADrop => return Err(Error::NotADrop),
             DropSeed::SizeMissing(size) => return Err(Error::DropSizeMissing(size)),
             DropSeed::InProgress(size) => return Err(Error::DropInProgress(size)),

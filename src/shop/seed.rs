@@ -166,9 +166,7 @@ impl Shop {
         sale: &SaleId,
         given: [u8; 32],
     ) -> Result<(), Error> {
-        let kept = self.sales.sale_state(sale).await?.and_then(|state| state.queue);
-        let kept = kept.and_then(|queue| <[u8; 32]>::try_from(hex::decode(queue.seed).ok()?).ok());
-        match kept {
+        match admission::kept_seed(self.sales.keyspace(), &self.sales.sale_keys(sale).line()).await? {
             Some(kept) if kept != given => Ok(db::set_queue_seed(tx, sale, &kept).await?),
             _ => Ok(()),
         }
