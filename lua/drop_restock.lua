@@ -20,6 +20,8 @@
 --   {"restoring", sale_id}                  reconciliation's repair is restoring that size (its
 --                                           meta's "restoring" mark): its stock is not yet the
 --                                           stock left
+-- Raises, with nothing written, when a size's stock_initial or stock, or the line meta's
+-- stock_initial, is not a canonical integer (damaged: HINCRBY and INCRBY would refuse it).
 --
 -- Invariants kept: every check comes before any write; in each size stock_initial and the stock
 -- move together, so stock_initial = stock + units sold - units released holds in every size, and a
@@ -41,12 +43,23 @@ if change ~= '' and sizes > 0 and redis.call('HGET', KEYS[3], 'drop_restock_op')
   end
   return figures
 end
+-- A figure HINCRBY or INCRBY takes: a canonical integer of at most 18 characters.
+local function checked(raw)
+  if raw and raw ~= '0' and not (#raw <= 18 and string.match(raw, '^%-?[1-9]%d*$')) then
+    error('seckill lua/drop_restock.lua: a stock figure of the drop is damaged (' .. raw .. '): nothing written')
+  end
+  return tonumber(raw)
+end
+checked(redis.call('HGET', KEYS[2], 'stock_initial'))
 local total = 0
 for i = 0, sizes - 1 do
   local sale, add = ARGV[2 + 2 * i], tonumber(ARGV[3 + 2 * i])
-  local initial = tonumber(redis.call('HGET', KEYS[3 + 2 * i], 'stock_initial'))
-  local stock = tonumber(redis.call('GET', KEYS[4 + 2 * i]))
-  if redis.call('SISMEMBER', KEYS[1], sale) == 0 or not initial or not stock then
+  if redis.call('SISMEMBER', KEYS[1], sale) == 0 then
+    return {'unknown_size', sale}
+  end
+  local initial = checked(redis.call('HGET', KEYS[3 + 2 * i], 'stock_initial'))
+  local stock = checked(redis.call('GET', KEYS[4 + 2 * i]))
+  if not initial or not stock then
     return {'unknown_size', sale}
   end
   if redis.call('HEXISTS', KEYS[3 + 2 * i], 'restoring') == 1 then

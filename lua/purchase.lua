@@ -90,11 +90,13 @@ end
 -- records the group's per_buyer, lua/seed.lua); a grouped sale counts them in KEYS[7].
 local per_buyer = tonumber(meta[8]) or 1
 local grouped = meta[9]
--- HINCRBY takes only an integer: a damaged extra_units is found before any write.
-local extra_ok = not meta[10] or string.match(meta[10], '^%d+$')
+-- HINCRBY, like DECRBY, takes only a canonical integer ("0", or no leading zero or sign "-0") of
+-- at most 18 characters here: a damaged extra_units is found before any write.
+local extra_ok = not meta[10] or meta[10] == '0' or (#meta[10] <= 18 and string.match(meta[10], '^[1-9]%d*$'))
 -- Nor can a damaged queued_extra fail the commit's HINCRBY after its other writes (it can be
 -- negative: a repair's seed restarts it while entries of several orders are queued).
-local queued_extra_ok = not meta[14] or (#meta[14] <= 18 and string.match(meta[14], '^%-?%d+$'))
+local queued_extra_ok = not meta[14] or meta[14] == '0'
+  or (#meta[14] <= 18 and string.match(meta[14], '^%-?[1-9]%d*$'))
 local created_at = string.format('%d', now_ms)
 local window = tonumber(meta[5])
 local pay_by = window and string.format('%d', now_ms + window)

@@ -37,10 +37,12 @@ local stock_raw = redis.call('GET', KEYS[1])
 if not stock_raw then
   return 'unknown_sale'
 end
-local stock = tonumber(stock_raw)
-if not stock or stock ~= math.floor(stock) then
+-- INCRBY takes only a canonical integer ("0", or no leading zero) of at most 18 characters here;
+-- any other stock is damaged, found before the gate counts an order released.
+if stock_raw ~= '0' and not (#stock_raw <= 18 and string.match(stock_raw, '^%-?[1-9]%d*$')) then
   error('seckill release.lua: the stock of the sale is damaged (' .. stock_raw .. '): nothing written')
 end
+local stock = tonumber(stock_raw)
 -- A sale the repair is restoring (lua/seed.lua's hold) gives nothing back yet: its buyers, and
 -- which of their orders are released, are being put back; the release stays owed.
 if redis.call('HEXISTS', KEYS[3], 'restoring') == 1 then

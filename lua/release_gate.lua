@@ -10,8 +10,14 @@
 --               extra_released of the sale's meta hash meta_key, and returns the counted orders
 --               and their units. The includer puts the units back (in the stock, or to the
 --               waitlist): the gate is what makes that happen once per order, however often the
---               release is repeated.
+--               release is repeated. Raises, with nothing written, when the meta's extra_released
+--               is not a canonical integer (HINCRBY would refuse it after the SADDs had counted
+--               the orders released, their units lost).
 local function give_back(released_key, meta_key, from)
+  local extra = redis.call('HGET', meta_key, 'extra_released')
+  if extra and extra ~= '0' and not (#extra <= 18 and string.match(extra, '^[1-9]%d*$')) then
+    error('seckill lua/release_gate.lua: the extra_released of the sale is damaged (' .. extra .. '): nothing written')
+  end
   local released, units = 0, 0
   for i = from, #ARGV, 2 do
     if redis.call('SADD', released_key, ARGV[i]) == 1 then

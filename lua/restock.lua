@@ -18,7 +18,9 @@
 --   "sharded"      the sale is split over shards (docs/stock-sharding.md): nothing written
 --   "restoring"    reconciliation's repair is restoring the sale (its meta's "restoring" mark,
 --                  lua/seed.lua's hold): its stock is not yet the stock left, nothing written
--- or just {"unknown_sale"} (no meta or no stock key): nothing written.
+-- or just {"unknown_sale"} (no meta or no stock key): nothing written. Raises, with nothing written,
+-- when stock_initial or the stock is not a canonical integer (damaged: HINCRBY and INCRBY would
+-- refuse it).
 --
 -- Invariants kept: stock_initial and the stock move together in one call, so stock_initial =
 -- stock + SCARD(buyers) - SCARD(released) holds before and after, and a purchase (lua/buy.lua,
@@ -30,11 +32,16 @@
 --   redis-cli --eval lua/restock.lua 'seckill:{sale:drop}:meta' 'seckill:{sale:drop}:stock' , 5 10000000 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a70
 
 local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'shards', 'restock_op', 'restoring')
-local stock = tonumber(redis.call('GET', KEYS[2]))
-local initial = tonumber(meta[1])
-if not initial or not stock then
+local stock_raw = redis.call('GET', KEYS[2])
+if not meta[1] or not stock_raw then
   return {'unknown_sale'}
 end
+for _, raw in ipairs({meta[1], stock_raw}) do
+  if raw ~= '0' and not (#raw <= 18 and string.match(raw, '^%-?[1-9]%d*$')) then
+    error('seckill lua/restock.lua: a stock figure of the sale is damaged (' .. raw .. '): nothing written')
+  end
+end
+local initial, stock = tonumber(meta[1]), tonumber(stock_raw)
 local change = ARGV[3] or ''
 if change ~= '' and meta[3] == change then
   return {'ok', initial, stock}
@@ -53,7 +60,9 @@ end
 if initial + add > tonumber(ARGV[2]) then
   return {'too_much', initial, stock}
 end
+local figures = {'ok', redis.call('HINCRBY', KEYS[1], 'stock_initial', add), redis.call('INCRBY', KEYS[2], add)}
+-- Last: the change is recorded made only once it is.
 if change ~= '' then
   redis.call('HSET', KEYS[1], 'restock_op', change)
 end
-return {'ok', redis.call('HINCRBY', KEYS[1], 'stock_initial', add), redis.call('INCRBY', KEYS[2], add)}
+return figures

@@ -281,19 +281,22 @@ async fn a_damaged_queue_count_fails_a_call_of_several_with_nothing_written() {
         call
     };
     let words = |reply: &Value| redis::from_redis_value_ref::<Vec<String>>(reply).unwrap_or_default();
-    let _: () = redis.hset(&keys.meta, "queued_extra", "damaged").await.unwrap();
-    let replies: Vec<Value> = call(["ann", "bob"]).invoke_async(&mut redis).await.expect("the call answers each");
-    for reply in &replies {
-        let words = words(reply);
-        assert!(words[0] == "failed" && words[1].contains("queued_extra"), "{replies:?}");
+    // Not an integer, or one HINCRBY refuses (a leading zero, "-0", 19 digits).
+    for damaged in ["damaged", "007", "-0", "1234567890123456789"] {
+        let _: () = redis.hset(&keys.meta, "queued_extra", damaged).await.unwrap();
+        let replies: Vec<Value> = call(["ann", "bob"]).invoke_async(&mut redis).await.expect("the call answers each");
+        for reply in &replies {
+            let words = words(reply);
+            assert!(words[0] == "failed" && words[1].contains("queued_extra"), "{damaged:?}: {replies:?}");
+        }
+        let stock: i64 = redis.get(&keys.stock).await.unwrap();
+        let (buyers, entries, receipts): (usize, usize, usize) = (
+            redis.scard(&keys.buyers).await.unwrap(),
+            redis.xlen(&keys.orders).await.unwrap(),
+            redis.hlen(&keys.receipts).await.unwrap(),
+        );
+        assert_eq!((stock, buyers, entries, receipts), (5, 0, 0, 0), "{damaged:?}: nothing of the purchases written");
     }
-    let stock: i64 = redis.get(&keys.stock).await.unwrap();
-    let (buyers, entries, receipts): (usize, usize, usize) = (
-        redis.scard(&keys.buyers).await.unwrap(),
-        redis.xlen(&keys.orders).await.unwrap(),
-        redis.hlen(&keys.receipts).await.unwrap(),
-    );
-    assert_eq!((stock, buyers, entries, receipts), (5, 0, 0, 0), "nothing of the failed purchases written");
 
     let _: () = redis.hset(&keys.meta, "queued_extra", 0).await.unwrap();
     let replies: Vec<Value> = call(["ann", "bob"]).invoke_async(&mut redis).await.unwrap();

@@ -18,6 +18,7 @@ mod concurrency;
 mod controls;
 mod controls_model;
 mod controls_service_model;
+mod damaged_counts;
 mod docs;
 mod draw_durability;
 mod draw_entries;
