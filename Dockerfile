@@ -11,12 +11,18 @@ ENV CARGO_TERM_COLOR=never \
     SQLX_OFFLINE=true
 
 # 1. Dependency layer: only the manifests, plus dummy lib/bin targets, so that
-#    this (slow) layer is reused until Cargo.toml / Cargo.lock change.
+#    this (slow) layer is reused until a manifest or Cargo.lock changes. Cargo loads
+#    every workspace member (testbed and xtask, the tooling crates) to resolve the
+#    lock file, so their manifests and a dummy target each are needed too; only
+#    the service itself is built (-p seckill).
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir src \
+COPY testbed/Cargo.toml ./testbed/
+COPY xtask/Cargo.toml ./xtask/
+RUN mkdir -p src testbed/src xtask/src \
     && echo 'fn main() {}' > src/main.rs \
-    && touch src/lib.rs \
-    && cargo build --release --locked \
+    && touch src/lib.rs testbed/src/lib.rs \
+    && echo 'fn main() {}' > xtask/src/main.rs \
+    && cargo build --release --locked -p seckill \
     && rm -rf src
 
 # 2. The real sources. lua/ is pulled in with include_str! and migrations/ with
@@ -26,7 +32,7 @@ COPY lua ./lua
 COPY migrations ./migrations
 # touch: make sure cargo sees the real crate roots as newer than the dummy build.
 RUN touch src/main.rs src/lib.rs \
-    && cargo build --release --locked \
+    && cargo build --release --locked -p seckill \
     && cp target/release/seckill /usr/local/bin/seckill
 
 # ---------------------------------------------------------------------------
@@ -50,7 +56,7 @@ COPY --from=builder /usr/local/bin/seckill /usr/local/bin/seckill
 USER 10001:10001
 ENV SECKILL_LISTEN=0.0.0.0:8080
 EXPOSE 8080
-# The service drains in-flight work on SIGTERM (compose gives it 30s).
+# The service drains in-flight work on SIGTERM (compose gives it 50s).
 STOPSIGNAL SIGTERM
 
 ENTRYPOINT ["seckill"]

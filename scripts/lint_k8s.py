@@ -9,7 +9,8 @@ Run by scripts/lint-k8s.sh from the repository root, after kubernetes-validate -
 - the probes: liveness and startup on /healthz, readiness on /readyz, both routes of the binary
   (its OpenAPI annotations), on the container ports that SECKILL_LISTEN and
   SECKILL_METRICS_LISTEN open (/readyz moves to the metrics listener when it is set);
-- the shutdown fits: preStop sleep + SECKILL_SHUTDOWN_TIMEOUT < terminationGracePeriodSeconds;
+- the shutdown fits: preStop sleep + SECKILL_SHUTDOWN_TIMEOUT + SECKILL_WORKER_INSERT_TIMEOUT <
+  terminationGracePeriodSeconds;
 - Services, the NetworkPolicy (metrics only to the monitoring namespace, the buyer port not to
   every pod), the PDB, the HPA and
   the pre-scaling CronJobs name what exists; every container runs non-root, read-only, with no
@@ -140,8 +141,8 @@ def check(docs, binary_help, route_paths, group, errors):
             error(f"Deployment/seckill: port metrics {ports.get('metrics')} is not SECKILL_METRICS_LISTEN's {metrics_listen}")
         probes = {kind: container.get(kind, {}).get("httpGet", {}) for kind in ("livenessProbe", "readinessProbe", "startupProbe")}
         for kind, want_path, want_port in (
-            ("livenessProbe", "/healthz", "http"),
-            ("startupProbe", "/healthz", "http"),
+            ("livenessProbe", "/healthz", "metrics" if metrics_listen else "http"),
+            ("startupProbe", "/healthz", "metrics" if metrics_listen else "http"),
             ("readinessProbe", "/readyz", "metrics" if metrics_listen else "http"),
         ):
             got = probes[kind]
@@ -151,9 +152,12 @@ def check(docs, binary_help, route_paths, group, errors):
                 error(f"Deployment/seckill: {kind} path {got.get('path')} is no route of the binary")
         shutdown = seconds(data.get("SECKILL_SHUTDOWN_TIMEOUT") or default_of(serve_help, "SECKILL_SHUTDOWN_TIMEOUT"))
         pre_stop = container.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+        # The worker's last batch (its insert, bounded by SECKILL_WORKER_INSERT_TIMEOUT) runs after the drain.
+        insert = seconds(data.get("SECKILL_WORKER_INSERT_TIMEOUT") or default_of(serve_help, "SECKILL_WORKER_INSERT_TIMEOUT"))
         grace = pod.get("terminationGracePeriodSeconds", 30)
-        if shutdown is None or pre_stop + shutdown >= grace:
-            error(f"Deployment/seckill: preStop {pre_stop} s + SECKILL_SHUTDOWN_TIMEOUT {shutdown} s must be under terminationGracePeriodSeconds {grace}")
+        if shutdown is None or insert is None or pre_stop + shutdown + insert >= grace:
+            error(f"Deployment/seckill: preStop {pre_stop} s + SECKILL_SHUTDOWN_TIMEOUT {shutdown} s + "
+                  f"SECKILL_WORKER_INSERT_TIMEOUT {insert} s must be under terminationGracePeriodSeconds {grace}")
         # The Redis Cluster's leaders are the seed nodes.
         urls = [u for u in data.get("SECKILL_REDIS_URL", "").split(",") if u]
         for cluster in find(docs, "RedisCluster"):
@@ -297,6 +301,14 @@ def breakages(docs):
         if doc["kind"] == "Deployment":
             container(doc)["readinessProbe"]["httpGet"]["port"] = "http"
 
+    def liveness_on_public_port(doc):
+        if doc["kind"] == "Deployment":
+            container(doc)["livenessProbe"]["httpGet"]["port"] = "http"
+
+    def grace_without_the_worker(doc):
+        if doc["kind"] == "Deployment":
+            doc["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 40
+
     def buyer_port_open(doc):
         if doc["kind"] == "NetworkPolicy":
             for rule in doc["spec"]["ingress"]:
@@ -310,6 +322,8 @@ def breakages(docs):
         broken("a container port that is not SECKILL_LISTEN's", port),
         broken("a grace period shorter than the shutdown", grace),
         broken("/readyz asked on the buyer port while the metrics listener serves it", metrics_probe_port),
+        broken("the liveness probe on the buyer port, inside its connection budget", liveness_on_public_port),
+        broken("a grace period that leaves out the worker's last batch", grace_without_the_worker),
     ]
 
 
