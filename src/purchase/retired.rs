@@ -221,7 +221,9 @@ impl RetiredSales {
             Err(err) => {
                 match &err {
                     Unanswered::Postgres(pg) => {
-                        tracing::warn!(sale_id = %sale, error = %pg, "retired sale lookup failed")
+                        if let Some(suppressed) = crate::telemetry::dependency_failure_line(Some("postgres")) {
+                            tracing::warn!(sale_id = %sale, error = %pg, suppressed, "retired sale lookup failed")
+                        }
                     }
                     Unanswered::Busy => tracing::debug!(sale_id = %sale, "retired sale lookup skipped: lookups busy"),
                 }

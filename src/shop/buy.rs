@@ -143,7 +143,10 @@ impl Shop {
         match outcome {
             BuyOutcome::Purchased { pay_by_ms } => Ok(Bought { order_id, quantity, pay_by_ms }),
             BuyOutcome::NotDurable { replicas } => {
-                tracing::warn!(%order_id, replicas, "purchase not confirmed by enough replicas: 503 not_durable");
+                if let Some(suppressed) = crate::telemetry::dependency_failure_line(Some("redis")) {
+                    tracing::warn!(%order_id, replicas, suppressed,
+                        "purchase not confirmed by enough replicas: 503 not_durable");
+                }
                 Err(Error::NotDurable { order_id })
             }
             BuyOutcome::UnknownSale => {
@@ -176,7 +179,9 @@ impl Shop {
             BuyOutcome::LimitReached { held, per_buyer } => {
                 // A refusal's read, on the group's slot: which orders hold the buyer's units.
                 let orders = self.sales.group_orders(sale, user).await.unwrap_or_else(|error| {
-                    tracing::warn!(%error, %sale, "the buyer's orders in the group could not be read");
+                    if let Some(suppressed) = crate::telemetry::dependency_failure_line(Some("redis")) {
+                        tracing::warn!(%error, %sale, suppressed, "the buyer's orders in the group could not be read");
+                    }
                     Vec::new()
                 });
                 Err(Error::LimitReached { per_buyer, held, orders })

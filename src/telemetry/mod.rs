@@ -122,6 +122,19 @@ const CONNECTION_ERROR_PERIOD: Duration = Duration::from_secs(1);
 /// line per dependency in this time, which carries how many failures were not logged before it.
 pub const DEPENDENCY_WARN_INTERVAL: Duration = Duration::from_secs(5);
 
+/// The most internal errors logged: one a second; the rest are counted, and the count goes with
+/// the next line logged.
+const INTERNAL_ERROR_PERIOD: Duration = Duration::from_secs(1);
+
+/// Whether a request that failed on an internal error (a bug, or a reply no path expects) logs
+/// its ERROR line now: `Some(n)`, `n` the internal errors held back since the previous line;
+/// `None` (counted) to hold this one back ([`INTERNAL_ERROR_PERIOD`]), so that a client that
+/// can cause one at will cannot flood the log.
+pub fn internal_error_line() -> Option<u64> {
+    static LINES: LazyLock<LimitedLines> = LazyLock::new(|| LimitedLines::every(INTERNAL_ERROR_PERIOD));
+    LINES.admit()
+}
+
 /// Whether a request that failed on `dependency` (`"redis"`, `"postgres"`; `None`: neither, or
 /// not known) logs its WARN line now: `Some(n)`, `n` the failures of that dependency held back
 /// since its previous line; `None` (counted) to hold this one back. One budget per dependency

@@ -42,7 +42,7 @@ async fn json_log_lines_carry_the_request_id_and_purchases_log_nothing() {
     let refused = deployment.buy(&sale, "u-refused").await;
     assert_eq!(refused.status(), 503);
     let request_id = refused.headers()["x-request-id"].to_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    service.wait_for_log("purchase outcome unknown").await;
 
     let lines: Vec<serde_json::Value> = service
         .log_text()
@@ -127,4 +127,45 @@ async fn a_redis_outage_under_a_storm_logs_a_few_warn_lines_not_one_per_request(
         storm.elapsed.as_millis(),
         of_requests.len()
     );
+}
+
+/// A request that ends in a 500 `internal` (here a restock over a damaged stock, which the script
+/// refuses) logged an ERROR line each: a client that could cause one at will could flood the log.
+/// Now at most one a second, each carrying how many were held back before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn internal_errors_log_at_most_one_line_a_second() {
+    const REQUESTS: usize = 40;
+    let mut deployment = Deployment::new(&[("SECKILL_LOG_FORMAT", "json")]).await;
+    let (service, sale) = deployment.start_with_sale(10).await;
+    service.wait_for_log("worker started").await;
+    let stock = deployment.store.keyspace().sale_keys(&SaleId::parse(&sale).unwrap()).stock;
+    let _: () = redis::cmd("SET").arg(&stock).arg("5.0").query_async(&mut deployment.redis.clone()).await.unwrap();
+
+    let began = std::time::Instant::now();
+    let url = deployment.url(&format!("/admin/sales/{sale}/stock"));
+    for _ in 0..REQUESTS {
+        let refused = deployment
+            .client
+            .post(&url)
+            .bearer_auth(crate::common::ADMIN_TOKEN)
+            .json(&serde_json::json!({"add": 1}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 500);
+        let body: serde_json::Value = refused.json().await.unwrap();
+        assert_eq!(body["error"], "internal", "{body}");
+    }
+    let elapsed = began.elapsed();
+    service.wait_for_log("internal error").await;
+    let lines: Vec<serde_json::Value> = service
+        .log_text()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .filter(|line: &serde_json::Value| line["fields"]["message"] == "internal error")
+        .collect();
+    let most = 1 + elapsed.as_secs_f64().ceil() as usize;
+    assert!((1..=most).contains(&lines.len()), "{} lines for {REQUESTS} errors in {elapsed:?}", lines.len());
+    let held_back: u64 = lines.iter().map(|l| l["fields"]["suppressed"].as_u64().expect("a count")).sum();
+    assert!(lines.len() as u64 + held_back <= REQUESTS as u64, "{lines:?}");
 }

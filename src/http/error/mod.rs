@@ -192,7 +192,11 @@ impl ResponseError for ApiError {
                         "purchase outcome unknown");
                 }
             }
-            Self::Shop(E::Internal(cause)) => tracing::error!(error = format!("{cause:#}"), "internal error"),
+            Self::Shop(E::Internal(cause)) => {
+                if let Some(suppressed) = crate::telemetry::internal_error_line() {
+                    tracing::error!(suppressed, error = format!("{cause:#}"), "internal error");
+                }
+            }
             _ => {}
         }
         let mut response = HttpResponse::build(self.status_code());

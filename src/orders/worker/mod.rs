@@ -329,7 +329,8 @@ impl Worker {
         // Orders, not entries: since issue 54 an entry carries every order of its call.
         self.metrics.worker_batch_size.observe(orders.len() as f64);
         for conflict in &report.conflicts {
-            tracing::warn!(order_id = %conflict.order_id, sale_id = %conflict.sale_id, user_id = %conflict.user_id,
+            tracing::warn!(order_id = %conflict.order_id, sale_id = %conflict.sale_id,
+                user_id = conflict.user_id.as_str(),
                 "order refused: the user already has another order in this sale");
         }
         self.stats.inserted += report.inserted as u64;
