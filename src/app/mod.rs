@@ -93,9 +93,10 @@ impl Application {
                  identity provider signs without one buys here; set it to this service's audience"
             );
         }
+        // The Redis URL first: a malformed one is refused before Postgres is reached (or migrated).
+        let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
         let pool = connect_and_migrate(config).await?;
         register_endpoints(config, &pool).await?;
-        let redis = connection::connect(&config.redis_url, config.redis_timeout).context("redis url")?;
         let operators = config.operators.roster(config.admin_token.as_ref()).map_err(anyhow::Error::msg)?;
         if operators.is_empty() {
             tracing::warn!("neither SECKILL_ADMIN_TOKEN nor named operators are set: admin routes will answer 403");

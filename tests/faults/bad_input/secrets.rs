@@ -99,7 +99,9 @@ async fn secrets_appear_in_no_help_error_or_log_line() {
         assert_no_secret(name, &text);
     }
     let bad_url = format!("redis://:{REDIS_PASSWORD}@127.0.0.1:notaport");
-    let (ok, text) = seckill(&["serve"], &[("SECKILL_REDIS_URL", &bad_url)]).await;
+    // With a dead Postgres too: the default URL would be the machine's own on 5432.
+    let (ok, text) =
+        seckill(&["serve"], &[("SECKILL_REDIS_URL", &bad_url), ("SECKILL_DATABASE_URL", &dead_postgres)]).await;
     assert!(!ok, "a malformed Redis URL: started anyway:\n{text}");
     assert_no_secret("malformed redis url", &text);
 
@@ -110,7 +112,7 @@ async fn secrets_appear_in_no_help_error_or_log_line() {
         assert_eq!(deployment.buy("secrets", "alice").await.status(), 503);
         assert_eq!(deployment.client.get(deployment.url("/readyz")).send().await.unwrap().status(), 503);
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    service.wait_for_log("dependency unavailable").await;
     let log = service.log_text();
     assert!(log.contains("redis"), "the outage is logged:\n{log}");
     assert_no_secret("the service's log", &log);
