@@ -67,15 +67,16 @@
 --   "sold_out"           stock <= 0
 --   {"insufficient_stock", left}
 --                        0 < stock < quantity: nothing is written (never partly filled)
---   an error (raised)    a key is damaged (the stock not a canonical integer of at most 18
---                        digits, the order stream or the receipts key of another type): nothing
---                        is written
+--   an error (raised)    a key is damaged (the stock, extra_units or queued_extra not a
+--                        canonical integer of at most 18 digits, the order stream, the receipts,
+--                        the queue or the group's holdings key of another type): nothing is
+--                        written
 --
 -- Invariants kept: the duplicate check comes before any write; stock is refused below the
 -- quantity so it never goes negative; no buyer takes more than per_buyer units in the sale or its
 -- group; XADD, HSET, SADD and DECR happen together or not at all (Redis does not
--- roll a failed script back, so the writes are ordered such that only the first two can fail,
--- and a failed HSET deletes the entry the XADD just added), so every "ok" has its order in the
+-- roll a failed script back, so the writes are ordered such that only the first three can fail,
+-- each failure deleting what the ones before it wrote), so every "ok" has its order in the
 -- stream and a receipt (and, in a queued sale, its place in KEYS[6]), and stock_initial = stock +
 -- SCARD(buyers) + extra_units - SCARD(released) - extra_released always holds (units: each buyer's
 -- first unit is counted by the sets, the others by the meta's fields) (the released set is lua/release.lua's: units given back by cancelled or expired

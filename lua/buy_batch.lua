@@ -34,7 +34,9 @@
 --   checks > 0   buy_limited.lua's reply {client, buyer, purchase}
 --   {"failed", message}
 --                the purchase's part raised an error (a damaged key): like buy.lua alone, it
---                wrote nothing; the purchases before and after it stand on their own. The writes
+--                wrote nothing of the purchase (a limit it passed before keeps the request
+--                counted, as a purchase refused after its limits does); the purchases before and
+--                after it stand on their own. The writes
 --                at the end failing (a damaged stream, receipts or queue key, which every purchase
 --                of the call would have met) make every accepted purchase's reply "failed", and
 --                that of each buyer answered already_purchased for one of them: nothing of them

@@ -9,7 +9,7 @@
 --                             meta's "restoring" mark), and resume only a pause whose reason is
 --                             this (a pause an operator made meanwhile stays)
 --
--- Returns {status, was_paused, ends_at_ms}:
+-- Returns {status, was_paused, ends_at_ms} (an action the app never sends: an error reply):
 --   status       "ok"; or just "unknown_sale" (no meta: no stock_initial in it): nothing written
 --   was_paused   1 if the sale was paused before this call, else 0
 --   ends_at_ms   the sale's end after this call, Unix ms ("" for none)

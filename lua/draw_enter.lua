@@ -25,7 +25,8 @@
 --
 -- Invariants kept: one entry per buyer (HGET before any write, in one atomic call); the entry's
 -- HSET and XADD happen together or not at all: the XADD goes first (a failure there writes
--- nothing of the entry), and a failed HSET deletes the stream entry before raising. The stream's
+-- nothing of the entry), and a failed HSET deletes the stream entry before raising; either
+-- failure takes the nonce it spent back, so the same solution can enter once the key is mended. The stream's
 -- entries go once the worker committed them (lua/trim.lua); the hash goes with the drop.
 --
 -- Assembled, not run as it stands: the line "-- @nonce_spend" below is followed by lua/nonce_spend.lua.
@@ -81,12 +82,22 @@ local entered = string.format('%d', now_ms)
 local id = redis.pcall('XADD', KEYS[3], entered .. '-*', 'user_id', user, 'sizes', sizes, 'quantity', quantity,
   'entered_at_ms', entered)
 if type(id) == 'table' and id.err then
-  id = redis.call('XADD', KEYS[3], '*', 'user_id', user, 'sizes', sizes, 'quantity', quantity,
+  id = redis.pcall('XADD', KEYS[3], '*', 'user_id', user, 'sizes', sizes, 'quantity', quantity,
     'entered_at_ms', entered)
+end
+-- A failure below gives the nonce back (the entry is not made: the same solution may be sent again).
+local function failed(what, err)
+  if nonce ~= '' then
+    redis.call('ZREM', KEYS[4], nonce)
+  end
+  error('seckill lua/draw_enter.lua: the ' .. what .. ' is damaged (' .. err .. '): nothing written')
+end
+if type(id) == 'table' and id.err then
+  failed('entry stream', id.err)
 end
 local kept = redis.pcall('HSET', KEYS[2], user, sizes .. ' ' .. quantity .. ' ' .. entered)
 if type(kept) == 'table' and kept.err then
   redis.call('XDEL', KEYS[3], id)
-  error('seckill lua/draw_enter.lua: the entries hash is damaged (' .. kept.err .. '): nothing written')
+  failed('entries hash', kept.err)
 end
 return {'entered', entered}

@@ -14,6 +14,7 @@
 --
 -- Returns how many places were written now: a place written before (an interrupted run's, maybe
 -- offered since) is left as it is, so a re-run never puts an offered place back on the list.
+-- Raises, with nothing written, when a place lists a size not in KEYS (the app sends none).
 --
 -- Invariants kept: a place is in a size's sorted set only while its state is "w", and only if it
 -- listed that size; the hash is the gate (HSETNX), so running a chunk twice writes it once. The

@@ -8,8 +8,8 @@
 -- ARGV[2]  reason             a pause's reason, kept in each meta's "paused" field ("" for none)
 -- ARGV[3..] the sizes' ids    in KEYS' order
 --
--- Returns {"ok", paused_before, at_ms}: paused_before the sizes paused before the call; at_ms Redis
--- TIME, or for an end the end the sizes keep (the latest of their ends: an earlier one is kept, so
+-- Returns {"ok", paused_before, at_ms} (an action the app never sends: an error reply):
+-- paused_before the sizes paused before the call; at_ms Redis TIME, or for an end the end the sizes keep (the latest of their ends: an earlier one is kept, so
 -- a drop ended before keeps its end). Or, with nothing written:
 --   {"unknown_drop"}            the group has no sales
 --   {"sizes_changed"}           the call does not name exactly the group's sales (one was added since

@@ -26,6 +26,8 @@
 --   "ended"              at or after ends_at_ms
 --   "not_queued"         the sale has no waiting room
 --   "unknown_sale"       no meta
+--   an error (raised)    a join before the start whose queue state has no shuffle seed (damaged:
+--                        re-seed the sale): nothing written, its nonce not spent
 --
 -- The shuffle: a pre-queue buyer's score is the first 52 bits (13 hex digits) of
 -- SHA-1(seed .. "\0" .. buyer), an integer a double holds exactly; at the start the line is the
@@ -58,6 +60,10 @@ local replayed = false
 if join then
   if before_start and now_ms < tonumber(meta[6]) then
     return 'queue_not_open'
+  end
+  -- Before the nonce is spent: a join refused by this error may be sent again with it.
+  if before_start and not state[1] then
+    error('seckill queue_join.lua: the queue state has no seed: re-seed the sale')
   end
   local nonce = ARGV[3] or ''
   if nonce ~= '' then
@@ -92,9 +98,6 @@ if before_start then
   local refused = unplaced()
   if refused then
     return refused
-  end
-  if not state[1] then
-    error('seckill queue_join.lua: the queue state has no seed: re-seed the sale')
   end
   local score = tonumber(string.sub(redis.sha1hex(state[1] .. '\0' .. buyer), 1, 13), 16)
   redis.call('ZADD', KEYS[2], 'NX', score, buyer)

@@ -175,6 +175,32 @@ async fn a_spent_nonce_tells_a_placed_buyer_their_place_and_places_nobody_else()
     assert_eq!(queued, 1, "alice alone in the pre-queue");
 }
 
+/// A join refused by the script's own error (a queue state that lost its shuffle seed: damaged)
+/// does not spend its nonce, so the same join sent once the sale is seeded again places the
+/// buyer; it was refused `challenge_replayed`, the nonce spent by the call that failed.
+#[tokio::test]
+async fn a_join_that_fails_on_a_damaged_queue_state_leaves_its_nonce_unspent() {
+    use seckill::domain::SaleId;
+    use seckill::redis::keys::SaleKeys;
+    let app = app(10, Duration::from_secs(60)).await;
+    let sale = seed(&app, 5, true).await;
+    let line = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap()).line();
+    let mut redis = app.redis.clone();
+    let expires = (OffsetDateTime::now_utc().unix_timestamp() + 120) * 1000;
+    let join = || {
+        let mut call = seckill::redis::lua::QUEUE_JOIN.key(&line.joining()[..]);
+        call.arg("dave").arg("join").arg("n-dave").arg(expires);
+        call
+    };
+    let seed: String = redis::AsyncCommands::hget(&mut redis, &line.queue.state, "seed").await.unwrap();
+    let _: i64 = redis::AsyncCommands::hdel(&mut redis, &line.queue.state, "seed").await.unwrap();
+    let failed: redis::RedisResult<redis::Value> = join().invoke_async(&mut redis).await;
+    assert!(failed.as_ref().is_err_and(|e| e.to_string().contains("no seed")), "{failed:?}");
+    let _: i64 = redis::AsyncCommands::hset(&mut redis, &line.queue.state, "seed", seed).await.unwrap();
+    let placed: Vec<String> = join().invoke_async(&mut redis).await.unwrap();
+    assert_eq!(placed, ["prequeue"], "the same join, mended: placed, its nonce spent now");
+}
+
 #[tokio::test]
 async fn an_expired_solution_is_refused() {
     let app = app(10, Duration::from_secs(1)).await;

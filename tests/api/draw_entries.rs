@@ -286,3 +286,33 @@ async fn a_draw_that_asks_a_proof_of_work_takes_one_solution_per_entry() {
     assert_eq!(in_redis(&app, &drop).await.0, 1);
     wait_stored(&app, &drop, 1).await;
 }
+
+/// An entry that fails on a damaged key after its nonce was spent (the entry stream of another
+/// type) takes the nonce back: the same solution enters once the key is mended. It was refused
+/// `challenge_replayed`, spent by the call that wrote nothing.
+#[tokio::test]
+async fn an_entry_failing_on_a_damaged_key_leaves_its_nonce_unspent() {
+    let app = spawn_app().await;
+    let drop = open_draw(&app).await;
+    let id = DropId::parse(&drop).unwrap();
+    let keys = keys(&app, &drop);
+    let challenges = seckill::redis::keys::LineKeys::of_drop(&app.config.key_prefix, id.as_str()).challenges;
+    let expires = (OffsetDateTime::now_utc().unix_timestamp() + 120) * 1000;
+    let enter = || {
+        let mut call = seckill::redis::lua::DRAW_ENTER.key(&keys.draw);
+        call.key(&keys.entries).key(&keys.entry_stream).key(&challenges);
+        call.arg("erin").arg("41").arg(1).arg("n-erin").arg(expires);
+        call
+    };
+    let mut redis = app.redis.clone();
+    let _: () = redis.set(&keys.entry_stream, "not a stream").await.unwrap();
+    let failed: redis::RedisResult<redis::Value> = enter().invoke_async(&mut redis).await;
+    assert!(failed.as_ref().is_err(), "{failed:?}");
+    let spent: Option<f64> = redis.zscore(&challenges, "n-erin").await.unwrap();
+    assert_eq!(spent, None, "the nonce is not spent");
+    let kept: Option<String> = redis.hget(&keys.entries, "erin").await.unwrap();
+    assert_eq!(kept, None, "nor the entry kept");
+    let _: i64 = redis.del(&keys.entry_stream).await.unwrap();
+    let entered: Vec<String> = enter().invoke_async(&mut redis).await.unwrap();
+    assert_eq!(entered[0], "entered", "the same solution, mended: {entered:?}");
+}
