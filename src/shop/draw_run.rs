@@ -128,7 +128,8 @@ impl Shop {
         if draw.state != "drawn" {
             return Err(Error::DrawNotRevealed);
         }
-        let mut chunks: RecordChunks = Box::pin(publish::stream(self.pool.clone(), drop.clone(), draw));
+        let permit = self.draw_records.clone().try_acquire_owned().map_err(|_| Error::TooManyDrawRecords)?;
+        let mut chunks: RecordChunks = Box::pin(publish::stream(self.pool.clone(), drop.clone(), draw, permit));
         let first = futures::TryStreamExt::try_next(&mut chunks).await?;
         Ok(Box::pin(futures::stream::iter(first.map(Ok)).chain(chunks)))
     }

@@ -319,6 +319,12 @@ pub enum Error {
         crate::exports::MAX_CONCURRENT
     )]
     TooManyExports,
+    /// `too_many_draw_records`: this instance already streams its most draw records at once.
+    #[error(
+        "this instance is already streaming {} draw records; retry when one is done",
+        crate::draw::run::publish::MAX_CONCURRENT
+    )]
+    TooManyDrawRecords,
     /// `not_recorded`: a stock change was made in Redis, and Postgres did not record it (its
     /// update, the audit's insert or the commit failed): sent again it would be made twice.
     #[error(

@@ -68,6 +68,7 @@ impl Error {
             Self::Unavailable(_) => "unavailable",
             Self::OutcomeUnknown { .. } => "outcome_unknown",
             Self::TooManyExports => "too_many_exports",
+            Self::TooManyDrawRecords => "too_many_draw_records",
             Self::NotRecorded(_) => "not_recorded",
             Self::Internal(_) => "internal",
         }

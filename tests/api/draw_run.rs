@@ -401,3 +401,49 @@ async fn a_draws_stock_cannot_change_before_or_after_it_runs() {
     assert_error(one, 409, "draw_stock_fixed").await;
     verified_record(&app, &drop).await;
 }
+
+/// A drawn draw's record is public and streamed a page at a time for as long as its reader takes
+/// a chunk every write deadline: with no cap, each of one address's connections could hold one
+/// open (a page in memory each, and Postgres queried for the next). An instance streams at most
+/// `publish::MAX_CONCURRENT` at once; one more is refused 429 `too_many_draw_records` with
+/// `Retry-After`, and a reader gone frees its place.
+#[tokio::test]
+async fn an_instance_streams_at_most_its_cap_of_draw_records_at_once() {
+    // Readers that stop reading are not cut off by the write deadline while the test runs.
+    let app = spawn_app_with(|c| c.edge.response_write_timeout = Duration::from_secs(600), true).await;
+    let drop = draw_drop(&app, [3, 0, 0], 3600).await;
+    let bodies = (0..3).map(|i| json!({"sizes": ["41"], "user_id": format!("c{i}")})).collect();
+    enter_each(&app, &drop, bodies).await;
+    assert_eq!(run_now(&app, &drop).await.status(), 200);
+    // A record of some 10 MB, far more than the sockets and the server's buffers hold: a reader
+    // that takes nothing keeps its stream waiting (rows put straight in Postgres, after the run).
+    sqlx::query(
+        "insert into draw_entries (drop_id, user_id, sizes, quantity, entered_at) \
+         select $1, 'bulk-' || lpad(g::text, 6, '0'), array['41'], 1, now() from generate_series(1, 100000) g",
+    )
+    .bind(&drop)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let url = app.url(&format!("/drops/{drop}/draw"));
+    let mut held = Vec::new();
+    for _ in 0..run::publish::MAX_CONCURRENT {
+        let response = app.client.get(&url).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        held.push(response); // its body never read
+    }
+    let refused = app.client.get(&url).send().await.unwrap();
+    assert_eq!(refused.headers()["retry-after"], "5");
+    assert_error(refused, 429, "too_many_draw_records").await;
+
+    std::mem::drop(held.pop()); // a reader gone: its stream ends at the next write
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let response = app.client.get(&url).send().await.unwrap();
+        if response.status() == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "no place freed");
+        assert_error(response, 429, "too_many_draw_records").await;
+    }
+}

@@ -150,7 +150,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::TooManyEndpoints { .. }
         | E::EventReused => StatusCode::CONFLICT,
         E::SoldOut | E::SaleRetired => StatusCode::GONE,
-        E::RateLimited { .. } | E::TooManyExports => StatusCode::TOO_MANY_REQUESTS,
+        E::RateLimited { .. } | E::TooManyExports | E::TooManyDrawRecords => StatusCode::TOO_MANY_REQUESTS,
         E::Unavailable(_)
         | E::EntriesQueued { .. }
         | E::OutcomeUnknown { .. }
@@ -204,7 +204,7 @@ impl ResponseError for ApiError {
             Self::Shop(E::RateLimited { retry_after_secs }) => {
                 response.insert_header((header::RETRY_AFTER, *retry_after_secs));
             }
-            Self::Shop(E::TooManyExports) => {
+            Self::Shop(E::TooManyExports | E::TooManyDrawRecords) => {
                 response.insert_header((header::RETRY_AFTER, 5));
             }
             Self::Shop(E::SalePaused) => {
