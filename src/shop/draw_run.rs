@@ -112,7 +112,8 @@ impl Shop {
     /// The draw's published record (NDJSON), once drawn: `not_a_draw`, `draw_not_revealed` before.
     /// A drop that does not exist counts against `client`'s quota of requests naming unknown
     /// sales, and a client past that quota is refused from memory, before any Postgres query
-    /// (the record outlives the drop's Redis state, so Postgres is what knows it).
+    /// (the record outlives the drop's Redis state, so Postgres is what knows it). At most
+    /// `readers::MAX_CONCURRENT` records stream at once, one to each client: `too_many_draw_records`.
     pub async fn draw_record(&self, drop: &DropId, client: IpAddr) -> Result<RecordChunks, Error> {
         let meter = Meter::new(&self.limits, &self.metrics);
         if let Some(wait) = meter.unknown_sales_refused(client) {
@@ -128,8 +129,8 @@ impl Shop {
         if draw.state != "drawn" {
             return Err(Error::DrawNotRevealed);
         }
-        let permit = self.draw_records.clone().try_acquire_owned().map_err(|_| Error::TooManyDrawRecords)?;
-        let mut chunks: RecordChunks = Box::pin(publish::stream(self.pool.clone(), drop.clone(), draw, permit));
+        let reader = self.draw_readers.admit(client).ok_or(Error::TooManyDrawRecords)?;
+        let mut chunks: RecordChunks = Box::pin(publish::stream(self.pool.clone(), drop.clone(), draw, reader));
         let first = futures::TryStreamExt::try_next(&mut chunks).await?;
         Ok(Box::pin(futures::stream::iter(first.map(Ok)).chain(chunks)))
     }

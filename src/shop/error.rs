@@ -319,10 +319,11 @@ pub enum Error {
         crate::exports::MAX_CONCURRENT
     )]
     TooManyExports,
-    /// `too_many_draw_records`: this instance already streams its most draw records at once.
+    /// `too_many_draw_records`: this instance already streams its most draw records at once, or
+    /// one to this client.
     #[error(
-        "this instance is already streaming {} draw records; retry when one is done",
-        crate::draw::run::publish::MAX_CONCURRENT
+        "this instance is already streaming {} draw records, or one to this client; retry when one is done",
+        crate::draw::run::readers::MAX_CONCURRENT
     )]
     TooManyDrawRecords,
     /// `not_recorded`: a stock change was made in Redis, and Postgres did not record it (its

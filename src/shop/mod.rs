@@ -141,8 +141,8 @@ pub struct Shop {
     endpoint_changes: Changes,
     /// The order exports streaming now (at most `exports::MAX_CONCURRENT`).
     exports: Arc<tokio::sync::Semaphore>,
-    /// The draw records streaming now (at most `draw::run::publish::MAX_CONCURRENT`).
-    draw_records: Arc<tokio::sync::Semaphore>,
+    /// The draw records streaming now, and to whom (`draw::run::readers`).
+    draw_readers: crate::draw::run::readers::Readers,
     /// The runtime of the process's background tasks (the one that built the shop), where long
     /// operator work runs instead of on the HTTP worker that received it (a draw's run).
     background: tokio::runtime::Handle,
@@ -197,7 +197,7 @@ impl Shop {
             challenges: parts.challenges,
             endpoint_changes: parts.endpoint_changes,
             exports: Arc::new(tokio::sync::Semaphore::new(crate::exports::MAX_CONCURRENT)),
-            draw_records: Arc::new(tokio::sync::Semaphore::new(crate::draw::run::publish::MAX_CONCURRENT)),
+            draw_readers: crate::draw::run::readers::Readers::default(),
             background: tokio::runtime::Handle::current(),
         }
     }

@@ -405,11 +405,12 @@ async fn a_draws_stock_cannot_change_before_or_after_it_runs() {
 /// A drawn draw's record is public and streamed a page at a time for as long as its reader takes
 /// a chunk every write deadline: with no cap, each of one address's connections could hold one
 /// open (a page in memory each, and Postgres queried for the next). An instance streams at most
-/// `publish::MAX_CONCURRENT` at once; one more is refused 429 `too_many_draw_records` with
-/// `Retry-After`, and a reader gone frees its place.
+/// `readers::MAX_CONCURRENT` at once (the unit tests of `seckill::draw::run::readers`) and one to
+/// each client address: its second is refused 429 `too_many_draw_records` with `Retry-After`, and
+/// its reader gone frees its place.
 #[tokio::test]
-async fn an_instance_streams_at_most_its_cap_of_draw_records_at_once() {
-    // Readers that stop reading are not cut off by the write deadline while the test runs.
+async fn a_client_streams_one_draw_record_at_a_time() {
+    // A reader that stops reading is not cut off by the write deadline while the test runs.
     let app = spawn_app_with(|c| c.edge.response_write_timeout = Duration::from_secs(600), true).await;
     let drop = draw_drop(&app, [3, 0, 0], 3600).await;
     let bodies = (0..3).map(|i| json!({"sizes": ["41"], "user_id": format!("c{i}")})).collect();
@@ -426,24 +427,20 @@ async fn an_instance_streams_at_most_its_cap_of_draw_records_at_once() {
     .await
     .unwrap();
     let url = app.url(&format!("/drops/{drop}/draw"));
-    let mut held = Vec::new();
-    for _ in 0..run::publish::MAX_CONCURRENT {
-        let response = app.client.get(&url).send().await.unwrap();
-        assert_eq!(response.status(), 200);
-        held.push(response); // its body never read
-    }
+    let held = app.client.get(&url).send().await.unwrap();
+    assert_eq!(held.status(), 200); // its body never read
     let refused = app.client.get(&url).send().await.unwrap();
     assert_eq!(refused.headers()["retry-after"], "5");
     assert_error(refused, 429, "too_many_draw_records").await;
 
-    std::mem::drop(held.pop()); // a reader gone: its stream ends at the next write
+    std::mem::drop(held); // the reader gone: its stream ends at the next write
     let until = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let response = app.client.get(&url).send().await.unwrap();
         if response.status() == 200 {
             break;
         }
-        assert!(std::time::Instant::now() < until, "no place freed");
+        assert!(std::time::Instant::now() < until, "the place was not freed");
         assert_error(response, 429, "too_many_draw_records").await;
     }
 }

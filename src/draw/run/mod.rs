@@ -18,6 +18,7 @@
 
 pub mod award;
 pub mod publish;
+pub mod readers;
 pub mod runner;
 pub mod store;
 

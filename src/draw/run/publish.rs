@@ -4,19 +4,14 @@
 
 use futures::Stream;
 use sqlx::PgPool;
-use tokio::sync::OwnedSemaphorePermit;
 
+use super::readers::Reader;
 use super::store;
 use crate::domain::DropId;
 use crate::draw::record::{write_entry, write_head, write_result};
 
 /// Rows read per page.
 const PAGE_ROWS: i64 = 1_000;
-
-/// The most records one instance streams at once (each holds a page in memory and queries
-/// Postgres a page at a time, as long as its reader takes a chunk every write deadline; a public
-/// route, so without a cap one address's connections could each hold one).
-pub const MAX_CONCURRENT: usize = 4;
 
 /// Where a record's writing stands.
 enum Part {
@@ -27,16 +22,16 @@ enum Part {
 }
 
 /// The record of the drop's draw, NDJSON, chunk by chunk (a page of lines each); the first chunk is
-/// the draw line. The caller checked that the draw is drawn. `permit` (one of
-/// [`MAX_CONCURRENT`]) is held until the stream is dropped.
+/// the draw line. The caller checked that the draw is drawn. `reader`'s place
+/// ([`super::readers`]) is held until the stream is dropped.
 pub fn stream(
     pool: PgPool,
     drop: DropId,
     draw: store::Draw,
-    permit: OwnedSemaphorePermit,
+    reader: Reader,
 ) -> impl Stream<Item = Result<Vec<u8>, sqlx::Error>> + Send + 'static {
-    let state = (pool, drop, draw, Part::Head, permit);
-    futures::stream::try_unfold(state, |(pool, drop, draw, part, permit)| async move {
+    let state = (pool, drop, draw, Part::Head, reader);
+    futures::stream::try_unfold(state, |(pool, drop, draw, part, reader)| async move {
         let mut out = Vec::new();
         let next = match part {
             Part::Done => return Ok(None),
@@ -66,7 +61,7 @@ pub fn stream(
                 }
             }
         };
-        Ok(Some((out, (pool, drop, draw, next, permit))))
+        Ok(Some((out, (pool, drop, draw, next, reader))))
     })
 }
 

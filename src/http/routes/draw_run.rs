@@ -86,7 +86,8 @@ pub async fn run(
         UnknownDrop,
         (status = 409, description = "`not_a_draw`; `draw_not_revealed`: not drawn yet", body = ErrorBody),
         (status = 429, description = "`rate_limited`: too many requests naming unknown sales; \
-            `too_many_draw_records`: this instance streams 4 records already (`Retry-After: 5`)", body = ErrorBody),
+            `too_many_draw_records`: this instance streams 16 records already, or one to this client \
+            (`Retry-After: 5`)", body = ErrorBody),
         (status = 503, description = "`unavailable`", body = ErrorBody),
     )
 )]
