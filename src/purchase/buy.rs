@@ -176,9 +176,7 @@ impl Sales {
                 Ok(replicas) if replicas >= pool.replicas => BuyOutcome::Purchased { pay_by_ms },
                 Ok(replicas) => BuyOutcome::NotDurable { replicas },
                 Err(error) => {
-                    if let Some(suppressed) = crate::telemetry::dependency_failure_line(Some("redis")) {
-                        tracing::warn!(%error, %order_id, suppressed, "WAIT for replicas failed after a purchase");
-                    }
+                    tracing::warn!(%error, %order_id, "WAIT for replicas failed after a purchase");
                     BuyOutcome::NotDurable { replicas: 0 }
                 }
             }),
