@@ -12,15 +12,17 @@ use nix::unistd::Pid;
 use wait_timeout::ChildExt;
 
 /// Ports handed out by [`free_port`]: below Linux's default ephemeral range (32768-60999), so an
-/// outgoing connection never takes one between the check and the server's bind.
-const PORTS: std::ops::RangeInclusive<u16> = 20000..=32767;
+/// outgoing connection never takes one between the check and the server's bind, and below
+/// 30000-32767, the bus ports of Redis Cluster nodes (on 20000-22767, `crate::redis`), which a
+/// restarted node binds again.
+const PORTS: std::ops::RangeInclusive<u16> = 20000..=29999;
 
 /// A TCP port on 127.0.0.1 that nothing listens on or is bound to right now.
 ///
 /// # Panics
-/// If 1000 random tries in 20000-32767 all find the port taken.
+/// If 1000 random tries in 20000-29999 all find the port taken.
 pub fn free_port() -> u16 {
-    free_port_where(|_| true).expect("no free TCP port on 127.0.0.1 in 20000-32767")
+    free_port_where(|_| true).expect("no free TCP port on 127.0.0.1 in 20000-29999")
 }
 
 /// A free port for which `accept` holds too (e.g. a Redis Cluster node's bus port is free).

@@ -103,6 +103,7 @@ async fn secrets_appear_in_no_help_error_or_log_line() {
     let (ok, text) =
         seckill(&["serve"], &[("SECKILL_REDIS_URL", &bad_url), ("SECKILL_DATABASE_URL", &dead_postgres)]).await;
     assert!(!ok, "a malformed Redis URL: started anyway:\n{text}");
+    assert!(text.contains("redis url"), "refused for its Redis URL, before Postgres is reached:\n{text}");
     assert_no_secret("malformed redis url", &text);
 
     // Running, with its Redis down: failed purchases and probes are logged without the URL.
