@@ -251,14 +251,25 @@ async fn an_endpoint_failing_for_long_is_disabled_then_enabled_again() {
     // Written while disabled: the event is kept (listed), with no delivery to it.
     assert_eq!(app.buy(&sale, "while-disabled").await.status(), 201);
     stored(&app, &sale, 4).await;
-    let (_, events) = admin(&app, Method::GET, "/admin/events?limit=500", None).await;
-    let meanwhile: Vec<&Value> = events["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["body"]["data"]["user_id"] == "while-disabled")
-        .collect();
-    assert_eq!(meanwhile.len(), 1, "{events}");
+    // Listed once every transaction older than it has ended, on the whole Postgres server (other
+    // tests' included): asked until it shows.
+    let until = Instant::now() + Duration::from_secs(20);
+    let meanwhile = loop {
+        let (_, events) = admin(&app, Method::GET, "/admin/events?limit=500", None).await;
+        let listed: Vec<Value> = events["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["body"]["data"]["user_id"] == "while-disabled")
+            .cloned()
+            .collect();
+        if !listed.is_empty() {
+            break listed;
+        }
+        assert!(Instant::now() < until, "the event is not listed: {events}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(meanwhile.len(), 1, "{meanwhile:?}");
     assert_eq!(meanwhile[0]["deliveries"], json!([]), "no delivery to a disabled endpoint");
 
     // A restart with the same SECKILL_WEBHOOK_URL registers nothing new and enables nothing.
