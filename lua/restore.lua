@@ -40,7 +40,9 @@
 -- again for every other sale of the group repaired after it). So stock_initial = stock +
 -- SCARD(buyers) + extra_units - SCARD(released) - extra_released holds across the loss and the
 -- restore. The stock key must exist (the sale is seeded): a missing stock key is refused with an
--- error, nothing is written.
+-- error, nothing is written. Raises, with nothing written, when a key is of the wrong type or the
+-- meta's extra_units or extra_released is not a canonical integer (damaged: HINCRBY would refuse
+-- it after the page's first buyers were added).
 --
 -- Example:
 --   redis-cli --eval lua/restore.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:released' 'seckill:{sale:demo}:meta' , bob 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a70 1732363200000 0 1
@@ -48,6 +50,22 @@
 local stock = tonumber(redis.call('GET', KEYS[1]))
 if not stock then
   return redis.error_reply('restore.lua: the sale has no stock key; seed it first')
+end
+-- Every check before the first write: Redis does not undo a script's writes, and a failure half
+-- way through a page would leave buyers added whose units the stock never gave (the SET at the
+-- end), which a later repair skips as known: the sale would sell them again over Postgres's
+-- orders. So a key of the wrong type, or an extra_units or extra_released HINCRBY refuses (a
+-- canonical integer of at most 18 characters), raises here with nothing written.
+for i, kind in ipairs({'set', 'hash', 'set', 'hash'}) do
+  local found = redis.call('TYPE', KEYS[i + 1]).ok
+  if found ~= 'none' and found ~= kind then
+    error('seckill lua/restore.lua: ' .. KEYS[i + 1] .. ' is a ' .. found .. ', not a ' .. kind .. ': nothing written')
+  end
+end
+for _, raw in ipairs(redis.call('HMGET', KEYS[5], 'extra_units', 'extra_released')) do
+  if raw and raw ~= '0' and not (#raw <= 18 and string.match(raw, '^[1-9]%d*$')) then
+    error('seckill lua/restore.lua: a count of the sale is damaged (' .. raw .. '): nothing written')
+  end
 end
 
 local fit = #ARGV % 5 == 1

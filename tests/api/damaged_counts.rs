@@ -158,3 +158,49 @@ async fn a_drop_restock_over_one_damaged_size_changes_no_size() {
         );
     }
 }
+
+/// Reconciliation's repair (`lua/restore.lua`) adds a page of buyers and lowers the stock once at
+/// the end. A count it raises for a multi-unit order (`extra_units`, `extra_released`) that
+/// `HINCRBY` refuses, or a receipts key of the wrong type, used to fail it after the page's first
+/// buyers were added and before the stock was lowered; the next repair skipped them as known, and
+/// the sale sold their units again. Now the page fails with nothing written.
+#[tokio::test]
+async fn a_restore_over_a_damaged_count_or_key_adds_no_buyer() {
+    let app = spawn_app().await;
+    let sale = new_sale_id();
+    assert_eq!(app.seed(&sale, json!({"stock": 5, "per_buyer": 2})).await.status(), 200);
+    let keys = keys(&app, &sale);
+    let mut redis = app.redis.clone();
+    let at = "1732363200000";
+    let (ann, bob, cat) = (Uuid::now_v7().to_string(), Uuid::now_v7().to_string(), Uuid::now_v7().to_string());
+    let restore = || {
+        let mut call = seckill::redis::lua::RESTORE.key(&keys.stock);
+        call.key(&keys.buyers).key(&keys.receipts).key(&keys.released).key(&keys.meta);
+        // ann 1 unit, bob 2, cat 2 released in Postgres: each count is raised after ann is added.
+        for (user, order, released, units) in [("ann", &ann, 0, 1), ("bob", &bob, 0, 2), ("cat", &cat, 1, 2)] {
+            call.arg(user).arg(order).arg(at).arg(released).arg(units);
+        }
+        call
+    };
+    let before = written(&app, &keys).await;
+    for (field, damaged) in DAMAGED.iter().map(|d| ("extra_units", *d)).chain(DAMAGED.map(|d| ("extra_released", d))) {
+        let _: () = redis.hset(&keys.meta, field, damaged).await.unwrap();
+        let failed: redis::RedisResult<redis::Value> = restore().invoke_async(&mut redis).await;
+        assert!(failed.is_err(), "{field} {damaged:?}: {failed:?}");
+        assert_eq!(written(&app, &keys).await, before, "{field} {damaged:?}: nothing written");
+        let _: () = redis.hset(&keys.meta, field, "0").await.unwrap();
+    }
+    let _: () = redis.set(&keys.receipts, "not a hash").await.unwrap();
+    let failed: redis::RedisResult<redis::Value> = restore().invoke_async(&mut redis).await;
+    assert!(failed.is_err(), "receipts of the wrong type: {failed:?}");
+    let (stock, buyers): (String, usize) =
+        (redis.get(&keys.stock).await.unwrap(), redis.scard(&keys.buyers).await.unwrap());
+    assert_eq!((stock.as_str(), buyers), ("5", 0), "receipts of the wrong type: nothing written");
+
+    let _: () = redis.del(&keys.receipts).await.unwrap();
+    let (restored, overdrawn, released): (i64, i64, i64) = restore().invoke_async(&mut redis).await.unwrap();
+    assert_eq!((restored, overdrawn, released), (3, 0, 1), "mended, the page is restored");
+    let (stock, buyers): (i64, usize) =
+        (redis.get(&keys.stock).await.unwrap(), redis.scard(&keys.buyers).await.unwrap());
+    assert_eq!((stock, buyers), (2, 3), "ann's and bob's 3 units taken, cat's released order none");
+}
