@@ -20,7 +20,9 @@
 --   offers            4 items per offer: the place, the user, the new order id, its units
 -- Or "unknown_sale" (nothing written: the release stays owed), as release.lua; or "paused"
 -- (nothing written, the release stays owed) while the drop is paused and not ended: its units wait
--- for the resume to reach the waitlist, as the stock of a draw's size sells to no one else.
+-- for the resume to reach the waitlist, as the stock of a draw's size sells to no one else. Raises,
+-- with nothing written, on a damaged stock or extra_released (release.lua's checks) or a waitlist
+-- key of the wrong type.
 --
 -- The offer: when the call gives units back, it walks the size's waiting places in order; each
 -- place whose quantity fits in the units still to give is offered its quantity, a purchase by
@@ -66,6 +68,15 @@ if not string.match(base, '^%x%x%x%x%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x
   error('seckill lua/draw_release.lua: ARGV[1] is not a UUID (' .. base .. '): nothing written')
 end
 local size = ARGV[2]
+-- The waitlist's keys are read and written after the gate has counted the orders released: one of
+-- the wrong type would fail the call there, their units neither offered nor in the stock, and the
+-- gate closed to every retry. So it raises here, with nothing written.
+for key, kind in pairs({[KEYS[9]] = 'hash', [KEYS[10]] = 'zset'}) do
+  local found = redis.call('TYPE', key).ok
+  if found ~= 'none' and found ~= kind then
+    error('seckill lua/draw_release.lua: ' .. key .. ' is a ' .. found .. ', not a ' .. kind .. ': nothing written')
+  end
+end
 
 local stock_before = stock
 local released, units = give_back(KEYS[8], KEYS[1], 3)

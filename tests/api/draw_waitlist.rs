@@ -398,3 +398,34 @@ async fn expired_reservations_reach_the_waitlist_in_order_until_it_is_empty() {
         assert!(wanted.is_empty(), "{size} went to the stock while {wanted:?} waited for it");
     }
 }
+
+/// The waitlist's keys are written after the release gate has counted the orders released: a
+/// damaged one (a key of the wrong type) used to fail the call there, the units neither offered
+/// nor in the stock and the gate closed to every retry, so they were lost. Now the call fails with
+/// nothing written, and once mended the same release gives its units once.
+#[tokio::test]
+async fn a_release_over_a_damaged_waitlist_counts_no_order_released() {
+    let app = spawn_app().await;
+    let redis = app.store.keyspace();
+    let drop = draw_drop(&app, [5, 5, 5], 3600).await;
+    let id = DropId::parse(&drop).unwrap();
+    let size = SIZES[0];
+    let sale = id.size(size).unwrap();
+    let keys = seckill::redis::keys::DropKeys::new(redis.prefix(), &id);
+    let order = (Uuid::now_v7(), 2);
+    let mut con = app.redis.clone();
+    for damaged in [keys.waiting(size), keys.waitlist.clone()] {
+        let _: () = redis::AsyncCommands::set(&mut con, &damaged, "damaged").await.unwrap();
+        let failed = offers::release(redis, &id, (&sale, size), &[order]).await;
+        assert!(failed.is_err(), "{damaged} damaged: {failed:?}");
+        let released: bool =
+            redis::AsyncCommands::sismember(&mut con, &redis.sale_keys(&sale).released, order.0.to_string())
+                .await
+                .unwrap();
+        assert!(!released, "{damaged} damaged: the order is not counted released");
+        let _: () = redis::AsyncCommands::del(&mut con, &damaged).await.unwrap();
+    }
+    let got = offers::release(redis, &id, (&sale, size), &[order]).await.unwrap().unwrap();
+    assert_eq!((got.units, got.to_stock, got.offers.len()), (2, 2, 0), "mended: the units go to the stock");
+    assert_eq!(app.status(sale.as_str()).await.stock_left, got.stock_before + 2);
+}
