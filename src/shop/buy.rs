@@ -159,7 +159,13 @@ impl Shop {
             // This request's own order: its call was sent again (a Redis Cluster client re-sends one
             // that timed out) after its first run bought, which is what the request asked.
             BuyOutcome::AlreadyPurchased(Some(receipt)) if receipt.order_id == order_id => {
-                let window = self.payment_window(sale).await?;
+                // The order stands: a window that cannot be read now must not make the answer
+                // say nothing was bought (503 unavailable), only that the outcome is unknown.
+                let window = self.payment_window(sale).await.map_err(|err| Error::OutcomeUnknown {
+                    order_id,
+                    sale_id: sale.to_string(),
+                    cause: anyhow::Error::new(err).context("the sale's payment window, after a re-sent call bought"),
+                })?;
                 Ok(Bought {
                     order_id,
                     quantity: receipt.quantity,
