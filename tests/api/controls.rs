@@ -367,7 +367,9 @@ async fn a_pause_mid_storm_stops_both_instances_at_once_and_nothing_sells_after_
     let start = Instant::now();
     let paused = OnceLock::new();
     let pause = async {
+        let until = Instant::now() + Duration::from_secs(120);
         while here.status(&sale).await.sold < 50 {
+            assert!(Instant::now() < until, "the storm never sold 50");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let sent = start.elapsed();
@@ -420,7 +422,9 @@ async fn a_top_up_mid_storm_sells_exactly_the_added_units_on_both_instances() {
     let start = Instant::now();
     let topped = OnceLock::new();
     let top_up = async {
+        let until = Instant::now() + Duration::from_secs(120);
         while here.status(&sale).await.sold < 30 {
+            assert!(Instant::now() < until, "the storm never sold 30");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert_eq!(

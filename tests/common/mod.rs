@@ -120,6 +120,16 @@ pub fn http_client(timeout: Duration) -> reqwest::Client {
     reqwest::Client::builder().timeout(timeout).pool_idle_timeout(Duration::from_secs(2)).build().unwrap()
 }
 
+/// Waits until `count` reaches `n` (a storm's purchases, say), failing after `limit`: a storm
+/// that stalls below it fails the test instead of hanging the run.
+pub async fn wait_for_count(count: &std::sync::atomic::AtomicUsize, n: usize, limit: Duration, what: &str) {
+    let until = std::time::Instant::now() + limit;
+    while count.load(std::sync::atomic::Ordering::Relaxed) < n {
+        assert!(std::time::Instant::now() < until, "{what} never reached {n} in {limit:?}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 /// A unique sale id for one test.
 pub fn new_sale_id() -> String {
     format!("sale-{}", Uuid::now_v7().simple())

@@ -91,9 +91,7 @@ async fn drop_line_storm(redis_url: &str) {
         let pause = format!("{}/admin/drops/{drop}/pause", addresses[0]);
         let client = client.clone();
         tokio::spawn(async move {
-            while created.load(Ordering::Relaxed) < PAUSE_AFTER {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
+            common::wait_for_count(&created, PAUSE_AFTER, Duration::from_secs(120), "the storm's sales").await;
             let response =
                 client.post(pause).bearer_auth(OPERATOR_TOKEN).json(&json!({"reason": "storm"})).send().await;
             let response = response.expect("the drop's pause");
@@ -319,7 +317,10 @@ async fn admission(
     assert_eq!(joined.status(), 200, "{user} joins");
     seen.lock().await.joins += 1;
     let mut answer: Value = joined.json().await.unwrap();
+    // Admitted, or the pause seen: either comes; a line that stalls fails the test.
+    let until = Instant::now() + Duration::from_secs(180);
     loop {
+        assert!(Instant::now() < until, "{user} was neither admitted nor told of the pause: {answer}");
         if let Some(token) = answer["admission"].as_str() {
             seen.lock().await.admitted.push((user.to_owned(), token.to_owned()));
             return Some(token.to_owned());

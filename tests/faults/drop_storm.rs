@@ -67,16 +67,12 @@ async fn drop_storm(redis_url: &str) {
         let (client, created, paused_at, sizes, admin) =
             (client.clone(), created.clone(), paused_at.clone(), sizes.clone(), addresses[0].clone());
         tokio::spawn(async move {
-            while created.load(Ordering::Relaxed) < 150 {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
+            common::wait_for_count(&created, 150, Duration::from_secs(120), "the storm's sales").await;
             let url = format!("{admin}/admin/sales/{}/pause", sizes[0]);
             let paused = client.post(url).bearer_auth(ADMIN_TOKEN).json(&json!({"reason": "storm"})).send().await;
             assert_eq!(paused.unwrap().status(), 200, "pause");
             *paused_at.lock().await = Some(Instant::now());
-            while created.load(Ordering::Relaxed) < 300 {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
+            common::wait_for_count(&created, 300, Duration::from_secs(120), "the storm's sales").await;
             let url = format!("{admin}/admin/sales/{}/stock", sizes[1]);
             let added = client.post(url).bearer_auth(ADMIN_TOKEN).json(&json!({"add": TOP_UP})).send().await;
             assert_eq!(added.unwrap().status(), 200, "top-up");
