@@ -157,26 +157,50 @@ async fn unknown_and_malformed_sales_are_refused_with_json() {
 /// Counts the commands Redis (every master) runs that name a key under `prefix`, until dropped.
 struct RedisCommandCounter {
     count: Arc<AtomicU64>,
+    /// The counter's own markers seen ([`RedisCommandCounter::settle`]), not counted above.
+    markers: Arc<AtomicU64>,
+    prefix: String,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl RedisCommandCounter {
     async fn start(prefix: &str) -> Self {
-        let count = Arc::new(AtomicU64::new(0));
+        let (count, markers) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let mut tasks = vec![];
         for url in redis_masters() {
             let monitor = redis::Client::open(url).unwrap().get_async_monitor().await.unwrap();
-            let (count, needle) = (count.clone(), format!("\"{prefix}:"));
+            let (count, markers) = (count.clone(), markers.clone());
+            let (needle, marker) = (format!("\"{prefix}:"), format!("\"{prefix}:counter-marker\""));
             tasks.push(tokio::spawn(async move {
                 let mut lines = monitor.into_on_message::<String>();
                 while let Some(line) = lines.next().await {
-                    if line.contains(&needle) {
+                    if line.contains(&marker) {
+                        markers.fetch_add(1, Ordering::Relaxed);
+                    } else if line.contains(&needle) {
                         count.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }));
         }
-        Self { count, tasks }
+        Self { count, markers, prefix: prefix.to_owned(), tasks }
+    }
+
+    /// Waits until every command run so far has reached the count: each master echoes a marker
+    /// (`ECHO` names no key, so it runs on any node), and MONITOR reports a server's commands
+    /// in the order it ran them.
+    async fn settle(&self) {
+        let masters = redis_masters();
+        let wanted = self.markers.load(Ordering::Relaxed) + masters.len() as u64;
+        for url in masters {
+            let mut con = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+            let _: String =
+                redis::cmd("ECHO").arg(format!("{}:counter-marker", self.prefix)).query_async(&mut con).await.unwrap();
+        }
+        let until = Instant::now() + Duration::from_secs(20);
+        while self.markers.load(Ordering::Relaxed) < wanted {
+            assert!(Instant::now() < until, "MONITOR never reported the markers");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     fn count(&self) -> u64 {
@@ -211,9 +235,9 @@ async fn a_polling_storm_costs_redis_a_bounded_number_of_reads_whatever_the_requ
         .collect()
         .await;
     let elapsed = started.elapsed();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    counter.settle().await;
     let commands = counter.count();
-    let counted_for = counting.elapsed(); // the storm and the quiet 100 ms on each side
+    let counted_for = counting.elapsed(); // the storm, the quiet 100 ms before it and the settling
 
     assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 4000);
     assert_eq!(statuses.iter().filter(|s| **s == 404).count(), 1000);
