@@ -76,3 +76,46 @@ async fn a_viewer_exports_a_sales_and_a_drops_orders_as_csv_or_ndjson_by_status(
     }
     assert_error(export(&app, "nobody", &format!("/admin/sales/{s40}/orders"), None).await, 401, "unauthorized").await;
 }
+
+/// An export streams a page at a time for as long as its reader takes a chunk every write
+/// deadline, a page in memory and a query per page each: an instance streams at most
+/// `exports::MAX_CONCURRENT` at once. Past that an export is refused 429 `too_many_exports` with
+/// `Retry-After`, and a reader gone frees its place.
+#[tokio::test]
+async fn an_instance_streams_at_most_four_exports_at_once() {
+    // A reader that stops reading is not cut off by the write deadline while the test runs.
+    let app = spawn_app_with(|c| c.edge.response_write_timeout = std::time::Duration::from_secs(600), true).await;
+    let sale = format!("x{}", uuid::Uuid::now_v7().simple());
+    app.seed_stock(&sale, 1).await;
+    // Some 10 MB of CSV, far more than the sockets and the server's buffers hold: a reader that
+    // takes nothing keeps its export waiting (rows put straight in Postgres: the export reads it).
+    sqlx::query(
+        "insert into orders (order_id, sale_id, user_id, created_at) \
+         select gen_random_uuid(), $1, 'bulk-' || lpad(g::text, 6, '0'), now() from generate_series(1, 100000) g",
+    )
+    .bind(&sale)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let path = format!("/admin/sales/{sale}/orders");
+    let mut held = vec![];
+    for _ in 0..seckill::exports::MAX_CONCURRENT {
+        let response = export(&app, ADMIN_TOKEN, &path, None).await;
+        assert_eq!(response.status(), 200);
+        held.push(response); // its body never read
+    }
+    let refused = export(&app, ADMIN_TOKEN, &path, None).await;
+    assert_eq!(refused.headers()["retry-after"], "5");
+    assert_error(refused, 429, "too_many_exports").await;
+
+    held.pop(); // that reader gone: its export ends at its next write
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let response = export(&app, ADMIN_TOKEN, &path, None).await;
+        if response.status() == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "the place was not freed");
+        assert_error(response, 429, "too_many_exports").await;
+    }
+}
