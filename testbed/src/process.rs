@@ -26,8 +26,19 @@ pub fn free_port() -> u16 {
 }
 
 /// A free port for which `accept` holds too (e.g. a Redis Cluster node's bus port is free).
+///
+/// Never one this process handed out before: two tests that pick a port at once would otherwise
+/// both find it free before either's server binds it, and the second server's start fails (or,
+/// worse, its readiness check is answered by the first).
 pub(crate) fn free_port_where(mut accept: impl FnMut(u16) -> bool) -> Option<u16> {
-    (0..1000).map(|_| fastrand::u16(PORTS)).find(|&port| port_is_free(port) && accept(port))
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let port = (0..1000)
+        .map(|_| fastrand::u16(PORTS))
+        .find(|&port| !handed_out.contains(&port) && port_is_free(port) && accept(port))?;
+    handed_out.insert(port);
+    Some(port)
 }
 
 /// Whether a server could listen on 127.0.0.1:`port` now: a socket with `SO_REUSEADDR` (as
@@ -152,6 +163,12 @@ mod tests {
         let port = free_port();
         assert!(PORTS.contains(&port));
         std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).unwrap();
+    }
+
+    #[test]
+    fn a_port_is_handed_out_once() {
+        let ports: std::collections::BTreeSet<u16> = (0..200).map(|_| free_port()).collect();
+        assert_eq!(ports.len(), 200, "none handed out twice, though each was free again at once");
     }
 
     #[test]
