@@ -98,14 +98,43 @@ pub fn scan_keys(pattern: &str) -> Vec<String> {
     keys
 }
 
-/// Creates an empty database on the test Postgres and returns its URL.
+/// Creates an empty database on the test Postgres and returns its URL. It is dropped when the
+/// thread that asked for it ends: a test's own thread, once the test has returned and its runtime
+/// (with the services it ran in process) has stopped.
 pub async fn create_database() -> String {
     let database = format!("t_{}", Uuid::now_v7().simple());
     let maintenance_url = postgres_url();
     let mut conn = PgConnection::connect(&maintenance_url).await.expect("connect to test postgres");
     sqlx::query(&format!("create database {database}")).execute(&mut conn).await.expect("create test database");
+    CREATED.with(|created| created.borrow_mut().0.push(database.clone()));
     let (base, _) = maintenance_url.rsplit_once('/').expect("database url has a path");
     format!("{base}/{database}")
+}
+
+/// The databases a thread created, dropped with it. Each is some 8 MB of catalogs, and the
+/// servers' files live in memory (tmpfs): a whole run's thousand databases kept to its end held
+/// gigabytes of the host's memory.
+struct Created(Vec<String>);
+
+impl Drop for Created {
+    fn drop(&mut self) {
+        for database in &self.0 {
+            // psql, not sqlx: no runtime can start while the thread's locals are torn down.
+            let mut psql = std::process::Command::new(&testbed().tools.psql);
+            psql.arg(postgres_url())
+                .args(["-q", "-c", &format!("drop database if exists {database} with (force)")])
+                .env("PGCONNECT_TIMEOUT", "10")
+                .env("PGOPTIONS", "-c statement_timeout=30s")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            // A database left behind costs memory, not correctness: the run's end removes it.
+            let _ = psql.status();
+        }
+    }
+}
+
+thread_local! {
+    static CREATED: std::cell::RefCell<Created> = const { std::cell::RefCell::new(Created(Vec::new())) };
 }
 
 /// A Redis key prefix no other test uses.
