@@ -139,7 +139,8 @@ pub(crate) fn pid_from_file(file: &Path, dir: &Path) -> Option<u32> {
     (pid_alive(pid) && pid_works_in(pid, dir)).then_some(pid)
 }
 
-/// Last resort: stops every redis-server or postgres process working inside `dir`.
+/// Last resort: stops every redis-server, postgres, chromedriver or Chromium process working
+/// inside `dir` (the browser test runs them there).
 pub(crate) fn sweep(dir: &Path) {
     let Ok(entries) = std::fs::read_dir("/proc") else { return };
     for pid in entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
@@ -147,7 +148,8 @@ pub(crate) fn sweep(dir: &Path) {
             continue;
         }
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        if ["redis-server", "redis-check", "postgres", "postmaster"].iter().any(|name| comm.starts_with(name)) {
+        let ours = ["redis-server", "redis-check", "postgres", "postmaster", "chromedriver", "chromium", "chrome"];
+        if ours.iter().any(|name| comm.starts_with(name)) {
             eprintln!("testbed: stopping leftover {} (pid {pid}) in {}", comm.trim(), dir.display());
             stop_pid(pid, Duration::from_secs(5));
         }

@@ -54,14 +54,19 @@ impl Browser {
         }
         // Outside the ephemeral range, where the parallel tests' own connections take ports.
         let port = testbed::free_port();
+        // The profile, and the working directory chromedriver and Chromium run in, inside the
+        // testbed's directory: if the test process dies without dropping the driver (a Ctrl-C of
+        // `cargo xtask test`), the testbed's sweep finds them there and stops them.
+        let profile = crate::common::testbed().dir().join(format!("chromium-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir(&profile).expect("the Chromium profile directory");
         let child = tokio::process::Command::new(&chromedriver)
+            .current_dir(&profile)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0)
             .spawn()
             .expect("start chromedriver");
-        let profile = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chromium-{}", uuid::Uuid::now_v7()));
         let driver = Driver { pid: child.id().expect("chromedriver pid"), profile, _child: child };
 
         let until = Instant::now() + Duration::from_secs(10);
