@@ -85,12 +85,12 @@
 -- sale's hash tag, so the script runs on Redis Cluster. Time comes from the Redis server, and is
 -- checked before the stock: a shard answers "sold_out" only once it has started.
 --
--- Assembled, not run as it stands: the line "-- @purchase" below is followed by lua/purchase.lua,
--- the purchase's rules, which lua/buy_batch.lua shares (crate::redis::lua::BUY; the example does
+-- Assembled, not run as it stands: the line "-- @purchase" below is followed by lua/purchase.lua
+-- (and its "-- @canonical" by lua/canonical.lua), the purchase's rules, which lua/buy_batch.lua shares (crate::redis::lua::BUY; the example does
 -- it with sed). This file is the call of one purchase: the rules are purchase.lua's.
 --
 -- Example (after seed.lua below has created the sale):
---   sed -e '/^-- @purchase$/r lua/purchase.lua' lua/buy.lua > /tmp/seckill-buy.lua
+--   sed -e '/^-- @purchase$/r lua/purchase.lua' lua/buy.lua | sed -e '/^-- @canonical$/r lua/canonical.lua' > /tmp/seckill-buy.lua
 --   redis-cli --eval /tmp/seckill-buy.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:queue:bought' 'seckill:{sale:demo}:held' , demo alice 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1 '' '' 1
 
 local shards = ARGV[4]

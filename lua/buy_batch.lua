@@ -13,8 +13,8 @@
 --
 -- Assembled, not run as it stands, like lua/buy_limited.lua: the line "-- @limiter" below is
 -- followed by one limiter script (lua/<algorithm>.lua, with its lua/limiter_preamble.lua), the
--- line "-- @purchase" by lua/purchase.lua (crate::redis::lua::buy_batch; the example does it
--- with sed).
+-- line "-- @purchase" by lua/purchase.lua, and its "-- @canonical" by lua/canonical.lua
+-- (crate::redis::lua::buy_batch; the example does it with sed).
 --
 -- KEYS[1..7]   buy.lua's KEYS: the sale's keys (one shard's, for a sharded sale; KEYS[6] the drop
 --              line's when the places are a drop's "d<place>": the app never mixes the two in a call)
@@ -58,7 +58,7 @@
 -- otherwise).
 --
 -- Example (gcra, 20 per second per client; dave then erin buy the demo sale, both from 127.0.0.1):
---   sed -e '/^-- @limiter$/r lua/gcra.lua' -e '/^-- @purchase$/r lua/purchase.lua' lua/buy_batch.lua | sed -e '/^-- @limiter_preamble$/r lua/limiter_preamble.lua' > /tmp/seckill-buy-batch.lua
+--   sed -e '/^-- @limiter$/r lua/gcra.lua' -e '/^-- @purchase$/r lua/purchase.lua' lua/buy_batch.lua | sed -e '/^-- @limiter_preamble$/r lua/limiter_preamble.lua' -e '/^-- @canonical$/r lua/canonical.lua' > /tmp/seckill-buy-batch.lua
 --   redis-cli --eval /tmp/seckill-buy-batch.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:queue:bought' 'seckill:{sale:demo}:held' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' , demo 1 2 dave 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6c '' '' 1 '' 1 20 1000 20 - '' erin 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6d '' '' 1 '' 1 20 1000 20 - ''
 
 local function limit(KEYS, ARGV)

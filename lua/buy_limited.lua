@@ -3,7 +3,8 @@
 --
 -- Assembled, not run as it stands: the line "-- @limiter" below is followed by one limiter
 -- script (lua/<algorithm>.lua, the same for both limits), the line "-- @buy" by lua/buy.lua, and
--- the lines those name in turn by their pieces (lua/limiter_preamble.lua, lua/purchase.lua).
+-- the lines those name in turn by their pieces (lua/limiter_preamble.lua, lua/purchase.lua, and its
+-- lua/canonical.lua).
 -- The app assembles it once per algorithm (crate::redis::lua::buy_limited); the example does it
 -- with sed. Each part runs as a function with its own KEYS and ARGV, so its contract is its own
 -- file's.
@@ -31,7 +32,7 @@
 -- tag (SECKILL_RATE_LIMIT_SCOPE=sale); otherwise the app checks the limits in calls of their own.
 --
 -- Example (gcra, 20 per second per client, then lua/buy.lua's purchase, by carol): assemble, then run
---   sed -e '/^-- @limiter$/r lua/gcra.lua' -e '/^-- @buy$/r lua/buy.lua' lua/buy_limited.lua | sed -e '/^-- @limiter_preamble$/r lua/limiter_preamble.lua' -e '/^-- @purchase$/r lua/purchase.lua' > /tmp/seckill-buy-limited.lua
+--   sed -e '/^-- @limiter$/r lua/gcra.lua' -e '/^-- @buy$/r lua/buy.lua' lua/buy_limited.lua | sed -e '/^-- @limiter_preamble$/r lua/limiter_preamble.lua' -e '/^-- @purchase$/r lua/purchase.lua' | sed -e '/^-- @canonical$/r lua/canonical.lua' > /tmp/seckill-buy-limited.lua
 --   redis-cli --eval /tmp/seckill-buy-limited.lua 'seckill:{sale:demo}:meta' 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:orders' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:queue:bought' 'seckill:{sale:demo}:held' 'seckill:{sale:demo}:ratelimit:gcra:127.0.0.1' , demo carol 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a6b 1 '' '' 1 '' 1 20 1000 20 - ''
 
 local function limit(KEYS, ARGV)

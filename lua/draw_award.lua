@@ -25,10 +25,11 @@
 -- when the call ends. An award skips the start and end checks (purchase.lua): its winners were
 -- drawn when the entries closed, and an ended size must not stall the run for good.
 --
--- Assembled, not run as it stands: the line "-- @purchase" below is followed by lua/purchase.lua.
+-- Assembled, not run as it stands: the line "-- @purchase" below is followed by lua/purchase.lua
+-- (and its "-- @canonical" by lua/canonical.lua).
 --
 -- Example (after lua/drop_seed.lua seeded "kicks" in draw mode, size 40, with a payment window):
---   sed -e '/^-- @purchase$/r lua/purchase.lua' lua/draw_award.lua > /tmp/seckill-draw-award.lua
+--   sed -e '/^-- @purchase$/r lua/purchase.lua' lua/draw_award.lua | sed -e '/^-- @canonical$/r lua/canonical.lua' > /tmp/seckill-draw-award.lua
 --   redis-cli --eval /tmp/seckill-draw-award.lua 'seckill:{group:kicks}:sale:kicks.40:meta' 'seckill:{group:kicks}:sale:kicks.40:stock' 'seckill:{group:kicks}:sale:kicks.40:buyers' 'seckill:{group:kicks}:sale:kicks.40:orders' 'seckill:{group:kicks}:sale:kicks.40:receipts' 'seckill:{group:kicks}:sale:kicks.40:queue:bought' 'seckill:{group:kicks}:held' , kicks.40 1 alice 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1 1
 
 local shards = '1'

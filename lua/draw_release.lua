@@ -38,12 +38,13 @@
 -- at most once (its state leaves "w" in the same call).
 --
 -- Assembled, not run as it stands: the line "-- @purchase" below is followed by lua/purchase.lua,
--- the line "-- @release_gate" by lua/release_gate.lua.
+-- the line "-- @release_gate" by lua/release_gate.lua, and the "-- @canonical" of both by
+-- lua/canonical.lua (once: the example's sed puts it in twice, which Lua takes alike).
 --
 -- Example (after lua/draw_award.lua's and lua/draw_waitlist.lua's examples: alice's award
 -- 0190b7a2-... of size 40, 1 unit, cancelled, goes to bob, waiting at place 1; the reply ends
 -- 1 bob 0190b7a3-0000-7000-8000-000000000001 1):
---   sed -e '/^-- @purchase$/r lua/purchase.lua' -e '/^-- @release_gate$/r lua/release_gate.lua' lua/draw_release.lua > /tmp/seckill-draw-release.lua
+--   sed -e '/^-- @purchase$/r lua/purchase.lua' -e '/^-- @release_gate$/r lua/release_gate.lua' lua/draw_release.lua | sed -e '/^-- @canonical$/r lua/canonical.lua' > /tmp/seckill-draw-release.lua
 --   redis-cli --eval /tmp/seckill-draw-release.lua 'seckill:{group:kicks}:sale:kicks.40:meta' 'seckill:{group:kicks}:sale:kicks.40:stock' 'seckill:{group:kicks}:sale:kicks.40:buyers' 'seckill:{group:kicks}:sale:kicks.40:orders' 'seckill:{group:kicks}:sale:kicks.40:receipts' 'seckill:{group:kicks}:sale:kicks.40:queue:bought' 'seckill:{group:kicks}:held' 'seckill:{group:kicks}:sale:kicks.40:released' 'seckill:{group:kicks}:draw:waitlist' 'seckill:{group:kicks}:draw:waitlist:40' , 0190b7a3-0000-7000-8000-000000000000 40 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1
 
 local shards = '1'

@@ -29,8 +29,14 @@
 -- once however often its call is sent (its change id). Every key shares
 -- {group:<d>}.
 --
+-- Assembled, not run as it stands: the line "-- @canonical" below is followed by
+-- lua/canonical.lua (crate::redis::lua splices it in; the example does it with sed).
+--
 -- Example (after drop_seed.lua's example: 2 more of size 40, 1 fewer of size 41):
---   redis-cli --eval lua/drop_restock.lua 'seckill:{group:kicks}:sales' 'seckill:{group:kicks}:line:meta' 'seckill:{group:kicks}:sale:kicks.40:meta' 'seckill:{group:kicks}:sale:kicks.40:stock' 'seckill:{group:kicks}:sale:kicks.41:meta' 'seckill:{group:kicks}:sale:kicks.41:stock' , 10000000 kicks.40 2 kicks.41 -1 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a71
+--   sed -e '/^-- @canonical$/r lua/canonical.lua' lua/drop_restock.lua > /tmp/seckill-drop-restock.lua
+--   redis-cli --eval /tmp/seckill-drop-restock.lua 'seckill:{group:kicks}:sales' 'seckill:{group:kicks}:line:meta' 'seckill:{group:kicks}:sale:kicks.40:meta' 'seckill:{group:kicks}:sale:kicks.40:stock' 'seckill:{group:kicks}:sale:kicks.41:meta' 'seckill:{group:kicks}:sale:kicks.41:stock' , 10000000 kicks.40 2 kicks.41 -1 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a71
+
+-- @canonical
 
 local sizes = (#KEYS - 2) / 2
 local max = tonumber(ARGV[1])
@@ -45,7 +51,7 @@ if change ~= '' and sizes > 0 and redis.call('HGET', KEYS[3], 'drop_restock_op')
 end
 -- A figure HINCRBY or INCRBY takes: a canonical integer of at most 18 characters.
 local function checked(raw)
-  if raw and raw ~= '0' and not (#raw <= 18 and string.match(raw, '^%-?[1-9]%d*$')) then
+  if raw and not canonical(raw, true) then
     error('seckill lua/drop_restock.lua: a stock figure of the drop is damaged (' .. raw .. '): nothing written')
   end
   return tonumber(raw)

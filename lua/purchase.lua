@@ -41,7 +41,11 @@
 -- <= 0; XADD, HSET, a queued sale's ZADD and SADD happen together or not at all (Redis does not roll
 -- a failed script back, so they go in the order in which only the first three can fail, and each
 -- failure deletes what the ones before it wrote). Time comes from the Redis server and is checked
--- before the stock: a shard answers "sold_out" only once it has started.
+-- before the stock: a shard answers "sold_out" only once it has started. The figures its writes
+-- increment are checked with canonical() of lua/canonical.lua, which the line "-- @canonical"
+-- below is followed by.
+
+-- @canonical
 
 -- What every purchase of the call reads alike, read once: the sale, its stock, the time.
 local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'starts_at_ms', 'ends_at_ms', 'shards', 'payment_window_ms',
@@ -82,9 +86,8 @@ end
 -- DECR/DECRBY take only a canonical integer ("0", or no leading zero) of at most 18 characters
 -- here, so the includer's cannot fail; any other stock is damaged.
 local stock
-if stock_raw then
-  local canonical = stock_raw == '0' or (#stock_raw <= 18 and string.match(stock_raw, '^%-?[1-9]%d*$'))
-  stock = canonical and tonumber(stock_raw)
+if stock_raw and canonical(stock_raw, true) then
+  stock = tonumber(stock_raw)
 end
 -- The units one buyer may take: in the sale, or across its group's sales (every sale of a group
 -- records the group's per_buyer, lua/seed.lua); a grouped sale counts them in KEYS[7].
@@ -92,11 +95,10 @@ local per_buyer = tonumber(meta[8]) or 1
 local grouped = meta[9]
 -- HINCRBY, like DECRBY, takes only a canonical integer ("0", or no leading zero or sign "-0") of
 -- at most 18 characters here: a damaged extra_units is found before any write.
-local extra_ok = not meta[10] or meta[10] == '0' or (#meta[10] <= 18 and string.match(meta[10], '^[1-9]%d*$'))
+local extra_ok = not meta[10] or canonical(meta[10], false)
 -- Nor can a damaged queued_extra fail the commit's HINCRBY after its other writes (it can be
 -- negative: a repair's seed restarts it while entries of several orders are queued).
-local queued_extra_ok = not meta[14] or meta[14] == '0'
-  or (#meta[14] <= 18 and string.match(meta[14], '^%-?[1-9]%d*$'))
+local queued_extra_ok = not meta[14] or canonical(meta[14], true)
 local created_at = string.format('%d', now_ms)
 local window = tonumber(meta[5])
 local pay_by = window and string.format('%d', now_ms + window)

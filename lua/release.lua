@@ -24,13 +24,15 @@
 -- SCARD(buyers) + extra_units - SCARD(released) - extra_released holds before and after. The keys
 -- share the sale's hash tag, so the script runs on Redis Cluster.
 --
--- Assembled, not run as it stands: the line "-- @release_gate" below is followed by
--- lua/release_gate.lua.
+-- Assembled, not run as it stands: the line "-- @canonical" below is followed by
+-- lua/canonical.lua, the line "-- @release_gate" by lua/release_gate.lua (which names
+-- lua/canonical.lua too: spliced once, though the example's sed puts it in twice).
 --
 -- Example:
---   sed -e '/^-- @release_gate$/r lua/release_gate.lua' lua/release.lua > /tmp/seckill-release.lua
+--   sed -e '/^-- @release_gate$/r lua/release_gate.lua' lua/release.lua | sed -e '/^-- @canonical$/r lua/canonical.lua' > /tmp/seckill-release.lua
 --   redis-cli --eval /tmp/seckill-release.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:released' 'seckill:{sale:demo}:meta' , 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a69 1
 
+-- @canonical
 -- @release_gate
 
 local stock_raw = redis.call('GET', KEYS[1])
@@ -39,7 +41,7 @@ if not stock_raw then
 end
 -- INCRBY takes only a canonical integer ("0", or no leading zero) of at most 18 characters here;
 -- any other stock is damaged, found before the gate counts an order released.
-if stock_raw ~= '0' and not (#stock_raw <= 18 and string.match(stock_raw, '^%-?[1-9]%d*$')) then
+if not canonical(stock_raw, true) then
   error('seckill release.lua: the stock of the sale is damaged (' .. stock_raw .. '): nothing written')
 end
 local stock = tonumber(stock_raw)

@@ -1,6 +1,7 @@
 -- release_gate.lua: the release's gate, written once for lua/release.lua and lua/draw_release.lua.
 -- Not a script: each has the line "-- @release_gate" where this file goes (crate::redis::lua
--- splices it in; their examples do it with sed).
+-- splices it in; their examples do it with sed). The line "-- @canonical" below is followed by
+-- lua/canonical.lua.
 --
 -- Defines:
 --   give_back(released_key, meta_key, from)
@@ -13,9 +14,10 @@
 --               release is repeated. Raises, with nothing written, when the meta's extra_released
 --               is not a canonical integer (HINCRBY would refuse it after the SADDs had counted
 --               the orders released, their units lost).
+-- @canonical
 local function give_back(released_key, meta_key, from)
   local extra = redis.call('HGET', meta_key, 'extra_released')
-  if extra and extra ~= '0' and not (#extra <= 18 and string.match(extra, '^[1-9]%d*$')) then
+  if extra and not canonical(extra, false) then
     error('seckill lua/release_gate.lua: the extra_released of the sale is damaged (' .. extra .. '): nothing written')
   end
   local released, units = 0, 0

@@ -28,8 +28,14 @@
 -- 0: only unsold units are taken back. A change is made once however often its call is sent
 -- (ARGV[3]). Both keys share the sale's hash tag, so the script runs on Redis Cluster.
 --
+-- Assembled, not run as it stands: the line "-- @canonical" below is followed by
+-- lua/canonical.lua (crate::redis::lua splices it in; the example does it with sed).
+--
 -- Example (after seed.lua's example, run on a sale "drop" instead of "demo"):
---   redis-cli --eval lua/restock.lua 'seckill:{sale:drop}:meta' 'seckill:{sale:drop}:stock' , 5 10000000 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a70
+--   sed -e '/^-- @canonical$/r lua/canonical.lua' lua/restock.lua > /tmp/seckill-restock.lua
+--   redis-cli --eval /tmp/seckill-restock.lua 'seckill:{sale:drop}:meta' 'seckill:{sale:drop}:stock' , 5 10000000 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a70
+
+-- @canonical
 
 local meta = redis.call('HMGET', KEYS[1], 'stock_initial', 'shards', 'restock_op', 'restoring')
 local stock_raw = redis.call('GET', KEYS[2])
@@ -37,7 +43,7 @@ if not meta[1] or not stock_raw then
   return {'unknown_sale'}
 end
 for _, raw in ipairs({meta[1], stock_raw}) do
-  if raw ~= '0' and not (#raw <= 18 and string.match(raw, '^%-?[1-9]%d*$')) then
+  if not canonical(raw, true) then
     error('seckill lua/restock.lua: a stock figure of the sale is damaged (' .. raw .. '): nothing written')
   end
 end

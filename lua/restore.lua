@@ -44,8 +44,14 @@
 -- meta's extra_units or extra_released is not a canonical integer (damaged: HINCRBY would refuse
 -- it after the page's first buyers were added).
 --
+-- Assembled, not run as it stands: the line "-- @canonical" below is followed by
+-- lua/canonical.lua (crate::redis::lua splices it in; the example does it with sed).
+--
 -- Example:
---   redis-cli --eval lua/restore.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:released' 'seckill:{sale:demo}:meta' , bob 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a70 1732363200000 0 1
+--   sed -e '/^-- @canonical$/r lua/canonical.lua' lua/restore.lua > /tmp/seckill-restore.lua
+--   redis-cli --eval /tmp/seckill-restore.lua 'seckill:{sale:demo}:stock' 'seckill:{sale:demo}:buyers' 'seckill:{sale:demo}:receipts' 'seckill:{sale:demo}:released' 'seckill:{sale:demo}:meta' , bob 0190b7a2-6e4c-7cc2-8a3e-3f1d2c4b5a70 1732363200000 0 1
+
+-- @canonical
 
 local stock = tonumber(redis.call('GET', KEYS[1]))
 if not stock then
@@ -63,7 +69,7 @@ for i, kind in ipairs({'set', 'hash', 'set', 'hash'}) do
   end
 end
 for _, raw in ipairs(redis.call('HMGET', KEYS[5], 'extra_units', 'extra_released')) do
-  if raw and raw ~= '0' and not (#raw <= 18 and string.match(raw, '^[1-9]%d*$')) then
+  if raw and not canonical(raw, false) then
     error('seckill lua/restore.lua: a count of the sale is damaged (' .. raw .. '): nothing written')
   end
 end

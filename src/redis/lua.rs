@@ -64,6 +64,7 @@ fn piece(name: &str) -> &'static str {
         "purchase" => include_str!("../../lua/purchase.lua"),
         "release_gate" => include_str!("../../lua/release_gate.lua"),
         "nonce_spend" => include_str!("../../lua/nonce_spend.lua"),
+        "canonical" => include_str!("../../lua/canonical.lua"),
         "limiter_preamble" => include_str!("../../lua/limiter_preamble.lua"),
         "queue_preamble" => include_str!("../../lua/queue_preamble.lua"),
         _ => panic!("a Lua script names the piece {name:?}, which crate::redis::lua does not know"),
@@ -71,22 +72,31 @@ fn piece(name: &str) -> &'static str {
 }
 
 /// `template` with `limiter` put right after its `-- @limiter` line and each piece `lua/<name>.lua`
-/// right after its `-- @<name>` line, in the pieces too, as the files' `sed` examples do.
+/// right after its `-- @<name>` line, in the pieces too, as the files' `sed` examples do; a piece
+/// named again (`lua/canonical.lua`, by two pieces of one script) is put in at its first line only.
 fn assemble(template: &str, limiter: &str) -> Script {
-    fn splice(source: &mut String, text: &str, limiter: &str) {
+    Script::new(&assembled(template, limiter))
+}
+
+/// [`assemble`]'s source.
+fn assembled(template: &str, limiter: &str) -> String {
+    fn splice(source: &mut String, spliced: &mut Vec<String>, text: &str, limiter: &str) {
         for line in text.lines() {
             source.push_str(line);
             source.push('\n');
             match line.strip_prefix("-- @") {
-                Some("limiter") => splice(source, limiter, ""),
-                Some(name) => splice(source, piece(name), limiter),
-                None => {}
+                Some("limiter") => splice(source, spliced, limiter, ""),
+                Some(name) if !spliced.iter().any(|done| done == name) => {
+                    spliced.push(name.to_owned());
+                    splice(source, spliced, piece(name), limiter);
+                }
+                Some(_) | None => {}
             }
         }
     }
     let mut source = String::with_capacity(2 * (template.len() + limiter.len() + BUY_LUA.len()));
-    splice(&mut source, template, limiter);
-    Script::new(&source)
+    splice(&mut source, &mut Vec::new(), template, limiter);
+    source
 }
 
 /// `lua/seed.lua`: create or re-seed a sale unless it has buyers.
@@ -96,7 +106,7 @@ pub static SEED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(".
 pub static CONTROL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/control.lua")));
 
 /// `lua/restock.lua`: add units to a sale's stock or take unsold ones back, with `stock_initial`.
-pub static RESTOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/restock.lua")));
+pub static RESTOCK: LazyLock<Script> = LazyLock::new(|| assemble(include_str!("../../lua/restock.lua"), ""));
 
 /// `lua/drop_seed.lua`: seed or update a whole drop (every size, the group, the line) at once.
 pub static DROP_SEED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/drop_seed.lua")));
@@ -105,7 +115,7 @@ pub static DROP_SEED: LazyLock<Script> = LazyLock::new(|| Script::new(include_st
 pub static DROP_CONTROL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/drop_control.lua")));
 
 /// `lua/drop_restock.lua`: change several sizes' stock at once, all or nothing.
-pub static DROP_RESTOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/drop_restock.lua")));
+pub static DROP_RESTOCK: LazyLock<Script> = LazyLock::new(|| assemble(include_str!("../../lua/drop_restock.lua"), ""));
 
 /// `lua/draw_enter.lua`: a buyer's one entry in a drop's draw (the entry kept and streamed).
 pub static DRAW_ENTER: LazyLock<Script> = LazyLock::new(|| assemble(include_str!("../../lua/draw_enter.lua"), ""));
@@ -122,7 +132,7 @@ pub static DRAW_RELEASE: LazyLock<Script> = LazyLock::new(|| assemble(include_st
 /// `lua/held_floor.lua`: raise buyers' units held in a group to what Postgres holds.
 pub static HELD_FLOOR: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/held_floor.lua")));
 /// `lua/restore.lua`: put buyers Postgres holds and Redis lost back, stock lowered to match.
-pub static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/restore.lua")));
+pub static RESTORE: LazyLock<Script> = LazyLock::new(|| assemble(include_str!("../../lua/restore.lua"), ""));
 
 /// `lua/release.lua`: give cancelled or expired reservations' units back, each once.
 pub static RELEASE: LazyLock<Script> = LazyLock::new(|| assemble(include_str!("../../lua/release.lua"), ""));
@@ -162,4 +172,22 @@ pub mod limiters {
     pub const TOKEN_BUCKET: &str = include_str!("../../lua/token_bucket.lua");
     /// `lua/gcra.lua`: the generic cell rate algorithm.
     pub const GCRA: &str = include_str!("../../lua/gcra.lua");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_piece_two_pieces_name_is_put_in_once_before_its_first_use() {
+        let draw_release = assembled(include_str!("../../lua/draw_release.lua"), "");
+        let release = assembled(include_str!("../../lua/release.lua"), "");
+        let batch = assembled(include_str!("../../lua/buy_batch.lua"), include_str!("../../lua/sliding_log.lua"));
+        for source in [&draw_release, &release, &batch] {
+            assert_eq!(source.matches("local function canonical(").count(), 1);
+            let defined = source.find("local function canonical(").unwrap();
+            assert!(source.find("canonical(stock_raw").is_none_or(|used| used > defined));
+        }
+        assert_eq!(draw_release.matches("local function give_back(").count(), 1);
+    }
 }

@@ -130,6 +130,7 @@ async fn every_lua_header_example_works_as_documented() {
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     assert_eq!(run("prune_consumers.lua").trim(), "gone-worker", "idle past 10 ms, nothing pending");
     assert_eq!(run("prune_consumers.lua").trim(), "", "nothing left to remove");
+    assemble("restore.lua");
     let restore = || -> Vec<i64> { run("restore.lua").split_whitespace().map(|n| n.parse().unwrap()).collect() };
     assert_eq!(restore(), [1, 0, 0], "bob restored as a buyer (a live order), nothing overdrawn");
     assert_eq!(restore(), [0, 0, 0], "a second restore changes nothing");
@@ -209,6 +210,7 @@ async fn the_sale_day_controls_examples_work_as_documented() {
     let _: () = redis.del(&[meta, stock]).await.unwrap();
     let _: () = redis.hset_multiple(meta, &[("stock_initial", "100"), ("shards", "1")]).await.unwrap();
     let _: () = redis.set(stock, 100).await.unwrap();
+    scratch.assemble("restock.lua");
     assert_eq!(run("restock.lua").split_whitespace().collect::<Vec<_>>(), ["ok", "105", "105"], "5 more units");
     assert_eq!(run("control.lua").split_whitespace().collect::<Vec<_>>(), ["ok", "0"], "paused, not before; no end");
     let paused: Option<String> = redis.hget(meta, "paused").await.unwrap();
@@ -238,6 +240,7 @@ async fn the_sale_day_controls_examples_work_as_documented() {
         .await
         .unwrap();
     assert_eq!(paused, [Some("price typo".into()), Some("price typo".into())], "both sizes at once");
+    scratch.assemble("drop_restock.lua");
     let restocked: Vec<String> = run("drop_restock.lua").split_whitespace().map(str::to_owned).collect();
     assert_eq!(restocked, ["ok", "5", "5", "2", "2"], "40: 3 + 2; 41: 3 - 1");
     // A draw's entry, on the same drop put in draw mode with its entries open.
