@@ -1,6 +1,7 @@
 //! A draw's entries (`crate::draw::entries`): a drop seeded in draw mode (the draw's settings
 //! checked here, its secret seed drawn once), a buyer's one entry, and a buyer's entry read back.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use time::OffsetDateTime;
@@ -10,7 +11,7 @@ use super::seed::{MAX_STOCK, to_ms};
 use super::{Error, Shop};
 use crate::admission::{self, LineId};
 use crate::challenge::Refused;
-use crate::domain::{DropId, MAX_PER_BUYER, UserId};
+use crate::domain::{DropId, MAX_PER_BUYER, SaleId, UserId};
 use crate::draw::entries::store::{self, DrawRow};
 use crate::draw::entries::{self, Entered, Entry, MAX_SIZES};
 use crate::drops::DropDraw;
@@ -88,6 +89,37 @@ impl Shop {
             waitlist_places: waitlist,
         };
         Ok(Some((row, draw)))
+    }
+
+    /// `draw_stock_fixed` for a re-seed of a drop already in draw mode that would change the draw's
+    /// terms (each size's stock, the per-buyer limit, the waitlist's places): the published record
+    /// restates them for anyone to recompute the results, and the operator, who holds the seed and
+    /// sees the entries, could otherwise choose terms that make a chosen entrant win, as the stock
+    /// routes refuse to let them ([`Self::refuse_draw_restock`]). A new size changes them too, so a
+    /// retired drawn drop's name is not drawn again under new sizes with its revealed seed.
+    pub(super) async fn refuse_new_draw_terms(
+        &self,
+        drop: &DropId,
+        sizes: &[(SaleId, i64)],
+        per_buyer: u32,
+        waitlist_places: i64,
+    ) -> Result<(), Error> {
+        if !crate::draw::run::store::is_draw(&self.pool, drop).await? {
+            return Ok(()); // its first seed in draw mode sets them
+        }
+        let held =
+            crate::draw::run::store::terms(&self.pool, drop, u32::try_from(waitlist_places).unwrap_or(0)).await?;
+        let asked: BTreeMap<String, u32> = sizes
+            .iter()
+            .map(|(sale, stock)| {
+                (sale.as_str()[drop.as_str().len() + 1..].to_owned(), u32::try_from(*stock).unwrap_or(0))
+            })
+            .collect();
+        let kept_places = store::row(&self.pool, drop).await?.is_some_and(|row| row.waitlist_places == waitlist_places);
+        if asked != held.stock || per_buyer != held.limit || !kept_places {
+            return Err(Error::DrawStockFixed);
+        }
+        Ok(())
     }
 
     /// `user` enters the drop's draw once, while entries are open: sizes best first (1 to 6,

@@ -94,6 +94,9 @@ impl Shop {
         let line = self.checked_queue("waiting_room", waiting_room, starts_at)?;
         let stock = sizes.iter().map(|(_, stock)| stock).sum();
         let draw = self.checked_draw(drop, draw, (line.is_some(), payment_window_ms, stock)).await?;
+        if let Some((row, _)) = &draw {
+            self.refuse_new_draw_terms(drop, &sizes, per_buyer, row.waitlist_places).await?;
+        }
         let mut spec = DropSpec {
             sizes,
             starts_at_ms: starts_at.map(to_ms),

@@ -115,7 +115,9 @@ pub enum Error {
     /// `draw_stock_fixed`: a size of a drop in draw mode keeps the stock it was seeded with: it is
     /// the draw's terms, which the published record restates for anyone to recompute the results
     /// (docs/draw.md), and a change would steer the allocation or break the record.
-    #[error("the drop sells by a draw: its sizes' stock is the draw's terms and cannot change")]
+    #[error(
+        "the drop sells by a draw: its sizes, their stock, per_buyer and waitlist are the draw's terms and cannot change"
+    )]
     DrawStockFixed,
     /// `sale_sharded`: a sharded sale's stock cannot change (docs/stock-sharding.md).
     #[error("the sale is split over shards; its stock cannot change (docs/stock-sharding.md)")]

@@ -376,11 +376,12 @@ async fn a_drop_that_ended_before_its_draw_still_awards_its_winners_and_reveals_
     verified_record(&app, &drop).await;
 }
 
-/// A drop in draw mode keeps its sizes' stock, the draw's terms: a stock change, of the drop or
-/// of one size, is refused (409 `draw_stock_fixed`) before the draw and after it, so an operator
-/// cannot steer the allocation and the published record keeps verifying.
+/// A drop in draw mode keeps the draw's terms (its sizes' stock, the limit, the waitlist's places):
+/// a stock change, of the drop or of one size, and a re-seed that changes a term are refused (409
+/// `draw_stock_fixed`) before the draw and after it, so an operator cannot steer the allocation
+/// and the published record keeps verifying.
 #[tokio::test]
-async fn a_draws_stock_cannot_change_before_or_after_it_runs() {
+async fn a_draws_terms_cannot_change_before_or_after_it_runs() {
     let app = spawn_app().await;
     let drop = draw_drop(&app, [2, 2, 2], 600).await;
     enter_all(&app, &drop, 8).await;
@@ -391,14 +392,35 @@ async fn a_draws_stock_cannot_change_before_or_after_it_runs() {
         let one = app.client.post(size_stock).bearer_auth(ADMIN_TOKEN).json(&json!({"add": -1}));
         (whole.send().await.unwrap(), one.send().await.unwrap())
     };
+    // A re-seed may keep the terms (the window, say, moves), and may change none of them: a
+    // size's stock, a new size, the limit or the waitlist's places.
+    let reseed = async |app: &TestApp, sizes: Value, per_buyer: u32, waitlist: u32| {
+        let draw = json!({"opens_at": at(-60), "closes_at": at(600), "waitlist": waitlist});
+        let body = json!({"sizes": sizes, "per_buyer": per_buyer, "payment_window": "10m", "challenge": {"cost": 0}, "draw": draw});
+        let url = app.url(&format!("/admin/drops/{drop}"));
+        app.client.put(url).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap()
+    };
+    let same = json!({"41": {"stock": 2}, "42": {"stock": 2}, "43": {"stock": 2}});
+    let refused_terms = async |app: &TestApp| {
+        let more = json!({"41": {"stock": 2}, "42": {"stock": 3}, "43": {"stock": 2}});
+        let new_size = json!({"41": {"stock": 2}, "42": {"stock": 2}, "43": {"stock": 2}, "44": {"stock": 1}});
+        for (sizes, per_buyer, waitlist) in
+            [(more, 2, 10), (new_size, 2, 10), (same.clone(), 1, 10), (same.clone(), 2, 11)]
+        {
+            assert_error(reseed(app, sizes.clone(), per_buyer, waitlist).await, 409, "draw_stock_fixed").await;
+        }
+    };
     let (whole, one) = change(&app).await;
     assert_error(whole, 409, "draw_stock_fixed").await;
     assert_error(one, 409, "draw_stock_fixed").await;
+    refused_terms(&app).await;
+    assert_eq!(reseed(&app, same.clone(), 2, 10).await.status(), 200, "the same terms");
 
     assert_eq!(run_now(&app, &drop).await.status(), 200);
     let (whole, one) = change(&app).await;
     assert_error(whole, 409, "draw_stock_fixed").await;
     assert_error(one, 409, "draw_stock_fixed").await;
+    refused_terms(&app).await;
     verified_record(&app, &drop).await;
 }
 
