@@ -116,6 +116,10 @@ async fn malformed_seeds_are_400_and_change_nothing() {
         json!([5]),
         json!([5, "2030-01-01T00:00:00Z"]),
         json!({"stock": 5, "starts_at": "2030-01-01T00:00:00Z", "queue": ["2029-12-31T00:00:00Z", 10]}),
+        // Valid RFC 3339, but past the year 9999 in UTC: Postgres's encoding of it panicked.
+        json!({"stock": 5, "ends_at": "9999-12-31T23:59:59-01:00"}),
+        json!({"stock": 5, "starts_at": "9999-12-31T23:30:00-01:00"}),
+        json!({"stock": 5, "starts_at": "9999-12-31T23:30:00-01:00", "queue": {"opens_at": "9999-12-31T23:00:00-01:00", "rate": 10}}),
     ];
     for body in cases {
         assert_error(app.seed(&sale, body.clone()).await, 400, "invalid_request").await;

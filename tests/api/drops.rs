@@ -193,6 +193,10 @@ async fn a_drop_seed_refuses_bad_input_and_unknown_drops_are_404() {
         json!({"sizes": {"40": {"stock": 1}}, "per_buyer": 0}),
         json!({"sizes": {"40": {"stock": 1}}, "waiting_room": {"opens_at": "2030-01-01T00:00:00Z", "rate": 5}}),
         json!({"sizes": {"40": {"stock": 1}}, "shards": 2}),
+        // Valid RFC 3339, but past the year 9999 in UTC: Postgres's encoding of it panicked.
+        json!({"sizes": {"40": {"stock": 1}}, "ends_at": "9999-12-31T23:59:59-01:00"}),
+        json!({"sizes": {"40": {"stock": 1}}, "payment_window": "10m",
+               "draw": {"opens_at": "2030-01-01T00:00:00Z", "closes_at": "9999-12-31T23:59:59-01:00"}}),
     ] {
         assert_error(put_drop(&app, &drop, body.clone()).await, 400, "invalid_request").await;
     }

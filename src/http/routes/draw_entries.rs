@@ -24,11 +24,11 @@ use crate::shop::{DrawEntry, DrawInfo, DrawOrder, DrawResult, EntryOrder, Limite
 #[serde(deny_unknown_fields)]
 pub struct DrawRequest {
     /// When entries open (RFC 3339).
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(deserialize_with = "super::seed::instant")]
     #[schema(value_type = String, format = DateTime)]
     opens_at: OffsetDateTime,
     /// When entries close (RFC 3339), after `opens_at`.
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(deserialize_with = "super::seed::instant")]
     #[schema(value_type = String, format = DateTime)]
     closes_at: OffsetDateTime,
     /// Places on the waitlist for units that come back (0 to 10,000,000); default: the drop's stock.

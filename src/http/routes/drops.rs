@@ -56,10 +56,10 @@ pub struct DropRequest {
     #[serde(default, deserialize_with = "super::seed::integral_opt")]
     per_buyer: Option<i64>,
     /// When the drop opens (RFC 3339); unset: at once.
-    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[serde(default, deserialize_with = "super::seed::instant_opt")]
     starts_at: Option<OffsetDateTime>,
     /// When it ends (RFC 3339), after `starts_at` and in the future; unset: never.
-    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[serde(default, deserialize_with = "super::seed::instant_opt")]
     ends_at: Option<OffsetDateTime>,
     /// How long a win may wait for its payment (`"15m"`, 1s to 7d), as a sale's; unset:
     /// `SECKILL_PAYMENT_WINDOW`.

@@ -23,11 +23,11 @@ pub struct SeedRequest {
     #[serde(deserialize_with = "integral")]
     stock: i64,
     /// When the sale opens (RFC 3339); unset: at once.
-    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[serde(default, deserialize_with = "instant_opt")]
     starts_at: Option<OffsetDateTime>,
     /// When the sale ends (RFC 3339), after `starts_at` and in the future (a sale that has
     /// ended before it is seeded is refused: the janitor would retire it); unset: never.
-    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[serde(default, deserialize_with = "instant_opt")]
     ends_at: Option<OffsetDateTime>,
     /// Shards to split the stock over, 1 to 16 (docs/stock-sharding.md): more than one lets one
     /// hot sale use several Redis Cluster masters. Fixed by the sale's first seed: omit it (or
@@ -90,7 +90,7 @@ pub struct ChallengeRequest {
 #[serde(deny_unknown_fields)]
 pub struct QueueRequest {
     /// When buyers can start joining (RFC 3339), before `starts_at`.
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(deserialize_with = "instant")]
     #[schema(value_type = String, format = DateTime)]
     opens_at: OffsetDateTime,
     /// Buyers admitted per second, 1 to 100,000: what the shop can serve. Admission also stops
@@ -111,6 +111,24 @@ impl QueueRequest {
     pub(super) fn pair(Object(request): Object<Self>) -> (OffsetDateTime, u32) {
         (request.opens_at, request.rate)
     }
+}
+
+/// An instant in RFC 3339, as UTC. One whose UTC date is past the year 9999 (`9999-12-31T23:59:59-01:00`)
+/// is refused: `time` without its large dates cannot convert it, and Postgres's encoding of it
+/// would panic.
+pub(super) fn instant<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<OffsetDateTime, D::Error> {
+    time::serde::rfc3339::deserialize(deserializer)?
+        .checked_to_offset(time::UtcOffset::UTC)
+        .ok_or_else(|| serde::de::Error::custom("the instant is past the year 9999 in UTC"))
+}
+
+/// [`instant`] for an optional field (absent or `null`: `None`).
+pub(super) fn instant_opt<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<OffsetDateTime>, D::Error> {
+    #[derive(Deserialize)]
+    struct Instant(#[serde(deserialize_with = "instant")] OffsetDateTime);
+    Ok(Option::<Instant>::deserialize(deserializer)?.map(|Instant(t)| t))
 }
 
 /// [`integral`] for an optional field (absent or `null`: `None`).
