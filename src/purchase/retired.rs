@@ -12,8 +12,9 @@
 //! quiet [`TICK`] is not delayed; under a storm an id waits at most a tick for its batch. Askers of
 //! the same id share one place in the batch. An id that finds [`MAX_BATCH`] ids already waiting,
 //! or whose batch is not answered within [`LOOKUP_WAIT`] (Postgres slow or down), is not answered
-//! ([`Unanswered`]; [`RetiredSales::check`] takes it for "not retired", and the caller answers
-//! 404), unkept, so waiting ids and memory stay bounded.
+//! ([`Unanswered`]; [`RetiredSales::check`] returns it, and the caller answers 503 `unavailable`:
+//! it cannot tell a retired sale from a made-up id, and an outage must not pass for either),
+//! unkept, so waiting ids and memory stay bounded.
 //!
 //! Answers are kept, both caches bounded in count and time: "retired" for an hour after the last
 //! ask (retirement is final), any other for [`ANSWER_TTL`], the negative cache that answers a
@@ -214,10 +215,11 @@ impl RetiredSales {
     }
 
     /// Whether the sale is retired, for a sale Redis does not know: from memory, else from its
-    /// batch's Postgres query. A failed or refused lookup answers false (logged).
-    pub async fn check(&self, sale: &SaleId) -> bool {
+    /// batch's Postgres query. A failed or refused lookup is logged and returned: the caller
+    /// answers 503, as it cannot tell a retired sale from one that never was.
+    pub async fn check(&self, sale: &SaleId) -> Result<bool, Unanswered> {
         match self.stored(sale).await {
-            Ok(stored) => stored == Stored::Retired,
+            Ok(stored) => Ok(stored == Stored::Retired),
             Err(err) => {
                 match &err {
                     Unanswered::Postgres(pg) => {
@@ -227,7 +229,7 @@ impl RetiredSales {
                     }
                     Unanswered::Busy => tracing::debug!(sale_id = %sale, "retired sale lookup skipped: lookups busy"),
                 }
-                false
+                Err(err)
             }
         }
     }

@@ -80,7 +80,7 @@ impl Shop {
     /// The sale's state: Redis's, then Postgres's counts.
     pub async fn sale_report(&self, sale: &SaleId) -> Result<SaleReport, Error> {
         let Some(redis) = self.sales.sale_state(sale).await? else {
-            return Err(if self.retired.check(sale).await { Error::SaleRetired } else { Error::UnknownSale });
+            return Err(self.unknown_or_retired(sale).await);
         };
         let persisted = db::count_orders(&self.pool, sale).await.inspect_err(warn_without_persisted).ok();
         let tally = self.reservations.tally(sale).await.inspect_err(warn_without_persisted).ok();

@@ -150,7 +150,7 @@ impl Shop {
             }
             BuyOutcome::UnknownSale => {
                 meter.check_unknown_sale(client)?;
-                Err(if self.retired.check(sale).await { Error::SaleRetired } else { Error::UnknownSale })
+                Err(self.unknown_or_retired(sale).await)
             }
             BuyOutcome::NotStarted => Err(Error::SaleNotStarted),
             BuyOutcome::Ended => Err(Error::SaleEnded),

@@ -34,6 +34,13 @@ async fn while_postgres_is_down_buys_succeed_the_worker_backs_off_and_everything
     assert_eq!(body["redis"], "ok", "{body}");
     let status = deployment.status(&sale).await;
     assert_eq!((status.sold, status.persisted), (250, None), "status still answers, without the Postgres count");
+    // A sale Redis does not know is retired or made up, as only Postgres can say: without it,
+    // 503 (nothing bought), not 404 `unknown_sale` (which a retired sale's buyers would believe).
+    let unknown = crate::common::new_sale_id();
+    let refused = deployment.buy(&unknown, "nobody").await;
+    assert_eq!(refused.status(), 503);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], "unavailable", "{body}");
     // A quiet stretch of the outage: a worker in a hot loop would burn a core and flood the log.
     let cpu_before = service.cpu_time();
     let failures_before = service.log_lines("worker step failed");
@@ -45,6 +52,16 @@ async fn while_postgres_is_down_buys_succeed_the_worker_backs_off_and_everything
     outage.end();
 
     assert_eq!(readyz(&deployment).await.0, 200, "ready again once Postgres is back");
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let answer = deployment.buy(&unknown, "nobody").await.status();
+        if answer == 404 {
+            break;
+        }
+        assert_eq!(answer, 503, "the made-up sale after the outage");
+        assert!(Instant::now() < until, "the made-up sale is still 503 after the outage");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let drain = Instant::now();
     report.merge(during);
     deployment.wait_for_drain_within(&sale, Duration::from_secs(30)).await;
