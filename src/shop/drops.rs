@@ -300,15 +300,16 @@ impl Shop {
         if add.is_empty() || add.len() > MAX_SIZES {
             return Err(Error::Invalid(format!("add must name 1 to {MAX_SIZES} sizes")));
         }
+        // Every entry is checked, a 0 too (it changes nothing, but a malformed one is still 400).
         let adds = add
             .iter()
-            .filter(|(_, units)| **units != 0)
             .map(|(size, units)| {
                 if !(-MAX_STOCK..=MAX_STOCK).contains(units) {
                     return Err(Error::Invalid(format!("add.{size} must be between -{MAX_STOCK} and {MAX_STOCK}")));
                 }
                 Ok((drop.size(size).map_err(Error::Invalid)?, *units))
             })
+            .filter(|entry| !matches!(entry, Ok((_, 0))))
             .collect::<Result<Vec<_>, Error>>()?;
         if adds.is_empty() {
             return self.drop_report(drop).await; // nothing to change, nothing to record

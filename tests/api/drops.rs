@@ -477,6 +477,9 @@ async fn a_drops_stock_changes_all_or_nothing() {
     assert_error(too_much, 409, "stock_too_large").await;
     assert_error(post_drop(&app, &drop, "stock", json!({"add": {"43": 1}})).await, 400, "invalid_request").await;
     assert_error(post_drop(&app, &drop, "stock", json!({"add": {}})).await, 400, "invalid_request").await;
+    // A malformed size is refused with 0 units too (it would change nothing, and says nothing).
+    let malformed = post_drop(&app, &drop, "stock", json!({"add": {"no such size!": 0}})).await;
+    assert_error(malformed, 400, "invalid_request").await;
     let body: Value = admin_drop(&app, &drop).await.json().await.unwrap();
     assert_eq!(sizes_of(&body).iter().map(|s| s.2).collect::<Vec<_>>(), [2, 2, 0], "nothing changed");
     assert_eq!(audit_actions(&app, &drop).await, ["drop_seed"]);
