@@ -480,6 +480,18 @@ async fn a_drops_stock_changes_all_or_nothing() {
     // A malformed size is refused with 0 units too (it would change nothing, and says nothing).
     let malformed = post_drop(&app, &drop, "stock", json!({"add": {"no such size!": 0}})).await;
     assert_error(malformed, 400, "invalid_request").await;
+    // A size named twice is ambiguous (serde's maps keep the last): refused, for the stock and the
+    // seed alike.
+    let twice = async |path: String, method: reqwest::Method, body: &'static str| {
+        let request = app.client.request(method, app.url(&path)).bearer_auth(ADMIN_TOKEN);
+        request.header("content-type", "application/json").body(body).send().await.unwrap()
+    };
+    let stock = format!("/admin/drops/{drop}/stock");
+    let doubled = twice(stock, reqwest::Method::POST, r#"{"add": {"40": 100, "40": -100}}"#).await;
+    assert_error(doubled, 400, "invalid_request").await;
+    let seed = format!("/admin/drops/{drop}");
+    let doubled = twice(seed, reqwest::Method::PUT, r#"{"sizes": {"40": {"stock": 1}, "40": {"stock": 9}}}"#).await;
+    assert_error(doubled, 400, "invalid_request").await;
     let body: Value = admin_drop(&app, &drop).await.json().await.unwrap();
     assert_eq!(sizes_of(&body).iter().map(|s| s.2).collect::<Vec<_>>(), [2, 2, 0], "nothing changed");
     assert_eq!(audit_actions(&app, &drop).await, ["drop_seed"]);

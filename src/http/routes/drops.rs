@@ -50,6 +50,9 @@ pub struct DropRequest {
     /// characters of `[A-Za-z0-9_-]`, the id at most 64). An update must list every size the drop
     /// has (a size is never removed; give it stock 0) and may add sizes.
     #[schema(example = json!({"40": {"stock": 30}, "41": {"stock": 30}}))]
+    #[serde(
+        deserialize_with = "serde_with::As::<serde_with::MapPreventDuplicates<serde_with::Same, serde_with::Same>>::deserialize"
+    )]
     sizes: BTreeMap<String, Object<SizeRequest>>,
     /// Units one buyer may buy across the drop's sizes (1 to 100; default 1).
     #[schema(value_type = Option<u32>, minimum = 1, maximum = 100)]
@@ -101,6 +104,9 @@ pub struct DropStockRequest {
     /// Size name -> units to add (> 0) or unsold units to take back (< 0), 1 to 64 sizes: all or
     /// nothing.
     #[schema(example = json!({"40": 10, "42": -5}))]
+    #[serde(
+        deserialize_with = "serde_with::As::<serde_with::MapPreventDuplicates<serde_with::Same, serde_with::Same>>::deserialize"
+    )]
     add: BTreeMap<String, i64>,
     /// Why (one line, at most 200 characters), kept in the audit trail.
     #[serde(default)]
