@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
+use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
 use crate::helpers::{ADMIN_TOKEN, TestApp, new_sale_id, spawn_app_with};
@@ -118,7 +119,12 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
 /// back (its event) clears one, so a stale 410 is waited out for as long as the event may take.
 pub(crate) fn app() -> &'static TestApp {
     static APP: OnceLock<TestApp> = OnceLock::new();
-    APP.get_or_init(|| runtime().block_on(spawn_app_with(|c| c.sold_out_flag_ttl = Duration::from_secs(3600), true)))
+    APP.get_or_init(|| {
+        let app = runtime().block_on(spawn_app_with(|c| c.sold_out_flag_ttl = Duration::from_secs(3600), true));
+        // Shared by the model tests: its database outlives the test whose thread started it.
+        crate::common::keep_database(app.config.database_url.expose_secret());
+        app
+    })
 }
 
 async fn send(app: &TestApp, sale: &str, op: &Op) -> reqwest::Response {

@@ -137,6 +137,13 @@ thread_local! {
     static CREATED: std::cell::RefCell<Created> = const { std::cell::RefCell::new(Created(Vec::new())) };
 }
 
+/// Keeps the database at `url` past the end of the thread that created it: an app shared by
+/// several tests (a static) outlives the test that happened to start it.
+pub fn keep_database(url: &str) {
+    let (_, database) = url.rsplit_once('/').expect("database url has a path");
+    CREATED.with(|created| created.borrow_mut().0.retain(|kept| kept != database));
+}
+
 /// A Redis key prefix no other test uses.
 pub fn new_key_prefix() -> String {
     format!("test-{}", Uuid::now_v7().simple())
