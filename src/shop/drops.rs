@@ -73,7 +73,8 @@ impl Shop {
     /// and the drop's line, in one Redis call inside one Postgres transaction (every size's `sales`
     /// row, the `drops` row and one audit entry). An update may add sizes and change every stock
     /// and setting until the drop has a buyer; it may not remove a size, nor re-seed a drop with
-    /// buyers (`drop_in_progress`), nor take over a group seeded sale by sale (`not_a_drop`).
+    /// buyers (`drop_in_progress`), nor take over a group seeded sale by sale (`not_a_drop`), nor
+    /// change a draw's terms (`draw_stock_fixed`).
     pub async fn seed_drop(&self, drop: &DropId, order: DropOrder, actor: Option<&str>) -> Result<DropReport, Error> {
         let DropOrder { sizes, per_buyer, starts_at, ends_at, payment_window, waiting_room, challenge, draw } = order;
         if sizes.is_empty() || sizes.len() > MAX_SIZES {

@@ -112,11 +112,12 @@ pub enum Error {
         /// Units the sale holds in all.
         stock_initial: i64,
     },
-    /// `draw_stock_fixed`: a size of a drop in draw mode keeps the stock it was seeded with: it is
-    /// the draw's terms, which the published record restates for anyone to recompute the results
-    /// (docs/draw.md), and a change would steer the allocation or break the record.
+    /// `draw_stock_fixed`: a drop in draw mode keeps the terms it was seeded with (each size's
+    /// stock, the limit, the waitlist's places), which the published record restates for anyone to
+    /// recompute the results (docs/draw.md): a change would steer the allocation or break the record.
     #[error(
-        "the drop sells by a draw: its sizes, their stock, per_buyer and waitlist are the draw's terms and cannot change"
+        "the drop sells by a draw: its sizes, their stock, per_buyer and waitlist are the draw's terms and cannot \
+         change"
     )]
     DrawStockFixed,
     /// `sale_sharded`: a sharded sale's stock cannot change (docs/stock-sharding.md).

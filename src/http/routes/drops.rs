@@ -50,9 +50,7 @@ pub struct DropRequest {
     /// characters of `[A-Za-z0-9_-]`, the id at most 64). An update must list every size the drop
     /// has (a size is never removed; give it stock 0) and may add sizes.
     #[schema(example = json!({"40": {"stock": 30}, "41": {"stock": 30}}))]
-    #[serde(
-        deserialize_with = "serde_with::As::<serde_with::MapPreventDuplicates<serde_with::Same, serde_with::Same>>::deserialize"
-    )]
+    #[serde(deserialize_with = "once_each")]
     sizes: BTreeMap<String, Object<SizeRequest>>,
     /// Units one buyer may buy across the drop's sizes (1 to 100; default 1).
     #[schema(value_type = Option<u32>, minimum = 1, maximum = 100)]
@@ -104,9 +102,7 @@ pub struct DropStockRequest {
     /// Size name -> units to add (> 0) or unsold units to take back (< 0), 1 to 64 sizes: all or
     /// nothing.
     #[schema(example = json!({"40": 10, "42": -5}))]
-    #[serde(
-        deserialize_with = "serde_with::As::<serde_with::MapPreventDuplicates<serde_with::Same, serde_with::Same>>::deserialize"
-    )]
+    #[serde(deserialize_with = "once_each")]
     add: BTreeMap<String, i64>,
     /// Why (one line, at most 200 characters), kept in the audit trail.
     #[serde(default)]
@@ -119,10 +115,21 @@ pub(super) fn drop_of(raw: &str) -> Result<DropId, ApiError> {
     DropId::parse(raw).map_err(ApiError::InvalidRequest)
 }
 
+/// A JSON object whose keys each appear once: serde's maps keep the last of a repeated key, so a
+/// size named twice would be taken without a word (serde_with's check refuses it: 400).
+fn once_each<'de, D, V>(deserializer: D) -> Result<BTreeMap<String, V>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    V: Deserialize<'de>,
+{
+    use serde_with::{As, MapPreventDuplicates, Same};
+    As::<MapPreventDuplicates<Same, Same>>::deserialize(deserializer)
+}
+
 /// Seeds or updates the whole drop: every size, the shared limit, times, payment window, waiting
 /// room and proof of work, in one Redis call and one Postgres transaction (one audit entry). Until
-/// the drop has a buyer, an update may add sizes and change every stock and setting; it may not
-/// remove a size.
+/// the drop has a buyer, an update may add sizes and change every stock and setting (in draw mode,
+/// not the draw's terms); it may not remove a size.
 #[utoipa::path(
     put,
     path = "/admin/drops/{drop_id}",
