@@ -327,14 +327,14 @@ async fn reconcile_answers_503_when_redis_is_down() {
 
 /// Runs the real `seckill reconcile` binary against the app's Redis, Postgres and key prefix.
 async fn run_cli(app: &TestApp, args: &[&str]) -> (Option<i32>, String, String) {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_seckill"));
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill"));
     command
         .arg("reconcile")
         .args(args)
         .env("SECKILL_REDIS_URL", app.config.redis_url.expose_secret())
         .env("SECKILL_DATABASE_URL", app.config.database_url.expose_secret())
         .env("SECKILL_KEY_PREFIX", &app.config.key_prefix);
-    let output = tokio::task::spawn_blocking(move || command.output()).await.unwrap().unwrap();
+    let output = crate::common::output_within(command, std::time::Duration::from_secs(120)).await;
     let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
     (output.status.code(), text(output.stdout), text(output.stderr))
 }

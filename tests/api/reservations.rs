@@ -612,18 +612,19 @@ async fn seckill_pay_sends_a_signed_event() {
     let sale = seed_window(&app, 2, "30s").await;
     let (order_id, _) = reserve(&app, &sale, "alice").await;
     let pay = |secret: &'static str, event: &'static str| {
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill"))
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill"));
+        command
             .args(["pay", "--sale", &sale, "--order", &order_id, "--url", &app.address, "--event-id", event])
-            .env("SECKILL_PAYMENT_SECRET", secret)
-            .output()
+            .env("SECKILL_PAYMENT_SECRET", secret);
+        crate::common::output_within(command, Duration::from_secs(60))
     };
-    let paid = pay(PAYMENT_SECRET, "evt-cli").await.unwrap();
+    let paid = pay(PAYMENT_SECRET, "evt-cli").await;
     assert!(paid.status.success(), "{}", String::from_utf8_lossy(&paid.stderr));
     let answer: Value = serde_json::from_slice(&paid.stdout).unwrap();
     assert_eq!(answer, json!({"order_id": order_id, "status": "paid", "late_payment": false}));
-    let again = pay(PAYMENT_SECRET, "evt-cli").await.unwrap();
+    let again = pay(PAYMENT_SECRET, "evt-cli").await;
     assert_eq!(serde_json::from_slice::<Value>(&again.stdout).unwrap(), answer, "the same event, the same answer");
-    let forged = pay("another-secret-of-at-least-32-bytes!!", "evt-forged").await.unwrap();
+    let forged = pay("another-secret-of-at-least-32-bytes!!", "evt-forged").await;
     assert_eq!(forged.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&forged.stdout).contains("invalid_signature"));
 }

@@ -166,6 +166,13 @@ pub async fn wait_for_count(count: &std::sync::atomic::AtomicUsize, n: usize, li
     }
 }
 
+/// Runs `command` to its end and returns what it printed, failing the test (and killing it) if it
+/// runs past `limit`: a CLI call that hangs fails its test instead of holding the run.
+pub async fn output_within(mut command: tokio::process::Command, limit: Duration) -> std::process::Output {
+    let run = command.kill_on_drop(true).output();
+    tokio::time::timeout(limit, run).await.unwrap_or_else(|_| panic!("{command:?} ran past {limit:?}")).unwrap()
+}
+
 /// A unique sale id for one test.
 pub fn new_sale_id() -> String {
     format!("sale-{}", Uuid::now_v7().simple())
