@@ -146,16 +146,6 @@ impl Shop {
             Existing::InRedis | Existing::Kept => Ok(()),
         }
     }
-
-    /// The refusal for a sale Redis does not know: `sale_retired` or `unknown_sale` as Postgres
-    /// says, or 503 `unavailable` when it cannot say (an outage must not pass for a missing sale).
-    pub(super) async fn unknown_or_retired(&self, sale: &SaleId) -> Error {
-        match self.retired.check(sale).await {
-            Ok(true) => Error::SaleRetired,
-            Ok(false) => Error::UnknownSale,
-            Err(err) => Error::Unavailable(anyhow::Error::new(err).context("whether the sale was retired")),
-        }
-    }
 }
 
 /// The operator's reason, at most [`MAX_REASON_CHARS`] characters; an empty one is none.

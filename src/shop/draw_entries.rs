@@ -1,7 +1,6 @@
 //! A draw's entries (`crate::draw::entries`): a drop seeded in draw mode (the draw's settings
 //! checked here, its secret seed drawn once), a buyer's one entry, and a buyer's entry read back.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use time::OffsetDateTime;
@@ -12,6 +11,7 @@ use super::{Error, Shop};
 use crate::admission::{self, LineId};
 use crate::challenge::Refused;
 use crate::domain::{DropId, MAX_PER_BUYER, SaleId, UserId};
+use crate::draw::allocate::Terms;
 use crate::draw::entries::store::{self, DrawRow};
 use crate::draw::entries::{self, Entered, Entry, MAX_SIZES};
 use crate::drops::DropDraw;
@@ -104,19 +104,20 @@ impl Shop {
         per_buyer: u32,
         waitlist_places: i64,
     ) -> Result<(), Error> {
-        if !crate::draw::run::store::is_draw(&self.pool, drop).await? {
+        let Some(existing) = store::row(&self.pool, drop).await? else {
             return Ok(()); // its first seed in draw mode sets them
-        }
-        let held =
-            crate::draw::run::store::terms(&self.pool, drop, u32::try_from(waitlist_places).unwrap_or(0)).await?;
-        let asked: BTreeMap<String, u32> = sizes
-            .iter()
-            .map(|(sale, stock)| {
-                (sale.as_str()[drop.as_str().len() + 1..].to_owned(), u32::try_from(*stock).unwrap_or(0))
-            })
-            .collect();
-        let kept_places = store::row(&self.pool, drop).await?.is_some_and(|row| row.waitlist_places == waitlist_places);
-        if asked != held.stock || per_buyer != held.limit || !kept_places {
+        };
+        let count = |n: i64| u32::try_from(n).unwrap_or(0);
+        let held = crate::draw::run::store::terms(&self.pool, drop, count(existing.waitlist_places)).await?;
+        let asked = Terms {
+            stock: sizes
+                .iter()
+                .map(|(sale, stock)| (sale.as_str()[drop.as_str().len() + 1..].to_owned(), count(*stock)))
+                .collect(),
+            limit: per_buyer,
+            waitlist_places: count(waitlist_places),
+        };
+        if asked != held {
             return Err(Error::DrawStockFixed);
         }
         Ok(())

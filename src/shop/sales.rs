@@ -87,6 +87,16 @@ impl Shop {
         existing_of(self.retired.stored_now(sale).await)
     }
 
+    /// The refusal for a sale Redis does not know: `sale_retired` or `unknown_sale` as Postgres
+    /// says, or 503 `unavailable` when it cannot say (an outage must not pass for a missing sale).
+    pub(super) async fn unknown_or_retired(&self, sale: &SaleId) -> Error {
+        match self.retired.check(sale).await {
+            Ok(true) => Error::SaleRetired,
+            Ok(false) => Error::UnknownSale,
+            Err(err) => Error::Unavailable(anyhow::Error::new(err).context("whether the sale was retired")),
+        }
+    }
+
     /// A sale Redis's registry does not hold: the request counts against the client's quota of
     /// unknown sales, then Postgres says (in a batch) whether it holds the sale.
     async fn stored(&self, sale: &SaleId, client: IpAddr, meter: &mut Meter<'_>) -> Result<Existing, Error> {
