@@ -18,10 +18,11 @@
 -- ARGV[3]  order id           (UUID v7 made by the app)
 -- ARGV[4]  shards             how many shards the caller believes the sale has (1: unsharded;
 --                             docs/stock-sharding.md). KEYS are then those of one shard.
--- ARGV[5]  place              in a queued sale (meta queue_rate): the buyer's place in line, from the
+-- ARGV[5]  place              in a queued sale (meta queue_rate): "<place>.<expires_ms>", the buyer's
+--                             place in line and the end of its admission (Redis time), from the
 --                             admission token the app verified (src/admission/); "" without one;
---                             "d<place>" from a drop's line, taken only where the meta has line = "drop"
---                             (a size of a drop with a line), where a plain place is refused
+--                             "d<place>.<expires_ms>" from a drop's line, taken only where the meta has
+--                             line = "drop" (a size of a drop with a line), where a plain place is refused
 -- ARGV[6]  traceparent        the W3C trace context of the purchase, carried in its entry to the
 --                             worker's span (src/telemetry/traces.rs); "" when traces are off
 -- ARGV[7]  quantity           units to buy, 1-100 (the app validated it); "" or absent: 1
@@ -45,6 +46,8 @@
 --   "not_admitted"       a queued sale, and no place given: the caller has no admission token (before or
 --                        after the start); or a place of the wrong line (a drop's in a sale, a sale's
 --                        in a drop's size)
+--   "admission_expired"  a queued sale, and Redis TIME is at or after the place's expires_ms: the
+--                        buyer's admission has lapsed (by the clock lua/admit.lua admits by)
 --   "challenge_required" a sale without a waiting room whose meta has challenge_cost (src/challenge/),
 --                        and ARGV[8] is not "1": nothing is written
 --   "not_started"        Redis TIME is before starts_at_ms

@@ -17,7 +17,7 @@
 -- (crate::redis::lua::buy_batch; the example does it with sed).
 --
 -- KEYS[1..7]   buy.lua's KEYS: the sale's keys (one shard's, for a sharded sale; KEYS[6] the drop
---              line's when the places are a drop's "d<place>": the app never mixes the two in a call)
+--              line's when the places are a drop's "d<place>.<expires_ms>": the app never mixes the two in a call)
 -- KEYS[8..]    the purchases' limiter keys, in order: `checks` keys for each purchase (below)
 -- ARGV[1]      sale id
 -- ARGV[2]      shards: how many shards the caller believes the sale has (buy.lua's ARGV[4])

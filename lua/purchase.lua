@@ -15,8 +15,9 @@
 --               one purchase of `quantity` units (1 when nil or ""), decided and written by buy.lua's
 --               rules in buy.lua's order of checks (unknown sale, shard count, buyer, draw mode, admission,
 --               proof of work, start, end, limit, pause, stock); place and traceparent "" when there
---               are none; a place is "<n>" from a sale's line, "d<n>" from a drop's (taken only by
---               a size whose meta has line = "drop", as a plain one only by a sale without it),
+--               are none; a place is "<n>.<expires_ms>" from a sale's line, "d<n>.<expires_ms>" from a
+--               drop's (taken only by a size whose meta has line = "drop", as a plain one only by a
+--               sale without it; taken only before its admission's expires_ms, Redis time),
 --               "a<n>" a draw's award and "w<n>" its waitlist's offer (lua/draw_award.lua,
 --               lua/draw_release.lua: the only purchases a size whose meta has line = "draw"
 --               takes; both skip the start check, an award the end too); proven "1" when the app
@@ -70,7 +71,10 @@ local draw_sale = meta[12] == 'draw'
 local queued_sale = meta[6]
 -- A size of a drop with a line (src/admission/): only the drop's line admits to it, with a place
 -- marked "d<place>"; a sale's own line admits with a plain place. Neither passes for the other.
-local place_pattern = meta[12] == 'drop' and '^d(%d+)$' or '^(%d+)$'
+-- Either carries its admission's end, ".<expires_ms>" (Redis time, signed in the buyer's token):
+-- the admission is checked against this call's TIME, the clock lua/admit.lua admits by, never an
+-- instance's, so no instance lets a buyer in after their window let the next one in.
+local place_pattern = meta[12] == 'drop' and '^d(%d+)%.(%d+)$' or '^(%d+)%.(%d+)$'
 -- A sale that asks a proof of work (src/challenge/) and has no waiting room (whose join asked it).
 local challenged = meta[11] and not queued_sale
 -- lua/control.lua's pause: the reason (maybe ""), or false; a sale the repair is restoring
@@ -133,9 +137,16 @@ local function buy(user, order_id, place_arg, traceparent, quantity, proven)
   if draw_sale and not award then
     return 'draw_only'
   end
-  local place = queued_sale and tonumber(string.match(place_arg or '', place_pattern))
-  if queued_sale and not place then
-    return 'not_admitted'
+  local place, expires
+  if queued_sale then
+    place, expires = string.match(place_arg or '', place_pattern)
+    place, expires = tonumber(place), tonumber(expires)
+    if not place then
+      return 'not_admitted'
+    end
+    if now_ms >= expires then
+      return 'admission_expired'
+    end
   end
   if challenged and proven ~= '1' then
     return 'challenge_required'

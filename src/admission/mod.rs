@@ -169,16 +169,14 @@ impl Admission {
     /// The admission an admission token (`Seckill-Admission`) gives `buyer` in `sale` (a sale's
     /// token, or its drop's for a size of a drop), checked in-process with one HMAC: `Ok(None)`
     /// for a sale this instance does not know to be queued and no token (`lua/buy.lua` then
-    /// refuses it if the sale is queued, and a place of the wrong line).
+    /// refuses it if the sale is queued, a place of the wrong line, and an expired one by Redis
+    /// time, the clock the line admits by).
     pub fn admitted(&self, sale: &SaleId, buyer: &UserId, token: Option<&str>) -> Result<Option<Admitted>, Refused> {
         let Some(token) = token else {
             return if self.queued.contains_key(sale.as_str()) { Err(Refused::Missing) } else { Ok(None) };
         };
         let signer = self.signer.as_ref().ok_or(Refused::Forged)?;
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        signer.admitted(token, sale, buyer, now_ms).map(Some)
+        signer.admitted(token, sale, buyer).map(Some)
     }
 
     /// Remembers that `sale` is queued (`lua/buy.lua` said so).

@@ -7,8 +7,10 @@
 //!   MAC also covers the line's shuffle seed, new whenever a line starts again from nothing (a
 //!   drop seeded again under its name after its retirement), so it holds in its own line only.
 //! - the **admission token** `<place>.<expires_ms>.<mac>` lets its buyer buy in its sale until
-//!   `expires_ms` (Unix ms, the Redis server's clock): `POST /buy` checks it in-process. A drop's
-//!   is `d<place>.<expires_ms>.<mac>` and lets its buyer buy any size `<drop>.<size>` of the drop.
+//!   `expires_ms` (Unix ms, the Redis server's clock): `POST /buy` checks its MAC in-process, and
+//!   `lua/buy.lua` its expiry against Redis `TIME` (an instance's clock may differ from the one
+//!   the line admits by). A drop's is `d<place>.<expires_ms>.<mac>` and lets its buyer buy any
+//!   size `<drop>.<size>` of the drop.
 //!
 //! A label in the MAC keeps one kind from passing for another: a ticket for a token, a sale's
 //! string for a drop's (a sale and a drop may have the same id) and back. Compared in constant
@@ -78,19 +80,21 @@ impl Signer {
         format!("{mark}{place}.{expires_ms}.{}", hex::encode(mac))
     }
 
-    /// The place an admission token carries for a purchase in `sale`, if it is `buyer`'s and valid
-    /// at `now_ms`: a sale's token for the sale itself, a drop's (`d…`) for any sale of the drop
-    /// (`sale`'s group). Which one the token is, its mark says: one HMAC either way.
-    pub fn admitted(&self, token: &str, sale: &SaleId, buyer: &UserId, now_ms: u64) -> Result<Admitted, Refused> {
+    /// The place and expiry an admission token carries for a purchase in `sale`, if it is
+    /// `buyer`'s: a sale's token for the sale itself, a drop's (`d…`) for any sale of the drop
+    /// (`sale`'s group). Which one the token is, its mark says: one HMAC either way. The expiry is
+    /// not checked here: `lua/buy.lua` compares it with Redis `TIME`, the clock it was set by.
+    pub fn admitted(&self, token: &str, sale: &SaleId, buyer: &UserId) -> Result<Admitted, Refused> {
         let (line, token) = match token.strip_prefix('d') {
             Some(rest) => (Subject { drop: true, id: sale.group().ok_or(Refused::Forged)? }, rest),
             None => (Subject { drop: false, id: sale.as_str() }, token),
         };
-        self.admitted_in(token, line, buyer, now_ms).map(|place| Admitted { place, by_drop: line.drop })
+        let (place, expires_ms) = self.admitted_in(token, line, buyer)?;
+        Ok(Admitted { place, expires_ms, by_drop: line.drop })
     }
 
-    /// The place a token (its mark taken off) carries in `line`.
-    fn admitted_in(&self, token: &str, line: Subject<'_>, buyer: &UserId, now_ms: u64) -> Result<u64, Refused> {
+    /// The place and expiry a token (its mark taken off) carries in `line`.
+    fn admitted_in(&self, token: &str, line: Subject<'_>, buyer: &UserId) -> Result<(u64, u64), Refused> {
         if token.len() > MAX_LEN {
             return Err(Refused::Malformed);
         }
@@ -105,10 +109,7 @@ impl Signer {
         if !verify(self.mac(label(line, Kind::Admission), line.id, buyer, &[place, expires_ms]), mac) {
             return Err(Refused::Forged);
         }
-        if now_ms >= expires_ms {
-            return Err(Refused::Expired);
-        }
-        Ok(place)
+        Ok((place, expires_ms))
     }
 
     fn mac(&self, label: &[u8], line: &str, buyer: &UserId, numbers: &[u64]) -> Hmac<Sha256> {
@@ -157,6 +158,7 @@ pub enum Refused {
     Malformed,
     #[error("the Seckill-Admission token is not this buyer's for this sale or its drop")]
     Forged,
+    /// Its admission ended, by Redis time (`lua/buy.lua` says so).
     #[error("the Seckill-Admission token has expired")]
     Expired,
 }
@@ -178,26 +180,25 @@ mod tests {
     }
 
     fn place(place: u64) -> Result<Admitted, Refused> {
-        Ok(Admitted { place, by_drop: false })
+        Ok(Admitted { place, expires_ms: 2_000, by_drop: false })
     }
 
     #[test]
-    fn a_token_admits_its_buyer_in_its_sale_until_it_expires() {
+    fn a_token_admits_its_buyer_in_its_sale_and_carries_its_expiry() {
         let signer = Signer::new(b"k");
         let (s1, alice) = ids("s1", "alice");
         let token = signer.admission(sale("s1"), &alice, 7, 2_000);
-        assert_eq!(signer.admitted(&token, &s1, &alice, 1_999), place(7));
-        assert_eq!(signer.admitted(&token, &s1, &alice, 2_000), Err(Refused::Expired));
+        assert_eq!(signer.admitted(&token, &s1, &alice), place(7), "the expiry goes to lua/buy.lua");
         let (other_sale, bob) = ids("s2", "bob");
-        assert_eq!(signer.admitted(&token, &s1, &bob, 0), Err(Refused::Forged));
-        assert_eq!(signer.admitted(&token, &other_sale, &alice, 0), Err(Refused::Forged));
-        assert_eq!(Signer::new(b"other").admitted(&token, &s1, &alice, 0), Err(Refused::Forged));
+        assert_eq!(signer.admitted(&token, &s1, &bob), Err(Refused::Forged));
+        assert_eq!(signer.admitted(&token, &other_sale, &alice), Err(Refused::Forged));
+        assert_eq!(Signer::new(b"other").admitted(&token, &s1, &alice), Err(Refused::Forged));
         let later = token.replacen(".2000.", ".9000.", 1);
-        assert_eq!(signer.admitted(&later, &s1, &alice, 0), Err(Refused::Forged), "the expiry is signed");
-        assert_eq!(signer.admitted("7.2000.zz", &s1, &alice, 0), Err(Refused::Forged), "no valid MAC");
+        assert_eq!(signer.admitted(&later, &s1, &alice), Err(Refused::Forged), "the expiry is signed");
+        assert_eq!(signer.admitted("7.2000.zz", &s1, &alice), Err(Refused::Forged), "no valid MAC");
         for bad in ["", "7", "7.2000", "x.2000.00", "7.2000.00.00", "dd7.2000.00", &"7".repeat(200)] {
             let expected = if bad.starts_with('d') { Refused::Forged } else { Refused::Malformed };
-            assert_eq!(signer.admitted(bad, &s1, &alice, 0), Err(expected), "{bad:?}");
+            assert_eq!(signer.admitted(bad, &s1, &alice), Err(expected), "{bad:?}");
         }
     }
 
@@ -209,21 +210,23 @@ mod tests {
         let token = signer.admission(drop("shoe"), &alice, 3, 2_000);
         assert!(token.starts_with("d3.2000."), "{token}");
         for size in [&size40, &size41] {
-            assert_eq!(signer.admitted(&token, size, &alice, 0), Ok(Admitted { place: 3, by_drop: true }));
+            assert_eq!(
+                signer.admitted(&token, size, &alice),
+                Ok(Admitted { place: 3, expires_ms: 2_000, by_drop: true })
+            );
         }
-        assert_eq!(signer.admitted(&token, &size40, &alice, 2_000), Err(Refused::Expired));
         let other_drop = SaleId::parse("boot.40").unwrap();
-        assert_eq!(signer.admitted(&token, &other_drop, &alice, 0), Err(Refused::Forged));
-        assert_eq!(signer.admitted(&token, &size40, &UserId::parse("bob").unwrap(), 0), Err(Refused::Forged));
+        assert_eq!(signer.admitted(&token, &other_drop, &alice), Err(Refused::Forged));
+        assert_eq!(signer.admitted(&token, &size40, &UserId::parse("bob").unwrap()), Err(Refused::Forged));
         let alone = SaleId::parse("shoe").unwrap();
-        assert_eq!(signer.admitted(&token, &alone, &alice, 0), Err(Refused::Forged), "a sale has no drop");
+        assert_eq!(signer.admitted(&token, &alone, &alice), Err(Refused::Forged), "a sale has no drop");
         // The same numbers and id under a sale's label: the mark or the label refuses each way.
         let unmarked = token.strip_prefix('d').unwrap();
-        assert_eq!(signer.admitted(unmarked, &alone, &alice, 0), Err(Refused::Forged));
+        assert_eq!(signer.admitted(unmarked, &alone, &alice), Err(Refused::Forged));
         let sale_token = signer.admission(sale("shoe"), &alice, 3, 2_000);
-        assert_eq!(signer.admitted(&format!("d{sale_token}"), &size40, &alice, 0), Err(Refused::Forged));
+        assert_eq!(signer.admitted(&format!("d{sale_token}"), &size40, &alice), Err(Refused::Forged));
         let size_token = signer.admission(sale("shoe.40"), &alice, 3, 2_000);
-        assert_eq!(signer.admitted(&size_token, &size40, &alice, 0), place(3), "a size queued alone: Lua decides");
+        assert_eq!(signer.admitted(&size_token, &size40, &alice), place(3), "a size queued alone: Lua decides");
     }
 
     #[test]
@@ -238,7 +241,7 @@ mod tests {
         assert_eq!(signer.place_of(&ticket, sale("s1"), "0ther", &alice), None, "another line of the same name");
         // Same numbers, other label: a ticket never passes for a token, nor a token for a ticket.
         let (place_text, mac) = ticket.split_once('.').unwrap();
-        assert_ne!(signer.admitted(&format!("{place_text}.0.{mac}"), &s1, &alice, 0), place(42));
+        assert_ne!(signer.admitted(&format!("{place_text}.0.{mac}"), &s1, &alice), place(42));
         let token = signer.admission(sale("s1"), &alice, 42, 0);
         assert_eq!(signer.place_of(&token, sale("s1"), "5eed", &alice), None);
     }

@@ -27,6 +27,9 @@ use crate::telemetry::traces;
 pub struct Admitted {
     /// The buyer's place in its line.
     pub place: u64,
+    /// When the admission ends (Unix ms, Redis time, as its token was signed): `lua/buy.lua`
+    /// compares it with Redis `TIME`, the clock the line admits by, not with this instance's.
+    pub expires_ms: u64,
     /// Admitted by the line of the sale's drop (a size of a drop with a line), not the sale's
     /// own: the place goes to `lua/buy.lua` marked `d<place>`, which takes it only in a sale whose
     /// meta says `line` = `drop` (and a plain one only in a sale whose meta does not).
@@ -39,8 +42,8 @@ struct Limits<'g, 'p> {
     decisions: Vec<Decision>,
     /// The order id, as text: also the limits' nonce (unique per request).
     order_id: String,
-    /// The buyer's place in a queued sale's line, from its admission token, as text ("": none;
-    /// `d<place>` from a drop's line).
+    /// The buyer's place in a queued sale's line and its admission's end, from its admission
+    /// token, as text (`<place>.<expires_ms>`; "": none; `d<place>.<expires_ms>` from a drop's line).
     place: String,
     /// A drop-admitted purchase: the drop line's buyers (buy.lua's KEYS[6] instead of the sale's).
     line_bought: Option<String>,
@@ -153,8 +156,8 @@ impl Sales {
             decisions: Vec::with_capacity(gates.len()),
             order_id: order_id.to_string(),
             place: match place {
-                Some(Admitted { place, by_drop: true }) => format!("d{place}"),
-                Some(Admitted { place, by_drop: false }) => place.to_string(),
+                Some(Admitted { place, expires_ms, by_drop: true }) => format!("d{place}.{expires_ms}"),
+                Some(Admitted { place, expires_ms, by_drop: false }) => format!("{place}.{expires_ms}"),
                 None => String::new(),
             },
             line_bought: place

@@ -34,6 +34,8 @@ pub enum BuyOutcome {
     InsufficientStock { left: i64 },
     /// A queued sale (`crate::admission`), and no place was given: the buyer was not admitted.
     NotAdmitted,
+    /// A queued sale, and the admission the place came with ended (Redis time): nothing was bought.
+    AdmissionExpired,
     /// A size of a drop in draw mode (`crate::draw`): its units go to the draw's winners only.
     DrawOnly,
     /// A sale without a waiting room that asks a proof of work (`crate::challenge`), and none was
@@ -62,6 +64,7 @@ impl BuyOutcome {
             Self::LimitReached { .. } => "limit_reached",
             Self::InsufficientStock { .. } => "insufficient_stock",
             Self::NotAdmitted => "not_admitted",
+            Self::AdmissionExpired => "admission_expired",
             Self::DrawOnly => "draw_only",
             Self::ChallengeRequired => "challenge_required",
             Self::NotDurable { .. } => "not_durable",
@@ -114,6 +117,7 @@ pub(super) fn shard_reply(
         "ended" => BuyOutcome::Ended,
         "paused" => BuyOutcome::Paused,
         "not_admitted" => BuyOutcome::NotAdmitted,
+        "admission_expired" => BuyOutcome::AdmissionExpired,
         "draw_only" => BuyOutcome::DrawOnly,
         "challenge_required" => BuyOutcome::ChallengeRequired,
         other => return Err(unexpected_reply("buy.lua", other)),

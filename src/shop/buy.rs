@@ -181,6 +181,7 @@ impl Shop {
                 self.admission.learn_queued(sale);
                 Err(Error::NotAdmitted(NotAdmitted::Missing))
             }
+            BuyOutcome::AdmissionExpired => Err(Error::NotAdmitted(NotAdmitted::Expired)),
             BuyOutcome::LimitReached { held, per_buyer } => {
                 // A refusal's read, on the group's slot: which orders hold the buyer's units.
                 let orders = self.sales.group_orders(sale, user).await.unwrap_or_else(|error| {

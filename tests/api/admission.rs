@@ -9,15 +9,18 @@ use futures::StreamExt;
 use redis::AsyncCommands;
 use seckill::admission::token::Signer;
 use seckill::domain::{SaleId, UserId};
+use seckill::limiter::Algorithm;
+use seckill::redis::keys::SaleKeys;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use tokio::time::Instant;
+use uuid::Uuid;
 
 use crate::common::{ADMIN_TOKEN, Probe};
-use crate::helpers::{assert_error, new_sale_id, spawn_app, spawn_app_with, spawn_instance_of};
+use crate::helpers::{assert_error, new_sale_id, redis_url, spawn_app, spawn_app_with, spawn_instance_of};
 
 fn at(offset: time::Duration) -> String {
     (OffsetDateTime::now_utc() + offset).format(&Rfc3339).unwrap()
@@ -313,6 +316,8 @@ async fn an_admission_token_is_bound_to_its_buyer_its_sale_and_its_time() {
         let response = buy_with(&app, &sale, user, Some(token)).await;
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["error"], "not_admitted", "{what}: {body}");
+        let expired = body["message"].as_str().is_some_and(|m| m.contains("expired"));
+        assert_eq!(expired, what == "expired", "{what}: the answer says why: {body}");
     }
     assert_eq!(app.status(&sale).await.sold, 0, "none of them bought");
     assert_eq!(buy_with(&app, &sale, "alice", Some(&token)).await.status(), 201, "her own token buys");
@@ -320,6 +325,54 @@ async fn an_admission_token_is_bound_to_its_buyer_its_sale_and_its_time() {
     let ticket = alice["ticket"].as_str().unwrap();
     let body: Value = buy_with(&app, &sale, "bob", Some(ticket)).await.json().await.unwrap();
     assert_eq!(body["error"], "not_admitted", "{body}");
+}
+
+/// An admission ends by Redis time, the clock `lua/admit.lua` admits the next buyers by, and the
+/// purchase scripts judge it against Redis `TIME`, not the instance's clock (which may be behind
+/// Redis's and let a buyer in after the line let the next one in): called directly, each refuses
+/// a place whose end Redis's clock has reached, with nothing written, and takes one it has not.
+#[tokio::test]
+async fn an_admission_ends_by_the_redis_clock_in_both_purchase_scripts() {
+    let app = spawn_app_with(|_| {}, false).await; // no worker: the entries stay in the stream
+    let mut redis = seckill::redis::connection::connect(&redis_url().into(), Duration::from_secs(5)).unwrap();
+    for batch in [false, true] {
+        let sale = new_sale_id();
+        assert_eq!(app.seed(&sale, json!({"stock": 5})).await.status(), 200);
+        let keys = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap());
+        let _: () = redis.hset(&keys.meta, "queue_rate", 100).await.unwrap();
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut redis).await.unwrap();
+        let now_ms = secs * 1000 + micros / 1000;
+        for (user, expires_ms, expected) in [
+            ("reached", now_ms, "admission_expired"),
+            ("passed", now_ms - 1, "admission_expired"),
+            ("bare place", 0, "not_admitted"),
+            ("timely", now_ms + 600_000, "ok"),
+        ] {
+            let place = if user == "bare place" { "7".to_owned() } else { format!("7.{expires_ms}") };
+            let user = user.replace(' ', "-");
+            let order = Uuid::now_v7().to_string();
+            let reply: redis::Value = if batch {
+                let mut call = Algorithm::SlidingLog.with_purchases().key(&keys.all()[..]);
+                call.arg(&sale).arg(1).arg(1).arg(&user).arg(&order).arg(&place).arg("").arg(1).arg("").arg(0);
+                let mut replies: Vec<redis::Value> = call.invoke_async(&mut redis).await.unwrap();
+                replies.remove(0)
+            } else {
+                let mut call = seckill::redis::lua::BUY.key(&keys.all()[..]);
+                call.arg(&sale).arg(&user).arg(&order).arg(1).arg(&place).arg("");
+                call.invoke_async(&mut redis).await.unwrap()
+            };
+            let reply: String = redis::from_redis_value(reply).unwrap();
+            assert_eq!(reply, expected, "{user}, batch {batch}: place {place}, Redis time {now_ms}");
+        }
+        let stock: i64 = redis.get(&keys.stock).await.unwrap();
+        let buyers: BTreeSet<String> = redis.smembers(&keys.buyers).await.unwrap();
+        let places: Vec<String> = redis.zrange(&keys.queue.bought, 0, -1).await.unwrap();
+        let entries: usize = redis.xlen(&keys.orders).await.unwrap();
+        assert_eq!(
+            (stock, buyers, places, entries),
+            (4, BTreeSet::from(["timely".to_owned()]), vec!["timely".to_owned()], 1)
+        );
+    }
 }
 
 #[tokio::test]

@@ -205,19 +205,19 @@ async fn a_purchase_whose_write_fails_leaves_nothing_written_in_either_script() 
     let app = spawn_app_with(|_| {}, false).await; // no worker: the entries stay in the stream
     let mut redis = seckill::redis::connection::connect(&redis_url().into(), Duration::from_secs(5)).unwrap();
     let conn = redis.clone();
-    // One purchase by `user` with place 7, alone (buy.lua) or in a call of one (buy_batch.lua):
-    // its reply, or the error it failed with.
+    // One purchase by `user` with place 7 (admitted until 2286), alone (buy.lua) or in a call of
+    // one (buy_batch.lua): its reply, or the error it failed with.
     let buy = async |batch: bool, sale: &str, keys: &SaleKeys, user: &str| -> Result<String, String> {
         let mut redis = conn.clone();
         let order = Uuid::now_v7().to_string();
         let reply: Value = if batch {
             let mut call = Algorithm::SlidingLog.with_purchases().key(&keys.all()[..]);
-            call.arg(sale).arg(1).arg(1).arg(user).arg(&order).arg(7).arg("").arg(1).arg("").arg(0);
+            call.arg(sale).arg(1).arg(1).arg(user).arg(&order).arg("7.9999999999999").arg("").arg(1).arg("").arg(0);
             let mut replies: Vec<Value> = call.invoke_async(&mut redis).await.map_err(|e| e.to_string())?;
             replies.remove(0)
         } else {
             let mut call = seckill::redis::lua::BUY.key(&keys.all()[..]);
-            call.arg(sale).arg(user).arg(&order).arg(1).arg(7).arg("");
+            call.arg(sale).arg(user).arg(&order).arg(1).arg("7.9999999999999").arg("");
             call.invoke_async(&mut redis).await.map_err(|e| e.to_string())?
         };
         match reply {
