@@ -25,7 +25,8 @@
 --                             absent or 0 for a sale
 --
 -- Returns {now_ms, upto, lapsed, places, stock_left, starts_at_ms, ends_at_ms (-1: none), rate,
---          queue_ttl_ms, {upto_1, time_1, upto_2, time_2, ...}, challenge_cost (-1: none), seed}:
+--          queue_ttl_ms, {upto_1, time_1, upto_2, time_2, ...}, challenge_cost (-1: none), seed,
+--          queue_opens_at_ms (-1: none)}:
 --   upto         places 1..upto are admitted (0 before the start)
 --   lapsed       places 1..lapsed were admitted more than queue_ttl_ms ago: their windows are closed
 --   places       places handed out so far (pre-queue + late arrivals)
@@ -130,4 +131,4 @@ if state[5] and state[6] then
   binding = state[5] .. '/' .. state[6]
 end
 return {now_ms, math.floor(upto), lapsed, places, stock, starts_at, tonumber(meta[3]) or -1, rate, ttl, pairs_out, cost,
-  binding}
+  binding, tonumber(meta[6]) or -1}

@@ -14,6 +14,8 @@ pub struct Line {
     redis_time_ms: i64,
     /// This instance's monotonic clock at the read.
     taken: Instant,
+    /// When the pre-queue opened (opens), Unix ms (`None`: the meta has no such field).
+    pub opens_at_ms: Option<i64>,
     pub starts_at_ms: i64,
     pub ends_at_ms: Option<i64>,
     /// Buyers admitted per second.
@@ -74,12 +76,13 @@ impl Line {
     pub fn from_reply(reply: Value) -> RedisResult<Self> {
         let bad = |why: &str| unexpected_reply("admit.lua", why);
         let Value::Array(mut parts) = reply else { return Err(bad("not an array")) };
-        if parts.len() != 12 {
+        if parts.len() != 13 {
             return Err(bad(&format!("{} parts", parts.len())));
         }
-        let seed: String = redis::from_redis_value(parts.pop().expect("twelve parts"))?;
-        let cost: i64 = redis::from_redis_value(parts.pop().expect("twelve parts"))?;
-        let list: Vec<i64> = redis::from_redis_value(parts.pop().expect("twelve parts"))?;
+        let opens_at_ms: i64 = redis::from_redis_value(parts.pop().expect("thirteen parts"))?;
+        let seed: String = redis::from_redis_value(parts.pop().expect("thirteen parts"))?;
+        let cost: i64 = redis::from_redis_value(parts.pop().expect("thirteen parts"))?;
+        let list: Vec<i64> = redis::from_redis_value(parts.pop().expect("thirteen parts"))?;
         let n: Vec<i64> = parts.iter().map(redis::from_redis_value_ref).collect::<Result<_, _>>()?;
         let count = |v: i64| u64::try_from(v).map_err(|_| bad("a negative count"));
         Ok(Self {
@@ -89,6 +92,7 @@ impl Line {
             lapsed: count(n[2])?,
             places: count(n[3])?,
             stock_left: n[4],
+            opens_at_ms: (opens_at_ms >= 0).then_some(opens_at_ms),
             starts_at_ms: n[5],
             ends_at_ms: (n[6] >= 0).then_some(n[6]),
             rate: count(n[7])?.max(1),
@@ -102,6 +106,11 @@ impl Line {
     /// The Redis server's clock now, as this instance estimates it.
     pub fn server_time_ms(&self) -> i64 {
         self.redis_time_ms + i64::try_from(self.taken.elapsed().as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// The line's shuffle seed alone (64 hex digits; `seed` without its epoch), "" if none.
+    pub fn shuffle_seed(&self) -> &str {
+        self.seed.split_once('/').map_or(self.seed.as_str(), |(seed, _)| seed)
     }
 
     /// Whether the pre-queue is closed (places are known).
@@ -170,6 +179,7 @@ mod tests {
         Line {
             redis_time_ms: now,
             taken: Instant::now(),
+            opens_at_ms: Some(0),
             starts_at_ms: 10_000,
             ends_at_ms: Some(1_000_000),
             rate: 10,

@@ -66,6 +66,10 @@ pub struct DropView {
     pub sizes: Vec<(String, Arc<Snapshot>)>,
     /// The drop's draw, in draw mode (read afresh: its entries' count moves).
     pub draw: Option<DrawInfo>,
+    /// The drop's line, for a drop with one: this instance's read of it (at most one
+    /// `lua/admit.lua` call per tick, shared with the line's polls), whose shuffle seed the
+    /// public view commits to before the start and shows after it.
+    pub line: Option<Arc<admission::line::Line>>,
 }
 
 impl Shop {
@@ -207,9 +211,9 @@ impl Shop {
         Ok(DropReport { drop: drop.clone(), sizes, server_time_ms: secs * 1000 + micros / 1000, draw })
     }
 
-    /// The drop whole, from this instance's snapshots of its sizes (no Redis read for a made-up
-    /// drop: the registry of sales says it has no size, and the request counts against the
-    /// client's quota of requests naming unknown sales).
+    /// The drop whole, from this instance's snapshots of its sizes and its read of the drop's line
+    /// (no Redis read for a made-up drop: the registry of sales says it has no size, and the
+    /// request counts against the client's quota of requests naming unknown sales).
     pub async fn drop_view(&self, drop: &DropId, client: IpAddr) -> Result<DropView, Error> {
         let sales = self.board.group_sales(drop.as_str()).await?;
         if sales.is_empty() {
@@ -232,7 +236,15 @@ impl Shop {
         if let Some(draw) = draw.as_mut().filter(|draw| draw.state == "drawn") {
             draw.seed = crate::draw::run::store::draw(&self.pool, drop).await?.map(|row| row.seed);
         }
-        Ok(DropView { drop: drop.clone(), sizes, draw })
+        let line = match sizes.iter().any(|(_, snapshot)| snapshot.state.drop_line) {
+            true => match self.admission.line(&admission::LineId::Drop(drop.clone())).await {
+                Ok(line) => Some(line),
+                Err(admission::QueueError::NotQueued) => None,
+                Err(err) => return Err(err.into()),
+            },
+            false => None,
+        };
+        Ok(DropView { drop: drop.clone(), sizes, draw, line })
     }
 
     /// Turns the drop's one switch: every size and the line in one Redis call (from its answer on

@@ -11,11 +11,12 @@ use seckill::domain::UserId;
 use seckill::redis::keys::LineKeys;
 use secrecy::SecretString;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use tokio::time::Instant;
 
-use crate::common::drops::{new_drop_id, seed_drop_line, seed_drop_sizes};
+use crate::common::drops::{new_drop_id, put_drop, seed_drop_line, seed_drop_sizes, sized};
 use crate::common::{ADMIN_TOKEN, Probe};
 use crate::helpers::{spawn_app, spawn_app_with};
 
@@ -99,6 +100,66 @@ async fn one_join_of_the_drops_line_buys_any_size_within_the_drops_limit() {
 /// drop's line admits nobody to them: their stock counts for nothing, as a held sale's line admits
 /// nobody. Admitted to it, a buyer would only have been refused `sale_paused` until her one
 /// window closed. Once the hold is lifted, she is admitted.
+/// A drop's line is audited as a queued sale's (docs/waiting-room.md, "Audit your place"):
+/// `GET /drops/{drop}` commits to the shuffle seed before the start and shows it after, and every
+/// pre-queue place is the rank of SHA-1(seed ‖ 0 ‖ buyer)'s first 52 bits.
+#[tokio::test]
+async fn a_drops_line_publishes_its_shuffle_seed_and_every_pre_queue_place_follows_from_it() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    let now = OffsetDateTime::now_utc();
+    let at = |seconds: i64| (now + time::Duration::seconds(seconds)).format(&Rfc3339).unwrap();
+    let body = json!({"sizes": sized(&["40", "41"], 50), "per_buyer": 1, "starts_at": at(4),
+                      "waiting_room": {"opens_at": at(-1), "rate": 1000}, "challenge": {"cost": 0}});
+    put_drop(&app, &drop, body).await;
+    let view = async || -> Value {
+        let response = app.client.get(app.url(&format!("/drops/{drop}"))).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    };
+    let before = view().await;
+    let commitment = before["line"]["seed_sha256"].as_str().expect("the commitment, from the seed on").to_owned();
+    assert!(before["line"]["seed"].is_null(), "the seed stays secret before the start: {before}");
+    assert_eq!(before["line"]["rate"], 1000, "{before}");
+
+    let buyers: Vec<String> = (0..24).map(|i| format!("early-{i:02}")).collect();
+    let mut tickets = vec![];
+    for user in &buyers {
+        let response = join(&app, &drop, user, None).await;
+        assert_eq!(response.status(), 200);
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["state"], "prequeue", "{user} joined before the start: {answer}");
+        tickets.push(answer["ticket"].as_str().unwrap().to_owned());
+    }
+    let until = Instant::now() + Duration::from_secs(30);
+    let seed = loop {
+        let after = view().await;
+        if let Some(seed) = after["line"]["seed"].as_str() {
+            assert_eq!(after["line"]["seed_sha256"], commitment.as_str(), "{after}");
+            break seed.to_owned();
+        }
+        assert!(Instant::now() < until, "the seed never shown after the start: {after}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(hex::encode(Sha256::digest(seed.as_bytes())), commitment, "the seed is the one committed to");
+
+    let score = |user: &str| {
+        let digest = <sha1::Sha1 as sha1::Digest>::digest([seed.as_bytes(), b"\0", user.as_bytes()].concat());
+        u64::from_str_radix(&hex::encode(digest)[..13], 16).unwrap()
+    };
+    let mut by_score: Vec<&String> = buyers.iter().collect();
+    by_score.sort_by_key(|user| (score(user), (*user).clone()));
+    for (user, ticket) in buyers.iter().zip(&tickets) {
+        let url = app.url(&format!("/drops/{drop}/queue"));
+        let response =
+            app.client.get(url).query(&[("user_id", user.as_str()), ("ticket", ticket)]).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let answer: Value = response.json().await.unwrap();
+        let rank = by_score.iter().position(|u| *u == user).unwrap() as u64 + 1;
+        assert_eq!(answer["position"], rank, "{user}'s place is the rank of its score: {answer}");
+    }
+}
+
 #[tokio::test]
 async fn a_drops_line_admits_nobody_to_sizes_the_repair_holds() {
     let app = spawn_app().await;

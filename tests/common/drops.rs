@@ -53,11 +53,11 @@ pub async fn pause_drop(app: &Probe, drop: &str, reason: &str) {
     assert_eq!(response.status(), 200, "pausing {drop}: {}", response.text().await.unwrap());
 }
 
-fn sized(sizes: &[&str], stock: i64) -> Value {
+pub fn sized(sizes: &[&str], stock: i64) -> Value {
     sizes.iter().map(|size| (size.to_string(), json!({"stock": stock}))).collect::<serde_json::Map<_, _>>().into()
 }
 
-async fn put_drop(app: &Probe, drop: &str, body: Value) {
+pub async fn put_drop(app: &Probe, drop: &str, body: Value) {
     let url = app.url(&format!("/admin/drops/{drop}"));
     let response = app.client.put(url).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap();
     assert_eq!(response.status(), 200, "seeding {drop}: {}", response.text().await.unwrap());

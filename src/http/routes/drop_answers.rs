@@ -9,9 +9,9 @@ use utoipa::ToSchema;
 use super::admin::SaleStatus;
 use super::controls::AuditRecord;
 use super::draw_entries::DrawView;
-use super::sales::SalePhase;
+use super::sales::{PublicQueue, SalePhase};
 use crate::domain::ms_to_time;
-use crate::shop::{DropReport, DropView};
+use crate::shop::{DropReport, DropView, seed_commitment};
 
 /// A drop whole, as the operator reads it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -66,6 +66,11 @@ pub struct PublicDrop {
     /// The draw, for a drop in draw mode.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub draw: Option<DrawView>,
+    /// The drop's one line (waiting room), for a drop with one: its shuffle seed's SHA-256 from
+    /// the seed on and the seed from the start on, to check every pre-queue place by
+    /// (docs/waiting-room.md, "Audit your place"), as a queued sale's `queue`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<PublicQueue>,
 }
 
 /// One size of a drop, as the public reads it.
@@ -114,7 +119,7 @@ impl From<DropReport> for DropStatus {
 }
 
 impl From<DropView> for PublicDrop {
-    fn from(DropView { drop, sizes, draw }: DropView) -> Self {
+    fn from(DropView { drop, sizes, draw, line }: DropView) -> Self {
         let now = sizes.iter().map(|(_, snapshot)| snapshot.server_time_ms()).max().unwrap_or_default();
         let per_buyer = sizes.first().map_or(1, |(_, snapshot)| snapshot.state.per_buyer);
         let sizes: Vec<PublicSize> = sizes
@@ -140,6 +145,12 @@ impl From<DropView> for PublicDrop {
             sizes,
             server_time: ms_to_time(now),
             draw: draw.map(|draw| DrawView::at(draw, now)),
+            line: line.filter(|line| !line.shuffle_seed().is_empty()).map(|line| PublicQueue {
+                opens_at: ms_to_time(line.opens_at_ms.unwrap_or(line.starts_at_ms)),
+                rate: u32::try_from(line.rate).unwrap_or(u32::MAX),
+                seed_sha256: seed_commitment(line.shuffle_seed()),
+                seed: line.started().then(|| line.shuffle_seed().to_owned()),
+            }),
         }
     }
 }
