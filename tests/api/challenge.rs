@@ -493,10 +493,12 @@ async fn seckill_solve_prints_a_header_that_joins_and_says_why_it_has_none() {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .kill_on_drop(true)
         .spawn()
         .unwrap();
     solve.stdin.take().unwrap().write_all(&serde_json::to_vec(&view).unwrap()).await.unwrap();
-    let solved = solve.wait_with_output().await.unwrap();
+    let solved = tokio::time::timeout(Duration::from_secs(120), solve.wait_with_output()).await;
+    let solved = solved.expect("seckill solve ran past 120 s").unwrap();
     let (stdout, stderr) = (String::from_utf8(solved.stdout).unwrap(), String::from_utf8_lossy(&solved.stderr));
     assert!(solved.status.success(), "{stderr}");
     assert_eq!(stdout.lines().count(), 1, "the header alone: {stdout}");
@@ -505,11 +507,9 @@ async fn seckill_solve_prints_a_header_that_joins_and_says_why_it_has_none() {
     assert_eq!(joined.status(), 200, "{}", joined.text().await.unwrap());
 
     let plain = seed(&app, 0, false).await;
-    let refused = tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill"))
-        .args(["solve", "--url", &app.url(""), "--sale", &plain, "--user", "alice"])
-        .output()
-        .await
-        .unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill"));
+    command.args(["solve", "--url", &app.url(""), "--sale", &plain, "--user", "alice"]);
+    let refused = crate::common::output_within(command, Duration::from_secs(120)).await;
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
     assert!(refused.stdout.is_empty() && stderr.contains("HTTP 409") && stderr.contains("no_challenge"), "{stderr}");

@@ -7,7 +7,6 @@
 //! (trycmd, the crate for tests of commands in Markdown, runs programs without a shell: no
 //! variables, pipes or `$(…)`, which these examples need.)
 
-use std::process::Command;
 
 use seckill::identity::AuthMode;
 use secrecy::{ExposeSecret, SecretString};
@@ -103,12 +102,9 @@ pub async fn run_verbatim(name: &str, examples: &[Example]) {
     )
     .await;
     let seckill = env!("CARGO_BIN_EXE_seckill");
-    let token = Command::new(seckill)
-        .args(["token", "--user", "alice"])
-        .env("SECKILL_JWT_SECRET", SECRET)
-        .env("SECKILL_JWT_AUDIENCE", AUDIENCE)
-        .output()
-        .unwrap();
+    let mut command = tokio::process::Command::new(seckill);
+    command.args(["token", "--user", "alice"]).env("SECKILL_JWT_SECRET", SECRET).env("SECKILL_JWT_AUDIENCE", AUDIENCE);
+    let token = crate::common::output_within(command, std::time::Duration::from_secs(60)).await;
     assert!(token.status.success(), "{token:?}");
 
     // One bash runs them all, in order, a marker line between two examples' outputs.

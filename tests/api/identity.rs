@@ -218,14 +218,13 @@ async fn the_token_command_prints_a_token_the_service_accepts() {
     let app = jwt_app().await;
     let sale = new_sale_id();
     app.seed_stock(&sale, STOCK).await;
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill"))
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill"));
+    command
         .args(["token", "--user", "carol", "--ttl", "10m"])
         .env("SECKILL_JWT_SECRET", SECRET)
         .env("SECKILL_JWT_ISSUER", ISSUER)
-        .env("SECKILL_JWT_AUDIENCE", AUDIENCE)
-        .output()
-        .await
-        .unwrap();
+        .env("SECKILL_JWT_AUDIENCE", AUDIENCE);
+    let output = crate::common::output_within(command, std::time::Duration::from_secs(60)).await;
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let token = String::from_utf8(output.stdout).unwrap();
     let response = buy_with(&app, Some(&format!("Bearer {}", token.trim())), json!({"sale_id": sale})).await;

@@ -47,30 +47,33 @@ async fn retiring_sales_during_a_storm_on_another_sale_loses_nothing() {
 async fn the_retire_command_reports_with_its_exit_status() {
     let mut deployment = Deployment::new(&[("SECKILL_RETIRE_AFTER", "0")]).await;
     let _service = deployment.start().await;
-    let retire = |sale: &str| {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_seckill"))
+    let (redis_url, database_url, key_prefix) =
+        (deployment.redis_url.clone(), deployment.database_url.clone(), deployment.key_prefix.clone());
+    // Killed and failed past its deadline, as the other CLI calls of the tests.
+    let retire = async |sale: &str| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill"));
+        command
             .args(["retire", sale])
-            .env("SECKILL_REDIS_URL", &deployment.redis_url)
-            .env("SECKILL_DATABASE_URL", &deployment.database_url)
-            .env("SECKILL_KEY_PREFIX", &deployment.key_prefix)
-            .env("SECKILL_WORKER_BLOCK", "200ms")
-            .output()
-            .expect("run seckill retire");
+            .env("SECKILL_REDIS_URL", &redis_url)
+            .env("SECKILL_DATABASE_URL", &database_url)
+            .env("SECKILL_KEY_PREFIX", &key_prefix)
+            .env("SECKILL_WORKER_BLOCK", "200ms");
+        let output = common::output_within(command, std::time::Duration::from_secs(120)).await;
         (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned())
     };
     let sale = common::new_sale_id();
-    assert_eq!(retire(&sale).0, Some(2), "unknown sale");
+    assert_eq!(retire(&sale).await.0, Some(2), "unknown sale");
     deployment.seed_stock(&sale, 1).await;
-    let (code, stdout) = retire(&sale);
+    let (code, stdout) = retire(&sale).await;
     assert_eq!(code, Some(1), "open: {stdout}");
     let refused: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(refused["reasons"], serde_json::json!(["open"]), "{stdout}");
     assert_eq!(deployment.buy(&sale, "a").await.status(), 201);
     deployment.wait_for_drain(&sale).await;
-    let (code, stdout) = retire(&sale);
+    let (code, stdout) = retire(&sale).await;
     assert_eq!(code, Some(0), "{stdout}");
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!((&report["sold"], &report["persisted"]), (&serde_json::json!(1), &serde_json::json!(1)), "{stdout}");
-    assert_eq!(retire(&sale).0, Some(4), "already retired");
+    assert_eq!(retire(&sale).await.0, Some(4), "already retired");
     assert_eq!(deployment.buy(&sale, "b").await.status(), 410, "the running service learned it from the event");
 }
