@@ -45,7 +45,7 @@
 --                        winners, never to a purchase; nothing is written
 --   "not_admitted"       a queued sale, and no place given: the caller has no admission token (before or
 --                        after the start); or a place of the wrong line (a drop's in a sale, a sale's
---                        in a drop's size)
+--                        in a drop's size), or one without its ".<expires_ms>"
 --   "admission_expired"  a queued sale, and Redis TIME is at or after the place's expires_ms: the
 --                        buyer's admission has lapsed (by the clock lua/admit.lua admits by)
 --   "challenge_required" a sale without a waiting room whose meta has challenge_cost (src/challenge/),

@@ -78,7 +78,8 @@ pub struct Part {
     pub user: String,
     /// The order id, also the limits' nonce.
     pub order_id: String,
-    /// The buyer's place in a queued sale's line ("": none; `d<place>`: admitted by the drop's line).
+    /// The buyer's place in a queued sale's line and its admission's end, `<place>.<expires_ms>`
+    /// ("": none; `d<place>.<expires_ms>`: admitted by the drop's line).
     pub place: String,
     /// The purchase's trace context ("": traces are off).
     pub traceparent: String,

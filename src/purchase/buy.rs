@@ -31,7 +31,7 @@ pub struct Admitted {
     /// compares it with Redis `TIME`, the clock the line admits by, not with this instance's.
     pub expires_ms: u64,
     /// Admitted by the line of the sale's drop (a size of a drop with a line), not the sale's
-    /// own: the place goes to `lua/buy.lua` marked `d<place>`, which takes it only in a sale whose
+    /// own: the place goes to `lua/buy.lua` marked `d<place>.<expires_ms>`, which takes it only in a sale whose
     /// meta says `line` = `drop` (and a plain one only in a sale whose meta does not).
     pub by_drop: bool,
 }

@@ -236,11 +236,17 @@ impl Shop {
         if let Some(draw) = draw.as_mut().filter(|draw| draw.state == "drawn") {
             draw.seed = crate::draw::run::store::draw(&self.pool, drop).await?.map(|row| row.seed);
         }
+        // The sizes answer without it: a line that cannot be read now leaves out only its audit.
         let line = match sizes.iter().any(|(_, snapshot)| snapshot.state.drop_line) {
             true => match self.admission.line(&admission::LineId::Drop(drop.clone())).await {
                 Ok(line) => Some(line),
                 Err(admission::QueueError::NotQueued) => None,
-                Err(err) => return Err(err.into()),
+                Err(error) => {
+                    if let Some(suppressed) = crate::telemetry::dependency_failure_line(Some("redis")) {
+                        tracing::warn!(%error, %drop, suppressed, "the drop's line could not be read: left out");
+                    }
+                    None
+                }
             },
             false => None,
         };

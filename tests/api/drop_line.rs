@@ -96,10 +96,6 @@ async fn one_join_of_the_drops_line_buys_any_size_within_the_drops_limit() {
     assert_eq!(buy_with(&app, &format!("{drop}.42"), "bob", bob["admission"].as_str()).await.status(), 201);
 }
 
-/// While the repair holds a drop's sizes (a lost size seeded again, its buyers not yet back), the
-/// drop's line admits nobody to them: their stock counts for nothing, as a held sale's line admits
-/// nobody. Admitted to it, a buyer would only have been refused `sale_paused` until her one
-/// window closed. Once the hold is lifted, she is admitted.
 /// A drop's line is audited as a queued sale's (docs/waiting-room.md, "Audit your place"):
 /// `GET /drops/{drop}` commits to the shuffle seed before the start and shows it after, and every
 /// pre-queue place is the rank of SHA-1(seed ‖ 0 ‖ buyer)'s first 52 bits.
@@ -160,6 +156,10 @@ async fn a_drops_line_publishes_its_shuffle_seed_and_every_pre_queue_place_follo
     }
 }
 
+/// While the repair holds a drop's sizes (a lost size seeded again, its buyers not yet back), the
+/// drop's line admits nobody to them: their stock counts for nothing, as a held sale's line admits
+/// nobody. Admitted to it, a buyer would only have been refused `sale_paused` until her one
+/// window closed. Once the hold is lifted, she is admitted.
 #[tokio::test]
 async fn a_drops_line_admits_nobody_to_sizes_the_repair_holds() {
     let app = spawn_app().await;

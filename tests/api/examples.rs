@@ -7,7 +7,6 @@
 //! (trycmd, the crate for tests of commands in Markdown, runs programs without a shell: no
 //! variables, pipes or `$(…)`, which these examples need.)
 
-
 use seckill::identity::AuthMode;
 use secrecy::{ExposeSecret, SecretString};
 

@@ -191,8 +191,10 @@ pub async fn status(
 }
 
 /// The drop's public state: each size's state and stock, from this instance's snapshots (at most
-/// 200 ms old). A made-up drop id costs no Redis read and counts against the client's quota of
-/// requests naming unknown sales (429 beyond it).
+/// 200 ms old), and a drop's line's shuffle seed (committed to, then shown), from this instance's
+/// read of the line (at most once per 200 ms; left out while it cannot be read). A made-up drop
+/// id costs no Redis read and counts against the client's quota of requests naming unknown sales
+/// (429 beyond it).
 #[utoipa::path(
     get,
     path = "/drops/{drop_id}",
