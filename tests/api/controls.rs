@@ -494,6 +494,7 @@ async fn every_operator_action_is_in_the_audit_trail_newest_first() {
     let two: Value = audit(&app, &sale, "?limit=2").await.json().await.unwrap();
     assert_eq!(two["entries"].as_array().unwrap().len(), 2);
     assert_error(audit(&app, &sale, "?limit=101").await, 400, "invalid_request").await;
+    assert_error(audit(&app, &sale, "?limt=5").await, 400, "invalid_request").await; // a misspelt parameter
     let anonymous = app.client.get(app.url(&format!("/admin/sales/{sale}/audit"))).send().await.unwrap();
     assert_error(anonymous, 401, "unauthorized").await;
 }

@@ -71,6 +71,9 @@ async fn a_viewer_exports_a_sales_and_a_drops_orders_as_csv_or_ndjson_by_status(
         (format!("/admin/drops/{drop}.40/orders"), 400, "invalid_request"),
         (format!("/admin/sales/{s40}/orders?status=shipped"), 400, "invalid_request"),
         (format!("/admin/sales/{s40}/orders?format=xml"), 400, "invalid_request"),
+        // A misspelt filter would otherwise export every order as if it were the filtered list.
+        (format!("/admin/sales/{s40}/orders?state=paid"), 400, "invalid_request"),
+        (format!("/admin/drops/{drop}/orders?format=csv&statuses=paid"), 400, "invalid_request"),
     ] {
         assert_error(export(&app, ADMIN_TOKEN, &path, None).await, status, code).await;
     }

@@ -72,8 +72,9 @@ pub struct AuditRecord {
     pub at: OffsetDateTime,
 }
 
-/// `?limit=` of the audit listing.
+/// `?limit=` of the audit listing (any other parameter is 400).
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct AuditQuery {
     /// Entries to return, 1 to 100 (default 100).

@@ -16,8 +16,10 @@ use crate::http::operators::Viewer;
 use crate::shop::{ExportFormat, ExportLines};
 use crate::telemetry::request_lines;
 
-/// An export's query.
+/// An export's query. A parameter it does not know is 400: a misspelt filter (`?state=paid`)
+/// must not export every order as if it were the filtered list.
 #[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct ExportQuery {
     /// `csv` or `ndjson`; unset: the `Accept` header's (`text/csv`, `application/x-ndjson`), else CSV.
