@@ -191,7 +191,8 @@ pub async fn enable(pool: &PgPool, id: i64) -> Result<Option<(Endpoint, u64)>, s
     let mut reopened = 0;
     if let Some(disabled_at) = disabled_at {
         sqlx::query(
-            "update webhook_endpoints set disabled_at = null, disabled_reason = null, failing_since = null
+            "update webhook_endpoints set disabled_at = null, disabled_reason = null, failing_since = null,
+                 last_failed_at = null
              where id = $1",
         )
         .bind(id)
@@ -220,11 +221,14 @@ pub async fn states(pool: &PgPool) -> Result<Vec<(String, bool)>, sqlx::Error> {
 /// Records that `url` accepted an attempt: its run of failures, if any, is over. Writes nothing
 /// when none was recorded.
 pub async fn succeeded(pool: &PgPool, url: &str) -> Result<(), sqlx::Error> {
-    sqlx::query("update webhook_endpoints set failing_since = null where url = $1 and failing_since is not null")
-        .bind(url)
-        .execute(pool)
-        .await
-        .map(drop)
+    sqlx::query(
+        "update webhook_endpoints set failing_since = null, last_failed_at = null
+         where url = $1 and failing_since is not null",
+    )
+    .bind(url)
+    .execute(pool)
+    .await
+    .map(drop)
 }
 
 /// An endpoint the dispatcher just disabled.
@@ -236,30 +240,42 @@ pub struct Disabled {
 }
 
 /// Records that every attempt to `url` of a round failed, the last with `last_error`: starts its
-/// run of failures if none is recorded, and when the run has lasted `disable_after` (`None`:
-/// never), disables it, closing its open deliveries as failed at that instant, in the same
-/// statement. `Some`: disabled now.
+/// run of failures if none is recorded, or if the last failed round was more than `silence` ago
+/// (nothing was attempted meanwhile: no evidence that it kept failing), and when the run has
+/// lasted `disable_after` (`None`: never), disables it, closing its open deliveries as failed at
+/// that instant, in the same statement. `Some`: disabled now.
 pub async fn failed(
     pool: &PgPool,
     url: &str,
-    disable_after: Option<Duration>,
+    (disable_after, silence): (Option<Duration>, Duration),
     last_error: &str,
 ) -> Result<Option<Disabled>, sqlx::Error> {
     let after = disable_after.map(|d| d.as_secs_f64());
     let after_text = disable_after.map(|d| humantime::format_duration(d).to_string());
     let disabled: Option<(OffsetDateTime, i64)> = sqlx::query_as(
-        "with started as (
-             update webhook_endpoints set failing_since = now()
-             where url = $1 and failing_since is null and disabled_at is null
-             returning id),
-         disabled as (
-             update webhook_endpoints
-             set disabled_at = now(),
-                 disabled_reason = format('no attempt accepted since %s (%s or more); the last: %s',
-                     to_char(failing_since at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), $4::text, $3::text)
-             where url = $1 and disabled_at is null and $2::float8 is not null
-               and failing_since <= now() - make_interval(secs => $2)
-             returning url, failing_since, disabled_at),
+        "with run as (
+             select id, failing_since,
+                 failing_since is null or last_failed_at is null
+                     or last_failed_at < now() - make_interval(secs => $5) as fresh
+             from webhook_endpoints where url = $1 and disabled_at is null
+             for update),
+         failing as (
+             select id, failing_since, not fresh and $2::float8 is not null
+                 and failing_since <= now() - make_interval(secs => $2) as over
+             from run),
+         updated as (
+             update webhook_endpoints w
+             set last_failed_at = now(),
+                 failing_since = case when r.fresh then now() else w.failing_since end,
+                 disabled_at = case when f.over then now() end,
+                 disabled_reason = case when f.over then format(
+                     'no attempt accepted since %s (%s or more); the last: %s',
+                     to_char(w.failing_since at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), $4::text, $3::text)
+                 end
+             from run r join failing f using (id)
+             where w.id = r.id
+             returning w.url, w.failing_since, w.disabled_at),
+         disabled as (select url, failing_since, disabled_at from updated where disabled_at is not null),
          closed as (
              update webhook_deliveries d
              set failed_at = x.disabled_at,
@@ -273,6 +289,7 @@ pub async fn failed(
     .bind(after)
     .bind(last_error)
     .bind(after_text)
+    .bind(silence.as_secs_f64())
     .fetch_optional(pool)
     .await?;
     Ok(disabled.map(|(failing_since, closed)| Disabled { failing_since, closed }))

@@ -41,6 +41,15 @@ pub struct Settings {
     pub disable_after: Option<Duration>,
 }
 
+impl Settings {
+    /// The longest time between two failed rounds of one run of failures: the schedule's longest
+    /// pause, and an hour for rounds that start late (an instance restarting, a backlog). A
+    /// longer silence means nothing was attempted, so the next failure starts a new run.
+    pub fn longest_silence(&self) -> Duration {
+        self.schedule.iter().max().copied().unwrap_or_default() + Duration::from_secs(3600)
+    }
+}
+
 /// Word that the endpoints changed (an admin route registered, removed or re-enabled one, or a
 /// sender disabled its own): this process's dispatcher reads them again at once instead of at
 /// its next refresh. Cheap to clone; without a dispatcher, nobody listens.

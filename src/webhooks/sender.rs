@@ -113,8 +113,8 @@ async fn round(shared: &Shared, url: &str, stop: &CancellationToken) -> Result<R
     if accepted > 0 {
         endpoints::succeeded(&shared.pool, url).await?;
     } else if refused > 0 {
-        let disable_after = shared.settings.disable_after;
-        if let Some(gone) = endpoints::failed(&shared.pool, url, disable_after, &last_error).await? {
+        let run = (shared.settings.disable_after, shared.settings.longest_silence());
+        if let Some(gone) = endpoints::failed(&shared.pool, url, run, &last_error).await? {
             shared.metrics.webhook_endpoints_disabled.inc();
             shared.changes.notify();
             tracing::warn!(

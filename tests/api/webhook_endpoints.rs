@@ -356,3 +356,49 @@ async fn the_migration_keeps_open_deliveries_going_and_the_previous_writer_worki
         .unwrap();
     assert_eq!(to, ["http://open.test/hook"], "the table decides, not the previous version's list");
 }
+
+/// A run of failures is broken by a silence: an endpoint whose last failed round was longer ago
+/// than the retry schedule's longest pause and an hour had nothing attempted meanwhile (every
+/// attempt of its events spent), so its next failure starts a new run rather than disabling it at
+/// once; a run whose failures came close together is disabled once it has lasted
+/// `SECKILL_WEBHOOK_DISABLE_AFTER`. On the code before, the first case disabled the endpoint.
+#[tokio::test]
+async fn a_silence_ends_a_run_of_failures_and_only_a_run_that_lasted_disables() {
+    use seckill::webhooks::endpoints;
+    let app = spawn_app_with(|_| {}, false).await; // no dispatcher: nothing else touches the row
+    let url = "http://127.0.0.1:9/silence";
+    assert_eq!(register(&app, url).await.0, 201);
+    let (three_days, silence) = (Duration::from_secs(3 * 86_400), Duration::from_secs(11 * 3_600));
+    let failing_for = async |days: i32, last_failed_minutes_ago: i32| {
+        sqlx::query(
+            "update webhook_endpoints set failing_since = now() - make_interval(days => $2),
+                 last_failed_at = now() - make_interval(mins => $3) where url = $1",
+        )
+        .bind(url)
+        .bind(days)
+        .bind(last_failed_minutes_ago)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    };
+    let state = async || -> (bool, bool) {
+        sqlx::query_as(
+            "select disabled_at is not null, failing_since > now() - interval '1 minute'
+             from webhook_endpoints where url = $1",
+        )
+        .bind(url)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+    };
+
+    // Failing since 30 days, the last failure 29 days ago: a new run, from now.
+    failing_for(30, 29 * 24 * 60).await;
+    let gone = endpoints::failed(&app.pool, url, (Some(three_days), silence), "HTTP 503").await.unwrap();
+    assert_eq!((gone, state().await), (None, (false, true)), "a new run starts; the endpoint stays enabled");
+    // Failing for 4 days, the last failure an hour ago: the run lasted 3 days, disabled.
+    failing_for(4, 60).await;
+    let gone = endpoints::failed(&app.pool, url, (Some(three_days), silence), "HTTP 503").await.unwrap();
+    assert!(gone.is_some(), "a run of 4 days disables the endpoint");
+    assert_eq!(state().await, (true, false), "disabled, its run's start kept");
+}
