@@ -99,7 +99,7 @@ pub mod lower {
     }
     /// The order events out and their deliveries.
     pub mod webhooks {
-        pub use crate::webhooks::endpoints::{Endpoint, MAX_ENDPOINTS, MAX_URL_BYTES};
+        pub use crate::webhooks::endpoints::{Endpoint, MAX_ENDPOINTS, MAX_URL_BYTES, shown};
         pub use crate::webhooks::store::{Delivery, Event, MAX_LISTED, Summary};
     }
     /// Why a sale cannot be retired, and what a retirement removed.

@@ -402,3 +402,44 @@ async fn a_silence_ends_a_run_of_failures_and_only_a_run_that_lasted_disables() 
     assert!(gone.is_some(), "a run of 4 days disables the endpoint");
     assert_eq!(state().await, (true, false), "disabled, its run's start kept");
 }
+
+/// An endpoint's URL may carry the receiver's credentials (a user and password, a token in the
+/// query): every answer that names it (the listing, a registration's, the live page's overview,
+/// the events' deliveries), which a viewer reads too, shows it without them.
+#[tokio::test]
+async fn no_answer_shows_the_credentials_an_endpoints_url_carries() {
+    let app = spawn_app_with(|_| {}, true).await; // the worker writes the events; nobody sends them
+    let url = "http://hook:s3cret@127.0.0.1:9/in?token=abc#x";
+    let (status, registered) = register(&app, url).await;
+    assert_eq!(status, 201, "{registered}");
+    let sale = sale_with_orders(&app, 5, &["a"]).await;
+    stored(&app, &sale, 1).await;
+    let until = Instant::now() + Duration::from_secs(20);
+    let events = loop {
+        let (_, events) = admin(&app, Method::GET, "/admin/events?limit=500", None).await;
+        let ours = events["events"].as_array().unwrap().iter().any(|e| e["sale_id"] == sale.as_str());
+        if ours {
+            break events;
+        }
+        assert!(Instant::now() < until, "the event was never listed: {events}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (_, listed) = admin(&app, Method::GET, "/admin/webhooks", None).await;
+    let (_, overview) = admin(&app, Method::GET, "/admin/sales", None).await;
+    assert_eq!(listed["endpoints"][0]["url"], "http://127.0.0.1:9/in", "{listed}");
+    let delivered_to: Vec<&Value> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["sale_id"] == sale.as_str())
+        .flat_map(|e| e["deliveries"].as_array().unwrap())
+        .map(|d| &d["endpoint"])
+        .collect();
+    assert_eq!(delivered_to, [&json!("http://127.0.0.1:9/in")], "{events}");
+    for (what, answer) in
+        [("registration", &registered), ("listing", &listed), ("overview", &overview), ("events", &events)]
+    {
+        let text = answer.to_string();
+        assert!(!text.contains("s3cret") && !text.contains("token=abc"), "{what}: {text}");
+    }
+}

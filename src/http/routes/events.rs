@@ -12,7 +12,7 @@ use super::admin::AdminErrors;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::operators::{Operator, Viewer};
-use crate::shop::lower::webhooks::{Delivery, Event};
+use crate::shop::lower::webhooks::{Delivery, Event, shown};
 
 /// `?after=&limit=&status=` of the listing.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -62,6 +62,8 @@ pub struct EventView {
 /// The event's delivery to one endpoint.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DeliveryView {
+    /// The endpoint's URL without its user, password, query and fragment (as the endpoint
+    /// listing shows it).
     pub endpoint: String,
     pub attempts: i32,
     /// `pending`, `delivered` or `failed`.
@@ -80,7 +82,7 @@ impl From<Delivery> for DeliveryView {
             (None, None) => "pending",
         };
         Self {
-            endpoint: d.endpoint,
+            endpoint: shown(&d.endpoint),
             attempts: d.attempts,
             next_attempt_at: (status == "pending").then_some(d.next_attempt_at),
             status: status.to_owned(),

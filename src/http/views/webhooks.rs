@@ -5,13 +5,16 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use crate::shop::lower::webhooks::Endpoint;
+use crate::shop::lower::webhooks::{Endpoint, shown};
 
 /// One endpoint: where the order events go, whether they still do, and its deliveries.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct EndpointView {
     /// The id of the routes `/admin/webhooks/{id}`.
     pub id: i64,
+    /// Its URL without the user, password, query and fragment, which may hold the receiver's
+    /// credentials: a viewer reads this listing too (the scheme, host, port and path say which
+    /// endpoint it is).
     pub url: String,
     /// `enabled` (it gets every event), or `disabled` (it failed every attempt for
     /// `SECKILL_WEBHOOK_DISABLE_AFTER`: it gets none until re-enabled).
@@ -36,7 +39,7 @@ impl From<Endpoint> for EndpointView {
         Self {
             id: e.id,
             state: if e.enabled() { "enabled" } else { "disabled" }.to_owned(),
-            url: e.url,
+            url: shown(&e.url),
             failing_since: e.failing_since,
             disabled_at: e.disabled_at,
             disabled_reason: e.disabled_reason,
