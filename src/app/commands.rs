@@ -75,7 +75,7 @@ const EXIT_FAILED: u8 = 3;
 /// The `seckill reconcile` command: checks (or repairs) the sale, prints the report as pretty
 /// JSON on stdout, and exits 0 when nothing is left to fix
 /// ([`reconcile::ReconcileReport::resolved`]), 1 when differences remain, 2 when the sale is
-/// unknown, 3 when Redis or Postgres failed.
+/// unknown, 3 when Redis or Postgres failed, 4 when a repair finds the sale retired.
 pub async fn run_reconcile(config: &Config, sale: &SaleId, repair: bool) -> ExitCode {
     let outcome: anyhow::Result<Option<(String, bool)>> = async {
         let pool = connect_and_migrate(config).await?;
@@ -105,6 +105,10 @@ pub async fn run_reconcile(config: &Config, sale: &SaleId, repair: bool) -> Exit
             );
             ExitCode::from(EXIT_UNKNOWN_SALE)
         }
+        Err(err) if matches!(err.downcast_ref(), Some(reconcile::ReconcileError::Retired)) => {
+            eprintln!("seckill reconcile: sale '{sale}' is retired, or being retired: nothing repaired");
+            ExitCode::from(EXIT_ALREADY_RETIRED)
+        }
         Err(err) => {
             eprintln!("seckill reconcile: {err:#}");
             ExitCode::from(EXIT_FAILED)
@@ -112,7 +116,8 @@ pub async fn run_reconcile(config: &Config, sale: &SaleId, repair: bool) -> Exit
     }
 }
 
-/// Exit status of `seckill retire` when the sale was retired before.
+/// Exit status of `seckill retire` when the sale was retired before (and of `seckill reconcile
+/// --repair` when it finds the sale retired).
 const EXIT_ALREADY_RETIRED: u8 = 4;
 
 /// The `seckill retire` command: retires the sale (`crate::retire`), prints the report (or the

@@ -60,6 +60,10 @@ pub enum ReconcileError {
     /// A Postgres call failed.
     #[error("postgres")]
     Postgres(#[from] sqlx::Error),
+    /// A repair of a sale whose row is marked retired (retired, or being retired: the mark comes
+    /// first): nothing was done.
+    #[error("the sale is retired, or being retired: a repair would write back what the retirement removes")]
+    Retired,
 }
 
 impl From<ReservationError> for ReconcileError {
@@ -88,6 +92,12 @@ pub async fn check(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option
 /// are buyers, so the next check reports neither; should two repairs race, the worker keeps the
 /// first order of a user (primary key `(sale_id, user_id)`) and drops the other as a conflict.
 pub async fn repair(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<Option<ReconcileReport>, ReconcileError> {
+    // A retired sale has no second life, not even through a repair; nor does one being retired
+    // (its row is marked first), whose keys a repair running beside the retirement would write
+    // back, lost or not (a drop's size is restored whenever its meta lacks a field).
+    if db::sale_retired(pool, sale.as_str()).await? == Some(true) {
+        return Err(ReconcileError::Retired);
+    }
     // A lost sale comes back held (REPAIR_HOLD: paused, no purchase nor release) until its buyers,
     // holdings and orders are back, below: never sold over the orders Postgres holds, nor given
     // back units its new stock never lost.
@@ -156,10 +166,6 @@ pub use crate::purchase::REPAIR_HOLD;
 /// row's stock and schedule); true if it did. Its buyers are restored next.
 async fn reseed_lost_sale(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result<bool, ReconcileError> {
     let lost = sales.sale_state(sale).await?.is_none();
-    // A retired sale has no second life, not even through a repair.
-    if lost && db::sale_retired(pool, sale.as_str()).await? == Some(true) {
-        return Ok(false);
-    }
     if let Some(drop) = sale.group().and_then(|group| DropId::parse(group).ok())
         && let Some(row) = drops::store::row(pool, &drop).await?
     {

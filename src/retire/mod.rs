@@ -132,6 +132,8 @@ impl From<reconcile::ReconcileError> for RetireError {
         match err {
             reconcile::ReconcileError::Redis(err) => Self::Redis(err),
             reconcile::ReconcileError::Postgres(err) => Self::Postgres(err),
+            // Only a repair says so; a retirement only checks.
+            other @ reconcile::ReconcileError::Retired => Self::Postgres(sqlx::Error::Protocol(other.to_string())),
         }
     }
 }

@@ -99,6 +99,7 @@ impl From<crate::reconcile::ReconcileError> for Error {
         match err {
             E::Redis(err) => err.into(),
             E::Postgres(err) => err.into(),
+            E::Retired => Self::SaleRetired,
         }
     }
 }

@@ -381,3 +381,30 @@ async fn insert_ghost_order(app: &TestApp, sale: &str) {
         .await
         .unwrap();
 }
+
+/// A repair refuses a sale whose row is marked retired, retired or being retired (the mark comes
+/// first), whatever Redis still holds of it: run beside the retirement, it would write back what
+/// the retirement removes. Here a drop's size between the retirement's mark and the removal of
+/// its keys (unregistered, its meta still there): the repair answers 410 `sale_retired` and the
+/// CLI exits 4, and neither registers the size again (before, the repair ran: 200).
+#[tokio::test]
+async fn a_repair_refuses_a_sale_marked_retired_and_writes_nothing_back() {
+    use seckill::redis::keys::{group_sales_key, sales_registry_key};
+    let app = spawn_app().await;
+    let drop = crate::common::drops::seed_drop_sizes(&app, &["40", "41"], 5, 1).await;
+    let size = format!("{drop}.40");
+    let prefix = &app.config.key_prefix;
+    let mut redis = app.redis.clone();
+    sqlx::query("update sales set retired_at = now() where sale_id = $1").bind(&size).execute(&app.pool).await.unwrap();
+    let _: () = redis.srem(sales_registry_key(prefix), &size).await.unwrap();
+    let _: () = redis.srem(group_sales_key(prefix, &drop), &size).await.unwrap();
+
+    let response = app.client.post(app.url(&format!("/admin/sales/{size}/reconcile"))).bearer_auth(ADMIN_TOKEN);
+    assert_error(response.send().await.unwrap(), 410, "sale_retired").await;
+    let (code, stdout, stderr) = run_cli(&app, &[size.as_str(), "--repair"]).await;
+    assert_eq!(code, Some(4), "{stdout}{stderr}");
+    assert!(stderr.contains("retired"), "{stderr}");
+    let registered: bool = redis.sismember(sales_registry_key(prefix), &size).await.unwrap();
+    let in_drop: bool = redis.sismember(group_sales_key(prefix, &drop), &size).await.unwrap();
+    assert_eq!((registered, in_drop), (false, false), "nothing of the size written back");
+}

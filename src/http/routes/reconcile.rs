@@ -7,7 +7,7 @@ use super::admin::{AdminErrors, SalePath};
 use super::responses::UnknownSale;
 use super::sale_of;
 use crate::http::AppState;
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody};
 use crate::http::operators::{Operator, Viewer};
 use crate::http::views::ReconcileReport;
 
@@ -42,6 +42,9 @@ pub async fn reconcile_check(
     responses(
         (status = 200, description = "The report after the repair", body = ReconcileReport),
         UnknownSale,
+        (status = 410, description = "`sale_retired`: the sale is retired, or being retired (its row is marked \
+            first): nothing was repaired, since a repair would write back what the retirement removes",
+            body = ErrorBody),
         AdminErrors,
     )
 )]
