@@ -161,10 +161,13 @@ impl Shop {
     }
 
     /// The differences between the sale's Redis buyers and its Postgres orders; with `repair`,
-    /// after repairing what Redis can repair (missing orders, a missing `sales` row).
-    pub async fn reconcile(&self, sale: &SaleId, repair: bool) -> Result<ReconcileReport, Error> {
+    /// after repairing what Redis can repair (missing orders, a missing `sales` row), the
+    /// operator who asked (`actor`) named in the log.
+    pub async fn reconcile(&self, sale: &SaleId, repair: bool, actor: Option<&str>) -> Result<ReconcileReport, Error> {
         self.existing_now(sale).await?;
         let report = if repair {
+            // The repair's own line ("sale repaired") says what it did; this one, who asked.
+            tracing::info!(actor, sale_id = %sale, "repair of the sale asked");
             reconcile::repair(&self.sales, &self.pool, sale).await?
         } else {
             reconcile::check(&self.sales, &self.pool, sale).await?

@@ -24,7 +24,9 @@ impl Shop {
     /// Sends the event `id` again to every endpoint it was delivered to or failed for that is
     /// still registered and enabled (its receivers drop a duplicate by its `webhook-id`): the
     /// deliveries reopened.
-    pub async fn retry_event(&self, id: i64) -> Result<u64, Error> {
-        store::retry(&self.pool, id).await?.ok_or(Error::UnknownEvent)
+    pub async fn retry_event(&self, id: i64, actor: Option<&str>) -> Result<u64, Error> {
+        let reopened = store::retry(&self.pool, id).await?.ok_or(Error::UnknownEvent)?;
+        tracing::info!(actor, event = id, reopened, "webhook event sent again");
+        Ok(reopened)
     }
 }

@@ -164,11 +164,11 @@ pub struct Retried {
     )
 )]
 pub async fn retry(
-    _operator: Operator,
+    operator: Operator,
     path: web::Path<i64>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let id = path.into_inner();
-    let reopened = state.shop.retry_event(id).await?;
+    let reopened = state.shop.retry_event(id, operator.actor()).await?;
     Ok(HttpResponse::Ok().json(Retried { id, reopened }))
 }

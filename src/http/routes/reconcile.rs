@@ -29,7 +29,7 @@ pub async fn reconcile_check(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(ReconcileReport::from(state.shop.reconcile(&sale_of(&path)?, false).await?)))
+    Ok(HttpResponse::Ok().json(ReconcileReport::from(state.shop.reconcile(&sale_of(&path)?, false, None).await?)))
 }
 
 /// Repairs what Redis can repair (missing orders, a missing `sales` row) and reports.
@@ -49,9 +49,10 @@ pub async fn reconcile_check(
     )
 )]
 pub async fn reconcile_repair(
-    _operator: Operator,
+    operator: Operator,
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(ReconcileReport::from(state.shop.reconcile(&sale_of(&path)?, true).await?)))
+    Ok(HttpResponse::Ok()
+        .json(ReconcileReport::from(state.shop.reconcile(&sale_of(&path)?, true, operator.actor()).await?)))
 }

@@ -82,12 +82,12 @@ pub async fn list(_viewer: Viewer, state: web::Data<AppState>) -> Result<HttpRes
     )
 )]
 pub async fn register(
-    _operator: Operator,
+    operator: Operator,
     body: web::Json<Object<RegisterRequest>>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let RegisterRequest { url } = body.into_inner().0;
-    let (endpoint, new) = state.shop.register_webhook(&url).await?;
+    let (endpoint, new) = state.shop.register_webhook(&url, operator.actor()).await?;
     let mut answer = if new { HttpResponse::Created() } else { HttpResponse::Ok() };
     Ok(answer.json(EndpointView::from(endpoint)))
 }
@@ -106,11 +106,11 @@ pub async fn register(
     )
 )]
 pub async fn remove(
-    _operator: Operator,
+    operator: Operator,
     path: web::Path<i64>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let RemovedEndpoint { id, url, dropped } = state.shop.remove_webhook(path.into_inner()).await?;
+    let RemovedEndpoint { id, url, dropped } = state.shop.remove_webhook(path.into_inner(), operator.actor()).await?;
     Ok(HttpResponse::Ok().json(Removed { id, url, dropped }))
 }
 
@@ -130,10 +130,10 @@ pub async fn remove(
     )
 )]
 pub async fn enable(
-    _operator: Operator,
+    operator: Operator,
     path: web::Path<i64>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let (endpoint, reopened) = state.shop.enable_webhook(path.into_inner()).await?;
+    let (endpoint, reopened) = state.shop.enable_webhook(path.into_inner(), operator.actor()).await?;
     Ok(HttpResponse::Ok().json(Enabled { endpoint: EndpointView::from(endpoint), reopened }))
 }
