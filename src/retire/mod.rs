@@ -319,12 +319,24 @@ impl Retirer {
         Ok(refusals)
     }
 
-    /// [`Self::busy`] of the sale as Redis holds it now (none if Redis lost it).
+    /// [`Self::busy`] of the sale as Redis holds it now. Should Redis have lost its meta, its
+    /// streams may still hold orders (a meta removed by hand, or last of a retirement's steps):
+    /// an entry there is queued (the worker trims only after its commit), one pending is pending,
+    /// and the streams are looked at directly, since the step after this one deletes them.
     async fn busy_now(&self, sale: &SaleId, shards: &[SaleKeys]) -> Result<Vec<Refusal>, RetireError> {
-        match self.sales.sale_state(sale).await? {
-            Some(state) => self.busy(&state, shards).await,
-            None => Ok(vec![]),
+        if let Some(state) = self.sales.sale_state(sale).await? {
+            return self.busy(&state, shards).await;
         }
+        let mut con = self.sales.keyspace().conn();
+        let (mut queued, mut pending) = (0, 0);
+        for keys in shards {
+            queued += con.xlen::<_, u64>(&keys.orders).await?;
+            pending += pending_count(&mut con, &keys.orders).await?;
+        }
+        Ok([(queued > 0, Refusal::Queued), (pending > 0, Refusal::Pending)]
+            .into_iter()
+            .filter_map(|(busy, why)| busy.then_some(why))
+            .collect())
     }
 
     /// The reasons a sale is still in use: open (Redis clock), queued, pending.

@@ -138,6 +138,32 @@ async fn a_sale_still_open_or_with_queued_orders_is_refused_with_its_reasons() {
     assert_eq!(app.buy(&open, "b").await.status(), 201, "a refused sale keeps selling");
 }
 
+/// A retirement stopped after its mark is finished by the next one, which looks at the sale once
+/// more before it deletes the streams. Should Redis have lost the sale's meta but not its stream
+/// (removed by hand, evicted), the orders still queued there refuse it (409 `queued`, the mark
+/// kept) and stay; before, the last look took the missing meta for nothing left and deleted them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retirement_finished_over_a_lost_meta_keeps_the_orders_still_queued() {
+    let app = spawn_app_with(|_| {}, false).await; // no worker: the order stays queued
+    let sale = new_sale_id();
+    app.seed_stock(&sale, 3).await;
+    assert_eq!(app.buy(&sale, "a").await.status(), 201);
+    let keys =
+        seckill::redis::keys::SaleKeys::new(&app.config.key_prefix, &seckill::domain::SaleId::parse(&sale).unwrap());
+    // A retirement stopped after its mark, then the meta lost.
+    sqlx::query("update sales set retired_at = now() where sale_id = $1").bind(&sale).execute(&app.pool).await.unwrap();
+    let mut redis = app.redis.clone();
+    let _: () = redis.del(&keys.meta).await.unwrap();
+
+    let response = retire(&app, &sale).await;
+    assert_eq!(response.status(), 409);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!((&body["error"], &body["reasons"]), (&json!("not_retirable"), &json!(["queued"])), "{body}");
+    let entries: usize = redis.xlen(&keys.orders).await.unwrap();
+    assert_eq!(entries, 1, "the queued order is still in its stream");
+    assert!(retired_at_set(&app, &sale).await, "the mark is kept: nothing reopens the sale");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_instance_answers_410_promptly_after_a_retirement() {
     // Sold-out flags that never lapse in the test: the other instance's flag (set below) can only
