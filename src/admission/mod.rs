@@ -184,6 +184,21 @@ impl Admission {
         self.queued.insert(sale.as_str().into(), ());
     }
 
+    /// [`Self::line`] for an answer that stands without it: `None` when the line is not queued,
+    /// or cannot be read now (one budgeted warning line).
+    pub async fn line_if_readable(&self, id: &LineId) -> Option<Arc<Line>> {
+        match self.line(id).await {
+            Ok(line) => Some(line),
+            Err(QueueError::NotQueued) => None,
+            Err(error) => {
+                if let Some(suppressed) = crate::telemetry::dependency_failure_line(Some("redis")) {
+                    tracing::warn!(%error, line = %id, suppressed, "the line could not be read: left out");
+                }
+                None
+            }
+        }
+    }
+
     /// The line as this instance read it within the last [`TICK`], if it did and it has one (no
     /// Redis call).
     pub async fn cached_line(&self, id: &LineId) -> Option<Arc<Line>> {

@@ -16,7 +16,7 @@ use super::controls::checked_reason;
 use super::limits::Meter;
 use super::seed::{MAX_STOCK, checked_per_buyer, checked_stock, checked_times, checked_window, to_ms};
 use super::{Error, Shop};
-use crate::admission;
+use crate::admission::{self, LineId};
 use crate::controls::Switch;
 use crate::controls::audit::{self, Entry};
 use crate::db;
@@ -66,9 +66,8 @@ pub struct DropView {
     pub sizes: Vec<(String, Arc<Snapshot>)>,
     /// The drop's draw, in draw mode (read afresh: its entries' count moves).
     pub draw: Option<DrawInfo>,
-    /// The drop's line, for a drop with one: this instance's read of it (at most one
-    /// `lua/admit.lua` call per tick, shared with the line's polls), whose shuffle seed the
-    /// public view commits to before the start and shows after it.
+    /// The drop's line, as this instance read it (at most once per tick, shared with its polls;
+    /// `None` while unreadable): the public view commits to its shuffle seed, then shows it.
     pub line: Option<Arc<admission::line::Line>>,
 }
 
@@ -236,20 +235,8 @@ impl Shop {
         if let Some(draw) = draw.as_mut().filter(|draw| draw.state == "drawn") {
             draw.seed = crate::draw::run::store::draw(&self.pool, drop).await?.map(|row| row.seed);
         }
-        // The sizes answer without it: a line that cannot be read now leaves out only its audit.
-        let line = match sizes.iter().any(|(_, snapshot)| snapshot.state.drop_line) {
-            true => match self.admission.line(&admission::LineId::Drop(drop.clone())).await {
-                Ok(line) => Some(line),
-                Err(admission::QueueError::NotQueued) => None,
-                Err(error) => {
-                    if let Some(suppressed) = crate::telemetry::dependency_failure_line(Some("redis")) {
-                        tracing::warn!(%error, %drop, suppressed, "the drop's line could not be read: left out");
-                    }
-                    None
-                }
-            },
-            false => None,
-        };
+        let has_line = sizes.iter().any(|(_, snapshot)| snapshot.state.drop_line);
+        let line = if has_line { self.admission.line_if_readable(&LineId::Drop(drop.clone())).await } else { None };
         Ok(DropView { drop: drop.clone(), sizes, draw, line })
     }
 

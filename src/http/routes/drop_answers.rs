@@ -11,7 +11,7 @@ use super::controls::AuditRecord;
 use super::draw_entries::DrawView;
 use super::sales::{PublicQueue, SalePhase};
 use crate::domain::ms_to_time;
-use crate::shop::{DropReport, DropView, seed_commitment};
+use crate::shop::{DropReport, DropView};
 
 /// A drop whole, as the operator reads it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -145,11 +145,14 @@ impl From<DropView> for PublicDrop {
             sizes,
             server_time: ms_to_time(now),
             draw: draw.map(|draw| DrawView::at(draw, now)),
-            line: line.filter(|line| !line.shuffle_seed().is_empty()).map(|line| PublicQueue {
-                opens_at: ms_to_time(line.opens_at_ms.unwrap_or(line.starts_at_ms)),
-                rate: u32::try_from(line.rate).unwrap_or(u32::MAX),
-                seed_sha256: seed_commitment(line.shuffle_seed()),
-                seed: line.started().then(|| line.shuffle_seed().to_owned()),
+            line: line.filter(|line| !line.shuffle_seed().is_empty()).map(|line| {
+                let (opens_at_ms, rate) = (line.opens_at_ms.unwrap_or(line.starts_at_ms), line.rate);
+                PublicQueue::of(
+                    opens_at_ms,
+                    u32::try_from(rate).unwrap_or(u32::MAX),
+                    line.shuffle_seed(),
+                    line.started(),
+                )
             }),
         }
     }

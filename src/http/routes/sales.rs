@@ -102,6 +102,18 @@ pub struct PublicQueue {
     pub seed: Option<String>,
 }
 
+impl PublicQueue {
+    /// A line as the public reads it: the seed's commitment always, the seed itself once `started`.
+    pub(super) fn of(opens_at_ms: i64, rate: u32, seed: &str, started: bool) -> Self {
+        Self {
+            opens_at: ms_to_time(opens_at_ms),
+            rate,
+            seed_sha256: seed_commitment(seed),
+            seed: started.then(|| seed.to_owned()),
+        }
+    }
+}
+
 impl SalePhase {
     /// Where a sale in `state` stands at `now_ms` (the Redis server's clock).
     pub(super) fn at(state: &SaleState, now_ms: i64) -> Self {
@@ -128,11 +140,9 @@ impl PublicSale {
             stock_initial: state.stock_initial,
             stock_left: state.stock_left.max(0),
             server_time: ms_to_time(now),
-            queue: state.queue.as_ref().map(|queue| PublicQueue {
-                opens_at: ms_to_time(queue.opens_at_ms),
-                rate: queue.rate,
-                seed_sha256: seed_commitment(&queue.seed),
-                seed: state.starts_at_ms.is_some_and(|start| now >= start).then(|| queue.seed.clone()),
+            queue: state.queue.as_ref().map(|queue| {
+                let started = state.starts_at_ms.is_some_and(|start| now >= start);
+                PublicQueue::of(queue.opens_at_ms, queue.rate, &queue.seed, started)
             }),
             per_buyer: state.per_buyer,
             group: sale.group().map(|name| PublicGroup { name: name.to_owned(), sales: snapshot.group.clone() }),
