@@ -24,7 +24,8 @@
 //!    - [`redis`]: one server or a cluster (`connection`; the shared and per-HTTP-worker connections in
 //!      `connection::shared`), the dedicated connections of purchases
 //!      that wait for replicas (`confirm`), every key name (`keys`), the Lua scripts (`lua`), an
-//!      order stream's entry fields and consumer group (`order_stream`), and `Keyspace`, one
+//!      order stream's entry fields and consumer group (`order_stream`), the removal of a sale's
+//!      keys in pages (`removal`), and `Keyspace`, one
 //!      deployment's keys and the shared connection.
 //!    - [`db`]: the Postgres pool and migrations, the `orders` and `sales` tables, the order
 //!      events' outbox that their writers fill for every registered endpoint (`outbox`).
@@ -78,7 +79,8 @@
 //!      seed over every size and its line in one call (`lua/drop_seed.lua`), its one switch and its
 //!      stock (`lua/drop_control.lua`, `lua/drop_restock.lua`), its sizes, its Postgres row (`store`).
 //! 6. Reconciliation
-//!    - [`reconcile`]: whether a sale's Redis buyers and Postgres orders agree, and the repair.
+//!    - [`reconcile`]: whether a sale's Redis buyers and Postgres orders agree, and the repair (the
+//!      shards Redis kept of a sharded sale whose shard 0 it lost: `kept`).
 //!    - [`retire`]: retiring a sale that is over (its Redis keys go, Postgres keeps its orders),
 //!      by hand or by the janitor.
 //! 7. Use cases

@@ -39,8 +39,9 @@ pub enum Command {
     /// Reports buyers with no order in Postgres or the stream (missing_in_postgres), Postgres
     /// orders of users Redis does not know (unknown_to_redis), unbalanced stock and a missing or
     /// different `sales` row. Exit status: 0 consistent (with --repair: nothing left to fix),
-    /// 1 differences remain, 2 unknown sale or invalid id, 3 Redis or Postgres failed, 4 (--repair)
-    /// the sale is retired or being retired: nothing repaired.
+    /// 1 differences remain, 2 unknown sale or invalid id, 3 Redis or Postgres failed (or, with
+    /// --repair, orders of the shards Redis kept of a sharded sale it lost are still queued: run
+    /// it again shortly), 4 (--repair) the sale is retired or being retired: nothing repaired.
     Reconcile {
         /// The sale to reconcile.
         #[arg(value_parser = SaleId::parse)]

@@ -10,6 +10,7 @@ use redis::RedisResult;
 
 use crate::domain::SaleId;
 use crate::purchase::Sales;
+use crate::redis::keys::SaleKeys;
 use crate::redis::lua::{self, unexpected_reply};
 
 /// The sale's figures (`stock_initial`, stock left) if its last stock change is `change`: `None`
@@ -111,6 +112,18 @@ pub async fn lift_hold(sales: &Sales, sale: &SaleId, hold: &str) -> RedisResult<
     for shard in sales.all_shard_keys(sale).await? {
         let mut call = lua::CONTROL.key(&shard.meta);
         call.arg(Switch::Resume.action()).arg("").arg(hold);
+        let _: Vec<String> = lua::run(&call, &mut sales.keyspace().conn()).await?;
+    }
+    Ok(())
+}
+
+/// Ends each of `shards` now (`lua/control.lua`'s `end`), shards not in the sale's layout: those a
+/// repair found Redis kept of a sale whose shard 0 it lost (`crate::reconcile`). A shard with no
+/// meta is skipped.
+pub async fn end_shards(sales: &Sales, shards: &[SaleKeys]) -> RedisResult<()> {
+    for shard in shards {
+        let mut call = lua::CONTROL.key(&shard.meta);
+        call.arg(Switch::End.action()).arg("");
         let _: Vec<String> = lua::run(&call, &mut sales.keyspace().conn()).await?;
     }
     Ok(())

@@ -203,4 +203,15 @@ impl Sales {
         let layout = self.read_layout(sale).await?.unwrap_or_default();
         Ok(layout.keys(self.redis.prefix(), sale))
     }
+
+    /// The keys of the shards the shards registry lists for the sale beyond its layout (all it
+    /// lists, for a sale Redis lost): the shards a repair found Redis kept of a sale whose shard 0
+    /// it lost, ended and drained, and left registered for the sale's retirement to remove
+    /// (`crate::reconcile`, `crate::retire`). None for an unsharded sale that never was sharded.
+    pub async fn shards_outside_layout(&self, sale: &SaleId) -> RedisResult<Vec<SaleKeys>> {
+        let layout = self.read_layout(sale).await?.unwrap_or_default();
+        let registered = registry::registered_shards(&self.redis, sale).await?;
+        let outside = registered.into_iter().filter(|suffix| !layout.suffixes().contains(suffix));
+        Ok(outside.map(|suffix| SaleKeys::of_shard(self.redis.prefix(), sale, suffix)).collect())
+    }
 }

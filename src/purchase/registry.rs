@@ -8,8 +8,8 @@
 use redis::{AsyncCommands, RedisResult};
 
 use crate::domain::{DropId, SaleId};
-use crate::redis::Keyspace;
-use crate::redis::keys::{DropKeys, draws_registry_key, sales_registry_key};
+use crate::redis::keys::{DropKeys, draws_registry_key, sales_registry_key, shards_registry_key};
+use crate::redis::{Keyspace, PAGE};
 
 /// Registers `sales` (their streams are read by the workers); answers those that were not
 /// registered before.
@@ -21,6 +21,34 @@ pub async fn register_sales<'a>(redis: &Keyspace, sales: &[&'a SaleId]) -> Redis
     }
     let added: Vec<i64> = pipe.query_async(&mut redis.conn()).await?;
     Ok(sales.iter().zip(added).filter(|(_, added)| *added == 1).map(|(sale, _)| *sale).collect())
+}
+
+/// The suffixes of the shards of `sale` the shards registry lists (`<sale>:<suffix>`, by SSCAN with
+/// MATCH: the registry holds every live sharded sale's shards, and a sale id has no `:` nor glob
+/// character). Its layout's, and any a repair left of an earlier layout (`crate::reconcile`).
+pub async fn registered_shards(redis: &Keyspace, sale: &SaleId) -> RedisResult<Vec<u32>> {
+    let (registry, pattern) = (shards_registry_key(redis.prefix()), format!("{sale}:*"));
+    let mut suffixes = vec![];
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, page): (u64, Vec<String>) = redis::cmd("SSCAN")
+            .arg(&registry)
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(PAGE)
+            .query_async(&mut redis.conn())
+            .await?;
+        let of_sale = |member: &String| member.strip_prefix(sale.as_str())?.strip_prefix(':')?.parse::<u32>().ok();
+        suffixes.extend(page.iter().filter_map(of_sale));
+        if next == 0 {
+            suffixes.sort_unstable();
+            suffixes.dedup();
+            return Ok(suffixes);
+        }
+        cursor = next;
+    }
 }
 
 /// Registers the drop's draw; answers whether it was not registered before.

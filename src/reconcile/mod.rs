@@ -47,6 +47,7 @@ use crate::orders::queue;
 use crate::purchase::{CommittedOrder, SaleSpec, SaleState, Sales, SeedOutcome};
 use crate::reservations::{self, ReservationError};
 
+mod kept;
 mod report;
 
 pub use self::report::ReconcileReport;
@@ -64,6 +65,16 @@ pub enum ReconcileError {
     /// first): nothing was done.
     #[error("the sale is retired, or being retired: a repair would write back what the retirement removes")]
     Retired,
+    /// A repair of a sharded sale whose shard 0 Redis lost, while orders of the shards it kept are
+    /// still on their way to Postgres ([`kept`]): those shards are ended, nothing was seeded.
+    #[error(
+        "{queued} orders of the shards Redis kept of this sale are still on their way to Postgres: those shards \
+         are ended (nothing more sells there); repair again once the workers have copied them"
+    )]
+    OrdersQueued {
+        /// Entries of those shards' streams not yet committed.
+        queued: u64,
+    },
 }
 
 impl From<ReservationError> for ReconcileError {
@@ -177,6 +188,7 @@ async fn reseed_lost_sale(sales: &Sales, pool: &PgPool, sale: &SaleId) -> Result
     let Some(row) = db::sale_row(pool, sale).await? else {
         return Ok(false);
     };
+    kept::settle(sales, sale).await?;
     let ms = |t: Option<time::OffsetDateTime>| t.map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64);
     let spec = SaleSpec {
         stock: row.stock_initial,

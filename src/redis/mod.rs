@@ -1,8 +1,8 @@
 //! Redis access shared by every part of the service: where Redis is and how to reach it
 //! ([`connection`]), dedicated connections for purchases that wait for replicas ([`confirm`]),
 //! the name of every key ([`keys`]), the Lua scripts compiled into the binary ([`lua`]), an order
-//! stream's entries and consumer group ([`order_stream`]), and [`Keyspace`], one deployment's
-//! keys and the connection to them.
+//! stream's entries and consumer group ([`order_stream`]), the removal of a sale's keys in pages
+//! ([`removal`]), and [`Keyspace`], one deployment's keys and the connection to them.
 //!
 //! What the service does with Redis lives with the part that does it: purchases and seeding in
 //! `purchase`, the order queue in `orders`, the limiter's call in `limiter`.
@@ -12,6 +12,7 @@ pub mod connection;
 pub mod keys;
 pub mod lua;
 pub mod order_stream;
+pub mod removal;
 
 use redis::RedisResult;
 

@@ -78,6 +78,21 @@ pub async fn acknowledge(con: &mut impl ConnectionLike, stream: &str, ids: &[&st
     Ok(acked)
 }
 
+/// Entries of `stream` the group delivered and no consumer acknowledged yet (0 without the
+/// group or the stream): orders a worker holds, maybe committing them now.
+pub async fn pending(con: &mut impl ConnectionLike, stream: &str) -> RedisResult<u64> {
+    let reply: RedisResult<redis::Value> =
+        redis::cmd("XPENDING").arg(stream).arg(CONSUMER_GROUP).query_async(con).await;
+    match reply {
+        Ok(redis::Value::Array(fields)) => {
+            Ok(fields.first().and_then(|n| redis::from_redis_value_ref(n).ok()).unwrap_or(0))
+        }
+        Ok(_) => Ok(0),
+        Err(err) if err.code() == Some("NOGROUP") => Ok(0),
+        Err(err) => Err(err),
+    }
+}
+
 /// Entries one `lua/trim.lua` call deletes at most (each call holds Redis briefly).
 const TRIMMED_PER_CALL: u64 = 1_000;
 

@@ -15,13 +15,15 @@
 //!    back, which would otherwise sell into a stream step 5 deletes. It then looks once more for
 //!    orders that sold before the end and are still queued or pending (found: takes the mark back
 //!    and refuses; the sale stays ended, and retires once they drain);
-//! 3. removes the sale and its shards from the registries, so every worker drops their streams
+//! 3. removes the sale and its shards (with any a repair left of an earlier layout:
+//!    `crate::reconcile`) from the registries, so every worker drops their streams
 //!    at its next registry refresh, and publishes `retired:<id>` on the events channel, so every
 //!    instance answers 410 `sale_retired` from memory and frees what it held of the sale;
 //! 4. waits a grace ([`Retirer::grace`]: the worker's registry refresh, one blocking read, and a
 //!    margin), after which no worker reads the sale's streams any more;
-//! 5. removes the keys in steps ([`keys`]), never one command blocking Redis on a big set, and
-//!    removes them again should a lagging worker have recreated a stream meanwhile;
+//! 5. removes the keys in steps (`crate::redis::removal`; its group's in [`keys`]), never one
+//!    command blocking Redis on a big set, and removes them again should a lagging worker have
+//!    recreated a stream meanwhile;
 //! 6. removes the sale's metric series from this process (each worker does so in its own
 //!    process when it drops the streams).
 //!
@@ -47,10 +49,11 @@ use crate::draw;
 use crate::metrics::Metrics;
 use crate::orders::worker::SALES_REFRESH;
 use crate::purchase::events::RETIRED_EVENT;
-use crate::purchase::{SaleState, Sales};
+use crate::purchase::{SaleState, Sales, registry};
 use crate::reconcile;
 use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
-use crate::redis::order_stream::CONSUMER_GROUP;
+use crate::redis::order_stream;
+use crate::redis::removal;
 use crate::reservations;
 
 /// Margin added to the grace, for the worker's step in progress.
@@ -133,7 +136,9 @@ impl From<reconcile::ReconcileError> for RetireError {
             reconcile::ReconcileError::Redis(err) => Self::Redis(err),
             reconcile::ReconcileError::Postgres(err) => Self::Postgres(err),
             // Only a repair says so; a retirement only checks.
-            other @ reconcile::ReconcileError::Retired => Self::Postgres(sqlx::Error::Protocol(other.to_string())),
+            other @ (reconcile::ReconcileError::Retired | reconcile::ReconcileError::OrdersQueued { .. }) => {
+                Self::Postgres(sqlx::Error::Protocol(other.to_string()))
+            }
         }
     }
 }
@@ -171,7 +176,7 @@ impl Retirer {
         let Some(state) = self.sales.sale_state(sale).await? else {
             return Ok(RetireOutcome::UnknownSale);
         };
-        let shards = self.sales.all_shard_keys(sale).await?;
+        let shards = self.shards(sale).await?;
         let mut refusals = self.busy(&state, &shards).await?;
         let checks = [
             (!report.stock_balanced || report.releases_lost > 0, Refusal::StockUnbalanced),
@@ -225,15 +230,15 @@ impl Retirer {
         self.unregister(sale, shards).await?;
         tokio::time::sleep(self.grace).await;
         let mut con = self.sales.keyspace().conn();
-        let mut removed = keys::remove_all(&mut con, shards).await?;
+        let mut removed = removal::remove_all(&mut con, shards).await?;
         // A worker that had not yet dropped a stream may have recreated it (its group): once more.
         let mut left = 0;
         for keys in shards {
-            left += keys::exists(&mut con, keys).await?;
+            left += removal::exists(&mut con, keys).await?;
         }
         if left > 0 {
             tracing::warn!(sale_id = %sale, left, "keys of the retired sale came back; removing them again");
-            removed.keys += keys::remove_all(&mut con, shards).await?.keys;
+            removed.keys += removal::remove_all(&mut con, shards).await?.keys;
         }
         keys::leave_group(&mut con, sale, &shards[0]).await?;
         self.sales.forget_layout(sale.as_str());
@@ -259,12 +264,12 @@ impl Retirer {
     /// looked at once more, as step 2 does (orders queued or pending, or a reservation: refused,
     /// the mark kept, so nothing reopens it, until they are done), then steps 3 to 6 run.
     async fn finish(&self, sale: &SaleId) -> Result<RetireOutcome, RetireError> {
-        let shards = self.sales.all_shard_keys(sale).await?;
+        let shards = self.shards(sale).await?;
         let keyspace = self.sales.keyspace();
         let mut con = keyspace.conn();
         let mut left = 0;
         for keys in &shards {
-            left += keys::exists(&mut con, keys).await?;
+            left += removal::exists(&mut con, keys).await?;
         }
         let registered: bool = con.sismember(sales_registry_key(keyspace.prefix()), sale.as_str()).await?;
         let grouped: bool = match shards[0].group_keys(sale) {
@@ -301,6 +306,14 @@ impl Retirer {
         Ok(RetireOutcome::Retired(retired))
     }
 
+    /// The keys of every shard to take down: the layout's, shard 0 first, then those the shards
+    /// registry lists beyond it (a repair ended and left them: `crate::reconcile`).
+    async fn shards(&self, sale: &SaleId) -> Result<Vec<SaleKeys>, RetireError> {
+        let mut shards = self.sales.all_shard_keys(sale).await?;
+        shards.extend(self.sales.shards_outside_layout(sale).await?);
+        Ok(shards)
+    }
+
     /// Whether the sale is a size of a drop whose draw has not been drawn yet.
     async fn draw_pending(&self, sale: &SaleId) -> Result<bool, RetireError> {
         let Some(drop) = sale.group().and_then(|group| DropId::parse(group).ok()) else { return Ok(false) };
@@ -331,7 +344,7 @@ impl Retirer {
         let (mut queued, mut pending) = (0, 0);
         for keys in shards {
             queued += con.xlen::<_, u64>(&keys.orders).await?;
-            pending += pending_count(&mut con, &keys.orders).await?;
+            pending += order_stream::pending(&mut con, &keys.orders).await?;
         }
         Ok([(queued > 0, Refusal::Queued), (pending > 0, Refusal::Pending)]
             .into_iter()
@@ -353,7 +366,7 @@ impl Retirer {
         }
         let mut pending = 0;
         for keys in shards {
-            pending += pending_count(&mut self.sales.keyspace().conn(), &keys.orders).await?;
+            pending += order_stream::pending(&mut self.sales.keyspace().conn(), &keys.orders).await?;
         }
         if pending > 0 {
             refusals.push(Refusal::Pending);
@@ -367,30 +380,18 @@ impl Retirer {
         let mut con = keyspace.conn();
         let _: i64 = con.srem(sales_registry_key(keyspace.prefix()), sale.as_str()).await?;
         let layout = self.sales.read_layout(sale).await?.unwrap_or_default();
-        if layout.is_sharded() {
-            let members: Vec<String> = layout.suffixes().iter().map(|suffix| format!("{sale}:{suffix}")).collect();
+        let mut suffixes = registry::registered_shards(keyspace, sale).await?;
+        suffixes.extend(layout.suffixes());
+        if !suffixes.is_empty() {
+            let members: Vec<String> = suffixes.iter().map(|suffix| format!("{sale}:{suffix}")).collect();
             let _: i64 = con.srem(shards_registry_key(keyspace.prefix()), members).await?;
         }
-        debug_assert_eq!(shards.len(), layout.shards() as usize);
+        debug_assert!(shards.len() >= layout.shards() as usize);
         let event = format!("{RETIRED_EVENT}{sale}");
         if let Err(err) = con.publish::<_, _, i64>(keyspace.events_channel(), event).await {
             // The instances' caches then lapse by themselves (crate::purchase::retired).
             tracing::warn!(sale_id = %sale, error = %err, "retirement event not published");
         }
         Ok(())
-    }
-}
-
-/// Entries of the stream's consumer group read but not acknowledged (0 without the group).
-async fn pending_count(con: &mut crate::redis::connection::SharedConnection, stream: &str) -> redis::RedisResult<u64> {
-    let reply: redis::RedisResult<redis::Value> =
-        redis::cmd("XPENDING").arg(stream).arg(CONSUMER_GROUP).query_async(con).await;
-    match reply {
-        Ok(redis::Value::Array(fields)) => {
-            Ok(fields.first().and_then(|n| redis::from_redis_value_ref(n).ok()).unwrap_or(0))
-        }
-        Ok(_) => Ok(0),
-        Err(err) if err.code() == Some("NOGROUP") => Ok(0),
-        Err(err) => Err(err),
     }
 }

@@ -83,6 +83,17 @@ pub enum Error {
         /// Entries Redis accepted.
         accepted: u64,
     },
+    /// `orders_queued`: a repair of a sharded sale whose shard 0 Redis lost found orders of the
+    /// shards it kept still on their way to Postgres; it ended those shards and seeded nothing
+    /// (`crate::reconcile`); the operator repairs again shortly.
+    #[error(
+        "{queued} orders of the shards Redis kept of this sale are still on their way to Postgres: those shards are \
+         ended (nothing more sells there) and nothing was seeded; repair again once the workers have copied them"
+    )]
+    OrdersQueued {
+        /// Entries of those shards' streams not yet committed.
+        queued: u64,
+    },
     /// `draw_not_revealed`: the draw has not been drawn yet, its record is not published.
     #[error("the draw has not been drawn yet: its record is published once it is")]
     DrawNotRevealed,

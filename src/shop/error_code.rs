@@ -23,6 +23,7 @@ impl Error {
             Self::AlreadyEntered(_) => "already_entered",
             Self::NoEntry => "no_entry",
             Self::EntriesQueued { .. } => "entries_queued",
+            Self::OrdersQueued { .. } => "orders_queued",
             Self::DrawNotRevealed => "draw_not_revealed",
             Self::AwardRefused(_) => "draw_award_refused",
             Self::SaleNotStarted => "sale_not_started",

@@ -100,6 +100,7 @@ impl From<crate::reconcile::ReconcileError> for Error {
             E::Redis(err) => err.into(),
             E::Postgres(err) => err.into(),
             E::Retired => Self::SaleRetired,
+            E::OrdersQueued { queued } => Self::OrdersQueued { queued },
         }
     }
 }

@@ -54,6 +54,7 @@ mod reservations;
 mod retire;
 mod sales_overview;
 mod script_cache;
+mod shard_loss;
 mod shards;
 mod shutdown;
 mod sold_out;

@@ -16,7 +16,7 @@ use crate::helpers::{
     ADMIN_TOKEN, TestApp, assert_error, new_sale_id, quick_janitor, spawn_app, spawn_app_with, spawn_instance_of,
 };
 
-async fn retire(app: &TestApp, sale: &str) -> reqwest::Response {
+pub(crate) async fn retire(app: &TestApp, sale: &str) -> reqwest::Response {
     let url = app.url(&format!("/admin/sales/{sale}"));
     app.client.delete(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap()
 }

@@ -17,7 +17,7 @@ use crate::common::{first_redis_url, redis_masters};
 use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, new_sale_id, spawn_app};
 
 /// Seeds a sale open now with `stock` over `shards` shards, asserting it worked.
-async fn seed_sharded(app: &TestApp, stock: i64, shards: u32) -> String {
+pub(crate) async fn seed_sharded(app: &TestApp, stock: i64, shards: u32) -> String {
     let sale = new_sale_id();
     let response = app.seed(&sale, json!({"stock": stock, "shards": shards})).await;
     assert_eq!(response.status(), 200, "seeding: {}", response.text().await.unwrap());
@@ -25,7 +25,7 @@ async fn seed_sharded(app: &TestApp, stock: i64, shards: u32) -> String {
 }
 
 /// The keys of each of the sale's shards, shard 0 first.
-async fn shard_keys(app: &TestApp, sale: &str) -> Vec<SaleKeys> {
+pub(crate) async fn shard_keys(app: &TestApp, sale: &str) -> Vec<SaleKeys> {
     let id = SaleId::parse(sale).unwrap();
     let layout = app.store.read_layout(&id).await.unwrap().expect("a seeded sale has a layout");
     layout.keys(&app.config.key_prefix, &id)

@@ -153,6 +153,7 @@ fn status_of(err: &E) -> StatusCode {
         E::RateLimited { .. } | E::TooManyExports | E::TooManyDrawRecords => StatusCode::TOO_MANY_REQUESTS,
         E::Unavailable(_)
         | E::EntriesQueued { .. }
+        | E::OrdersQueued { .. }
         | E::OutcomeUnknown { .. }
         | E::NotDurable { .. }
         | E::PaymentsDisabled
@@ -222,7 +223,7 @@ impl ResponseError for ApiError {
                     HeaderValue::from_static("Bearer error=\"invalid_token\""),
                 ));
             }
-            Self::Shop(E::EntriesQueued { .. }) => {
+            Self::Shop(E::EntriesQueued { .. } | E::OrdersQueued { .. }) => {
                 response.insert_header((header::RETRY_AFTER, 5));
             }
             Self::Shop(E::Unavailable(_) | E::OutcomeUnknown { .. } | E::NotDurable { .. }) => {

@@ -40,12 +40,16 @@ pub async fn reconcile_check(
     params(SalePath),
     security(("bearer" = [])),
     responses(
+        // First: an entry below with the same status replaces its generic one.
+        AdminErrors,
         (status = 200, description = "The report after the repair", body = ReconcileReport),
         UnknownSale,
         (status = 410, description = "`sale_retired`: the sale is retired, or being retired (its row is marked \
             first): nothing was repaired, since a repair would write back what the retirement removes",
             body = ErrorBody),
-        AdminErrors,
+        (status = 503, description = "`orders_queued`: Redis lost the shard 0 of a sharded sale, and orders of the \
+            shards it kept are still on their way to Postgres: those shards are ended, nothing was seeded; repair \
+            again shortly (`Retry-After`); `unavailable`", body = ErrorBody),
     )
 )]
 pub async fn reconcile_repair(
