@@ -52,6 +52,8 @@ impl From<DrawSummary> for DrawRun {
     params(DropPath),
     security(("bearer" = [])),
     responses(
+        // First: an entry below with the same status replaces its generic one.
+        AdminErrors,
         (status = 200, description = "Drawn; what it gave out", body = DrawRun),
         UnknownDrop,
         (status = 409, description = "`not_a_draw`: the drop is not in draw mode; `draw_award_refused`: a \
@@ -59,7 +61,6 @@ impl From<DrawSummary> for DrawRun {
             stand", body = ErrorBody),
         (status = 503, description = "`entries_queued`: accepted entries are still on their way to Postgres \
             (`Retry-After`); `unavailable`", body = ErrorBody),
-        AdminErrors,
     )
 )]
 pub async fn run(
@@ -193,12 +194,13 @@ impl DrawCounts {
     params(DropPath),
     security(("bearer" = [])),
     responses(
+        // First: an entry below with the same status replaces its generic one.
+        AdminErrors,
         (status = 200, description = "The draw's counts", body = DrawCounts,
             headers(("Cache-Control" = String, description = "`no-store`"))),
         UnknownDrop,
         (status = 409, description = "`not_a_draw`: the drop is not in draw mode", body = ErrorBody),
         (status = 503, description = "`unavailable`: Postgres is unreachable", body = ErrorBody),
-        AdminErrors,
     )
 )]
 pub async fn stats(

@@ -117,9 +117,10 @@ impl From<Event> for EventView {
     params(EventsQuery),
     security(("bearer" = [])),
     responses(
+        // First: an entry below with the same status replaces its generic one.
+        AdminErrors,
         (status = 200, description = "The events", body = EventList),
         (status = 400, description = "`invalid_request`: a bad limit or status", body = ErrorBody),
-        AdminErrors,
     )
 )]
 pub async fn list(
@@ -157,10 +158,11 @@ pub struct Retried {
     params(("id" = i64, Path, description = "The event's id (the cursor)")),
     security(("bearer" = [])),
     responses(
+        // First: an entry below with the same status replaces its generic one.
+        AdminErrors,
         (status = 200, description = "Reopened", body = Retried),
         (status = 400, description = "`invalid_request`: the id is not an integer", body = ErrorBody),
         (status = 404, description = "`unknown_event`", body = ErrorBody),
-        AdminErrors,
     )
 )]
 pub async fn retry(
