@@ -22,7 +22,7 @@ pub(crate) use outbox::{emit_order, lost_events, order_event};
 pub use retired::{
     last_activity, last_seeded, lock_retired, mark_retired, retired_between, rows_among, sale_retired, unmark_retired,
 };
-pub use sales::{SaleRow, insert_sale_if_missing, sale_row, sales_row_stock, set_queue_seed, upsert_sale};
+pub use sales::{SaleRow, insert_sale_if_missing, sale_row, sales_row_stock, set_ended, set_queue_seed, upsert_sale};
 
 /// The migrations in `migrations/`, compiled into the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");

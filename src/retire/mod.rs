@@ -10,11 +10,12 @@
 //! 1. marks the `sales` row retired (the row lock orders it against a concurrent seed, which
 //!    refuses a retired sale), then checks again that the sale is neither open nor queued (else
 //!    takes the mark back and refuses);
-//! 2. ends the sale in Redis now, on every shard (`crate::controls`' end): from then on nothing
+//! 2. ends the sale now, on every shard (`crate::controls`' end): from then on nothing
 //!    sells, even units a restock or a release that passed its own checks before the mark gives
 //!    back, which would otherwise sell into a stream step 5 deletes. It then looks once more for
 //!    orders that sold before the end and are still queued or pending (found: takes the mark back
-//!    and refuses; the sale stays ended, and retires once they drain);
+//!    and refuses; the sale stays ended, in its `sales` row too, so a repair after a later Redis
+//!    loss seeds it again ended, and retires once they drain);
 //! 3. removes the sale and its shards (with any a repair left of an earlier layout:
 //!    `crate::reconcile`) from the registries, so every worker drops their streams
 //!    at its next registry refresh, and publishes `retired:<id>` on the events channel, so every
@@ -199,9 +200,9 @@ impl Retirer {
         // A seed that committed before the mark may have reopened the sale. If not, nothing sells
         // from here on (step 2), and what sold before is found queued.
         let last = match self.busy_now(sale, &shards).await {
-            Ok(refusals) if refusals.is_empty() => match controls::switch(&self.sales, sale, Switch::End, "").await {
-                Ok(_) => self.busy_after_end(sale, &shards).await,
-                Err(err) => Err(err.into()),
+            Ok(refusals) if refusals.is_empty() => match self.end(sale).await {
+                Ok(()) => self.busy_after_end(sale, &shards).await,
+                Err(err) => Err(err),
             },
             other => other,
         };
@@ -289,7 +290,7 @@ impl Retirer {
         tracing::warn!(sale_id = %sale, left, registered, grouped, "finishing a retirement stopped after its mark");
         let state = self.sales.sale_state(sale).await?;
         if state.is_some() {
-            controls::switch(&self.sales, sale, Switch::End, "").await?;
+            self.end(sale).await?;
         }
         let refusals = self.busy_after_end(sale, &shards).await?;
         if !refusals.is_empty() {
@@ -304,6 +305,17 @@ impl Retirer {
         let retired = self.take_down(sale, &shards, figures, persisted).await?;
         tracing::info!(sale_id = %sale, report = ?retired, "retirement finished");
         Ok(RetireOutcome::Retired(retired))
+    }
+
+    /// Ends the sale now on every shard (step 2), and in its `sales` row: a retirement refused
+    /// after this leaves the sale ended, and a sale Redis then loses is seeded again ended by a
+    /// repair, not open (`db::set_ended`).
+    async fn end(&self, sale: &SaleId) -> Result<(), RetireError> {
+        let switched = controls::switch(&self.sales, sale, Switch::End, "").await?;
+        if let Some(ends_at) = switched.and_then(|switched| switched.ends_at_ms) {
+            db::set_ended(&mut *self.pool.acquire().await?, sale, db::ms_to_time(ends_at)).await?;
+        }
+        Ok(())
     }
 
     /// The keys of every shard to take down: the layout's, shard 0 first, then those the shards

@@ -41,16 +41,8 @@ impl Shop {
             return Err(self.unknown_or_retired(sale).await);
         };
         let ends_at = switched.ends_at_ms.map(ms_to_time);
-        if switch == Switch::End {
-            sqlx::query(
-                "update sales set ends_at = $2, updated_at = now(),
-                     starts_at = case when starts_at >= $2 then $2 - interval '1 millisecond' else starts_at end
-                 where sale_id = $1",
-            )
-            .bind(sale.as_str())
-            .bind(ends_at)
-            .execute(&mut *tx)
-            .await?;
+        if let (Switch::End, Some(ends_at)) = (switch, ends_at) {
+            db::set_ended(&mut tx, sale, ends_at).await?;
         }
         let effect = json!({
             "was_paused": switched.was_paused,

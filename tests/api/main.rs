@@ -52,6 +52,7 @@ mod reconcile;
 mod redis_loss;
 mod reservations;
 mod retire;
+mod retire_refused;
 mod sales_overview;
 mod script_cache;
 mod shard_loss;
