@@ -143,10 +143,21 @@ fn parse(bytes: &[u8]) -> Result<Parsed, Refusal> {
     if http::Uri::try_from(request.path.unwrap_or_default()).is_err() {
         return Err(Refusal::BadRequest);
     }
+    // actix-http reads the body of a CONNECT, or of a request asking a WebSocket upgrade, until the
+    // client closes, Content-Length or not: followed here as ended, it would hold its connection
+    // with no deadline. No route upgrades or tunnels.
+    if request.method == Some("CONNECT") {
+        return Err(Refusal::BadRequest);
+    }
     let (mut body, mut hosts) = (None, 0);
     for header in request.headers.iter() {
         if header.name.eq_ignore_ascii_case("transfer-encoding") {
             return Err(Refusal::LengthRequired);
+        }
+        if header.name.eq_ignore_ascii_case("upgrade")
+            && std::str::from_utf8(header.value).is_ok_and(|v| v.trim().eq_ignore_ascii_case("websocket"))
+        {
+            return Err(Refusal::BadRequest);
         }
         if header.name.eq_ignore_ascii_case("content-length") {
             let value = std::str::from_utf8(header.value).map(str::trim).unwrap_or("+");
@@ -247,10 +258,16 @@ mod tests {
             b"GET / HTTP/1.1\r\n\r\n",
             b"POST /buy HTTP/1.0\r\n\r\n",
             b"GET http://[::1 HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"POST /buy HTTP/1.1\r\nHost: x\r\nUpgrade:  WebSocket \r\nContent-Length: 2\r\n\r\n{}",
+            b"CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n",
         ] {
             assert_eq!(all(&mut stream(1024), bad), Err(Refusal::BadRequest), "{}", String::from_utf8_lossy(bad));
         }
-        for good in [&b"GET / HTTP/1.0\r\n\r\n"[..], b"GET /sales/a?x=1 HTTP/1.1\r\nhost: x\r\n\r\n"] {
+        for good in [
+            &b"GET / HTTP/1.0\r\n\r\n"[..],
+            b"GET /sales/a?x=1 HTTP/1.1\r\nhost: x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
+        ] {
             assert_eq!(all(&mut stream(1024), good), Ok(1), "{}", String::from_utf8_lossy(good));
         }
     }
