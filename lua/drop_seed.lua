@@ -2,9 +2,10 @@
 -- `<drop>.<size>`), the group's keys and the drop's line, in one call, unless somebody has
 -- bought in it. Per size it writes what lua/seed.lua writes for an unsharded sale of a group.
 -- In "restore" mode (reconciliation's repair after a Redis loss, src/reconcile.rs) it writes the
--- same, from the drop's Postgres rows, but only what Redis lost: a size whose meta is gone, the
--- group meta's fields, and the line's or the draw's meta if gone; it checks nothing and resets no
--- live key. A drop in draw mode (issue 53) has no line: its draw meta holds the entry window.
+-- same, from the drop's Postgres rows, but only what Redis lost: a size whose meta is gone (its
+-- stock only if gone too: 0 when its buyers are not), the group meta's fields, and the line's or
+-- the draw's meta if gone; it checks nothing and resets no live key. A drop in draw mode (issue
+-- 53) has no line: its draw meta holds the entry window.
 --
 -- KEYS[1]  group meta         seckill:{group:<d>}:meta   (per_buyer, payment_window_ms, drop = "1")
 -- KEYS[2]  group's sales      seckill:{group:<d>}:sales  (the ids of the drop's sizes)
@@ -88,7 +89,7 @@ local written = 0
 local hold = ARGV[17 + 2 * sizes]
 local paused = restore and ((line and redis.call('HGET', KEYS[3], 'paused')) or (hold ~= '' and hold))
 for i = 0, sizes - 1 do
-  local meta, stock, sale = KEYS[6 + 3 * i], KEYS[7 + 3 * i], ARGV[17 + 2 * i]
+  local meta, stock, buyers, sale = KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i], ARGV[17 + 2 * i]
   local units = tonumber(ARGV[18 + 2 * i])
   if not (restore and redis.call('EXISTS', meta) == 1) then
     written = written + 1
@@ -106,7 +107,12 @@ for i = 0, sizes - 1 do
     end
     if paused then redis.call('HSET', meta, 'paused', paused) end
     if restore and hold and hold ~= '' then redis.call('HSET', meta, 'restoring', '1') end
-    redis.call('SET', stock, units)
+    if not restore or redis.call('EXISTS', stock) == 0 then
+      -- A restore keeps a stock that outlived its meta (it counts what its buyers took); one lost
+      -- while buyers remain is not known: 0, never the whole stock under them (reconciliation
+      -- then reports it unbalanced, for an operator's restock).
+      redis.call('SET', stock, (restore and redis.call('SCARD', buyers) > 0) and 0 or units)
+    end
   end
   redis.call('SADD', KEYS[2], sale)
 end

@@ -131,3 +131,30 @@ async fn a_drop_redis_lost_comes_back_with_its_line_its_limit_and_its_stock() {
     }
     assert_eq!(sold, [4, 1, 1], "40: alice, bob, carol, erin; 41: alice; 42: dave");
 }
+
+/// A size whose meta alone Redis lost (an eviction, a clean-up by hand) while its stock and buyers
+/// stayed: the repair writes the meta back over the stock its buyers left, never the whole stock
+/// again under them (which sold every unit of theirs a second time).
+#[tokio::test]
+async fn a_size_whose_meta_alone_was_lost_is_repaired_over_the_stock_its_buyers_left() {
+    let app = spawn_app().await;
+    let drop = seed_drop(&app).await;
+    let size = format!("{drop}.40");
+    for user in ["alice", "bob"] {
+        let token = token(&app, &drop, user).await;
+        buys(&app, &size, user, &token).await;
+    }
+    every_size_adds_up(&app, &drop).await;
+    let keys = app.store.keyspace().sale_keys(&seckill::domain::SaleId::parse(&size).unwrap());
+    let _: () = app.redis.clone().del(&keys.meta).await.unwrap();
+
+    let report = repair(&app, &size).await;
+    assert!(report.sale_restored, "{report:?}");
+    for user in ["carol", "dave"] {
+        let token = token(&app, &drop, user).await;
+        buys(&app, &size, user, &token).await;
+    }
+    let erin = token(&app, &drop, "erin").await;
+    refused_with(buy_with(&app, &size, "erin", Some(&erin)).await, 410, "sold_out", "a fifth pair of 4").await;
+    every_size_adds_up(&app, &drop).await;
+}
