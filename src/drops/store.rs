@@ -73,7 +73,7 @@ pub async fn lock(tx: &mut PgConnection, drop: &DropId) -> Result<(), sqlx::Erro
 /// the end moves to 1 ms before it, as `lua/drop_control.lua` does in Redis. The caller holds the
 /// drop's row ([`lock`]); the sizes' rows are locked in id order, as a stock change locks them.
 pub async fn end(tx: &mut PgConnection, drop: &DropId, sizes: &[&str], at: OffsetDateTime) -> Result<(), sqlx::Error> {
-    sqlx::query("select 1 from sales where sale_id = any($1) order by sale_id for update")
+    sqlx::query("select 1 from sales where sale_id = any($1) order by sale_id collate \"C\" for update")
         .bind(sizes)
         .execute(&mut *tx)
         .await?;

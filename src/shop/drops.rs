@@ -328,7 +328,7 @@ impl Shop {
         // and its row is the retired sale's record).
         let retired: Option<String> = sqlx::query_scalar(
             "select sale_id from (select sale_id, retired_at from sales where sale_id = any($1)
-             order by sale_id for update) locked where retired_at is not null limit 1",
+             order by sale_id collate \"C\" for update) locked where retired_at is not null limit 1",
         )
         .bind(&ids)
         .fetch_optional(&mut *tx)
