@@ -145,8 +145,8 @@ impl Shop {
         if let (Some(line), Some(seed)) = (spec.line.as_mut(), kept) {
             line.seed = seed; // the seed Postgres keeps: Redis takes it unless it keeps one already
         }
-        if let Some((row, _)) = &draw {
-            draw_store::upsert(&mut tx, drop, row).await?;
+        if let (Some((row, _)), Some(spec_draw)) = (&draw, spec.draw.as_mut()) {
+            spec_draw.commitment = draw_store::upsert(&mut tx, drop, row).await?;
         }
         match drops::seed(&self.sales, drop, &spec).await? {
             // The row takes the line's seed Redis keeps (shuffled with it, its SHA-256 published)

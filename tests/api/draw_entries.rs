@@ -13,7 +13,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::common::drops::new_drop_id;
-use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, spawn_app, spawn_app_with};
+use crate::helpers::{ADMIN_TOKEN, TestApp, assert_error, lock_waiters, spawn_app, spawn_app_with};
 
 /// RFC 3339 of now plus `seconds`.
 pub(crate) fn at(seconds: i64) -> String {
@@ -35,6 +35,15 @@ pub(crate) async fn open_draw(app: &TestApp) -> String {
     let response = put_draw(app, &drop, json!({"opens_at": at(-60), "closes_at": at(3600)})).await;
     assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
     drop
+}
+
+/// The draw's secret seed and its commitment, as Postgres keeps them.
+async fn draw_row(app: &TestApp, drop: &str) -> (String, String) {
+    sqlx::query_as("select seed, commitment from draws where drop_id = $1")
+        .bind(drop)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
 }
 
 pub(crate) async fn enter(app: &TestApp, drop: &str, body: Value) -> reqwest::Response {
@@ -116,11 +125,7 @@ async fn a_buyer_enters_once_reads_the_entry_back_and_it_reaches_postgres() {
         .unwrap();
     assert_eq!(admin["draw"]["commitment"], view["draw"]["commitment"]);
     // The commitment is the SHA-256 of the secret seed Postgres keeps (never shown before the draw).
-    let (seed, commitment): (String, String) = sqlx::query_as("select seed, commitment from draws where drop_id = $1")
-        .bind(&drop)
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
+    let (seed, commitment) = draw_row(&app, &drop).await;
     assert_eq!(commitment, seckill::shop::seed_commitment(&seed));
     assert_eq!(view["draw"]["commitment"], commitment);
     assert!(!view.to_string().contains(&seed), "the seed stays secret");
@@ -315,4 +320,36 @@ async fn an_entry_failing_on_a_damaged_key_leaves_its_nonce_unspent() {
     let _: i64 = redis.del(&keys.entry_stream).await.unwrap();
     let entered: Vec<String> = enter().invoke_async(&mut redis).await.unwrap();
     assert_eq!(entered[0], "entered", "the same solution, mended: {entered:?}");
+}
+
+/// Two first seeds of a draw at once (an operator's retry while the first still runs) each draw a
+/// seed; Postgres keeps the first's. Redis must publish that seed's commitment, whichever seed
+/// ran its script last: a commitment the revealed seed does not hash to makes an honest draw
+/// look rigged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_first_seeds_of_a_draw_at_once_publish_the_commitment_of_the_seed_kept() {
+    let app = spawn_app().await;
+    let drop = new_drop_id();
+    // Both seeds wait on the first size's row, which this transaction holds until both do.
+    let mut blocker = app.pool.begin().await.unwrap();
+    sqlx::query("insert into sales (sale_id, stock_initial) values ($1, 5)")
+        .bind(format!("{drop}.41"))
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let window = json!({"opens_at": at(-60), "closes_at": at(3600)});
+    let release = async {
+        lock_waiters(&app.pool, 2).await;
+        blocker.rollback().await.unwrap();
+    };
+    let (first, second, ()) =
+        tokio::join!(put_draw(&app, &drop, window.clone()), put_draw(&app, &drop, window), release);
+    assert_eq!((first.status().as_u16(), second.status().as_u16()), (200, 200));
+
+    let (seed, commitment) = draw_row(&app, &drop).await;
+    assert_eq!(commitment, seckill::shop::seed_commitment(&seed));
+    let published: String =
+        redis::AsyncCommands::hget(&mut app.redis.clone(), &keys(&app, &drop).draw, "commitment").await.unwrap();
+    assert_eq!(published, commitment, "Redis publishes the commitment of the seed Postgres keeps");
+    assert_eq!(public(&app, &drop).await["draw"]["commitment"], commitment);
 }

@@ -21,14 +21,16 @@ pub struct DrawRow {
 }
 
 /// Creates the draw's row or updates its window and waitlist; a row that exists keeps its seed
-/// and commitment.
-pub async fn upsert(tx: &mut PgConnection, drop: &DropId, row: &DrawRow) -> Result<(), sqlx::Error> {
-    sqlx::query(
+/// and commitment. Answers the commitment the row keeps: another first seed of the drop, racing
+/// this one, may have drawn the seed, and Redis must publish its commitment, not this call's.
+pub async fn upsert(tx: &mut PgConnection, drop: &DropId, row: &DrawRow) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar(
         "insert into draws (drop_id, seed, commitment, opens_at, closes_at, waitlist_places)
          values ($1, $2, $3, $4, $5, $6)
          on conflict (drop_id) do update
          set opens_at = excluded.opens_at, closes_at = excluded.closes_at,
-             waitlist_places = excluded.waitlist_places",
+             waitlist_places = excluded.waitlist_places
+         returning commitment",
     )
     .bind(drop.as_str())
     .bind(&row.seed)
@@ -36,9 +38,8 @@ pub async fn upsert(tx: &mut PgConnection, drop: &DropId, row: &DrawRow) -> Resu
     .bind(row.opens_at)
     .bind(row.closes_at)
     .bind(row.waitlist_places.clamp(0, i64::from(i32::MAX)) as i32)
-    .execute(tx)
+    .fetch_one(tx)
     .await
-    .map(|_| ())
 }
 
 /// The draw's row, `None` if the drop has none.
