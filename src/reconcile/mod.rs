@@ -42,6 +42,7 @@ use crate::controls;
 use crate::db;
 use crate::domain::{DropId, SaleId, UserId};
 use crate::draw::entries::store as draw_store;
+use crate::draw::run as draw_run;
 use crate::drops::{self, DropSpec};
 use crate::orders::queue;
 use crate::purchase::{CommittedOrder, SaleSpec, SaleState, Sales, SeedOutcome};
@@ -243,6 +244,13 @@ async fn restore_drop_size(
     };
     let line_stock = drops::store::stock(pool, drop).await?;
     let written = drops::restore(sales, drop, &spec, line_stock, REPAIR_HOLD).await?;
+    // A draw meta written back is open, as its seed wrote it; one whose run began or ended takes
+    // its state from Postgres: entries stay closed, a drawn draw's seed stays revealed.
+    if let Some(draw) = draw_run::store::draw(pool, drop).await?
+        && draw.state != "open"
+    {
+        draw_run::award::set_state(sales.keyspace(), drop, &draw.state).await?;
+    }
     if written > 0 {
         tracing::warn!(sale_id = %sale, drop_id = %drop, "size of a drop lost by Redis seeded again from Postgres");
     }

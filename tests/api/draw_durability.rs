@@ -144,3 +144,25 @@ async fn a_size_waits_for_its_draw_before_it_retires() {
     assert_eq!(drawn.status(), 200, "{}", drawn.text().await.unwrap());
     assert_eq!(retire().await.status(), 200);
 }
+
+/// A draw meta Redis lost after the draw ran early (an eviction, a clean-up by hand) comes back
+/// from the repair drawn, as Postgres has it, not open: entries stay closed (the runner never
+/// draws a drawn draw again, so an entry accepted then would wait for ever) and the seed stays
+/// revealed.
+#[tokio::test]
+async fn a_drawn_draw_whose_meta_redis_lost_comes_back_drawn() {
+    let app = spawn_app().await;
+    let drop = open_draw(&app).await;
+    assert_eq!(enter(&app, &drop, json!({"sizes": ["41"], "user_id": "ann"})).await.status(), 201);
+    wait_stored(&app, &drop, 1).await;
+    let run = crate::draw_run::run_now(&app, &drop).await;
+    assert_eq!(run.status(), 200, "{}", run.text().await.unwrap());
+    let _: () = app.redis.clone().del(&keys(&app, &drop).draw).await.unwrap();
+
+    crate::redis_loss::repair(&app, &format!("{drop}.41")).await;
+    let state: Option<String> = app.redis.clone().hget(&keys(&app, &drop).draw, "state").await.unwrap();
+    assert_eq!(state.as_deref(), Some("drawn"));
+    assert_error(enter(&app, &drop, json!({"sizes": ["42"], "user_id": "late"})).await, 409, "entries_closed").await;
+    let view = public(&app, &drop).await;
+    assert!(view["draw"]["seed"].is_string(), "the seed stays revealed: {view}");
+}
