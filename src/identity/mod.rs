@@ -185,10 +185,11 @@ impl Verifier {
     /// and after now; `iat`, when present, a number and not in the future beyond the leeway.
     fn check_lifetime(&self, claims: &Map<String, Value>) -> Result<(), InvalidToken> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let exp = claims.get("exp").and_then(Value::as_u64).ok_or(InvalidToken("a claim of the token is malformed"))?;
+        let exp = claims.get("exp").and_then(|exp| seconds(exp, f64::ceil));
+        let exp = exp.ok_or(InvalidToken("a claim of the token is malformed"))?;
         let issued = match claims.get("iat") {
             None => now,
-            Some(iat) => iat.as_u64().ok_or(InvalidToken("the token's iat is not a number of seconds"))?,
+            Some(iat) => seconds(iat, f64::floor).ok_or(InvalidToken("the token's iat is not a number of seconds"))?,
         };
         if issued > now + self.leeway {
             return Err(InvalidToken("the token was issued in the future (iat)"));
@@ -198,6 +199,16 @@ impl Verifier {
         }
         Ok(())
     }
+}
+
+/// A NumericDate claim in whole seconds (RFC 7519: a JSON number, not always an integer, as the
+/// signature's check reads it too): an integer as it is, a fraction rounded by `round` (up for an
+/// end, down for a start: the lifetime checked is never shorter than the token's).
+fn seconds(value: &Value, round: fn(f64) -> f64) -> Option<u64> {
+    value.as_u64().or_else(|| {
+        let secs = round(value.as_f64()?);
+        (secs.is_finite() && (0.0..9.0e15).contains(&secs)).then_some(secs as u64)
+    })
 }
 
 /// The key of a PEM and the algorithm it is used with: the one given, or its type's.

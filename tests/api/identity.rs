@@ -339,3 +339,17 @@ async fn look_alike_ids_are_distinct_buyers() {
     assert_error(app.buy(&sale, "zoe\u{301}").await, 400, "invalid_request").await;
     assert_eq!(app.status(&sale).await.stock_left, 5);
 }
+
+/// RFC 7519's NumericDate is any JSON number: times with a fraction, as some identity providers
+/// issue them, are read as the signature's check reads them (they were refused as malformed).
+#[tokio::test]
+async fn a_token_whose_times_have_fractions_buys() {
+    let app = jwt_app().await;
+    let sale = new_sale_id();
+    app.seed_stock(&sale, STOCK).await;
+    let secret = EncodingKey::from_secret(SECRET.as_bytes());
+    let times = json!({"exp": now() as f64 + 600.5, "iat": now() as f64 - 0.25});
+    let token = sign(Algorithm::HS256, &secret, &claims("frac", times));
+    let response = buy_with(&app, Some(&format!("Bearer {token}")), json!({"sale_id": sale})).await;
+    assert_eq!(response.status(), 201, "{}", response.text().await.unwrap());
+}
