@@ -279,6 +279,20 @@ impl Challenges {
         Ok(fresh == 1)
     }
 
+    /// Gives `spent` back in `sale` (ZREM of its nonce): it was spent for a purchase that bought
+    /// nothing and may be asked again, so the same solution may be sent again. A failure leaves
+    /// it spent (logged, budgeted): the buyer then solves a new challenge.
+    pub async fn give_back(&self, sale: &SaleId, spent: &Spent) {
+        let keys = self.redis.sale_keys(sale);
+        let given: RedisResult<i64> =
+            redis::cmd("ZREM").arg(&keys.challenges).arg(&spent.nonce).query_async(&mut self.redis.conn()).await;
+        if let Err(error) = given
+            && let Some(suppressed) = crate::telemetry::dependency_failure_line(Some("redis"))
+        {
+            tracing::warn!(%error, sale_id = %sale, suppressed, "a spent proof of work was not given back");
+        }
+    }
+
     /// `lua/challenge_count.lua`: this address's challenges in the last minute, this one included.
     async fn count(&self, address: IpAddr) -> RedisResult<u64> {
         let key = challenge_count_key(self.redis.prefix(), address);

@@ -8,11 +8,11 @@ use uuid::Uuid;
 use super::limits::{Limited, Meter};
 use super::{Error, Shop};
 use crate::admission::token::Refused as NotAdmitted;
-use crate::challenge::Refused;
+use crate::challenge::{Refused, Spent};
 use crate::domain::{SaleId, UserId};
 use crate::orders::lookup;
 use crate::purchase::sold_out::{self, Flagged};
-use crate::purchase::{BuyError, BuyOutcome, Purchase, Receipt};
+use crate::purchase::{Admitted, BuyError, BuyOutcome, Purchase, Receipt};
 use crate::redis::connection::is_redis_outage;
 
 /// The buyer's admission token to a queued sale, as the request carried it.
@@ -27,12 +27,12 @@ pub enum AdmissionToken<'a> {
 }
 
 /// What a purchase's proof of work came to before its purchase call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 enum Proof {
     /// None carried, none asked, or a queued sale's (its join asked it).
     None,
     /// Verified and spent now.
-    Spent,
+    Spent(Spent),
     /// Genuine, but spent before: maybe by this buyer's own attempt whose answer was lost. The
     /// purchase call says which: 409 with the order, else this refusal.
     Replayed,
@@ -119,7 +119,26 @@ impl Shop {
             Some(_) => Proof::None, // a queued sale: its join asked for the proof of work
             None => self.spend_proof(sale, user, client, proof).await?,
         };
-        let proven = proof == Proof::Spent;
+        let bought = self.proven_purchase(sale, (user, quantity), client, (place, &proof), gates, meter).await;
+        if let (Err(refused), Proof::Spent(spent)) = (&bought, &proof)
+            && may_ask_again(refused)
+        {
+            self.challenges.give_back(sale, spent).await;
+        }
+        bought
+    }
+
+    /// The purchase's call once its proof of work is settled, and what its answer means.
+    async fn proven_purchase(
+        &self,
+        sale: &SaleId,
+        (user, quantity): (&UserId, u32),
+        client: IpAddr,
+        (place, proof): (Option<Admitted>, &Proof),
+        gates: Vec<crate::limiter::Gate<'_>>,
+        meter: &mut Meter<'_>,
+    ) -> Result<Bought, Error> {
+        let proven = matches!(proof, Proof::Spent(_));
         let (asked, order_id) = (Instant::now(), Uuid::now_v7());
         let verdict =
             self.sales.buy(sale, (user, quantity), order_id, (place, proven), &gates).await.map_err(|err| {
@@ -175,7 +194,7 @@ impl Shop {
             BuyOutcome::AlreadyPurchased(receipt) => Err(self.already_purchased(sale, user, receipt).await?),
             BuyOutcome::ChallengeRequired => {
                 self.challenges.learn_asked(sale);
-                Err(if proof == Proof::Replayed { self.refused(Refused::Replayed) } else { self.required() })
+                Err(if matches!(proof, Proof::Replayed) { self.refused(Refused::Replayed) } else { self.required() })
             }
             BuyOutcome::NotAdmitted => {
                 self.admission.learn_queued(sale);
@@ -225,7 +244,7 @@ impl Shop {
             return Ok(Proof::Replayed);
         }
         self.solved(&spent);
-        Ok(Proof::Spent)
+        Ok(Proof::Spent(spent))
     }
 
     /// The refusal of a repeat purchase, naming the order as `GET /sales/{sale_id}/order` reads
@@ -250,4 +269,20 @@ impl Shop {
             None => self.sales.sale_state(sale).await?.and_then(|sale| sale.payment_window_ms),
         })
     }
+}
+
+/// Whether a purchase refused this way bought nothing and may be asked again as it was: refused by
+/// a limit, before the start, while paused, short of stock, over the buyer's limit, or never run.
+/// Its proof of work is given back, so the same solution buys when it may (a sold-out or ended
+/// sale, or a buyer who bought, has nothing more to ask: theirs stays spent).
+fn may_ask_again(refused: &Error) -> bool {
+    matches!(
+        refused,
+        Error::RateLimited { .. }
+            | Error::Unavailable(_)
+            | Error::SaleNotStarted
+            | Error::SalePaused
+            | Error::InsufficientStock { .. }
+            | Error::LimitReached { .. }
+    )
 }

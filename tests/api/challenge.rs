@@ -290,7 +290,8 @@ async fn a_sale_without_a_waiting_room_asks_it_on_buy_and_one_without_a_challeng
     assert_eq!(again.status(), 409);
     let again: Value = again.json().await.unwrap();
     assert_eq!((&again["error"], &again["order_id"]), (&json!("already_purchased"), &order["order_id"]), "{again}");
-    // A solution spent on a purchase that bought nothing (two units, one a buyer) is refused again.
+    // A solution spent on a purchase that bought nothing and may be asked again (two units, one a
+    // buyer) is given back: the same solution buys one unit.
     let (bobs, _) = solve(&challenge(&app, &sale, "bob", "10.0.0.1").await);
     let two = app
         .client
@@ -299,13 +300,13 @@ async fn a_sale_without_a_waiting_room_asks_it_on_buy_and_one_without_a_challeng
         .header("Seckill-Challenge", bobs.clone())
         .json(&json!({"sale_id": sale, "user_id": "bob", "quantity": 2}));
     assert_error(two.send().await.unwrap(), 409, "limit_reached").await;
-    refused(buy("bob", Some(bobs)).await.unwrap(), "used already").await;
-    assert_eq!(app.status(&sale).await.stock_left, 9_999, "one unit sold, to the one solution");
+    assert_eq!(buy("bob", Some(bobs)).await.unwrap().status(), 201);
+    assert_eq!(app.status(&sale).await.stock_left, 9_998, "two units sold, one to each solution");
     let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
     for counted in [
         r#"{outcome="challenge_required"} 2"#,
-        r#"{outcome="challenge_failed"} 1"#,
-        r#"{outcome="created"} 1"#,
+        r#"{outcome="limit_reached"} 1"#,
+        r#"{outcome="created"} 2"#,
         r#"{outcome="already_purchased"} 1"#,
     ] {
         let line = format!("seckill_purchases_total{counted}");
@@ -474,6 +475,26 @@ async fn a_buyer_refused_from_memory_keeps_their_solution() {
     }
     assert_eq!(metric(FROM_MEMORY).await, 3.0, "answered from memory");
     assert_eq!(metric(SOLVED).await, 2.0, "the third solution is not spent");
+}
+
+/// A purchase that bought nothing and may be asked again as it was (paused here; also before the
+/// start, refused by a limit, short of stock or never run) gives its solution back: the same
+/// header buys once the sale resumes. It was spent before the call, and the retry was refused
+/// as a replay (403 challenge_failed).
+#[tokio::test]
+async fn a_purchase_refused_while_paused_gives_its_solution_back_for_the_retry() {
+    let app = app(10, Duration::from_secs(600)).await;
+    let sale = seed(&app, 5, false).await;
+    let (proof, _) = solve(&challenge(&app, &sale, "dora", "10.0.0.8").await);
+    let buy = || {
+        let request = app.client.post(app.url("/buy")).header("X-Forwarded-For", "10.0.0.8");
+        request.header("Seckill-Challenge", &proof).json(&json!({"sale_id": sale, "user_id": "dora"})).send()
+    };
+    assert_eq!(crate::controls::control(&app, &sale, "pause", None).await.status(), 200);
+    assert_error(buy().await.unwrap(), 403, "sale_paused").await;
+    assert_eq!(crate::controls::control(&app, &sale, "resume", None).await.status(), 200);
+    let bought = buy().await.unwrap();
+    assert_eq!(bought.status(), 201, "{}", bought.text().await.unwrap());
 }
 
 /// `seckill solve`, the command a script runs: given a challenge another client fetched (on

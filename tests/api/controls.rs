@@ -14,7 +14,7 @@ use crate::helpers::{
 };
 
 /// `POST /admin/sales/{sale}/{action}` with `body` (`None`: no body).
-async fn control(app: &TestApp, sale: &str, action: &str, body: Option<Value>) -> reqwest::Response {
+pub(crate) async fn control(app: &TestApp, sale: &str, action: &str, body: Option<Value>) -> reqwest::Response {
     let request = app.client.post(app.url(&format!("/admin/sales/{sale}/{action}"))).bearer_auth(ADMIN_TOKEN);
     let request = match body {
         Some(body) => request.json(&body),
