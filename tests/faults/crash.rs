@@ -44,20 +44,7 @@ async fn sigkill_mid_storm(jwt: bool) {
     // One order the worker takes and gets stuck on: its insert waits for the lock.
     let first_buy = Storm::new(&deployment.address, &sale, 1, 1).users_named("first").with_jwt(secret).run().await;
     assert_eq!(first_buy.count(201), 1, "{first_buy:?}");
-    let until = Instant::now() + Duration::from_secs(15);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
-        )
-        .fetch_one(&deployment.pool)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        assert!(Instant::now() < until, "the worker never took the first order");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    deployment.wait_for_a_lock_waiter("the worker never took the first order").await;
 
     let (storm, running) =
         Storm::new(&deployment.address, &sale, 1_500, 3_000).users_named("early").with_jwt(secret).spawn();

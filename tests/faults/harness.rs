@@ -84,6 +84,25 @@ impl Deployment {
         vars
     }
 
+    /// Waits (up to 20 s, else fails with `why`) until a session of the deployment's database
+    /// waits on a lock.
+    pub async fn wait_for_a_lock_waiter(&self, why: &str) {
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+            )
+            .fetch_one(&self.pool)
+            .await
+            .unwrap();
+            if waiting > 0 {
+                return;
+            }
+            assert!(Instant::now() < until, "{why}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Starts `seckill serve` and seeds a new sale open now with `stock`.
     pub async fn start_with_sale(&mut self, stock: i64) -> (Seckill, String) {
         let service = self.start().await;

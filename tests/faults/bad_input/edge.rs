@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
 
-use crate::common::new_sale_id;
+use crate::common::{ADMIN_TOKEN, new_sale_id};
 use crate::harness::{Deployment, Seckill};
 
 /// A connection to the service from `source` (any 127.0.0.0/8 address is this host's), so one
@@ -342,4 +342,39 @@ async fn every_refusal_the_server_sends_has_a_json_body() {
     assert!(after >= Duration::from_millis(900), "closed before the deadline: {after:?}");
     assert_eq!(refusals(&deployment, "bad_request").await, 7);
     assert_eq!(refusals(&deployment, "request_timeout").await, 2);
+}
+
+/// A refusal earned by a request sent behind one whose handler still runs does not take that
+/// request's answer (HTTP/1.1 matches answers to requests by order): an operator's pause, held
+/// on its sale's row, still answers 200 once it has paused, and the oversized head sent after it
+/// goes unanswered as the connection closes. Before, the 431 came first, read as the pause's
+/// answer, and the pause's own 200 was lost.
+#[tokio::test]
+async fn a_refusal_behind_a_running_request_never_takes_its_answer() {
+    let mut deployment = Deployment::new(&[]).await;
+    let (_service, sale) = deployment.start_with_sale(5).await;
+    let mut holder = deployment.pool.begin().await.unwrap();
+    sqlx::query("select 1 from sales where sale_id = $1 for update").bind(&sale).execute(&mut *holder).await.unwrap();
+
+    let mut stream = connect_from(Ipv4Addr::LOCALHOST, deployment.port).await;
+    let pause = format!(
+        "POST /admin/sales/{sale}/pause HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\
+         Content-Length: 0\r\n\r\n"
+    );
+    stream.write_all(pause.as_bytes()).await.unwrap();
+    deployment.wait_for_a_lock_waiter("the pause never waited on the sale's row").await;
+    let mut head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nCookie: ".to_vec();
+    head.resize(20 * 1024, b'a');
+    let _ = stream.write_all(&head).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while refusals(&deployment, "header_too_large").await == 0 {
+        assert!(Instant::now() < deadline, "the oversized head was never refused");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    holder.commit().await.unwrap();
+
+    let (answer, _) = answer_and_close(&mut stream, Duration::from_secs(20)).await.expect("closed");
+    assert_eq!(status_and_code(&answer).0, 200, "the pause's own answer: {answer:?}");
+    assert!(!answer.contains("header_too_large"), "no refusal in its place: {answer:?}");
+    assert!(deployment.status(&sale).await.paused, "the pause was made");
 }

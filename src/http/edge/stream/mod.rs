@@ -18,7 +18,8 @@
 //!   same deadline: its stream fails when it is passed.
 //!
 //! Each refusal writes its JSON answer, half-closes the socket, lingers, and ends the stream, so
-//! actix closes the connection. A connection refused at once (over its client's share or the
+//! actix closes the connection; behind requests whose answers are still owed, it only ends the
+//! stream (actix writes them, then closes), as its answer would take the place of theirs. A connection refused at once (over its client's share or the
 //! budget) holds a descriptor the budget does not count: it lingers only if fewer than
 //! `LINGERING_REFUSALS` do, else it ends as soon as its answer is written.
 //!

@@ -35,12 +35,20 @@ fn linger(refusal: Refusal) -> Duration {
 const LINGER_BYTES: usize = 256 * 1024;
 
 impl<S> EdgeStream<S> {
-    /// From now on the stream writes `refusal`'s answer and ends; counted once, here.
+    /// From now on the stream writes `refusal`'s answer and ends; counted once, here. With answers
+    /// to earlier requests still owed, it ends without one: HTTP/1.1 matches answers to requests
+    /// by their order, so the refusal would reach the client as the first owed request's answer
+    /// (a 431 for a purchase that bought), and that answer would be lost. actix then writes what it
+    /// owes and closes; the refused request, never processed, goes unanswered.
     pub(super) fn refuse(&mut self, refusal: Refusal) {
         self.edge.count(refusal);
-        self.refusal = Some((refusal, Closing::Writing(0)));
         self.framing.stop();
         self.held = Vec::new();
+        if self.ahead > 0 {
+            self.ended = true;
+            return;
+        }
+        self.refusal = Some((refusal, Closing::Writing(0)));
     }
 
     /// Whether the connection lingers after its refusal's answer: always when it holds a place

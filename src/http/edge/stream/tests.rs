@@ -146,3 +146,25 @@ async fn connections_refused_at_once_linger_only_while_few_do() {
     let (_client, mut stream) = refused();
     assert!(stream.read(&mut [0; 16]).now_or_never().is_none(), "a place given back lingers again");
 }
+
+#[tokio::test]
+async fn a_refusal_behind_an_owed_answer_ends_the_stream_without_writing_in_its_place() {
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let mut edge_side = EdgeStream::new(server, edge(256), None, None);
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let get = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    client_write.write_all(get).await.unwrap();
+    let mut seen = vec![0; 4096];
+    assert_eq!(edge_side.read(&mut seen).await.unwrap(), get.len(), "the first request is handed on");
+    // Its handler runs; the next request's head is over the limit.
+    client_write.write_all(b"GET /healthz HTTP/1.1\r\nx-long: ").await.unwrap();
+    client_write.write_all(&[b'a'; 512]).await.unwrap();
+    assert_eq!(edge_side.read(&mut seen).await.unwrap(), 0, "the stream ends for actix");
+    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+    edge_side.write_all(answer).await.unwrap();
+    edge_side.flush().await.unwrap();
+    edge_side.shutdown().await.unwrap();
+    let mut received = Vec::new();
+    client_read.read_to_end(&mut received).await.unwrap();
+    assert_eq!(received, answer, "the owed answer, and no refusal in its place");
+}
