@@ -19,9 +19,10 @@
 //!
 //! Each refusal writes its JSON answer, half-closes the socket, lingers, and ends the stream, so
 //! actix closes the connection; behind requests whose answers are still owed, it only ends the
-//! stream (actix writes them, then closes), as its answer would take the place of theirs. A connection refused at once (over its client's share or the
-//! budget) holds a descriptor the budget does not count: it lingers only if fewer than
-//! `LINGERING_REFUSALS` do, else it ends as soon as its answer is written.
+//! stream (actix writes them, then closes), as its answer would take the place of theirs. A
+//! connection refused at once (over its client's share or the budget) holds a descriptor the
+//! budget does not count: it lingers only if fewer than `LINGERING_REFUSALS` do, else it ends as
+//! soon as its answer is written.
 //!
 //! On the fast path (a whole request in one read, its answer written at once) this adds one
 //! parse of the head where it lies and a few flags; the timers are armed only when a read waits
