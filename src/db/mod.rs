@@ -15,8 +15,8 @@ use sqlx::{Connection, Executor, PgPool};
 
 pub(crate) use orders::RETURNS_UNITS;
 pub use orders::{
-    Hint, InsertReport, StoredOrder, count_orders, count_orders_by_sale, group_units_page, insert_orders, order_of,
-    order_users, orders_of_users,
+    Hint, InsertReport, StoredOrder, count_group_orders_besides, count_orders, count_orders_by_sale, group_units_page,
+    insert_orders, order_of, order_users, orders_of_users,
 };
 pub(crate) use outbox::{emit_order, lost_events, order_event};
 pub use retired::{

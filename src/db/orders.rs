@@ -215,6 +215,20 @@ pub async fn count_orders(pool: &PgPool, sale: &SaleId) -> Result<i64, sqlx::Err
     sqlx::query_scalar("select count(*) from orders where sale_id = $1").bind(sale.as_str()).fetch_one(pool).await
 }
 
+/// Orders committed in the sales of `group` other than `sale` that are not retired (the sales
+/// rows `<group>.*` name them; each count is a lookup by the orders' key).
+pub async fn count_group_orders_besides(pool: &PgPool, group: &str, sale: &SaleId) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "select count(*) from orders where sale_id in (
+             select sale_id from sales
+             where starts_with(sale_id, $1 || '.') and sale_id <> $2 and retired_at is null)",
+    )
+    .bind(group)
+    .bind(sale.as_str())
+    .fetch_one(pool)
+    .await
+}
+
 /// Orders committed per sale, for the given sales (a sale without orders is absent).
 pub async fn count_orders_by_sale(pool: &PgPool, sales: &[SaleId]) -> Result<HashMap<String, i64>, sqlx::Error> {
     let ids: Vec<&str> = sales.iter().map(SaleId::as_str).collect();

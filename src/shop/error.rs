@@ -171,6 +171,17 @@ pub enum Error {
         /// Orders of the sale in Postgres.
         orders: i64,
     },
+    /// `sale_has_orders`: a seed of a sale of a group Redis lost (its meta is gone) whose other
+    /// sales, not retired, have orders in Postgres: seeded, the group's holdings would start
+    /// empty, and a buyer at the group's limit could buy past it.
+    #[error(
+        "Postgres holds {orders} order(s) of this sale's group that Redis does not know (Redis lost the group's \
+         state): repair its sales first with `seckill reconcile <sale_id> --repair`, then seed"
+    )]
+    GroupHasOrders {
+        /// Orders of the group's other sales in Postgres.
+        orders: i64,
+    },
     /// `group_limit_differs`: a seed of a group's sale with another `per_buyer` than the group's.
     #[error(
         "the sale's group allows {per_buyer} unit(s) per buyer; every sale of a group must seed the same per_buyer"

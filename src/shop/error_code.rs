@@ -40,7 +40,7 @@ impl Error {
             Self::SaleInProgress => "sale_in_progress",
             Self::GroupLimitDiffers { .. } => "group_limit_differs",
             Self::GroupWindowDiffers { .. } => "group_window_differs",
-            Self::SaleHasOrders { .. } => "sale_has_orders",
+            Self::SaleHasOrders { .. } | Self::GroupHasOrders { .. } => "sale_has_orders",
             Self::SaleStarted => "sale_started",
             Self::ShardsFixed { .. } => "shards_fixed",
             Self::SaleRetired | Self::SeedRetired | Self::RestockRetired => "sale_retired",

@@ -210,12 +210,28 @@ impl Shop {
     /// can appear in between: orders come only from buyers.
     pub(super) async fn refuse_if_redis_forgot_orders(&self, sale: &SaleId) -> Result<(), Error> {
         let orders = db::count_orders(&self.pool, sale).await?;
-        if orders == 0 {
+        if orders > 0 {
+            return match self.sales.sale_state(sale).await? {
+                Some(redis) if redis.sold > 0 => Err(Error::SaleInProgress),
+                _ => Err(Error::SaleHasOrders { orders }),
+            };
+        }
+        self.refuse_if_redis_forgot_the_group(sale).await
+    }
+
+    /// The same for the sale's group: a group whose meta Redis does not have (new, or lost with
+    /// its slot) must not start over the orders Postgres holds in its other sales, or the buyers'
+    /// units held in the group would start from nothing (their repair raises them again).
+    async fn refuse_if_redis_forgot_the_group(&self, sale: &SaleId) -> Result<(), Error> {
+        let Some(group) = sale.group() else { return Ok(()) };
+        let meta = self.sales.keyspace().sale_keys(sale).group_meta;
+        let known: bool = redis::AsyncCommands::exists(&mut self.sales.keyspace().conn(), &meta).await?;
+        if known {
             return Ok(());
         }
-        match self.sales.sale_state(sale).await? {
-            Some(redis) if redis.sold > 0 => Err(Error::SaleInProgress),
-            _ => Err(Error::SaleHasOrders { orders }),
+        match db::count_group_orders_besides(&self.pool, group, sale).await? {
+            0 => Ok(()),
+            orders => Err(Error::GroupHasOrders { orders }),
         }
     }
 }

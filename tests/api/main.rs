@@ -32,6 +32,7 @@ mod drop_page;
 mod drops;
 mod examples;
 mod exports;
+mod group_loss;
 mod health;
 mod helpers;
 mod identity;

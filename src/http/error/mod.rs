@@ -125,6 +125,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::DropSize
         | E::DropStock { .. }
         | E::SaleHasOrders { .. }
+        | E::GroupHasOrders { .. }
         | E::SaleStarted
         | E::ShardsFixed { .. }
         | E::SeedRetired

@@ -141,7 +141,8 @@ where
         (status = 200, description = "Seeded; the drop's state", body = DropStatus),
         (status = 409, description = "`drop_in_progress`: a size has buyers (`sale_id` names it), the drop cannot be \
             re-seeded; `drop_size_missing`: a size of the drop is not in the body (`sale_id`); `not_a_drop`: the \
-            group's sales were seeded one by one; `sale_has_orders`: Postgres holds orders of a size Redis lost; \
+            group's sales were seeded one by one; `sale_has_orders`: Postgres holds orders of a size Redis lost (or of \
+            any, the group lost: repair them first); \
             `sale_retired`: a size was retired; `draw_stock_fixed`: the drop is in draw mode and the body \
             changes its terms (a size, its stock, `per_buyer`, `draw.waitlist`)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),

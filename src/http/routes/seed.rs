@@ -166,8 +166,9 @@ pub(super) fn integral<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Res
         (status = 200, description = "Seeded; the sale's state", body = SaleStatus),
         (status = 409, description = "`sale_in_progress`: the sale has buyers and cannot be re-seeded; \
             `sale_has_orders`: Postgres holds orders of the sale that Redis lost (repair it with the reconcile route \
-            instead); `sale_started`: a sharded sale that has started cannot be re-seeded; `shards_fixed`: the sale \
-            exists with another shard count; `sale_retired`: the sale was retired and has no second life (seed \
+            instead), or of its group's other sales while Redis lost the group (repair them first); \
+            `sale_started`: a sharded sale that has started cannot be re-seeded; `shards_fixed`: the sale exists \
+            with another shard count; `sale_retired`: the sale was retired and has no second life (seed \
             another sale id); `group_limit_differs`: the sale's group allows another `per_buyer` (the body's \
             `per_buyer`); `group_window_differs`: the sale's group has other sales with another payment window",
             body = ErrorBody),
