@@ -76,6 +76,10 @@ pub struct Readiness {
     pub worker: Option<WorkerReport>,
 }
 
+/// What the overview reports of a registered sale Redis has no state for.
+const LOST: &str = "registered, but Redis has no state for it: lost (seckill reconcile SALE --repair restores it \
+    from Postgres), or being seeded this moment";
+
 impl Shop {
     /// The sale's state: Redis's, then Postgres's counts.
     pub async fn sale_report(&self, sale: &SaleId) -> Result<SaleReport, Error> {
@@ -88,7 +92,8 @@ impl Shop {
     }
 
     /// Every registered sale's state (the first [`MAX_LISTED_SALES`] by id): one sale's broken key
-    /// (a wrong type) is reported, not a failure of the whole list; an outage is one.
+    /// (a wrong type), or its state lost, is reported, not a failure of the whole list (nor left
+    /// out of it); an outage is one.
     pub async fn sales_report(&self) -> Result<SalesReport, Error> {
         let sampled_at = OffsetDateTime::now_utc();
         let mut ids = self.sales.sale_ids().await?;
@@ -100,6 +105,11 @@ impl Shop {
         let reads = futures::future::join_all(ids.iter().map(|id| self.sales.sale_state(id))).await;
         for (id, read) in ids.iter().zip(reads) {
             match read {
+                Ok(None) => {
+                    // Registered, so its stream is read; no meta: what a sale Redis lost looks like.
+                    unreadable.push((id.clone(), LOST.to_owned()));
+                    redis.push(None);
+                }
                 Ok(read) => redis.push(read),
                 Err(err) if is_redis_outage(&err) => return Err(err.into()),
                 Err(err) => {

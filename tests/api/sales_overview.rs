@@ -47,6 +47,23 @@ async fn the_overview_lists_every_sale_by_id_as_its_status_reads_it_and_the_limi
     assert!(age.abs() < time::Duration::seconds(5), "sampled now: {}", overview.sampled_at);
 }
 
+/// A registered sale whose state Redis lost is reported as such, not left out of the list while
+/// the count still has it (the live page said "showing 1 of 2" and showed no problem).
+#[tokio::test]
+async fn a_sale_redis_lost_is_reported_in_the_overview() {
+    let app = spawn_app().await;
+    let [kept, lost] = ["kept", "lost"].map(|name| format!("{}-{name}", new_sale_id()));
+    for sale in [&kept, &lost] {
+        app.seed_stock(sale, 3).await;
+    }
+    crate::redis_loss::lose_sale(&app, &lost).await;
+    let overview = overview(&app).await;
+    assert_eq!((overview.sales.len(), overview.sales_total), (1, 2));
+    assert_eq!(overview.unreadable.len(), 1, "{:?}", overview.unreadable);
+    assert_eq!(overview.unreadable[0].sale_id, lost);
+    assert!(overview.unreadable[0].error.contains("lost"), "{:?}", overview.unreadable);
+}
+
 #[tokio::test]
 async fn the_overview_lists_the_first_hundred_sales_and_counts_them_all() {
     let app = spawn_app_with(|_| {}, false).await;
