@@ -33,10 +33,18 @@ const kit = {
     if (buyer.userId !== null) params.set("user_id", buyer.userId);
     const response = await fetch(`${url}?${params}`, { headers: buyer.headers, cache: "no-store" });
     const body = await response.json().catch(() => ({}));
-    if (!response.ok) throw Object.assign(new Error(body.message || `${response.status} ${response.statusText}`), { code: body.error });
+    if (!response.ok) {
+      const retryAfter = Number(response.headers.get("Retry-After")) || 0;
+      const message = body.message || `${response.status} ${response.statusText}`;
+      throw Object.assign(new Error(message), { code: body.error, status: response.status, retryAfter });
+    }
     const solution = await new Promise((resolve, reject) => {
       const worker = new Worker("/challenge-worker.js");
-      worker.onmessage = (event) => { worker.terminate(); resolve(event.data); };
+      worker.onmessage = (event) => {
+        worker.terminate();
+        if (event.data.error) reject(new Error(event.data.error));
+        else resolve(event.data);
+      };
       worker.onerror = (event) => { worker.terminate(); reject(new Error(event.message || "the solver failed")); };
       worker.postMessage(body.parameters);
     });
@@ -44,5 +52,13 @@ const kit = {
       solution: { counter: solution.counter, derivedKey: solution.derivedKey } });
     const header = btoa(Array.from(new TextEncoder().encode(payload), (b) => String.fromCharCode(b)).join(""));
     return { header, expiresAt: Date.parse(body.expires_at), ms: solution.time, tries: body.tries };
+  },
+  // When a page may solve ahead again after `err`, its `failures`-th failure in a row (local ms):
+  // not by itself after a refusal only the buyer can mend (401, 403, 409), else after the
+  // Retry-After asked or a backoff doubling from 1 s to 30 s. (A click still solves at once.)
+  retryAt(err, failures) {
+    if ([401, 403, 409].includes(err.status)) return Infinity;
+    const backoff = 1000 * 2 ** Math.min(failures, 5);
+    return Date.now() + Math.min(30000, Math.max(backoff, (err.retryAfter || 0) * 1000));
   },
 };

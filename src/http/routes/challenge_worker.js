@@ -4,7 +4,8 @@
 // the counter c, from 0 up, whose PBKDF2-SHA-256(password = nonce bytes ‖ c as 4 big-endian bytes,
 // salt, parameters.cost iterations, keyLength bytes) starts with parameters.keyPrefix. WebCrypto
 // derives natively; a few derivations run at once to keep its threads busy.
-// Message in: the challenge's parameters. Message out: {counter, derivedKey (hex), time (ms)}.
+// Message in: the challenge's parameters. Message out: {counter, derivedKey (hex), time (ms)}, or
+// {error} when it cannot solve (no WebCrypto on a page not served over HTTPS or from localhost).
 const AT_ONCE = 4;
 const bytes = (hex) => Uint8Array.from(hex.match(/../g) || [], (h) => parseInt(h, 16));
 const hexOf = (buffer) => Array.from(new Uint8Array(buffer), (b) => b.toString(16).padStart(2, "0")).join("");
@@ -18,7 +19,12 @@ async function derive(parameters, nonce, salt, counter) {
   return new Uint8Array(await crypto.subtle.deriveBits(algorithm, key, parameters.keyLength * 8));
 }
 
-onmessage = async ({ data: parameters }) => {
+onmessage = ({ data: parameters }) => {
+  solve(parameters).catch((err) => postMessage({ error: String((err && err.message) || err) }));
+};
+
+async function solve(parameters) {
+  if (!(self.crypto && crypto.subtle)) throw new Error("this browser offers no WebCrypto here (HTTPS needed)");
   const started = performance.now();
   const nonce = bytes(parameters.nonce), salt = bytes(parameters.salt), prefix = bytes(parameters.keyPrefix);
   const matches = (key) => prefix.every((b, i) => key[i] === b);
@@ -31,4 +37,5 @@ onmessage = async ({ data: parameters }) => {
       return;
     }
   }
-};
+  throw new Error("no counter solves this challenge");
+}
