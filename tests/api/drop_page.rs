@@ -123,3 +123,40 @@ async fn a_buyer_joins_the_drops_line_once_and_buys_two_sizes_from_the_page() {
     let place: Option<f64> = app.redis.clone().zscore(&line.queue.bought, "alice").await.unwrap();
     assert!(place.is_some(), "alice's one place is marked bought");
 }
+
+/// A reservation bought from the page is followed until it settles: cancelled (here by the buyer
+/// through the API, as another tab would), it no longer counts against the limit, and the page
+/// offers Buy again. The page followed only queued orders, so a reservation stayed "reserved" and
+/// the page said "Limit reached" where the service would sell.
+#[tokio::test]
+async fn a_reservation_bought_from_the_page_is_followed_until_it_settles() {
+    let app = spawn_app().await;
+    let drop = format!("drop-{}", &uuid::Uuid::now_v7().simple().to_string()[..20]);
+    let body = json!({"sizes": {"40": {"stock": 2}}, "per_buyer": 1, "payment_window": "10m"});
+    let url = app.url(&format!("/admin/drops/{drop}"));
+    let seeded = app.client.put(url).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap();
+    assert_eq!(seeded.status(), 200, "{}", seeded.text().await.unwrap());
+    let size40 = format!("{drop}.40");
+
+    let browser = Browser::start().await;
+    browser.client.goto(&app.url(&format!("/drop/{drop}"))).await.unwrap();
+    browser.fill("user-id", "alice").await;
+    browser.drop_view_shows("the size offered", |v| v["sizes"] == json!([[size40, true]])).await;
+    browser.buy_size(&size40, 1).await;
+    let reserved = browser
+        .drop_view_shows("the reservation", |v| {
+            v["orders"].as_array().unwrap().iter().any(|o| o.as_str().unwrap().contains("reserved"))
+        })
+        .await;
+    assert_eq!(reserved["buy"].as_str(), Some("Limit reached"), "{reserved}");
+    app.wait_for_drain(&size40).await;
+    assert_eq!(app.cancel(&size40, "alice").await.status(), 200);
+    let cancelled = browser
+        .drop_view_shows("the order cancelled and Buy offered again", |v| {
+            v["orders"][0].as_str().unwrap_or("").contains("cancelled") && v["buy_enabled"] == true
+        })
+        .await;
+    browser.screenshot("drop-page-cancelled.png").await;
+    browser.client.close().await.unwrap();
+    assert_ne!(cancelled["buy"].as_str(), Some("Limit reached"), "{cancelled}");
+}
