@@ -148,11 +148,12 @@ pub struct Config {
     pub key_prefix: String,
 
     /// How long a Redis command may take before the request answers 503 (a purchase: 503
-    /// outcome_unknown with its order id, as Redis may still run it).
+    /// outcome_unknown with its order id, as Redis may still run it); above 0.
     #[arg(long, env = "SECKILL_REDIS_TIMEOUT", default_value = "1s", value_parser = duration, global = true)]
     pub redis_timeout: Duration,
 
-    /// Most Postgres connections this process opens.
+    /// Size of the request pool of Postgres connections (the worker and the webhook dispatcher open
+    /// their own few besides).
     #[arg(long, env = "SECKILL_DATABASE_MAX_CONNECTIONS", default_value_t = 10, global = true)]
     pub database_max_connections: u32,
 
@@ -262,6 +263,9 @@ impl Config {
         if self.database_max_connections == 0 {
             return Err("SECKILL_DATABASE_MAX_CONNECTIONS must be at least 1".into());
         }
+        if self.redis_timeout.is_zero() {
+            return Err("SECKILL_REDIS_TIMEOUT must be above 0: a 0 fails every Redis call".into());
+        }
         if !(Duration::from_millis(1)..=Duration::from_secs(60)).contains(&self.worker_block) {
             return Err(format!(
                 "SECKILL_WORKER_BLOCK must be 1ms-60s (Redis reads a block of 0 as for ever), got {:?}",
@@ -338,6 +342,7 @@ mod tests {
             (&["--worker-block", "2m"], "SECKILL_WORKER_BLOCK"),
             (&["--worker-block", "2s", "--worker-claim-timeout", "1s"], "SECKILL_WORKER_CLAIM_TIMEOUT"),
             (&["--database-max-connections", "0"], "SECKILL_DATABASE_MAX_CONNECTIONS"),
+            (&["--redis-timeout", "0s"], "SECKILL_REDIS_TIMEOUT"),
             (&["--sold-out-rate-limit", "5000000/10h"], "SECKILL_SOLD_OUT_RATE_LIMIT"),
             (&["--jwt-leeway", "30d"], "SECKILL_JWT_LEEWAY"),
             (&["--jwt-leeway", "2m", "--jwt-max-lifetime", "1m"], "SECKILL_JWT_LEEWAY"),
