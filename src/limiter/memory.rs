@@ -9,10 +9,13 @@ use super::{Decision, Policy};
 
 /// Remembered refusals at most; beyond, lapsed ones are dropped first, and if none has lapsed
 /// the refused one is not remembered (Redis still decides). A full memory is scanned for lapsed
-/// ones at most once per lapse: not before the earliest remembered refusal ends, when a scan
-/// could free nothing (so a flood of new refusals costs a lookup each, not a scan of 100,000
-/// under the lock every purchase reads).
+/// ones not before the earliest remembered refusal ends, when a scan could free nothing, and at
+/// most once per [`SCAN_PAUSE`], when refusals lapse one by one all the time (so a flood of new
+/// refusals costs a lookup each, not a scan of 100,000 under the lock every purchase reads).
 const MAX_REMEMBERED: usize = 100_000;
+
+/// The least time between two scans of a full memory.
+const SCAN_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The limiter one instance runs: its policy and whom it refused recently, by the limiter key
 /// the refusal came from ([`super::Gate::key`]), which names the client (or buyer) and, under
@@ -32,6 +35,8 @@ struct Refused {
     /// None of `by_key` lapses before this (`None`: not known): while it is ahead, a scan for
     /// lapsed refusals would find none.
     lapses_from: Option<Instant>,
+    /// No scan before this (the last scan's time and [`SCAN_PAUSE`]).
+    next_scan: Option<Instant>,
     /// Scans made for lapsed refusals (what the tests count).
     #[cfg(test)]
     scans: usize,
@@ -73,9 +78,10 @@ impl Limiter {
         let mut refused = self.refused.write().unwrap_or_else(|e| e.into_inner());
         let refused = &mut *refused;
         if refused.by_key.len() >= self.capacity && !refused.by_key.contains_key(client) {
-            if refused.lapses_from.is_some_and(|at| now < at) {
+            if refused.lapses_from.is_some_and(|at| now < at) || refused.next_scan.is_some_and(|at| now < at) {
                 return;
             }
+            refused.next_scan = Some(now + SCAN_PAUSE);
             let mut earliest: Option<Instant> = None;
             refused.by_key.retain(|_, r| {
                 let live = r.retry_at > now;
@@ -169,5 +175,28 @@ mod tests {
         assert_eq!(refused.by_key.len(), 2, "the two lapsed made room for the new one");
         drop(refused);
         assert!(limiter.remembered(&ip(1000)).is_some() && limiter.remembered(&ip(2)).is_some());
+    }
+
+    #[test]
+    fn refusals_lapsing_one_by_one_do_not_make_every_new_refusal_scan_a_full_memory() {
+        let limiter = Limiter::with_capacity(policy(), 200);
+        let ip = |i: u32| format!("p:ratelimit:sliding-log:{{203.0.{}.{}}}", i / 256, i % 256);
+        let long = Decision::from_reply((0, 0, 60_000_000, 60_000_000));
+        // A full memory whose refusals lapse one a millisecond for 200 ms.
+        let start = Instant::now();
+        for i in 0..200 {
+            let lapsing = Decision::from_reply((0, 0, 1_000 * (i + 1), 1_000 * (i + 1)));
+            limiter.remember(&ip(i as u32), start, &lapsing);
+        }
+        let last = start + Duration::from_millis(200);
+        let mut new = 1000;
+        while Instant::now() <= last {
+            limiter.remember(&ip(new), Instant::now(), &long);
+            new += 1;
+        }
+        let took = start.elapsed();
+        let scans = limiter.refused.read().unwrap().scans;
+        let allowed = 1 + (took.as_millis() / SCAN_PAUSE.as_millis()) as usize;
+        assert!(scans <= allowed, "{scans} scans in {took:?} for {} new refusals", new - 1000);
     }
 }
