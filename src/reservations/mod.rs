@@ -29,7 +29,8 @@ pub mod signature;
 pub mod store;
 pub mod sweeper;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use sqlx::PgPool;
 use tracing::Instrument;
@@ -44,7 +45,7 @@ use crate::metrics::Metrics;
 use crate::orders::queue;
 use crate::purchase::Sales;
 use crate::redis::lua::{self, unexpected_reply};
-use crate::telemetry::traces;
+use crate::telemetry::{LimitedLines, traces};
 
 /// Longest payment window a sale may have.
 pub const MAX_PAYMENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
@@ -117,11 +118,16 @@ pub async fn release(sales: &Sales, pool: &PgPool, sale: &str, orders: &[Uuid]) 
             None => to_stock(sales, &sale_id, &page).await?,
         };
         let Some((units, stock_before, to_stock)) = step else {
-            tracing::warn!(
-                sale_id = sale,
-                "release owed: Redis does not know the sale (reconcile restores it), or holds it (a repair's hold; a \
-                 drawn drop's pause, until its resume offers the units to its waitlist)"
-            );
+            // Re-driven every second until Redis takes it: one line a minute for all such sales.
+            static LINES: LazyLock<LimitedLines> = LazyLock::new(|| LimitedLines::every(Duration::from_secs(60)));
+            if let Some(suppressed) = LINES.admit() {
+                tracing::warn!(
+                    sale_id = sale,
+                    suppressed,
+                    "release owed: Redis does not know the sale (reconcile restores it), or holds it (a repair's \
+                     hold; a drawn drop's pause, until its resume offers the units to its waitlist)"
+                );
+            }
             return Ok(released);
         };
         released += units;

@@ -13,6 +13,7 @@
 //! it does not know, a drawn drop paused) hold back none of the others.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use time::OffsetDateTime;
@@ -22,7 +23,7 @@ use uuid::Uuid;
 
 use super::Reservations;
 use super::store::{self, Owed, OwedCursor};
-use crate::telemetry::traces;
+use crate::telemetry::{LimitedLines, traces};
 
 /// Longest sleep between two looks for due reservations: the shortest payment window
 /// (`super::payment_window`), so a reservation made just after a look is seen before it is due,
@@ -91,8 +92,12 @@ impl Reservations {
         if let Some(page) = redrive {
             let (owed, next) = store::owed_releases(&self.pool, REDRIVE_GRACE_SECS, BATCH, *page).await?;
             *page = next;
-            if !owed.is_empty() {
-                tracing::info!(orders = owed.len(), "re-driving owed releases");
+            // Every second while one is owed: one line a minute.
+            static LINES: LazyLock<LimitedLines> = LazyLock::new(|| LimitedLines::every(Duration::from_secs(60)));
+            if !owed.is_empty()
+                && let Some(suppressed) = LINES.admit()
+            {
+                tracing::info!(orders = owed.len(), suppressed, "re-driving owed releases");
             }
             self.release_by_sale(owed).await;
         }
