@@ -215,14 +215,15 @@ pub async fn count_orders(pool: &PgPool, sale: &SaleId) -> Result<i64, sqlx::Err
     sqlx::query_scalar("select count(*) from orders where sale_id = $1").bind(sale.as_str()).fetch_one(pool).await
 }
 
-/// Orders committed in the sales of `group` other than `sale` that are not retired (the sales
-/// rows `<group>.*` name them; each count is a lookup by the orders' key).
+/// Orders committed in the sales of `group` other than `sale` that are not retired and still
+/// hold their units (not given back: [`RETURNS_UNITS`]); the sales rows `<group>.*` name them,
+/// each count a lookup by the orders' key.
 pub async fn count_group_orders_besides(pool: &PgPool, group: &str, sale: &SaleId) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "select count(*) from orders where sale_id in (
+    sqlx::query_scalar(&format!(
+        "select count(*) from orders where not ({RETURNS_UNITS}) and sale_id in (
              select sale_id from sales
-             where starts_with(sale_id, $1 || '.') and sale_id <> $2 and retired_at is null)",
-    )
+             where starts_with(sale_id, $1 || '.') and sale_id <> $2 and retired_at is null)"
+    ))
     .bind(group)
     .bind(sale.as_str())
     .fetch_one(pool)

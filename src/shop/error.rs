@@ -83,15 +83,10 @@ pub enum Error {
         /// Entries Redis accepted.
         accepted: u64,
     },
-    /// `orders_queued`: a repair of a sharded sale whose shard 0 Redis lost found orders of the
-    /// shards it kept still on their way to Postgres; it ended those shards and seeded nothing
-    /// (`crate::reconcile`); the operator repairs again shortly.
-    #[error(
-        "{queued} orders of the shards Redis kept of this sale are still on their way to Postgres: those shards are \
-         ended (nothing more sells there) and nothing was seeded; repair again once the workers have copied them"
-    )]
+    /// `orders_queued`: a repair's refusal, [`crate::reconcile::ReconcileError::OrdersQueued`].
+    #[error("{}", crate::reconcile::ReconcileError::OrdersQueued { queued: *.queued })]
     OrdersQueued {
-        /// Entries of those shards' streams not yet committed.
+        /// Entries of those shards' streams not yet committed (an entry may hold several orders).
         queued: u64,
     },
     /// `draw_not_revealed`: the draw has not been drawn yet, its record is not published.
@@ -171,9 +166,8 @@ pub enum Error {
         /// Orders of the sale in Postgres.
         orders: i64,
     },
-    /// `sale_has_orders`: a seed of a sale of a group Redis lost (its meta is gone) whose other
-    /// sales, not retired, have orders in Postgres: seeded, the group's holdings would start
-    /// empty, and a buyer at the group's limit could buy past it.
+    /// `sale_has_orders`: a seed of a sale of a group whose buyers' holdings Redis lost while its
+    /// other live sales hold units in Postgres's orders (they would not count against the limit).
     #[error(
         "Postgres holds {orders} order(s) of this sale's group that Redis does not know (Redis lost the group's \
          state): repair its sales first with `seckill reconcile <sale_id> --repair`, then seed"

@@ -219,13 +219,15 @@ impl Shop {
         self.refuse_if_redis_forgot_the_group(sale).await
     }
 
-    /// The same for the sale's group: a group whose meta Redis does not have (new, or lost with
-    /// its slot) must not start over the orders Postgres holds in its other sales, or the buyers'
-    /// units held in the group would start from nothing (their repair raises them again).
+    /// The same for the sale's group: a group whose buyers' holdings Redis does not have (new, or
+    /// lost with its slot) must not start over the live orders Postgres holds in its other sales,
+    /// or those units would not count against the group's limit (a repair of those sales raises
+    /// the holdings again). A group that lost only its meta keeps its holdings: the seed writes
+    /// the meta back.
     async fn refuse_if_redis_forgot_the_group(&self, sale: &SaleId) -> Result<(), Error> {
         let Some(group) = sale.group() else { return Ok(()) };
-        let meta = self.sales.keyspace().sale_keys(sale).group_meta;
-        let known: bool = redis::AsyncCommands::exists(&mut self.sales.keyspace().conn(), &meta).await?;
+        let held = self.sales.keyspace().sale_keys(sale).held;
+        let known: bool = redis::AsyncCommands::exists(&mut self.sales.keyspace().conn(), &held).await?;
         if known {
             return Ok(());
         }
