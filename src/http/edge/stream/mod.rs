@@ -70,6 +70,8 @@ pub struct EdgeStream<S> {
     refusal: Option<(Refusal, Closing)>,
     /// The refusal's answer is written: the stream has ended for actix.
     ended: bool,
+    /// A refusal behind owed answers ended the stream without its own: actix's close lingers.
+    close_after_owed: Option<Refusal>,
     /// Its place in the budget, none for a connection refused at once.
     slot: Option<ConnectionSlot>,
     /// A connection refused at once, lingering: its place among those that may.
@@ -111,6 +113,7 @@ impl<S> EdgeStream<S> {
             write_timed_out: false,
             refusal: None,
             ended: false,
+            close_after_owed: None,
             slot,
             linger_permit: None,
         };
@@ -261,7 +264,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> EdgeStream<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for EdgeStream<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for EdgeStream<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         if this.write_timed_out {
@@ -308,7 +311,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for EdgeStream<S> {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let this = &mut *self;
+        if this.close_after_owed.is_some() || matches!(this.refusal, Some((_, Closing::Lingering(_)))) {
+            return this.poll_close_after_owed(cx);
+        }
+        Pin::new(&mut this.inner).poll_shutdown(cx)
     }
 }
 

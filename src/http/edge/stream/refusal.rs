@@ -39,13 +39,15 @@ impl<S> EdgeStream<S> {
     /// to earlier requests still owed, it ends without one: HTTP/1.1 matches answers to requests
     /// by their order, so the refusal would reach the client as the first owed request's answer
     /// (a 431 for a purchase that bought), and that answer would be lost. actix then writes what it
-    /// owes and closes; the refused request, never processed, goes unanswered.
+    /// owes and closes, lingering as a refusal does ([`Self::poll_close_after_owed`]); the refused
+    /// request, never processed, goes unanswered.
     pub(super) fn refuse(&mut self, refusal: Refusal) {
         self.edge.count(refusal);
         self.framing.stop();
         self.held = Vec::new();
         if self.ahead > 0 {
             self.ended = true;
+            self.close_after_owed = Some(refusal);
             return;
         }
         self.refusal = Some((refusal, Closing::Writing(0)));
@@ -63,6 +65,23 @@ impl<S> EdgeStream<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> EdgeStream<S> {
+    /// actix's close of a stream that ended behind owed answers, once it has written them: our
+    /// side shut, then a lingering close, so the refused request's unread rest does not turn the
+    /// close into a reset that could destroy those answers before the client reads them.
+    pub(super) fn poll_close_after_owed(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Some(refusal) = self.close_after_owed {
+            if Pin::new(&mut self.inner).poll_shutdown(cx).is_pending() {
+                return self.poll_write_deadline(cx).map_ok(drop);
+            }
+            self.close_after_owed = None;
+            if self.may_linger() {
+                arm(&mut self.deadline, linger(refusal));
+                self.refusal = Some((refusal, Closing::Lingering(0)));
+            }
+        }
+        self.poll_refuse(cx)
+    }
+
     /// Writes the refusal's answer, half-closes, lingers, then reports the end of the stream.
     pub(super) fn poll_refuse(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while let Some((refusal, closing)) = self.refusal {

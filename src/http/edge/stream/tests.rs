@@ -163,8 +163,14 @@ async fn a_refusal_behind_an_owed_answer_ends_the_stream_without_writing_in_its_
     let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
     edge_side.write_all(answer).await.unwrap();
     edge_side.flush().await.unwrap();
-    edge_side.shutdown().await.unwrap();
-    let mut received = Vec::new();
-    client_read.read_to_end(&mut received).await.unwrap();
+    // The close lingers until the client closes too (not a reset under its unread input).
+    let client = async move {
+        let mut received = Vec::new();
+        client_read.read_to_end(&mut received).await.unwrap();
+        drop(client_write);
+        received
+    };
+    let (closed, received) = tokio::join!(edge_side.shutdown(), client);
+    closed.unwrap();
     assert_eq!(received, answer, "the owed answer, and no refusal in its place");
 }
