@@ -37,6 +37,8 @@
 --                             marked "restoring", while the repair restores its buyers (lua/seed.lua's
 --                             ARGV[16]); the drop's own pause, if its line's meta still holds one, is
 --                             the reason instead
+-- then, optional, in "restore" mode: the draw's state as Postgres records it ("open", "drawing",
+--                             "drawn"), for a draw meta written back ("" or absent: "open")
 --
 -- Returns, in "restore" mode, the number of sizes written again (0: Redis had them all). In
 -- "seed" mode, "ok" when seeded, or, with nothing changed:
@@ -119,7 +121,8 @@ end
 redis.call('HSET', KEYS[1], 'per_buyer', ARGV[5], 'payment_window_ms', ARGV[4], 'drop', '1')
 
 if not (restore and redis.call('EXISTS', KEYS[5]) == 1) then
-  local state = redis.call('HGET', KEYS[5], 'state') or 'open'
+  local kept = ARGV[18 + 2 * sizes]
+  local state = redis.call('HGET', KEYS[5], 'state') or (restore and kept and kept ~= '' and kept) or 'open'
   redis.call('DEL', KEYS[5])
   if draw then
     local names = {} -- every size's short name (a restore names one size: the group's set has all)

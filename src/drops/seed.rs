@@ -41,6 +41,9 @@ pub struct DropDraw {
     pub commitment: String,
     /// Places on the waitlist.
     pub waitlist: i64,
+    /// A restore's state of the draw, as Postgres records it (`open`, `drawing`, `drawn`), for a
+    /// draw meta Redis lost; `None` for a seed, which keeps the state Redis has (else `open`).
+    pub state: Option<String>,
 }
 
 /// What the seed decided.
@@ -176,6 +179,6 @@ async fn run(
     for (sale, stock) in &spec.sizes {
         call.arg(sale.as_str()).arg(stock);
     }
-    call.arg(hold);
+    call.arg(hold).arg(spec.draw.as_ref().and_then(|draw| draw.state.as_deref()).unwrap_or(""));
     lua::run(&call, &mut redis.conn()).await
 }

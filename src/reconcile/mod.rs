@@ -69,11 +69,12 @@ pub enum ReconcileError {
     /// A repair of a sharded sale whose shard 0 Redis lost, while orders of the shards it kept are
     /// still on their way to Postgres ([`kept`]): those shards are ended, nothing was seeded.
     #[error(
-        "{queued} orders of the shards Redis kept of this sale are still on their way to Postgres: those shards \
-         are ended (nothing more sells there); repair again once the workers have copied them"
+        "orders of the shards Redis kept of this sale are still on their way to Postgres ({queued} stream \
+         entries): those shards are ended (nothing more sells there) and nothing was seeded; repair again once \
+         the workers have copied them"
     )]
     OrdersQueued {
-        /// Entries of those shards' streams not yet committed.
+        /// Entries of those shards' streams not yet committed (an entry may hold several orders).
         queued: u64,
     },
 }
@@ -235,22 +236,21 @@ async fn restore_drop_size(
         per_buyer: row.per_buyer,
         challenge_cost: row.challenge_cost,
         line: row.line,
-        draw: draw_store::row(pool, drop).await?.map(|draw| drops::DropDraw {
-            opens_at_ms: ms(Some(draw.opens_at)).unwrap_or_default(),
-            closes_at_ms: ms(Some(draw.closes_at)).unwrap_or_default(),
-            commitment: draw.commitment,
-            waitlist: draw.waitlist_places,
-        }),
+        draw: match draw_store::row(pool, drop).await? {
+            // A draw meta written back takes the state Postgres records: a draw run (early) keeps
+            // its entries closed and its seed revealed.
+            Some(draw) => Some(drops::DropDraw {
+                opens_at_ms: ms(Some(draw.opens_at)).unwrap_or_default(),
+                closes_at_ms: ms(Some(draw.closes_at)).unwrap_or_default(),
+                commitment: draw.commitment,
+                waitlist: draw.waitlist_places,
+                state: draw_run::store::draw(pool, drop).await?.map(|run| run.state),
+            }),
+            None => None,
+        },
     };
     let line_stock = drops::store::stock(pool, drop).await?;
     let written = drops::restore(sales, drop, &spec, line_stock, REPAIR_HOLD).await?;
-    // A draw meta written back is open, as its seed wrote it; one whose run began or ended takes
-    // its state from Postgres: entries stay closed, a drawn draw's seed stays revealed.
-    if let Some(draw) = draw_run::store::draw(pool, drop).await?
-        && draw.state != "open"
-    {
-        draw_run::award::set_state(sales.keyspace(), drop, &draw.state).await?;
-    }
     if written > 0 {
         tracing::warn!(sale_id = %sale, drop_id = %drop, "size of a drop lost by Redis seeded again from Postgres");
     }

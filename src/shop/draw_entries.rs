@@ -80,6 +80,7 @@ impl Shop {
             closes_at_ms: to_ms(order.closes_at),
             commitment: commitment.clone(),
             waitlist,
+            state: None,
         };
         let row = DrawRow {
             seed,
