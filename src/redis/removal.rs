@@ -4,8 +4,8 @@
 //! arrivals) by `HSCAN` + `HDEL` of each page; the small keys (stock, the drained stream) by `DEL`;
 //! the meta last, since shard 0's meta is what says where the other shards are. Every command names
 //! one key, so on a Redis Cluster each goes to that key's own slot. For a retirement
-//! (`crate::retire`) and for the shards a repair found left of a sale Redis lost
-//! (`crate::reconcile`).
+//! (`crate::retire`), which also takes the shards a repair left of a sale whose shard 0 Redis
+//! lost (`crate::reconcile`).
 
 use redis::RedisResult;
 

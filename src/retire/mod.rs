@@ -35,6 +35,7 @@
 
 pub mod janitor;
 pub mod keys;
+mod registration;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,10 +50,9 @@ use crate::domain::{DropId, SaleId};
 use crate::draw;
 use crate::metrics::Metrics;
 use crate::orders::worker::SALES_REFRESH;
-use crate::purchase::events::RETIRED_EVENT;
-use crate::purchase::{SaleState, Sales, registry};
+use crate::purchase::{SaleState, Sales};
 use crate::reconcile;
-use crate::redis::keys::{SaleKeys, sales_registry_key, shards_registry_key};
+use crate::redis::keys::{SaleKeys, sales_registry_key};
 use crate::redis::order_stream;
 use crate::redis::removal;
 use crate::reservations;
@@ -241,6 +241,8 @@ impl Retirer {
             tracing::warn!(sale_id = %sale, left, "keys of the retired sale came back; removing them again");
             removed.keys += removal::remove_all(&mut con, shards).await?.keys;
         }
+        // Last, so a retirement stopped before this finds them again (`Self::shards`).
+        self.unregister_kept(sale).await?;
         keys::leave_group(&mut con, sale, &shards[0]).await?;
         self.sales.forget_layout(sale.as_str());
         self.metrics.forget_sale(sale.as_str());
@@ -318,14 +320,6 @@ impl Retirer {
         Ok(())
     }
 
-    /// The keys of every shard to take down: the layout's, shard 0 first, then those the shards
-    /// registry lists beyond it (a repair ended and left them: `crate::reconcile`).
-    async fn shards(&self, sale: &SaleId) -> Result<Vec<SaleKeys>, RetireError> {
-        let mut shards = self.sales.all_shard_keys(sale).await?;
-        shards.extend(self.sales.shards_outside_layout(sale).await?);
-        Ok(shards)
-    }
-
     /// Whether the sale is a size of a drop whose draw has not been drawn yet.
     async fn draw_pending(&self, sale: &SaleId) -> Result<bool, RetireError> {
         let Some(drop) = sale.group().and_then(|group| DropId::parse(group).ok()) else { return Ok(false) };
@@ -384,26 +378,5 @@ impl Retirer {
             refusals.push(Refusal::Pending);
         }
         Ok(refusals)
-    }
-
-    /// Removes the sale and its shards from the registries, then announces the retirement.
-    async fn unregister(&self, sale: &SaleId, shards: &[SaleKeys]) -> Result<(), RetireError> {
-        let keyspace = self.sales.keyspace();
-        let mut con = keyspace.conn();
-        let _: i64 = con.srem(sales_registry_key(keyspace.prefix()), sale.as_str()).await?;
-        let layout = self.sales.read_layout(sale).await?.unwrap_or_default();
-        let mut suffixes = registry::registered_shards(keyspace, sale).await?;
-        suffixes.extend(layout.suffixes());
-        if !suffixes.is_empty() {
-            let members: Vec<String> = suffixes.iter().map(|suffix| format!("{sale}:{suffix}")).collect();
-            let _: i64 = con.srem(shards_registry_key(keyspace.prefix()), members).await?;
-        }
-        debug_assert!(shards.len() >= layout.shards() as usize);
-        let event = format!("{RETIRED_EVENT}{sale}");
-        if let Err(err) = con.publish::<_, _, i64>(keyspace.events_channel(), event).await {
-            // The instances' caches then lapse by themselves (crate::purchase::retired).
-            tracing::warn!(sale_id = %sale, error = %err, "retirement event not published");
-        }
-        Ok(())
     }
 }
