@@ -42,10 +42,6 @@ pub async fn upsert_sale(
     Ok(kept.and_then(|seed| <[u8; 32]>::try_from(seed).ok()))
 }
 
-/// Records `seed` as the queued sale's shuffle seed (inside the seed's transaction): the one Redis
-/// keeps, when it kept another than the row's. A seed whose transaction rolled back after its
-/// Redis call (the audit's insert or the commit failed) left Redis a seed no row got; the seed
-/// sent again drew a new one for the row, and the two would have differed for good.
 /// Writes the end a sale took in Redis (`crate::controls`' end: Redis time) into its row, with its
 /// start moved before it if it was not (the table's check): a sale Redis then loses is seeded
 /// again ended by reconciliation's repair, not open. Nothing for a sale without a row.
@@ -62,6 +58,10 @@ pub async fn set_ended(tx: &mut sqlx::PgConnection, sale: &SaleId, ends_at: Offs
     .map(drop)
 }
 
+/// Records `seed` as the queued sale's shuffle seed (inside the seed's transaction): the one Redis
+/// keeps, when it kept another than the row's. A seed whose transaction rolled back after its
+/// Redis call (the audit's insert or the commit failed) left Redis a seed no row got; the seed
+/// sent again drew a new one for the row, and the two would have differed for good.
 pub async fn set_queue_seed(tx: &mut sqlx::PgConnection, sale: &SaleId, seed: &[u8; 32]) -> Result<(), sqlx::Error> {
     sqlx::query("update sales set queue_seed = $2 where sale_id = $1")
         .bind(sale.as_str())

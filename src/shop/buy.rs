@@ -274,12 +274,15 @@ impl Shop {
 /// Whether a purchase refused this way bought nothing and may be asked again as it was: refused by
 /// a limit, before the start, while paused, short of stock, over the buyer's limit, or never run.
 /// Its proof of work is given back, so the same solution buys when it may (a sold-out or ended
-/// sale, or a buyer who bought, has nothing more to ask: theirs stays spent).
+/// sale, or a buyer who bought, has nothing more to ask: theirs stays spent). Not while Redis is
+/// down: the give-back would wait out its timeout a second time, and fail.
 fn may_ask_again(refused: &Error) -> bool {
+    if let Error::Unavailable(cause) = refused {
+        return !cause.downcast_ref::<redis::RedisError>().is_some_and(is_redis_outage);
+    }
     matches!(
         refused,
         Error::RateLimited { .. }
-            | Error::Unavailable(_)
             | Error::SaleNotStarted
             | Error::SalePaused
             | Error::InsufficientStock { .. }

@@ -70,9 +70,13 @@ async fn a_repair_after_shard_0_alone_was_lost_waits_for_the_kept_shards_orders_
     let refused = app.client.post(&url).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
     assert_eq!(refused.headers()["retry-after"], "5");
     assert_error(refused, 503, "orders_queued").await;
-    // This instance still keeps the layout: a buyer it sends to a kept shard buys nothing there.
+    // The kept shards are ended, so an instance that still keeps the layout sells nothing there.
+    for keys in &shards[1..] {
+        let ends: Option<i64> = app.redis.clone().hget(&keys.meta, "ends_at_ms").await.unwrap();
+        assert!(ends.is_some(), "{} is ended by the repair", keys.meta);
+    }
     let newcomer = homed_on(2).nth(2).unwrap();
-    assert_ne!(app.buy(&sale, &newcomer).await.status(), 201, "a kept shard is ended by the repair");
+    assert_ne!(app.buy(&sale, &newcomer).await.status(), 201, "nothing sells while the sale is lost");
     let sold: i64 = app.redis.clone().scard(&shards[2].buyers).await.unwrap();
     assert_eq!(sold, 2, "nothing more sold on shard 2");
 

@@ -249,8 +249,8 @@ impl From<SaleReport> for SaleStatus {
 pub struct SalesOverview {
     /// The first sales by id, at most 100, each read as `GET /admin/sales/{sale_id}` reads it.
     pub sales: Vec<SaleStatus>,
-    /// Listed sales whose Redis state could not be read (a key of the wrong type): the others
-    /// are listed all the same.
+    /// Listed sales whose Redis state could not be read (a key of the wrong type), or that Redis
+    /// lost (registered, no state): the others are listed all the same.
     #[serde(default)]
     pub unreadable: Vec<UnreadableSale>,
     /// This instance's worker: `ok`, or `degraded` with the order streams it skips (absent
@@ -290,7 +290,7 @@ pub struct WebhookDeliveries {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct UnreadableSale {
     pub sale_id: String,
-    /// Redis's error.
+    /// Redis's error, or that Redis has no state for the sale (lost, or being seeded).
     pub error: String,
 }
 
