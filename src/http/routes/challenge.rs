@@ -8,8 +8,8 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
+use super::order::OrderQuery;
 use super::responses::{BadBuyerQuery, BuyerToken, RateLimited, SaleRetired, UnknownSale};
-use super::sales::OrderQuery;
 use super::{drop_line_of, sale_of};
 use crate::http::AppState;
 use crate::http::buyer::Buyer;

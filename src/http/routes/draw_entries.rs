@@ -9,8 +9,8 @@ use utoipa::ToSchema;
 
 use super::drops::{DropPath, drop_of};
 use super::object::Object;
+use super::order::OrderQuery;
 use super::responses::{BuyerToken, JsonBody, RateLimited};
-use super::sales::OrderQuery;
 use super::user_id;
 use crate::domain::{DropId, ms_to_time};
 use crate::http::AppState;

@@ -1,4 +1,4 @@
-//! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `queue`,
+//! Every route, registered by [`configure`]: one file per resource (`buy`, `sales`, `order`, `queue`,
 //! `challenge`, `payments`, `admin`, `seed`, `controls`, `order_actions`, `drops` (its answers in
 //! `drop_answers`), `drop_page`, `exports`, `events`, `webhooks`, `retire`, `reconcile`,
 //! `admin_page`, `buyer_page`, `favicon`, `health`, `openapi`; `page` is what the two HTML pages
@@ -23,6 +23,7 @@ mod favicon;
 mod health;
 mod object;
 mod openapi;
+mod order;
 mod order_actions;
 mod page;
 mod payments;
@@ -89,8 +90,8 @@ pub fn configure(state: AppState, listener: Listener) -> impl FnOnce(&mut web::S
         .service(web::resource("/sales/{sale_id}").route(read().to(sales::sale)).default_service(allow("GET, HEAD")))
         .service(
             web::resource("/sales/{sale_id}/order")
-                .route(read().to(sales::order))
-                .route(web::delete().to(sales::cancel))
+                .route(read().to(order::order))
+                .route(web::delete().to(order::cancel))
                 .default_service(allow("DELETE, GET, HEAD")),
         )
         .service(

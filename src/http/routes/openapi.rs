@@ -11,7 +11,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::{
     admin, admin_page, buy, buyer_page, challenge, controls, draw_entries, draw_run, drop_page, drops, events, exports,
-    favicon, health, order_actions, payments, queue, reconcile, retire, sales, seed, webhooks,
+    favicon, health, order, order_actions, payments, queue, reconcile, retire, sales, seed, webhooks,
 };
 use crate::http::AppState;
 
@@ -22,8 +22,8 @@ use crate::http::AppState;
     paths(
         buy::buy,
         sales::sale,
-        sales::order,
-        sales::cancel,
+        order::order,
+        order::cancel,
         queue::join,
         queue::standing,
         challenge::challenge,

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
 
+use super::order::OrderQuery;
 use super::responses::{BadBuyerQuery, BuyerToken, RateLimited, SaleRetired, UnknownSale};
-use super::sales::OrderQuery;
 use super::{drop_line_of, sale_of};
 use crate::domain::ms_to_time;
 use crate::http::AppState;
