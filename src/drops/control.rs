@@ -3,7 +3,7 @@
 
 use redis::RedisResult;
 
-use super::{keys, sizes};
+use super::{keys, members};
 use crate::controls::Switch;
 use crate::domain::{DropId, SaleId};
 use crate::purchase::Sales;
@@ -42,6 +42,9 @@ pub enum NotSwitched {
     UnknownDrop,
     /// A size's meta is gone (Redis lost it).
     SizeMissing(String),
+    /// The group holds sales that are not the drop's sizes, or more than [`super::MAX_SIZES`]:
+    /// sales seeded one by one, switched one by one.
+    NotADrop,
 }
 
 /// Calls read the sizes, then name them all; a size added in between makes the script refuse, and
@@ -59,10 +62,14 @@ pub async fn switch(
 ) -> RedisResult<Result<DropSwitched, NotSwitched>> {
     let drop_keys = keys(sales, drop);
     for _ in 0..ATTEMPTS {
-        let sizes = sizes(sales, drop).await?;
-        if sizes.is_empty() {
+        let members = members(sales, drop).await?;
+        if members.sizes.is_empty() {
             return Ok(Err(NotSwitched::UnknownDrop));
         }
+        if !members.only_sizes {
+            return Ok(Err(NotSwitched::NotADrop));
+        }
+        let sizes = members.sizes;
         let mut call = lua::DROP_CONTROL.key(&drop_keys.sales);
         call.key(&drop_keys.line_meta);
         for sale in &sizes {

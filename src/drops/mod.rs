@@ -30,10 +30,26 @@ pub fn keys(sales: &Sales, drop: &DropId) -> DropKeys {
 /// no sale left). A drop has at most [`MAX_SIZES`]; a group seeded sale by sale may have more, of
 /// which the first [`MAX_SIZES`] by id are read.
 pub async fn sizes(sales: &Sales, drop: &DropId) -> RedisResult<Vec<SaleId>> {
+    Ok(members(sales, drop).await?.sizes)
+}
+
+/// The group's sales as Redis holds them: the drop's sizes (at most [`MAX_SIZES`], by id), and
+/// whether that is all of them.
+pub struct Members {
+    /// The sizes, by id.
+    pub sizes: Vec<SaleId>,
+    /// Whether the group holds only sizes of the drop, and at most [`MAX_SIZES`]: a group seeded
+    /// sale by sale may hold sales of other names, or more.
+    pub only_sizes: bool,
+}
+
+/// The group's sales ([`Members`]).
+pub async fn members(sales: &Sales, drop: &DropId) -> RedisResult<Members> {
     let ids: Vec<String> = sales.keyspace().conn().smembers(keys(sales, drop).sales).await?;
     let mut sizes: Vec<SaleId> =
         ids.iter().filter_map(|id| SaleId::parse(id).ok()).filter(|id| drop.size_of(id).is_some()).collect();
+    let only_sizes = sizes.len() == ids.len() && sizes.len() <= MAX_SIZES;
     sizes.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
     sizes.truncate(MAX_SIZES);
-    Ok(sizes)
+    Ok(Members { sizes, only_sizes })
 }

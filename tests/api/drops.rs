@@ -258,6 +258,37 @@ async fn a_drop_with_a_waiting_room_writes_its_lines_meta() {
     assert_eq!((&again, &row), (&seed, &seed), "Redis's seed, then the row's");
 }
 
+/// Seeds `group` as more sales one by one than a drop may have (`<group>.0` to `<group>.64`).
+async fn seed_too_many_sizes(app: &TestApp, group: &str) {
+    for size in 0..65 {
+        let seeded = app.seed(&format!("{group}.{size}"), json!({"stock": 5, "group": group})).await;
+        assert_eq!(seeded.status(), 200, "seeding {group}.{size}");
+    }
+}
+
+/// A drop's switch on a group seeded sale by sale with more sales than a drop may have: 409,
+/// nothing switched (it answered 500: the script refused the sizes named as changed on every
+/// attempt, as the group set held one more).
+#[tokio::test]
+async fn a_drop_switch_on_a_group_of_more_sales_than_a_drop_is_refused_409_and_switches_nothing() {
+    let app = spawn_app().await;
+    let group = new_drop_id();
+    seed_too_many_sizes(&app, &group).await;
+    for action in ["pause", "end"] {
+        assert_error(post_drop(&app, &group, action, json!({})).await, 409, "not_a_drop").await;
+    }
+    for size in [0, 64] {
+        assert_eq!(
+            app.buy(&format!("{group}.{size}"), &format!("buyer-{size}")).await.status(),
+            201,
+            "{size} still sells"
+        );
+    }
+    let url = app.url(&format!("/admin/drops/{group}/audit"));
+    let trail: Value = app.client.get(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
+    assert_eq!(trail["entries"], json!([]), "nothing recorded: {trail}");
+}
+
 #[tokio::test]
 async fn a_drop_pause_stops_every_size_on_every_instance_and_resume_and_end_follow() {
     let app = spawn_app().await;
@@ -555,6 +586,15 @@ async fn the_live_page_shows_a_drop_and_its_switch_pauses_every_size() {
     let shown = browser.wait_for("the drop", line).await;
     assert_eq!(shown, "40: open, 3 left · 41: open, 1 left");
     browser.screenshot("admin-page-drop.png").await;
+    // The keyboard's focus on the switch outlives the polls (the row was rebuilt every second).
+    let focus = r#"[...document.querySelectorAll(".drop")].find((d) => d.dataset.dropId === arguments[0])
+        .querySelector('[data-action="pause"]').focus();"#;
+    browser.run(focus, vec![json!(drop)]).await;
+    assert_eq!(app.buy(&format!("{drop}.41"), "bea").await.status(), 201);
+    browser.wait_for("the sale", async |b| line(b).await.filter(|l| l.contains("41: sold out, 0 left"))).await;
+    let focused = r#"const d = document.activeElement;
+        return d.dataset.action + " " + (d.closest(".drop") ? d.closest(".drop").dataset.dropId : "none");"#;
+    assert_eq!(browser.run(focused, vec![]).await, json!(format!("pause {drop}")), "the focus stays on the switch");
     let click = r#"[...document.querySelectorAll(".drop")].find((d) => d.dataset.dropId === arguments[0])
         .querySelector('[data-action="pause"]').click();"#;
     browser.run(click, vec![json!(drop)]).await;
@@ -562,6 +602,34 @@ async fn the_live_page_shows_a_drop_and_its_switch_pauses_every_size() {
     assert_error(app.buy(&format!("{drop}.40"), "ann").await, 403, "sale_paused").await;
     assert_eq!(audit_actions(&app, &drop).await, ["drop_pause", "drop_seed"]);
     browser.screenshot("admin-page-drop-paused.png").await;
+
+    // A switch refused (a group of more sales seeded one by one than a drop may have) says why,
+    // and the polls after it do not wipe that.
+    let group = new_drop_id();
+    seed_too_many_sizes(&app, &group).await;
+    browser
+        .wait_for("the group", async |b| {
+            let script =
+                r#"return [...document.querySelectorAll(".drop")].some((d) => d.dataset.dropId === arguments[0]);"#;
+            b.run(script, vec![json!(group)]).await.as_bool().filter(|listed| *listed)
+        })
+        .await;
+    browser.run(click, vec![json!(group)]).await;
+    let refusal =
+        browser.wait_for("the refusal", async |b| Some(b.text("action-error").await).filter(|t| !t.is_empty())).await;
+    assert!(refusal.starts_with(&format!("pause of drop {group}: 409 not_a_drop")), "{refusal}");
+    assert_eq!(app.buy(&format!("{group}.1"), "cy").await.status(), 201, "nothing paused");
+    let sizes = format!("{group}.1");
+    browser
+        .wait_for("a poll after the refusal", async |b| {
+            let script = r#"const c = [...document.querySelectorAll(".sale")].find((c) => c.dataset.saleId === arguments[0]);
+                return c ? c.querySelector('[data-field="sold"]').innerText : null;"#;
+            b.run(script, vec![json!(sizes)]).await.as_str().filter(|sold| *sold == "1").map(|_| ())
+        })
+        .await;
+    assert!(browser.visible("action-error").await, "the refusal stays after the polls");
+    assert_eq!(browser.text("action-error").await, refusal);
+    browser.screenshot("admin-page-drop-refused.png").await;
 }
 
 /// A drop's teardown stopped midway (here its buyers' holdings cannot be drained: the key is

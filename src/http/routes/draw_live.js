@@ -3,8 +3,8 @@
 // asks GET /admin/drops/{drop}/draw/stats every DRAW_POLL_MS (409 `not_a_draw`: not in draw mode,
 // asked again every DRAW_RECHECK_MS) and shows the draw's phase, its entries over the window, the
 // run's results, how many winners' reservations are stored (awarded), the waitlist, and the
-// winners' conversions (paid, reserved, expired, cancelled). The view is kept across the drop
-// rows that renderDrops rebuilds each second.
+// winners' conversions (paid, reserved, expired, cancelled). The view is kept with its drop's row
+// (renderDrops).
 const DRAW_POLL_MS = 2000;
 const DRAW_RECHECK_MS = 30000;
 const DRAW_PHASE = { upcoming: "entries not open", open: "entries open", closed: "entries closed, to draw", drawing: "drawing", drawn: "drawn" };
@@ -48,8 +48,14 @@ async function fetchDraw(drop, view) {
 async function runDraw(drop) {
   if (!confirm(`Draw drop ${drop} now? Its entries close at once.`)) return;
   const token = sessionStorage.getItem(TOKEN_KEY);
-  const response = await fetch(`/admin/drops/${encodeURIComponent(drop)}/draw`, { method: "POST", headers: { Authorization: "Bearer " + token } });
-  if (!response.ok) showError(`The draw of drop ${drop}: ${(await response.json().catch(() => ({}))).message || response.status}`);
+  showActionError("");
+  try {
+    const url = `/admin/drops/${encodeURIComponent(drop)}/draw`;
+    const response = await fetch(url, { method: "POST", headers: { Authorization: "Bearer " + token } });
+    if (!response.ok) showActionError(`The draw of drop ${drop}: ${(await response.json().catch(() => ({}))).message || response.status}`);
+  } catch (err) {
+    showActionError(`The draw of drop ${drop}: no answer (the next poll shows whether it ran)`);
+  }
   const view = drawViews.get(drop);
   if (view) view.due = 0;
 }

@@ -42,6 +42,16 @@ pub enum UnknownDrop {
     UnknownDrop(ErrorBody<'static>),
 }
 
+/// 409 `not_a_drop` of a drop's switch.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum NotADrop {
+    /// `not_a_drop`: the group holds sales seeded one by one that are not the drop's sizes
+    /// (`<drop_id>.<size>`), or more than 64: switch them one by one (`/admin/sales/{sale_id}/...`)
+    #[response(status = 409)]
+    NotADrop(ErrorBody<'static>),
+}
+
 /// A drop to create or update, as a JSON object. Unknown fields are refused.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -243,7 +253,9 @@ async fn switch(
     params(DropPath),
     security(("bearer" = [])),
     request_body(content = Option<ControlRequest>, description = "Optional: the reason"),
-    responses((status = 200, description = "Paused; the drop's state", body = DropStatus), UnknownDrop, AdminErrors)
+    responses(
+        (status = 200, description = "Paused; the drop's state", body = DropStatus), UnknownDrop, NotADrop, AdminErrors
+    )
 )]
 pub async fn pause(
     operator: Operator,
@@ -262,7 +274,9 @@ pub async fn pause(
     params(DropPath),
     security(("bearer" = [])),
     request_body(content = Option<ControlRequest>, description = "Optional: the reason"),
-    responses((status = 200, description = "Resumed; the drop's state", body = DropStatus), UnknownDrop, AdminErrors)
+    responses(
+        (status = 200, description = "Resumed; the drop's state", body = DropStatus), UnknownDrop, NotADrop, AdminErrors
+    )
 )]
 pub async fn resume(
     operator: Operator,
@@ -282,7 +296,9 @@ pub async fn resume(
     params(DropPath),
     security(("bearer" = [])),
     request_body(content = Option<ControlRequest>, description = "Optional: the reason"),
-    responses((status = 200, description = "Ended; the drop's state", body = DropStatus), UnknownDrop, AdminErrors)
+    responses(
+        (status = 200, description = "Ended; the drop's state", body = DropStatus), UnknownDrop, NotADrop, AdminErrors
+    )
 )]
 pub async fn end(
     operator: Operator,
