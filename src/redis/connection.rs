@@ -213,6 +213,42 @@ pub fn connect(url: &SecretString, timeout: Duration) -> RedisResult<RedisConnec
     }
 }
 
+/// How much of Redis answers ([`RedisConnection::reach`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// The server, or the cluster with every slot served.
+    All,
+    /// A cluster that answers but says some of its slots are not served (`cluster_state:fail`: a
+    /// master is down): the sales in those slots answer 503.
+    Some,
+}
+
+impl RedisConnection {
+    /// Which part of Redis answers: an error when none of it does. A single server is PINGed. A
+    /// cluster is asked its own view (`CLUSTER INFO` of the first master that answers), since its
+    /// client's PING of every master skips a master it has lost the connection to, and so would
+    /// report a down master as fine; the cluster marks a master failed once it has been silent
+    /// for `cluster-node-timeout`.
+    pub async fn reach(&mut self) -> RedisResult<Reach> {
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
+        let cluster = match self {
+            Self::Single(server) => {
+                return redis::cmd("PING").query_async::<String>(&mut server.manager).await.map(|_| Reach::All);
+            }
+            Self::Cluster(cluster) => cluster,
+        };
+        let info = cluster
+            .run(async move |con| {
+                let any =
+                    RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, Some(ResponsePolicy::OneSucceeded)));
+                con.route_command(redis::cmd("CLUSTER").arg("INFO").clone(), any).await
+            })
+            .await?;
+        let info: String = redis::from_redis_value(info)?;
+        Ok(if info.lines().any(|line| line.trim_end() == "cluster_state:ok") { Reach::All } else { Reach::Some })
+    }
+}
+
 impl ConnectionLike for RedisConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {

@@ -16,7 +16,7 @@ pub mod removal;
 
 use redis::RedisResult;
 
-use self::connection::{PurchaseConnection, RedisConnection, SharedConnection};
+use self::connection::{PurchaseConnection, Reach, RedisConnection, SharedConnection};
 use self::keys::{SaleKeys, events_channel};
 use crate::domain::SaleId;
 
@@ -76,8 +76,8 @@ impl Keyspace {
         redis::cmd("TIME").query_async(&mut self.conn()).await
     }
 
-    /// PING, for readiness.
-    pub async fn ping(&self) -> RedisResult<()> {
-        redis::cmd("PING").query_async::<String>(&mut self.conn()).await.map(drop)
+    /// PING, for readiness: which part of Redis answers (an error when none does).
+    pub async fn reach(&self) -> RedisResult<Reach> {
+        self.conn().reach().await
     }
 }

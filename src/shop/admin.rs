@@ -12,7 +12,7 @@ use crate::domain::SaleId;
 use crate::orders::streams::WorkerReport;
 use crate::purchase::SaleState;
 use crate::reconcile::{self, ReconcileReport};
-use crate::redis::connection::is_redis_outage;
+use crate::redis::connection::{Reach, is_redis_outage};
 use crate::reservations::store::{self, Tally};
 use crate::retire::{RetireOutcome, RetireReport};
 use crate::webhooks::endpoints::{self, Endpoint};
@@ -70,7 +70,8 @@ pub struct WebhooksReport {
 /// Whether this process's dependencies answer, and its worker's report.
 #[derive(Debug)]
 pub struct Readiness {
-    pub redis_up: bool,
+    /// Which part of Redis answers (`None`: none of it).
+    pub redis: Option<Reach>,
     pub postgres_up: bool,
     /// This process's worker (`None` without one).
     pub worker: Option<WorkerReport>,
@@ -187,11 +188,11 @@ impl Shop {
 
     /// Whether Redis and Postgres answer (each given 2 s), and the worker's report.
     pub async fn readiness(&self) -> Readiness {
-        let redis = tokio::time::timeout(PROBE_TIMEOUT, self.sales.keyspace().ping());
+        let redis = tokio::time::timeout(PROBE_TIMEOUT, self.sales.keyspace().reach());
         let postgres = tokio::time::timeout(PROBE_TIMEOUT, db::ping(&self.pool));
         let (redis, postgres) = tokio::join!(redis, postgres);
         Readiness {
-            redis_up: matches!(redis, Ok(Ok(()))),
+            redis: redis.ok().and_then(Result::ok),
             postgres_up: matches!(postgres, Ok(Ok(()))),
             worker: self.worker_report(),
         }

@@ -75,6 +75,7 @@ pub use crate::operators::{Operators, Role, Signed};
 pub use crate::orders::lookup::{Found as FoundOrder, Place};
 pub use crate::purchase::SaleState;
 pub use crate::purchase::board::Snapshot;
+pub use crate::redis::connection::Reach;
 pub use crate::reservations::signature::HEADER as SIGNATURE_HEADER;
 pub use crate::reservations::store::PaymentOutcome;
 

@@ -86,3 +86,41 @@ async fn restarting_the_master_of_a_sale_mid_storm_is_survived_and_loses_nothing
         stored.len()
     );
 }
+
+/// `/readyz` while one master of the cluster is down: 200 `degraded`, `redis: partial` (every pod
+/// reaches what every other reaches: taking them all out of service sells nothing more), then `ok`
+/// once it is back. It answered `ok` throughout: redis-rs's PING of every master skips a master
+/// whose connection it has lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_master_down_leaves_the_service_ready_and_says_so() {
+    let cluster = common::cluster();
+    let mut deployment = Deployment::on_redis(&cluster.url(), &[]).await;
+    let service = deployment.start().await;
+    let readyz = async || {
+        let response = deployment.client.get(deployment.url("/readyz")).send().await.unwrap();
+        (response.status().as_u16(), response.json::<serde_json::Value>().await.unwrap())
+    };
+    assert_eq!(readyz().await.1["status"], "ok");
+    let nodes = cluster.nodes();
+    let master = nodes.last().expect("a master");
+    assert!(master.stop(), "redis on {} did not stop", master.port);
+    let until = Instant::now() + Duration::from_secs(30);
+    let (code, body) = loop {
+        let (code, body) = readyz().await;
+        if body["status"] != "ok" {
+            break (code, body);
+        }
+        assert!(Instant::now() < until, "readiness never saw the master go: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let restarted = master.start();
+    assert_eq!((code, &body["status"], &body["redis"]), (200, &"degraded".into(), &"partial".into()), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("redis cluster master"), "{body}");
+    restarted.expect("restarting the master");
+    let until = Instant::now() + Duration::from_secs(30);
+    while !nodes.iter().all(cluster_ok) || readyz().await.1["status"] != "ok" {
+        assert!(Instant::now() < until, "readiness did not come back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(service);
+}

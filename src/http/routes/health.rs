@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 
 use crate::http::AppState;
 use crate::http::views::WorkerReport;
+use crate::shop::Reach;
 
 /// `{"status": "ok"}`.
 #[derive(Serialize, ToSchema)]
@@ -14,8 +15,9 @@ pub struct Health {
     pub status: &'static str,
 }
 
-/// Readiness: `status: "ok"` when both answer, `"degraded"` (and a `message`) when only Redis
-/// does; otherwise `error` and `message`, and which is down.
+/// Readiness: `status: "ok"` when both answer, `"degraded"` (and a `message`) when Redis answers
+/// only in part (a cluster with a master down) or Postgres does not; otherwise `error` and `message`,
+/// and which is down.
 #[derive(Serialize, ToSchema)]
 pub struct Readiness {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -24,7 +26,8 @@ pub struct Readiness {
     pub error: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// `ok` or `down`.
+    /// `ok`, `partial` (a cluster that says some of its slots are not served: a master is down) or
+    /// `down`.
     pub redis: &'static str,
     /// `ok` or `down`.
     pub postgres: &'static str,
@@ -41,38 +44,47 @@ pub async fn healthz() -> HttpResponse {
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "health", responses(
-    (status = 200, description = "Redis answers: purchases run (`status` `degraded` while Postgres does not \
-        answer: orders wait in Redis; `worker.status` may be `degraded`: some sales' orders are not drained)",
+    (status = 200, description = "Redis answers: purchases run (`status` `degraded` while a cluster says some \
+        of its slots are not served, `redis` `partial`: a master is down, the sales in its slots answer 503; or \
+        while Postgres does not answer: orders wait in Redis; `worker.status` may be `degraded`: some sales' \
+        orders are not drained)",
         body = Readiness),
-    (status = 503, description = "`unavailable`: Redis does not answer", body = Readiness),
+    (status = 503, description = "`unavailable`: no part of Redis answers", body = Readiness),
 ))]
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let crate::shop::Readiness { redis_up, postgres_up, worker } = state.shop.readiness().await;
-    let word = |up: bool| if up { "ok" } else { "down" };
+    let crate::shop::Readiness { redis, postgres_up, worker } = state.shop.readiness().await;
     let worker = worker.map(WorkerReport::from);
     let mut body = Readiness {
         status: None,
         error: None,
         message: None,
-        redis: word(redis_up),
-        postgres: word(postgres_up),
+        redis: match redis {
+            Some(Reach::All) => "ok",
+            Some(Reach::Some) => "partial",
+            None => "down",
+        },
+        postgres: if postgres_up { "ok" } else { "down" },
         worker,
     };
-    // Ready while Redis answers: a purchase needs only Redis. Postgres down on every pod at once
-    // (its failover) must not take them all out of service while they still sell.
-    if redis_up {
-        body.status = Some(if postgres_up { "ok" } else { "degraded" });
-        if !postgres_up {
-            body.message = Some("unreachable: postgres (purchases go on; their orders wait in Redis)".into());
+    // Ready while Redis answers, in any part: a purchase needs only Redis, and what a pod cannot
+    // reach every pod cannot. Postgres down on every pod at once (its failover), or one master of
+    // a cluster, must not take them all out of service while they still sell.
+    let mut troubles = Vec::new();
+    if redis == Some(Reach::Some) {
+        troubles.push("a redis cluster master (the cluster serves not every slot: their sales answer 503)");
+    }
+    if !postgres_up {
+        troubles.push("postgres (purchases go on; their orders wait in Redis)");
+    }
+    if redis.is_some() {
+        body.status = Some(if troubles.is_empty() { "ok" } else { "degraded" });
+        if !troubles.is_empty() {
+            body.message = Some(format!("unreachable: {}", troubles.join("; ")));
         }
         return HttpResponse::Ok().json(body);
     }
-    let down: Vec<&str> = [("redis", redis_up), ("postgres", postgres_up)]
-        .into_iter()
-        .filter(|(_, up)| !up)
-        .map(|(name, _)| name)
-        .collect();
+    let down = if postgres_up { "redis" } else { "redis, postgres" };
     body.error = Some("unavailable");
-    body.message = Some(format!("unreachable: {}", down.join(", ")));
+    body.message = Some(format!("unreachable: {down}"));
     HttpResponse::ServiceUnavailable().json(body)
 }

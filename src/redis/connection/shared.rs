@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-use super::RedisConnection;
+use super::{Reach, RedisConnection};
 
 /// The connection the request path shares, its I/O always owned by the runtime that created it.
 ///
@@ -83,6 +83,11 @@ impl SharedConnection {
     /// Whether the connection is a cluster's.
     pub fn is_cluster(&self) -> bool {
         self.inner.is_cluster()
+    }
+
+    /// Which part of Redis answers a PING ([`RedisConnection::reach`]).
+    pub async fn reach(&mut self) -> RedisResult<Reach> {
+        self.on_home(async move |con| con.reach().await).await
     }
 }
 
