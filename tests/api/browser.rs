@@ -513,3 +513,21 @@ async fn a_viewer_signs_in_by_name_sees_no_write_control_and_exports_the_orders(
     assert_eq!(fetched, json!([200, 3]), "the header, ann's order and the final line end");
     browser.screenshot("admin-page-viewer.png").await;
 }
+
+/// A sale's state is judged on the service's clock, not on the operator's: with the browser's
+/// clock two days ahead, a sale that ends tomorrow shows open (it showed ended).
+#[tokio::test]
+async fn live_page_judges_a_sale_on_the_services_clock() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let sale = new_sale_id();
+    let tomorrow = time::OffsetDateTime::now_utc() + time::Duration::days(1);
+    let ends_at = tomorrow.format(&time::format_description::well_known::Rfc3339).unwrap();
+    assert_eq!(app.seed(&sale, json!({"stock": 10, "ends_at": ends_at})).await.status(), 200);
+    let browser = Browser::start().await;
+    browser.client.goto(&app.url("/admin")).await.unwrap();
+    browser.run("const real = Date.now; Date.now = () => real() + 2 * 86400000;", vec![]).await;
+    browser.log_in(ADMIN_TOKEN).await;
+    let shown = browser.wait_for("the sale", async |b| b.sale(&sale).await).await;
+    assert_eq!(shown.state, "open", "{:?}", shown.window);
+    assert!(shown.window.starts_with("closes "), "{:?}", shown.window);
+}

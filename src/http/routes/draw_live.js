@@ -65,7 +65,7 @@ function renderDraw(view) {
   element.hidden = stats === null;
   if (stats === null) return;
   const field = (name) => element.querySelector(`[data-field="${name}"]`);
-  const now = Date.now();
+  const now = serviceNow();
   const opens = Date.parse(stats.opens_at);
   const closes = Date.parse(stats.closes_at);
   const time = (ms) => new Date(ms).toLocaleTimeString("en-GB", { timeZone: "UTC" });
