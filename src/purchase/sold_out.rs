@@ -72,6 +72,10 @@ struct Flag {
     /// Which flag this is: new whenever a flag is set afresh (first, or after it lapsed). A copy
     /// is stored only into the flag it was made for.
     epoch: u64,
+    /// Cleared ([`SoldOutFlags::clear`]): the flag answers nothing, and nothing is stored in it.
+    /// A caller holding it from before the clear may put it back in the cache (a set or a copy
+    /// stored re-inserts its flag); so marked, it cannot bring the flag back.
+    cleared: bool,
 }
 
 impl Flag {
@@ -133,7 +137,7 @@ impl SoldOutFlags {
     pub fn check(&self, sale: &SaleId, user: &UserId) -> Option<Flagged> {
         let cell = self.flags.get(sale.as_str())?;
         let flag = read(&cell);
-        if Instant::now() >= flag.until {
+        if flag.cleared || Instant::now() >= flag.until {
             return None;
         }
         Some(match &flag.buyers {
@@ -153,14 +157,23 @@ impl SoldOutFlags {
     /// (a top-up whose event this instance missed).
     pub fn set(&self, sale: &SaleId) -> Option<u64> {
         let now = Instant::now();
-        let cell = self.flags.get_with(sale.as_str().into(), || {
-            Arc::new(RwLock::new(Flag { until: now, buyers: Buyers::Absent, loading: false, epoch: 0 }))
-        });
+        let fresh = || {
+            Arc::new(RwLock::new(Flag { until: now, buyers: Buyers::Absent, loading: false, epoch: 0, cleared: false }))
+        };
+        let mut cell = self.flags.get_with(sale.as_str().into(), fresh);
+        if read(&cell).cleared {
+            // Put back by a caller that held it across a clear: this one replaces it.
+            cell = fresh();
+            self.flags.insert(sale.as_str().into(), cell.clone());
+        }
         let mut flag = write(&cell);
+        if flag.cleared {
+            return None; // cleared this moment: the answer may predate it
+        }
         let lapsed = now >= flag.until; // or new
         if lapsed {
             let epoch = self.epochs.fetch_add(1, Ordering::Relaxed) + 1;
-            *flag = Flag { until: now, buyers: Buyers::Absent, loading: false, epoch };
+            *flag = Flag { until: now, buyers: Buyers::Absent, loading: false, epoch, cleared: false };
         }
         flag.until = now + self.ttl;
         let load = !flag.loading
@@ -181,7 +194,7 @@ impl SoldOutFlags {
         let Some(cell) = self.flags.get(sale.as_str()) else { return };
         {
             let mut flag = write(&cell);
-            if flag.epoch != epoch {
+            if flag.epoch != epoch || flag.cleared {
                 return; // made for a flag since cleared or lapsed: it may miss later buyers
             }
             flag.loading = false;
@@ -197,12 +210,18 @@ impl SoldOutFlags {
     /// The sale was re-seeded (or retired).
     pub fn clear(&self, sale: &str) {
         self.cleared.insert(sale.into(), Instant::now());
+        if let Some(cell) = self.flags.get(sale) {
+            write(&cell).cleared = true;
+        }
         self.flags.invalidate(sale);
     }
 
     /// Events may have been missed: forget every flag.
     pub fn clear_all(&self) {
         *self.all_cleared.write().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        for (_, cell) in self.flags.iter() {
+            write(&cell).cleared = true;
+        }
         self.flags.invalidate_all();
     }
 
@@ -351,6 +370,28 @@ mod tests {
         let asked = Instant::now();
         flags.clear_all();
         assert!(flags.set_since(&sale("b"), asked).is_none());
+    }
+
+    /// A set or a copy stored that held the flag across a clear puts it back in the cache: it
+    /// must not answer (it did, sold out, until it lapsed), and the next set replaces it.
+    #[test]
+    fn a_flag_put_back_after_its_clear_answers_nothing() {
+        let flags = SoldOutFlags::default();
+        let epoch = flags.set(&sale("a")).unwrap();
+        let held = flags.flags.get("a").unwrap(); // what a racing set or store_buyers holds
+        flags.clear("a");
+        flags.flags.insert("a".into(), held); // its late re-insert
+        assert_eq!(flags.check(&sale("a"), &user("u")), None, "a cleared flag put back");
+        flags.store_buyers(&sale("a"), epoch, loaded(&["u"], OrderStatus::Confirmed));
+        assert_eq!(flags.check(&sale("a"), &user("v")), None, "nor does a copy revive it (sold out, it said)");
+        assert!(flags.set(&sale("a")).is_some(), "a later sold-out sets a new flag");
+        assert_eq!(flags.check(&sale("a"), &user("v")), Some(Flagged::AskRedis));
+
+        flags.set(&sale("b"));
+        let held = flags.flags.get("b").unwrap();
+        flags.clear_all();
+        flags.flags.insert("b".into(), held);
+        assert_eq!(flags.check(&sale("b"), &user("u")), None, "after a clear of every flag too");
     }
 
     #[test]
