@@ -1,6 +1,5 @@
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Parser;
 use seckill::app::{self, Application};
 use seckill::config::{Cli, Command, DrawCommand};
@@ -15,8 +14,15 @@ fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     // Every command that connects checks what clap cannot (`seckill worker` too: it ran with a
     // zero insert timeout, storing nothing).
-    if let Some(config) = cli.command.config() {
-        config.validate().map_err(anyhow::Error::msg).context("configuration")?;
+    if let Some(config) = cli.command.config()
+        && let Err(err) = config.validate()
+    {
+        // The commands whose exit statuses scripts read say so in a status of its own.
+        if matches!(cli.command, Command::Reconcile { .. } | Command::Retire { .. }) {
+            eprintln!("Error: configuration: {err}");
+            return Ok(ExitCode::from(app::EXIT_CONFIG_REFUSED));
+        }
+        return Err(anyhow::Error::msg(err).context("configuration"));
     }
     // Outside the runtime: the trace exporter's client blocks, and its flush at exit too.
     let log_format = cli.command.config().map(|config| config.log_format).unwrap_or_default();

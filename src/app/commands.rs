@@ -71,6 +71,10 @@ const EXIT_DIFFERENCES: u8 = 1;
 const EXIT_UNKNOWN_SALE: u8 = 2;
 /// Exit status when Redis or Postgres failed.
 const EXIT_FAILED: u8 = 3;
+/// Exit status of `seckill reconcile` and `seckill retire` when the configuration is refused (a
+/// `SECKILL_*` value clap reads but the service does not accept, such as a short admin token):
+/// nothing ran. Its own status, as their statuses are read by scripts.
+pub const EXIT_CONFIG_REFUSED: u8 = 5;
 
 /// The `seckill reconcile` command: checks (or repairs) the sale, prints the report as pretty
 /// JSON on stdout, and exits 0 when nothing is left to fix

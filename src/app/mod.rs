@@ -46,7 +46,8 @@ use crate::shop::{Limits, Parts, Settings, Shop};
 use crate::webhooks::{Changes, Dispatcher};
 
 pub use commands::{
-    migrate, print_operator_token, print_token, run_reconcile, run_retire, run_worker, send_payment, solve,
+    EXIT_CONFIG_REFUSED, migrate, print_operator_token, print_token, run_reconcile, run_retire, run_worker,
+    send_payment, solve,
 };
 pub use draw::verify_draw;
 

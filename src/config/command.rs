@@ -39,9 +39,10 @@ pub enum Command {
     /// Reports buyers with no order in Postgres or the stream (missing_in_postgres), Postgres
     /// orders of users Redis does not know (unknown_to_redis), unbalanced stock and a missing or
     /// different `sales` row. Exit status: 0 consistent (with --repair: nothing left to fix),
-    /// 1 differences remain, 2 unknown sale or invalid id, 3 Redis or Postgres failed (or, with
-    /// --repair, orders of the shards Redis kept of a sharded sale it lost are still queued: run
-    /// it again shortly), 4 (--repair) the sale is retired or being retired: nothing repaired.
+    /// 1 differences remain, 2 unknown sale, invalid id or another usage error (clap's), 3 Redis
+    /// or Postgres failed (or, with --repair, orders of the shards Redis kept of a sharded sale it
+    /// lost are still queued: run it again shortly), 4 (--repair) the sale is retired or being
+    /// retired: nothing repaired, 5 the configuration is refused: nothing ran.
     Reconcile {
         /// The sale to reconcile.
         #[arg(value_parser = SaleId::parse)]
@@ -59,8 +60,9 @@ pub enum Command {
     ///
     /// Only a sale that has ended or sold out, whose queue has drained and that reconciles can be
     /// retired; a retired sale answers 410 sale_retired and cannot be seeded again. Exit status:
-    /// 0 retired, 1 refused (the reasons are printed), 2 unknown sale or invalid id, 3 Redis or
-    /// Postgres failed, 4 already retired.
+    /// 0 retired, 1 refused (the reasons are printed), 2 unknown sale, invalid id or another usage
+    /// error (clap's), 3 Redis or Postgres failed, 4 already retired, 5 the configuration is
+    /// refused: nothing ran.
     Retire {
         /// The sale to retire.
         #[arg(value_parser = SaleId::parse)]

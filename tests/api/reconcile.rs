@@ -408,3 +408,24 @@ async fn a_repair_refuses_a_sale_marked_retired_and_writes_nothing_back() {
     let in_drop: bool = redis.sismember(group_sales_key(prefix, &drop), &size).await.unwrap();
     assert_eq!((registered, in_drop), (false, false), "nothing of the size written back");
 }
+
+/// A configuration the service refuses (here an admin token under 32 bytes) is its own exit status
+/// for the commands scripts read statuses of (it exited 1, "differences remain" or "refused"), and
+/// nothing runs.
+#[tokio::test]
+async fn the_cli_exits_5_on_a_refused_configuration() {
+    let app = spawn_app().await;
+    for command in ["reconcile", "retire"] {
+        let mut cli = tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill"));
+        cli.args([command, &new_sale_id()])
+            .env("SECKILL_REDIS_URL", app.config.redis_url.expose_secret())
+            .env("SECKILL_DATABASE_URL", app.config.database_url.expose_secret())
+            .env("SECKILL_KEY_PREFIX", &app.config.key_prefix)
+            .env("SECKILL_ADMIN_TOKEN", "too-short");
+        let output = crate::common::output_within(cli, std::time::Duration::from_secs(120)).await;
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(output.status.code(), Some(5), "{command}: {stderr}");
+        assert!(stderr.contains("configuration") && !stderr.contains("too-short"), "{stderr}");
+        assert!(output.stdout.is_empty(), "nothing ran");
+    }
+}
