@@ -159,6 +159,9 @@ pub static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(".
 pub static PRUNE_CONSUMERS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/prune_consumers.lua")));
 
+/// `lua/lock_keep.lua`: a lock its owner holds kept longer or given up, never another owner's.
+pub static LOCK_KEEP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/lock_keep.lua")));
+
 /// The limiter scripts' sources, each `lua/<name>.lua` (the algorithm's name with underscores),
 /// each naming `lua/limiter_preamble.lua` (run one alone through [`limiter`]).
 pub mod limiters {

@@ -18,6 +18,7 @@ use crate::controls::audit;
 use crate::db;
 use crate::domain::SaleId;
 use crate::redis::keys::retire_lock_key;
+use crate::redis::lua;
 
 /// Sales retired at once by one round (each waits its grace meanwhile).
 const CONCURRENT_RETIREMENTS: usize = 16;
@@ -67,7 +68,10 @@ impl Janitor {
         }
     }
 
-    /// One round, if this instance takes the lock: the number of sales it retired.
+    /// One round, if this instance takes the lock: the number of sales it retired. The lock is
+    /// kept while the round runs (a round outlasts the interval: each retirement waits its grace),
+    /// and given up at its end; a round whose lock was lost meanwhile stops, so no two instances'
+    /// rounds retire, and audit, the same sales.
     pub async fn round(&self) -> Result<usize, RetireError> {
         let keyspace = self.retirer.sales.keyspace();
         let lock = redis::cmd("SET")
@@ -75,12 +79,54 @@ impl Janitor {
             .arg(&self.owner)
             .arg("NX")
             .arg("PX")
-            .arg(self.interval.as_millis() as u64)
+            .arg(self.lock_ttl_ms())
             .query_async::<Option<String>>(&mut keyspace.conn())
             .await?;
         if lock.is_none() {
             return Ok(0);
         }
+        let retired = tokio::select! {
+            retired = self.retire_due() => retired,
+            () = self.keep_lock() => {
+                tracing::warn!("janitor: the round's lock was lost (Redis expired it); the round stops");
+                return Ok(0);
+            }
+        };
+        // Given up, so the next round (of any instance) need not wait for it to expire.
+        let _ = self.lock_call(0).await;
+        retired
+    }
+
+    /// The lock's time to live: the interval (at least 1 s), so a dead instance's lock goes soon.
+    fn lock_ttl_ms(&self) -> u64 {
+        self.interval.max(Duration::from_secs(1)).as_millis() as u64
+    }
+
+    /// Keeps the lock for another time to live, every third of it; returns once it is not this
+    /// instance's any more. A failed call is tried again at the next turn (the lock expires only
+    /// after three missed turns).
+    async fn keep_lock(&self) {
+        let every = Duration::from_millis(self.lock_ttl_ms() / 3);
+        loop {
+            tokio::time::sleep(every).await;
+            if let Ok(false) = self.lock_call(self.lock_ttl_ms()).await {
+                return;
+            }
+        }
+    }
+
+    /// `lua/lock_keep.lua` on the round's lock: kept `ttl_ms` longer, or given up with 0; whether
+    /// it was still this instance's.
+    async fn lock_call(&self, ttl_ms: u64) -> redis::RedisResult<bool> {
+        let keyspace = self.retirer.sales.keyspace();
+        let mut call = lua::LOCK_KEEP.key(retire_lock_key(keyspace.prefix()));
+        call.arg(&self.owner).arg(ttl_ms);
+        let held: i64 = lua::run(&call, &mut keyspace.conn()).await?;
+        Ok(held == 1)
+    }
+
+    /// The round's work, under the lock: retires the sales due, finishes stopped retirements.
+    async fn retire_due(&self) -> Result<usize, RetireError> {
         // A sale that cannot be read or retired (a shard lost, a damaged field, a failed call) is
         // skipped with a warning, this round: it holds back none of the others.
         let mut due = vec![];

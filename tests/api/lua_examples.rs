@@ -197,6 +197,17 @@ async fn every_lua_header_example_works_as_documented() {
     assemble("challenge_spend.lua");
     assert_eq!((run("challenge_spend.lua").trim(), run("challenge_spend.lua").trim()), ("1", "0"), "once");
     let _: () = redis.del(&spent).await.unwrap();
+
+    // The janitor's lock: its owner's kept, another owner's left alone.
+    let lock = "seckill:retire-lock";
+    let _: () = redis::cmd("SET").arg(lock).arg("host-8080").arg("PX").arg(10).query_async(&mut redis).await.unwrap();
+    assert_eq!(run("lock_keep.lua").trim(), "1", "held: kept");
+    let ttl: i64 = redis.pttl(lock).await.unwrap();
+    assert!(ttl > 5_000, "kept for 10 s: {ttl} ms left");
+    let _: () = redis.set(lock, "another-host").await.unwrap();
+    assert_eq!(run("lock_keep.lua").trim(), "0", "another owner's");
+    assert_eq!(redis.pttl::<_, i64>(lock).await.unwrap(), -1, "left as it was");
+    let _: () = redis.del(lock).await.unwrap();
 }
 
 #[tokio::test]

@@ -421,3 +421,43 @@ async fn a_refund_with_restock_landing_at_the_mark_is_found_by_the_last_look() {
     assert!(matches!(&outcome, RetireOutcome::Refused(reasons) if reasons.contains(&Refusal::Reserved)), "{outcome:?}");
     assert!(!retired_at_set(&app, &sale).await, "the mark is taken back");
 }
+
+/// Two instances' janitor rounds: the second starts after the first's lock would have expired
+/// (the lock lived one interval, and a round outlasts it: each batch of 16 retirements waits its
+/// grace), while the first still retires. The first keeps its lock, so the second does nothing:
+/// each sale is retired and audited once (the second round retired the sales of the first's
+/// second batch too, still registered, and both audited them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn janitor_rounds_of_two_instances_never_overlap_and_audit_a_retirement_once() {
+    use seckill::retire::Retirer;
+    use seckill::retire::janitor::Janitor;
+    let app = spawn_app().await;
+    let sales: Vec<String> = (0..17).map(|_| new_sale_id()).collect();
+    for sale in &sales {
+        app.seed_stock(sale, 1).await;
+        sell_out(&app, sale, 1).await;
+    }
+    let metrics = std::sync::Arc::new(seckill::metrics::Metrics::new());
+    // A grace of over 3 s (one blocking read of 3 s), rounds every 200 ms, sales due at once.
+    let janitor = |owner: &str| {
+        let retirer = Retirer::new(app.store.clone(), app.pool.clone(), metrics.clone(), Duration::from_secs(3));
+        Janitor::new(retirer, Duration::ZERO, Duration::from_millis(200), owner.to_owned())
+    };
+    let (first, second) = (janitor("first"), janitor("second"));
+    let (first, second) = tokio::join!(first.round(), async {
+        tokio::time::sleep(Duration::from_millis(1_500)).await; // past the first's lock's time to live
+        second.round().await
+    });
+    // The first's, unless a stall of its runtime let the lock expire: then the second's goes on.
+    assert_eq!(first.unwrap() + second.unwrap(), 17, "each sale retired by one round");
+    let audited: Vec<(String, i64)> = sqlx::query_as(
+        "select sale_id, count(*) from sale_audit where action = 'retire' group by sale_id having count(*) > 1",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(audited, [], "each retirement in the audit trail once");
+    for sale in &sales {
+        assert!(retired_at_set(&app, sale).await && keys_of_sale(&sale_keys_of(&app), sale) == 0, "{sale}");
+    }
+}
