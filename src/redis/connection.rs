@@ -218,8 +218,9 @@ pub fn connect(url: &SecretString, timeout: Duration) -> RedisResult<RedisConnec
 pub enum Reach {
     /// The server, or the cluster with every slot served.
     All,
-    /// A cluster that answers but says some of its slots are not served (`cluster_state:fail`: a
-    /// master is down): the sales in those slots answer 503.
+    /// A cluster that answers but says not every slot is served (a master is down): while it
+    /// requires full coverage (Redis's default) it refuses every sale, else the sales in those
+    /// slots; either way they answer 503.
     Some,
 }
 
@@ -227,8 +228,9 @@ impl RedisConnection {
     /// Which part of Redis answers: an error when none of it does. A single server is PINGed. A
     /// cluster is asked its own view (`CLUSTER INFO` of the first master that answers), since its
     /// client's PING of every master skips a master it has lost the connection to, and so would
-    /// report a down master as fine; the cluster marks a master failed once it has been silent
-    /// for `cluster-node-timeout`.
+    /// report a down master as fine: every slot is served when the state is `ok` and no slot is
+    /// failing (`cluster_slots_ok:16384`; with full coverage not required the state stays `ok`).
+    /// The cluster marks a master failing once it has been silent for `cluster-node-timeout`.
     pub async fn reach(&mut self) -> RedisResult<Reach> {
         use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
         let cluster = match self {
@@ -245,7 +247,9 @@ impl RedisConnection {
             })
             .await?;
         let info: String = redis::from_redis_value(info)?;
-        Ok(if info.lines().any(|line| line.trim_end() == "cluster_state:ok") { Reach::All } else { Reach::Some })
+        let field = |name: &str| info.lines().find_map(|line| line.trim_end().strip_prefix(name)?.strip_prefix(':'));
+        let served = field("cluster_state") == Some("ok") && field("cluster_slots_ok") == Some("16384");
+        Ok(if served { Reach::All } else { Reach::Some })
     }
 }
 

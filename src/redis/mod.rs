@@ -76,7 +76,7 @@ impl Keyspace {
         redis::cmd("TIME").query_async(&mut self.conn()).await
     }
 
-    /// PING, for readiness: which part of Redis answers (an error when none does).
+    /// For readiness: which part of Redis answers (an error when none does; [`Reach`]).
     pub async fn reach(&self) -> RedisResult<Reach> {
         self.conn().reach().await
     }

@@ -89,8 +89,9 @@ async fn restarting_the_master_of_a_sale_mid_storm_is_survived_and_loses_nothing
 
 /// `/readyz` while one master of the cluster is down: 200 `degraded`, `redis: partial` (every pod
 /// reaches what every other reaches: taking them all out of service sells nothing more), then `ok`
-/// once it is back. It answered `ok` throughout: redis-rs's PING of every master skips a master
-/// whose connection it has lost.
+/// once it is back; with the cluster requiring full coverage (its state turns `fail`) and without
+/// (the state stays `ok`, a slot range fails). It answered `ok` throughout: redis-rs's PING of
+/// every master skips a master whose connection it has lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_master_down_leaves_the_service_ready_and_says_so() {
     let cluster = common::cluster();
@@ -100,27 +101,40 @@ async fn one_master_down_leaves_the_service_ready_and_says_so() {
         let response = deployment.client.get(deployment.url("/readyz")).send().await.unwrap();
         (response.status().as_u16(), response.json::<serde_json::Value>().await.unwrap())
     };
-    assert_eq!(readyz().await.1["status"], "ok");
     let nodes = cluster.nodes();
-    let master = nodes.last().expect("a master");
-    assert!(master.stop(), "redis on {} did not stop", master.port);
-    let until = Instant::now() + Duration::from_secs(30);
-    let (code, body) = loop {
-        let (code, body) = readyz().await;
-        if body["status"] != "ok" {
-            break (code, body);
+    let coverage = |required: &str| {
+        for node in nodes {
+            let set = redis::cmd("CONFIG").arg("SET").arg("cluster-require-full-coverage").arg(required).clone();
+            node.query::<String>(&set).expect("CONFIG SET");
         }
-        assert!(Instant::now() < until, "readiness never saw the master go: {body}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let restarted = master.start();
-    assert_eq!((code, &body["status"], &body["redis"]), (200, &"degraded".into(), &"partial".into()), "{body}");
-    assert!(body["message"].as_str().unwrap().contains("redis cluster master"), "{body}");
-    restarted.expect("restarting the master");
-    let until = Instant::now() + Duration::from_secs(30);
-    while !nodes.iter().all(cluster_ok) || readyz().await.1["status"] != "ok" {
-        assert!(Instant::now() < until, "readiness did not come back");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let master = nodes.last().expect("a master");
+    for required in ["yes", "no"] {
+        coverage(required);
+        assert_eq!(readyz().await.1["status"], "ok", "full coverage required: {required}");
+        assert!(master.stop(), "redis on {} did not stop", master.port);
+        let until = Instant::now() + Duration::from_secs(30);
+        let (code, body) = loop {
+            let (code, body) = readyz().await;
+            if body["status"] != "ok" || Instant::now() >= until {
+                break (code, body);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let restarted = master.start();
+        coverage("yes"); // the restarted master has its file's setting; the others follow it
+        assert_eq!(
+            (code, &body["status"], &body["redis"]),
+            (200, &"degraded".into(), &"partial".into()),
+            "full coverage required: {required}: {body}"
+        );
+        assert!(body["message"].as_str().unwrap().contains("redis cluster master"), "{body}");
+        restarted.expect("restarting the master");
+        let until = Instant::now() + Duration::from_secs(30);
+        while !nodes.iter().all(cluster_ok) || readyz().await.1["status"] != "ok" {
+            assert!(Instant::now() < until, "readiness did not come back");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
     drop(service);
 }

@@ -26,8 +26,7 @@ pub struct Readiness {
     pub error: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// `ok`, `partial` (a cluster that says some of its slots are not served: a master is down) or
-    /// `down`.
+    /// `ok`, `partial` (a cluster that says not every slot is served: a master is down) or `down`.
     pub redis: &'static str,
     /// `ok` or `down`.
     pub postgres: &'static str,
@@ -44,8 +43,9 @@ pub async fn healthz() -> HttpResponse {
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "health", responses(
-    (status = 200, description = "Redis answers: purchases run (`status` `degraded` while a cluster says some \
-        of its slots are not served, `redis` `partial`: a master is down, the sales in its slots answer 503; or \
+    (status = 200, description = "Redis answers: purchases run (`status` `degraded` while a cluster says not \
+        every slot is served, `redis` `partial`: a master is down, and every sale answers 503 while the cluster \
+        requires full coverage, else the sales in its slots; or \
         while Postgres does not answer: orders wait in Redis; `worker.status` may be `degraded`: some sales' \
         orders are not drained)",
         body = Readiness),
@@ -71,7 +71,10 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     // a cluster, must not take them all out of service while they still sell.
     let mut troubles = Vec::new();
     if redis == Some(Reach::Some) {
-        troubles.push("a redis cluster master (the cluster serves not every slot: their sales answer 503)");
+        troubles.push(
+            "a redis cluster master (not every slot is served: every sale answers 503 while the cluster requires \
+             full coverage, its default; else the sales in those slots)",
+        );
     }
     if !postgres_up {
         troubles.push("postgres (purchases go on; their orders wait in Redis)");

@@ -85,7 +85,7 @@ impl SharedConnection {
         self.inner.is_cluster()
     }
 
-    /// Which part of Redis answers a PING ([`RedisConnection::reach`]).
+    /// Which part of Redis answers ([`RedisConnection::reach`]).
     pub async fn reach(&mut self) -> RedisResult<Reach> {
         self.on_home(async move |con| con.reach().await).await
     }
