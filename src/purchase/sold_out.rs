@@ -210,8 +210,13 @@ impl SoldOutFlags {
     /// The sale was re-seeded (or retired).
     pub fn clear(&self, sale: &str) {
         self.cleared.insert(sale.into(), Instant::now());
+        self.drop_flag(sale);
+    }
+
+    /// Marks the sale's flag cleared (its copy let go) and takes it out of the cache.
+    fn drop_flag(&self, sale: &str) {
         if let Some(cell) = self.flags.get(sale) {
-            write(&cell).cleared = true;
+            mark_cleared(&cell);
         }
         self.flags.invalidate(sale);
     }
@@ -220,7 +225,7 @@ impl SoldOutFlags {
     pub fn clear_all(&self) {
         *self.all_cleared.write().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         for (_, cell) in self.flags.iter() {
-            write(&cell).cleared = true;
+            mark_cleared(&cell);
         }
         self.flags.invalidate_all();
     }
@@ -228,9 +233,24 @@ impl SoldOutFlags {
     /// [`Self::set`] for Redis's answer to a purchase asked at `asked`, unless the flag was
     /// cleared since (the answer may predate a top-up or a re-seed): then `None`, nothing set.
     pub fn set_since(&self, sale: &SaleId, asked: Instant) -> Option<u64> {
+        if self.cleared_since(sale, asked) {
+            return None;
+        }
+        let epoch = self.set(sale);
+        // A clear that ran between the check and the set, after its mark found no flag: the flag
+        // just set stands on an answer older than the clear. (A clear records its time before it
+        // marks, so one this look misses marks what the set wrote.)
+        if self.cleared_since(sale, asked) {
+            self.drop_flag(sale.as_str());
+            return None;
+        }
+        epoch
+    }
+
+    /// Whether the sale's flag (or every flag) was cleared at or after `asked`.
+    fn cleared_since(&self, sale: &SaleId, asked: Instant) -> bool {
         let all = *self.all_cleared.read().unwrap_or_else(|e| e.into_inner());
-        let cleared = self.cleared.get(sale.as_str()).into_iter().chain(all).any(|at| at >= asked);
-        if cleared { None } else { self.set(sale) }
+        self.cleared.get(sale.as_str()).into_iter().chain(all).any(|at| at >= asked)
     }
 
     /// Buyers held in all the flags (the cache's weight; eviction is applied lazily, so this
@@ -247,6 +267,13 @@ fn read(cell: &FlagCell) -> std::sync::RwLockReadGuard<'_, Flag> {
 
 fn write(cell: &FlagCell) -> std::sync::RwLockWriteGuard<'_, Flag> {
     cell.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A flag cleared: it answers nothing any more, and lets its copy go.
+fn mark_cleared(cell: &FlagCell) {
+    let mut flag = write(cell);
+    flag.cleared = true;
+    flag.buyers = Buyers::Absent;
 }
 
 /// Copies a sold-out sale's buyers into its flag of `epoch` (as [`SoldOutFlags::set`] answered),
