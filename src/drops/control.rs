@@ -42,8 +42,8 @@ pub enum NotSwitched {
     UnknownDrop,
     /// A size's meta is gone (Redis lost it).
     SizeMissing(String),
-    /// The group holds sales that are not the drop's sizes, or more than [`super::MAX_SIZES`]:
-    /// sales seeded one by one, switched one by one.
+    /// The group holds more sales than [`super::MAX_SIZES`] (seeded one by one): switched one by
+    /// one.
     NotADrop,
 }
 

@@ -39,7 +39,7 @@ pub struct Members {
     /// The sizes, by id.
     pub sizes: Vec<SaleId>,
     /// Whether the group holds only sizes of the drop, and at most [`MAX_SIZES`]: a group seeded
-    /// sale by sale may hold sales of other names, or more.
+    /// sale by sale may hold more.
     pub only_sizes: bool,
 }
 

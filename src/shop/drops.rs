@@ -258,7 +258,7 @@ impl Shop {
         let switched = match drops::switch(&self.sales, drop, switch, redis_reason).await? {
             Ok(switched) => switched,
             Err(NotSwitched::UnknownDrop) => return Err(Error::UnknownDrop),
-            Err(NotSwitched::NotADrop) => return Err(Error::NotADrop),
+            Err(NotSwitched::NotADrop) => return Err(Error::TooManySizes),
             Err(NotSwitched::SizeMissing(size)) => {
                 return Err(Error::Internal(anyhow::anyhow!("size {size} of drop {drop} has no meta in Redis")));
             }

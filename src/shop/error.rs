@@ -28,6 +28,13 @@ pub enum Error {
     /// `not_a_drop`: the group's sales were seeded one by one (`PUT /admin/sales`), not as a drop.
     #[error("the group's sales were seeded one by one with PUT /admin/sales/{{sale_id}}: it is not a drop")]
     NotADrop,
+    /// `not_a_drop`: a drop's switch on a group of more sales than a drop may have (seeded one by
+    /// one).
+    #[error(
+        "the group holds more than 64 sales, seeded one by one: switch them one by one \
+         (POST /admin/sales/{{sale_id}}/pause, /resume, /end)"
+    )]
+    TooManySizes,
     /// `drop_in_progress`: a size of the drop has buyers; the drop cannot be re-seeded.
     #[error(
         "size {0} of the drop has buyers: the drop cannot be re-seeded (POST /admin/drops/{{drop_id}}/stock changes \

@@ -10,7 +10,7 @@ impl Error {
             Self::Invalid(_) => "invalid_request",
             Self::UnknownSale => "unknown_sale",
             Self::UnknownDrop => "unknown_drop",
-            Self::NotADrop => "not_a_drop",
+            Self::NotADrop | Self::TooManySizes => "not_a_drop",
             Self::DropInProgress(_) => "drop_in_progress",
             Self::DropSizeMissing(_) => "drop_size_missing",
             Self::DropSize => "drop_size",

@@ -120,6 +120,7 @@ fn status_of(err: &E) -> StatusCode {
         | E::GroupWindowDiffers { .. }
         | E::SaleInProgress
         | E::NotADrop
+        | E::TooManySizes
         | E::DropInProgress(_)
         | E::DropSizeMissing(_)
         | E::DropSize

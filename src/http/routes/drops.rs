@@ -46,8 +46,8 @@ pub enum UnknownDrop {
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)]
 pub enum NotADrop {
-    /// `not_a_drop`: the group holds sales seeded one by one that are not the drop's sizes
-    /// (`<drop_id>.<size>`), or more than 64: switch them one by one (`/admin/sales/{sale_id}/...`)
+    /// `not_a_drop`: the group holds more than 64 sales, seeded one by one: switch them one by one
+    /// (`/admin/sales/{sale_id}/...`)
     #[response(status = 409)]
     NotADrop(ErrorBody<'static>),
 }
