@@ -1,12 +1,12 @@
 //! Automatic retirement: every `SECKILL_RETIRE_INTERVAL`, one instance of the deployment (the one
-//! that takes the Redis lock, `SET NX PX`) retires every registered sale that ended or sold out
-//! more than `SECKILL_RETIRE_AFTER` ago, and was last seeded more than that ago too. A sold-out
-//! sale's time is its last order's (else its row's last change); an ended one's, its end. Sales that are not retirable
-//! yet (queued orders,
-//! differences to reconcile) are tried again at the next round. The round also finishes the
-//! retirements that stopped after their mark (an error, a shutdown during the grace), marked
-//! between [`FINISH_WITHIN`] and [`FINISH_AFTER`] ago: an unregistered sale is no longer among
-//! those it looks at.
+//! that takes the Redis lock, `SET NX PX`, a lease kept while its round runs) retires every
+//! registered sale that ended or sold out more than `SECKILL_RETIRE_AFTER` ago, and was last
+//! seeded more than that ago too. A sold-out sale's time is its last order's (else its row's last
+//! change); an ended one's, its end. Sales that are not retirable yet (queued orders, differences
+//! to reconcile) are tried again at the next round. The round also finishes the retirements that
+//! stopped after their mark (an error, a shutdown during the grace), marked between
+//! [`FINISH_WITHIN`] and [`FINISH_AFTER`] ago: an unregistered sale is no longer among those it
+//! looks at.
 
 use std::time::Duration;
 
@@ -22,6 +22,9 @@ use crate::redis::lua;
 
 /// Sales retired at once by one round (each waits its grace meanwhile).
 const CONCURRENT_RETIREMENTS: usize = 16;
+/// The longest lease of the round's lock: a lock Redis forgot (a failover) is noticed within a
+/// third of it, and a dead instance's lets the next round in within it.
+const LEASE: Duration = Duration::from_secs(30);
 /// A retirement marked this long ago and not finished has stopped (one takes its grace, seconds).
 pub const FINISH_AFTER: Duration = Duration::from_secs(300);
 /// Retirements that stopped longer ago than this are left to `seckill retire`.
@@ -68,49 +71,65 @@ impl Janitor {
         }
     }
 
-    /// One round, if this instance takes the lock: the number of sales it retired. The lock is
-    /// kept while the round runs (a round outlasts the interval: each retirement waits its grace),
-    /// and given up at its end; a round whose lock was lost meanwhile stops, so no two instances'
-    /// rounds retire, and audit, the same sales.
+    /// One round, if this instance takes the lock: the number of sales it retired. The lock is a
+    /// short lease ([`LEASE`] at most), kept while the round runs (a round outlasts the interval:
+    /// each batch waits its grace); at its end it is kept for the rest of the interval, so the
+    /// deployment runs one round per interval, or given up if the round took longer. A round
+    /// whose lock was lost meanwhile (Redis forgot it) finishes the batch in flight and stops, so
+    /// no two instances' rounds retire, nor audit, the same sales.
     pub async fn round(&self) -> Result<usize, RetireError> {
+        let started = tokio::time::Instant::now();
         let keyspace = self.retirer.sales.keyspace();
         let lock = redis::cmd("SET")
             .arg(retire_lock_key(keyspace.prefix()))
             .arg(&self.owner)
             .arg("NX")
             .arg("PX")
-            .arg(self.lock_ttl_ms())
+            .arg(self.lease_ms())
             .query_async::<Option<String>>(&mut keyspace.conn())
             .await?;
         if lock.is_none() {
             return Ok(0);
         }
-        let retired = tokio::select! {
-            retired = self.retire_due() => retired,
-            () = self.keep_lock() => {
-                tracing::warn!("janitor: the round's lock was lost (Redis expired it); the round stops");
-                return Ok(0);
+        let (lost, done) = (CancellationToken::new(), CancellationToken::new());
+        let keeper = async {
+            tokio::select! {
+                () = self.keep_lock() => lost.cancel(),
+                () = done.cancelled() => {}
             }
         };
-        // Given up, so the next round (of any instance) need not wait for it to expire.
-        let _ = self.lock_call(0).await;
+        let work = async {
+            let retired = self.retire_due(&lost).await;
+            done.cancel();
+            retired
+        };
+        let ((), retired) = tokio::join!(keeper, work);
+        if lost.is_cancelled() {
+            tracing::warn!("janitor: the round's lock was lost (Redis forgot it); the round stopped after its batch");
+        } else {
+            let rest = self.interval.saturating_sub(started.elapsed()).as_millis() as u64;
+            let _ = self.lock_call(rest).await; // 0: given up, the next round need not wait
+        }
         retired
     }
 
-    /// The lock's time to live: the interval (at least 1 s), so a dead instance's lock goes soon.
-    fn lock_ttl_ms(&self) -> u64 {
-        self.interval.max(Duration::from_secs(1)).as_millis() as u64
+    /// The lock's lease: the interval, between 1 s and [`LEASE`], so a dead instance's lock goes
+    /// soon and a lost one is noticed soon.
+    fn lease_ms(&self) -> u64 {
+        self.interval.clamp(Duration::from_secs(1), LEASE).as_millis() as u64
     }
 
-    /// Keeps the lock for another time to live, every third of it; returns once it is not this
-    /// instance's any more. A failed call is tried again at the next turn (the lock expires only
-    /// after three missed turns).
+    /// Keeps the lock for another lease, every third of it; returns once it is not this instance's
+    /// any more. A failed call is logged and tried again at the next turn (two missed turns in a
+    /// row may let the lease run out).
     async fn keep_lock(&self) {
-        let every = Duration::from_millis(self.lock_ttl_ms() / 3);
+        let every = Duration::from_millis(self.lease_ms() / 3);
         loop {
             tokio::time::sleep(every).await;
-            if let Ok(false) = self.lock_call(self.lock_ttl_ms()).await {
-                return;
+            match self.lock_call(self.lease_ms()).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(err) => tracing::warn!(error = %err, "janitor: the round's lock could not be kept; trying again"),
             }
         }
     }
@@ -125,8 +144,9 @@ impl Janitor {
         Ok(held == 1)
     }
 
-    /// The round's work, under the lock: retires the sales due, finishes stopped retirements.
-    async fn retire_due(&self) -> Result<usize, RetireError> {
+    /// The round's work, under the lock: retires the sales due, finishes stopped retirements;
+    /// once `lost` is cancelled, no batch starts.
+    async fn retire_due(&self, lost: &CancellationToken) -> Result<usize, RetireError> {
         // A sale that cannot be read or retired (a shard lost, a damaged field, a failed call) is
         // skipped with a warning, this round: it holds back none of the others.
         let mut due = vec![];
@@ -139,6 +159,9 @@ impl Janitor {
         }
         let mut retired = 0;
         for batch in due.chunks(CONCURRENT_RETIREMENTS) {
+            if lost.is_cancelled() {
+                return Ok(retired); // another instance's round may have begun: it takes the rest
+            }
             let retirements: Vec<_> = batch.iter().map(|sale| Box::pin(self.retire(sale))).collect();
             for (sale, outcome) in batch.iter().zip(futures::future::join_all(retirements).await) {
                 match outcome {
@@ -146,6 +169,9 @@ impl Janitor {
                     Err(err) => skipped(sale, "retirement failed", err),
                 }
             }
+        }
+        if lost.is_cancelled() {
+            return Ok(retired);
         }
         Ok(retired + self.finish_stopped().await)
     }

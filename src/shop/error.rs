@@ -31,8 +31,9 @@ pub enum Error {
     /// `not_a_drop`: a drop's switch on a group of more sales than a drop may have (seeded one by
     /// one).
     #[error(
-        "the group holds more than 64 sales, seeded one by one: switch them one by one \
-         (POST /admin/sales/{{sale_id}}/pause, /resume, /end)"
+        "the group holds more than {} sales, seeded one by one: switch them one by one \
+         (POST /admin/sales/{{sale_id}}/pause, /resume, /end)",
+        crate::drops::MAX_SIZES
     )]
     TooManySizes,
     /// `drop_in_progress`: a size of the drop has buyers; the drop cannot be re-seeded.

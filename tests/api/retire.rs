@@ -445,10 +445,12 @@ async fn janitor_rounds_of_two_instances_never_overlap_and_audit_a_retirement_on
     };
     let (first, second) = (janitor("first"), janitor("second"));
     let (first, second) = tokio::join!(first.round(), async {
-        tokio::time::sleep(Duration::from_millis(1_500)).await; // past the first's lock's time to live
+        // Past the first lock's lease (1 s), were it not kept.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
         second.round().await
     });
-    // The first's, unless a stall of its runtime let the lock expire: then the second's goes on.
+    // The first's, unless a stall of its runtime let its lease run out: then it stops after its
+    // batch in flight, and the second retires the rest.
     assert_eq!(first.unwrap() + second.unwrap(), 17, "each sale retired by one round");
     let audited: Vec<(String, i64)> = sqlx::query_as(
         "select sale_id, count(*) from sale_audit where action = 'retire' group by sale_id having count(*) > 1",
@@ -460,4 +462,25 @@ async fn janitor_rounds_of_two_instances_never_overlap_and_audit_a_retirement_on
     for sale in &sales {
         assert!(retired_at_set(&app, sale).await && keys_of_sale(&sale_keys_of(&app), sale) == 0, "{sale}");
     }
+}
+
+/// A round that ends before its interval holds the lock for the rest of it: the deployment runs
+/// one round per interval, whichever instance takes it (a lock given up at each round's end let
+/// every instance run a round every interval).
+#[tokio::test]
+async fn a_janitor_round_holds_its_lock_for_the_rest_of_the_interval() {
+    use seckill::retire::Retirer;
+    use seckill::retire::janitor::Janitor;
+    let app = spawn_app().await;
+    let metrics = std::sync::Arc::new(seckill::metrics::Metrics::new());
+    let janitor = |owner: &str| {
+        let retirer = Retirer::new(app.store.clone(), app.pool.clone(), metrics.clone(), Duration::from_millis(10));
+        Janitor::new(retirer, Duration::ZERO, Duration::from_secs(60), owner.to_owned())
+    };
+    assert_eq!(janitor("first").round().await.unwrap(), 0, "nothing due");
+    let lock = format!("{}:retire-lock", app.config.key_prefix);
+    let (owner, ttl): (Option<String>, i64) =
+        redis::pipe().get(&lock).pttl(&lock).query_async(&mut app.redis.clone()).await.unwrap();
+    assert_eq!(owner.as_deref(), Some("first"));
+    assert!((50_000..=60_000).contains(&ttl), "held for the rest of the minute: {ttl} ms");
 }

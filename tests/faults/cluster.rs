@@ -102,15 +102,12 @@ async fn one_master_down_leaves_the_service_ready_and_says_so() {
         (response.status().as_u16(), response.json::<serde_json::Value>().await.unwrap())
     };
     let nodes = cluster.nodes();
-    let coverage = |required: &str| {
-        for node in nodes {
-            let set = redis::cmd("CONFIG").arg("SET").arg("cluster-require-full-coverage").arg(required).clone();
-            node.query::<String>(&set).expect("CONFIG SET");
-        }
-    };
     let master = nodes.last().expect("a master");
+    // Whatever happens below, the cluster is left as the other tests expect it: every node up,
+    // full coverage required.
+    let _restore = Restore(nodes);
     for required in ["yes", "no"] {
-        coverage(required);
+        coverage(nodes, required).expect("CONFIG SET");
         assert_eq!(readyz().await.1["status"], "ok", "full coverage required: {required}");
         assert!(master.stop(), "redis on {} did not stop", master.port);
         let until = Instant::now() + Duration::from_secs(30);
@@ -121,15 +118,14 @@ async fn one_master_down_leaves_the_service_ready_and_says_so() {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
-        let restarted = master.start();
-        coverage("yes"); // the restarted master has its file's setting; the others follow it
+        master.start().expect("restarting the master");
+        coverage(nodes, "yes").expect("CONFIG SET"); // the restarted master has its file's setting
         assert_eq!(
             (code, &body["status"], &body["redis"]),
             (200, &"degraded".into(), &"partial".into()),
             "full coverage required: {required}: {body}"
         );
         assert!(body["message"].as_str().unwrap().contains("redis cluster master"), "{body}");
-        restarted.expect("restarting the master");
         let until = Instant::now() + Duration::from_secs(30);
         while !nodes.iter().all(cluster_ok) || readyz().await.1["status"] != "ok" {
             assert!(Instant::now() < until, "readiness did not come back");
@@ -137,4 +133,27 @@ async fn one_master_down_leaves_the_service_ready_and_says_so() {
         }
     }
     drop(service);
+}
+
+/// Sets `cluster-require-full-coverage` on every node.
+fn coverage(nodes: &[Redis], required: &str) -> anyhow::Result<()> {
+    for node in nodes {
+        let set = redis::cmd("CONFIG").arg("SET").arg("cluster-require-full-coverage").arg(required).clone();
+        node.query::<String>(&set)?;
+    }
+    Ok(())
+}
+
+/// On drop: starts every node that is down and requires full coverage again, best effort.
+struct Restore<'a>(&'a [Redis]);
+
+impl Drop for Restore<'_> {
+    fn drop(&mut self) {
+        for node in self.0 {
+            if !node.is_up() {
+                let _ = node.start();
+            }
+        }
+        let _ = coverage(self.0, "yes");
+    }
 }
