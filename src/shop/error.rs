@@ -28,13 +28,8 @@ pub enum Error {
     /// `not_a_drop`: the group's sales were seeded one by one (`PUT /admin/sales`), not as a drop.
     #[error("the group's sales were seeded one by one with PUT /admin/sales/{{sale_id}}: it is not a drop")]
     NotADrop,
-    /// `not_a_drop`: a drop's switch on a group of more sales than a drop may have (seeded one by
-    /// one).
-    #[error(
-        "the group holds more than {} sales, seeded one by one: switch them one by one \
-         (POST /admin/sales/{{sale_id}}/pause, /resume, /end)",
-        crate::drops::MAX_SIZES
-    )]
+    /// `not_a_drop`: a drop's switch on a group of more sales than a drop may have.
+    #[error("the group holds more than {} sales seeded one by one: switch them one by one", crate::drops::MAX_SIZES)]
     TooManySizes,
     /// `drop_in_progress`: a size of the drop has buyers; the drop cannot be re-seeded.
     #[error(
@@ -48,8 +43,7 @@ pub enum Error {
     /// `drop_size`: a sale seed of a drop's size (a drop is seeded whole).
     #[error("this sale is a size of a drop: seed it with PUT /admin/drops/{{drop_id}}")]
     DropSize,
-    /// `stock_below_zero` or `stock_too_large` for one size of a drop's stock change: nothing
-    /// changed in any size.
+    /// `stock_below_zero` or `stock_too_large` of one size of a drop's stock change: no size changed.
     #[error("size {size}: {refusal}; no size changed")]
     DropStock {
         /// The size's sale id.
