@@ -1,7 +1,8 @@
 //! The buyer page of a queued sale that asks a proof of work (issue 44), in headless Chromium:
 //! a person joining from the page solves the default cost in a Web Worker and gets the place
 //! the same join gets in a sale that asks none; in a sale without a waiting room Buy sends it; the
-//! live page counts the challenges. Screenshots: `target/tmp/challenge-{joined,bought,live}.png`.
+//! live page counts the challenges; a change of buyer stops the last one's solver. Screenshots:
+//! `target/tmp/challenge-{joined,bought,live}.png`.
 
 use std::time::{Duration, Instant};
 
@@ -147,4 +148,35 @@ async fn a_person_joins_from_the_page_with_the_default_proof_of_work_to_the_same
     assert!(shown.contains("×1: ") && shown.contains(&solved) && shown.contains(" 0 refused"), "{shown}");
     browser.screenshot("challenge-live.png").await;
     browser.client.close().await.unwrap();
+}
+
+/// A buyer who changes while the page solves their proof of work stops its solver: the old
+/// buyer's solution is of no use (it ran on to the end, about 1,000 times the default work here),
+/// and the change says nothing of it.
+#[tokio::test]
+async fn changing_the_buyer_stops_the_solver_of_the_last_one() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let sale = new_sale_id();
+    assert_eq!(app.seed(&sale, json!({"stock": 5, "challenge": {"cost": 1_000_000}})).await.status(), 200);
+    let browser = Browser::start().await;
+    browser.client.goto(&app.url(&format!("/sale/{sale}"))).await.unwrap();
+    // Counts the solvers the page starts and stops (it constructs each at the time it solves).
+    let count = r#"const Real = window.Worker;
+        window.solvers = { started: 0, stopped: 0 };
+        window.Worker = class extends Real {
+          constructor(url) { super(url); window.solvers.started += 1; }
+          terminate() { window.solvers.stopped += 1; super.terminate(); }
+        };"#;
+    browser.run(count, vec![]).await;
+    browser.fill("user-id", "first").await;
+    let solvers = async |b: &Browser| {
+        let counts = b.run("return [window.solvers.started, window.solvers.stopped];", vec![]).await;
+        (counts[0].as_u64().unwrap(), counts[1].as_u64().unwrap())
+    };
+    browser.wait_for("the first solver", async |b| Some(solvers(b).await).filter(|(started, _)| *started >= 1)).await;
+    browser.fill("user-id", "second").await;
+    let (_, stopped) =
+        browser.wait_for("the first solver stopped", async |b| Some(solvers(b).await).filter(|(_, s)| *s >= 1)).await;
+    assert_eq!(stopped, 1);
+    assert!(!browser.text("message").await.contains("could not"), "{}", browser.text("message").await);
 }

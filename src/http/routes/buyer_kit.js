@@ -27,8 +27,9 @@ const kit = {
   },
   // Fetches a proof-of-work challenge (`url`, GET /sales/{id}/challenge or /drops/{id}/challenge)
   // and solves it in the Web Worker /challenge-worker.js: {header (Seckill-Challenge), expiresAt
-  // (server ms), ms, tries}. Throws an Error whose `code` is the service's error code.
-  async solveChallenge(url, buyer) {
+  // (server ms), ms, tries}. Throws an Error whose `code` is the service's error code, or
+  // "abandoned" once `signal` (an AbortSignal, optional) aborts: the worker is stopped then.
+  async solveChallenge(url, buyer, signal) {
     const params = new URLSearchParams();
     if (buyer.userId !== null) params.set("user_id", buyer.userId);
     const response = await fetch(`${url}?${params}`, { headers: buyer.headers, cache: "no-store" });
@@ -39,13 +40,18 @@ const kit = {
       throw Object.assign(new Error(message), { code: body.error, status: response.status, retryAfter });
     }
     const solution = await new Promise((resolve, reject) => {
+      const abandoned = () => Object.assign(new Error("abandoned: the buyer changed"), { code: "abandoned" });
+      if (signal && signal.aborted) return reject(abandoned());
       const worker = new Worker("/challenge-worker.js");
+      const stop = () => { worker.terminate(); reject(abandoned()); };
+      if (signal) signal.addEventListener("abort", stop, { once: true });
+      const done = () => { worker.terminate(); if (signal) signal.removeEventListener("abort", stop); };
       worker.onmessage = (event) => {
-        worker.terminate();
+        done();
         if (event.data.error) reject(new Error(event.data.error));
         else resolve(event.data);
       };
-      worker.onerror = (event) => { worker.terminate(); reject(new Error(event.message || "the solver failed")); };
+      worker.onerror = (event) => { done(); reject(new Error(event.message || "the solver failed")); };
       worker.postMessage(body.parameters);
     });
     const payload = JSON.stringify({ challenge: { parameters: body.parameters, signature: body.signature },
