@@ -39,8 +39,9 @@
 --                after it stand on their own. The writes
 --                at the end failing (a damaged stream, receipts or queue key, which every purchase
 --                of the call would have met) make every accepted purchase's reply "failed", and
---                that of each buyer answered already_purchased for one of them: nothing of them
---                is written
+--                that of each buyer answered already_purchased for one of them, and that of each
+--                purchase refused for the stock (sold_out, insufficient_stock) while units of
+--                the call were pending (they are not taken after all): nothing of them is written
 --
 -- A purchase whose limit refuses but whose buyer's receipt names its order id was bought by an
 -- earlier run of this same call (a Redis Cluster client re-sends one that timed out): it answers
@@ -76,9 +77,19 @@ local arg, key = 4, 8
 -- What the limits learn of their keys during the call (lua/sliding_log.lua's ARGV[7]): a key seen
 -- again in the call is not pruned, counted nor given its TTL again.
 local memo = {}
--- The purchases decided and pending (commit() writes them all at the end), and those answered
--- already_purchased for a buyer pending earlier in the call: both are "failed" if the commit is.
-local accepted, echoes = {}, {}
+-- The purchases decided and pending (commit() writes them all at the end), those answered
+-- already_purchased for a buyer pending earlier in the call, and those refused for the stock while
+-- some was pending: all are "failed" if the commit is.
+local accepted, echoes, short = {}, {}, {}
+-- Whether a purchase's reply (its limits' {client, buyer, purchase} when checked) refuses it for
+-- the stock.
+local function for_stock(reply, checks)
+  local bought = reply
+  if checks > 0 then
+    bought = reply[3]
+  end
+  return bought == 'sold_out' or (type(bought) == 'table' and bought[1] == 'insufficient_stock')
+end
 -- One purchase at ARGV[arg] with its limits' keys from KEYS[key]: its limits in order until one
 -- refuses, then the purchase, as buy_limited.lua does.
 local function one(arg, key, checks)
@@ -110,7 +121,7 @@ end
 -- Each purchase in order; an error raised in its part becomes its reply.
 for i = 1, tonumber(ARGV[3]) do
   local checks = tonumber(ARGV[arg + 6])
-  local was_pending, pending_before = pending_of[ARGV[arg]] ~= nil, #pending
+  local was_pending, pending_before, sold_before = pending_of[ARGV[arg]] ~= nil, #pending, sold
   local ok, reply = pcall(one, arg, key, checks)
   if ok then
     replies[i] = reply
@@ -118,6 +129,8 @@ for i = 1, tonumber(ARGV[3]) do
       accepted[#accepted + 1] = i
     elseif was_pending then
       echoes[#echoes + 1] = i
+    elseif sold_before > 0 and for_stock(reply, checks) then
+      short[#short + 1] = i
     end
   else
     replies[i] = {'failed', type(reply) == 'table' and tostring(reply.err) or tostring(reply)}
@@ -131,6 +144,9 @@ if failed then
     replies[i] = {'failed', failed}
   end
   for _, i in ipairs(echoes) do
+    replies[i] = {'failed', failed}
+  end
+  for _, i in ipairs(short) do
     replies[i] = {'failed', failed}
   end
 end

@@ -307,6 +307,38 @@ async fn a_damaged_queue_count_fails_a_call_of_several_with_nothing_written() {
     assert_eq!((stock, extra), (3, 1), "both bought, in one entry");
 }
 
+/// A call whose writes fail (a damaged receipts key) takes back the units its accepted purchases
+/// had pending: a purchase refused for the stock only because of them is "failed" too, not
+/// sold_out (a false sold-out set the instance's flag, and on a sharded sale sent the buyer on to
+/// another shard: a second order once the first shard sold again). Mended, it buys.
+#[tokio::test]
+async fn a_call_whose_writes_fail_answers_no_sold_out_that_stood_on_its_units() {
+    let app = spawn_app_with(|_| {}, false).await;
+    let mut redis = seckill::redis::connection::connect(&redis_url().into(), Duration::from_secs(5)).unwrap();
+    let sale = new_sale_id();
+    assert_eq!(app.seed(&sale, serde_json::json!({"stock": 1})).await.status(), 200);
+    let keys = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap());
+    let call = |users: &[&str]| {
+        let mut call = Algorithm::SlidingLog.with_purchases().key(&keys.all()[..]);
+        call.arg(&sale).arg(1).arg(users.len());
+        for user in users {
+            call.arg(*user).arg(Uuid::now_v7().to_string()).arg("").arg("").arg(1).arg("").arg(0);
+        }
+        call
+    };
+    let words = |reply: &Value| match reply {
+        Value::Array(_) => redis::from_redis_value_ref::<Vec<String>>(reply).unwrap(),
+        other => vec![redis::from_redis_value_ref::<String>(other).unwrap()],
+    };
+    let _: () = redis.set(&keys.receipts, "not a hash").await.unwrap();
+    let replies: Vec<Value> = call(&["ann", "bob"]).invoke_async(&mut redis).await.expect("the call answers each");
+    let answers: Vec<String> = replies.iter().map(|r| words(r)[0].clone()).collect();
+    assert_eq!(answers, ["failed", "failed"], "ann's unit was never taken, so bob was not short of it: {replies:?}");
+    let _: () = redis.del(&keys.receipts).await.unwrap();
+    let replies: Vec<Value> = call(&["bob"]).invoke_async(&mut redis).await.unwrap();
+    assert_eq!(words(&replies[0]), ["ok"], "the unit is still there");
+}
+
 /// One purchase's reply with what differs between two sales by nature (the Redis time in
 /// `created_at_ms` and `pay_by_ms`) left out.
 fn comparable(reply: &Value) -> Vec<String> {
