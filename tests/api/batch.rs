@@ -261,6 +261,17 @@ async fn a_purchase_whose_write_fails_leaves_nothing_written_in_either_script() 
     }
 }
 
+/// A call of `lua/buy_batch.lua` buying one unit for each of `users` in the unsharded `sale`,
+/// with no limit checked.
+fn unlimited_call(keys: &SaleKeys, sale: &str, users: &[&str]) -> redis::ScriptInvocation<'static> {
+    let mut call = Algorithm::SlidingLog.with_purchases().key(&keys.all()[..]);
+    call.arg(sale).arg(1).arg(users.len());
+    for user in users {
+        call.arg(*user).arg(Uuid::now_v7().to_string()).arg("").arg("").arg(1).arg("").arg(0);
+    }
+    call
+}
+
 /// A damaged count of the orders beyond one per entry (the meta's `queued_extra`, which a call of
 /// several purchases raises after its other writes) fails the call's purchases with nothing of
 /// them written, as a damaged key does, instead of failing the script half-way (the entry, the
@@ -272,14 +283,7 @@ async fn a_damaged_queue_count_fails_a_call_of_several_with_nothing_written() {
     let sale = new_sale_id();
     assert_eq!(app.seed(&sale, serde_json::json!({"stock": 5})).await.status(), 200);
     let keys = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap());
-    let call = |users: [&str; 2]| {
-        let mut call = Algorithm::SlidingLog.with_purchases().key(&keys.all()[..]);
-        call.arg(&sale).arg(1).arg(users.len());
-        for user in users {
-            call.arg(user).arg(Uuid::now_v7().to_string()).arg("").arg("").arg(1).arg("").arg(0);
-        }
-        call
-    };
+    let call = |users: [&str; 2]| unlimited_call(&keys, &sale, &users);
     let words = |reply: &Value| redis::from_redis_value_ref::<Vec<String>>(reply).unwrap_or_default();
     // Not an integer, or one HINCRBY refuses (a leading zero, "-0", 19 digits).
     for damaged in ["damaged", "007", "-0", "1234567890123456789"] {
@@ -318,14 +322,7 @@ async fn a_call_whose_writes_fail_answers_no_sold_out_that_stood_on_its_units() 
     let sale = new_sale_id();
     assert_eq!(app.seed(&sale, serde_json::json!({"stock": 1})).await.status(), 200);
     let keys = SaleKeys::new(&app.config.key_prefix, &SaleId::parse(&sale).unwrap());
-    let call = |users: &[&str]| {
-        let mut call = Algorithm::SlidingLog.with_purchases().key(&keys.all()[..]);
-        call.arg(&sale).arg(1).arg(users.len());
-        for user in users {
-            call.arg(*user).arg(Uuid::now_v7().to_string()).arg("").arg("").arg(1).arg("").arg(0);
-        }
-        call
-    };
+    let call = |users: &[&str]| unlimited_call(&keys, &sale, users);
     let words = |reply: &Value| match reply {
         Value::Array(_) => redis::from_redis_value_ref::<Vec<String>>(reply).unwrap(),
         other => vec![redis::from_redis_value_ref::<String>(other).unwrap()],
