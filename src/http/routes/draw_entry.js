@@ -91,7 +91,10 @@ $("enter").addEventListener("click", async () => {
     try {
       const header = await takeProof(drawUrl("challenge"));
       if (header) work = { "Seckill-Challenge": header };
-    } catch (err) { return drawSay(`The proof of work could not be made: ${err.message}`); }
+    } catch (err) {
+      if (mine === identity) drawSay(`The proof of work could not be made: ${err.message}`);
+      return;
+    }
     if (mine !== identity) return;
     const response = await fetch(drawUrl("entries"), {
       method: "POST", cache: "no-store", body: JSON.stringify(request),
